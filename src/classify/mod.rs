@@ -1,0 +1,1 @@
+//! Classification: FlowSchema matching, flow distinguisher and flow hash (stub: owned by the classify work).

@@ -1,0 +1,7 @@
+//! The request digest: everything APF learns from one HTTP request before classifying it —
+//! RequestInfo (verb, group, resource, namespace …), the caller's identity, whether the request
+//! is long-running, and its work estimate (seats).
+
+pub mod identity;
+pub mod request_info;
+pub mod work_estimate;

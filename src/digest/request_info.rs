@@ -1,0 +1,1 @@
+//! RequestInfo parsing (stub: owned by the digest work).

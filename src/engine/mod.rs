@@ -1,0 +1,1 @@
+//! The APF engine over an injected clock and shared store (stub).

@@ -1,0 +1,101 @@
+//! Fair queuing for server requests: seat-seconds arithmetic, the shuffle-sharding dealer and
+//! the QueueSet (one per priority level), exactly as upstream's
+//! `pkg/util/flowcontrol/fairqueuing/queueset` (reference §4, §5).
+//!
+//! Shared vocabulary used by digest (work estimate), the engine and the simulator lives here.
+
+use crate::Nanos;
+
+pub mod queueset;
+pub mod seat_seconds;
+pub mod shuffle_sharding;
+
+/// Seats and additional latency of one request (upstream `WorkEstimate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WorkEstimate {
+    pub initial_seats: u32,
+    pub final_seats: u32,
+    /// Nanoseconds the request keeps `max_seats()` after its handler returned.
+    pub additional_latency: Nanos,
+}
+
+impl WorkEstimate {
+    pub const ONE: WorkEstimate = WorkEstimate { initial_seats: 1, final_seats: 0, additional_latency: 0 };
+    pub fn max_seats(&self) -> u32 {
+        self.initial_seats.max(self.final_seats)
+    }
+}
+
+/// Why a request was rejected (the `reason` label of `rejected_requests_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RejectReason {
+    QueueFull,
+    ConcurrencyLimit,
+    TimeOut,
+}
+
+impl RejectReason {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RejectReason::QueueFull => "queue-full",
+            RejectReason::ConcurrencyLimit => "concurrency-limit",
+            RejectReason::TimeOut => "time-out",
+        }
+    }
+    pub fn code(&self) -> u8 {
+        match self {
+            RejectReason::QueueFull => 0,
+            RejectReason::ConcurrencyLimit => 1,
+            RejectReason::TimeOut => 2,
+        }
+    }
+    pub fn from_code(c: u8) -> Option<Self> {
+        match c {
+            0 => Some(RejectReason::QueueFull),
+            1 => Some(RejectReason::ConcurrencyLimit),
+            2 => Some(RejectReason::TimeOut),
+            _ => None,
+        }
+    }
+}
+
+/// Opaque data the engine keeps with each request inside the QueueSet (encoded with it).
+/// The QueueSet never interprets it except `wait_deadline` (queued requests still waiting at
+/// that time are removed with reason `time-out`) and `owner` (for lease expiry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RequestTag {
+    /// Worker slot that owns the paused stream (lease holder).
+    pub owner: u32,
+    /// The owner's stream/context id.
+    pub context: u32,
+    /// Index of the FlowSchema in the effective policy (for metrics and dumps).
+    pub flow_schema: u16,
+    /// Flow hash (also identifies the flow in dumps).
+    pub flow_hash: u64,
+    /// Absolute time at which waiting in queue gives up (`i64::MAX` = never).
+    pub wait_deadline: Nanos,
+}
+
+/// Queuing parameters of one level: `desired_queues` −1 = exempt, 0 = Reject level (no queues),
+/// > 0 = queuing. `concurrency_limit` is the level's CurrentCL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueSetConfig {
+    pub desired_queues: i32,
+    pub queue_length_limit: u32,
+    pub hand_size: u32,
+    pub concurrency_limit: u32,
+}
+
+/// Request identifier, unique within one QueueSet's lifetime.
+pub type RequestId = u64;
+
+/// A request that started executing (left its queue) during an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dispatched {
+    pub id: RequestId,
+    pub tag: RequestTag,
+    /// Time spent waiting in queue.
+    pub waited: Nanos,
+    /// Seats it holds while executing (`max_seats`).
+    pub seats: u32,
+}

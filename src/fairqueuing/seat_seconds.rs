@@ -1,0 +1,1 @@
+//! (stub: owned by the fair-queuing work)

@@ -1,0 +1,1 @@
+//! proxy-wasm glue (stub)

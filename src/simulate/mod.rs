@@ -1,0 +1,1 @@
+//! Deterministic discrete-event simulator (stub: owned by the fair-queuing work).
