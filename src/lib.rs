@@ -23,6 +23,7 @@ pub mod classify;
 pub mod cli;
 pub mod codec;
 pub mod digest;
+pub mod duration;
 pub mod engine;
 pub mod fairqueuing;
 pub mod limits;
