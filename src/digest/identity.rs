@@ -1,15 +1,528 @@
-//! Caller identity (user name and groups) from the sources the operator enables. (stub: owned by the digest work)
-use serde::Deserialize;
+//! Caller identity (user name and groups) from the sources the operator enables
+//! (reference §1 step 1, §13, landscape "Identity in front of apiservers").
+//!
+//! kube-apiserver classifies the *authenticated, impersonated* user. A gateway has to take the
+//! identity from an authenticating hop: front-proxy headers (`X-Remote-User` / `X-Remote-Group`
+//! / `X-Remote-Extra-*`), impersonation headers (`Impersonate-User` / `Impersonate-Group`), the
+//! verified client certificate (CN = user, O = groups) or JWT claims validated by Envoy's
+//! `jwt_authn` filter. Sources are tried in configuration order; the first that yields a user
+//! wins. A source only counts when the peer is trusted for it (`trustedSourceCidrs`, absent =
+//! any peer; `requireMtls`); with `stripUntrusted` its headers are removed from requests from
+//! untrusted peers (see [`IdentityConfig::headers_to_strip`]).
+//!
+//! Groups are completed as kube-apiserver does: authenticated users get `system:authenticated`
+//! (unless they already carry it or `system:unauthenticated`); service accounts
+//! `system:serviceaccount:<ns>:<name>` get `system:serviceaccounts` and
+//! `system:serviceaccounts:<ns>` (for impersonation only when no groups were given, as the
+//! impersonation filter does); nobody → `system:anonymous` in `system:unauthenticated`.
+//!
+//! Deviation: a group header value containing `,` counts as several groups. Envoy (and HTTP in
+//! general) may join repeated headers with commas, so `X-Remote-Group: a, b` is read as groups
+//! `a` and `b` (each trimmed, empty pieces dropped). kube-apiserver would read one group `a, b`;
+//! group names containing commas therefore cannot be expressed through headers here.
+//! Header values that are not UTF-8 are ignored (never a panic).
 
+use serde::{Deserialize, Deserializer};
+use std::net::IpAddr;
+use std::str::FromStr;
+
+pub const ANONYMOUS: &str = "system:anonymous";
+pub const ALL_AUTHENTICATED: &str = "system:authenticated";
+pub const ALL_UNAUTHENTICATED: &str = "system:unauthenticated";
+pub const SA_PREFIX: &str = "system:serviceaccount:";
+pub const ALL_SERVICE_ACCOUNTS: &str = "system:serviceaccounts";
+
+/// `"identity"` key of the plugin configuration.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct IdentityConfig {
     #[serde(default)]
-    pub sources: Vec<serde_json::Value>,
+    pub sources: Vec<IdentitySource>,
+}
+
+/// A CIDR block (IPv4 or IPv6). A bare address means a single host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    pub addr: IpAddr,
+    pub prefix: u8,
+}
+
+impl FromStr for Cidr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let (a, p) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let addr = IpAddr::from_str(a).map_err(|_| format!("invalid CIDR {s:?}: bad address"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match p {
+            None => max,
+            Some(p) => {
+                if p.is_empty() || p.len() > 3 || !p.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(format!("invalid CIDR {s:?}: bad prefix length"));
+                }
+                let n: u8 = p.parse().map_err(|_| format!("invalid CIDR {s:?}: bad prefix length"))?;
+                if n > max {
+                    return Err(format!("invalid CIDR {s:?}: prefix length above {max}"));
+                }
+                n
+            }
+        };
+        Ok(Cidr { addr, prefix })
+    }
+}
+
+impl<'de> Deserialize<'de> for Cidr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Cidr::from_str(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+fn mask_match(a: &[u8], b: &[u8], prefix: u8) -> bool {
+    let full = usize::from(prefix / 8);
+    let rem = prefix % 8;
+    if a.get(..full) != b.get(..full) {
+        return false;
+    }
+    if rem == 0 {
+        return true;
+    }
+    let m: u8 = 0xffu8 << (8 - rem);
+    match (a.get(full), b.get(full)) {
+        (Some(x), Some(y)) => x & m == y & m,
+        _ => false,
+    }
+}
+
+impl Cidr {
+    /// Whether `ip` is inside the block (IPv4-mapped IPv6 peers match IPv4 blocks).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+            v4 => v4,
+        };
+        match (self.addr, ip) {
+            (IpAddr::V4(n), IpAddr::V4(p)) => mask_match(&n.octets(), &p.octets(), self.prefix),
+            (IpAddr::V6(n), IpAddr::V6(p)) => mask_match(&n.octets(), &p.octets(), self.prefix),
+            _ => false,
+        }
+    }
+}
+
+fn default_user_header() -> String {
+    "X-Remote-User".into()
+}
+fn default_group_header() -> String {
+    "X-Remote-Group".into()
+}
+fn default_extra_prefix() -> String {
+    "X-Remote-Extra-".into()
+}
+fn default_sub() -> String {
+    "sub".into()
+}
+fn default_groups() -> String {
+    "groups".into()
+}
+
+/// One identity source. Every kind accepts `trustedSourceCidrs`, `requireMtls`, `stripUntrusted`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase", deny_unknown_fields)]
+pub enum IdentitySource {
+    #[serde(rename_all = "camelCase")]
+    FrontProxy {
+        #[serde(default = "default_user_header")]
+        user_header: String,
+        #[serde(default = "default_group_header")]
+        group_header: String,
+        #[serde(default = "default_extra_prefix")]
+        extra_header_prefix: String,
+        #[serde(default)]
+        trusted_source_cidrs: Vec<Cidr>,
+        #[serde(default)]
+        require_mtls: bool,
+        #[serde(default)]
+        strip_untrusted: bool,
+    },
+    #[serde(rename_all = "camelCase")]
+    Impersonation {
+        #[serde(default)]
+        trusted_source_cidrs: Vec<Cidr>,
+        #[serde(default)]
+        require_mtls: bool,
+        #[serde(default)]
+        strip_untrusted: bool,
+    },
+    #[serde(rename_all = "camelCase")]
+    ClientCertificate {
+        #[serde(default)]
+        trusted_source_cidrs: Vec<Cidr>,
+        /// Always effectively true (a certificate is only used when verified).
+        #[serde(default)]
+        require_mtls: bool,
+        #[serde(default)]
+        strip_untrusted: bool,
+    },
+    #[serde(rename_all = "camelCase")]
+    Jwt {
+        #[serde(default = "default_sub")]
+        user_claim: String,
+        #[serde(default = "default_groups")]
+        groups_claim: String,
+        /// Prepended to the user claim (like `--oidc-username-prefix`).
+        #[serde(default)]
+        user_prefix: String,
+        /// Prepended to each group (like `--oidc-groups-prefix`).
+        #[serde(default)]
+        groups_prefix: String,
+        #[serde(default)]
+        trusted_source_cidrs: Vec<Cidr>,
+        #[serde(default)]
+        require_mtls: bool,
+        #[serde(default)]
+        strip_untrusted: bool,
+    },
+}
+
+const IMPERSONATE_USER: &str = "impersonate-user";
+const IMPERSONATE_GROUP: &str = "impersonate-group";
+const IMPERSONATE_UID: &str = "impersonate-uid";
+const IMPERSONATE_EXTRA: &str = "impersonate-extra-";
+
+impl IdentitySource {
+    fn trust(&self) -> (&[Cidr], bool, bool) {
+        match self {
+            IdentitySource::FrontProxy { trusted_source_cidrs, require_mtls, strip_untrusted, .. }
+            | IdentitySource::Impersonation { trusted_source_cidrs, require_mtls, strip_untrusted }
+            | IdentitySource::ClientCertificate { trusted_source_cidrs, require_mtls, strip_untrusted }
+            | IdentitySource::Jwt { trusted_source_cidrs, require_mtls, strip_untrusted, .. } => {
+                (trusted_source_cidrs, *require_mtls, *strip_untrusted)
+            }
+        }
+    }
+
+    /// Whether this source may be used for a request from this peer.
+    pub fn trusted(&self, input: &IdentityInput) -> bool {
+        let (cidrs, mtls, _) = self.trust();
+        if mtls && !input.mtls {
+            return false;
+        }
+        if cidrs.is_empty() {
+            return true;
+        }
+        match input.peer {
+            Some(ip) => cidrs.iter().any(|c| c.contains(ip)),
+            None => false,
+        }
+    }
+
+    /// Exact (lowercase) header names this source reads.
+    pub fn header_names(&self) -> Vec<String> {
+        match self {
+            IdentitySource::FrontProxy { user_header, group_header, .. } => {
+                vec![user_header.to_ascii_lowercase(), group_header.to_ascii_lowercase()]
+            }
+            IdentitySource::Impersonation { .. } => {
+                vec![IMPERSONATE_USER.into(), IMPERSONATE_GROUP.into(), IMPERSONATE_UID.into()]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Lowercase header-name prefixes this source reads.
+    pub fn header_prefixes(&self) -> Vec<String> {
+        match self {
+            IdentitySource::FrontProxy { extra_header_prefix, .. } if !extra_header_prefix.is_empty() => {
+                vec![extra_header_prefix.to_ascii_lowercase()]
+            }
+            IdentitySource::Impersonation { .. } => vec![IMPERSONATE_EXTRA.into()],
+            _ => Vec::new(),
+        }
+    }
+
+    fn reads(&self, lname: &str) -> bool {
+        self.header_names().iter().any(|n| n == lname)
+            || self.header_prefixes().iter().any(|p| lname.starts_with(p.as_str()))
+    }
+}
+
+/// What the host tells us about one request.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IdentityInput<'a> {
+    /// Lowercase names, repeated headers as separate entries, in order.
+    pub headers: &'a [(String, Vec<u8>)],
+    pub peer: Option<IpAddr>,
+    /// The peer presented a verified client certificate.
+    pub mtls: bool,
+    /// RFC 2253-ish subject, e.g. `CN=alice,O=dev,O=ops`.
+    pub cert_subject: Option<&'a str>,
+    pub jwt_claims: Option<&'a serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UserInfo {
     pub name: String,
     pub groups: Vec<String>,
+}
+
+impl UserInfo {
+    pub fn anonymous() -> Self {
+        UserInfo { name: ANONYMOUS.into(), groups: vec![ALL_UNAUTHENTICATED.into()] }
+    }
+
+    /// An already-authenticated user: `groups` plus `system:authenticated` (and the service
+    /// account groups for `system:serviceaccount:<ns>:<name>`), as the authenticators do.
+    pub fn authenticated(name: &str, groups: &[String]) -> Self {
+        finalize(name.to_string(), groups.to_vec(), true)
+    }
+}
+
+/// `system:serviceaccount:<ns>:<name>` → `<ns>` (upstream `SplitUsername`: both parts
+/// non-empty, no further `:`).
+pub fn service_account_namespace(user: &str) -> Option<&str> {
+    let rest = user.strip_prefix(SA_PREFIX)?;
+    let (ns, name) = rest.split_once(':')?;
+    if ns.is_empty() || name.is_empty() || name.contains(':') {
+        return None;
+    }
+    Some(ns)
+}
+
+fn push_unique(groups: &mut Vec<String>, g: &str) {
+    if !groups.iter().any(|x| x == g) {
+        groups.push(g.to_string());
+    }
+}
+
+fn finalize(name: String, mut groups: Vec<String>, add_sa_groups: bool) -> UserInfo {
+    if add_sa_groups {
+        if let Some(ns) = service_account_namespace(&name) {
+            push_unique(&mut groups, ALL_SERVICE_ACCOUNTS);
+            push_unique(&mut groups, &format!("system:serviceaccounts:{ns}"));
+        }
+    }
+    if name == ANONYMOUS {
+        push_unique(&mut groups, ALL_UNAUTHENTICATED);
+    } else if !groups.iter().any(|g| g == ALL_AUTHENTICATED || g == ALL_UNAUTHENTICATED) {
+        groups.push(ALL_AUTHENTICATED.to_string());
+    }
+    UserInfo { name, groups }
+}
+
+fn header_values<'a>(input: &IdentityInput<'a>, lname: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+    input
+        .headers
+        .iter()
+        .filter(move |(n, _)| n.eq_ignore_ascii_case(lname))
+        .filter_map(|(_, v)| std::str::from_utf8(v).ok())
+        .map(str::trim)
+}
+
+fn first_non_empty(input: &IdentityInput, lname: &str) -> Option<String> {
+    header_values(input, lname).find(|v| !v.is_empty()).map(str::to_string)
+}
+
+fn groups_from(input: &IdentityInput, lname: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for v in header_values(input, lname) {
+        for g in v.split(',') {
+            let g = g.trim();
+            if !g.is_empty() {
+                out.push(g.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Splits an RFC 2253 subject into (attribute, value) pairs, honouring `\` escapes
+/// (`\,` and `\XX` hex). Multi-valued RDNs (`+`) are split too.
+pub fn parse_subject(s: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut cur: Vec<u8> = Vec::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    let flush = |cur: &mut Vec<u8>, out: &mut Vec<(String, String)>| {
+        let text = String::from_utf8_lossy(cur).into_owned();
+        cur.clear();
+        if let Some((k, v)) = text.split_once('=') {
+            out.push((k.trim().to_string(), v.to_string()));
+        }
+    };
+    while let Some(&c) = b.get(i) {
+        match c {
+            b'\\' => {
+                let h = b.get(i + 1).copied().and_then(hex);
+                let l = b.get(i + 2).copied().and_then(hex);
+                if let (Some(h), Some(l)) = (h, l) {
+                    cur.push(h * 16 + l);
+                    i += 3;
+                } else if let Some(&n) = b.get(i + 1) {
+                    cur.push(n);
+                    i += 2;
+                } else {
+                    i += 1;
+                }
+                continue;
+            }
+            b',' | b'+' | b';' => flush(&mut cur, &mut out),
+            _ => cur.push(c),
+        }
+        i += 1;
+    }
+    flush(&mut cur, &mut out);
+    out
+}
+
+fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+fn from_source(src: &IdentitySource, input: &IdentityInput) -> Option<UserInfo> {
+    match src {
+        IdentitySource::FrontProxy { user_header, group_header, .. } => {
+            let name = first_non_empty(input, &user_header.to_ascii_lowercase())?;
+            let groups = groups_from(input, &group_header.to_ascii_lowercase());
+            Some(finalize(name, groups, true))
+        }
+        IdentitySource::Impersonation { .. } => {
+            let name = first_non_empty(input, IMPERSONATE_USER)?;
+            let groups = groups_from(input, IMPERSONATE_GROUP);
+            let specified = !groups.is_empty();
+            Some(finalize(name, groups, !specified))
+        }
+        IdentitySource::ClientCertificate { .. } => {
+            if !input.mtls {
+                return None;
+            }
+            let subject = parse_subject(input.cert_subject?);
+            let is = |k: &str, a: &str, oid: &str| k.eq_ignore_ascii_case(a) || k == oid;
+            let name = subject.iter().find(|(k, _)| is(k, "CN", "2.5.4.3")).map(|(_, v)| v.clone())?;
+            if name.is_empty() {
+                return None;
+            }
+            let groups =
+                subject.iter().filter(|(k, _)| is(k, "O", "2.5.4.10")).map(|(_, v)| v.clone()).collect();
+            Some(finalize(name, groups, true))
+        }
+        IdentitySource::Jwt { user_claim, groups_claim, user_prefix, groups_prefix, .. } => {
+            let claims = input.jwt_claims?;
+            let user = claims.get(user_claim.as_str())?.as_str()?;
+            if user.is_empty() {
+                return None;
+            }
+            let mut groups = Vec::new();
+            match claims.get(groups_claim.as_str()) {
+                Some(serde_json::Value::String(g)) if !g.is_empty() => groups.push(format!("{groups_prefix}{g}")),
+                Some(serde_json::Value::Array(a)) => {
+                    for g in a.iter().filter_map(|v| v.as_str()).filter(|g| !g.is_empty()) {
+                        groups.push(format!("{groups_prefix}{g}"));
+                    }
+                }
+                _ => {}
+            }
+            Some(finalize(format!("{user_prefix}{user}"), groups, true))
+        }
+    }
+}
+
+/// The caller's identity: the first trusted source yielding a user wins; else anonymous.
+pub fn identify(cfg: &IdentityConfig, input: &IdentityInput) -> UserInfo {
+    for src in &cfg.sources {
+        if !src.trusted(input) {
+            continue;
+        }
+        if let Some(u) = from_source(src, input) {
+            return u;
+        }
+    }
+    UserInfo::anonymous()
+}
+
+impl IdentityConfig {
+    /// Lowercase exact header names the sources read (prefix-based ones: [`Self::header_prefixes`]).
+    pub fn header_names(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for n in self.sources.iter().flat_map(IdentitySource::header_names) {
+            if !out.contains(&n) {
+                out.push(n);
+            }
+        }
+        out
+    }
+
+    /// Lowercase header-name prefixes the sources read (`x-remote-extra-`, `impersonate-extra-`).
+    pub fn header_prefixes(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for n in self.sources.iter().flat_map(IdentitySource::header_prefixes) {
+            if !out.contains(&n) {
+                out.push(n);
+            }
+        }
+        out
+    }
+
+    /// Names (lowercase, as present in `input`) of headers to remove before forwarding: those
+    /// read by a `stripUntrusted` source that does not trust this peer, unless another source
+    /// that does trust the peer reads the same header.
+    pub fn headers_to_strip(&self, input: &IdentityInput) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let untrusted: Vec<&IdentitySource> =
+            self.sources.iter().filter(|s| s.trust().2 && !s.trusted(input)).collect();
+        if untrusted.is_empty() {
+            return out;
+        }
+        let trusted: Vec<&IdentitySource> = self.sources.iter().filter(|s| s.trusted(input)).collect();
+        for (name, _) in input.headers {
+            let lname = name.to_ascii_lowercase();
+            if out.contains(&lname) {
+                continue;
+            }
+            if untrusted.iter().any(|s| s.reads(&lname)) && !trusted.iter().any(|s| s.reads(&lname)) {
+                out.push(lname);
+            }
+        }
+        out
+    }
+
+    /// Configuration problems (CIDRs are already checked while deserializing).
+    pub fn validate(&self) -> Vec<String> {
+        let mut errs = Vec::new();
+        for (i, s) in self.sources.iter().enumerate() {
+            match s {
+                IdentitySource::FrontProxy { user_header, group_header, .. } => {
+                    if !is_token(user_header) {
+                        errs.push(format!("identity.sources[{i}].userHeader: {user_header:?} is not a valid header name"));
+                    }
+                    if !is_token(group_header) {
+                        errs.push(format!("identity.sources[{i}].groupHeader: {group_header:?} is not a valid header name"));
+                    }
+                }
+                IdentitySource::Jwt { user_claim, groups_claim, .. } => {
+                    if user_claim.is_empty() {
+                        errs.push(format!("identity.sources[{i}].userClaim must not be empty"));
+                    }
+                    if groups_claim.is_empty() {
+                        errs.push(format!("identity.sources[{i}].groupsClaim must not be empty"));
+                    }
+                }
+                _ => {}
+            }
+        }
+        errs
+    }
+}
+
+/// RFC 7230 token.
+fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }

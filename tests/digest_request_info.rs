@@ -1,0 +1,237 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Reference §2.1 / §2.2 vectors for `parse_request_info`, plus odd-input robustness.
+use apf_wasm::digest::request_info::{parse_generic, parse_request_info, RequestInfo};
+
+fn p(m: &str, u: &str) -> RequestInfo {
+    parse_request_info(m, u.as_bytes())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check(m: &str, u: &str, verb: &str, group: &str, ver: &str, ns: &str, res: &str, sub: &str, name: &str, parts: &[&str]) {
+    let i = p(m, u);
+    assert!(i.is_resource_request, "{m} {u}");
+    assert!(!i.invalid, "{m} {u}");
+    let got = (i.verb.as_str(), i.api_group.as_str(), i.api_version.as_str(), i.namespace.as_str(), i.resource.as_str(), i.subresource.as_str(), i.name.as_str());
+    assert_eq!(got, (verb, group, ver, ns, res, sub, name), "{m} {u}");
+    assert_eq!(i.parts, parts.iter().map(|s| s.to_string()).collect::<Vec<_>>(), "{m} {u}");
+    let prefix = if u.starts_with("/apis/") { "apis" } else { "api" };
+    assert_eq!(i.api_prefix, prefix);
+}
+
+#[test]
+fn get_api_request_info_vectors() {
+    check("GET", "/api/v1/namespaces", "list", "", "v1", "", "namespaces", "", "", &["namespaces"]);
+    check("GET", "/api/v1/namespaces/other", "get", "", "v1", "other", "namespaces", "", "other", &["namespaces", "other"]);
+    check("GET", "/api/v1/namespaces/other/pods", "list", "", "v1", "other", "pods", "", "", &["pods"]);
+    check("GET", "/api/v1/namespaces/other/pods/foo", "get", "", "v1", "other", "pods", "", "foo", &["pods", "foo"]);
+    check("HEAD", "/api/v1/namespaces/other/pods/foo", "get", "", "v1", "other", "pods", "", "foo", &["pods", "foo"]);
+    check("GET", "/api/v1/pods", "list", "", "v1", "", "pods", "", "", &["pods"]);
+    check("HEAD", "/api/v1/pods", "list", "", "v1", "", "pods", "", "", &["pods"]);
+    check("GET", "/api/v1/proxy/namespaces/other/pods/foo", "proxy", "", "v1", "other", "pods", "", "foo", &["pods", "foo"]);
+    check("GET", "/api/v1/proxy/namespaces/other/pods/foo/subpath/not/a/subresource", "proxy", "", "v1", "other", "pods", "", "foo", &["pods", "foo", "subpath", "not", "a", "subresource"]);
+    check("GET", "/api/v1/watch/pods", "watch", "", "v1", "", "pods", "", "", &["pods"]);
+    check("GET", "/api/v1/pods?watch=true", "watch", "", "v1", "", "pods", "", "", &["pods"]);
+    check("GET", "/api/v1/pods?watch=false", "list", "", "v1", "", "pods", "", "", &["pods"]);
+    check("GET", "/api/v1/watch/namespaces/other/pods", "watch", "", "v1", "other", "pods", "", "", &["pods"]);
+    check("GET", "/api/v1/namespaces/other/pods?watch=1", "watch", "", "v1", "other", "pods", "", "", &["pods"]);
+    check("GET", "/api/v1/namespaces/other/pods?watch=0", "list", "", "v1", "other", "pods", "", "", &["pods"]);
+    check("GET", "/api/v1/namespaces/other/pods/foo/status", "get", "", "v1", "other", "pods", "status", "foo", &["pods", "foo", "status"]);
+    check("GET", "/api/v1/namespaces/other/pods/foo/proxy/subpath", "get", "", "v1", "other", "pods", "proxy", "foo", &["pods", "foo", "proxy", "subpath"]);
+    check("PUT", "/api/v1/namespaces/other/finalize", "update", "", "v1", "other", "namespaces", "finalize", "other", &["namespaces", "other", "finalize"]);
+    check("PUT", "/api/v1/namespaces/other/status", "update", "", "v1", "other", "namespaces", "status", "other", &["namespaces", "other", "status"]);
+    check("PATCH", "/api/v1/namespaces/other/pods/foo", "patch", "", "v1", "other", "pods", "", "foo", &["pods", "foo"]);
+    check("DELETE", "/api/v1/namespaces/other/pods/foo", "delete", "", "v1", "other", "pods", "", "foo", &["pods", "foo"]);
+    check("POST", "/api/v1/namespaces/other/pods", "create", "", "v1", "other", "pods", "", "", &["pods"]);
+    check("DELETE", "/api/v1/nodes", "deletecollection", "", "v1", "", "nodes", "", "", &["nodes"]);
+    check("DELETE", "/api/v1/namespaces", "deletecollection", "", "v1", "", "namespaces", "", "", &["namespaces"]);
+    check("DELETE", "/api/v1/namespaces/other/pods", "deletecollection", "", "v1", "other", "pods", "", "", &["pods"]);
+    check("DELETE", "/apis/extensions/v1/namespaces/other/pods", "deletecollection", "extensions", "v1", "other", "pods", "", "", &["pods"]);
+    check("POST", "/apis/extensions/v1/namespaces/other/pods", "create", "extensions", "v1", "other", "pods", "", "", &["pods"]);
+    check("POST", "/apis/extensions/v1beta3/namespaces/other/pods", "create", "extensions", "v1beta3", "other", "pods", "", "", &["pods"]);
+}
+
+#[test]
+fn non_resource_vectors() {
+    for u in ["/", "/api/version/", "/apis/group/version/", "/badprefix/version/resource", "/apis/version/resource"] {
+        let i = p("GET", u);
+        assert!(!i.is_resource_request, "{u}");
+        assert!(!i.invalid, "{u}");
+        assert_eq!(i.verb, "get");
+        assert_eq!(i.path, u);
+    }
+    for u in ["/api/version/resource", "/apis/group/version/resource/name/subresource", "/api/version/resource/name/subresource", "/apis/batch/v1/job", "/apis/batch/v1/job/foo", "/apis/batch/v1/job/foo/scale"] {
+        assert!(p("GET", u).is_resource_request, "{u}");
+    }
+    for u in ["/not-api/version/resource", "/apis/extensions/v1beta1", "/apis/extensions/v1beta1/", "/api/version", "/api", "/", ""] {
+        assert!(!p("GET", u).is_resource_request, "{u}");
+    }
+    let i = p("POST", "/openapi/v2");
+    assert_eq!(i.verb, "post");
+    assert_eq!(p("OPTIONS", "/healthz").verb, "options");
+}
+
+fn sel(m: &str, q: &str, name: &str, verb: &str, fs: &str, ls: &str) {
+    let i = p(m, &format!("/apis/group/version/{q}"));
+    assert_eq!((i.name.as_str(), i.verb.as_str(), i.field_selector.as_str(), i.label_selector.as_str()), (name, verb, fs, ls), "{m} {q}");
+}
+
+#[test]
+fn selector_parsing_vectors() {
+    sel("GET", "resource", "", "list", "", "");
+    sel("GET", "resource?fieldSelector=metadata.name=name1", "name1", "list", "metadata.name=name1", "");
+    sel("GET", "resource?watch=true&fieldSelector=metadata.name=name1", "name1", "watch", "metadata.name=name1", "");
+    sel("GET", "resource?fieldSelector=foo=bar&labelSelector=baz=qux", "", "list", "foo=bar", "baz=qux");
+    sel("GET", "resource?fieldSelector=metadata.name=name1,foo", "", "list", "metadata.name=name1,foo", "");
+    sel("GET", "resource?fieldSelector=metadata.name=name1,foo&watch=true", "", "watch", "metadata.name=name1,foo", "");
+    sel("GET", "resource?fieldSelector=metadata.name=name1,foo&watch=false", "", "list", "metadata.name=name1,foo", "");
+    sel("DELETE", "resource?fieldSelector=foo=bar&labelSelector=baz=qux", "", "deletecollection", "foo=bar", "baz=qux");
+    sel("GET", "resource?fieldSelector=metadata.name=foo&fieldSelector=metadata.name=bar&labelSelector=foo=bar&labelSelector=foo=baz", "foo", "list", "metadata.name=foo", "foo=bar");
+    sel("GET", "resource/name?fieldSelector=foo=bar&labelSelector=foo=bar", "name", "get", "", "");
+    sel("GET", "watch/resource?fieldSelector=metadata.name=foo&labelSelector=foo=bar", "", "watch", "", "");
+    sel("GET", "watch/resource/name?fieldSelector=metadata.name=foo&labelSelector=foo=bar", "name", "watch", "", "");
+}
+
+#[test]
+fn selector_details() {
+    // percent-encoded selector, `==`, invalid path segment name, invalid label selector
+    sel("GET", "resource?fieldSelector=metadata.name%3Dtest", "test", "list", "metadata.name=test", "");
+    sel("GET", "resource?fieldSelector=metadata.name==x", "x", "list", "metadata.name==x", "");
+    sel("GET", "resource?fieldSelector=metadata.name!=x", "", "list", "metadata.name!=x", "");
+    sel("GET", "resource?fieldSelector=metadata.name=a%25b", "", "list", "metadata.name=a%b", "");
+    sel("GET", "resource?fieldSelector=metadata.name=..", "", "list", "metadata.name=..", "");
+    sel("GET", "resource?fieldSelector=metadata.name=x&labelSelector=a%20in%20(b,c)", "x", "list", "metadata.name=x", "a in (b,c)");
+    sel("GET", "resource?fieldSelector=metadata.name=x&labelSelector=!!!", "", "list", "metadata.name=x", "!!!");
+    sel("GET", "resource?fieldSelector=metadata.name=x&labelSelector=a,!b,c!=d,e>3", "x", "list", "metadata.name=x", "a,!b,c!=d,e>3");
+    sel("GET", "resource?fieldSelector=metadata.name=x&labelSelector=e>z", "", "list", "metadata.name=x", "e>z");
+    // sorted terms: spec.x before metadata? "metadata.name=b" < "spec.nodeName=a"
+    sel("GET", "resource?fieldSelector=spec.nodeName=a,metadata.name=b", "b", "list", "spec.nodeName=a,metadata.name=b", "");
+    // limit=invalid makes decoding fail: no name from selector
+    sel("GET", "resource?fieldSelector=metadata.name=x&limit=invalid", "", "list", "metadata.name=x", "");
+    // lenient bool: empty watch value means true
+    sel("GET", "resource?watch=", "", "watch", "", "");
+    sel("GET", "resource?watch=FALSE", "", "list", "", "");
+}
+
+#[test]
+fn query_digest() {
+    let i = p("GET", "/apis/foo.bar/v1/events?limit=399&resourceVersion=1&resourceVersionMatch=Exact&continue=tok&sendInitialEvents=true&timeout=8s&timeoutSeconds=5");
+    assert_eq!(i.query.limit, 399);
+    assert_eq!(i.query.resource_version, "1");
+    assert_eq!(i.query.resource_version_match, "Exact");
+    assert_eq!(i.query.continue_token, "tok");
+    assert_eq!(i.query.send_initial_events, Some(true));
+    assert_eq!(i.query.timeout, Some(8_000_000_000));
+    assert_eq!(i.query.timeout_seconds, Some(5));
+    assert!(!i.query.options_error);
+    let i = p("GET", "/apis/foo.bar/v1/events?limit=invalid&timeout=bogus");
+    assert!(i.query.options_error);
+    assert!(i.query.timeout_invalid);
+    assert_eq!(i.query.timeout, None);
+    assert!(p("GET", "/api/v1/pods?limit=").query.options_error);
+    assert_eq!(p("GET", "/api/v1/pods?limit=%2B5").query.limit, 5);
+    // semicolons drop the pair, `+` is a space in queries
+    let i = p("GET", "/api/v1/pods?watch=true;x=1&labelSelector=a+in+(b)");
+    assert_eq!(i.verb, "list");
+    assert_eq!(i.label_selector, "a in (b)");
+}
+
+#[test]
+fn long_running() {
+    assert!(p("GET", "/api/v1/pods?watch=true").is_long_running());
+    assert!(p("GET", "/api/v1/watch/pods").is_watch());
+    assert!(p("GET", "/api/v1/namespaces/a/pods/b/log").is_long_running());
+    assert!(p("POST", "/api/v1/namespaces/a/pods/b/exec").is_long_running());
+    assert!(p("POST", "/api/v1/namespaces/a/pods/b/attach").is_long_running());
+    assert!(p("POST", "/api/v1/namespaces/a/pods/b/portforward").is_long_running());
+    assert!(p("GET", "/api/v1/namespaces/a/pods/b/proxy/x").is_long_running());
+    assert!(p("GET", "/api/v1/proxy/namespaces/a/pods/b").is_long_running());
+    assert!(p("GET", "/debug/pprof/profile").is_long_running());
+    assert!(!p("GET", "/debug/pprof").is_long_running());
+    assert!(!p("GET", "/api/v1/pods").is_long_running());
+    assert!(!p("GET", "/api/v1/namespaces/a/pods/b?watch=true").is_long_running());
+    assert!(!p("GET", "/api/v1/namespaces/a/pods/b/status").is_long_running());
+}
+
+#[test]
+fn decoding_like_go() {
+    // %2F decodes to '/' and splits the segment, as Go's URL.Path does
+    let i = p("GET", "/api/v1/namespaces/a%2Fb/pods");
+    assert_eq!(i.namespace, "a");
+    assert_eq!(i.resource, "b");
+    assert_eq!(i.name, "pods");
+    let i = p("GET", "/api/v1/namespaces/a%20b/pods");
+    assert_eq!(i.namespace, "a b");
+    // bad escape: flagged, parsed leniently
+    let i = p("GET", "/api/v1/namespaces/a%zz/pods");
+    assert!(i.invalid);
+    assert_eq!(i.namespace, "a%zz");
+    // special verb without resource
+    let i = p("GET", "/api/v1/watch");
+    assert!(i.invalid); // upstream: "unable to determine kind and namespace from url"
+    assert!(p("GET", "/api/v1/watch/").invalid);
+    assert!(!p("GET", "/api/v1").invalid);
+    let i = p("GET", "/apis/g/v1/watch");
+    assert!(i.invalid);
+    // double slashes produce empty parts
+    let i = p("GET", "/api//v1/pods");
+    assert!(i.is_resource_request);
+    assert_eq!(i.api_version, "");
+    let i = p("GET", "//api/v1/pods//");
+    assert_eq!(i.resource, "pods");
+    // non-UTF-8
+    let i = parse_request_info("GET", b"/api/v1/namespaces/\xff\xfe/pods?x=\xff");
+    assert_eq!(i.namespace, "\u{fffd}\u{fffd}");
+    let i = p("GET", "/api/v1/namespaces/%ff/pods");
+    assert_eq!(i.namespace, "\u{fffd}");
+    let i = p("get", "/api/v1/pods");
+    assert_eq!(i.verb, "list");
+}
+
+#[test]
+fn generic_mode() {
+    let i = parse_generic("POST", b"/v1/orders?timeout=4s", Some(b" team-a "));
+    assert!(!i.is_resource_request);
+    assert_eq!(i.verb, "post");
+    assert_eq!(i.path, "/v1/orders");
+    assert_eq!(i.namespace, "team-a");
+    assert_eq!(i.query.timeout, Some(4_000_000_000));
+    let i = parse_generic("GET", b"/x", Some(b"\xff"));
+    assert_eq!(i.namespace, "\u{fffd}");
+    assert_eq!(parse_generic("GET", b"", None).namespace, "");
+}
+
+/// Deterministic xorshift fuzzing: no panic on arbitrary bytes.
+#[test]
+fn never_panics_on_random_input() {
+    let mut s: u64 = 0x9e3779b97f4a7c15;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let alphabet: &[u8] = b"/?&=%;+,.!()<>\\ azAZ09\xff\xc3apiswatchnamespacesproxy-_";
+    let methods = ["GET", "POST", "DELETE", "HEAD", "PUT", "PATCH", "", "get", "\u{fffd}"];
+    for _ in 0..20000 {
+        let len = (next() % 64) as usize;
+        let mut b = Vec::with_capacity(len);
+        for _ in 0..len {
+            let r = next();
+            if r % 7 == 0 {
+                b.push((r >> 8) as u8);
+            } else {
+                b.push(alphabet[(r >> 8) as usize % alphabet.len()]);
+            }
+        }
+        let m = methods[(next() % methods.len() as u64) as usize];
+        let i = parse_request_info(m, &b);
+        let _ = i.is_long_running();
+        let mut prefixed = b"/apis/g/v1/".to_vec();
+        prefixed.extend_from_slice(&b);
+        let _ = parse_request_info(m, &prefixed);
+        let _ = parse_generic(m, &b, Some(&b));
+    }
+    for odd in ["", "?", "??", "/?watch", "%", "%%", "%2", "/..", "/api/../apis/g/v1/x", "/apis/g/v1/namespaces", "/api/v1/namespaces/", "/api/v1/proxy/x", "/apis/g/v1/watch/namespaces", "/api/v1/x?fieldSelector=\\", "/api/v1/x?labelSelector=a in (", "/api/v1/x?labelSelector=a in (b,", "/api/v1/x?labelSelector=,", "/api/v1/x?limit=99999999999999999999"] {
+        let _ = p("GET", odd);
+    }
+}
