@@ -12,7 +12,8 @@ fn priority_levels_table_8_1() {
         ["catch-all", "exempt", "global-default", "leader-election", "node-high", "system", "workload-high", "workload-low"]
     );
     // name → (NCS, lendable, queues/hand/qll or None for Reject)
-    let want: [(&str, i32, i32, Option<(i32, i32, i32)>); 7] = [
+    type Row<'a> = (&'a str, i32, i32, Option<(i32, i32, i32)>);
+    let want: [Row; 7] = [
         ("catch-all", 5, 0, None),
         ("system", 30, 33, Some((64, 6, 50))),
         ("node-high", 40, 25, Some((64, 6, 50))),
