@@ -176,7 +176,7 @@ impl Re {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments, clippy::if_same_then_else)] // order of `||` operands = greedy vs lazy
     fn rep(
         &self,
         node: &Node,
