@@ -31,7 +31,7 @@ pub mod observe;
 pub mod policy;
 pub mod simulate;
 
-#[cfg(all(target_arch = "wasm32", any()))]
+#[cfg(all(target_arch = "wasm32", feature = "proxy-wasm-filter", any()))]
 mod filter;
 
 /// Monotonic time in nanoseconds (the engine's clock unit; origin is arbitrary but shared by all
