@@ -1,1 +1,385 @@
-//! The APF engine over an injected clock and shared store (stub).
+//! The APF engine: one global QueueSet per priority level, kept in a shared key-value store with
+//! compare-and-swap so that every Envoy worker VM of the process sees and updates the same seats
+//! and queues. The engine is host-independent: the clock is a `Nanos` argument, the store a
+//! [`store::Store`]; the proxy-wasm glue (`crate::filter`) and native tests drive it alike.
+//!
+//! Shared keys (namespaced and versioned; Istio leaves `vm_id` empty so several plugins may share
+//! one namespace):
+//! - `apf/v1/pl/<level>`: [`LevelState`] — the level's QueueSet, seat-demand integrator and
+//!   Retry-After tracker. Arrival and finish of a request are one CAS update each of this value.
+//! - `apf/v1/workers`: the [`workers::Registry`] of live worker VMs (leases).
+//! - `apf/v1/borrow`: borrowing adjustment state (last run, smoothed demand per level).
+//! - `apf/v1/watches`: open WATCH counts for the mutating-request work estimator.
+//!
+//! Operations return [`Notice`]s: requests owned by some worker that must now be resumed
+//! (dispatched) or answered 429 (timed out in queue). The caller routes a notice to the owning
+//! worker (itself, or another worker's mailbox).
+
+pub mod compiled;
+pub mod store;
+pub mod workers;
+
+use crate::codec::{CodecError, Reader, Writer};
+use crate::fairqueuing::queueset::{Arrival, QueueSet};
+use crate::fairqueuing::{Dispatched, QueueSetConfig, RejectReason, RequestId, RequestTag, WorkEstimate};
+use crate::limits::integrator::Integrator;
+use crate::limits::retry_after::DroppedRequestsTracker;
+use crate::Nanos;
+pub use compiled::{Compiled, LevelRuntime};
+use store::{update, Store, StoreError};
+
+/// Format version of [`LevelState`] values.
+pub const LEVEL_STATE_VERSION: u8 = 1;
+/// CAS retries before an operation gives up (the caller then fails open for that request).
+pub const MAX_CAS_TRIES: u32 = 64;
+pub const REGISTRY_KEY: &str = "apf/v1/workers";
+pub const BORROW_KEY: &str = "apf/v1/borrow";
+pub const WATCHES_KEY: &str = "apf/v1/watches";
+
+pub fn level_key(level_name: &str) -> String {
+    format!("apf/v1/pl/{level_name}")
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EngineError {
+    Store(StoreError),
+    Corrupt(CodecError),
+    Config(String),
+}
+
+impl From<StoreError> for EngineError {
+    fn from(e: StoreError) -> Self {
+        EngineError::Store(e)
+    }
+}
+impl From<CodecError> for EngineError {
+    fn from(e: CodecError) -> Self {
+        EngineError::Corrupt(e)
+    }
+}
+impl std::fmt::Display for EngineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EngineError::Store(e) => write!(f, "{e}"),
+            EngineError::Corrupt(e) => write!(f, "{e}"),
+            EngineError::Config(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// The state of one priority level as stored in the shared store.
+#[derive(Debug, Clone)]
+pub struct LevelState {
+    /// Configuration generation that last (re)configured the QueueSet; an older configuration
+    /// still serving in-flight requests never reconfigures a level a newer one has set.
+    pub generation: u64,
+    pub qs: QueueSet,
+    pub demand: Integrator,
+    pub dropped: DroppedRequestsTracker,
+}
+
+impl LevelState {
+    pub fn new(cfg: QueueSetConfig, generation: u64, now: Nanos) -> Result<LevelState, EngineError> {
+        Ok(LevelState {
+            generation,
+            qs: QueueSet::new(cfg, now).map_err(EngineError::Config)?,
+            demand: Integrator::new(now),
+            dropped: DroppedRequestsTracker::default(),
+        })
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<LevelState, CodecError> {
+        let mut r = Reader::new(bytes);
+        if r.u8()? != LEVEL_STATE_VERSION {
+            return Err(CodecError("level state version"));
+        }
+        let generation = r.u64()?;
+        let qs = QueueSet::decode(&mut r)?;
+        let demand = Integrator::decode(&mut r)?;
+        let dropped = DroppedRequestsTracker::decode(&mut r)?;
+        Ok(LevelState { generation, qs, demand, dropped })
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(128);
+        w.u8(LEVEL_STATE_VERSION);
+        w.u64(self.generation);
+        self.qs.encode(&mut w);
+        self.demand.encode(&mut w);
+        self.dropped.encode(&mut w);
+        w.into_bytes()
+    }
+
+    /// Loads the stored state, creating it for `lvl` when absent or unreadable, and applies
+    /// `lvl`'s queuing configuration if it comes from a newer generation.
+    fn load(bytes: Option<&[u8]>, lvl: Option<&LevelRuntime>, generation: u64, now: Nanos, out: &mut Vec<Dispatched>) -> Result<LevelState, EngineError> {
+        let existing = bytes.and_then(|b| match LevelState::decode(b) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                log::error!("apf: discarding unreadable level state ({e})");
+                None
+            }
+        });
+        match (existing, lvl) {
+            (Some(mut st), Some(lvl)) => {
+                if generation > st.generation {
+                    let mut cfg = lvl.qs_config;
+                    // The concurrency limit is dynamic (borrowing); keep the current one unless
+                    // the level changed between exempt / reject / queuing.
+                    let cur = st.qs.config();
+                    if (cur.desired_queues > 0) == (cfg.desired_queues > 0) && (cur.desired_queues < 0) == (cfg.desired_queues < 0) {
+                        cfg.concurrency_limit = cur.concurrency_limit.clamp(lvl.min_limit, lvl.max_limit.max(lvl.min_limit));
+                    }
+                    if cfg != cur {
+                        let d = st.qs.reconfigure(cfg, now).map_err(EngineError::Config)?;
+                        out.extend(d);
+                    }
+                    st.generation = generation;
+                }
+                Ok(st)
+            }
+            (Some(st), None) => Ok(st),
+            (None, Some(lvl)) => LevelState::new(lvl.qs_config, generation, now),
+            (None, None) => Err(EngineError::Config("unknown priority level".into())),
+        }
+    }
+
+    fn note_demand(&mut self, now: Nanos) {
+        self.demand.set(now, f64::from(self.qs.seat_demand()));
+    }
+}
+
+/// What happened to an arriving request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Seats taken; let the request through now.
+    Execute(RequestId),
+    /// Waiting in a queue; hold the request until a [`Notice`] says otherwise.
+    Queued(RequestId),
+    /// Answer 429 with this `Retry-After`.
+    Rejected { reason: RejectReason, retry_after: i64 },
+}
+
+/// Something a worker must do for one of its paused requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    pub owner: u32,
+    pub context: u32,
+    pub level_key: String,
+    pub id: RequestId,
+    pub kind: NoticeKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoticeKind {
+    /// Dispatched: resume it.
+    Run { waited: Nanos },
+    /// Gave up waiting: answer 429.
+    Reject { reason: RejectReason, retry_after: i64 },
+}
+
+impl Notice {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(32 + self.level_key.len());
+        w.u32(self.owner);
+        w.u32(self.context);
+        w.str(&self.level_key);
+        w.u64(self.id);
+        match self.kind {
+            NoticeKind::Run { waited } => {
+                w.u8(0);
+                w.i64(waited);
+            }
+            NoticeKind::Reject { reason, retry_after } => {
+                w.u8(1);
+                w.u8(reason.code());
+                w.i64(retry_after);
+            }
+        }
+        w.into_bytes()
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Notice, CodecError> {
+        let mut r = Reader::new(bytes);
+        let owner = r.u32()?;
+        let context = r.u32()?;
+        let level_key = r.str()?.to_string();
+        let id = r.u64()?;
+        let kind = match r.u8()? {
+            0 => NoticeKind::Run { waited: r.i64()? },
+            1 => {
+                let reason = RejectReason::from_code(r.u8()?).ok_or(CodecError("reason"))?;
+                NoticeKind::Reject { reason, retry_after: r.i64()? }
+            }
+            _ => return Err(CodecError("notice kind")),
+        };
+        Ok(Notice { owner, context, level_key, id, kind })
+    }
+
+    fn run(level_key: &str, d: &Dispatched) -> Notice {
+        Notice { owner: d.tag.owner, context: d.tag.context, level_key: level_key.to_string(), id: d.id, kind: NoticeKind::Run { waited: d.waited } }
+    }
+}
+
+fn unix_secs(now: Nanos) -> i64 {
+    now.div_euclid(crate::NANOS_PER_SEC)
+}
+
+/// Admits a classified request to priority level `level` (index into the compiled levels).
+pub fn admit(c: &Compiled, store: &dyn Store, now: Nanos, level: usize, work: WorkEstimate, tag: RequestTag, notices: &mut Vec<Notice>) -> Result<Decision, EngineError> {
+    let lvl = c.levels.get(level).ok_or_else(|| EngineError::Config("level index out of range".into()))?;
+    let (decision, dispatched) = update(store, &lvl.key, MAX_CAS_TRIES, |cur| {
+        let mut out = Vec::new();
+        let mut st = LevelState::load(cur, Some(lvl), c.generation, now, &mut out)?;
+        let decision = match st.qs.arrive(now, work, tag, &mut out) {
+            Arrival::Executing(id) => Decision::Execute(id),
+            Arrival::Queued(id) => Decision::Queued(id),
+            Arrival::Rejected(reason) => {
+                st.dropped.record_dropped(unix_secs(now));
+                Decision::Rejected { reason, retry_after: st.dropped.retry_after() }
+            }
+        };
+        st.note_demand(now);
+        Ok::<_, EngineError>((st.encode(), (decision, out)))
+    })?;
+    notices.extend(dispatched.iter().map(|d| Notice::run(&lvl.key, d)));
+    Ok(decision)
+}
+
+/// The request's handler returned (or a WATCH finished initializing): release its seats
+/// (after its additional latency, if any) and dispatch what fits.
+pub fn finish(store: &dyn Store, now: Nanos, level_key: &str, id: RequestId, notices: &mut Vec<Notice>) -> Result<bool, EngineError> {
+    let (known, dispatched) = update(store, level_key, MAX_CAS_TRIES, |cur| {
+        let mut out = Vec::new();
+        let Some(bytes) = cur else { return Ok::<_, EngineError>((Vec::new(), (false, out))) };
+        let mut st = LevelState::decode(bytes)?;
+        let known = st.qs.finish(now, id, &mut out);
+        st.note_demand(now);
+        Ok((st.encode(), (known, out)))
+    })?;
+    notices.extend(dispatched.iter().map(|d| Notice::run(level_key, d)));
+    Ok(known)
+}
+
+/// The request's stream ended: a waiting request leaves its queue (counted as `time-out`,
+/// as upstream counts cancellations), an executing one finishes.
+pub fn end(store: &dyn Store, now: Nanos, level_key: &str, id: RequestId, notices: &mut Vec<Notice>) -> Result<(), EngineError> {
+    let dispatched = update(store, level_key, MAX_CAS_TRIES, |cur| {
+        let mut out = Vec::new();
+        let Some(bytes) = cur else { return Ok::<_, EngineError>((Vec::new(), out)) };
+        let mut st = LevelState::decode(bytes)?;
+        if st.qs.cancel(now, id).is_none() {
+            st.qs.finish(now, id, &mut out);
+        }
+        st.note_demand(now);
+        Ok((st.encode(), out))
+    })?;
+    notices.extend(dispatched.iter().map(|d| Notice::run(level_key, d)));
+    Ok(())
+}
+
+/// Gives up waiting for a queued request (its wait limit passed). Returns the Retry-After to
+/// answer with, or `None` when it was dispatched meanwhile (then it must be resumed instead).
+pub fn time_out(store: &dyn Store, now: Nanos, level_key: &str, id: RequestId) -> Result<Option<i64>, EngineError> {
+    update(store, level_key, MAX_CAS_TRIES, |cur| {
+        let Some(bytes) = cur else { return Ok::<_, EngineError>((Vec::new(), None)) };
+        let mut st = LevelState::decode(bytes)?;
+        let r = if st.qs.cancel(now, id).is_some() {
+            st.dropped.record_dropped(unix_secs(now));
+            Some(st.dropped.retry_after())
+        } else {
+            None
+        };
+        st.note_demand(now);
+        Ok((st.encode(), r))
+    })
+}
+
+/// Timer work for one level: wait deadlines and lingering seats that are due. Cheap when
+/// nothing is due (one read, no write).
+pub fn expire_level(store: &dyn Store, now: Nanos, level_key: &str, notices: &mut Vec<Notice>) -> Result<(), EngineError> {
+    let (cur, _) = store.get(level_key)?;
+    let Some(bytes) = cur else { return Ok(()) };
+    let st = LevelState::decode(&bytes)?;
+    match st.qs.next_event() {
+        Some(t) if t <= now => {}
+        _ => return Ok(()),
+    }
+    let (timed_out, dispatched) = update(store, level_key, MAX_CAS_TRIES, |cur| {
+        let mut out = Vec::new();
+        let mut timed = Vec::new();
+        let Some(bytes) = cur else { return Ok::<_, EngineError>((Vec::new(), (Vec::new(), out))) };
+        let mut st = LevelState::decode(bytes)?;
+        st.qs.expire(now, &mut timed, &mut out);
+        let mut rejected = Vec::with_capacity(timed.len());
+        for (id, tag) in timed {
+            st.dropped.record_dropped(unix_secs(now));
+            rejected.push((id, tag, st.dropped.retry_after()));
+        }
+        st.note_demand(now);
+        Ok((st.encode(), (rejected, out)))
+    })?;
+    for (id, tag, retry_after) in timed_out {
+        notices.push(Notice { owner: tag.owner, context: tag.context, level_key: level_key.to_string(), id, kind: NoticeKind::Reject { reason: RejectReason::TimeOut, retry_after } });
+    }
+    notices.extend(dispatched.iter().map(|d| Notice::run(level_key, d)));
+    Ok(())
+}
+
+/// Lease expiry: drops every request of a dead worker from a level and dispatches what fits.
+pub fn purge_owner(store: &dyn Store, now: Nanos, level_key: &str, owner: u32, notices: &mut Vec<Notice>) -> Result<usize, EngineError> {
+    let (n, dispatched) = update(store, level_key, MAX_CAS_TRIES, |cur| {
+        let mut out = Vec::new();
+        let Some(bytes) = cur else { return Ok::<_, EngineError>((Vec::new(), (0, out))) };
+        let mut st = LevelState::decode(bytes)?;
+        let n = st.qs.remove_owner(owner, now, &mut out);
+        st.note_demand(now);
+        Ok((st.encode(), (n, out)))
+    })?;
+    notices.extend(dispatched.iter().map(|d| Notice::run(level_key, d)));
+    Ok(n)
+}
+
+/// Reads a level's state (for dumps and metrics).
+pub fn read_level(store: &dyn Store, level_key: &str) -> Result<Option<LevelState>, EngineError> {
+    let (cur, _) = store.get(level_key)?;
+    match cur {
+        None => Ok(None),
+        Some(b) => Ok(Some(LevelState::decode(&b)?)),
+    }
+}
+
+/// Renews this worker's lease (registering it on first call); returns its slot.
+pub fn heartbeat(store: &dyn Store, instance: u64, now: Nanos) -> Result<u32, EngineError> {
+    update(store, REGISTRY_KEY, MAX_CAS_TRIES, |cur| {
+        let mut reg = workers::Registry::decode(cur).unwrap_or_default();
+        let slot = reg.heartbeat(instance, now);
+        Ok::<_, EngineError>((reg.encode(), slot))
+    })
+}
+
+/// Reaps workers whose lease expired and releases everything they held in `level_keys`.
+pub fn reap_dead_workers(store: &dyn Store, now: Nanos, ttl: Nanos, level_keys: &[String], notices: &mut Vec<Notice>) -> Result<Vec<workers::WorkerEntry>, EngineError> {
+    let (cur, _) = store.get(REGISTRY_KEY)?;
+    let reg = workers::Registry::decode(cur.as_deref()).unwrap_or_default();
+    if !reg.workers.iter().any(|e| now.saturating_sub(e.heartbeat) > ttl) {
+        return Ok(Vec::new());
+    }
+    let dead = update(store, REGISTRY_KEY, MAX_CAS_TRIES, |cur| {
+        let mut reg = workers::Registry::decode(cur).unwrap_or_default();
+        let dead = reg.reap(now, ttl);
+        Ok::<_, EngineError>((reg.encode(), dead))
+    })?;
+    for e in &dead {
+        for key in level_keys {
+            purge_owner(store, now, key, e.slot, notices)?;
+        }
+    }
+    Ok(dead)
+}
+
+/// Looks up the mailbox instance of a worker slot.
+pub fn instance_of(store: &dyn Store, slot: u32) -> Result<Option<u64>, EngineError> {
+    let (cur, _) = store.get(REGISTRY_KEY)?;
+    Ok(workers::Registry::decode(cur.as_deref()).unwrap_or_default().instance_of(slot))
+}

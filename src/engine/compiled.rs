@@ -1,0 +1,131 @@
+//! A plugin configuration compiled for the request path: the effective policy, its classifier,
+//! the per-level queuing parameters and shared-state keys, and the request digest pipeline
+//! (request info → identity → classification → work estimate → wait limit) that the filter, the
+//! CLI and tests all run.
+
+use crate::classify::{Classification, Classifier};
+use crate::digest::identity::{identify, IdentityInput, UserInfo};
+use crate::digest::request_info::{parse_generic, parse_request_info, RequestInfo};
+use crate::digest::work_estimate::estimate;
+use crate::fairqueuing::{QueueSetConfig, WorkEstimate};
+use crate::policy::config::{PluginConfig, RequestMode};
+use crate::policy::model::PriorityLevelSpec;
+use crate::Nanos;
+
+/// Upstream caps the queue wait at one minute whatever the request deadline.
+pub const MAX_WAIT_LIMIT: Nanos = 60 * crate::NANOS_PER_SEC;
+
+#[derive(Debug, Clone)]
+pub struct LevelRuntime {
+    pub name: String,
+    pub uid: String,
+    /// Shared-store key of the level's state.
+    pub key: String,
+    pub qs_config: QueueSetConfig,
+    pub exempt: bool,
+    pub max_seats: Option<u32>,
+    pub nominal: u32,
+    pub min_limit: u32,
+    pub max_limit: u32,
+    /// False when the configuration runs this level in dry-run mode.
+    pub enforce: bool,
+}
+
+pub struct Compiled {
+    pub config: PluginConfig,
+    pub classifier: Classifier,
+    /// Increases with every configuration a process applies; newer wins in shared state.
+    pub generation: u64,
+    pub levels: Vec<LevelRuntime>,
+    /// Lowercase request header names the identity sources read.
+    pub identity_headers: Vec<String>,
+}
+
+/// Everything APF needs to know about one request.
+#[derive(Debug, Clone)]
+pub struct Digest {
+    pub info: RequestInfo,
+    pub user: UserInfo,
+    pub class: Classification,
+    pub work: WorkEstimate,
+    pub long_running: bool,
+    pub is_watch: bool,
+    /// How long the request may wait in a queue (deadline / 4, at most one minute).
+    pub wait_limit: Nanos,
+}
+
+impl Compiled {
+    pub fn new(config: PluginConfig, generation: u64) -> Compiled {
+        let classifier = Classifier::new(&config.policy);
+        let mut levels = Vec::with_capacity(config.policy.priority_levels.len());
+        for (i, pl) in config.policy.priority_levels.iter().enumerate() {
+            let lim = config.limits.get(i).cloned().unwrap_or_default();
+            let qs_config = match &pl.spec {
+                PriorityLevelSpec::Exempt { .. } => QueueSetConfig { desired_queues: -1, queue_length_limit: 0, hand_size: 0, concurrency_limit: lim.nominal },
+                PriorityLevelSpec::Limited { .. } => match pl.queuing() {
+                    Some(q) => QueueSetConfig {
+                        desired_queues: q.queues,
+                        queue_length_limit: u32::try_from(q.queue_length_limit).unwrap_or(0),
+                        hand_size: u32::try_from(q.hand_size).unwrap_or(1),
+                        concurrency_limit: lim.initial_current,
+                    },
+                    None => QueueSetConfig { desired_queues: 0, queue_length_limit: 0, hand_size: 0, concurrency_limit: lim.initial_current },
+                },
+            };
+            let enforce = config.enforce && !config.dry_run_priority_levels.iter().any(|n| n == &pl.name);
+            levels.push(LevelRuntime {
+                name: pl.name.clone(),
+                uid: pl.uid.clone(),
+                key: super::level_key(&pl.name),
+                qs_config,
+                exempt: pl.is_exempt(),
+                max_seats: lim.max_seats,
+                nominal: lim.nominal,
+                min_limit: lim.min,
+                max_limit: lim.max,
+                enforce,
+            });
+        }
+        let identity_headers = config.identity.header_names();
+        Compiled { config, classifier, generation, levels, identity_headers }
+    }
+
+    /// Runs the digest pipeline. `watch_count` gives the number of open watches a mutating
+    /// request would notify (0 if unknown).
+    pub fn digest(&self, method: &[u8], path: &[u8], identity: &IdentityInput, namespace_header: Option<&[u8]>, watch_count: impl FnOnce(&RequestInfo) -> u32) -> Digest {
+        let method_s = std::str::from_utf8(method).unwrap_or("");
+        let info = match self.config.request_mode {
+            RequestMode::Kubernetes => parse_request_info(method_s, path),
+            RequestMode::Generic => parse_generic(method_s, path, namespace_header),
+        };
+        let user = identify(&self.config.identity, identity);
+        let class = self.classifier.classify(&info, &user);
+        let long_running = info.is_long_running();
+        let is_watch = info.is_watch();
+        let max_seats = self.levels.get(class.priority_level).and_then(|l| l.max_seats);
+        let is_mutating = matches!(info.verb.as_str(), "create" | "update" | "patch" | "delete");
+        let watches = if is_mutating { watch_count(&info) } else { 0 };
+        let work = estimate(&self.config.work_estimator, &info, max_seats, watches);
+        let wait_limit = self.wait_limit(&info, is_watch || long_running);
+        Digest { info, user, class, work, long_running, is_watch, wait_limit }
+    }
+
+    /// Upstream `getRequestWaitContext`: a quarter of the request deadline, where the deadline is
+    /// `min(?timeout=, requestTimeout)` for ordinary requests and `requestTimeout` for
+    /// long-running ones; capped at one minute.
+    pub fn wait_limit(&self, info: &RequestInfo, long_running: bool) -> Nanos {
+        let mut deadline = self.config.request_timeout;
+        if !long_running {
+            if let Some(t) = info.query.timeout {
+                if t > 0 && t < deadline {
+                    deadline = t;
+                }
+            }
+        }
+        (deadline / 4).clamp(0, MAX_WAIT_LIMIT)
+    }
+
+    pub fn level_keys(&self) -> Vec<String> {
+        self.levels.iter().map(|l| l.key.clone()).collect()
+    }
+}

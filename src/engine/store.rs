@@ -1,0 +1,182 @@
+//! The shared key-value store the engine keeps its global state in.
+//!
+//! In Envoy this is proxy-wasm shared data: process-wide, keyed by string, with a compare-and-swap
+//! token per value. Its semantics (proxy-wasm-cpp-host `shared_data.cc`) are mirrored by
+//! [`MemStore`] so native tests exercise the same races: a CAS token is a process-global counter;
+//! a write with a stale token fails; **a write to a missing key ignores the token** (so
+//! create-if-absent is not atomic — callers must re-read after creating); values are never
+//! deleted (an empty value stands for "absent").
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// A failure of the host store other than a CAS mismatch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreError(pub String);
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "shared store: {}", self.0)
+    }
+}
+
+/// Result of a conditional write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetOutcome {
+    Written,
+    CasMismatch,
+}
+
+pub trait Store {
+    /// The value and its CAS token; `None` when the key is absent (or holds an empty value,
+    /// in which case the token is still returned so the key can be overwritten atomically).
+    fn get(&self, key: &str) -> Result<(Option<Vec<u8>>, Option<u32>), StoreError>;
+    /// Writes `value` if `cas` is `None` or matches the stored token.
+    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<SetOutcome, StoreError>;
+}
+
+/// Shared-queue side of the host: per-worker mailboxes for wake-ups.
+pub trait Mailboxes {
+    /// Posts `msg` to the mailbox of the worker registered as `instance`.
+    fn post(&self, instance: u64, msg: &[u8]) -> Result<(), StoreError>;
+}
+
+#[derive(Default)]
+struct MemInner {
+    map: HashMap<String, (Vec<u8>, u32)>,
+    next_cas: u32,
+}
+
+/// An in-process store with the host's semantics (thread-safe, for native tests and the CLI).
+#[derive(Default)]
+pub struct MemStore {
+    inner: Mutex<MemInner>,
+}
+
+impl MemStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn keys(&self) -> Vec<String> {
+        match self.inner.lock() {
+            Ok(g) => {
+                let mut k: Vec<String> = g.map.keys().cloned().collect();
+                k.sort();
+                k
+            }
+            Err(_) => Vec::new(),
+        }
+    }
+    pub fn value_len(&self, key: &str) -> usize {
+        match self.inner.lock() {
+            Ok(g) => g.map.get(key).map(|(v, _)| v.len()).unwrap_or(0),
+            Err(_) => 0,
+        }
+    }
+}
+
+impl Store for MemStore {
+    fn get(&self, key: &str) -> Result<(Option<Vec<u8>>, Option<u32>), StoreError> {
+        let g = self.inner.lock().map_err(|_| StoreError("poisoned".into()))?;
+        Ok(match g.map.get(key) {
+            None => (None, None),
+            Some((v, cas)) if v.is_empty() => (None, Some(*cas)),
+            Some((v, cas)) => (Some(v.clone()), Some(*cas)),
+        })
+    }
+    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<SetOutcome, StoreError> {
+        let mut g = self.inner.lock().map_err(|_| StoreError("poisoned".into()))?;
+        if let (Some(want), Some((_, have))) = (cas, g.map.get(key)) {
+            if want != 0 && want != *have {
+                return Ok(SetOutcome::CasMismatch);
+            }
+        }
+        g.next_cas = g.next_cas.wrapping_add(1);
+        if g.next_cas == 0 {
+            g.next_cas = 1;
+        }
+        let token = g.next_cas;
+        g.map.insert(key.to_string(), (value.to_vec(), token));
+        Ok(SetOutcome::Written)
+    }
+}
+
+/// Mailboxes recorded in memory (tests): `(instance, message)` in posting order.
+#[derive(Default)]
+pub struct MemMailboxes {
+    pub posted: RefCell<Vec<(u64, Vec<u8>)>>,
+}
+
+impl Mailboxes for MemMailboxes {
+    fn post(&self, instance: u64, msg: &[u8]) -> Result<(), StoreError> {
+        self.posted.borrow_mut().push((instance, msg.to_vec()));
+        Ok(())
+    }
+}
+
+/// Read-modify-write of one key with bounded CAS retries. `f` gets the current value (`None`
+/// when absent or empty) and returns the new value plus a result; it may be called several
+/// times, so it must be a pure function of its input. Returns `Err` after `max_tries` mismatches.
+///
+/// A missing key is first created with an empty value (the host ignores the token for missing
+/// keys, so creation is not atomic; creating an *empty* value keeps the race harmless because
+/// two creators write the same thing), then updated with a real compare-and-swap. The only
+/// remaining window is a creator whose empty write lands after another worker's first update,
+/// microseconds after the key first appears; it can only happen once per key and process.
+pub fn update<T, E: From<StoreError>>(
+    store: &dyn Store,
+    key: &str,
+    max_tries: u32,
+    mut f: impl FnMut(Option<&[u8]>) -> Result<(Vec<u8>, T), E>,
+) -> Result<T, E> {
+    for _ in 0..max_tries.max(1) {
+        let (cur, cas) = store.get(key)?;
+        let Some(token) = cas else {
+            store.set(key, &[], None)?;
+            continue;
+        };
+        let (new, out) = f(cur.as_deref())?;
+        match store.set(key, &new, Some(token))? {
+            SetOutcome::Written => return Ok(out),
+            SetOutcome::CasMismatch => continue,
+        }
+    }
+    Err(E::from(StoreError(format!("too much contention on {key}"))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cas_semantics_mirror_the_host() {
+        let s = MemStore::new();
+        assert_eq!(s.get("k").unwrap(), (None, None));
+        // create ignores the token
+        assert_eq!(s.set("k", b"a", Some(99)).unwrap(), SetOutcome::Written);
+        let (v, cas) = s.get("k").unwrap();
+        assert_eq!(v.as_deref(), Some(&b"a"[..]));
+        assert_eq!(s.set("k", b"b", Some(cas.unwrap() + 1)).unwrap(), SetOutcome::CasMismatch);
+        assert_eq!(s.set("k", b"b", cas).unwrap(), SetOutcome::Written);
+        assert_eq!(s.set("k", b"c", cas).unwrap(), SetOutcome::CasMismatch);
+        // empty value reads as absent with a token
+        let (_, cas) = s.get("k").unwrap();
+        s.set("k", b"", cas).unwrap();
+        let (v, cas) = s.get("k").unwrap();
+        assert!(v.is_none() && cas.is_some());
+    }
+
+    #[test]
+    fn update_retries_and_counts() {
+        let s = MemStore::new();
+        for _ in 0..10 {
+            update::<(), StoreError>(&s, "n", 8, |cur| {
+                let n = cur.map(|b| b.len()).unwrap_or(0);
+                Ok((vec![0u8; n + 1], ()))
+            })
+            .unwrap();
+        }
+        assert_eq!(s.value_len("n"), 10);
+    }
+}

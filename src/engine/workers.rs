@@ -1,0 +1,103 @@
+//! Worker registry and leases.
+//!
+//! Every Envoy worker VM that takes part registers under a random 64-bit instance id and gets a
+//! never-reused slot number; the slot is the owner recorded with each of its requests in the
+//! shared QueueSets. A worker renews its lease (heartbeat) on its timer. A worker whose heartbeat
+//! is older than the lease TTL is presumed dead (its VM crashed or was torn down): any other
+//! worker reaps it, which removes its waiting requests and releases the seats of its executing
+//! ones, so no seat can leak whatever happens to a VM.
+
+use crate::codec::{CodecResult, Reader, Writer};
+use crate::Nanos;
+
+pub const REGISTRY_VERSION: u8 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerEntry {
+    pub slot: u32,
+    pub instance: u64,
+    pub heartbeat: Nanos,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Registry {
+    /// Highest slot ever handed out (slots are never reused).
+    pub last_slot: u32,
+    pub workers: Vec<WorkerEntry>,
+}
+
+impl Registry {
+    pub fn decode(bytes: Option<&[u8]>) -> CodecResult<Registry> {
+        let Some(bytes) = bytes else { return Ok(Registry::default()) };
+        let mut r = Reader::new(bytes);
+        if r.u8()? != REGISTRY_VERSION {
+            return Err(crate::codec::CodecError("registry version"));
+        }
+        let last_slot = r.u32()?;
+        let n = r.count(3)?;
+        let mut workers = Vec::with_capacity(n);
+        for _ in 0..n {
+            workers.push(WorkerEntry { slot: r.u32()?, instance: r.fixed64()?, heartbeat: r.i64()? });
+        }
+        Ok(Registry { last_slot, workers })
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(8 + self.workers.len() * 20);
+        w.u8(REGISTRY_VERSION);
+        w.u32(self.last_slot);
+        w.usize(self.workers.len());
+        for e in &self.workers {
+            w.u32(e.slot);
+            w.fixed64(e.instance);
+            w.i64(e.heartbeat);
+        }
+        w.into_bytes()
+    }
+
+    /// Registers or renews `instance`; returns its slot.
+    pub fn heartbeat(&mut self, instance: u64, now: Nanos) -> u32 {
+        if let Some(e) = self.workers.iter_mut().find(|e| e.instance == instance) {
+            e.heartbeat = e.heartbeat.max(now);
+            return e.slot;
+        }
+        self.last_slot = self.last_slot.wrapping_add(1).max(1);
+        let slot = self.last_slot;
+        self.workers.push(WorkerEntry { slot, instance, heartbeat: now });
+        slot
+    }
+
+    /// Removes and returns the workers whose lease expired.
+    pub fn reap(&mut self, now: Nanos, ttl: Nanos) -> Vec<WorkerEntry> {
+        let (dead, live): (Vec<_>, Vec<_>) =
+            self.workers.iter().partition(|e| now.saturating_sub(e.heartbeat) > ttl);
+        self.workers = live;
+        dead
+    }
+
+    pub fn instance_of(&self, slot: u32) -> Option<u64> {
+        self.workers.iter().find(|e| e.slot == slot).map(|e| e.instance)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_unique_and_leases_expire() {
+        let mut r = Registry::default();
+        let a = r.heartbeat(11, 0);
+        let b = r.heartbeat(22, 0);
+        assert_ne!(a, b);
+        assert_eq!(r.heartbeat(11, 5), a);
+        let bytes = r.encode();
+        let mut r2 = Registry::decode(Some(&bytes)).unwrap();
+        assert_eq!(r2, r);
+        let dead = r2.reap(20, 10);
+        assert_eq!(dead.len(), 2);
+        let c = r2.heartbeat(11, 21);
+        assert!(c > b, "slots are never reused");
+        assert!(Registry::decode(Some(&[9, 9, 9])).is_err());
+    }
+}

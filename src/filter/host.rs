@@ -1,0 +1,319 @@
+//! Panic-free host calls.
+//!
+//! The proxy-wasm SDK's `hostcalls` wrappers `panic!` on any status they do not expect (and a
+//! panic kills the worker's VM, hanging every paused request). We declare the few ABI v0.2.1
+//! imports the filter uses ourselves and turn every status into a value. Buffers the host
+//! returns were allocated through the SDK's exported `proxy_on_memory_allocate` (a boxed byte
+//! slice), so they are reclaimed the same way the SDK does.
+#![allow(clashing_extern_declarations)]
+
+use crate::engine::store::{Mailboxes, SetOutcome, Store, StoreError};
+use std::ptr::{null, null_mut};
+
+pub const OK: u32 = 0;
+pub const NOT_FOUND: u32 = 1;
+pub const BAD_ARGUMENT: u32 = 2;
+pub const EMPTY: u32 = 7;
+pub const CAS_MISMATCH: u32 = 8;
+
+pub const REQUEST_HEADERS: u32 = 0;
+pub const RESPONSE_HEADERS: u32 = 2;
+pub const STREAM_HTTP_REQUEST: u32 = 0;
+
+pub const METRIC_COUNTER: u32 = 0;
+pub const METRIC_GAUGE: u32 = 1;
+pub const METRIC_HISTOGRAM: u32 = 2;
+
+#[link(wasm_import_module = "env")]
+extern "C" {
+    fn proxy_get_shared_data(key_data: *const u8, key_size: usize, value_data: *mut *mut u8, value_size: *mut usize, cas: *mut u32) -> u32;
+    fn proxy_set_shared_data(key_data: *const u8, key_size: usize, value_data: *const u8, value_size: usize, cas: u32) -> u32;
+    fn proxy_register_shared_queue(name_data: *const u8, name_size: usize, return_id: *mut u32) -> u32;
+    fn proxy_resolve_shared_queue(vm_id_data: *const u8, vm_id_size: usize, name_data: *const u8, name_size: usize, return_id: *mut u32) -> u32;
+    fn proxy_enqueue_shared_queue(queue_id: u32, value_data: *const u8, value_size: usize) -> u32;
+    fn proxy_dequeue_shared_queue(queue_id: u32, value_data: *mut *mut u8, value_size: *mut usize) -> u32;
+    fn proxy_get_header_map_value(map_type: u32, key_data: *const u8, key_size: usize, value_data: *mut *mut u8, value_size: *mut usize) -> u32;
+    fn proxy_get_header_map_pairs(map_type: u32, value_data: *mut *mut u8, value_size: *mut usize) -> u32;
+    fn proxy_add_header_map_value(map_type: u32, key_data: *const u8, key_size: usize, value_data: *const u8, value_size: usize) -> u32;
+    fn proxy_remove_header_map_value(map_type: u32, key_data: *const u8, key_size: usize) -> u32;
+    fn proxy_send_local_response(status_code: u32, details_data: *const u8, details_size: usize, body_data: *const u8, body_size: usize, headers_data: *const u8, headers_size: usize, grpc_status: i32) -> u32;
+    fn proxy_set_effective_context(context_id: u32) -> u32;
+    fn proxy_continue_stream(stream_type: u32) -> u32;
+    fn proxy_get_property(path_data: *const u8, path_size: usize, value_data: *mut *mut u8, value_size: *mut usize) -> u32;
+    fn proxy_define_metric(metric_type: u32, name_data: *const u8, name_size: usize, return_id: *mut u32) -> u32;
+    fn proxy_increment_metric(metric_id: u32, offset: i64) -> u32;
+    fn proxy_record_metric(metric_id: u32, value: u64) -> u32;
+    fn proxy_get_buffer_bytes(buffer_type: u32, start: usize, max_size: usize, value_data: *mut *mut u8, value_size: *mut usize) -> u32;
+    fn proxy_set_tick_period_milliseconds(period: u32) -> u32;
+}
+
+pub const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
+
+/// The whole plugin configuration buffer (empty if none).
+pub fn plugin_configuration() -> Vec<u8> {
+    let mut data: *mut u8 = null_mut();
+    let mut size: usize = 0;
+    // SAFETY: pointers to locals.
+    match unsafe { proxy_get_buffer_bytes(BUFFER_PLUGIN_CONFIGURATION, 0, usize::MAX, &mut data, &mut size) } {
+        OK => unsafe { take(data, size) }.unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
+pub fn set_tick_period_ms(ms: u32) -> bool {
+    // SAFETY: no pointers.
+    unsafe { proxy_set_tick_period_milliseconds(ms) == OK }
+}
+
+#[link(wasm_import_module = "wasi_snapshot_preview1")]
+extern "C" {
+    fn clock_time_get(id: u32, precision: u64, time: *mut u64) -> u16;
+}
+
+/// Takes ownership of a host-returned buffer.
+unsafe fn take(ptr: *mut u8, len: usize) -> Option<Vec<u8>> {
+    if ptr.is_null() {
+        None
+    } else {
+        // SAFETY: allocated by proxy_on_memory_allocate as a boxed slice of exactly `len` bytes.
+        Some(Vec::from_raw_parts(ptr, len, len))
+    }
+}
+
+/// Process-wide monotonic time in nanoseconds (the same clock for every worker VM).
+pub fn monotonic_nanos() -> i64 {
+    let mut t: u64 = 0;
+    // SAFETY: plain out-pointer to a local.
+    let rc = unsafe { clock_time_get(1, 1, &mut t) };
+    if rc != 0 {
+        return 0;
+    }
+    i64::try_from(t).unwrap_or(i64::MAX)
+}
+
+/// Wall-clock time in nanoseconds since the Unix epoch.
+pub fn realtime_nanos() -> i64 {
+    let mut t: u64 = 0;
+    // SAFETY: plain out-pointer to a local.
+    let rc = unsafe { clock_time_get(0, 1, &mut t) };
+    if rc != 0 {
+        return 0;
+    }
+    i64::try_from(t).unwrap_or(i64::MAX)
+}
+
+pub struct HostStore;
+
+impl Store for HostStore {
+    fn get(&self, key: &str) -> Result<(Option<Vec<u8>>, Option<u32>), StoreError> {
+        let mut data: *mut u8 = null_mut();
+        let mut size: usize = 0;
+        let mut cas: u32 = 0;
+        // SAFETY: pointers to locals; the host fills them.
+        let st = unsafe { proxy_get_shared_data(key.as_ptr(), key.len(), &mut data, &mut size, &mut cas) };
+        match st {
+            OK => {
+                let v = unsafe { take(data, size) };
+                Ok((v.filter(|v| !v.is_empty()), if cas == 0 { None } else { Some(cas) }))
+            }
+            NOT_FOUND => Ok((None, None)),
+            other => Err(StoreError(format!("get_shared_data({key}) status {other}"))),
+        }
+    }
+
+    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<SetOutcome, StoreError> {
+        // SAFETY: pointers into live slices.
+        let st = unsafe { proxy_set_shared_data(key.as_ptr(), key.len(), value.as_ptr(), value.len(), cas.unwrap_or(0)) };
+        match st {
+            OK => Ok(SetOutcome::Written),
+            CAS_MISMATCH => Ok(SetOutcome::CasMismatch),
+            other => Err(StoreError(format!("set_shared_data({key}) status {other}"))),
+        }
+    }
+}
+
+pub fn register_queue(name: &str) -> Result<u32, u32> {
+    let mut id: u32 = 0;
+    // SAFETY: pointers to locals / live slices.
+    match unsafe { proxy_register_shared_queue(name.as_ptr(), name.len(), &mut id) } {
+        OK => Ok(id),
+        other => Err(other),
+    }
+}
+
+pub fn resolve_queue(name: &str) -> Result<Option<u32>, u32> {
+    let mut id: u32 = 0;
+    let vm = "";
+    // SAFETY: pointers to locals / live slices.
+    match unsafe { proxy_resolve_shared_queue(vm.as_ptr(), 0, name.as_ptr(), name.len(), &mut id) } {
+        OK => Ok(Some(id)),
+        NOT_FOUND => Ok(None),
+        other => Err(other),
+    }
+}
+
+pub fn enqueue(queue: u32, msg: &[u8]) -> Result<(), u32> {
+    // SAFETY: pointer into a live slice.
+    match unsafe { proxy_enqueue_shared_queue(queue, msg.as_ptr(), msg.len()) } {
+        OK => Ok(()),
+        other => Err(other),
+    }
+}
+
+pub fn dequeue(queue: u32) -> Result<Option<Vec<u8>>, u32> {
+    let mut data: *mut u8 = null_mut();
+    let mut size: usize = 0;
+    // SAFETY: pointers to locals.
+    match unsafe { proxy_dequeue_shared_queue(queue, &mut data, &mut size) } {
+        OK => Ok(Some(unsafe { take(data, size) }.unwrap_or_default())),
+        EMPTY | NOT_FOUND => Ok(None),
+        other => Err(other),
+    }
+}
+
+/// Mailbox delivery through shared queues named after the receiving worker's instance id.
+pub struct HostMailboxes;
+
+pub fn mailbox_name(instance: u64) -> String {
+    format!("apf/v1/mailbox/{instance:016x}")
+}
+
+impl Mailboxes for HostMailboxes {
+    fn post(&self, instance: u64, msg: &[u8]) -> Result<(), StoreError> {
+        let name = mailbox_name(instance);
+        match resolve_queue(&name) {
+            Ok(Some(q)) => enqueue(q, msg).map_err(|s| StoreError(format!("enqueue {name}: status {s}"))),
+            Ok(None) => Err(StoreError(format!("no mailbox {name}"))),
+            Err(s) => Err(StoreError(format!("resolve {name}: status {s}"))),
+        }
+    }
+}
+
+/// One header value (first occurrence, as the host returns it); `None` if absent or unavailable.
+pub fn header(map: u32, name: &str) -> Option<Vec<u8>> {
+    let mut data: *mut u8 = null_mut();
+    let mut size: usize = 0;
+    // SAFETY: pointers to locals / live slices.
+    match unsafe { proxy_get_header_map_value(map, name.as_ptr(), name.len(), &mut data, &mut size) } {
+        OK => Some(unsafe { take(data, size) }.unwrap_or_default()),
+        _ => None,
+    }
+}
+
+/// All headers of a map as (lowercase name, value) pairs in order.
+pub fn header_pairs(map: u32) -> Vec<(String, Vec<u8>)> {
+    let mut data: *mut u8 = null_mut();
+    let mut size: usize = 0;
+    // SAFETY: pointers to locals.
+    let bytes = match unsafe { proxy_get_header_map_pairs(map, &mut data, &mut size) } {
+        OK => unsafe { take(data, size) }.unwrap_or_default(),
+        _ => return Vec::new(),
+    };
+    deserialize_pairs(&bytes)
+}
+
+/// Decodes the host's map serialization: u32 count, count × (u32 name len, u32 value len),
+/// then each name and value followed by a NUL.
+pub fn deserialize_pairs(bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
+    let rd = |at: usize| -> Option<usize> {
+        let s = bytes.get(at..at.checked_add(4)?)?;
+        Some(u32::from_le_bytes([s[0], s[1], s[2], s[3]]) as usize)
+    };
+    let mut out = Vec::new();
+    let Some(n) = rd(0) else { return out };
+    let mut sizes = Vec::new();
+    let mut p = 4usize;
+    for _ in 0..n.min(bytes.len() / 8) {
+        let (Some(k), Some(v)) = (rd(p), rd(p + 4)) else { return out };
+        sizes.push((k, v));
+        p += 8;
+    }
+    for (k, v) in sizes {
+        let Some(name) = bytes.get(p..p.saturating_add(k)) else { break };
+        p = p.saturating_add(k).saturating_add(1);
+        let Some(val) = bytes.get(p..p.saturating_add(v)) else { break };
+        p = p.saturating_add(v).saturating_add(1);
+        out.push((String::from_utf8_lossy(name).to_ascii_lowercase(), val.to_vec()));
+    }
+    out
+}
+
+pub fn add_header(map: u32, name: &str, value: &[u8]) -> bool {
+    // SAFETY: pointers into live slices.
+    unsafe { proxy_add_header_map_value(map, name.as_ptr(), name.len(), value.as_ptr(), value.len()) == OK }
+}
+
+pub fn remove_header(map: u32, name: &str) -> bool {
+    // SAFETY: pointer into a live slice.
+    unsafe { proxy_remove_header_map_value(map, name.as_ptr(), name.len()) == OK }
+}
+
+fn serialize_map(headers: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(4 + headers.iter().map(|(k, v)| k.len() + v.len() + 10).sum::<usize>());
+    b.extend_from_slice(&(headers.len() as u32).to_le_bytes());
+    for (k, v) in headers {
+        b.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        b.extend_from_slice(&(v.len() as u32).to_le_bytes());
+    }
+    for (k, v) in headers {
+        b.extend_from_slice(k.as_bytes());
+        b.push(0);
+        b.extend_from_slice(v);
+        b.push(0);
+    }
+    b
+}
+
+/// Sends a local reply on the current (or effective) context.
+pub fn send_response(status: u32, headers: &[(&str, &[u8])], body: &[u8]) -> bool {
+    let h = serialize_map(headers);
+    let details = "apf";
+    // SAFETY: pointers into live slices.
+    unsafe { proxy_send_local_response(status, details.as_ptr(), details.len(), if body.is_empty() { null() } else { body.as_ptr() }, body.len(), h.as_ptr(), h.len(), -1) == OK }
+}
+
+/// Makes `context` the target of following host calls; false if it no longer exists.
+pub fn set_effective_context(context: u32) -> bool {
+    // SAFETY: no pointers.
+    unsafe { proxy_set_effective_context(context) == OK }
+}
+
+pub fn resume_request() -> bool {
+    // SAFETY: no pointers.
+    unsafe { proxy_continue_stream(STREAM_HTTP_REQUEST) == OK }
+}
+
+/// A property (e.g. `source.address`) as raw bytes.
+pub fn property(path: &[&str]) -> Option<Vec<u8>> {
+    let mut ser = Vec::new();
+    for p in path {
+        ser.extend_from_slice(p.as_bytes());
+        ser.push(0);
+    }
+    let mut data: *mut u8 = null_mut();
+    let mut size: usize = 0;
+    // SAFETY: pointers to locals / live slices.
+    match unsafe { proxy_get_property(ser.as_ptr(), ser.len(), &mut data, &mut size) } {
+        OK => unsafe { take(data, size) },
+        _ => None,
+    }
+}
+
+pub fn define_metric(kind: u32, name: &str) -> Option<u32> {
+    let mut id: u32 = 0;
+    // SAFETY: pointers to locals / live slices.
+    match unsafe { proxy_define_metric(kind, name.as_ptr(), name.len(), &mut id) } {
+        OK => Some(id),
+        _ => None,
+    }
+}
+
+pub fn increment_metric(id: u32, by: i64) {
+    // SAFETY: no pointers.
+    let _ = unsafe { proxy_increment_metric(id, by) };
+}
+
+pub fn record_metric(id: u32, value: u64) {
+    // SAFETY: no pointers.
+    let _ = unsafe { proxy_record_metric(id, value) };
+}

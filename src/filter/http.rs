@@ -1,0 +1,150 @@
+//! HTTP context: digest, classify, admit / queue / reject, and release at the end.
+
+use super::host::{self, HostStore, REQUEST_HEADERS, RESPONSE_HEADERS};
+use super::worker::{self, Local, Phase};
+use crate::digest::identity::IdentityInput;
+use crate::engine::{self, Compiled, Decision};
+use crate::fairqueuing::RequestTag;
+use proxy_wasm::traits::{Context, HttpContext};
+use proxy_wasm::types::Action;
+use std::rc::Rc;
+
+pub const FS_UID_HEADER: &str = "x-kubernetes-pf-flowschema-uid";
+pub const PL_UID_HEADER: &str = "x-kubernetes-pf-prioritylevel-uid";
+
+pub struct Http {
+    ctx: u32,
+    compiled: Option<Rc<Compiled>>,
+    /// Response headers for a classified request (PF UIDs, explanations).
+    response_headers: Option<Rc<Vec<(String, String)>>>,
+    is_watch: bool,
+    explain: bool,
+    local_reply: bool,
+    arrived: i64,
+}
+
+impl Http {
+    pub fn new(ctx: u32, compiled: Option<Rc<Compiled>>) -> Http {
+        Http { ctx, compiled, response_headers: None, is_watch: false, explain: false, local_reply: false, arrived: 0 }
+    }
+
+    fn admit(&mut self, c: &Compiled) -> Action {
+        let now = host::monotonic_nanos();
+        self.arrived = now;
+        let headers = host::header_pairs(REQUEST_HEADERS);
+        let mut method: &[u8] = b"GET";
+        let mut path: &[u8] = b"/";
+        for (k, v) in &headers {
+            match k.as_str() {
+                ":method" => method = v,
+                ":path" => path = v,
+                _ => {}
+            }
+        }
+        let identity_headers: Vec<(String, Vec<u8>)> = headers.iter().filter(|(k, _)| c.identity_headers.iter().any(|n| n == k)).cloned().collect();
+        let ns_header = c.config.namespace_header.as_deref().and_then(|n| headers.iter().find(|(k, _)| k == n)).map(|(_, v)| v.as_slice());
+        let input = IdentityInput { headers: &identity_headers, peer: None, mtls: false, cert_subject: None, jwt_claims: None };
+        let d = c.digest(method, path, &input, ns_header, |_| 0);
+        if d.long_running && !d.is_watch {
+            return Action::Continue;
+        }
+        let Some(level) = c.levels.get(d.class.priority_level) else { return Action::Continue };
+        let fs = c.config.policy.flow_schemas.get(d.class.flow_schema);
+        let mut rh = vec![
+            (FS_UID_HEADER.to_string(), fs.map(|f| f.uid.clone()).unwrap_or_default()),
+            (PL_UID_HEADER.to_string(), level.uid.clone()),
+        ];
+        self.explain = d.user.groups.iter().any(|g| c.config.explain_groups.contains(g));
+        if self.explain {
+            rh.push(("x-apf-flowschema".into(), fs.map(|f| f.name.clone()).unwrap_or_default()));
+            rh.push(("x-apf-prioritylevel".into(), level.name.clone()));
+        }
+        let rh = Rc::new(rh);
+        self.response_headers = Some(rh.clone());
+        self.is_watch = d.is_watch;
+        let Some(slot) = worker::ensure_registered(now) else {
+            log::warn!("apf: worker not registered; letting the request through");
+            return Action::Continue;
+        };
+        worker::note_level(&level.key);
+        let tag = RequestTag {
+            owner: slot,
+            context: self.ctx,
+            flow_schema: u16::try_from(d.class.flow_schema).unwrap_or(u16::MAX),
+            flow_hash: d.class.flow_hash,
+            wait_deadline: now.saturating_add(d.wait_limit),
+        };
+        let mut notices = Vec::new();
+        let decision = engine::admit(c, &HostStore, now, d.class.priority_level, d.work, tag, &mut notices);
+        let key: Rc<str> = Rc::from(level.key.as_str());
+        let mut reject_headers = (*rh).clone();
+        if self.explain {
+            reject_headers.push(("x-apf-reject-reason".into(), String::new()));
+        }
+        let local = |id, phase| Local { level_key: key.clone(), id, phase, arrived: now, wait_deadline: tag.wait_deadline, reject_headers: Rc::new(reject_headers.clone()), waited: 0, enforce: level.enforce };
+        let action = match decision {
+            Ok(Decision::Execute(id)) => {
+                worker::with(|w| w.requests.insert(self.ctx, local(id, Phase::Executing)));
+                Action::Continue
+            }
+            Ok(Decision::Queued(id)) => {
+                worker::with(|w| w.requests.insert(self.ctx, local(id, Phase::Waiting)));
+                Action::Pause
+            }
+            Ok(Decision::Rejected { reason, retry_after }) => {
+                self.local_reply = true;
+                worker::send_429(retry_after, &reject_headers, reason.as_str());
+                Action::Pause
+            }
+            Err(e) => {
+                log::warn!("apf: admission failed, letting the request through: {e}");
+                Action::Continue
+            }
+        };
+        worker::route(notices, now);
+        action
+    }
+}
+
+impl Context for Http {}
+
+impl HttpContext for Http {
+    fn on_http_request_headers(&mut self, _n: usize, _end: bool) -> Action {
+        match self.compiled.clone() {
+            Some(c) => self.admit(&c),
+            None => Action::Continue,
+        }
+    }
+
+    fn on_http_response_headers(&mut self, _n: usize, _end: bool) -> Action {
+        let rejected = worker::with(|w| w.rejected.contains_key(&self.ctx));
+        if self.local_reply || rejected {
+            return Action::Continue;
+        }
+        let Some(rh) = self.response_headers.clone() else { return Action::Continue };
+        for (k, v) in rh.iter() {
+            host::add_header(RESPONSE_HEADERS, k, v.as_bytes());
+        }
+        let now = host::monotonic_nanos();
+        if self.explain {
+            let waited = worker::with(|w| w.requests.get(&self.ctx).map(|l| l.waited)).unwrap_or(0);
+            host::add_header(RESPONSE_HEADERS, "x-apf-queued-ms", (waited / 1_000_000).to_string().as_bytes());
+        }
+        if self.is_watch {
+            // A WATCH holds its seats only while it initializes: until the response starts.
+            worker::stream_ended(self.ctx, now);
+        }
+        Action::Continue
+    }
+
+    fn on_log(&mut self) {
+        worker::stream_ended(self.ctx, host::monotonic_nanos());
+    }
+}
+
+impl Drop for Http {
+    fn drop(&mut self) {
+        worker::stream_ended(self.ctx, host::monotonic_nanos());
+        worker::with(|w| w.rejected.remove(&self.ctx));
+    }
+}

@@ -1,0 +1,244 @@
+//! Per-VM (per Envoy worker) state: lease, mailbox, and the table of this worker's requests.
+
+use super::host::{self, HostMailboxes, HostStore};
+use crate::engine::store::Mailboxes;
+use crate::engine::{self, Notice, NoticeKind};
+use crate::fairqueuing::RequestId;
+use crate::Nanos;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// A worker whose lease is older than this is presumed dead and its seats are reclaimed.
+pub const LEASE_TTL: Nanos = 5 * crate::NANOS_PER_SEC;
+pub const HEARTBEAT_EVERY: Nanos = crate::NANOS_PER_SEC;
+pub const REAP_EVERY: Nanos = 2 * crate::NANOS_PER_SEC;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Waiting,
+    Executing,
+}
+
+/// One of this worker's requests that is queued or holds seats.
+#[derive(Debug, Clone)]
+pub struct Local {
+    pub level_key: Rc<str>,
+    pub id: RequestId,
+    pub phase: Phase,
+    pub arrived: Nanos,
+    pub wait_deadline: Nanos,
+    /// Headers to put on a 429 sent for it from the timer or a notice.
+    pub reject_headers: Rc<Vec<(String, String)>>,
+    pub waited: Nanos,
+    pub enforce: bool,
+}
+
+#[derive(Default)]
+pub struct Worker {
+    pub instance: u64,
+    pub slot: Option<u32>,
+    pub mailbox: Option<u32>,
+    pub requests: HashMap<u32, Local>,
+    /// Shared-state keys of every level this VM has used (so removed levels still drain).
+    pub known_levels: Vec<String>,
+    pub last_heartbeat: Nanos,
+    pub last_reap: Nanos,
+    pub last_tick: Nanos,
+    pub slot_instances: HashMap<u32, u64>,
+    /// Outcome of requests resolved from the root (by context), read by their HTTP context.
+    pub rejected: HashMap<u32, (i64, &'static str)>,
+}
+
+thread_local! {
+    pub static WORKER: RefCell<Worker> = RefCell::new(Worker::new());
+}
+
+impl Worker {
+    fn new() -> Worker {
+        let mut b = [0u8; 8];
+        let instance = match getrandom::getrandom(&mut b) {
+            Ok(()) => u64::from_le_bytes(b),
+            Err(_) => (host::monotonic_nanos() as u64) ^ 0x9e37_79b9_7f4a_7c15,
+        };
+        Worker { instance: instance.max(1), ..Default::default() }
+    }
+}
+
+pub fn with<T>(f: impl FnOnce(&mut Worker) -> T) -> T {
+    WORKER.with(|w| f(&mut w.borrow_mut()))
+}
+
+/// Makes sure this VM is registered (lease + mailbox); returns its slot.
+pub fn ensure_registered(now: Nanos) -> Option<u32> {
+    let (instance, slot, mailbox, last) = with(|w| (w.instance, w.slot, w.mailbox, w.last_heartbeat));
+    if mailbox.is_none() {
+        match host::register_queue(&host::mailbox_name(instance)) {
+            Ok(q) => with(|w| w.mailbox = Some(q)),
+            Err(s) => log::warn!("apf: cannot register mailbox: status {s}"),
+        }
+    }
+    if slot.is_some() && now.saturating_sub(last) < HEARTBEAT_EVERY {
+        return slot;
+    }
+    match engine::heartbeat(&HostStore, instance, now) {
+        Ok(s) => {
+            with(|w| {
+                w.slot = Some(s);
+                w.last_heartbeat = now;
+            });
+            Some(s)
+        }
+        Err(e) => {
+            log::warn!("apf: heartbeat failed: {e}");
+            slot
+        }
+    }
+}
+
+pub fn note_level(key: &str) {
+    with(|w| {
+        if !w.known_levels.iter().any(|k| k == key) {
+            w.known_levels.push(key.to_string());
+        }
+    })
+}
+
+/// Delivers notices: our own are handled here, others go to their owner's mailbox.
+pub fn route(notices: Vec<Notice>, now: Nanos) {
+    if notices.is_empty() {
+        return;
+    }
+    let me = with(|w| w.slot);
+    for n in notices {
+        if Some(n.owner) == me {
+            handle(n, now);
+        } else {
+            post(n, now);
+        }
+    }
+}
+
+fn post(n: Notice, now: Nanos) {
+    let cached = with(|w| w.slot_instances.get(&n.owner).copied());
+    let instance = match cached {
+        Some(i) => Some(i),
+        None => match engine::instance_of(&HostStore, n.owner) {
+            Ok(Some(i)) => {
+                with(|w| w.slot_instances.insert(n.owner, i));
+                Some(i)
+            }
+            _ => None,
+        },
+    };
+    let delivered = match instance {
+        Some(i) => HostMailboxes.post(i, &n.encode()).is_ok(),
+        None => false,
+    };
+    if !delivered {
+        // The owner is gone (its lease will be reaped): release what we dispatched to it.
+        log::warn!("apf: cannot deliver notice to worker {}; releasing request {}", n.owner, n.id);
+        if let NoticeKind::Run { .. } = n.kind {
+            let mut more = Vec::new();
+            if let Err(e) = engine::finish(&HostStore, now, &n.level_key, n.id, &mut more) {
+                log::warn!("apf: release failed: {e}");
+            }
+            route(more, now);
+        }
+    }
+}
+
+/// Handles a notice for one of our own requests.
+pub fn handle(n: Notice, now: Nanos) {
+    let local = with(|w| match w.requests.get(&n.context) {
+        Some(l) if l.id == n.id && &*l.level_key == n.level_key.as_str() => Some(l.clone()),
+        _ => None,
+    });
+    match (n.kind, local) {
+        (NoticeKind::Run { waited }, Some(l)) if l.phase == Phase::Waiting => {
+            with(|w| {
+                if let Some(r) = w.requests.get_mut(&n.context) {
+                    r.phase = Phase::Executing;
+                    r.waited = waited;
+                }
+            });
+            if !(host::set_effective_context(n.context) && host::resume_request()) {
+                // Stream gone between dispatch and wake-up: give the seats back.
+                with(|w| w.requests.remove(&n.context));
+                release(&n.level_key, n.id, now);
+            }
+        }
+        (NoticeKind::Run { .. }, Some(_)) => {}
+        (NoticeKind::Run { .. }, None) => release(&n.level_key, n.id, now),
+        (NoticeKind::Reject { reason, retry_after }, Some(l)) => {
+            with(|w| {
+                w.requests.remove(&n.context);
+                w.rejected.insert(n.context, (retry_after, reason.as_str()));
+            });
+            if host::set_effective_context(n.context) {
+                send_429(retry_after, &l.reject_headers, reason.as_str());
+            }
+        }
+        (NoticeKind::Reject { .. }, None) => {}
+    }
+}
+
+fn release(level_key: &str, id: RequestId, now: Nanos) {
+    let mut more = Vec::new();
+    if let Err(e) = engine::end(&HostStore, now, level_key, id, &mut more) {
+        log::warn!("apf: release of request {id} failed: {e}");
+    }
+    route(more, now);
+}
+
+pub const TOO_MANY: &[u8] = b"Too many requests, please try again later.\n";
+
+pub fn send_429(retry_after: i64, extra: &[(String, String)], reason: &str) {
+    let ra = retry_after.clamp(1, 32).to_string();
+    let mut headers: Vec<(&str, &[u8])> = vec![
+        ("retry-after", ra.as_bytes()),
+        ("content-type", b"text/plain; charset=utf-8"),
+        ("x-content-type-options", b"nosniff"),
+    ];
+    let mut explain_reason = false;
+    for (k, v) in extra {
+        if k == "x-apf-reject-reason" {
+            explain_reason = true;
+            continue;
+        }
+        headers.push((k.as_str(), v.as_bytes()));
+    }
+    if explain_reason {
+        headers.push(("x-apf-reject-reason", reason.as_bytes()));
+    }
+    host::send_response(429, &headers, TOO_MANY);
+}
+
+/// Drains this VM's mailbox.
+pub fn drain_mailbox(now: Nanos) {
+    let Some(q) = with(|w| w.mailbox) else { return };
+    for _ in 0..10_000 {
+        match host::dequeue(q) {
+            Ok(Some(msg)) => match Notice::decode(&msg) {
+                Ok(n) => route(vec![n], now),
+                Err(e) => log::warn!("apf: bad mailbox message: {e}"),
+            },
+            Ok(None) => return,
+            Err(s) => {
+                log::warn!("apf: dequeue failed: status {s}");
+                return;
+            }
+        }
+    }
+}
+
+/// The stream of `context` ended (client gone, response done, or reset): release what it holds.
+pub fn stream_ended(context: u32, now: Nanos) {
+    let local = with(|w| {
+        w.rejected.remove(&context);
+        w.requests.remove(&context)
+    });
+    if let Some(l) = local {
+        release(&l.level_key, l.id, now);
+    }
+}

@@ -1,0 +1,325 @@
+//! Kubernetes' built-in APF configuration (1.34+, `pkg/apis/flowcontrol/bootstrap/default.go`;
+//! reference §8.1, §8.2) and the assembly of the effective policy the controller digests (§3.1):
+//! mandatory objects always exist, suggested ones are added unless turned off, user objects
+//! replace built-in ones of the same name, dangling FlowSchemas are dropped with a warning.
+//!
+//! Built-in ("imagined") objects have an empty uid, as upstream's imagined mandatory objects.
+use serde_json::Value;
+
+use super::model::{NonResourcePolicyRule, Policy, Queuing, ResourcePolicyRule};
+use super::objects::{
+    ApiObject, ApiVersion, ExemptObject, FlowSchemaObject, FlowSchemaSpec, LimitResponseObject, LimitedObject,
+    ObjectMeta, Origin, PriorityLevelObject, PriorityLevelSpecObject, RuleObject, ServiceAccountObject,
+    SubjectObject,
+};
+use super::validation::{quote, validate_objects};
+
+pub const NAME_EXEMPT: &str = "exempt";
+pub const NAME_CATCH_ALL: &str = "catch-all";
+
+const GROUP_MASTERS: &str = "system:masters";
+const GROUP_NODES: &str = "system:nodes";
+const GROUP_AUTHENTICATED: &str = "system:authenticated";
+const GROUP_UNAUTHENTICATED: &str = "system:unauthenticated";
+const GROUP_SERVICE_ACCOUNTS: &str = "system:serviceaccounts";
+const USER_KCM: &str = "system:kube-controller-manager";
+const USER_SCHEDULER: &str = "system:kube-scheduler";
+
+fn meta(name: &str) -> ObjectMeta {
+    ObjectMeta { name: name.to_string(), uid: String::new(), namespace: String::new() }
+}
+
+fn pl(name: &str, spec: PriorityLevelSpecObject) -> PriorityLevelObject {
+    PriorityLevelObject {
+        version: ApiVersion::V1,
+        meta: meta(name),
+        origin: Origin { location: "built-in".to_string() },
+        spec,
+        condition_types: Vec::new(),
+        raw_spec: Value::Null,
+    }
+}
+
+fn queue_pl(name: &str, shares: i32, lendable: i32, queues: i32, hand_size: i32, qll: i32) -> PriorityLevelObject {
+    pl(
+        name,
+        PriorityLevelSpecObject {
+            type_: "Limited".to_string(),
+            limited: Some(LimitedObject {
+                nominal_concurrency_shares: shares,
+                lendable_percent: Some(lendable),
+                borrowing_limit_percent: None,
+                limit_response: LimitResponseObject {
+                    type_: "Queue".to_string(),
+                    queuing: Some(Queuing { queues, hand_size, queue_length_limit: qll }),
+                },
+            }),
+            exempt: None,
+        },
+    )
+}
+
+/// The mandatory levels `exempt` and `catch-all` (§8.1).
+pub fn mandatory_priority_levels() -> Vec<PriorityLevelObject> {
+    vec![
+        pl(
+            NAME_EXEMPT,
+            PriorityLevelSpecObject {
+                type_: "Exempt".to_string(),
+                limited: None,
+                exempt: Some(ExemptObject { nominal_concurrency_shares: Some(0), lendable_percent: Some(0) }),
+            },
+        ),
+        pl(
+            NAME_CATCH_ALL,
+            PriorityLevelSpecObject {
+                type_: "Limited".to_string(),
+                limited: Some(LimitedObject {
+                    nominal_concurrency_shares: 5,
+                    lendable_percent: Some(0),
+                    borrowing_limit_percent: None,
+                    limit_response: LimitResponseObject { type_: "Reject".to_string(), queuing: None },
+                }),
+                exempt: None,
+            },
+        ),
+    ]
+}
+
+/// The suggested levels (§8.1).
+pub fn suggested_priority_levels() -> Vec<PriorityLevelObject> {
+    vec![
+        queue_pl("system", 30, 33, 64, 6, 50),
+        queue_pl("node-high", 40, 25, 64, 6, 50),
+        queue_pl("leader-election", 10, 0, 16, 4, 50),
+        queue_pl("workload-high", 40, 50, 128, 6, 50),
+        queue_pl("workload-low", 100, 90, 128, 6, 50),
+        queue_pl("global-default", 20, 50, 128, 6, 50),
+    ]
+}
+
+fn strs(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+fn group(name: &str) -> SubjectObject {
+    SubjectObject { kind: "Group".to_string(), group: Some(name.to_string()), ..Default::default() }
+}
+
+fn user(name: &str) -> SubjectObject {
+    SubjectObject { kind: "User".to_string(), user: Some(name.to_string()), ..Default::default() }
+}
+
+fn service_account(namespace: &str, name: &str) -> SubjectObject {
+    SubjectObject {
+        kind: "ServiceAccount".to_string(),
+        service_account: Some(ServiceAccountObject { namespace: namespace.to_string(), name: name.to_string() }),
+        ..Default::default()
+    }
+}
+
+fn resource_rule(verbs: &[&str], groups: &[&str], resources: &[&str], namespaces: &[&str], cluster: bool) -> ResourcePolicyRule {
+    ResourcePolicyRule {
+        verbs: strs(verbs),
+        api_groups: strs(groups),
+        resources: strs(resources),
+        cluster_scope: cluster,
+        namespaces: strs(namespaces),
+    }
+}
+
+/// "all resources + all non-resource" for the given subjects.
+fn everything(subjects: Vec<SubjectObject>) -> Vec<RuleObject> {
+    vec![RuleObject {
+        subjects,
+        resource_rules: vec![resource_rule(&["*"], &["*"], &["*"], &["*"], true)],
+        non_resource_rules: vec![NonResourcePolicyRule { verbs: strs(&["*"]), non_resource_urls: strs(&["*"]) }],
+    }]
+}
+
+fn fs(name: &str, precedence: i32, level: &str, distinguisher: Option<&str>, rules: Vec<RuleObject>) -> FlowSchemaObject {
+    FlowSchemaObject {
+        version: ApiVersion::V1,
+        meta: meta(name),
+        origin: Origin { location: "built-in".to_string() },
+        spec: FlowSchemaSpec {
+            priority_level_configuration: level.to_string(),
+            matching_precedence: precedence,
+            distinguisher_method: distinguisher.map(str::to_string),
+            rules,
+        },
+        condition_types: Vec::new(),
+        raw_spec: Value::Null,
+    }
+}
+
+/// The mandatory FlowSchemas `exempt` and `catch-all` (§8.2).
+pub fn mandatory_flow_schemas() -> Vec<FlowSchemaObject> {
+    vec![
+        fs(NAME_EXEMPT, 1, NAME_EXEMPT, None, everything(vec![group(GROUP_MASTERS)])),
+        fs(
+            NAME_CATCH_ALL,
+            10_000,
+            NAME_CATCH_ALL,
+            Some("ByUser"),
+            everything(vec![group(GROUP_UNAUTHENTICATED), group(GROUP_AUTHENTICATED)]),
+        ),
+    ]
+}
+
+/// The suggested FlowSchemas of Kubernetes 1.34+ (§8.2).
+pub fn suggested_flow_schemas() -> Vec<FlowSchemaObject> {
+    vec![
+        fs(
+            "probes",
+            2,
+            NAME_EXEMPT,
+            None,
+            vec![RuleObject {
+                subjects: vec![group(GROUP_UNAUTHENTICATED), group(GROUP_AUTHENTICATED)],
+                resource_rules: vec![],
+                non_resource_rules: vec![NonResourcePolicyRule {
+                    verbs: strs(&["get"]),
+                    non_resource_urls: strs(&["/healthz", "/readyz", "/livez"]),
+                }],
+            }],
+        ),
+        fs(
+            "system-leader-election",
+            100,
+            "leader-election",
+            Some("ByUser"),
+            vec![RuleObject {
+                subjects: vec![user(USER_KCM), user(USER_SCHEDULER), service_account("kube-system", "*")],
+                resource_rules: vec![resource_rule(
+                    &["get", "create", "update"],
+                    &["coordination.k8s.io"],
+                    &["leases"],
+                    &["*"],
+                    false,
+                )],
+                non_resource_rules: vec![],
+            }],
+        ),
+        fs(
+            "system-node-high",
+            400,
+            "node-high",
+            Some("ByUser"),
+            vec![RuleObject {
+                subjects: vec![group(GROUP_NODES)],
+                resource_rules: vec![
+                    resource_rule(&["*"], &[""], &["nodes", "nodes/status"], &["*"], true),
+                    resource_rule(&["*"], &["coordination.k8s.io"], &["leases"], &["*"], false),
+                ],
+                non_resource_rules: vec![],
+            }],
+        ),
+        fs("system-nodes", 500, "system", Some("ByUser"), everything(vec![group(GROUP_NODES)])),
+        fs("kube-controller-manager", 800, "workload-high", Some("ByNamespace"), everything(vec![user(USER_KCM)])),
+        fs("kube-scheduler", 800, "workload-high", Some("ByNamespace"), everything(vec![user(USER_SCHEDULER)])),
+        fs(
+            "kube-system-service-accounts",
+            900,
+            "workload-high",
+            Some("ByNamespace"),
+            everything(vec![service_account("kube-system", "*")]),
+        ),
+        fs("service-accounts", 9000, "workload-low", Some("ByUser"), everything(vec![group(GROUP_SERVICE_ACCOUNTS)])),
+        fs(
+            "global-default",
+            9900,
+            "global-default",
+            Some("ByUser"),
+            everything(vec![group(GROUP_UNAUTHENTICATED), group(GROUP_AUTHENTICATED)]),
+        ),
+    ]
+}
+
+/// The built-in mandatory FlowSchema of that name, if any.
+pub fn mandatory_flow_schema(name: &str) -> Option<FlowSchemaObject> {
+    mandatory_flow_schemas().into_iter().find(|f| f.meta.name == name)
+}
+
+/// The built-in mandatory PriorityLevelConfiguration of that name, if any.
+pub fn mandatory_priority_level(name: &str) -> Option<PriorityLevelObject> {
+    mandatory_priority_levels().into_iter().find(|p| p.meta.name == name)
+}
+
+/// Builds the effective policy from user objects (validated here; any error → `Err` with all
+/// errors): mandatory objects, plus suggested ones if `suggested_defaults`, with user objects
+/// replacing built-in ones of the same name. FlowSchemas referring to a missing level are
+/// dropped with a warning. FlowSchemas are sorted by (matchingPrecedence, name), levels by name.
+pub fn effective_policy(user_objects: &[ApiObject], suggested_defaults: bool) -> Result<Policy, Vec<String>> {
+    let errs = validate_objects(user_objects);
+    if !errs.is_empty() {
+        return Err(errs);
+    }
+    let mut levels: Vec<PriorityLevelObject> = mandatory_priority_levels();
+    let mut schemas: Vec<FlowSchemaObject> = mandatory_flow_schemas();
+    if suggested_defaults {
+        levels.extend(suggested_priority_levels());
+        schemas.extend(suggested_flow_schemas());
+    }
+    for o in user_objects {
+        match o {
+            ApiObject::PriorityLevel(p) => {
+                levels.retain(|l| l.meta.name != p.meta.name);
+                levels.push(p.clone());
+            }
+            ApiObject::FlowSchema(f) => {
+                schemas.retain(|s| s.meta.name != f.meta.name);
+                schemas.push(f.clone());
+            }
+        }
+    }
+    let mut policy = Policy {
+        priority_levels: levels.iter().map(PriorityLevelObject::to_model).collect(),
+        flow_schemas: Vec::new(),
+        warnings: Vec::new(),
+    };
+    policy.priority_levels.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut flow_schemas: Vec<_> = schemas.iter().map(FlowSchemaObject::to_model).collect();
+    flow_schemas.sort_by(|a, b| {
+        a.matching_precedence.cmp(&b.matching_precedence).then_with(|| a.name.cmp(&b.name))
+    });
+    for f in flow_schemas {
+        if policy.level_index(&f.priority_level).is_some() {
+            policy.flow_schemas.push(f);
+        } else {
+            policy.warnings.push(format!(
+                "FlowSchema {} ignored: This FlowSchema references the PriorityLevelConfiguration object named {} but there is no such object",
+                quote(&f.name),
+                quote(&f.priority_level)
+            ));
+        }
+    }
+    Ok(policy)
+}
+
+/// Parses objects (any accepted form, see `objects`) and builds the effective policy; parse
+/// and validation errors are reported together.
+pub fn policy_from_value(v: &Value, suggested_defaults: bool) -> Result<Policy, Vec<String>> {
+    let (objs, mut errs) = super::objects::parse_objects(v);
+    match effective_policy(&objs, suggested_defaults) {
+        Ok(p) if errs.is_empty() => Ok(p),
+        Ok(_) => Err(errs),
+        Err(mut e) => {
+            errs.append(&mut e);
+            Err(errs)
+        }
+    }
+}
+
+/// Like [`policy_from_value`] from JSON bytes.
+pub fn policy_from_json(bytes: &[u8], suggested_defaults: bool) -> Result<Policy, Vec<String>> {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(v) => policy_from_value(&v, suggested_defaults),
+        Err(e) => Err(vec![format!("invalid JSON: {e}")]),
+    }
+}
+
+/// Kubernetes' default configuration (mandatory + suggested objects).
+pub fn default_policy() -> Policy {
+    effective_policy(&[], true).unwrap_or_default()
+}

@@ -1,0 +1,603 @@
+//! Validation of FlowSchema and PriorityLevelConfiguration objects, rule for rule as upstream's
+//! `pkg/apis/flowcontrol/validation/validation.go` (reference §11.3), with upstream's field-error
+//! wording (`spec.matchingPrecedence: Invalid value: 10001: must not be greater than 10000`).
+//! All errors are collected; each is prefixed with the object (`FlowSchema "team-a": ...`).
+//!
+//! Also checks what upstream enforces outside validation: duplicate names of one kind in the
+//! same input, and that mandatory objects (`exempt`, `catch-all`) equal the built-in ones
+//! (§8.4; the `exempt` level may change only `spec.exempt`).
+//!
+//! Deviation: `metadata.namespace` set on these cluster-scoped objects is reported as
+//! `Forbidden: not allowed on this type` (upstream clears / rejects it at the REST layer).
+use std::fmt;
+
+use serde_json::Value;
+
+use super::bootstrap;
+use super::objects::{ApiObject, ApiVersion, FlowSchemaObject, PriorityLevelObject, RuleObject, SubjectObject};
+use super::model::{NonResourcePolicyRule, Queuing, ResourcePolicyRule};
+
+/// Maximum `matchingPrecedence` (`FlowSchemaMaxMatchingPrecedence`).
+pub const MAX_MATCHING_PRECEDENCE: i32 = 10_000;
+/// Maximum queues of a level (`priorityLevelConfigurationQueuingMaxQueues`).
+pub const MAX_QUEUES: i32 = 10_000_000;
+/// Shuffle-sharding hash bits (`shufflesharding.MaxHashBits`).
+pub const MAX_HASH_BITS: i64 = 60;
+
+const SUPPORTED_VERBS: [&str; 9] =
+    ["create", "delete", "deletecollection", "get", "list", "patch", "proxy", "update", "watch"];
+
+/// One upstream-style field error: `<path>: <body>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    pub path: String,
+    pub body: String,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.body)
+    }
+}
+
+fn with_detail(kind: &str, detail: &str) -> String {
+    if detail.is_empty() {
+        kind.to_string()
+    } else {
+        format!("{kind}: {detail}")
+    }
+}
+
+impl FieldError {
+    /// `Invalid value: <value>: <detail>`; `value` is already rendered (see [`json_repr`]).
+    pub fn invalid(path: &str, value: String, detail: &str) -> Self {
+        FieldError { path: path.to_string(), body: with_detail(&format!("Invalid value: {value}"), detail) }
+    }
+    pub fn required(path: &str, detail: &str) -> Self {
+        FieldError { path: path.to_string(), body: with_detail("Required value", detail) }
+    }
+    pub fn forbidden(path: &str, detail: &str) -> Self {
+        FieldError { path: path.to_string(), body: with_detail("Forbidden", detail) }
+    }
+    pub fn duplicate(path: &str, value: String) -> Self {
+        FieldError { path: path.to_string(), body: format!("Duplicate value: {value}") }
+    }
+    pub fn not_supported(path: &str, value: String, supported: &[&str]) -> Self {
+        let list: Vec<String> = supported.iter().map(|s| quote(s)).collect();
+        FieldError {
+            path: path.to_string(),
+            body: format!("Unsupported value: {value}: supported values: {}", list.join(", ")),
+        }
+    }
+}
+
+/// Renders a value like upstream's field errors do (strings quoted, numbers bare, compound
+/// values as JSON), shortened to at most 200 characters.
+pub fn json_repr(v: &Value) -> String {
+    let s = serde_json::to_string(v).unwrap_or_else(|_| "?".to_string());
+    if s.chars().count() > 200 {
+        let short: String = s.chars().take(200).collect();
+        format!("{short}...")
+    } else {
+        s
+    }
+}
+
+/// A string rendered like Go's `%q` (close enough: JSON string escaping).
+pub fn quote(s: &str) -> String {
+    json_repr(&Value::String(s.to_string()))
+}
+
+fn list_repr(items: &[String]) -> String {
+    json_repr(&Value::Array(items.iter().map(|s| Value::String(s.clone())).collect()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Names (k8s.io/apimachinery/pkg/util/validation).
+
+const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
+const DNS1123_SUBDOMAIN_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+
+fn is_label_syntax(s: &str) -> bool {
+    let b = s.as_bytes();
+    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    match (b.first(), b.last()) {
+        (Some(f), Some(l)) => alnum(f) && alnum(l) && b.iter().all(|c| alnum(c) || *c == b'-'),
+        _ => false,
+    }
+}
+
+fn is_subdomain_syntax(s: &str) -> bool {
+    s.split('.').all(is_label_syntax)
+}
+
+/// `IsDNS1123Label` messages (empty = valid).
+pub fn dns1123_label_errors(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if s.len() > 63 {
+        out.push("must be no more than 63 characters".to_string());
+    }
+    if !is_label_syntax(s) {
+        if is_subdomain_syntax(s) {
+            out.push("must not contain dots".to_string());
+        } else {
+            out.push(format!(
+                "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '{DNS1123_LABEL_FMT}')"
+            ));
+        }
+    }
+    out
+}
+
+/// `IsDNS1123Subdomain` messages (empty = valid).
+pub fn dns1123_subdomain_errors(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if s.len() > 253 {
+        out.push("must be no more than 253 characters".to_string());
+    }
+    if !is_subdomain_syntax(s) {
+        out.push(format!(
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '{DNS1123_SUBDOMAIN_FMT}')"
+        ));
+    }
+    out
+}
+
+fn validate_meta(name: &str, namespace: &str, errs: &mut Vec<FieldError>) {
+    if name.is_empty() {
+        errs.push(FieldError::required("metadata.name", "name or generateName is required"));
+    } else {
+        for msg in dns1123_subdomain_errors(name) {
+            errs.push(FieldError::invalid("metadata.name", quote(name), &msg));
+        }
+    }
+    if !namespace.is_empty() {
+        errs.push(FieldError::forbidden("metadata.namespace", "not allowed on this type"));
+    }
+}
+
+fn validate_conditions(types: &[String], errs: &mut Vec<FieldError>) {
+    let mut seen: Vec<&str> = Vec::new();
+    for (i, t) in types.iter().enumerate() {
+        let p = format!("status.conditions[{i}].type");
+        if seen.contains(&t.as_str()) {
+            errs.push(FieldError::duplicate(&p, quote(t)));
+        }
+        seen.push(t);
+        if t.is_empty() {
+            errs.push(FieldError::required(&p, "must not be empty"));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// FlowSchema.
+
+/// All field errors of one FlowSchema (unprefixed).
+pub fn validate_flow_schema(fs: &FlowSchemaObject) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    validate_meta(&fs.meta.name, &fs.meta.namespace, &mut errs);
+    let spec = &fs.spec;
+    let mp = spec.matching_precedence;
+    if mp <= 0 {
+        errs.push(FieldError::invalid("spec.matchingPrecedence", mp.to_string(), "must be a positive value"));
+    }
+    if mp > MAX_MATCHING_PRECEDENCE {
+        errs.push(FieldError::invalid(
+            "spec.matchingPrecedence",
+            mp.to_string(),
+            &format!("must not be greater than {MAX_MATCHING_PRECEDENCE}"),
+        ));
+    }
+    if mp == 1 && fs.meta.name != "exempt" {
+        errs.push(FieldError::invalid(
+            "spec.matchingPrecedence",
+            mp.to_string(),
+            "only the schema named 'exempt' may have matchingPrecedence 1",
+        ));
+    }
+    if let Some(t) = &spec.distinguisher_method {
+        if t != "ByUser" && t != "ByNamespace" {
+            let mut m = serde_json::Map::new();
+            m.insert("type".to_string(), Value::String(t.clone()));
+            errs.push(FieldError::not_supported(
+                "spec.distinguisherMethod.type",
+                json_repr(&Value::Object(m)),
+                &["ByNamespace", "ByUser"],
+            ));
+        }
+    }
+    let pl = &spec.priority_level_configuration;
+    if pl.is_empty() {
+        errs.push(FieldError::required("spec.priorityLevelConfiguration.name", "must reference a priority level"));
+    } else {
+        for msg in dns1123_subdomain_errors(pl) {
+            errs.push(FieldError::invalid("spec.priorityLevelConfiguration.name", quote(pl), &msg));
+        }
+    }
+    for (i, rule) in spec.rules.iter().enumerate() {
+        validate_rule(rule, &format!("spec.rules[{i}]"), &mut errs);
+    }
+    if let Some(mand) = bootstrap::mandatory_flow_schema(&fs.meta.name) {
+        if mand.spec != fs.spec {
+            errs.push(FieldError::invalid(
+                "spec",
+                json_repr(&fs.raw_spec),
+                &format!("spec of '{}' must equal the fixed value", fs.meta.name),
+            ));
+        }
+    }
+    validate_conditions(&fs.condition_types, &mut errs);
+    errs
+}
+
+fn validate_rule(rule: &RuleObject, path: &str, errs: &mut Vec<FieldError>) {
+    if rule.subjects.is_empty() {
+        errs.push(FieldError::required(&format!("{path}.subjects"), "subjects must contain at least one value"));
+    }
+    for (i, s) in rule.subjects.iter().enumerate() {
+        validate_subject(s, &format!("{path}.subjects[{i}]"), errs);
+    }
+    if rule.resource_rules.is_empty() && rule.non_resource_rules.is_empty() {
+        errs.push(FieldError::required(path, "at least one of resourceRules and nonResourceRules has to be non-empty"));
+    }
+    for (i, r) in rule.resource_rules.iter().enumerate() {
+        validate_resource_rule(r, &format!("{path}.resourceRules[{i}]"), errs);
+    }
+    for (i, r) in rule.non_resource_rules.iter().enumerate() {
+        validate_non_resource_rule(r, &format!("{path}.nonResourceRules[{i}]"), errs);
+    }
+}
+
+fn validate_subject(s: &SubjectObject, path: &str, errs: &mut Vec<FieldError>) {
+    let user_forbidden = |errs: &mut Vec<FieldError>| {
+        if s.user.is_some() {
+            errs.push(FieldError::forbidden(&format!("{path}.user"), "user is forbidden when subject kind is not 'User'"));
+        }
+    };
+    let group_forbidden = |errs: &mut Vec<FieldError>| {
+        if s.group.is_some() {
+            errs.push(FieldError::forbidden(&format!("{path}.group"), "group is forbidden when subject kind is not 'Group'"));
+        }
+    };
+    let sa_forbidden = |errs: &mut Vec<FieldError>| {
+        if s.service_account.is_some() {
+            errs.push(FieldError::forbidden(
+                &format!("{path}.serviceAccount"),
+                "serviceAccount is forbidden when subject kind is not 'ServiceAccount'",
+            ));
+        }
+    };
+    match s.kind.as_str() {
+        "ServiceAccount" => {
+            let p = format!("{path}.serviceAccount");
+            match &s.service_account {
+                None => errs.push(FieldError::required(&p, "serviceAccount is required when subject kind is 'ServiceAccount'")),
+                Some(sa) => {
+                    if sa.name.is_empty() {
+                        errs.push(FieldError::required(&format!("{p}.name"), ""));
+                    } else if sa.name != "*" {
+                        for msg in dns1123_subdomain_errors(&sa.name) {
+                            errs.push(FieldError::invalid(&format!("{p}.name"), quote(&sa.name), &msg));
+                        }
+                    }
+                    if sa.namespace.is_empty() {
+                        errs.push(FieldError::required(&format!("{p}.namespace"), "must specify namespace for service account"));
+                    } else {
+                        for msg in dns1123_label_errors(&sa.namespace) {
+                            errs.push(FieldError::invalid(&format!("{p}.namespace"), quote(&sa.namespace), &msg));
+                        }
+                    }
+                }
+            }
+            user_forbidden(errs);
+            group_forbidden(errs);
+        }
+        "User" => {
+            let p = format!("{path}.user");
+            match &s.user {
+                None => errs.push(FieldError::required(&p, "user is required when subject kind is 'User'")),
+                Some(n) if n.is_empty() => errs.push(FieldError::required(&format!("{p}.name"), "")),
+                Some(_) => {}
+            }
+            sa_forbidden(errs);
+            group_forbidden(errs);
+        }
+        "Group" => {
+            let p = format!("{path}.group");
+            match &s.group {
+                None => errs.push(FieldError::required(&p, "group is required when subject kind is 'Group'")),
+                Some(n) if n.is_empty() => errs.push(FieldError::required(&format!("{p}.name"), "")),
+                Some(_) => {}
+            }
+            sa_forbidden(errs);
+            user_forbidden(errs);
+        }
+        other => errs.push(FieldError::not_supported(
+            &format!("{path}.kind"),
+            quote(other),
+            &["Group", "ServiceAccount", "User"],
+        )),
+    }
+}
+
+fn has_wildcard(list: &[String]) -> bool {
+    list.iter().any(|s| s == "*")
+}
+
+fn validate_verbs(verbs: &[String], path: &str, errs: &mut Vec<FieldError>) {
+    let p = format!("{path}.verbs");
+    if verbs.is_empty() {
+        errs.push(FieldError::required(&p, "verbs must contain at least one value"));
+    } else if has_wildcard(verbs) {
+        if verbs.len() > 1 {
+            errs.push(FieldError::invalid(&p, list_repr(verbs), "if '*' is present, must not specify other verbs"));
+        }
+    } else if !verbs.iter().all(|v| SUPPORTED_VERBS.contains(&v.as_str())) {
+        errs.push(FieldError::not_supported(&p, list_repr(verbs), &SUPPORTED_VERBS));
+    }
+}
+
+fn validate_resource_rule(r: &ResourcePolicyRule, path: &str, errs: &mut Vec<FieldError>) {
+    validate_verbs(&r.verbs, path, errs);
+    let p = format!("{path}.apiGroups");
+    if r.api_groups.is_empty() {
+        errs.push(FieldError::required(&p, "resource rules must supply at least one api group"));
+    } else if r.api_groups.len() > 1 && has_wildcard(&r.api_groups) {
+        errs.push(FieldError::invalid(&p, list_repr(&r.api_groups), "if '*' is present, must not specify other api groups"));
+    }
+    let p = format!("{path}.resources");
+    if r.resources.is_empty() {
+        errs.push(FieldError::required(&p, "resource rules must supply at least one resource"));
+    } else if r.resources.len() > 1 && has_wildcard(&r.resources) {
+        errs.push(FieldError::invalid(&p, list_repr(&r.resources), "if '*' is present, must not specify other resources"));
+    }
+    let p = format!("{path}.namespaces");
+    if r.namespaces.is_empty() && !r.cluster_scope {
+        errs.push(FieldError::required(
+            &p,
+            "resource rules that are not cluster scoped must supply at least one namespace",
+        ));
+    } else if has_wildcard(&r.namespaces) {
+        if r.namespaces.len() > 1 {
+            errs.push(FieldError::invalid(&p, list_repr(&r.namespaces), "if '*' is present, must not specify other namespaces"));
+        }
+    } else {
+        for (i, ns) in r.namespaces.iter().enumerate() {
+            for msg in dns1123_label_errors(ns) {
+                errs.push(FieldError::invalid(
+                    &format!("{p}[{i}]"),
+                    quote(ns),
+                    &format!("each member of this list must be '*' or a DNS-1123 label; {msg}"),
+                ));
+            }
+        }
+    }
+}
+
+fn validate_non_resource_rule(r: &NonResourcePolicyRule, path: &str, errs: &mut Vec<FieldError>) {
+    validate_verbs(&r.verbs, path, errs);
+    let p = format!("{path}.nonResourceURLs");
+    if r.non_resource_urls.is_empty() {
+        errs.push(FieldError::required(&p, "nonResourceURLs must contain at least one value"));
+    } else if has_wildcard(&r.non_resource_urls) {
+        if r.non_resource_urls.len() > 1 {
+            errs.push(FieldError::invalid(
+                &p,
+                list_repr(&r.non_resource_urls),
+                "if '*' is present, must not specify other non-resource URLs",
+            ));
+        }
+    } else {
+        for (i, u) in r.non_resource_urls.iter().enumerate() {
+            if let Some(msg) = non_resource_url_error(u) {
+                errs.push(FieldError::invalid(&format!("{p}[{i}]"), quote(u), msg));
+            }
+        }
+    }
+}
+
+/// `ValidateNonResourceURLPath`.
+fn non_resource_url_error(path: &str) -> Option<&'static str> {
+    if path.is_empty() {
+        return Some("must not be empty");
+    }
+    if path == "/" {
+        return None;
+    }
+    if !path.starts_with('/') {
+        return Some("must start with slash");
+    }
+    if path.contains(' ') {
+        return Some("must not contain white-space");
+    }
+    if path.contains("//") {
+        return Some("must not contain double slash");
+    }
+    let wildcards = path.matches('*').count();
+    if wildcards > 1 || (wildcards == 1 && !path.ends_with("/*")) {
+        return Some("wildcard can only do suffix matching");
+    }
+    None
+}
+
+// ---------------------------------------------------------------------------------------------
+// PriorityLevelConfiguration.
+
+/// `shufflesharding.RequiredEntropyBits`: `ceil(log2(deckSize) × handSize)`.
+pub fn required_entropy_bits(deck_size: i32, hand_size: i32) -> i64 {
+    let bits = (f64::from(deck_size)).log2() * f64::from(hand_size);
+    bits.ceil() as i64
+}
+
+/// All field errors of one PriorityLevelConfiguration (unprefixed).
+pub fn validate_priority_level(pl: &PriorityLevelObject) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    validate_meta(&pl.meta.name, &pl.meta.namespace, &mut errs);
+    let spec = &pl.spec;
+    if (pl.meta.name == "exempt") != (spec.type_ == "Exempt") {
+        errs.push(FieldError::invalid("spec.type", quote(&spec.type_), "type must be 'Exempt' if and only if name is 'exempt'"));
+    }
+    match spec.type_.as_str() {
+        "Exempt" => {
+            if spec.limited.is_some() {
+                errs.push(FieldError::forbidden("spec.limited", "must be nil if the type is not Limited"));
+            }
+            if let Some(e) = &spec.exempt {
+                if let Some(n) = e.nominal_concurrency_shares.filter(|n| *n < 0) {
+                    errs.push(FieldError::invalid(
+                        "spec.exempt.nominalConcurrencyShares",
+                        n.to_string(),
+                        "must be a non-negative integer",
+                    ));
+                }
+                if let Some(l) = e.lendable_percent.filter(|l| !(0..=100).contains(l)) {
+                    errs.push(FieldError::invalid("spec.exempt.lendablePercent", l.to_string(), "must be between 0 and 100, inclusive"));
+                }
+            }
+        }
+        "Limited" => {
+            if spec.exempt.is_some() {
+                errs.push(FieldError::forbidden("spec.exempt", "must be nil if the type is Limited"));
+            }
+            match &spec.limited {
+                None => errs.push(FieldError::required("spec.limited", "must not be empty when type is Limited")),
+                Some(l) => {
+                    if l.nominal_concurrency_shares < 0 {
+                        errs.push(FieldError::invalid(
+                            &format!("spec.limited.{}", pl.version.shares_field()),
+                            l.nominal_concurrency_shares.to_string(),
+                            "must be a non-negative integer",
+                        ));
+                    }
+                    validate_limit_response(&l.limit_response.type_, l.limit_response.queuing, &mut errs);
+                    if let Some(lp) = l.lendable_percent.filter(|x| !(0..=100).contains(x)) {
+                        errs.push(FieldError::invalid("spec.limited.lendablePercent", lp.to_string(), "must be between 0 and 100, inclusive"));
+                    }
+                    if let Some(b) = l.borrowing_limit_percent.filter(|b| *b < 0) {
+                        errs.push(FieldError::invalid(
+                            "spec.limited.borrowingLimitPercent",
+                            b.to_string(),
+                            "if specified, must be a non-negative integer",
+                        ));
+                    }
+                }
+            }
+        }
+        other => errs.push(FieldError::not_supported("spec.type", quote(other), &["Exempt", "Limited"])),
+    }
+    if let Some(mand) = bootstrap::mandatory_priority_level(&pl.meta.name) {
+        if pl.meta.name == "exempt" {
+            let mut have = pl.spec.clone();
+            have.exempt = mand.spec.exempt.clone();
+            if have != mand.spec {
+                errs.push(FieldError::invalid(
+                    "spec",
+                    json_repr(&pl.raw_spec),
+                    "spec of 'exempt' except the 'spec.exempt' field must equal the fixed value",
+                ));
+            }
+        } else if pl.spec != mand.spec {
+            errs.push(FieldError::invalid(
+                "spec",
+                json_repr(&pl.raw_spec),
+                &format!("spec of '{}' must equal the fixed value", pl.meta.name),
+            ));
+        }
+    }
+    validate_conditions(&pl.condition_types, &mut errs);
+    errs
+}
+
+fn validate_limit_response(type_: &str, queuing: Option<Queuing>, errs: &mut Vec<FieldError>) {
+    let base = "spec.limited.limitResponse";
+    match type_ {
+        "Reject" => {
+            if queuing.is_some() {
+                errs.push(FieldError::forbidden(
+                    &format!("{base}.queuing"),
+                    "must be nil if limited.limitResponse.type is not Limited",
+                ));
+            }
+        }
+        "Queue" => match queuing {
+            None => errs.push(FieldError::required(
+                &format!("{base}.queuing"),
+                "must not be empty if limited.limitResponse.type is Limited",
+            )),
+            Some(q) => validate_queuing(&q, &format!("{base}.queuing"), errs),
+        },
+        other => errs.push(FieldError::not_supported(&format!("{base}.type"), quote(other), &["Queue", "Reject"])),
+    }
+}
+
+fn validate_queuing(q: &Queuing, path: &str, errs: &mut Vec<FieldError>) {
+    if q.queue_length_limit <= 0 {
+        errs.push(FieldError::invalid(&format!("{path}.queueLengthLimit"), q.queue_length_limit.to_string(), "must be positive"));
+    }
+    if q.queues <= 0 {
+        errs.push(FieldError::invalid(&format!("{path}.queues"), q.queues.to_string(), "must be positive"));
+    } else if q.queues > MAX_QUEUES {
+        errs.push(FieldError::invalid(
+            &format!("{path}.queues"),
+            q.queues.to_string(),
+            &format!("must not be greater than {MAX_QUEUES}"),
+        ));
+    }
+    let hp = format!("{path}.handSize");
+    if q.hand_size <= 0 {
+        errs.push(FieldError::invalid(&hp, q.hand_size.to_string(), "must be positive"));
+    } else if q.hand_size > q.queues {
+        errs.push(FieldError::invalid(
+            &hp,
+            q.hand_size.to_string(),
+            &format!("should not be greater than queues ({})", q.queues),
+        ));
+    } else if required_entropy_bits(q.queues, q.hand_size) > MAX_HASH_BITS {
+        errs.push(FieldError::invalid(
+            &hp,
+            q.hand_size.to_string(),
+            &format!(
+                "required entropy bits of deckSize {} and handSize {} should not be greater than {MAX_HASH_BITS}",
+                q.queues, q.hand_size
+            ),
+        ));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A whole input.
+
+/// Validates every object and checks for duplicate names per kind. Returns every error,
+/// prefixed with its object (`FlowSchema "x": spec...`), in input order.
+pub fn validate_objects(objs: &[ApiObject]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut seen_fs: Vec<&str> = Vec::new();
+    let mut seen_pl: Vec<&str> = Vec::new();
+    for o in objs {
+        let mut errs = match o {
+            ApiObject::FlowSchema(fs) => validate_flow_schema(fs),
+            ApiObject::PriorityLevel(pl) => validate_priority_level(pl),
+        };
+        let name = o.name();
+        if !name.is_empty() {
+            let seen = match o {
+                ApiObject::FlowSchema(_) => &mut seen_fs,
+                ApiObject::PriorityLevel(_) => &mut seen_pl,
+            };
+            if seen.contains(&name) {
+                errs.insert(0, FieldError::duplicate("metadata.name", quote(name)));
+            } else {
+                seen.push(name);
+            }
+        }
+        let prefix = o.describe();
+        out.extend(errs.into_iter().map(|e| format!("{prefix}: {e}")));
+    }
+    out
+}
+
+/// Convenience for tests and tools: the version's shares field name.
+pub fn shares_field(version: ApiVersion) -> &'static str {
+    version.shares_field()
+}

