@@ -75,7 +75,7 @@ fn width_test_list_rows() {
     ];
     for (row, uri, stats, max, want) in rows {
         let info = list(&uri);
-        if row >= 38 && row <= 41 {
+        if (38..=41).contains(&row) {
             assert_eq!(info.name, "test");
         }
         let got = estimate_list_with_stats(&cfg, &info, Some(max), stats);
@@ -167,7 +167,8 @@ fn width_test_mutating_rows() {
 #[test]
 fn list_work_estimator_raw_formulas() {
     // (total, count, limit, selector, fromCache, single, count-based, size-based)
-    let rows: [(i64, i64, i64, bool, bool, bool, u64, u64); 28] = [
+    type Row = (i64, i64, i64, bool, bool, bool, u64, u64);
+    let rows: [Row; 28] = [
         (99_999, 99, 0, false, false, false, 2, 1),
         (99_999, 10, 0, false, false, false, 1, 1),
         (99_999, 99, 0, false, true, false, 1, 1),

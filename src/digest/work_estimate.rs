@@ -358,7 +358,7 @@ impl WatchTracker {
         if info.verb != "watch" {
             return None;
         }
-        if info.api_group.is_empty() && info.resource == "pods" && pod_node_name_index(info) != "" {
+        if info.api_group.is_empty() && info.resource == "pods" && !pod_node_name_index(info).is_empty() {
             return None;
         }
         let key = WatchKey {
@@ -451,7 +451,7 @@ fn pod_node_name_index(info: &RequestInfo) -> String {
         return String::new();
     }
     match selectors::parse_field_selector(&info.query.field_selector) {
-        Ok(terms) => selectors::requires_exact_match(&terms, "spec.nodeName").unwrap_or_default().to_string(),
-        Err(()) => String::new(),
+        Some(terms) => selectors::requires_exact_match(&terms, "spec.nodeName").unwrap_or_default().to_string(),
+        None => String::new(),
     }
 }
