@@ -242,3 +242,17 @@ fn empty_policy_does_not_panic() {
     let cl = c.classify(&parse_request_info("GET", b"/"), &UserInfo::anonymous());
     assert_eq!((cl.flow_schema, cl.priority_level, cl.flow_hash), (0, 0, 0));
 }
+
+#[test]
+fn prefilter_is_exact_with_many_groups() {
+    let p = default_policy();
+    let c = Classifier::new(&p);
+    let mut groups: Vec<String> = (0..40).map(|i| format!("g{i}")).collect();
+    groups.push("system:masters".into());
+    let u = UserInfo::authenticated("many", &groups);
+    assert_eq!(classify(&c, &p, "GET", "/api/v1/pods", &u).0, "exempt");
+    let mut groups: Vec<String> = (0..5).map(|i| format!("g{i}")).collect();
+    groups.push("system:nodes".into());
+    let u = UserInfo::authenticated("system:node:n", &groups);
+    assert_eq!(classify(&c, &p, "GET", "/api/v1/pods", &u).0, "system-nodes");
+}

@@ -139,6 +139,47 @@ struct CompiledRules {
     non_resource_rules: Vec<CompiledNonResourceRule>,
 }
 
+/// FNV-1a over a kind tag and a name: the subject prefilter's key.
+pub(crate) fn subject_key(kind: u8, name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in std::iter::once(kind).chain(name.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+pub(crate) const KEY_USER: u8 = 1;
+pub(crate) const KEY_GROUP: u8 = 2;
+/// Most identity keys (user + groups) the prefilter considers; beyond that it is bypassed.
+pub(crate) const MAX_KEYS: usize = 32;
+
+/// The requesting user's subject keys, computed once per classification.
+pub(crate) struct UserKeys {
+    keys: [u64; MAX_KEYS],
+    len: usize,
+    /// Too many groups: the prefilter is not used.
+    overflow: bool,
+}
+
+impl UserKeys {
+    pub(crate) fn new(user: &UserInfo) -> Self {
+        let mut k = UserKeys { keys: [0; MAX_KEYS], len: 0, overflow: user.groups.len() + 1 > MAX_KEYS };
+        if !k.overflow {
+            let names = std::iter::once((KEY_USER, user.name.as_str()))
+                .chain(user.groups.iter().map(|g| (KEY_GROUP, g.as_str())));
+            for (slot, (kind, name)) in k.keys.iter_mut().zip(names) {
+                *slot = subject_key(kind, name);
+                k.len += 1;
+            }
+        }
+        k
+    }
+    fn may_match(&self, prefilter: &[u64]) -> bool {
+        self.overflow || self.keys.iter().take(self.len).any(|k| prefilter.contains(k))
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct CompiledSchema {
     pub(crate) name: String,
@@ -146,6 +187,10 @@ pub(crate) struct CompiledSchema {
     pub(crate) distinguisher: Option<Distinguisher>,
     /// Level is non-exempt, queues, with more than one queue (§3.3).
     pub(crate) hashes: bool,
+    /// When every subject is a literal User or Group: their keys. A user with none of these
+    /// keys cannot match, so the full check is skipped (exact: hash collisions only cost the
+    /// full check).
+    prefilter: Option<Vec<u64>>,
     rules: Vec<CompiledRules>,
 }
 
@@ -177,7 +222,18 @@ impl CompiledSchema {
                     .collect(),
             })
             .collect();
+        let mut keys = Vec::new();
+        let mut literal = true;
+        for s in fs.rules.iter().flat_map(|p| p.subjects.iter()) {
+            match s {
+                Subject::User { name } if name != WILDCARD => keys.push(subject_key(KEY_USER, name)),
+                Subject::Group { name } if name != WILDCARD => keys.push(subject_key(KEY_GROUP, name)),
+                Subject::Invalid => {}
+                _ => literal = false,
+            }
+        }
         CompiledSchema {
+            prefilter: if literal { Some(keys) } else { None },
             name: fs.name.clone(),
             level: level_idx.unwrap_or(0),
             distinguisher: fs.distinguisher,
@@ -186,7 +242,12 @@ impl CompiledSchema {
         }
     }
 
-    pub(crate) fn matches(&self, info: &RequestInfo, user: &UserInfo) -> bool {
+    pub(crate) fn matches(&self, info: &RequestInfo, user: &UserInfo, keys: &UserKeys) -> bool {
+        if let Some(p) = &self.prefilter {
+            if !keys.may_match(p) {
+                return false;
+            }
+        }
         self.rules.iter().any(|p| {
             p.subjects.iter().any(|s| subject_matches(s, user))
                 && if info.is_resource_request {

@@ -9,6 +9,8 @@
 //!
 //! [`Classifier`] precompiles the policy (per-list wildcard flags, level indices) so that
 //! matching allocates nothing; only the distinguisher string is built for queuing levels.
+//! FlowSchemas whose subjects are all literal Users/Groups carry a hashed prefilter so that
+//! long policies are scanned cheaply (a FlowSchema whose keys the user lacks cannot match).
 
 mod matching;
 
@@ -17,7 +19,7 @@ pub use matching::matches;
 use crate::digest::identity::UserInfo;
 use crate::digest::request_info::RequestInfo;
 use crate::policy::model::{Distinguisher, Policy};
-use matching::CompiledSchema;
+use matching::{CompiledSchema, UserKeys};
 use sha2::{Digest, Sha256};
 
 /// The outcome of classifying one request.
@@ -69,7 +71,8 @@ impl Classifier {
 
     /// Index of the first matching FlowSchema (or the catch-all).
     pub fn matching_schema(&self, info: &RequestInfo, user: &UserInfo) -> usize {
-        self.schemas.iter().position(|s| s.matches(info, user)).unwrap_or(self.fallback)
+        let keys = UserKeys::new(user);
+        self.schemas.iter().position(|s| s.matches(info, user, &keys)).unwrap_or(self.fallback)
     }
 
     /// Classifies one request. The policy must contain at least one FlowSchema (the effective
