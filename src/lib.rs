@@ -27,6 +27,7 @@ pub mod duration;
 // pub mod engine; // enabled once queueset + classify land (lead)
 pub mod fairqueuing;
 pub mod limits;
+pub mod observe;
 pub mod policy;
 pub mod simulate;
 

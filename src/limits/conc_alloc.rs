@@ -133,7 +133,7 @@ pub fn compute_concurrency_allocation(
     // Packed index 2*i = lower bound of item i, 2*i+1 = upper bound of item i.
     let bound_of = |packed: usize| -> Option<(f64, usize, bool)> {
         let item_idx = packed / 2;
-        let lower = packed % 2 == 0;
+        let lower = packed.is_multiple_of(2);
         let r = rel.get(item_idx)?;
         Some((if lower { r.rel_lower } else { r.rel_upper }, item_idx, lower))
     };

@@ -56,7 +56,7 @@ impl Moments {
     pub fn constant(dt: f64, x: f64) -> Moments {
         Moments { elapsed_secs: dt, integral_x: x * dt, integral_xx: x * x * dt }
     }
-    pub fn add(self, o: Moments) -> Moments {
+    pub fn combine(self, o: Moments) -> Moments {
         Moments {
             elapsed_secs: self.elapsed_secs + o.elapsed_secs,
             integral_x: self.integral_x + o.integral_x,
@@ -108,7 +108,7 @@ impl Integrator {
     fn update(&mut self, now: Nanos) {
         let dt = go_duration_seconds(now.saturating_sub(self.last_time));
         self.last_time = now;
-        self.moments = self.moments.add(Moments::constant(dt, self.x));
+        self.moments = self.moments.combine(Moments::constant(dt, self.x));
     }
 
     /// Set x to a new value at time `now` (upstream `Observe`/`Set`).

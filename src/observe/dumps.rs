@@ -1,0 +1,362 @@
+//! Debug dump text formats (reference §9.4; upstream `pkg/util/flowcontrol/apf_controller_debug.go`).
+//!
+//! Each row is `strings.Join(columns, ",\t")` followed by `"\n"`, written through
+//! `tabwriter.NewWriter(w, 8, 0, 1, ' ', 0)` (minwidth 8, tabwidth 0, padding 1, pad char
+//! space, no flags). [`tabwrite`] reimplements Go's tabwriter column-block algorithm for that
+//! configuration, so the output is byte-identical to upstream for the same rows.
+//!
+//! The engine fills the plain row structs; this module only formats. `dump_priority_levels`
+//! sorts rows by level name (as upstream); queue and request rows are printed in the given order.
+
+/// Go tabwriter parameters used by upstream.
+pub const TAB_MINWIDTH: usize = 8;
+pub const TAB_PADDING: usize = 1;
+
+/// Align `text` like Go's `text/tabwriter` with (minwidth, tabwidth 0, padding, ' ', flags 0).
+///
+/// Cells are tab-terminated; the last cell of a line is not part of any column. A column block
+/// is a run of consecutive lines that all have a cell in that column; its width is
+/// `max(minwidth, max cell width (in chars) + padding)`.
+pub fn tabwrite(text: &str, minwidth: usize, padding: usize) -> String {
+    let lines: Vec<Vec<&str>> = text.split('\n').map(|l| l.split('\t').collect()).collect();
+    let tw = TabWriter { lines: &lines, minwidth, padding };
+    let mut out = String::with_capacity(text.len() * 2);
+    let mut widths = Vec::new();
+    tw.format(&mut out, &mut widths, 0, lines.len());
+    out
+}
+
+struct TabWriter<'a> {
+    lines: &'a [Vec<&'a str>],
+    minwidth: usize,
+    padding: usize,
+}
+
+impl TabWriter<'_> {
+    fn has_cell(&self, line: usize, column: usize) -> bool {
+        self.lines.get(line).map(|l| column + 1 < l.len()).unwrap_or(false)
+    }
+
+    fn format(&self, out: &mut String, widths: &mut Vec<usize>, line0: usize, line1: usize) {
+        let column = widths.len();
+        let mut line0 = line0;
+        let mut this = line0;
+        while this < line1 {
+            if !self.has_cell(this, column) {
+                this += 1;
+                continue;
+            }
+            self.write_lines(out, widths, line0, this);
+            line0 = this;
+            let mut width = self.minwidth;
+            while this < line1 && self.has_cell(this, column) {
+                let cw = self
+                    .lines
+                    .get(this)
+                    .and_then(|l| l.get(column))
+                    .map(|c| c.chars().count())
+                    .unwrap_or(0);
+                width = width.max(cw + self.padding);
+                this += 1;
+            }
+            widths.push(width);
+            self.format(out, widths, line0, this);
+            widths.pop();
+            line0 = this;
+        }
+        self.write_lines(out, widths, line0, line1);
+    }
+
+    fn write_lines(&self, out: &mut String, widths: &[usize], line0: usize, line1: usize) {
+        for i in line0..line1 {
+            let Some(line) = self.lines.get(i) else { continue };
+            for (j, cell) in line.iter().enumerate() {
+                out.push_str(cell);
+                if let Some(&w) = widths.get(j) {
+                    let cw = cell.chars().count();
+                    for _ in cw..w {
+                        out.push(' ');
+                    }
+                }
+            }
+            if i + 1 != self.lines.len() {
+                out.push('\n');
+            }
+        }
+    }
+}
+
+/// Upstream `row(columns...)`: join with `",\t"`.
+pub fn row(columns: &[&str]) -> String {
+    columns.join(",\t")
+}
+
+/// One row of `dump_priority_levels`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PriorityLevelRow {
+    pub name: String,
+    /// Queues with at least one waiting request.
+    pub active_queues: u64,
+    pub is_idle: bool,
+    pub is_quiescing: bool,
+    pub waiting: u64,
+    pub executing: u64,
+    pub dispatched: u64,
+    pub rejected: u64,
+    /// Always 0 upstream (§5.10).
+    pub timedout: u64,
+    pub cancelled: u64,
+}
+
+/// One row of `dump_queues`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct QueueRow {
+    pub level: String,
+    pub index: u64,
+    pub pending: u64,
+    pub executing: u64,
+    pub seats_in_use: u64,
+    /// R value as `%d.%08dss` (seat-seconds), preformatted by the engine.
+    pub next_dispatch_r: String,
+    pub initial_seats_sum: u64,
+    pub max_seats_sum: u64,
+    /// Preformatted like `next_dispatch_r`.
+    pub total_work_sum: String,
+}
+
+/// Optional request details (columns 11–18 with `includeRequestDetails`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RequestDetails {
+    pub user_name: String,
+    pub verb: String,
+    pub api_path: String,
+    pub namespace: String,
+    pub name: String,
+    pub api_group: String,
+    pub api_version: String,
+    pub resource: String,
+    pub subresource: String,
+}
+
+/// One row of `dump_requests`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RequestRow {
+    pub level: String,
+    pub flow_schema: String,
+    /// Queue index, −1 for queue-less executing requests.
+    pub queue_index: i64,
+    /// Position in queue (0 = head), −1 for executing requests.
+    pub index_in_queue: i64,
+    pub flow_distinguisher: String,
+    /// Arrival, Unix nanoseconds (wall clock).
+    pub arrive_time_ns_unix: i64,
+    pub initial_seats: u64,
+    pub final_seats: u64,
+    /// Go `Duration.String()` of the additional latency (e.g. `"0s"`, `"5ms"`).
+    pub additional_latency: String,
+    /// Start of execution, Unix nanoseconds; `None` (waiting) prints Go's zero time.
+    pub start_time_ns_unix: Option<i64>,
+    pub details: Option<RequestDetails>,
+}
+
+/// `dump_priority_levels` body. Rows are sorted by name (as upstream).
+pub fn dump_priority_levels(rows: &[PriorityLevelRow]) -> String {
+    let mut sorted: Vec<&PriorityLevelRow> = rows.iter().collect();
+    sorted.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut text = row(&[
+        "PriorityLevelName",
+        "ActiveQueues",
+        "IsIdle",
+        "IsQuiescing",
+        "WaitingRequests",
+        "ExecutingRequests",
+        "DispatchedRequests",
+        "RejectedRequests",
+        "TimedoutRequests",
+        "CancelledRequests",
+    ]);
+    text.push('\n');
+    for r in sorted {
+        text.push_str(&row(&[
+            &r.name,
+            &r.active_queues.to_string(),
+            &r.is_idle.to_string(),
+            &r.is_quiescing.to_string(),
+            &r.waiting.to_string(),
+            &r.executing.to_string(),
+            &r.dispatched.to_string(),
+            &r.rejected.to_string(),
+            &r.timedout.to_string(),
+            &r.cancelled.to_string(),
+        ]));
+        text.push('\n');
+    }
+    tabwrite(&text, TAB_MINWIDTH, TAB_PADDING)
+}
+
+/// `dump_queues` body.
+pub fn dump_queues(rows: &[QueueRow]) -> String {
+    let mut text = row(&[
+        "PriorityLevelName",
+        "Index",
+        "PendingRequests",
+        "ExecutingRequests",
+        "SeatsInUse",
+        "NextDispatchR",
+        "InitialSeatsSum",
+        "MaxSeatsSum",
+        "TotalWorkSum",
+    ]);
+    text.push('\n');
+    for r in rows {
+        text.push_str(&row(&[
+            &r.level,
+            &r.index.to_string(),
+            &r.pending.to_string(),
+            &r.executing.to_string(),
+            &r.seats_in_use.to_string(),
+            &r.next_dispatch_r,
+            &r.initial_seats_sum.to_string(),
+            &r.max_seats_sum.to_string(),
+            &r.total_work_sum,
+        ]));
+        text.push('\n');
+    }
+    tabwrite(&text, TAB_MINWIDTH, TAB_PADDING)
+}
+
+/// Go `schema.GroupVersion{Group, Version}.String()`.
+pub fn group_version(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    }
+}
+
+/// `dump_requests` body; `include_details` = `includeRequestDetails` query parameter non-empty.
+pub fn dump_requests(rows: &[RequestRow], include_details: bool) -> String {
+    let mut text = row(&[
+        "PriorityLevelName",
+        "FlowSchemaName",
+        "QueueIndex",
+        "RequestIndexInQueue",
+        "FlowDistingsher",
+        "ArriveTime",
+        "InitialSeats",
+        "FinalSeats",
+        "AdditionalLatency",
+        "StartTime",
+    ]);
+    if include_details {
+        text.push_str(",\t");
+        text.push_str(&row(&["UserName", "Verb", "APIPath", "Namespace", "Name", "APIVersion", "Resource", "SubResource"]));
+    }
+    text.push('\n');
+    let empty = RequestDetails::default();
+    for r in rows {
+        text.push_str(&row(&[
+            &r.level,
+            &r.flow_schema,
+            &r.queue_index.to_string(),
+            &r.index_in_queue.to_string(),
+            &r.flow_distinguisher,
+            &format_rfc3339_nano(r.arrive_time_ns_unix),
+            &r.initial_seats.to_string(),
+            &r.final_seats.to_string(),
+            &r.additional_latency,
+            &format_rfc3339_nano_opt(r.start_time_ns_unix),
+        ]));
+        if include_details {
+            let d = r.details.as_ref().unwrap_or(&empty);
+            text.push_str(",\t");
+            text.push_str(&row(&[
+                &d.user_name,
+                &d.verb,
+                &d.api_path,
+                &d.namespace,
+                &d.name,
+                &group_version(&d.api_group, &d.api_version),
+                &d.resource,
+                &d.subresource,
+            ]));
+        }
+        text.push('\n');
+    }
+    tabwrite(&text, TAB_MINWIDTH, TAB_PADDING)
+}
+
+/// Go's zero `time.Time` formatted with RFC3339Nano.
+pub const GO_ZERO_TIME_RFC3339: &str = "0001-01-01T00:00:00Z";
+
+/// Civil date from days since 1970-01-01 (proleptic Gregorian; H. Hinnant's algorithm).
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// `time.Unix(0, ns).UTC().Format(time.RFC3339Nano)`: fraction with trailing zeros removed
+/// (no dot when zero), `Z` suffix.
+pub fn format_rfc3339_nano(unix_nanos: i64) -> String {
+    let secs = unix_nanos.div_euclid(1_000_000_000);
+    let nanos = unix_nanos.rem_euclid(1_000_000_000);
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    let (y, mo, d) = civil_from_days(days);
+    let year = if y < 0 { format!("-{:04}", -y) } else { format!("{y:04}") };
+    let mut s = format!("{year}-{mo:02}-{d:02}T{:02}:{:02}:{:02}", sod / 3600, (sod / 60) % 60, sod % 60);
+    if nanos != 0 {
+        let frac = format!("{nanos:09}");
+        s.push('.');
+        s.push_str(frac.trim_end_matches('0'));
+    }
+    s.push('Z');
+    s
+}
+
+/// As [`format_rfc3339_nano`], `None` → Go's zero time `0001-01-01T00:00:00Z`.
+pub fn format_rfc3339_nano_opt(unix_nanos: Option<i64>) -> String {
+    match unix_nanos {
+        Some(n) => format_rfc3339_nano(n),
+        None => GO_ZERO_TIME_RFC3339.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339() {
+        assert_eq!(format_rfc3339_nano(0), "1970-01-01T00:00:00Z");
+        assert_eq!(format_rfc3339_nano(1_500_000_000), "1970-01-01T00:00:01.5Z");
+        assert_eq!(format_rfc3339_nano(1_700_000_000_123_456_789), "2023-11-14T22:13:20.123456789Z");
+        assert_eq!(format_rfc3339_nano(951_782_400_000_000_010), "2000-02-29T00:00:00.00000001Z");
+        assert_eq!(format_rfc3339_nano(-1), "1969-12-31T23:59:59.999999999Z");
+        assert_eq!(format_rfc3339_nano_opt(None), "0001-01-01T00:00:00Z");
+        let _ = format_rfc3339_nano(i64::MIN);
+        let _ = format_rfc3339_nano(i64::MAX);
+        assert_eq!(civil_from_days(-719_162), (1, 1, 1));
+    }
+
+    #[test]
+    fn tabwriter_basics() {
+        // Column width = max(8, widest + 1); last cell unaligned.
+        assert_eq!(tabwrite("a,\tb\nccc,\td\n", 8, 1), "a,      b\nccc,    d\n");
+        assert_eq!(tabwrite("abcdefghij,\tx\ny,\tz\n", 8, 1), "abcdefghij, x\ny,          z\n");
+        // A line with fewer cells ends the column block.
+        assert_eq!(tabwrite("a\tb\nlong-line\nabcdefghijk\tc\n", 8, 1), "a       b\nlong-line\nabcdefghijk c\n");
+        // Nested blocks: column 1 block only spans lines that have a 3rd cell.
+        assert_eq!(tabwrite("a\tbb\tc\nd\te\n", 8, 1), "a       bb      c\nd       e\n");
+        assert_eq!(tabwrite("", 8, 1), "");
+        assert_eq!(tabwrite("é\tx\n", 8, 1), "é       x\n");
+    }
+}
