@@ -2,8 +2,13 @@
 # Build the apf-wasm proxy-wasm module (wasm32-wasip1, release).
 # Everything goes to stderr except the LAST line of stdout: the absolute path of the module.
 # Honours CARGO_TARGET_DIR. Usage: ./wasm-build.sh [extra cargo args]
+# ./wasm-build.sh --playground [cargo args]: build the browser playground instead (playground/build.sh).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
+if [[ "${1:-}" == "--playground" ]]; then
+  shift
+  exec ./playground/build.sh "$@"
+fi
 root="$(pwd)"
 target=wasm32-wasip1
 

@@ -7,6 +7,7 @@
 //! - [`classify`]`(config, request)` → the `apf classify` decision
 //! - [`simulate`]`(scenario)` → the `apf simulate` result plus seats-per-client time series
 //! - [`default_config`]`()` → the plugin configuration with Kubernetes' built-in objects
+//! - [`default_scenario`]`()` → an example scenario with three clients
 //!
 //! `config` may be a whole plugin configuration (`{"serverConcurrencyLimit": …, "policy": […]}`)
 //! or just the policy objects as `kubectl get flowschemas,prioritylevelconfigurations -o json`
@@ -24,7 +25,7 @@ use apf_wasm::policy::objects::{FlowSchemaObject, PriorityLevelObject, SubjectOb
 
 mod run;
 
-pub use run::{classify_value, simulate_value};
+pub use run::{classify_value, default_scenario_value, simulate_value};
 
 /// API version the playground writes objects in.
 const API_VERSION: &str = "flowcontrol.apiserver.k8s.io/v1";
@@ -321,6 +322,12 @@ pub fn simulate(scenario: &str) -> String {
 #[wasm_bindgen]
 pub fn default_config() -> String {
     to_string(&default_config_value())
+}
+
+/// The example scenario the scenario editor is pre-filled with (pretty JSON).
+#[wasm_bindgen]
+pub fn default_scenario() -> String {
+    to_string(&default_scenario_value())
 }
 
 #[cfg(test)]

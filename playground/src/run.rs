@@ -11,3 +11,8 @@ pub fn classify_value(_config: &str, _request: &str) -> Value {
 pub fn simulate_value(_scenario: &str) -> Value {
     json!({ "ok": false, "errors": ["simulation is not available in this build yet"] })
 }
+
+/// An example scenario.
+pub fn default_scenario_value() -> Value {
+    json!({})
+}
