@@ -101,7 +101,8 @@ test('runs a two-client scenario and draws one line per client with limit and fa
   assert.equal(lines.length, 2, JSON.stringify(lines));
   for (const l of lines) assert.ok(l.d.length > 20 && /H/.test(l.d) && /V/.test(l.d), `line for ${l.name} has steps: ${l.d}`);
   assert.equal(await page.locator('#sim-chart line.limit').count(), 1);
-  assert.equal(await page.locator('#sim-chart line.fair-share').count(), 2);
+  // One fair-share segment per client and half of the window.
+  assert.equal(await page.locator('#sim-chart line.fair-share').count(), 4);
 });
 
 test('the page used nothing but its own origin and raised no errors', async () => {

@@ -148,9 +148,12 @@ function runClassify() {
     card('Priority level', r.priorityLevel, 'out-level'),
     card('Distinguisher', r.distinguisher ?? '', 'out-distinguisher'),
     card('Flow hash', r.flowHash ?? '–', 'out-flowhash'),
-    card('Seats', seats.final !== undefined && seats.final !== seats.initial ? `${seats.initial} → ${seats.final}` : (seats.initial ?? '–'), 'out-seats'),
+    card('Seats', seats.initial ?? '–', 'out-seats'),
     card('Request', r.requestInfo ? `${r.requestInfo.verb} ${r.requestInfo.resource || ''}${r.requestInfo.subresource ? '/' + r.requestInfo.subresource : ''}` : '–', 'out-verb'),
   ));
+  if (seats.final) {
+    out.append(el('p', { class: 'hint' }, `After it finishes the request keeps ${seats.final} seat(s) for ${seats.additionalLatencyMs} ms (watch notifications).`));
+  }
   if (level) {
     out.append(el('p', { class: 'hint' },
       `${level.name}: ${level.type}${level.limitResponse ? ' / ' + level.limitResponse : ''}, nominal ${level.nominal} seats ` +
@@ -180,6 +183,12 @@ function niceStep(range, target) {
   return 10 * p;
 }
 
+// A client's fair share as a list of values for equal parts of the window.
+function shares(c) {
+  if (c.fairShare === undefined || c.fairShare === null) return [];
+  return Array.isArray(c.fairShare) ? c.fairShare : [c.fairShare];
+}
+
 function drawChart(series) {
   const W = 640, H = 320, L = 48, R = 130, T = 16, B = 36;
   const t = series.t ?? [];
@@ -187,7 +196,7 @@ function drawChart(series) {
   const tMax = Math.max(t.length ? t[t.length - 1] : 1, 1e-9);
   let yMax = series.limit ?? 0;
   for (const c of clients) for (const v of c.seats) yMax = Math.max(yMax, v);
-  for (const c of clients) if (c.fairShare) yMax = Math.max(yMax, c.fairShare);
+  for (const c of clients) for (const f of shares(c)) yMax = Math.max(yMax, f);
   yMax = Math.max(1, Math.ceil(yMax * 1.1));
   const x = (v) => L + (v / tMax) * (W - L - R);
   const y = (v) => T + (1 - v / yMax) * (H - T - B);
@@ -224,14 +233,18 @@ function drawChart(series) {
     });
     if (c.seats.length) d += `H${x(tMax).toFixed(1)}`;
     s.append(svg('path', { d, fill: 'none', stroke: color, 'stroke-width': 1.8, class: 'client-line', 'data-client': c.name }));
-    if (c.fairShare !== undefined && c.fairShare !== null) {
-      s.append(svg('line', { x1: L, x2: W - R, y1: y(c.fairShare), y2: y(c.fairShare), stroke: color, 'stroke-width': 1, 'stroke-dasharray': '2 3', class: 'fair-share' }));
-    }
+    // Fair share per half of the window (upstream fairAlloc of the demands).
+    const fs = shares(c);
+    fs.forEach((f, h) => {
+      const a = (tMax * h) / fs.length, b = (tMax * (h + 1)) / fs.length;
+      s.append(svg('line', { x1: x(a), x2: x(b), y1: y(f), y2: y(f), stroke: color, 'stroke-width': 1.3, 'stroke-dasharray': '2 3', class: 'fair-share' }));
+    });
     const ly = T + 14 + i * 30;
     s.append(svg('rect', { x: W - R + 8, y: ly - 8, width: 10, height: 10, fill: color }));
     s.append(svg('text', { x: W - R + 22, y: ly + 1, 'font-size': 11, fill: '#1d2330' }, c.name));
-    if (c.fairShare !== undefined && c.fairShare !== null) {
-      s.append(svg('text', { x: W - R + 22, y: ly + 14, 'font-size': 9, fill: '#5b6475' }, `fair share ${+c.fairShare.toFixed(2)}`));
+    if (fs.length) {
+      const txt = fs.every((f) => f === fs[0]) ? `${+fs[0].toFixed(2)}` : fs.map((f) => +f.toFixed(2)).join(' → ');
+      s.append(svg('text', { x: W - R + 22, y: ly + 14, 'font-size': 9, fill: '#5b6475' }, `fair share ${txt}`));
     }
   });
   return s;
@@ -249,13 +262,19 @@ function runSimulate() {
   }
   const series = r.series ?? {};
   out.replaceChildren(
-    el('p', { class: 'hint' }, `Level ${series.level ?? ''}: seats occupied by each client (solid), the level's limit (red dashes) and each client's fair share (dotted).`),
+    el('p', { class: 'hint' }, `Seats executing per client (solid, averaged over ${((series.t?.at(-1) ?? 0) / Math.max(1, (series.t?.length ?? 2) - 1)).toFixed(2)} s bins), the level's limit of ${series.limit} seats (red dashes) and each client's fair share per half (dotted).`),
     drawChart(series),
   );
   const clients = r.clients ?? [];
+  const named = series.clients ?? [];
   if (clients.length) {
-    const keys = Object.keys(clients[0]).filter((k) => typeof clients[0][k] !== 'object');
-    summary.append(el('h3', {}, 'Per-client results'), table(keys, clients.map((c) => keys.map((k) => (typeof c[k] === 'number' ? +c[k].toFixed(3) : c[k])))));
+    const f = (x) => (typeof x === 'number' ? +x.toFixed(3) : '–');
+    summary.append(el('h3', {}, 'Per-client results (apf simulate)'), table(
+      ['client', 'hash', 'avg seats', '1st half', '2nd half', 'fair share', 'executed', 'rejected'],
+      clients.map((c, i) => [named[i]?.name ?? `client ${i}`, named[i]?.hash ?? '', f(c.averageSeats),
+        f(c.averageSeatsHalves?.[0]), f(c.averageSeatsHalves?.[1]), shares(named[i] ?? {}).map(f).join(' → '),
+        c.executed, Object.values(c.rejected ?? {}).reduce((a, b) => a + b, 0)]),
+    ));
   }
 }
 

@@ -19,7 +19,7 @@ use crate::digest::identity::{identify, IdentityInput, UserInfo};
 use crate::digest::request_info::{parse_generic, parse_request_info};
 use crate::digest::work_estimate::estimate;
 use crate::fairqueuing::shuffle_sharding::Dealer;
-use crate::policy::config::{parse_plugin_config, RequestMode};
+use crate::policy::config::{parse_plugin_config, PluginConfig, RequestMode};
 
 const USAGE: &str = "usage: apf classify [--config FILE|-] --method M --path P [--user U] [--group G]... \
 [--header 'Name: value']... [--peer IP] [--mtls] [--cert-subject SUBJECT]\n";
@@ -127,28 +127,69 @@ pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
             return 1;
         }
     };
-    let method = a.method.unwrap_or_default();
-    let path = a.path.unwrap_or_default();
+    let req = ClassifyRequest {
+        method: a.method.unwrap_or_default(),
+        path: a.path.unwrap_or_default(),
+        user: a.user,
+        groups: a.groups,
+        headers: a.headers,
+        peer: a.peer,
+        mtls: a.mtls,
+        cert_subject: a.cert_subject,
+    };
+    let doc = classify_request(&cfg, &req);
+    match serde_json::to_string_pretty(&doc) {
+        Ok(s) => {
+            let _ = writeln!(out, "{s}");
+            0
+        }
+        Err(e) => {
+            let _ = writeln!(err, "apf classify: {e}");
+            1
+        }
+    }
+}
+
+/// One request to classify: what the CLI's flags give.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClassifyRequest {
+    pub method: String,
+    /// Path with optional query.
+    pub path: String,
+    /// An already-authenticated user (`--user`); `None` runs the configured identity sources.
+    pub user: Option<String>,
+    pub groups: Vec<String>,
+    /// Lowercase header names.
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub peer: Option<std::net::IpAddr>,
+    pub mtls: bool,
+    pub cert_subject: Option<String>,
+}
+
+/// The `apf classify` decision for one request under a valid configuration, as JSON (the
+/// document the CLI prints; also used by the browser playground).
+pub fn classify_request(cfg: &PluginConfig, req: &ClassifyRequest) -> serde_json::Value {
+    let (method, path) = (&req.method, &req.path);
     let info = match cfg.request_mode {
-        RequestMode::Kubernetes => parse_request_info(&method, path.as_bytes()),
+        RequestMode::Kubernetes => parse_request_info(method, path.as_bytes()),
         RequestMode::Generic => {
             let ns = cfg
                 .namespace_header
                 .as_deref()
-                .and_then(|h| a.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(h)))
+                .and_then(|h| req.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(h)))
                 .map(|(_, v)| v.as_slice());
-            parse_generic(&method, path.as_bytes(), ns)
+            parse_generic(method, path.as_bytes(), ns)
         }
     };
-    let user = match &a.user {
-        Some(u) => UserInfo::authenticated(u, &a.groups),
+    let user = match &req.user {
+        Some(u) => UserInfo::authenticated(u, &req.groups),
         None => identify(
             &cfg.identity,
             &IdentityInput {
-                headers: &a.headers,
-                peer: a.peer,
-                mtls: a.mtls,
-                cert_subject: a.cert_subject.as_deref(),
+                headers: &req.headers,
+                peer: req.peer,
+                mtls: req.mtls,
+                cert_subject: req.cert_subject.as_deref(),
                 jwt_claims: None,
             },
         ),
@@ -170,7 +211,7 @@ pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     };
     let max_seats = cfg.limits.get(cl.priority_level).and_then(|l| l.max_seats);
     let work = estimate(&cfg.work_estimator, &info, max_seats, 0);
-    let doc = json!({
+    json!({
         "flowSchema": fs_name,
         "priorityLevel": level.map(|l| l.name.as_str()).unwrap_or(""),
         "distinguisher": cl.distinguisher,
@@ -193,15 +234,5 @@ pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
             "additionalLatencyMs": work.additional_latency as f64 / 1e6,
         },
         "longRunning": info.is_long_running(),
-    });
-    match serde_json::to_string_pretty(&doc) {
-        Ok(s) => {
-            let _ = writeln!(out, "{s}");
-            0
-        }
-        Err(e) => {
-            let _ = writeln!(err, "apf classify: {e}");
-            1
-        }
-    }
+    })
 }

@@ -137,6 +137,30 @@ pub struct SimulationResult {
     pub epoch_advances: u64,
 }
 
+/// One change of a client's executing (initial) seats, for [`run_scenario_traced`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeatChange {
+    /// Virtual time (the scenario starts at `startTime`, default 0).
+    pub t: Nanos,
+    /// Client index (scenario order).
+    pub client: u32,
+    /// The client's executing seats from `t` on.
+    pub seats: i64,
+}
+
+/// The time series [`run_scenario_traced`] records besides the result.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SeatTrace {
+    /// Scenario start and end of the evaluation window (`start + evalDuration`).
+    pub start: Nanos,
+    pub eval_end: Nanos,
+    /// The priority level's concurrency limit (seats).
+    pub concurrency_limit: u32,
+    /// Every change of a client's executing seats, in time order (the run continues past
+    /// `eval_end` until every thread is done).
+    pub changes: Vec<SeatChange>,
+}
+
 impl SimulationResult {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|_| String::from("{}"))
@@ -185,6 +209,7 @@ struct Sim {
     wait_limit: Option<Nanos>,
     bounds: [Nanos; 3],
     processed: u64,
+    trace: Option<Vec<SeatChange>>,
 }
 
 fn checked_time(a: Nanos, b: Nanos) -> Result<Nanos, String> {
@@ -212,6 +237,9 @@ impl Sim {
         }
         ig.last = now;
         ig.seats += delta;
+        if let (Some(tr), true) = (self.trace.as_mut(), delta != 0) {
+            tr.push(SeatChange { t: now, client: u32::try_from(client).unwrap_or(u32::MAX), seats: ig.seats });
+        }
     }
 
     fn started(&mut self, now: Nanos, thread: u32, k: u32, id: RequestId) -> Result<(), String> {
@@ -329,6 +357,15 @@ fn ranged(v: i64, lo: i64, hi: i64, what: &str) -> Result<u32, String> {
 
 /// Runs one scenario (JSON, see module doc) to completion.
 pub fn run_scenario(json: &[u8]) -> Result<SimulationResult, String> {
+    run(json, false).map(|(r, _)| r)
+}
+
+/// Like [`run_scenario`], also recording every client's executing seats over time.
+pub fn run_scenario_traced(json: &[u8]) -> Result<(SimulationResult, SeatTrace), String> {
+    run(json, true)
+}
+
+fn run(json: &[u8], traced: bool) -> Result<(SimulationResult, SeatTrace), String> {
     let sc: ScenarioIn = serde_json::from_slice(json).map_err(|e| format!("bad scenario: {e}"))?;
     let pl = &sc.priority_level;
     let c = ranged(pl.concurrency_limit, 0, MAX_SEATS, "priorityLevel.concurrencyLimit")?;
@@ -415,6 +452,7 @@ pub fn run_scenario(json: &[u8]) -> Result<SimulationResult, String> {
         bounds,
         processed: 0,
         clients: Vec::new(),
+        trace: if traced { Some(Vec::new()) } else { None },
     };
     for (i, c) in clients.iter().enumerate() {
         for j in 0..c.threads {
@@ -449,7 +487,8 @@ pub fn run_scenario(json: &[u8]) -> Result<SimulationResult, String> {
         r.average_seats = (a + b) as f64 / eval as f64;
         r.average_seats_halves = [if dur[0] > 0.0 { a as f64 / dur[0] } else { 0.0 }, b as f64 / dur[1]];
     }
-    Ok(SimulationResult { clients: sim.results, epoch_advances: sim.qs.counters().epoch_advances })
+    let trace = SeatTrace { start, eval_end: end, concurrency_limit: c, changes: sim.trace.take().unwrap_or_default() };
+    Ok((SimulationResult { clients: sim.results, epoch_advances: sim.qs.counters().epoch_advances }, trace))
 }
 
 /// Upstream test helper `fairAlloc`: max-min fair allocation of `capacity` to `demands`.
@@ -530,6 +569,29 @@ mod tests {
         let huge = r#"{"priorityLevel":{"concurrencyLimit":1},"evalDuration":"2562047h","clients":[{"hash":1,"threads":1,"calls":3,"exec":"2562047h","think":"1s"}]}"#;
         assert!(run_scenario(huge.as_bytes()).is_err());
         assert!(run_scenario(b"garbage").is_err());
+    }
+
+    #[test]
+    fn trace_integrates_to_the_averages() {
+        let s = br#"{"priorityLevel":{"concurrencyLimit":3,"queues":9,"queueLengthLimit":6,"handSize":1},"evalDuration":"20s",
+            "clients":[{"hash":"1001001001","threads":4,"calls":20,"exec":"1s","think":"999999999ns"},
+                       {"hash":"2002002002","threads":2,"calls":20,"exec":"1s","think":"999999999ns"}]}"#;
+        let (r, tr) = run_scenario_traced(s).unwrap();
+        assert_eq!(r, run_scenario(s).unwrap());
+        assert_eq!((tr.start, tr.eval_end, tr.concurrency_limit), (0, 20_000_000_000, 3));
+        assert!(tr.changes.windows(2).all(|w| w[0].t <= w[1].t));
+        // Re-integrate each client's step function over [start, eval_end].
+        for (i, cr) in r.clients.iter().enumerate() {
+            let (mut area, mut seats, mut last) = (0i128, 0i64, 0i64);
+            for ch in tr.changes.iter().filter(|c| c.client as usize == i) {
+                let t = ch.t.min(tr.eval_end);
+                area += seats as i128 * (t - last) as i128;
+                last = t;
+                seats = ch.seats;
+            }
+            area += seats as i128 * (tr.eval_end - last) as i128;
+            assert!((area as f64 / 20e9 - cr.average_seats).abs() < 1e-9, "client {i}");
+        }
     }
 
     #[test]
