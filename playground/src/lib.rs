@@ -318,11 +318,29 @@ pub fn simulate(scenario: &str) -> String {
     to_string(&simulate_value(scenario))
 }
 
-/// The default plugin configuration with Kubernetes' built-in policy objects (pretty JSON).
+/// The default plugin configuration with Kubernetes' built-in policy objects (pretty JSON,
+/// settings first and `policy` last so the editor opens on the settings).
 #[wasm_bindgen]
 pub fn default_config() -> String {
-    to_string(&default_config_value())
+    let v = default_config_value();
+    let Value::Object(m) = &v else { return to_string(&v) };
+    let mut keys: Vec<&String> = m.keys().filter(|k| k.as_str() != "policy").collect();
+    keys.sort_by_key(|k| CONFIG_KEY_ORDER.iter().position(|o| o == k).unwrap_or(usize::MAX));
+    let mut out = String::from("{\n");
+    for k in keys.into_iter().chain(m.get_key_value("policy").map(|(k, _)| k)) {
+        let val = m.get(k).map(to_string).unwrap_or_default().replace('\n', "\n  ");
+        out.push_str(&format!("  {}: {val},\n", Value::String(k.clone())));
+    }
+    if out.ends_with(",\n") {
+        out.truncate(out.len() - 2);
+        out.push('\n');
+    }
+    out.push('}');
+    out
 }
+
+const CONFIG_KEY_ORDER: [&str; 5] =
+    ["serverConcurrencyLimit", "requestTimeout", "suggestedDefaults", "requestMode", "enforce"];
 
 /// The example scenario the scenario editor is pre-filled with (pretty JSON).
 #[wasm_bindgen]
@@ -337,6 +355,8 @@ mod tests {
     #[test]
     fn default_config_round_trips_to_the_default_policy() {
         let text = default_config();
+        assert!(text.starts_with("{\n  \"serverConcurrencyLimit\": 600,\n"), "{text}");
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), default_config_value());
         let cfg = parse_config(&text).unwrap();
         let d = PluginConfig::default();
         assert_eq!(cfg.policy, d.policy);

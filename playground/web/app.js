@@ -32,7 +32,8 @@ function table(headers, rows, rowClass) {
   const t = el('table');
   t.append(el('tr', {}, ...headers.map((h) => el('th', {}, h))));
   rows.forEach((r, i) => {
-    const tr = el('tr', rowClass ? { class: rowClass(i) } : {}, ...r.map((c) => el('td', {}, c ?? '–')));
+    const tr = el('tr', rowClass ? { class: rowClass(i) } : {},
+      ...r.map((c) => el('td', { class: typeof c === 'number' || c === null || c === undefined ? 'n' : 'l' }, c ?? '–')));
     t.append(tr);
   });
   return t;
@@ -115,7 +116,7 @@ function drawHand(nQueues, hand) {
   const box = 14, gap = 2, pad = 4;
   const rows = Math.ceil(nQueues / perRow);
   const w = pad * 2 + perRow * (box + gap), h = pad * 2 + rows * (box + gap) + 14;
-  const s = svg('svg', { viewBox: `0 0 ${w} ${h}`, width: w * 1.4, height: h * 1.4, id: 'hand', role: 'img',
+  const s = svg('svg', { viewBox: `0 0 ${w} ${h}`, style: `width: 100%; max-width: ${w * 1.4}px`, id: 'hand', role: 'img',
     'aria-label': `hand of ${hand.length} queues out of ${nQueues}` });
   const order = new Map(hand.map((q, i) => [q, i + 1]));
   for (let q = 0; q < nQueues; q++) {
@@ -190,7 +191,7 @@ function shares(c) {
 }
 
 function drawChart(series) {
-  const W = 640, H = 320, L = 48, R = 130, T = 16, B = 36;
+  const W = 900, H = 340, L = 48, R = 150, T = 16, B = 36;
   const t = series.t ?? [];
   const clients = series.clients ?? [];
   const tMax = Math.max(t.length ? t[t.length - 1] : 1, 1e-9);
@@ -220,7 +221,7 @@ function drawChart(series) {
   // The level's limit.
   if (series.limit) {
     s.append(svg('line', { x1: L, x2: W - R, y1: y(series.limit), y2: y(series.limit), stroke: '#b42318', 'stroke-width': 1.5, 'stroke-dasharray': '6 3', class: 'limit' }));
-    s.append(svg('text', { x: W - R + 4, y: y(series.limit) + 4, 'font-size': 10, fill: '#b42318' }, `limit ${series.limit}`));
+    s.append(svg('text', { x: L + 6, y: y(series.limit) - 5, 'font-size': 11, fill: '#b42318' }, `level limit: ${series.limit} seats`));
   }
   // One step line per client, plus its fair share.
   clients.forEach((c, i) => {
@@ -239,12 +240,12 @@ function drawChart(series) {
       const a = (tMax * h) / fs.length, b = (tMax * (h + 1)) / fs.length;
       s.append(svg('line', { x1: x(a), x2: x(b), y1: y(f), y2: y(f), stroke: color, 'stroke-width': 1.3, 'stroke-dasharray': '2 3', class: 'fair-share' }));
     });
-    const ly = T + 14 + i * 30;
+    const ly = T + 14 + i * 34;
     s.append(svg('rect', { x: W - R + 8, y: ly - 8, width: 10, height: 10, fill: color }));
-    s.append(svg('text', { x: W - R + 22, y: ly + 1, 'font-size': 11, fill: '#1d2330' }, c.name));
+    s.append(svg('text', { x: W - R + 22, y: ly + 1, 'font-size': 12, fill: '#1d2330' }, c.name));
     if (fs.length) {
       const txt = fs.every((f) => f === fs[0]) ? `${+fs[0].toFixed(2)}` : fs.map((f) => +f.toFixed(2)).join(' → ');
-      s.append(svg('text', { x: W - R + 22, y: ly + 14, 'font-size': 9, fill: '#5b6475' }, `fair share ${txt}`));
+      s.append(svg('text', { x: W - R + 22, y: ly + 15, 'font-size': 10, fill: '#5b6475' }, `fair share ${txt}`));
     }
   });
   return s;
