@@ -93,7 +93,7 @@ fn dead_worker_seats_are_reaped() {
     assert!(matches!(engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(w2, 9, 99, 0), &mut notices).unwrap(), Decision::Queued(_)));
     // worker 2 keeps heart-beating; worker 1 dies.
     engine::heartbeat(&store, 0xbbbb, 4 * NANOS_PER_SEC).unwrap();
-    let dead = engine::reap_dead_workers(&store, 6 * NANOS_PER_SEC, 5 * NANOS_PER_SEC, &[key.clone()], &mut notices).unwrap();
+    let dead = engine::reap_dead_workers(&store, 6 * NANOS_PER_SEC, 5 * NANOS_PER_SEC, std::slice::from_ref(&key), &mut notices).unwrap();
     assert_eq!(dead.iter().map(|d| d.slot).collect::<Vec<_>>(), vec![w1]);
     assert_eq!(notices.len(), 1, "the queued request of the live worker is dispatched");
     assert_eq!(notices[0].owner, w2);

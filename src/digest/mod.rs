@@ -3,5 +3,6 @@
 //! is long-running, and its work estimate (seats).
 
 pub mod identity;
+pub mod pbstruct;
 pub mod request_info;
 pub mod work_estimate;

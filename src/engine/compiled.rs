@@ -39,6 +39,47 @@ pub struct Compiled {
     pub levels: Vec<LevelRuntime>,
     /// Lowercase request header names the identity sources read.
     pub identity_headers: Vec<String>,
+    /// Lowercase header-name prefixes the identity sources read (`x-remote-extra-`, …).
+    pub identity_prefixes: Vec<String>,
+    /// Which connection facts the identity sources need from the host.
+    pub needs: IdentityNeeds,
+}
+
+/// Connection facts to fetch from the host for identity (each costs a host call).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IdentityNeeds {
+    pub peer: bool,
+    pub mtls: bool,
+    pub cert_subject: bool,
+    pub jwt: bool,
+    pub strip: bool,
+}
+
+impl IdentityNeeds {
+    pub fn of(cfg: &crate::digest::identity::IdentityConfig) -> IdentityNeeds {
+        use crate::digest::identity::IdentitySource as S;
+        let mut n = IdentityNeeds::default();
+        for s in &cfg.sources {
+            let (cidrs, mtls, strip) = match s {
+                S::FrontProxy { trusted_source_cidrs, require_mtls, strip_untrusted, .. }
+                | S::Impersonation { trusted_source_cidrs, require_mtls, strip_untrusted }
+                | S::ClientCertificate { trusted_source_cidrs, require_mtls, strip_untrusted }
+                | S::Jwt { trusted_source_cidrs, require_mtls, strip_untrusted, .. } => (trusted_source_cidrs, *require_mtls, *strip_untrusted),
+            };
+            n.peer |= !cidrs.is_empty();
+            n.mtls |= mtls;
+            n.strip |= strip;
+            match s {
+                S::ClientCertificate { .. } => {
+                    n.mtls = true;
+                    n.cert_subject = true;
+                }
+                S::Jwt { .. } => n.jwt = true,
+                _ => {}
+            }
+        }
+        n
+    }
 }
 
 /// Everything APF needs to know about one request.
@@ -87,7 +128,9 @@ impl Compiled {
             });
         }
         let identity_headers = config.identity.header_names();
-        Compiled { config, classifier, generation, levels, identity_headers }
+        let identity_prefixes = config.identity.header_prefixes();
+        let needs = IdentityNeeds::of(&config.identity);
+        Compiled { config, classifier, generation, levels, identity_headers, identity_prefixes, needs }
     }
 
     /// Runs the digest pipeline. `watch_count` gives the number of open watches a mutating

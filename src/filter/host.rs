@@ -12,7 +12,6 @@ use std::ptr::{null, null_mut};
 
 pub const OK: u32 = 0;
 pub const NOT_FOUND: u32 = 1;
-pub const BAD_ARGUMENT: u32 = 2;
 pub const EMPTY: u32 = 7;
 pub const CAS_MISMATCH: u32 = 8;
 
@@ -32,7 +31,6 @@ extern "C" {
     fn proxy_resolve_shared_queue(vm_id_data: *const u8, vm_id_size: usize, name_data: *const u8, name_size: usize, return_id: *mut u32) -> u32;
     fn proxy_enqueue_shared_queue(queue_id: u32, value_data: *const u8, value_size: usize) -> u32;
     fn proxy_dequeue_shared_queue(queue_id: u32, value_data: *mut *mut u8, value_size: *mut usize) -> u32;
-    fn proxy_get_header_map_value(map_type: u32, key_data: *const u8, key_size: usize, value_data: *mut *mut u8, value_size: *mut usize) -> u32;
     fn proxy_get_header_map_pairs(map_type: u32, value_data: *mut *mut u8, value_size: *mut usize) -> u32;
     fn proxy_add_header_map_value(map_type: u32, key_data: *const u8, key_size: usize, value_data: *const u8, value_size: usize) -> u32;
     fn proxy_remove_header_map_value(map_type: u32, key_data: *const u8, key_size: usize) -> u32;
@@ -186,17 +184,6 @@ impl Mailboxes for HostMailboxes {
             Ok(None) => Err(StoreError(format!("no mailbox {name}"))),
             Err(s) => Err(StoreError(format!("resolve {name}: status {s}"))),
         }
-    }
-}
-
-/// One header value (first occurrence, as the host returns it); `None` if absent or unavailable.
-pub fn header(map: u32, name: &str) -> Option<Vec<u8>> {
-    let mut data: *mut u8 = null_mut();
-    let mut size: usize = 0;
-    // SAFETY: pointers to locals / live slices.
-    match unsafe { proxy_get_header_map_value(map, name.as_ptr(), name.len(), &mut data, &mut size) } {
-        OK => Some(unsafe { take(data, size) }.unwrap_or_default()),
-        _ => None,
     }
 }
 

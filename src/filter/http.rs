@@ -1,6 +1,7 @@
 //! HTTP context: digest, classify, admit / queue / reject, and release at the end.
 
 use super::host::{self, HostStore, REQUEST_HEADERS, RESPONSE_HEADERS};
+use super::metrics::{self, M};
 use super::worker::{self, Local, Phase};
 use crate::digest::identity::IdentityInput;
 use crate::engine::{self, debug, Compiled, Decision};
@@ -28,7 +29,8 @@ impl Http {
         Http { ctx, compiled, response_headers: None, is_watch: false, explain: false, local_reply: false, arrived: 0 }
     }
 
-    fn admit(&mut self, c: &Compiled) -> Action {
+    fn admit(&mut self, rc: Rc<Compiled>) -> Action {
+        let c: &Compiled = &rc;
         let now = host::monotonic_nanos();
         self.arrived = now;
         let headers = host::header_pairs(REQUEST_HEADERS);
@@ -41,9 +43,25 @@ impl Http {
                 _ => {}
             }
         }
-        let identity_headers: Vec<(String, Vec<u8>)> = headers.iter().filter(|(k, _)| c.identity_headers.iter().any(|n| n == k)).cloned().collect();
+        let identity_headers: Vec<(String, Vec<u8>)> = headers
+            .iter()
+            .filter(|(k, _)| c.identity_headers.iter().any(|n| n == k) || c.identity_prefixes.iter().any(|p| k.starts_with(p.as_str())))
+            .cloned()
+            .collect();
         let ns_header = c.config.namespace_header.as_deref().and_then(|n| headers.iter().find(|(k, _)| k == n)).map(|(_, v)| v.as_slice());
-        let input = IdentityInput { headers: &identity_headers, peer: None, mtls: false, cert_subject: None, jwt_claims: None };
+        let facts = ConnectionFacts::fetch(c.needs);
+        let input = IdentityInput {
+            headers: &identity_headers,
+            peer: facts.peer,
+            mtls: facts.mtls,
+            cert_subject: facts.cert_subject.as_deref(),
+            jwt_claims: facts.jwt_claims.as_ref(),
+        };
+        if c.needs.strip {
+            for h in c.config.identity.headers_to_strip(&input) {
+                host::remove_header(REQUEST_HEADERS, &h);
+            }
+        }
         let d = c.digest(method, path, &input, ns_header, |_| 0);
         if let Some(kind) = debug::dump_kind(path) {
             if d.user.groups.iter().any(|g| c.config.debug_groups.contains(g)) {
@@ -90,20 +108,53 @@ impl Http {
         if self.explain {
             reject_headers.push(("x-apf-reject-reason".into(), String::new()));
         }
-        let local = |id, phase| Local { level_key: key.clone(), id, phase, arrived: now, wait_deadline: tag.wait_deadline, reject_headers: Rc::new(reject_headers.clone()), waited: 0, enforce: level.enforce };
+        let (pl, fs_i) = (d.class.priority_level, d.class.flow_schema);
+        let seats = d.work.max_seats();
+        metrics::observe(c, M::WorkEstimatedSeats, pl, fs_i, metrics::EXTRA_NONE, f64::from(seats));
+        let local = |id, phase| Local {
+            level_key: key.clone(),
+            id,
+            phase,
+            arrived: now,
+            wait_deadline: tag.wait_deadline,
+            reject_headers: Rc::new(reject_headers.clone()),
+            waited: 0,
+            enforce: level.enforce,
+            compiled: rc.clone(),
+            pl,
+            fs: fs_i,
+            seats,
+            started: now,
+            is_watch: d.is_watch,
+        };
         let action = match decision {
             Ok(Decision::Execute(id)) => {
-                worker::with(|w| w.requests.insert(self.ctx, local(id, Phase::Executing)));
+                let l = local(id, Phase::Executing);
+                l.note_dispatched(0, false);
+                worker::with(|w| w.requests.insert(self.ctx, l));
                 Action::Continue
             }
             Ok(Decision::Queued(id)) => {
+                metrics::add(c, M::InqueueRequests, pl, fs_i, metrics::EXTRA_NONE, 1);
+                metrics::add(c, M::InqueueSeats, pl, fs_i, metrics::EXTRA_NONE, i64::from(seats));
                 worker::with(|w| w.requests.insert(self.ctx, local(id, Phase::Waiting)));
-                Action::Pause
+                // Dry run: account it as queued but let it through.
+                if level.enforce {
+                    Action::Pause
+                } else {
+                    Action::Continue
+                }
             }
             Ok(Decision::Rejected { reason, retry_after }) => {
-                self.local_reply = true;
-                worker::send_429(retry_after, &reject_headers, reason.as_str());
-                Action::Pause
+                metrics::add(c, M::Rejected, pl, fs_i, metrics::reason_extra(reason), 1);
+                metrics::observe(c, M::WaitDuration, pl, fs_i, metrics::EXECUTE_FALSE, 0.0);
+                if level.enforce {
+                    self.local_reply = true;
+                    worker::send_429(retry_after, &reject_headers, reason.as_str());
+                    Action::Pause
+                } else {
+                    Action::Continue
+                }
             }
             Err(e) => {
                 log::warn!("apf: admission failed, letting the request through: {e}");
@@ -120,7 +171,7 @@ impl Context for Http {}
 impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _n: usize, _end: bool) -> Action {
         match self.compiled.clone() {
-            Some(c) => self.admit(&c),
+            Some(c) => self.admit(c),
             None => Action::Continue,
         }
     }
@@ -156,4 +207,43 @@ impl Drop for Http {
         worker::stream_ended(self.ctx, host::monotonic_nanos());
         worker::with(|w| w.rejected.remove(&self.ctx));
     }
+}
+
+/// Facts about the downstream connection that identity sources may need.
+#[derive(Default)]
+struct ConnectionFacts {
+    peer: Option<std::net::IpAddr>,
+    mtls: bool,
+    cert_subject: Option<String>,
+    jwt_claims: Option<serde_json::Value>,
+}
+
+impl ConnectionFacts {
+    fn fetch(needs: crate::engine::compiled::IdentityNeeds) -> ConnectionFacts {
+        let mut f = ConnectionFacts::default();
+        if needs.peer {
+            f.peer = host::property(&["source", "address"]).and_then(|b| parse_peer(&b));
+        }
+        if needs.mtls {
+            f.mtls = host::property(&["connection", "mtls"]).map(|b| b.first().copied().unwrap_or(0) != 0).unwrap_or(false);
+        }
+        if needs.cert_subject && f.mtls {
+            f.cert_subject = host::property(&["connection", "subject_peer_certificate"]).and_then(|b| String::from_utf8(b).ok());
+        }
+        if needs.jwt {
+            f.jwt_claims = host::property(&["metadata", "filter_metadata", "envoy.filters.http.jwt_authn"])
+                .and_then(|b| crate::digest::pbstruct::decode_struct(&b))
+                .map(crate::digest::pbstruct::claims_of);
+        }
+        f
+    }
+}
+
+/// `source.address` is `ip:port` (`[v6]:port` for IPv6).
+fn parse_peer(b: &[u8]) -> Option<std::net::IpAddr> {
+    let s = std::str::from_utf8(b).ok()?;
+    if let Ok(sa) = s.parse::<std::net::SocketAddr>() {
+        return Some(sa.ip());
+    }
+    s.parse().ok()
 }

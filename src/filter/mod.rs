@@ -12,6 +12,7 @@
 
 mod host;
 mod http;
+mod metrics;
 mod root;
 mod worker;
 

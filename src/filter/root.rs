@@ -2,6 +2,7 @@
 
 use super::host::{self, HostStore};
 use super::http::Http;
+use super::metrics::{self, M};
 use super::worker::{self, Phase, REAP_EVERY};
 use crate::engine::{self, Compiled, Notice, NoticeKind};
 use crate::policy::config::parse_plugin_config;
@@ -11,6 +12,7 @@ use proxy_wasm::types::ContextType;
 use std::rc::Rc;
 
 pub const TICK_MS: u32 = 50;
+const METRICS_EVERY: Nanos = 1_000_000_000;
 const GENERATION_KEY: &str = "apf/v1/generation";
 
 pub struct Root {
@@ -97,6 +99,31 @@ impl RootContext for Root {
         }
         worker::route(std::mem::take(&mut notices), now);
         enforce_local_deadlines(now);
+        match engine::adjust_borrowing(&c, &HostStore, now, &mut notices) {
+            Ok(true) => log::debug!("apf: borrowing adjusted"),
+            Ok(false) => {}
+            Err(e) => log::warn!("apf: borrowing adjustment failed: {e}"),
+        }
+        worker::route(std::mem::take(&mut notices), now);
+        let flush = worker::with(|w| {
+            if now.saturating_sub(w.last_flush) >= METRICS_EVERY {
+                w.last_flush = now;
+                true
+            } else {
+                false
+            }
+        });
+        if flush {
+            metrics::flush();
+            for (i, l) in c.levels.iter().enumerate() {
+                metrics::set(&c, M::NominalLimit, i, u64::from(l.nominal));
+                metrics::set(&c, M::LowerLimit, i, u64::from(l.min_limit));
+                metrics::set(&c, M::UpperLimit, i, u64::from(l.max_limit));
+                if let Ok(Some(st)) = engine::read_level(&HostStore, &l.key) {
+                    metrics::set(&c, M::CurrentLimit, i, u64::from(st.qs.config().concurrency_limit));
+                }
+            }
+        }
         let reap = worker::with(|w| {
             if now.saturating_sub(w.last_reap) >= REAP_EVERY {
                 w.last_reap = now;

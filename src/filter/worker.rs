@@ -1,6 +1,7 @@
 //! Per-VM (per Envoy worker) state: lease, mailbox, and the table of this worker's requests.
 
 use super::host::{self, HostMailboxes, HostStore};
+use super::metrics::{self, EXTRA_NONE, M};
 use crate::engine::store::Mailboxes;
 use crate::engine::{self, Notice, NoticeKind};
 use crate::fairqueuing::RequestId;
@@ -21,7 +22,7 @@ pub enum Phase {
 }
 
 /// One of this worker's requests that is queued or holds seats.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Local {
     pub level_key: Rc<str>,
     pub id: RequestId,
@@ -32,6 +33,46 @@ pub struct Local {
     pub reject_headers: Rc<Vec<(String, String)>>,
     pub waited: Nanos,
     pub enforce: bool,
+    /// The configuration the request was admitted under (metric labels).
+    pub compiled: Rc<crate::engine::Compiled>,
+    pub pl: usize,
+    pub fs: usize,
+    pub seats: u32,
+    pub started: Nanos,
+    pub is_watch: bool,
+}
+
+impl Local {
+    fn metric(&self, m: M, extra: u8, delta: i64) {
+        metrics::add(&self.compiled, m, self.pl, self.fs, extra, delta);
+    }
+    fn left_queue(&self) {
+        self.metric(M::InqueueRequests, EXTRA_NONE, -1);
+        self.metric(M::InqueueSeats, EXTRA_NONE, -i64::from(self.seats));
+    }
+    /// Bookkeeping when a waiting request starts executing.
+    pub fn note_dispatched(&self, waited: Nanos, from_queue: bool) {
+        if from_queue {
+            self.left_queue();
+        }
+        self.metric(M::Dispatched, EXTRA_NONE, 1);
+        self.metric(M::ExecutingRequests, EXTRA_NONE, 1);
+        self.metric(M::ExecutingSeats, EXTRA_NONE, i64::from(self.seats));
+        metrics::observe(&self.compiled, M::WaitDuration, self.pl, self.fs, metrics::EXECUTE_TRUE, waited as f64 / 1e9);
+    }
+    /// Bookkeeping when a waiting request is rejected (time-out or client gone).
+    pub fn note_rejected_waiting(&self, now: Nanos) {
+        self.left_queue();
+        self.metric(M::Rejected, metrics::reason_extra(crate::fairqueuing::RejectReason::TimeOut), 1);
+        metrics::observe(&self.compiled, M::WaitDuration, self.pl, self.fs, metrics::EXECUTE_FALSE, now.saturating_sub(self.arrived) as f64 / 1e9);
+    }
+    /// Bookkeeping when an executing request finishes.
+    pub fn note_finished(&self, now: Nanos) {
+        self.metric(M::ExecutingRequests, EXTRA_NONE, -1);
+        self.metric(M::ExecutingSeats, EXTRA_NONE, -i64::from(self.seats));
+        let t = if self.is_watch { metrics::TYPE_WATCH } else { metrics::TYPE_REGULAR };
+        metrics::observe(&self.compiled, M::ExecutionDuration, self.pl, self.fs, t, now.saturating_sub(self.started) as f64 / 1e9);
+    }
 }
 
 #[derive(Default)]
@@ -45,6 +86,7 @@ pub struct Worker {
     pub last_heartbeat: Nanos,
     pub last_reap: Nanos,
     pub last_tick: Nanos,
+    pub last_flush: Nanos,
     pub slot_instances: HashMap<u32, u64>,
     /// Outcome of requests resolved from the root (by context), read by their HTTP context.
     pub rejected: HashMap<u32, (i64, &'static str)>,
@@ -156,26 +198,29 @@ pub fn handle(n: Notice, now: Nanos) {
     });
     match (n.kind, local) {
         (NoticeKind::Run { waited }, Some(l)) if l.phase == Phase::Waiting => {
+            l.note_dispatched(waited, true);
             with(|w| {
                 if let Some(r) = w.requests.get_mut(&n.context) {
                     r.phase = Phase::Executing;
                     r.waited = waited;
+                    r.started = now;
                 }
             });
-            if !(host::set_effective_context(n.context) && host::resume_request()) {
+            // Dry run: the request never stopped; it only takes its seats now.
+            if l.enforce && !(host::set_effective_context(n.context) && host::resume_request()) {
                 // Stream gone between dispatch and wake-up: give the seats back.
-                with(|w| w.requests.remove(&n.context));
-                release(&n.level_key, n.id, now);
+                stream_ended(n.context, now);
             }
         }
         (NoticeKind::Run { .. }, Some(_)) => {}
         (NoticeKind::Run { .. }, None) => release(&n.level_key, n.id, now),
         (NoticeKind::Reject { reason, retry_after }, Some(l)) => {
+            l.note_rejected_waiting(now);
             with(|w| {
                 w.requests.remove(&n.context);
                 w.rejected.insert(n.context, (retry_after, reason.as_str()));
             });
-            if host::set_effective_context(n.context) {
+            if l.enforce && host::set_effective_context(n.context) {
                 send_429(retry_after, &l.reject_headers, reason.as_str());
             }
         }
@@ -239,6 +284,10 @@ pub fn stream_ended(context: u32, now: Nanos) {
         w.requests.remove(&context)
     });
     if let Some(l) = local {
+        match l.phase {
+            Phase::Executing => l.note_finished(now),
+            Phase::Waiting => l.note_rejected_waiting(now),
+        }
         release(&l.level_key, l.id, now);
     }
 }

@@ -1,0 +1,190 @@
+//! Decoding of `google.protobuf.Struct` wire bytes into JSON, for JWT claims that Envoy's
+//! `jwt_authn` filter stores in dynamic metadata (`payload_in_metadata`) and that the filter
+//! reads as the property `metadata.filter_metadata["envoy.filters.http.jwt_authn"]`.
+//! Panic-free and bounded (nesting depth, input length).
+
+use serde_json::{Map, Number, Value};
+
+const MAX_DEPTH: u32 = 32;
+
+struct Pb<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Pb<'a> {
+    fn varint(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = *self.b.get(self.pos)?;
+            self.pos += 1;
+            v |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = usize::try_from(self.varint()?).ok()?;
+        let end = self.pos.checked_add(n)?;
+        let s = self.b.get(self.pos..end)?;
+        self.pos = end;
+        Some(s)
+    }
+    fn fixed64(&mut self) -> Option<u64> {
+        let s = self.b.get(self.pos..self.pos.checked_add(8)?)?;
+        self.pos += 8;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(s);
+        Some(u64::from_le_bytes(a))
+    }
+    /// Skips a field of the given wire type.
+    fn skip(&mut self, wire: u64) -> Option<()> {
+        match wire {
+            0 => self.varint().map(|_| ()),
+            1 => self.fixed64().map(|_| ()),
+            2 => self.bytes().map(|_| ()),
+            5 => {
+                self.pos = self.pos.checked_add(4)?;
+                (self.pos <= self.b.len()).then_some(())
+            }
+            _ => None,
+        }
+    }
+    fn done(&self) -> bool {
+        self.pos >= self.b.len()
+    }
+}
+
+/// Decodes a `Struct` message; `None` on malformed input.
+pub fn decode_struct(b: &[u8]) -> Option<Value> {
+    struct_at(b, 0)
+}
+
+fn struct_at(b: &[u8], depth: u32) -> Option<Value> {
+    if depth > MAX_DEPTH {
+        return None;
+    }
+    let mut p = Pb { b, pos: 0 };
+    let mut map = Map::new();
+    while !p.done() {
+        let key = p.varint()?;
+        if key >> 3 == 1 && key & 7 == 2 {
+            let entry = p.bytes()?;
+            let mut e = Pb { b: entry, pos: 0 };
+            let mut name = String::new();
+            let mut value = Value::Null;
+            while !e.done() {
+                let k = e.varint()?;
+                match (k >> 3, k & 7) {
+                    (1, 2) => name = String::from_utf8_lossy(e.bytes()?).into_owned(),
+                    (2, 2) => value = value_at(e.bytes()?, depth + 1)?,
+                    (_, w) => e.skip(w)?,
+                }
+            }
+            map.insert(name, value);
+        } else {
+            p.skip(key & 7)?;
+        }
+    }
+    Some(Value::Object(map))
+}
+
+fn value_at(b: &[u8], depth: u32) -> Option<Value> {
+    if depth > MAX_DEPTH {
+        return None;
+    }
+    let mut p = Pb { b, pos: 0 };
+    let mut v = Value::Null;
+    while !p.done() {
+        let k = p.varint()?;
+        v = match (k >> 3, k & 7) {
+            (1, 0) => {
+                p.varint()?;
+                Value::Null
+            }
+            (2, 1) => Number::from_f64(f64::from_bits(p.fixed64()?)).map(Value::Number).unwrap_or(Value::Null),
+            (3, 2) => Value::String(String::from_utf8_lossy(p.bytes()?).into_owned()),
+            (4, 0) => Value::Bool(p.varint()? != 0),
+            (5, 2) => struct_at(p.bytes()?, depth + 1)?,
+            (6, 2) => {
+                let lb = p.bytes()?;
+                let mut l = Pb { b: lb, pos: 0 };
+                let mut items = Vec::new();
+                while !l.done() {
+                    let lk = l.varint()?;
+                    if lk >> 3 == 1 && lk & 7 == 2 {
+                        items.push(value_at(l.bytes()?, depth + 1)?);
+                    } else {
+                        l.skip(lk & 7)?;
+                    }
+                }
+                Value::Array(items)
+            }
+            (_, w) => {
+                p.skip(w)?;
+                continue;
+            }
+        };
+    }
+    Some(v)
+}
+
+/// The claims inside `jwt_authn`'s metadata: the filter stores the payload under the name set
+/// by `payload_in_metadata`; when the struct is a single such object, return that object.
+pub fn claims_of(v: Value) -> Value {
+    if let Value::Object(m) = &v {
+        if m.len() == 1 {
+            if let Some(inner @ Value::Object(_)) = m.values().next() {
+                return inner.clone();
+            }
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(num: u64, wire: u64, payload: &[u8]) -> Vec<u8> {
+        let mut out = vec![((num << 3) | wire) as u8];
+        if wire == 2 {
+            out.push(payload.len() as u8);
+        }
+        out.extend_from_slice(payload);
+        out
+    }
+    fn string_value(s: &str) -> Vec<u8> {
+        field(3, 2, s.as_bytes())
+    }
+    fn entry(name: &str, value: &[u8]) -> Vec<u8> {
+        let mut e = field(1, 2, name.as_bytes());
+        e.extend(field(2, 2, value));
+        field(1, 2, &e)
+    }
+
+    #[test]
+    fn decodes_nested_claims() {
+        let groups = {
+            let mut l = field(1, 2, &string_value("dev"));
+            l.extend(field(1, 2, &string_value("ops")));
+            field(6, 2, &l)
+        };
+        let mut payload = entry("sub", &string_value("alice"));
+        payload.extend(entry("groups", &groups));
+        let outer = entry("jwt_payload", &field(5, 2, &payload));
+        let v = claims_of(decode_struct(&outer).unwrap());
+        assert_eq!(v, serde_json::json!({"sub": "alice", "groups": ["dev", "ops"]}));
+    }
+
+    #[test]
+    fn garbage_is_none_not_panic() {
+        for seed in 0u32..3000 {
+            let b: Vec<u8> = (0..(seed % 40)).map(|i| (seed.wrapping_mul(2654435761).rotate_left(i)) as u8).collect();
+            let _ = decode_struct(&b);
+        }
+        assert!(decode_struct(&[0x0a, 0x7f]).is_none());
+    }
+}

@@ -1,0 +1,173 @@
+//! Prometheus metrics through proxy-wasm stats, under upstream's names and labels
+//! (`crate::observe::metrics` defines the naming scheme and Envoy's tag extraction).
+//!
+//! Counters and gauges are accumulated per VM and flushed as ± deltas on the timer, so the
+//! request path makes no host call for them and gauges stay right with several workers (each
+//! worker only ever adds its own deltas; nobody overwrites). Histogram samples are recorded as
+//! they happen. Label cardinality is bounded by the number of priority levels and FlowSchemas.
+
+use super::host;
+use crate::engine::Compiled;
+use crate::observe::metrics::{self as names, MetricKind};
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// The metrics the filter records (names from upstream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum M {
+    Rejected,
+    Dispatched,
+    InqueueRequests,
+    InqueueSeats,
+    ExecutingRequests,
+    ExecutingSeats,
+    WaitDuration,
+    ExecutionDuration,
+    WorkEstimatedSeats,
+    NominalLimit,
+    LowerLimit,
+    UpperLimit,
+    CurrentLimit,
+}
+
+impl M {
+    fn upstream_name(self) -> &'static str {
+        match self {
+            M::Rejected => "rejected_requests_total",
+            M::Dispatched => "dispatched_requests_total",
+            M::InqueueRequests => "current_inqueue_requests",
+            M::InqueueSeats => "current_inqueue_seats",
+            M::ExecutingRequests => "current_executing_requests",
+            M::ExecutingSeats => "current_executing_seats",
+            M::WaitDuration => "request_wait_duration_seconds",
+            M::ExecutionDuration => "request_execution_seconds",
+            M::WorkEstimatedSeats => "work_estimated_seats",
+            M::NominalLimit => "nominal_limit_seats",
+            M::LowerLimit => "lower_limit_seats",
+            M::UpperLimit => "upper_limit_seats",
+            M::CurrentLimit => "current_limit_seats",
+        }
+    }
+}
+
+/// Third label of a series, where the metric has one.
+pub const EXTRA_NONE: u8 = 0;
+pub fn reason_extra(r: crate::fairqueuing::RejectReason) -> u8 {
+    1 + r.code()
+}
+pub const EXECUTE_TRUE: u8 = 10;
+pub const EXECUTE_FALSE: u8 = 11;
+pub const TYPE_REGULAR: u8 = 20;
+pub const TYPE_WATCH: u8 = 21;
+
+fn extra_value(extra: u8) -> &'static str {
+    match extra {
+        1 => "queue-full",
+        2 => "concurrency-limit",
+        3 => "time-out",
+        EXECUTE_TRUE => "true",
+        EXECUTE_FALSE => "false",
+        TYPE_REGULAR => "regular",
+        TYPE_WATCH => "watch",
+        _ => "",
+    }
+}
+
+type Key = (u64, M, u16, u16, u8);
+
+struct Series {
+    name: String,
+    kind: MetricKind,
+    id: Option<u32>,
+    pending: i64,
+}
+
+#[derive(Default)]
+struct Registry {
+    series: HashMap<Key, Series>,
+}
+
+thread_local! {
+    static REG: RefCell<Registry> = RefCell::new(Registry::default());
+}
+
+fn series_name(c: &Compiled, m: M, pl: usize, fs: usize, extra: u8) -> Option<(String, MetricKind)> {
+    let spec = names::spec(m.upstream_name())?;
+    let pl_name = c.levels.get(pl).map(|l| l.name.as_str()).unwrap_or("");
+    let fs_name = c.config.policy.flow_schemas.get(fs).map(|f| f.name.as_str()).unwrap_or("");
+    let values: Vec<&str> = spec
+        .labels
+        .iter()
+        .map(|k| match *k {
+            "priority_level" => pl_name,
+            "flow_schema" => fs_name,
+            _ => extra_value(extra),
+        })
+        .collect();
+    names::stat_name(spec, &values).ok().map(|n| (n, spec.kind))
+}
+
+fn with_series<T>(c: &Compiled, m: M, pl: usize, fs: usize, extra: u8, f: impl FnOnce(&mut Series) -> T) -> Option<T> {
+    let key: Key = (c.generation, m, pl as u16, fs as u16, extra);
+    REG.with(|r| {
+        let mut r = r.borrow_mut();
+        if let Some(s) = r.series.get_mut(&key) {
+            return Some(f(s));
+        }
+        let (name, kind) = series_name(c, m, pl, fs, extra)?;
+        let s = r.series.entry(key).or_insert(Series { name, kind, id: None, pending: 0 });
+        Some(f(s))
+    })
+}
+
+fn ensure_id(s: &mut Series) -> Option<u32> {
+    if s.id.is_none() {
+        let kind = match s.kind {
+            MetricKind::Counter => host::METRIC_COUNTER,
+            MetricKind::Gauge => host::METRIC_GAUGE,
+            MetricKind::Histogram => host::METRIC_HISTOGRAM,
+        };
+        s.id = host::define_metric(kind, &s.name);
+    }
+    s.id
+}
+
+/// Adds `delta` to a counter or gauge (flushed on the timer).
+pub fn add(c: &Compiled, m: M, pl: usize, fs: usize, extra: u8, delta: i64) {
+    with_series(c, m, pl, fs, extra, |s| s.pending += delta);
+}
+
+/// Records one histogram sample, in upstream units (seconds, seats).
+pub fn observe(c: &Compiled, m: M, pl: usize, fs: usize, extra: u8, value: f64) {
+    let Some(spec) = names::spec(m.upstream_name()) else { return };
+    let v = names::envoy_value(spec, value);
+    with_series(c, m, pl, fs, extra, |s| {
+        if let Some(id) = ensure_id(s) {
+            host::record_metric(id, v);
+        }
+    });
+}
+
+/// Sets a per-level gauge to an absolute value (values that are the same for every worker).
+pub fn set(c: &Compiled, m: M, pl: usize, value: u64) {
+    with_series(c, m, pl, 0, EXTRA_NONE, |s| {
+        if let Some(id) = ensure_id(s) {
+            host::record_metric(id, value);
+        }
+    });
+}
+
+/// Pushes accumulated deltas to the host.
+pub fn flush() {
+    REG.with(|r| {
+        let mut r = r.borrow_mut();
+        for s in r.series.values_mut() {
+            if s.pending != 0 {
+                if let Some(id) = ensure_id(s) {
+                    host::increment_metric(id, s.pending);
+                    s.pending = 0;
+                }
+            }
+        }
+    });
+}
