@@ -18,6 +18,7 @@
 pub mod compiled;
 pub mod debug;
 pub mod store;
+pub mod watches;
 pub mod workers;
 
 use crate::codec::{CodecError, Reader, Writer};
@@ -376,6 +377,7 @@ pub fn reap_dead_workers(store: &dyn Store, now: Nanos, ttl: Nanos, level_keys: 
         for key in level_keys {
             purge_owner(store, now, key, e.slot, notices)?;
         }
+        watches::purge(store, e.slot)?;
     }
     Ok(dead)
 }
