@@ -1,0 +1,278 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Short, deterministic fuzzing of every input an attacker or a broken operator controls (issue 6):
+//! the `cargo fuzz` targets of `fuzz/src/targets.rs`, driven by the mutation fuzzer of
+//! `fuzz/src/harness.rs` over the seed corpora in `fuzz/corpus/<target>/`.
+//!
+//! The default run is short (a few seconds per target). Longer: `scripts/fuzz.sh [SECONDS]` or
+//! `APF_FUZZ_SECS=60 cargo test --test fuzz_targets -- --nocapture`; see the harness for the other
+//! `APF_FUZZ_*` variables. A counting global allocator measures each input's peak live heap.
+
+#[path = "../fuzz/src/harness.rs"]
+#[allow(dead_code)]
+mod harness;
+#[path = "../fuzz/src/targets.rs"]
+#[allow(dead_code)]
+mod targets;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+
+/// Tracks live and peak heap bytes per thread (allocations freed by another thread are not
+/// subtracted here; the targets are single-threaded).
+struct Counting;
+
+thread_local! {
+    static LIVE: Cell<usize> = const { Cell::new(0) };
+    static PEAK: Cell<usize> = const { Cell::new(0) };
+}
+
+fn on_alloc(n: usize) {
+    let _ = LIVE.try_with(|l| {
+        let v = l.get().saturating_add(n);
+        l.set(v);
+        let _ = PEAK.try_with(|p| p.set(p.get().max(v)));
+    });
+}
+
+fn on_free(n: usize) {
+    let _ = LIVE.try_with(|l| l.set(l.get().saturating_sub(n)));
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        on_alloc(layout.size());
+        System.alloc(layout)
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        on_alloc(layout.size());
+        System.alloc_zeroed(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        on_free(layout.size());
+        System.dealloc(ptr, layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        on_free(layout.size());
+        on_alloc(new_size);
+        System.realloc(ptr, layout, new_size)
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+fn probe_reset() {
+    let live = LIVE.with(Cell::get);
+    PEAK.with(|p| p.set(live));
+}
+
+/// Peak live bytes since the last reset, above what was live at the reset.
+fn probe_peak() -> usize {
+    PEAK.with(Cell::get).saturating_sub(BASE.with(Cell::get))
+}
+
+thread_local! {
+    static BASE: Cell<usize> = const { Cell::new(0) };
+}
+
+fn probe_reset_with_base() {
+    probe_reset();
+    BASE.with(|b| b.set(LIVE.with(Cell::get)));
+}
+
+const PROBE: harness::Probe = harness::Probe { reset: probe_reset_with_base, peak: probe_peak };
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn artifacts() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("fuzz-artifacts")
+}
+
+/// Runs one target with its default short budget.
+fn run(name: &str, iters: u64, secs: f64) {
+    let (_, target, dict, max_len) = *targets::find(name).unwrap();
+    let corpus = harness::load_corpus(&root().join("fuzz/corpus").join(name));
+    assert!(!corpus.is_empty(), "no seed corpus in fuzz/corpus/{name}");
+    let cfg = harness::Config::from_env(iters, secs, max_len);
+    let s = harness::fuzz(name, target, corpus, dict, &cfg, Some(PROBE), &artifacts());
+    eprintln!(
+        "fuzz {name}: {} corpus + {} mutants in {:.2?} ({} accepted, pool {}), slowest input {:.2?}, peak heap {} KiB",
+        s.corpus,
+        s.execs.saturating_sub(s.corpus as u64),
+        s.elapsed,
+        s.accepted,
+        s.pool,
+        s.slowest,
+        s.peak_bytes / 1024
+    );
+}
+
+#[test]
+fn fuzz_plugin_config() {
+    run("plugin_config", 10_000, 6.0);
+}
+
+#[test]
+fn fuzz_request_info() {
+    run("request_info", 20_000, 4.0);
+}
+
+#[test]
+fn fuzz_identity() {
+    run("identity", 10_000, 4.0);
+}
+
+#[test]
+fn fuzz_duration() {
+    run("duration", 20_000, 2.0);
+}
+
+#[test]
+fn fuzz_codec_reader() {
+    run("codec_reader", 20_000, 2.0);
+}
+
+#[test]
+fn fuzz_state_integrator() {
+    run("state_integrator", 10_000, 2.0);
+}
+
+#[test]
+fn fuzz_state_retry_after() {
+    run("state_retry_after", 10_000, 2.0);
+}
+
+/// Every target has a corpus directory, and every corpus directory a target.
+#[test]
+fn corpus_dirs_match_targets() {
+    for (name, ..) in targets::TARGETS {
+        assert!(root().join("fuzz/corpus").join(name).is_dir(), "fuzz/corpus/{name} missing");
+        assert!(root().join("fuzz/fuzz_targets").join(format!("{name}.rs")).is_file(), "fuzz/fuzz_targets/{name}.rs missing");
+    }
+    for e in std::fs::read_dir(root().join("fuzz/corpus")).unwrap() {
+        let n = e.unwrap().file_name().into_string().unwrap();
+        assert!(targets::find(&n).is_some(), "fuzz/corpus/{n} has no target");
+    }
+}
+
+/// The harness itself: reproducible mutants, and a failing target is caught and minimised.
+#[test]
+fn harness_is_deterministic_and_minimises() {
+    let pool = vec![b"{\"a\": [1, 2, 3]}".to_vec()];
+    let mut a = harness::Rng::new(7);
+    let mut b = harness::Rng::new(7);
+    for _ in 0..100 {
+        assert_eq!(harness::mutant(&mut a, &pool, targets::CONFIG_DICT, 1024), harness::mutant(&mut b, &pool, targets::CONFIG_DICT, 1024));
+    }
+    fn picky(d: &[u8]) -> bool {
+        assert!(!d.windows(2).any(|w| w == b"!!"), "found it");
+        true
+    }
+    let cfg = harness::Config { iters: 0, budget: std::time::Duration::ZERO, seed: 1, timeout: std::time::Duration::from_secs(60), max_peak_bytes: usize::MAX, max_len: 64 };
+    let r = std::panic::catch_unwind(|| harness::fuzz("selftest", picky, vec![b"abc!!def".to_vec()], &[], &cfg, None, &artifacts()));
+    let msg = r.unwrap_err().downcast::<String>().unwrap();
+    assert!(msg.contains("minimised (2 bytes"), "{msg}");
+    assert!(msg.contains("b\"!!\""), "{msg}");
+}
+
+/// Adversarial length prefixes fail fast, without allocating in proportion to the claimed count.
+#[test]
+fn huge_counts_fail_without_allocating() {
+    use apf_wasm::codec::{Reader, Writer};
+    for claimed in [1u64 << 40, u64::MAX, 1 << 20, 1 << 32] {
+        let mut w = Writer::new();
+        w.u64(claimed);
+        w.u64(0);
+        let bytes = w.into_bytes();
+        probe_reset_with_base();
+        assert!(Reader::new(&bytes).count(1).is_err());
+        assert!(Reader::new(&bytes).bytes().is_err());
+        assert!(Reader::new(&bytes).str().is_err());
+        for (name, target, ..) in targets::TARGETS.iter().filter(|t| t.0.starts_with("state_")) {
+            // Length prefix at every position of a valid encoding.
+            for seed in harness::load_corpus(&root().join("fuzz/corpus").join(name)) {
+                for at in 0..=seed.len() {
+                    let mut d = seed.clone();
+                    d.splice(at..at, bytes.iter().copied());
+                    d.truncate(at + bytes.len() + 16);
+                    probe_reset_with_base();
+                    let _ = target(&d);
+                    assert!(probe_peak() < 1 << 20, "{name}: count {claimed} at {at} allocated {} bytes", probe_peak());
+                }
+            }
+        }
+    }
+}
+
+fn write_corpus(target: &str, name: &str, bytes: &[u8]) {
+    let dir = root().join("fuzz/corpus").join(target);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(name), bytes).unwrap();
+}
+
+/// Regenerates the binary seed corpora with the real encoders:
+/// `cargo test --test fuzz_targets -- --ignored write_state_corpus`.
+#[test]
+#[ignore = "regenerates fuzz/corpus/{codec_reader,state_*}"]
+fn write_state_corpus() {
+    use apf_wasm::codec::Writer;
+    use apf_wasm::limits::integrator::Integrator;
+    use apf_wasm::limits::retry_after::DroppedRequestsTracker;
+    const S: i64 = 1_000_000_000;
+
+    let mut igr = Integrator::new(1_700_000_000 * S);
+    let mut w = Writer::new();
+    igr.encode(&mut w);
+    write_corpus("state_integrator", "new", &w.into_bytes());
+    igr.add(1_700_000_000 * S, 3.0);
+    igr.set(1_700_000_001 * S, 2.0);
+    igr.add(1_700_000_001 * S + 1_000_000, -1.0);
+    let mut w = Writer::new();
+    igr.encode(&mut w);
+    write_corpus("state_integrator", "busy", &w.into_bytes());
+    let _ = igr.reset(1_700_000_002 * S);
+    let mut w = Writer::new();
+    igr.encode(&mut w);
+    write_corpus("state_integrator", "reset", &w.into_bytes());
+
+    let mut t = DroppedRequestsTracker::new();
+    let mut w = Writer::new();
+    t.encode(&mut w);
+    write_corpus("state_retry_after", "new", &w.into_bytes());
+    for (i, sec) in [100i64, 100, 100, 101, 101, 101, 101, 102, 103, 103, 103, 103, 103, 103, 110, 111, 112, 113].iter().enumerate() {
+        t.record_dropped(*sec);
+        if i % 6 == 5 {
+            let mut w = Writer::new();
+            t.encode(&mut w);
+            write_corpus("state_retry_after", &format!("after-{i}"), &w.into_bytes());
+        }
+    }
+
+    // codec_reader: 16 operation bytes, then the values.
+    let mut w = Writer::new();
+    let ops: [u8; 16] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 2, 5, 9, 8];
+    for op in ops {
+        w.u8(op);
+    }
+    w.u8(7);
+    w.bool(true);
+    w.u64(u64::MAX);
+    w.u32(u32::MAX);
+    w.usize(12345);
+    w.i64(i64::MIN);
+    w.i32(-7);
+    w.fixed64(0xdead_beef);
+    w.f64(0.977);
+    w.bytes(&[1, 2, 3]);
+    w.str("héllo");
+    w.usize(2);
+    w.u64(300);
+    w.i64(-300);
+    w.bytes(b"");
+    w.f64(f64::NAN);
+    write_corpus("codec_reader", "all-ops", &w.into_bytes());
+    write_corpus("codec_reader", "varints", &[2, 2, 2, 5, 5, 11, 0x80, 0x01, 0xff, 0x7f, 0x01, 0x02, 0x03, 0x03, 0x00]);
+}
