@@ -24,14 +24,14 @@ pub mod cli;
 pub mod codec;
 pub mod digest;
 pub mod duration;
-// pub mod engine; // enabled once queueset + classify land (lead)
+pub mod engine;
 pub mod fairqueuing;
 pub mod limits;
 pub mod observe;
 pub mod policy;
 pub mod simulate;
 
-#[cfg(all(target_arch = "wasm32", any()))]
+#[cfg(target_arch = "wasm32")]
 mod filter;
 
 /// Monotonic time in nanoseconds (the engine's clock unit; origin is arbitrary but shared by all

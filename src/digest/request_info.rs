@@ -221,7 +221,7 @@ fn parse_list_query(q: &[(String, String)]) -> ListQuery {
     lq.watch = first(q, "watch").map(lenient_bool).unwrap_or(false);
     lq.field_selector = first(q, "fieldSelector").unwrap_or_default().to_string();
     lq.label_selector = first(q, "labelSelector").unwrap_or_default().to_string();
-    if selectors::parse_field_selector(&lq.field_selector).is_err()
+    if selectors::parse_field_selector(&lq.field_selector).is_none()
         || !selectors::label_selector_is_valid(&lq.label_selector)
     {
         lq.selector_error = true;
@@ -372,7 +372,7 @@ pub fn parse_request_info(method: &str, path_and_query: &[u8]) -> RequestInfo {
         };
         info.verb = if watch { "watch" } else { "list" }.to_string();
         if let Some(fs) = field {
-            if let Ok(terms) = selectors::parse_field_selector(fs) {
+            if let Some(terms) = selectors::parse_field_selector(fs) {
                 if let Some(name) = selectors::requires_exact_match(&terms, "metadata.name") {
                     if is_valid_path_segment_name(name) {
                         info.name = name.to_string();
@@ -430,32 +430,32 @@ pub mod selectors {
         out
     }
 
-    fn unescape_value(s: &str) -> Result<String, ()> {
+    fn unescape_value(s: &str) -> Option<String> {
         let mut out = String::with_capacity(s.len());
         let mut in_slash = false;
         for c in s.chars() {
             if in_slash {
                 match c {
                     '\\' | ',' | '=' => out.push(c),
-                    _ => return Err(()),
+                    _ => return None,
                 }
                 in_slash = false;
                 continue;
             }
             match c {
                 '\\' => in_slash = true,
-                ',' | '=' => return Err(()),
+                ',' | '=' => return None,
                 _ => out.push(c),
             }
         }
         if in_slash {
-            return Err(());
+            return None;
         }
-        Ok(out)
+        Some(out)
     }
 
-    /// `fields.ParseSelector`: terms sorted as upstream sorts them.
-    pub fn parse_field_selector(s: &str) -> Result<Vec<FieldTerm>, ()> {
+    /// `fields.ParseSelector` (None = parse error): terms sorted as upstream sorts them.
+    pub fn parse_field_selector(s: &str) -> Option<Vec<FieldTerm>> {
         let mut parts = split_terms(s);
         parts.sort_unstable();
         let mut out = Vec::new();
@@ -477,12 +477,12 @@ pub mod selectors {
                     break;
                 }
             }
-            let (i, oplen, equals) = found.ok_or(())?;
+            let (i, oplen, equals) = found?;
             let field = part.get(..i).unwrap_or_default().to_string();
             let value = unescape_value(part.get(i + oplen..).unwrap_or_default())?;
             out.push(FieldTerm { field, equals, value });
         }
-        Ok(out)
+        Some(out)
     }
 
     /// `Selector.RequiresExactMatch(field)`.

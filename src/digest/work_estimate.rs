@@ -1,9 +1,457 @@
-//! Work estimation (stub: owned by the digest work).
-use serde::Deserialize;
+//! Work estimation: how many seats a request occupies (reference §6), with upstream's defaults
+//! (`DefaultWorkEstimatorConfig`, `WatchList` gate on, `SizeBasedListCostEstimate` on ⇒ LIST
+//! max 100 seats, mutating max 10).
+//!
+//! Dispatch by verb (§6.2): `list` → LIST estimator (§6.4); `watch` → LIST estimator (WatchList
+//! gate on); `create`/`update`/`patch`/`delete` → mutating estimator (§6.5); anything else → 1.
+//!
+//! A proxy cannot see the apiserver's object-count tracker (§6.6), so object counts and average
+//! sizes come from the `objectCounts` table of the configuration, keyed `resource` (core group)
+//! or `group/resource`. A resource absent from the table behaves like upstream's
+//! `ObjectCountNotFoundErr` ⇒ 1 seat. The stale / tracker-error branches exist in
+//! [`estimate_list_with_stats`] for fidelity but the configuration cannot produce them.
+//!
+//! Serving from cache or storage follows `ShouldDelegateListMeta` with
+//! `CacheWithoutSnapshots` (§6.4 step 5); whether consistent reads (`resourceVersion=""`) are
+//! served from the watch cache (etcd supports `RequestWatchProgress`) is the knob
+//! `consistentReadsFromCache` (default false, as in upstream's unit tests).
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+use crate::codec::{CodecError, CodecResult, Reader, Writer};
+use crate::digest::request_info::{selectors, RequestInfo};
+use crate::fairqueuing::WorkEstimate;
+use crate::Nanos;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+
+pub const MINIMUM_SEATS: u32 = 1;
+pub const MAXIMUM_LIST_SEATS_SIZE_BASED: u32 = 100;
+pub const MAXIMUM_LIST_SEATS_COUNT_BASED: u32 = 10;
+pub const MAXIMUM_MUTATING_SEATS: u32 = 10;
+pub const OBJECTS_PER_SEAT: f64 = 100.0;
+pub const WATCHES_PER_SEAT: f64 = 10.0;
+pub const EVENT_ADDITIONAL_DURATION: Nanos = 5_000_000;
+pub const BYTES_PER_SEAT: i64 = 100_000;
+pub const CACHE_WITH_STREAMING_MAX_MEMORY_USAGE: i64 = 1_000_000;
+pub const MAX_OBJECT_SIZE: i64 = 1_500_000;
+pub const INFINITE_OBJECT_COUNT: i64 = 1_000_000_000;
+
+fn yes() -> bool {
+    true
+}
+
+/// One `objectCounts` entry: a bare count, or `{count, averageObjectSizeBytes}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum ObjectCountEntry {
+    Count(i64),
+    Detailed(ObjectStats),
+}
+
+/// Upstream `storage.Stats`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ObjectStats {
+    pub count: i64,
+    #[serde(default)]
+    pub average_object_size_bytes: i64,
+}
+
+/// `"workEstimator"` key of the plugin configuration.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct WorkEstimatorConfig {
+    /// `resource` (core) or `group/resource` → count or `{count, averageObjectSizeBytes}`.
     #[serde(default)]
-    pub object_counts: serde_json::Map<String, serde_json::Value>,
+    pub object_counts: BTreeMap<String, ObjectCountEntry>,
+    /// Average object size for bare-count entries (0 = upstream's 1.5 MB stand-in).
+    #[serde(default)]
+    pub default_average_object_size_bytes: i64,
+    /// Consistent LISTs (`resourceVersion` unset) are served from the watch cache.
+    #[serde(default)]
+    pub consistent_reads_from_cache: bool,
+    /// Feature gate `SizeBasedListCostEstimate` (default on; off = count-based, max 10 seats).
+    #[serde(default = "yes")]
+    pub size_based_list_cost: bool,
+    /// Feature gate `WatchList` (default on: watches with initial events are costed as LISTs).
+    #[serde(default = "yes")]
+    pub watch_list: bool,
+    /// Mutating estimator enabled (default on).
+    #[serde(default = "yes")]
+    pub mutating_enabled: bool,
+}
+
+impl Default for WorkEstimatorConfig {
+    fn default() -> Self {
+        WorkEstimatorConfig {
+            object_counts: BTreeMap::new(),
+            default_average_object_size_bytes: 0,
+            consistent_reads_from_cache: false,
+            size_based_list_cost: true,
+            watch_list: true,
+            mutating_enabled: true,
+        }
+    }
+}
+
+/// Result of the object-count lookup (upstream `statsGetterFn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatsLookup {
+    Found(ObjectStats),
+    NotFound,
+    Stale,
+    OtherError,
+}
+
+impl WorkEstimatorConfig {
+    pub fn max_list_seats(&self) -> u32 {
+        if self.size_based_list_cost {
+            MAXIMUM_LIST_SEATS_SIZE_BASED
+        } else {
+            MAXIMUM_LIST_SEATS_COUNT_BASED
+        }
+    }
+
+    /// Object stats for (group, resource).
+    pub fn stats(&self, group: &str, resource: &str) -> StatsLookup {
+        let entry = if group.is_empty() {
+            self.object_counts.get(resource)
+        } else {
+            self.object_counts.get(&format!("{group}/{resource}"))
+        };
+        match entry {
+            None => StatsLookup::NotFound,
+            Some(ObjectCountEntry::Count(c)) => StatsLookup::Found(ObjectStats {
+                count: *c,
+                average_object_size_bytes: self.default_average_object_size_bytes,
+            }),
+            Some(ObjectCountEntry::Detailed(s)) => StatsLookup::Found(*s),
+        }
+    }
+
+    pub fn validate(&self) -> Vec<String> {
+        let mut errs = Vec::new();
+        for (k, v) in &self.object_counts {
+            let (c, a) = match v {
+                ObjectCountEntry::Count(c) => (*c, 0),
+                ObjectCountEntry::Detailed(s) => (s.count, s.average_object_size_bytes),
+            };
+            if c < 0 || a < 0 {
+                errs.push(format!("workEstimator.objectCounts[{k:?}]: negative value"));
+            }
+            if k.is_empty() || k.matches('/').count() > 1 || k.starts_with('/') || k.ends_with('/') {
+                errs.push(format!("workEstimator.objectCounts: bad key {k:?} (want \"resource\" or \"group/resource\")"));
+            }
+        }
+        if self.default_average_object_size_bytes < 0 {
+            errs.push("workEstimator.defaultAverageObjectSizeBytes: negative".into());
+        }
+        errs
+    }
+}
+
+/// The per-level limit (`plMaxSeats`; `None`/0 = estimator's own limit) clamped to `limit`.
+fn clamp_max(pl_max_seats: Option<u32>, limit: u32) -> u32 {
+    match pl_max_seats {
+        Some(m) if m != 0 && m <= limit => m,
+        _ => limit,
+    }
+}
+
+/// `workEstimator.estimate` (§6.2). `watch_count` = interested watches for mutating requests.
+pub fn estimate(cfg: &WorkEstimatorConfig, info: &RequestInfo, pl_max_seats: Option<u32>, watch_count: u32) -> WorkEstimate {
+    match info.verb.as_str() {
+        "list" => estimate_list(cfg, info, pl_max_seats),
+        "watch" if cfg.watch_list => estimate_list(cfg, info, pl_max_seats),
+        "create" | "update" | "patch" | "delete" => estimate_mutating(cfg, info, pl_max_seats, watch_count),
+        _ => WorkEstimate { initial_seats: MINIMUM_SEATS, final_seats: 0, additional_latency: 0 },
+    }
+}
+
+/// LIST estimator with stats from the configuration.
+pub fn estimate_list(cfg: &WorkEstimatorConfig, info: &RequestInfo, pl_max_seats: Option<u32>) -> WorkEstimate {
+    let stats = cfg.stats(&info.api_group, &info.resource);
+    estimate_list_with_stats(cfg, info, pl_max_seats, stats)
+}
+
+/// `ShouldDelegateListMeta(opts, CacheWithoutSnapshots)` → true = served from storage.
+pub fn list_from_storage(info: &RequestInfo, consistent_reads_from_cache: bool) -> bool {
+    let q = &info.query;
+    match q.resource_version_match.as_str() {
+        "Exact" => return true,
+        "NotOlderThan" => return false,
+        "" => {}
+        _ => return true,
+    }
+    if !q.continue_token.is_empty() {
+        return true;
+    }
+    let rv = q.resource_version.as_str();
+    if q.limit > 0 && !rv.is_empty() && rv != "0" {
+        return true;
+    }
+    if rv.is_empty() {
+        return !consistent_reads_from_cache;
+    }
+    false
+}
+
+/// LIST estimator (§6.4) with an explicit stats lookup result.
+pub fn estimate_list_with_stats(
+    cfg: &WorkEstimatorConfig,
+    info: &RequestInfo,
+    pl_max_seats: Option<u32>,
+    stats: StatsLookup,
+) -> WorkEstimate {
+    let one = |s: u32| WorkEstimate { initial_seats: s, final_seats: 0, additional_latency: 0 };
+    let max_seats = clamp_max(pl_max_seats, cfg.max_list_seats());
+    let matches_single = !info.name.is_empty();
+    let q = &info.query;
+    if q.options_error {
+        return one(max_seats);
+    }
+    if info.verb == "watch" {
+        let send_init = q.send_initial_events == Some(true);
+        let legacy = q.resource_version.is_empty() || q.resource_version == "0";
+        if !send_init && !legacy {
+            return one(MINIMUM_SEATS);
+        }
+    }
+    let from_cache = info.verb == "watch" || !list_from_storage(info, cfg.consistent_reads_from_cache);
+    let stats = match stats {
+        StatsLookup::Found(s) => s,
+        StatsLookup::NotFound => return one(MINIMUM_SEATS),
+        StatsLookup::Stale | StatsLookup::OtherError => {
+            ObjectStats { count: INFINITE_OBJECT_COUNT, average_object_size_bytes: MAX_OBJECT_SIZE }
+        }
+    };
+    let has_selector = !q.field_selector.is_empty() || !q.label_selector.is_empty();
+    let seats = if cfg.size_based_list_cost {
+        seats_based_on_object_size(stats, q.limit, has_selector, from_cache, matches_single)
+    } else {
+        seats_based_on_object_count(stats, q.limit, has_selector, from_cache, matches_single)
+    };
+    let seats = seats.clamp(u64::from(MINIMUM_SEATS), u64::from(max_seats.max(MINIMUM_SEATS)));
+    one(u32::try_from(seats).unwrap_or(max_seats))
+}
+
+fn ceil_div_f64(x: f64, d: f64) -> u64 {
+    let v = (x / d).ceil();
+    if v.is_nan() || v <= 0.0 {
+        0
+    } else if v >= u64::MAX as f64 {
+        u64::MAX
+    } else {
+        v as u64
+    }
+}
+
+/// Count-based formula (gate off; 1.23–1.33), unclamped.
+pub fn seats_based_on_object_count(stats: ObjectStats, limit: i64, has_selector: bool, from_cache: bool, matches_single: bool) -> u64 {
+    let num_stored = stats.count;
+    let limited = if limit > 0 && limit < num_stored { limit } else { num_stored };
+    let objects = if matches_single {
+        1
+    } else if from_cache {
+        num_stored
+    } else if has_selector {
+        num_stored.saturating_add(limited)
+    } else {
+        limited.saturating_mul(2)
+    };
+    ceil_div_f64(objects as f64, OBJECTS_PER_SEAT)
+}
+
+/// Size-based formula (gate on; 1.34+), unclamped.
+pub fn seats_based_on_object_size(mut stats: ObjectStats, limit: i64, has_selector: bool, from_cache: bool, matches_single: bool) -> u64 {
+    if stats.average_object_size_bytes <= 0 && stats.count != 0 {
+        stats.average_object_size_bytes = MAX_OBJECT_SIZE;
+    }
+    let limited = if limit > 0 && limit < stats.count { limit } else { stats.count };
+    let objects = if matches_single {
+        1
+    } else if from_cache {
+        limited
+    } else if has_selector {
+        limited.max(stats.count / 2)
+    } else {
+        limited
+    };
+    let mut bytes = objects.saturating_mul(stats.average_object_size_bytes);
+    if from_cache {
+        bytes = bytes.min(CACHE_WITH_STREAMING_MAX_MEMORY_USAGE);
+    }
+    ceil_div_f64(bytes as f64, BYTES_PER_SEAT as f64)
+}
+
+/// Mutating estimator (§6.5).
+pub fn estimate_mutating(cfg: &WorkEstimatorConfig, info: &RequestInfo, pl_max_seats: Option<u32>, watch_count: u32) -> WorkEstimate {
+    let mut out = WorkEstimate { initial_seats: MINIMUM_SEATS, final_seats: 0, additional_latency: 0 };
+    if !cfg.mutating_enabled {
+        return out;
+    }
+    let max_seats = clamp_max(pl_max_seats, MAXIMUM_MUTATING_SEATS);
+    if info.resource == "serviceaccounts" && info.subresource == "token" {
+        return out;
+    }
+    if f64::from(watch_count) >= WATCHES_PER_SEAT {
+        let final_seats = ceil_div_f64(f64::from(watch_count), WATCHES_PER_SEAT);
+        // SeatsTimesDuration: seat-seconds in 1e-8 units (ns / 10), rounded.
+        let final_work = (final_seats as f64 * EVENT_ADDITIONAL_DURATION as f64 / 10.0).round();
+        let capped = final_seats.min(u64::from(max_seats)).max(1);
+        // DurationPerSeat: truncating conversion, as Go's time.Duration(float64).
+        let latency = final_work / capped as f64 * 10.0;
+        out.final_seats = u32::try_from(capped).unwrap_or(max_seats);
+        out.additional_latency = if latency.is_finite() && latency < i64::MAX as f64 { latency as Nanos } else { 0 };
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// WatchTracker (§6.5)
+
+/// Identifies one registered watch (returned by [`WatchTracker::register`], passed to `forget`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WatchKey {
+    pub api_group: String,
+    pub resource: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+#[derive(Hash, PartialEq, Eq)]
+struct KeyRef<'a>(&'a str, &'a str, &'a str, &'a str);
+
+impl hashbrown::Equivalent<StoredKey> for KeyRef<'_> {
+    fn equivalent(&self, k: &StoredKey) -> bool {
+        self.0 == k.0.api_group && self.1 == k.0.resource && self.2 == k.0.namespace && self.3 == k.0.name
+    }
+}
+
+/// `WatchKey` hashed exactly like `KeyRef` so lookups need no allocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct StoredKey(WatchKey);
+
+impl Hash for StoredKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        KeyRef(&self.0.api_group, &self.0.resource, &self.0.namespace, &self.0.name).hash(state);
+    }
+}
+
+/// Counts open watches per (group, resource, namespace, name), upstream `watchTracker`.
+/// Built-in index: `pods` watches pinned to a node (`spec.nodeName=<non-empty>`) are ignored.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WatchTracker {
+    counts: hashbrown::HashMap<StoredKey, u32>,
+}
+
+const READ_ONLY_VERBS: [&str; 4] = ["get", "list", "watch", "proxy"];
+
+impl WatchTracker {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `RegisterWatch`: only verb `watch`; returns the key to `forget` when the watch ends,
+    /// or None if the watch is not tracked.
+    pub fn register(&mut self, info: &RequestInfo) -> Option<WatchKey> {
+        if info.verb != "watch" {
+            return None;
+        }
+        if info.api_group.is_empty() && info.resource == "pods" && !pod_node_name_index(info).is_empty() {
+            return None;
+        }
+        let key = WatchKey {
+            api_group: info.api_group.clone(),
+            resource: info.resource.clone(),
+            namespace: info.namespace.clone(),
+            name: info.name.clone(),
+        };
+        let c = self.counts.entry(StoredKey(key.clone())).or_insert(0);
+        *c = c.saturating_add(1);
+        Some(key)
+    }
+
+    /// The watch ended: decrement, deleting zero entries.
+    pub fn forget(&mut self, key: &WatchKey) {
+        let k = KeyRef(&key.api_group, &key.resource, &key.namespace, &key.name);
+        if let Some(c) = self.counts.get_mut(&k) {
+            *c = c.saturating_sub(1);
+            if *c == 0 {
+                self.counts.remove(&k);
+            }
+        }
+    }
+
+    fn get(&self, g: &str, r: &str, ns: &str, n: &str) -> u32 {
+        self.counts.get(&KeyRef(g, r, ns, n)).copied().unwrap_or(0)
+    }
+
+    /// `GetInterestedWatchCount` (0 for read-only verbs).
+    pub fn interested_count(&self, info: &RequestInfo) -> u32 {
+        if READ_ONLY_VERBS.contains(&info.verb.as_str()) {
+            return 0;
+        }
+        let (g, r) = (info.api_group.as_str(), info.resource.as_str());
+        let mut n = self.get(g, r, "", "");
+        if !info.namespace.is_empty() {
+            n = n.saturating_add(self.get(g, r, &info.namespace, ""));
+        }
+        if !info.name.is_empty() {
+            n = n.saturating_add(self.get(g, r, &info.namespace, &info.name));
+        }
+        n
+    }
+
+    /// Total tracked watches.
+    pub fn total(&self) -> u64 {
+        self.counts.values().map(|&c| u64::from(c)).sum()
+    }
+
+    /// Deterministic encoding (entries sorted by key).
+    pub fn encode(&self, w: &mut Writer) {
+        let mut entries: Vec<(&WatchKey, u32)> = self.counts.iter().map(|(k, c)| (&k.0, *c)).collect();
+        entries.sort();
+        w.usize(entries.len());
+        for (k, c) in entries {
+            w.str(&k.api_group);
+            w.str(&k.resource);
+            w.str(&k.namespace);
+            w.str(&k.name);
+            w.u32(c);
+        }
+    }
+
+    pub fn decode(r: &mut Reader) -> CodecResult<Self> {
+        let n = r.count(5)?;
+        let mut counts = hashbrown::HashMap::with_capacity(n);
+        for _ in 0..n {
+            let key = WatchKey {
+                api_group: r.str()?.to_string(),
+                resource: r.str()?.to_string(),
+                namespace: r.str()?.to_string(),
+                name: r.str()?.to_string(),
+            };
+            let c = r.u32()?;
+            if c == 0 {
+                return Err(CodecError("zero watch count"));
+            }
+            if counts.insert(StoredKey(key), c).is_some() {
+                return Err(CodecError("duplicate watch key"));
+            }
+        }
+        Ok(WatchTracker { counts })
+    }
+}
+
+/// `getIndexValue(r, "spec.nodeName")`: the pinned node name, "" when not pinned or when the
+/// list options do not decode.
+fn pod_node_name_index(info: &RequestInfo) -> String {
+    if info.query.decode_failed() {
+        return String::new();
+    }
+    match selectors::parse_field_selector(&info.query.field_selector) {
+        Some(terms) => selectors::requires_exact_match(&terms, "spec.nodeName").unwrap_or_default().to_string(),
+        None => String::new(),
+    }
 }

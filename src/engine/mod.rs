@@ -22,6 +22,7 @@ pub mod workers;
 use crate::codec::{CodecError, Reader, Writer};
 use crate::fairqueuing::queueset::{Arrival, QueueSet};
 use crate::fairqueuing::{Dispatched, QueueSetConfig, RejectReason, RequestId, RequestTag, WorkEstimate};
+use crate::limits::borrowing::{update_borrowing, BorrowingLevel, SeatDemandStats};
 use crate::limits::integrator::Integrator;
 use crate::limits::retry_after::DroppedRequestsTracker;
 use crate::Nanos;
@@ -382,4 +383,121 @@ pub fn reap_dead_workers(store: &dyn Store, now: Nanos, ttl: Nanos, level_keys: 
 pub fn instance_of(store: &dyn Store, slot: u32) -> Result<Option<u64>, EngineError> {
     let (cur, _) = store.get(REGISTRY_KEY)?;
     Ok(workers::Registry::decode(cur.as_deref()).unwrap_or_default().instance_of(slot))
+}
+
+/// Upstream `borrowingAdjustmentPeriod`.
+pub const BORROWING_PERIOD: Nanos = 10 * crate::NANOS_PER_SEC;
+
+/// Shared state of the periodic borrowing adjustment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BorrowState {
+    pub last: Nanos,
+    pub generation: u64,
+    /// Per level name: smoothed demand statistics and the CurrentCL last assigned.
+    pub levels: Vec<(String, SeatDemandStats, u32)>,
+    pub fair_frac: f64,
+}
+
+impl BorrowState {
+    pub fn decode(bytes: Option<&[u8]>) -> Result<BorrowState, CodecError> {
+        let Some(b) = bytes else { return Ok(BorrowState::default()) };
+        let mut r = Reader::new(b);
+        if r.u8()? != 1 {
+            return Err(CodecError("borrow state version"));
+        }
+        let last = r.i64()?;
+        let generation = r.u64()?;
+        let fair_frac = r.f64()?;
+        let n = r.count(30)?;
+        let mut levels = Vec::with_capacity(n);
+        for _ in 0..n {
+            let name = r.str()?.to_string();
+            let stats = SeatDemandStats::decode(&mut r)?;
+            let cur = r.u32()?;
+            levels.push((name, stats, cur));
+        }
+        Ok(BorrowState { last, generation, levels, fair_frac })
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(32 + self.levels.len() * 48);
+        w.u8(1);
+        w.i64(self.last);
+        w.u64(self.generation);
+        w.f64(self.fair_frac);
+        w.usize(self.levels.len());
+        for (name, stats, cur) in &self.levels {
+            w.str(name);
+            stats.encode(&mut w);
+            w.u32(*cur);
+        }
+        w.into_bytes()
+    }
+}
+
+/// The periodic CurrentCL adjustment (§7.4), run by whichever worker claims it first: every
+/// `BORROWING_PERIOD`, and right away when a newer configuration generation appears. Returns
+/// whether this call ran it.
+pub fn adjust_borrowing(c: &Compiled, store: &dyn Store, now: Nanos, notices: &mut Vec<Notice>) -> Result<bool, EngineError> {
+    let (cur, _) = store.get(BORROW_KEY)?;
+    let st = BorrowState::decode(cur.as_deref()).unwrap_or_default();
+    let due = |st: &BorrowState| c.generation > st.generation || (c.generation == st.generation && now.saturating_sub(st.last) >= BORROWING_PERIOD);
+    if !due(&st) {
+        return Ok(false);
+    }
+    // Claim this period.
+    let claimed = update(store, BORROW_KEY, MAX_CAS_TRIES, |cur| {
+        let mut st = BorrowState::decode(cur).unwrap_or_default();
+        if !due(&st) {
+            return Ok::<_, EngineError>((st.encode(), None));
+        }
+        st.last = now;
+        st.generation = c.generation;
+        Ok((st.encode(), Some(st)))
+    })?;
+    let Some(prev) = claimed else { return Ok(false) };
+    // Collect each level's demand over the period.
+    let mut levels = Vec::with_capacity(c.levels.len());
+    for lvl in &c.levels {
+        let (results, current, dispatched) = update(store, &lvl.key, MAX_CAS_TRIES, |cur| {
+            let mut out = Vec::new();
+            let mut st = LevelState::load(cur, Some(lvl), c.generation, now, &mut out)?;
+            let r = st.demand.reset(now);
+            let current = st.qs.config().concurrency_limit;
+            Ok::<_, EngineError>((st.encode(), (r, current, out)))
+        })?;
+        notices.extend(dispatched.iter().map(|d| Notice::run(&lvl.key, d)));
+        let mut stats = prev.levels.iter().find(|(n, _, _)| n == &lvl.name).map(|(_, s, _)| *s).unwrap_or_default();
+        stats.update(&results);
+        levels.push(BorrowingLevel { exempt: lvl.exempt, nominal: lvl.nominal, min: lvl.min_limit, max: lvl.max_limit, stats, current });
+    }
+    let nominal_sum = c.levels.iter().fold(0u32, |a, l| a.saturating_add(l.nominal));
+    let outcome = update_borrowing(&mut levels, nominal_sum);
+    let fair_frac = outcome.fair_frac;
+    let new_levels: Vec<(String, SeatDemandStats, u32)> = c.levels.iter().zip(&levels).map(|(l, b)| (l.name.clone(), b.stats, b.current)).collect();
+    update(store, BORROW_KEY, MAX_CAS_TRIES, |cur| {
+        let mut st = BorrowState::decode(cur).unwrap_or_default();
+        st.levels = new_levels.clone();
+        st.fair_frac = fair_frac;
+        Ok::<_, EngineError>((st.encode(), ()))
+    })?;
+    // Push the new limits into the QueueSets (which dispatch right away if they grew).
+    for (lvl, b) in c.levels.iter().zip(&levels) {
+        if lvl.exempt {
+            continue;
+        }
+        let dispatched = update(store, &lvl.key, MAX_CAS_TRIES, |cur| {
+            let mut out = Vec::new();
+            let mut st = LevelState::load(cur, Some(lvl), c.generation, now, &mut out)?;
+            let mut cfg = st.qs.config();
+            if cfg.concurrency_limit != b.current {
+                cfg.concurrency_limit = b.current;
+                out.extend(st.qs.reconfigure(cfg, now).map_err(EngineError::Config)?);
+                st.note_demand(now);
+            }
+            Ok::<_, EngineError>((st.encode(), out))
+        })?;
+        notices.extend(dispatched.iter().map(|d| Notice::run(&lvl.key, d)));
+    }
+    Ok(true)
 }

@@ -1,1 +1,1532 @@
-//! (stub: owned by the fair-queuing work)
+//! The QueueSet of one priority level: upstream's "fair queuing for server requests"
+//! (`pkg/util/flowcontrol/fairqueuing/queueset/queueset.go`, reference §5), as a plain value
+//! driven with explicit times (`now`), so that it can live in a shared key-value store
+//! (`encode`/`decode`) and be replayed by the simulator.
+//!
+//! Semantics follow upstream exactly: virtual time R advancing at `min(seatsRequested, C)/NEQ`
+//! (§5.3) with epoch advance, queue choice by least waiting work in the shuffle-sharded hand with
+//! the `enqueues mod handSize` rotation (§5.5), reject iff `seatsInUse ≥ C ∧ len ≥ QLL` (§5.6),
+//! global-minimum virtual-finish dispatch in round-robin tie order with strict head-of-line
+//! blocking, "too wide runs alone" and final-seats narrowing (§5.7), finish correction with the
+//! actual service time and `AdditionalLatency` lingering on MaxSeats (§5.8), anti-windup (§5.9),
+//! cancellation without dispatch (§5.10), reconfiguration (§5.11), exempt levels (§5.12).
+//!
+//! Storage is sparse: only non-idle queues (waiting, executing or lingering requests) are kept,
+//! in a vector sorted by queue index. Upstream resets an idle queue's `nextDispatchR` to R on its
+//! next arrival and never reads it otherwise, and scanning the sorted active indices in cyclic
+//! order after `robinIndex` visits them in the same order as scanning all queues, so this is
+//! exact. Memory is proportional to queued + executing requests, never to flows seen.
+//!
+//! Deviation: when a reconfiguration shrinks the number of queues, upstream removes excess
+//! queues when they become empty and shifts the indices of later queues down; here indices are
+//! stable (queues at indices ≥ DesiredNumQueues receive no new requests and disappear when
+//! drained).
+//!
+//! Deviation: time never runs backwards: an operation with `now` earlier than the last one
+//! advances R by nothing (upstream's clock is monotonic; shared-state workers may race).
+//!
+//! Deviation: when a dispatched request's final seats are narrowed to C, upstream subtracts the
+//! *narrowed* MaxSeats from `totSeatsWaiting` (letting that gauge drift); here the seats the
+//! request was counted with are subtracted.
+//!
+//! Deviation: wait deadlines are data (`RequestTag::wait_deadline`) instead of contexts; the
+//! caller must call [`QueueSet::expire`] at (or before any other operation after) the times
+//! given by [`QueueSet::next_event`].
+
+use std::collections::VecDeque;
+
+use serde::Serialize;
+
+use super::seat_seconds::{duration_per_seat, seats_times_duration, SeatSeconds};
+use super::shuffle_sharding::Dealer;
+use super::{Dispatched, RejectReason, RequestId, RequestTag, QueueSetConfig, WorkEstimate};
+use crate::codec::{CodecError, CodecResult, Reader, Writer};
+use crate::Nanos;
+
+/// G: the estimated service duration used for the initial work guess (upstream: 3 ms).
+pub const ESTIMATED_SERVICE_DURATION: Nanos = 3_000_000;
+/// Amount by which R is wound back on an epoch advance.
+pub const R_DECREMENT: u64 = u64::MAX / 2;
+/// Threshold that triggers an epoch advance.
+pub const HIGH_R: u64 = R_DECREMENT + R_DECREMENT / 2;
+
+const ENCODING_VERSION: u8 = 1;
+/// Largest queue index that can exist (the Dealer's maximum deck size).
+const MAX_QUEUES: u32 = 1 << 26;
+
+/// Outcome of [`QueueSet::arrive`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrival {
+    /// Dispatched immediately; call `finish` when the handler returns.
+    Executing(RequestId),
+    /// Waiting in a queue; it shows up later in some `out` list, or is removed by
+    /// `cancel`/`expire`/`remove_owner`.
+    Queued(RequestId),
+    Rejected(RejectReason),
+}
+
+/// Totals kept for dumps and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Counters {
+    /// Requests that started executing (queued or not).
+    pub dispatched: u64,
+    pub rejected_queue_full: u64,
+    pub rejected_concurrency_limit: u64,
+    /// Waiting requests removed by cancel, wait deadline or lease expiry (reason `time-out`).
+    pub timed_out: u64,
+    /// Epoch advances without detected underflow (`epoch_advance_total{success="true"}`).
+    pub epoch_advances: u64,
+    /// Epoch advances with an underflow (`success="false"`).
+    pub epoch_advance_failures: u64,
+    /// `request_dispatch_no_accommodation_total`.
+    pub no_accommodation: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Waiting {
+    id: RequestId,
+    tag: RequestTag,
+    work: WorkEstimate,
+    arrival_r: u64,
+    arrival: Nanos,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Exec {
+    id: RequestId,
+    tag: RequestTag,
+    initial_seats: u32,
+    max_seats: u32,
+    start: Nanos,
+    additional_latency: Nanos,
+    /// `Some(t)`: the handler returned; the seats are held until `t`.
+    linger_until: Option<Nanos>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Queue {
+    index: u32,
+    next_dispatch_r: u64,
+    waiting: VecDeque<Waiting>,
+    /// Executing and lingering requests.
+    executing: Vec<Exec>,
+    // Derived sums (recomputed on decode).
+    initial_seats_sum: u64,
+    max_seats_sum: u64,
+    total_work_sum: u64,
+    /// MaxSeats of executing + lingering requests.
+    seats_in_use: u64,
+    /// Executing (not lingering) requests.
+    requests_executing: u32,
+}
+
+impl Queue {
+    fn new(index: u32) -> Queue {
+        Queue {
+            index,
+            next_dispatch_r: 0,
+            waiting: VecDeque::new(),
+            executing: Vec::new(),
+            initial_seats_sum: 0,
+            max_seats_sum: 0,
+            total_work_sum: 0,
+            seats_in_use: 0,
+            requests_executing: 0,
+        }
+    }
+    fn is_stored_idle(&self) -> bool {
+        self.waiting.is_empty() && self.executing.is_empty()
+    }
+    fn is_active(&self) -> bool {
+        !self.waiting.is_empty() || self.requests_executing > 0
+    }
+}
+
+/// Final work and total work of a request (upstream `completeWorkEstimate`).
+pub fn request_work(we: &WorkEstimate, g: Nanos) -> (SeatSeconds, SeatSeconds) {
+    let final_work = seats_times_duration(we.final_seats as f64, we.additional_latency);
+    let initial = seats_times_duration(we.initial_seats as f64, g);
+    (final_work, initial.wrapping_add(final_work))
+}
+
+/// The fair-queuing state of one priority level.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueSet {
+    cfg: QueueSetConfig,
+    g: Nanos,
+    current_r: u64,
+    last_real_time: Nanos,
+    robin_index: u32,
+    enqueues: u64,
+    next_id: u64,
+    queues: Vec<Queue>,
+    queueless: Vec<Exec>,
+    counters: Counters,
+    // Derived totals.
+    tot_requests_waiting: u32,
+    tot_requests_executing: u32,
+    tot_seats_in_use: u64,
+    tot_seats_waiting: u64,
+}
+
+fn check_config(cfg: &QueueSetConfig) -> Result<(), String> {
+    if cfg.desired_queues > 0 {
+        Dealer::new(cfg.desired_queues, cfg.hand_size.min(i32::MAX as u32) as i32).map_err(|e| {
+            format!("the QueueSetConfig implies an invalid shuffle sharding config (DesiredNumQueues is deckSize): {e}")
+        })?;
+    }
+    Ok(())
+}
+
+fn sat_u32(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
+impl QueueSet {
+    /// Upstream `BeginConstruction` + `Complete`.
+    pub fn new(cfg: QueueSetConfig, now: Nanos) -> Result<QueueSet, String> {
+        check_config(&cfg)?;
+        Ok(QueueSet {
+            cfg,
+            g: ESTIMATED_SERVICE_DURATION,
+            current_r: 0,
+            last_real_time: now,
+            robin_index: 0,
+            enqueues: 0,
+            next_id: 1,
+            queues: Vec::new(),
+            queueless: Vec::new(),
+            counters: Counters::default(),
+            tot_requests_waiting: 0,
+            tot_requests_executing: 0,
+            tot_seats_in_use: 0,
+            tot_seats_waiting: 0,
+        })
+    }
+
+    /// Test hook: upstream white-box tests use other values of G. Not encoded.
+    #[doc(hidden)]
+    pub fn set_estimated_service_duration(&mut self, g: Nanos) {
+        self.g = g;
+    }
+
+    pub fn config(&self) -> QueueSetConfig {
+        self.cfg
+    }
+
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// Current reading of the progress meter R.
+    pub fn current_r(&self) -> SeatSeconds {
+        SeatSeconds(self.current_r)
+    }
+
+    /// Upstream `BeginConfigChange` + `Complete`: applies the new configuration and dispatches as
+    /// much as possible (returned).
+    pub fn reconfigure(&mut self, cfg: QueueSetConfig, now: Nanos) -> Result<Vec<Dispatched>, String> {
+        check_config(&cfg)?;
+        self.sync_time(now);
+        let mut cfg = cfg;
+        if cfg.desired_queues <= 0 {
+            cfg.queue_length_limit = self.cfg.queue_length_limit;
+            cfg.hand_size = self.cfg.hand_size;
+        }
+        self.cfg = cfg;
+        let mut out = Vec::new();
+        self.dispatch_as_much_as_possible(now, &mut out);
+        Ok(out)
+    }
+
+    pub fn seats_in_use(&self) -> u32 {
+        sat_u32(self.tot_seats_in_use)
+    }
+    pub fn seats_waiting(&self) -> u32 {
+        sat_u32(self.tot_seats_waiting)
+    }
+    pub fn requests_waiting(&self) -> u32 {
+        self.tot_requests_waiting
+    }
+    pub fn requests_executing(&self) -> u32 {
+        self.tot_requests_executing
+    }
+    pub fn seat_demand(&self) -> u32 {
+        sat_u32(self.tot_seats_in_use.saturating_add(self.tot_seats_waiting))
+    }
+    /// Upstream `isIdleLocked`: nothing waiting and nothing executing (lingering seats do not
+    /// count).
+    pub fn is_idle(&self) -> bool {
+        self.tot_requests_waiting == 0 && self.tot_requests_executing == 0
+    }
+    /// True when the state holds no request at all (not even lingering seats).
+    pub fn is_empty(&self) -> bool {
+        self.queues.is_empty() && self.queueless.is_empty()
+    }
+
+    fn new_id(&mut self) -> RequestId {
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1).max(1);
+        id
+    }
+
+    // ---------------------------------------------------------------- virtual time
+
+    fn virtual_time_ratio(&self) -> f64 {
+        let mut active = 0u64;
+        let mut seats_requested = 0u64;
+        for q in &self.queues {
+            seats_requested = seats_requested.saturating_add(q.seats_in_use.saturating_add(q.max_seats_sum));
+            if q.is_active() {
+                active += 1;
+            }
+        }
+        if active == 0 {
+            return 0.0;
+        }
+        (seats_requested as f64).min(self.cfg.concurrency_limit as f64) / active as f64
+    }
+
+    /// Upstream `syncTimeLocked`.
+    fn sync_time(&mut self, now: Nanos) {
+        let dt = if now > self.last_real_time { now.saturating_sub(self.last_real_time) } else { 0 };
+        if now > self.last_real_time {
+            self.last_real_time = now;
+        }
+        if dt == 0 {
+            return;
+        }
+        let prev = self.current_r;
+        let incr = seats_times_duration(self.virtual_time_ratio(), dt).0;
+        self.current_r = prev.wrapping_add(incr);
+        if prev > self.current_r {
+            log::error!("queueset: currentR overflow (prevR {prev}, incrR {incr})");
+        } else if self.current_r >= HIGH_R {
+            self.advance_epoch();
+        }
+    }
+
+    fn advance_epoch(&mut self) {
+        self.current_r = self.current_r.wrapping_sub(R_DECREMENT);
+        let mut success = true;
+        for q in &mut self.queues {
+            if !q.is_active() {
+                q.next_dispatch_r = 0;
+                continue;
+            }
+            let old = q.next_dispatch_r;
+            q.next_dispatch_r = old.wrapping_sub(R_DECREMENT);
+            if q.next_dispatch_r > old {
+                success = false;
+            }
+            for w in &mut q.waiting {
+                let old = w.arrival_r;
+                w.arrival_r = old.wrapping_sub(R_DECREMENT);
+                if w.arrival_r > old {
+                    success = false;
+                }
+            }
+        }
+        if success {
+            self.counters.epoch_advances += 1;
+        } else {
+            self.counters.epoch_advance_failures += 1;
+        }
+    }
+
+    // ---------------------------------------------------------------- arrival
+
+    fn can_accommodate(&self, seats: u32) -> bool {
+        let c = self.cfg.concurrency_limit as u64;
+        let seats = seats as u64;
+        if self.cfg.desired_queues < 0 {
+            return true;
+        }
+        if seats > c {
+            return self.tot_requests_executing == 0;
+        }
+        self.tot_seats_in_use.saturating_add(seats) <= c
+    }
+
+    fn queue_pos(&self, index: u32) -> Result<usize, usize> {
+        self.queues.binary_search_by_key(&index, |q| q.index)
+    }
+
+    fn waiting_work_of(&self, index: u32) -> u64 {
+        match self.queue_pos(index) {
+            Ok(p) => self.queues.get(p).map(|q| q.total_work_sum).unwrap_or(0),
+            Err(_) => 0,
+        }
+    }
+
+    /// Upstream `shuffleShardLocked`.
+    fn shuffle_shard(&mut self, hash: u64) -> u32 {
+        let Ok(dealer) = Dealer::new(self.cfg.desired_queues, self.cfg.hand_size.min(i32::MAX as u32) as i32) else {
+            return 0;
+        };
+        let (hand, n) = dealer.deal_array(hash);
+        let hand = hand.get(..n).unwrap_or(&[]);
+        if hand.is_empty() {
+            return 0;
+        }
+        let offset = (self.enqueues % hand.len() as u64) as usize;
+        self.enqueues = self.enqueues.wrapping_add(1);
+        let mut best: Option<u32> = None;
+        let mut min_work = u64::MAX;
+        let first = hand.get(offset).copied().unwrap_or(0);
+        for i in 0..hand.len() {
+            let idx = hand.get((offset + i) % hand.len()).copied().unwrap_or(0);
+            let w = self.waiting_work_of(idx);
+            if w < min_work {
+                min_work = w;
+                best = Some(idx);
+            }
+        }
+        best.unwrap_or(first)
+    }
+
+    /// Upstream `StartRequest`. `out` receives the requests dispatched as a consequence (not
+    /// including this one when the result is `Executing`).
+    pub fn arrive(&mut self, now: Nanos, work: WorkEstimate, tag: RequestTag, out: &mut Vec<Dispatched>) -> Arrival {
+        self.sync_time(now);
+        if self.cfg.desired_queues < 1 {
+            if !self.can_accommodate(work.max_seats()) {
+                self.counters.rejected_concurrency_limit += 1;
+                return Arrival::Rejected(RejectReason::ConcurrencyLimit);
+            }
+            let id = self.new_id();
+            let seats = work.max_seats();
+            self.tot_requests_executing += 1;
+            self.tot_seats_in_use = self.tot_seats_in_use.saturating_add(seats as u64);
+            self.counters.dispatched += 1;
+            self.queueless.push(Exec {
+                id,
+                tag,
+                initial_seats: work.initial_seats,
+                max_seats: seats,
+                start: now,
+                additional_latency: work.additional_latency,
+                linger_until: None,
+            });
+            return Arrival::Executing(id);
+        }
+        let qidx = self.shuffle_shard(tag.flow_hash);
+        let pos = match self.queue_pos(qidx) {
+            Ok(p) => p,
+            Err(p) => {
+                self.queues.insert(p, Queue::new(qidx));
+                p
+            }
+        };
+        let reject = match self.queues.get(pos) {
+            Some(q) => {
+                self.tot_seats_in_use >= self.cfg.concurrency_limit as u64
+                    && q.waiting.len() as u64 >= self.cfg.queue_length_limit as u64
+            }
+            None => true,
+        };
+        if reject {
+            if self.queues.get(pos).is_some_and(|q| q.is_stored_idle()) {
+                self.queues.remove(pos);
+            }
+            self.counters.rejected_queue_full += 1;
+            return Arrival::Rejected(RejectReason::QueueFull);
+        }
+        let id = self.new_id();
+        let g = self.g;
+        let r = self.current_r;
+        let (_, total_work) = request_work(&work, g);
+        if let Some(q) = self.queues.get_mut(pos) {
+            if q.waiting.is_empty() && q.requests_executing == 0 {
+                q.next_dispatch_r = r;
+            }
+            q.waiting.push_back(Waiting { id, tag, work, arrival_r: r, arrival: now });
+            q.initial_seats_sum = q.initial_seats_sum.saturating_add(work.initial_seats as u64);
+            q.max_seats_sum = q.max_seats_sum.saturating_add(work.max_seats() as u64);
+            q.total_work_sum = q.total_work_sum.wrapping_add(total_work.0);
+            bound_next_dispatch(q);
+        }
+        self.tot_requests_waiting += 1;
+        self.tot_seats_waiting = self.tot_seats_waiting.saturating_add(work.max_seats() as u64);
+        let before = out.len();
+        self.dispatch_as_much_as_possible(now, out);
+        let mut found = None;
+        for (i, d) in out.iter().enumerate().skip(before) {
+            if d.id == id {
+                found = Some(i);
+                break;
+            }
+        }
+        match found {
+            Some(i) => {
+                out.remove(i);
+                Arrival::Executing(id)
+            }
+            None => Arrival::Queued(id),
+        }
+    }
+
+    // ---------------------------------------------------------------- dispatch
+
+    fn dispatch_as_much_as_possible(&mut self, now: Nanos, out: &mut Vec<Dispatched>) {
+        while self.tot_requests_waiting != 0
+            && self.tot_seats_in_use < self.cfg.concurrency_limit as u64
+            && self.dispatch_one(now, out)
+        {}
+    }
+
+    /// Upstream `findDispatchQueueToBoundLocked`: position of the queue whose head has the
+    /// minimal virtual finish R (round-robin order after `robinIndex` breaks ties), if that head
+    /// can be accommodated now.
+    fn find_dispatch_queue(&mut self) -> Option<usize> {
+        let n = self.queues.len();
+        let start = self.queues.partition_point(|q| q.index <= self.robin_index);
+        let g = self.g;
+        let mut min_finish = u64::MAX;
+        let mut min_pos = None;
+        for k in 0..n {
+            let pos = (start + k) % n;
+            let Some(q) = self.queues.get(pos) else { continue };
+            let Some(head) = q.waiting.front() else { continue };
+            let finish = q.next_dispatch_r.wrapping_add(request_work(&head.work, g).1 .0);
+            if finish < min_finish {
+                min_finish = finish;
+                min_pos = Some(pos);
+            }
+        }
+        let pos = min_pos?;
+        let seats = self.queues.get(pos)?.waiting.front()?.work.max_seats();
+        if !self.can_accommodate(seats) {
+            self.counters.no_accommodation += 1;
+            return None;
+        }
+        Some(pos)
+    }
+
+    /// Upstream `dispatchLocked`.
+    fn dispatch_one(&mut self, now: Nanos, out: &mut Vec<Dispatched>) -> bool {
+        let Some(pos) = self.find_dispatch_queue() else { return false };
+        let c = self.cfg.concurrency_limit;
+        let g = self.g;
+        let Some(q) = self.queues.get_mut(pos) else { return false };
+        let Some(req) = q.waiting.pop_front() else { return false };
+        let (final_work, total_work) = request_work(&req.work, g);
+        q.initial_seats_sum = q.initial_seats_sum.saturating_sub(req.work.initial_seats as u64);
+        q.max_seats_sum = q.max_seats_sum.saturating_sub(req.work.max_seats() as u64);
+        q.total_work_sum = q.total_work_sum.wrapping_sub(total_work.0);
+        let mut work = req.work;
+        if work.final_seats > c {
+            work.additional_latency = duration_per_seat(final_work, c as f64);
+            work.final_seats = c;
+        }
+        let seats = work.max_seats();
+        q.seats_in_use = q.seats_in_use.saturating_add(seats as u64);
+        q.requests_executing += 1;
+        q.executing.push(Exec {
+            id: req.id,
+            tag: req.tag,
+            initial_seats: work.initial_seats,
+            max_seats: seats,
+            start: now,
+            additional_latency: work.additional_latency,
+            linger_until: None,
+        });
+        q.next_dispatch_r = q.next_dispatch_r.wrapping_add(total_work.0);
+        bound_next_dispatch(q);
+        self.robin_index = q.index;
+        self.tot_requests_waiting = self.tot_requests_waiting.saturating_sub(1);
+        self.tot_seats_waiting = self.tot_seats_waiting.saturating_sub(req.work.max_seats() as u64);
+        self.tot_requests_executing += 1;
+        self.tot_seats_in_use = self.tot_seats_in_use.saturating_add(seats as u64);
+        self.counters.dispatched += 1;
+        out.push(Dispatched { id: req.id, tag: req.tag, waited: now.saturating_sub(req.arrival), seats });
+        true
+    }
+
+    // ---------------------------------------------------------------- finish
+
+    /// Upstream `finishRequestAndDispatchAsMuchAsPossible`: the handler of executing request
+    /// `id` returned at `now`. Returns false if `id` is not executing.
+    pub fn finish(&mut self, now: Nanos, id: RequestId, out: &mut Vec<Dispatched>) -> bool {
+        self.sync_time(now);
+        if !self.finish_locked(now, id) {
+            return false;
+        }
+        self.dispatch_as_much_as_possible(now, out);
+        true
+    }
+
+    fn finish_locked(&mut self, now: Nanos, id: RequestId) -> bool {
+        let g = self.g;
+        // Queue-less (exempt / Reject levels, or leftovers of an older configuration).
+        if let Some(i) = self.queueless.iter().position(|e| e.id == id && e.linger_until.is_none()) {
+            self.tot_requests_executing = self.tot_requests_executing.saturating_sub(1);
+            let lat = self.queueless.get(i).map(|e| e.additional_latency).unwrap_or(0);
+            if lat <= 0 {
+                let e = self.queueless.swap_remove(i);
+                self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(e.max_seats as u64);
+            } else if let Some(e) = self.queueless.get_mut(i) {
+                e.linger_until = Some(now.saturating_add(lat));
+            }
+            return true;
+        }
+        for pos in 0..self.queues.len() {
+            let Some(q) = self.queues.get_mut(pos) else { continue };
+            let Some(i) = q.executing.iter().position(|e| e.id == id && e.linger_until.is_none()) else { continue };
+            let Some(e) = q.executing.get(i).cloned() else { continue };
+            q.requests_executing = q.requests_executing.saturating_sub(1);
+            let actual = now.saturating_sub(e.start);
+            let corr = seats_times_duration(e.initial_seats as f64, g.saturating_sub(actual));
+            q.next_dispatch_r = q.next_dispatch_r.wrapping_sub(corr.0);
+            bound_next_dispatch(q);
+            self.tot_requests_executing = self.tot_requests_executing.saturating_sub(1);
+            if e.additional_latency <= 0 {
+                q.executing.swap_remove(i);
+                q.seats_in_use = q.seats_in_use.saturating_sub(e.max_seats as u64);
+                self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(e.max_seats as u64);
+                if q.is_stored_idle() {
+                    self.queues.remove(pos);
+                }
+            } else if let Some(x) = q.executing.get_mut(i) {
+                x.linger_until = Some(now.saturating_add(e.additional_latency));
+            }
+            return true;
+        }
+        false
+    }
+
+    /// Releases the seats of lingering requests whose time is `<= t`. Returns true if any.
+    fn release_lingering(&mut self, t: Nanos) -> bool {
+        let mut any = false;
+        let mut i = 0;
+        while i < self.queueless.len() {
+            if self.queueless.get(i).and_then(|e| e.linger_until).is_some_and(|u| u <= t) {
+                let e = self.queueless.swap_remove(i);
+                self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(e.max_seats as u64);
+                any = true;
+            } else {
+                i += 1;
+            }
+        }
+        let mut released = 0u64;
+        for q in &mut self.queues {
+            let mut i = 0;
+            while i < q.executing.len() {
+                if q.executing.get(i).and_then(|e| e.linger_until).is_some_and(|u| u <= t) {
+                    let e = q.executing.swap_remove(i);
+                    q.seats_in_use = q.seats_in_use.saturating_sub(e.max_seats as u64);
+                    released = released.saturating_add(e.max_seats as u64);
+                    any = true;
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(released);
+        self.queues.retain(|q| !q.is_stored_idle());
+        any
+    }
+
+    // ---------------------------------------------------------------- removal of waiting requests
+
+    fn remove_waiting_where(&mut self, mut pred: impl FnMut(&Waiting) -> bool, removed: &mut Vec<(RequestId, RequestTag)>) {
+        let g = self.g;
+        let mut n = 0u32;
+        let mut seats = 0u64;
+        for q in &mut self.queues {
+            let before = q.waiting.len();
+            if before == 0 {
+                continue;
+            }
+            let mut kept = VecDeque::with_capacity(before);
+            for w in q.waiting.drain(..) {
+                if pred(&w) {
+                    let (_, tw) = request_work(&w.work, g);
+                    q.initial_seats_sum = q.initial_seats_sum.saturating_sub(w.work.initial_seats as u64);
+                    q.max_seats_sum = q.max_seats_sum.saturating_sub(w.work.max_seats() as u64);
+                    q.total_work_sum = q.total_work_sum.wrapping_sub(tw.0);
+                    seats = seats.saturating_add(w.work.max_seats() as u64);
+                    n += 1;
+                    removed.push((w.id, w.tag));
+                } else {
+                    kept.push_back(w);
+                }
+            }
+            q.waiting = kept;
+            if q.waiting.len() != before {
+                bound_next_dispatch(q);
+            }
+        }
+        self.tot_requests_waiting = self.tot_requests_waiting.saturating_sub(n);
+        self.tot_seats_waiting = self.tot_seats_waiting.saturating_sub(seats);
+        self.counters.timed_out += n as u64;
+        self.queues.retain(|q| !q.is_stored_idle());
+    }
+
+    /// A waiting request gave up (client gone / wait limit): removed and counted as `time-out`;
+    /// no dispatch is attempted (upstream behaviour). Returns its tag, or None if it is not
+    /// waiting.
+    pub fn cancel(&mut self, now: Nanos, id: RequestId) -> Option<RequestTag> {
+        self.sync_time(now);
+        let mut removed = Vec::new();
+        let mut done = false;
+        self.remove_waiting_where(
+            |w| {
+                if !done && w.id == id {
+                    done = true;
+                    true
+                } else {
+                    false
+                }
+            },
+            &mut removed,
+        );
+        removed.first().map(|(_, t)| *t)
+    }
+
+    /// Earliest wait deadline of a waiting request or end of a lingering period.
+    pub fn next_event(&self) -> Option<Nanos> {
+        let mut best: Option<Nanos> = None;
+        let mut note = |t: Nanos| {
+            if best.is_none_or(|b| t < b) {
+                best = Some(t);
+            }
+        };
+        for e in &self.queueless {
+            if let Some(u) = e.linger_until {
+                note(u);
+            }
+        }
+        for q in &self.queues {
+            for w in &q.waiting {
+                if w.tag.wait_deadline != Nanos::MAX {
+                    note(w.tag.wait_deadline);
+                }
+            }
+            for e in &q.executing {
+                if let Some(u) = e.linger_until {
+                    note(u);
+                }
+            }
+        }
+        best
+    }
+
+    /// Processes every due event (`<= now`) in time order: waiting requests whose deadline
+    /// passed are removed (reason `time-out`, no dispatch after those removals) and reported in
+    /// `timed_out`; lingering seats whose time is up are released, then as much as possible is
+    /// dispatched.
+    pub fn expire(&mut self, now: Nanos, timed_out: &mut Vec<(RequestId, RequestTag)>, out: &mut Vec<Dispatched>) {
+        // Bounded: each iteration removes at least one event.
+        while let Some(t) = self.next_event() {
+            if t > now {
+                break;
+            }
+            self.sync_time(t);
+            let before = timed_out.len();
+            self.remove_waiting_where(|w| w.tag.wait_deadline <= t, timed_out);
+            let released = self.release_lingering(t);
+            if released {
+                self.dispatch_as_much_as_possible(t, out);
+            }
+            if timed_out.len() == before && !released {
+                break;
+            }
+        }
+    }
+
+    /// Lease expiry: drops every waiting request of `owner` (counted as time-out) and releases
+    /// the seats of its executing and lingering requests (as if they finished now), then
+    /// dispatches. Returns the number of requests removed.
+    pub fn remove_owner(&mut self, owner: u32, now: Nanos, out: &mut Vec<Dispatched>) -> usize {
+        self.sync_time(now);
+        let mut removed = Vec::new();
+        self.remove_waiting_where(|w| w.tag.owner == owner, &mut removed);
+        let mut count = removed.len();
+        let ids: Vec<(RequestId, bool)> = self
+            .queueless
+            .iter()
+            .chain(self.queues.iter().flat_map(|q| q.executing.iter()))
+            .filter(|e| e.tag.owner == owner)
+            .map(|e| (e.id, e.linger_until.is_some()))
+            .collect();
+        for (id, lingering) in ids {
+            if !lingering {
+                self.finish_locked(now, id);
+            }
+            // Release immediately whatever is (now) lingering for this id.
+            self.release_id(id);
+            count += 1;
+        }
+        self.dispatch_as_much_as_possible(now, out);
+        count
+    }
+
+    fn release_id(&mut self, id: RequestId) {
+        if let Some(i) = self.queueless.iter().position(|e| e.id == id) {
+            let e = self.queueless.swap_remove(i);
+            self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(e.max_seats as u64);
+            return;
+        }
+        for pos in 0..self.queues.len() {
+            let Some(q) = self.queues.get_mut(pos) else { continue };
+            if let Some(i) = q.executing.iter().position(|e| e.id == id) {
+                let e = q.executing.swap_remove(i);
+                if e.linger_until.is_none() {
+                    q.requests_executing = q.requests_executing.saturating_sub(1);
+                    self.tot_requests_executing = self.tot_requests_executing.saturating_sub(1);
+                }
+                q.seats_in_use = q.seats_in_use.saturating_sub(e.max_seats as u64);
+                self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(e.max_seats as u64);
+                if q.is_stored_idle() {
+                    self.queues.remove(pos);
+                }
+                return;
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- dumps
+
+    pub fn snapshot(&self) -> QueueSetSnapshot {
+        let g = self.g;
+        let exec_snap = |e: &Exec| ExecutingSnapshot {
+            id: e.id,
+            owner: e.tag.owner,
+            context: e.tag.context,
+            flow_schema: e.tag.flow_schema,
+            flow_hash: e.tag.flow_hash,
+            start: e.start,
+            initial_seats: e.initial_seats,
+            max_seats: e.max_seats,
+            additional_latency: e.additional_latency,
+            lingering_until: e.linger_until,
+        };
+        QueueSetSnapshot {
+            desired_queues: self.cfg.desired_queues,
+            queue_length_limit: self.cfg.queue_length_limit,
+            hand_size: self.cfg.hand_size,
+            concurrency_limit: self.cfg.concurrency_limit,
+            current_r: SeatSeconds(self.current_r).to_string(),
+            last_time: self.last_real_time,
+            robin_index: self.robin_index,
+            requests_waiting: self.tot_requests_waiting,
+            requests_executing: self.tot_requests_executing,
+            seats_in_use: self.seats_in_use(),
+            seats_waiting: self.seats_waiting(),
+            counters: self.counters,
+            queues: self
+                .queues
+                .iter()
+                .map(|q| QueueSnapshot {
+                    index: q.index,
+                    next_dispatch_r: SeatSeconds(q.next_dispatch_r).to_string(),
+                    initial_seats_sum: q.initial_seats_sum,
+                    max_seats_sum: q.max_seats_sum,
+                    total_work_sum: SeatSeconds(q.total_work_sum).to_string(),
+                    requests_executing: q.requests_executing,
+                    seats_in_use: q.seats_in_use,
+                    waiting: q
+                        .waiting
+                        .iter()
+                        .map(|w| WaitingSnapshot {
+                            id: w.id,
+                            owner: w.tag.owner,
+                            context: w.tag.context,
+                            flow_schema: w.tag.flow_schema,
+                            flow_hash: w.tag.flow_hash,
+                            wait_deadline: w.tag.wait_deadline,
+                            arrival: w.arrival,
+                            arrival_r: SeatSeconds(w.arrival_r).to_string(),
+                            initial_seats: w.work.initial_seats,
+                            final_seats: w.work.final_seats,
+                            additional_latency: w.work.additional_latency,
+                            total_work: request_work(&w.work, g).1.to_string(),
+                        })
+                        .collect(),
+                    executing: q.executing.iter().map(exec_snap).collect(),
+                })
+                .collect(),
+            queueless_executing: self.queueless.iter().map(exec_snap).collect(),
+        }
+    }
+
+    // ---------------------------------------------------------------- encoding
+
+    pub fn encode(&self, w: &mut Writer) {
+        w.u8(ENCODING_VERSION);
+        w.i32(self.cfg.desired_queues);
+        w.u32(self.cfg.queue_length_limit);
+        w.u32(self.cfg.hand_size);
+        w.u32(self.cfg.concurrency_limit);
+        w.u64(self.current_r);
+        w.i64(self.last_real_time);
+        w.u32(self.robin_index);
+        w.u64(self.enqueues);
+        w.u64(self.next_id);
+        let c = &self.counters;
+        for v in [
+            c.dispatched,
+            c.rejected_queue_full,
+            c.rejected_concurrency_limit,
+            c.timed_out,
+            c.epoch_advances,
+            c.epoch_advance_failures,
+            c.no_accommodation,
+        ] {
+            w.u64(v);
+        }
+        w.usize(self.queueless.len());
+        for e in &self.queueless {
+            self.encode_exec(w, e);
+        }
+        w.usize(self.queues.len());
+        let mut prev: u32 = 0;
+        for (k, q) in self.queues.iter().enumerate() {
+            // Index delta from the previous one (first: absolute).
+            w.u32(if k == 0 { q.index } else { q.index.wrapping_sub(prev) });
+            prev = q.index;
+            w.i64(q.next_dispatch_r.wrapping_sub(self.current_r) as i64);
+            w.usize(q.waiting.len());
+            for r in &q.waiting {
+                w.u64(self.next_id.wrapping_sub(r.id));
+                self.encode_tag(w, &r.tag);
+                w.u32(r.work.initial_seats);
+                w.u32(r.work.final_seats);
+                w.i64(r.work.additional_latency);
+                w.i64(r.arrival_r.wrapping_sub(self.current_r) as i64);
+                w.i64(self.last_real_time.wrapping_sub(r.arrival));
+            }
+            w.usize(q.executing.len());
+            for e in &q.executing {
+                self.encode_exec(w, e);
+            }
+        }
+    }
+
+    fn encode_tag(&self, w: &mut Writer, t: &RequestTag) {
+        w.u32(t.owner);
+        w.u32(t.context);
+        w.u32(t.flow_schema as u32);
+        w.fixed64(t.flow_hash);
+        if t.wait_deadline == Nanos::MAX {
+            w.u8(0);
+        } else {
+            w.u8(1);
+            w.i64(t.wait_deadline.wrapping_sub(self.last_real_time));
+        }
+    }
+
+    fn encode_exec(&self, w: &mut Writer, e: &Exec) {
+        w.u64(self.next_id.wrapping_sub(e.id));
+        self.encode_tag(w, &e.tag);
+        w.u32(e.initial_seats);
+        w.u32(e.max_seats);
+        w.i64(self.last_real_time.wrapping_sub(e.start));
+        w.i64(e.additional_latency);
+        match e.linger_until {
+            None => w.u8(0),
+            Some(u) => {
+                w.u8(1);
+                w.i64(u.wrapping_sub(self.last_real_time));
+            }
+        }
+    }
+
+    /// Decodes a state written by [`QueueSet::encode`]. Never panics; rejects structurally
+    /// inconsistent input (bad config, unsorted or idle queues, duplicate ids, overflowing sums).
+    pub fn decode(r: &mut Reader) -> CodecResult<QueueSet> {
+        if r.u8()? != ENCODING_VERSION {
+            return Err(CodecError("unknown queueset encoding version"));
+        }
+        let cfg = QueueSetConfig {
+            desired_queues: r.i32()?,
+            queue_length_limit: r.u32()?,
+            hand_size: r.u32()?,
+            concurrency_limit: r.u32()?,
+        };
+        if check_config(&cfg).is_err() {
+            return Err(CodecError("invalid queueset config"));
+        }
+        let current_r = r.u64()?;
+        let last_real_time = r.i64()?;
+        let robin_index = r.u32()?;
+        let enqueues = r.u64()?;
+        let next_id = r.u64()?;
+        if next_id == 0 {
+            return Err(CodecError("bad next id"));
+        }
+        let counters = Counters {
+            dispatched: r.u64()?,
+            rejected_queue_full: r.u64()?,
+            rejected_concurrency_limit: r.u64()?,
+            timed_out: r.u64()?,
+            epoch_advances: r.u64()?,
+            epoch_advance_failures: r.u64()?,
+            no_accommodation: r.u64()?,
+        };
+        let mut ids: Vec<RequestId> = Vec::new();
+        let mut qs = QueueSet {
+            cfg,
+            g: ESTIMATED_SERVICE_DURATION,
+            current_r,
+            last_real_time,
+            robin_index,
+            enqueues,
+            next_id,
+            queues: Vec::new(),
+            queueless: Vec::new(),
+            counters,
+            tot_requests_waiting: 0,
+            tot_requests_executing: 0,
+            tot_seats_in_use: 0,
+            tot_seats_waiting: 0,
+        };
+        let n = r.count(16)?;
+        qs.queueless.reserve(n);
+        for _ in 0..n {
+            let e = qs.decode_exec(r, &mut ids)?;
+            qs.account_exec(&e)?;
+            qs.queueless.push(e);
+        }
+        let nq = r.count(4)?;
+        qs.queues.reserve(nq);
+        let mut prev: Option<u32> = None;
+        for _ in 0..nq {
+            let d = r.u32()?;
+            let index = match prev {
+                None => d,
+                Some(p) => {
+                    if d == 0 {
+                        return Err(CodecError("queues not sorted"));
+                    }
+                    p.checked_add(d).ok_or(CodecError("queue index overflow"))?
+                }
+            };
+            if index >= MAX_QUEUES {
+                return Err(CodecError("queue index out of range"));
+            }
+            prev = Some(index);
+            let mut q = Queue::new(index);
+            q.next_dispatch_r = current_r.wrapping_add(r.i64()? as u64);
+            let nw = r.count(16)?;
+            for _ in 0..nw {
+                let id = qs.decode_id(r, &mut ids)?;
+                let tag = qs.decode_tag(r)?;
+                let work = WorkEstimate {
+                    initial_seats: r.u32()?,
+                    final_seats: r.u32()?,
+                    additional_latency: r.i64()?,
+                };
+                let arrival_r = current_r.wrapping_add(r.i64()? as u64);
+                let arrival = last_real_time.wrapping_sub(r.i64()?);
+                let (_, tw) = request_work(&work, qs.g);
+                q.initial_seats_sum = q.initial_seats_sum.checked_add(work.initial_seats as u64).ok_or(CodecError("seat overflow"))?;
+                q.max_seats_sum = q.max_seats_sum.checked_add(work.max_seats() as u64).ok_or(CodecError("seat overflow"))?;
+                q.total_work_sum = q.total_work_sum.wrapping_add(tw.0);
+                qs.tot_requests_waiting = qs.tot_requests_waiting.checked_add(1).ok_or(CodecError("too many requests"))?;
+                qs.tot_seats_waiting = qs.tot_seats_waiting.checked_add(work.max_seats() as u64).ok_or(CodecError("seat overflow"))?;
+                q.waiting.push_back(Waiting { id, tag, work, arrival_r, arrival });
+            }
+            let ne = r.count(16)?;
+            for _ in 0..ne {
+                let e = qs.decode_exec(r, &mut ids)?;
+                qs.account_exec(&e)?;
+                q.seats_in_use = q.seats_in_use.checked_add(e.max_seats as u64).ok_or(CodecError("seat overflow"))?;
+                if e.linger_until.is_none() {
+                    q.requests_executing += 1;
+                }
+                q.executing.push(e);
+            }
+            if q.is_stored_idle() {
+                return Err(CodecError("idle queue stored"));
+            }
+            qs.queues.push(q);
+        }
+        ids.sort_unstable();
+        if ids.windows(2).any(|w| w.first() == w.get(1)) {
+            return Err(CodecError("duplicate request id"));
+        }
+        Ok(qs)
+    }
+
+    fn decode_id(&self, r: &mut Reader, ids: &mut Vec<RequestId>) -> CodecResult<RequestId> {
+        let d = r.u64()?;
+        if d == 0 || d >= self.next_id {
+            return Err(CodecError("bad request id"));
+        }
+        let id = self.next_id - d;
+        ids.push(id);
+        Ok(id)
+    }
+
+    fn decode_tag(&self, r: &mut Reader) -> CodecResult<RequestTag> {
+        let owner = r.u32()?;
+        let context = r.u32()?;
+        let flow_schema = u16::try_from(r.u32()?).map_err(|_| CodecError("bad flow schema"))?;
+        let flow_hash = r.fixed64()?;
+        let wait_deadline = match r.u8()? {
+            0 => Nanos::MAX,
+            1 => self.last_real_time.wrapping_add(r.i64()?),
+            _ => return Err(CodecError("bad deadline flag")),
+        };
+        Ok(RequestTag { owner, context, flow_schema, flow_hash, wait_deadline })
+    }
+
+    fn decode_exec(&self, r: &mut Reader, ids: &mut Vec<RequestId>) -> CodecResult<Exec> {
+        let id = self.decode_id(r, ids)?;
+        let tag = self.decode_tag(r)?;
+        let initial_seats = r.u32()?;
+        let max_seats = r.u32()?;
+        if max_seats < initial_seats {
+            return Err(CodecError("max seats below initial seats"));
+        }
+        let start = self.last_real_time.wrapping_sub(r.i64()?);
+        let additional_latency = r.i64()?;
+        let linger_until = match r.u8()? {
+            0 => None,
+            1 => Some(self.last_real_time.wrapping_add(r.i64()?)),
+            _ => return Err(CodecError("bad linger flag")),
+        };
+        Ok(Exec { id, tag, initial_seats, max_seats, start, additional_latency, linger_until })
+    }
+
+    fn account_exec(&mut self, e: &Exec) -> CodecResult<()> {
+        if e.linger_until.is_none() {
+            self.tot_requests_executing = self.tot_requests_executing.checked_add(1).ok_or(CodecError("too many requests"))?;
+        }
+        self.tot_seats_in_use = self.tot_seats_in_use.checked_add(e.max_seats as u64).ok_or(CodecError("seat overflow"))?;
+        Ok(())
+    }
+}
+
+/// Upstream `boundNextDispatchLocked` (anti-windup).
+fn bound_next_dispatch(q: &mut Queue) {
+    if let Some(head) = q.waiting.front() {
+        if q.next_dispatch_r < head.arrival_r {
+            q.next_dispatch_r = head.arrival_r;
+        }
+    }
+}
+
+/// Debug view of a QueueSet (for `dump_queues` / `dump_requests`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueueSetSnapshot {
+    pub desired_queues: i32,
+    pub queue_length_limit: u32,
+    pub hand_size: u32,
+    pub concurrency_limit: u32,
+    pub current_r: String,
+    pub last_time: Nanos,
+    pub robin_index: u32,
+    pub requests_waiting: u32,
+    pub requests_executing: u32,
+    pub seats_in_use: u32,
+    pub seats_waiting: u32,
+    pub counters: Counters,
+    /// Non-idle queues only, by index.
+    pub queues: Vec<QueueSnapshot>,
+    pub queueless_executing: Vec<ExecutingSnapshot>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueueSnapshot {
+    pub index: u32,
+    pub next_dispatch_r: String,
+    pub initial_seats_sum: u64,
+    pub max_seats_sum: u64,
+    pub total_work_sum: String,
+    pub requests_executing: u32,
+    pub seats_in_use: u64,
+    pub waiting: Vec<WaitingSnapshot>,
+    /// Executing and lingering requests.
+    pub executing: Vec<ExecutingSnapshot>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WaitingSnapshot {
+    pub id: RequestId,
+    pub owner: u32,
+    pub context: u32,
+    pub flow_schema: u16,
+    pub flow_hash: u64,
+    pub wait_deadline: Nanos,
+    pub arrival: Nanos,
+    pub arrival_r: String,
+    pub initial_seats: u32,
+    pub final_seats: u32,
+    pub additional_latency: Nanos,
+    pub total_work: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExecutingSnapshot {
+    pub id: RequestId,
+    pub owner: u32,
+    pub context: u32,
+    pub flow_schema: u16,
+    pub flow_hash: u64,
+    pub start: Nanos,
+    pub initial_seats: u32,
+    pub max_seats: u32,
+    pub additional_latency: Nanos,
+    pub lingering_until: Option<Nanos>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::NANOS_PER_SEC;
+
+    const SEC: Nanos = NANOS_PER_SEC;
+    const MS: Nanos = 1_000_000;
+
+    fn cfg(q: i32, qll: u32, hand: u32, c: u32) -> QueueSetConfig {
+        QueueSetConfig { desired_queues: q, queue_length_limit: qll, hand_size: hand, concurrency_limit: c }
+    }
+    fn tag(hash: u64) -> RequestTag {
+        RequestTag { owner: 1, context: hash as u32, flow_schema: 0, flow_hash: hash, wait_deadline: Nanos::MAX }
+    }
+    fn one() -> WorkEstimate {
+        WorkEstimate { initial_seats: 1, final_seats: 0, additional_latency: 0 }
+    }
+    fn ss(secs: f64) -> u64 {
+        seats_times_duration(1.0, (secs * 1e9) as Nanos).0
+    }
+
+    /// Builds a queue with one waiting request of `seats` seats.
+    fn queue_with_head(qs: &mut QueueSet, index: u32, next_r: u64, seats: u32) {
+        let mut q = Queue::new(index);
+        q.next_dispatch_r = next_r;
+        let work = WorkEstimate { initial_seats: seats, final_seats: 0, additional_latency: 0 };
+        q.max_seats_sum = seats as u64;
+        q.initial_seats_sum = seats as u64;
+        q.total_work_sum = request_work(&work, qs.g).1 .0;
+        let id = qs.new_id();
+        q.waiting.push_back(Waiting { id, tag: tag(index as u64), work, arrival_r: 0, arrival: 0 });
+        qs.tot_requests_waiting += 1;
+        qs.tot_seats_waiting += seats as u64;
+        qs.queues.push(q);
+    }
+
+    fn find_case(c: u32, in_use: u64, robin_minus_one_of: u32, queues: &[(u64, u32)]) -> QueueSet {
+        let mut qs = QueueSet::new(cfg(queues.len() as i32, 8, 1, c), 0).unwrap();
+        // robinIndex −1 ≡ nq−1 (mod nq): the scan starts at queue 0.
+        qs.robin_index = robin_minus_one_of - 1;
+        qs.tot_seats_in_use = in_use;
+        for (i, (r, seats)) in queues.iter().enumerate() {
+            queue_with_head(&mut qs, i as u32, *r, *seats);
+        }
+        qs
+    }
+
+    fn picked(qs: &mut QueueSet) -> Option<u32> {
+        qs.find_dispatch_queue().map(|p| {
+            let idx = qs.queues[p].index;
+            // upstream sets robinIndex inside findDispatchQueueToBoundLocked
+            qs.robin_index = idx;
+            idx
+        })
+    }
+
+    #[test]
+    fn find_dispatch_queue_vectors() {
+        // 1. seats available, the queue with less virtual start wins
+        let mut qs = find_case(1, 0, 2, &[(ss(200.0), 1), (ss(100.0), 1)]);
+        assert_eq!(picked(&mut qs), Some(1));
+        assert_eq!(qs.robin_index, 1);
+        // 2. all seats occupied
+        let mut qs = find_case(1, 1, 1, &[(ss(200.0), 1)]);
+        assert_eq!(picked(&mut qs), None);
+        assert_eq!(qs.robin_index, 0);
+        // 3. wide requests, fits
+        let mut qs = find_case(50, 25, 2, &[(ss(200.0), 50), (ss(100.0), 25)]);
+        assert_eq!(picked(&mut qs), Some(1));
+        assert_eq!(qs.robin_index, 1);
+        // 4. minimal finish does not fit; the other would but is not chosen
+        let mut qs = find_case(50, 26, 2, &[(ss(200.0), 10), (ss(100.0), 25)]);
+        for _ in 0..3 {
+            assert_eq!(picked(&mut qs), None);
+            assert_eq!(qs.robin_index, 1);
+        }
+        assert_eq!(qs.counters.no_accommodation, 3);
+        // 5. seats become available before the 3rd attempt
+        let mut qs = find_case(50, 26, 2, &[(ss(200.0), 10), (ss(100.0), 25)]);
+        assert_eq!(picked(&mut qs), None);
+        assert_eq!(qs.robin_index, 1);
+        assert_eq!(picked(&mut qs), None);
+        assert_eq!(qs.robin_index, 1);
+        qs.tot_seats_in_use = 25;
+        assert_eq!(picked(&mut qs), Some(1));
+        assert_eq!(qs.robin_index, 1);
+    }
+
+    #[test]
+    fn finish_request_vectors() {
+        for work in [
+            WorkEstimate { initial_seats: 1, final_seats: 10, additional_latency: 60 * SEC },
+            WorkEstimate { initial_seats: 10, final_seats: 0, additional_latency: 0 },
+        ] {
+            let mut qs = QueueSet::new(cfg(1, 8, 1, 1000), 0).unwrap();
+            qs.set_estimated_service_duration(SEC);
+            let mut q = Queue::new(0);
+            for id in [1, 2] {
+                let (ini, max, lat) =
+                    if id == 1 { (work.initial_seats, work.max_seats(), work.additional_latency) } else { (0, 0, 0) };
+                q.executing.push(Exec {
+                    id,
+                    tag: tag(0),
+                    initial_seats: ini,
+                    max_seats: max,
+                    start: 0,
+                    additional_latency: lat,
+                    linger_until: None,
+                });
+            }
+            q.requests_executing = 2;
+            q.seats_in_use = 22;
+            qs.queues.push(q);
+            qs.tot_requests_executing = 111;
+            qs.tot_seats_in_use = 222;
+            let mut out = Vec::new();
+            assert!(qs.finish(0, 1, &mut out));
+            assert!(!qs.finish(0, 1, &mut out), "second finish of the same request");
+            let mut to = Vec::new();
+            qs.expire(work.additional_latency, &mut to, &mut out);
+            assert_eq!(qs.tot_requests_executing, 110);
+            assert_eq!(qs.tot_seats_in_use, 222 - work.max_seats() as u64);
+            assert_eq!(qs.queues[0].seats_in_use, 22 - work.max_seats() as u64);
+            assert_eq!(qs.queues[0].executing.iter().map(|e| e.id).collect::<Vec<_>>(), vec![2]);
+            assert!(out.is_empty() && to.is_empty());
+        }
+    }
+
+    #[test]
+    fn request_work_and_seats() {
+        let w = WorkEstimate { initial_seats: 3, final_seats: 50, additional_latency: 70 * SEC };
+        let (_, total) = request_work(&w, 2 * SEC);
+        assert_eq!(
+            total,
+            seats_times_duration(3.0, 2 * SEC).wrapping_add(seats_times_duration(50.0, 70 * SEC))
+        );
+        assert_eq!(total.to_string(), "3506.00000000ss");
+        let seats = |i, f| WorkEstimate { initial_seats: i, final_seats: f, additional_latency: 0 }.max_seats();
+        assert_eq!(seats(3, 3), 3);
+        assert_eq!(seats(1, 3), 3);
+        assert_eq!(seats(3, 1), 3);
+    }
+
+    fn ndr(qs: &QueueSet, index: u32) -> u64 {
+        qs.queues.iter().find(|q| q.index == index).map(|q| q.next_dispatch_r).unwrap()
+    }
+
+    /// Reference §5.13.
+    #[test]
+    fn worked_example() {
+        let mut qs = QueueSet::new(cfg(2, 8, 1, 1), 0).unwrap();
+        let mut out = Vec::new();
+        // Dealer(2,1): hash mod 2 → X (hash 0) uses q0, Y (hash 1) uses q1.
+        let x1 = qs.arrive(0, one(), tag(0), &mut out);
+        assert!(matches!(x1, Arrival::Executing(_)));
+        assert_eq!(ndr(&qs, 0), ss(0.003));
+        assert_eq!(qs.robin_index, 0);
+        let y1 = qs.arrive(0, one(), tag(1), &mut out);
+        let x2 = qs.arrive(0, one(), tag(0), &mut out);
+        let (Arrival::Executing(x1), Arrival::Queued(y1), Arrival::Queued(x2)) = (x1, y1, x2) else { panic!() };
+        assert!(out.is_empty());
+        assert_eq!(qs.virtual_time_ratio(), 0.5);
+        assert!(qs.finish(100 * MS, x1, &mut out));
+        assert_eq!(qs.current_r, ss(0.05));
+        assert_eq!(ndr(&qs, 0), ss(0.1));
+        assert_eq!(out.iter().map(|d| d.id).collect::<Vec<_>>(), vec![y1]);
+        assert_eq!(out[0].waited, 100 * MS);
+        assert_eq!(ndr(&qs, 1), ss(0.003));
+        assert_eq!(qs.robin_index, 1);
+        out.clear();
+        assert!(qs.finish(200 * MS, y1, &mut out));
+        assert_eq!(qs.current_r, ss(0.1));
+        assert_eq!(out.iter().map(|d| d.id).collect::<Vec<_>>(), vec![x2]);
+        assert_eq!(ndr(&qs, 0), ss(0.103));
+        // q1 became idle and is no longer stored.
+        assert_eq!(qs.queues.len(), 1);
+        out.clear();
+        assert!(qs.finish(300 * MS, x2, &mut out));
+        assert!(qs.is_idle() && qs.is_empty());
+    }
+
+    /// TestContextCancel: the cancelled waiting request never executes; no dispatch attempt.
+    #[test]
+    fn context_cancel() {
+        let mut qs = QueueSet::new(cfg(11, 11, 1, 1), 0).unwrap();
+        let mut out = Vec::new();
+        let Arrival::Executing(r1) = qs.arrive(0, one(), tag(1), &mut out) else { panic!() };
+        let Arrival::Queued(r2) = qs.arrive(0, one(), tag(2), &mut out) else { panic!() };
+        assert_eq!(qs.cancel(SEC, r2), Some(tag(2)));
+        assert_eq!(qs.cancel(SEC, r2), None);
+        assert_eq!(qs.counters.timed_out, 1);
+        assert!(!qs.is_idle());
+        assert!(qs.finish(SEC, r1, &mut out));
+        assert!(out.is_empty());
+        assert!(qs.is_idle() && qs.is_empty());
+    }
+
+    #[test]
+    fn wait_deadline_expiry_and_next_event() {
+        let mut qs = QueueSet::new(cfg(4, 10, 1, 1), 0).unwrap();
+        let mut out = Vec::new();
+        let Arrival::Executing(r1) = qs.arrive(0, one(), tag(1), &mut out) else { panic!() };
+        let mut t = tag(2);
+        t.wait_deadline = 5 * SEC;
+        let Arrival::Queued(r2) = qs.arrive(0, one(), t, &mut out) else { panic!() };
+        assert_eq!(qs.next_event(), Some(5 * SEC));
+        let mut to = Vec::new();
+        qs.expire(4 * SEC, &mut to, &mut out);
+        assert!(to.is_empty());
+        qs.expire(6 * SEC, &mut to, &mut out);
+        assert_eq!(to, vec![(r2, t)]);
+        assert!(out.is_empty());
+        assert_eq!(qs.next_event(), None);
+        assert!(qs.finish(7 * SEC, r1, &mut out));
+        assert!(qs.is_empty());
+    }
+
+    #[test]
+    fn reject_levels_and_exempt() {
+        let mut qs = QueueSet::new(cfg(0, 0, 0, 2), 0).unwrap();
+        let mut out = Vec::new();
+        let w2 = WorkEstimate { initial_seats: 2, final_seats: 0, additional_latency: 0 };
+        assert!(matches!(qs.arrive(0, one(), tag(1), &mut out), Arrival::Executing(_)));
+        assert_eq!(qs.arrive(0, w2, tag(1), &mut out), Arrival::Rejected(RejectReason::ConcurrencyLimit));
+        assert_eq!(qs.counters.rejected_concurrency_limit, 1);
+        let mut ex = QueueSet::new(cfg(-1, 0, 0, 0), 0).unwrap();
+        for _ in 0..5 {
+            assert!(matches!(ex.arrive(0, w2, tag(1), &mut out), Arrival::Executing(_)));
+        }
+        assert_eq!(ex.seats_in_use(), 10);
+        // too wide runs alone
+        let mut qs = QueueSet::new(cfg(4, 10, 1, 2), 0).unwrap();
+        let w3 = WorkEstimate { initial_seats: 3, final_seats: 0, additional_latency: 0 };
+        let Arrival::Executing(a) = qs.arrive(0, one(), tag(0), &mut out) else { panic!() };
+        let Arrival::Queued(b) = qs.arrive(0, w3, tag(1), &mut out) else { panic!() };
+        assert!(qs.finish(SEC, a, &mut out));
+        assert_eq!(out.iter().map(|d| (d.id, d.seats)).collect::<Vec<_>>(), vec![(b, 3)]);
+        assert_eq!(qs.seats_in_use(), 3);
+    }
+
+    #[test]
+    fn final_seats_narrowing_and_linger() {
+        let mut qs = QueueSet::new(cfg(4, 10, 1, 4), 0).unwrap();
+        let mut out = Vec::new();
+        let w = WorkEstimate { initial_seats: 1, final_seats: 8, additional_latency: SEC };
+        // MaxSeats 8 > C: runs alone; final seats narrowed to 4, latency doubled.
+        let r = qs.arrive(0, w, tag(0), &mut out);
+        let Arrival::Executing(id) = r else { panic!("{r:?}") };
+        assert_eq!(qs.seats_in_use(), 4);
+        assert!(qs.finish(SEC, id, &mut out));
+        assert!(qs.is_idle());
+        assert_eq!(qs.seats_in_use(), 4);
+        assert_eq!(qs.next_event(), Some(3 * SEC));
+        let mut to = Vec::new();
+        qs.expire(3 * SEC, &mut to, &mut out);
+        assert_eq!(qs.seats_in_use(), 0);
+        assert!(qs.is_empty());
+    }
+
+    #[test]
+    fn reconfigure_and_remove_owner() {
+        let mut qs = QueueSet::new(cfg(8, 10, 2, 1), 0).unwrap();
+        let mut out = Vec::new();
+        let Arrival::Executing(_a) = qs.arrive(0, one(), tag(5), &mut out) else { panic!() };
+        let mut t = tag(6);
+        t.owner = 2;
+        let Arrival::Queued(_b) = qs.arrive(0, one(), t, &mut out) else { panic!() };
+        let Arrival::Queued(c) = qs.arrive(0, one(), tag(7), &mut out) else { panic!() };
+        assert!(qs.reconfigure(cfg(512, 8, 8, 1), SEC).unwrap_err().contains("required entropy bits"));
+        // owner 1 gone: its executing request releases its seat, its... c is owner 1 too
+        let n = qs.remove_owner(2, SEC, &mut out);
+        assert_eq!(n, 1);
+        assert!(out.is_empty());
+        let d = qs.reconfigure(cfg(4, 10, 1, 2), 2 * SEC).unwrap();
+        assert_eq!(d.iter().map(|d| d.id).collect::<Vec<_>>(), vec![c]);
+        assert_eq!(qs.remove_owner(1, 3 * SEC, &mut out), 2);
+        assert!(qs.is_empty());
+        // Reject level keeps old QLL / hand.
+        qs.reconfigure(cfg(0, 0, 0, 3), 3 * SEC).unwrap();
+        assert_eq!(qs.config(), cfg(0, 10, 1, 3));
+    }
+
+    fn busy_state() -> QueueSet {
+        let mut qs = QueueSet::new(cfg(64, 50, 8, 3), 1_000_000_000_000).unwrap();
+        let mut out = Vec::new();
+        let mut now = 1_000_000_000_000;
+        for i in 0..40u64 {
+            now += 1_234_567;
+            let mut t = tag(i.wrapping_mul(0x9E3779B97F4A7C15));
+            if i % 3 == 0 {
+                t.wait_deadline = now + 15 * SEC;
+            }
+            let w = WorkEstimate { initial_seats: 1 + (i % 2) as u32, final_seats: (i % 5) as u32, additional_latency: (i % 4) as i64 * MS };
+            qs.arrive(now, w, t, &mut out);
+        }
+        for d in out.clone().iter().take(2) {
+            now += SEC;
+            qs.finish(now, d.id, &mut out);
+        }
+        qs
+    }
+
+    #[test]
+    fn encode_roundtrip() {
+        let qs = busy_state();
+        assert!(qs.requests_waiting() > 10);
+        let mut w = Writer::new();
+        qs.encode(&mut w);
+        let bytes = w.into_bytes();
+        let back = QueueSet::decode(&mut Reader::new(&bytes)).unwrap();
+        assert_eq!(back, qs);
+        assert_eq!(back.snapshot(), qs.snapshot());
+        // Common case: one executing request.
+        let mut qs = QueueSet::new(cfg(128, 50, 6, 100), 123_456_789_000_000).unwrap();
+        let mut out = Vec::new();
+        let mut t = tag(17644606172554983095);
+        t.wait_deadline = 123_456_789_000_000 + 15 * SEC;
+        qs.arrive(123_456_789_000_000, one(), t, &mut out);
+        let mut w = Writer::new();
+        qs.encode(&mut w);
+        let n = w.buf.len();
+        assert!(n < 100, "{n} bytes");
+        assert_eq!(QueueSet::decode(&mut Reader::new(&w.buf)).unwrap(), qs);
+    }
+
+    #[test]
+    fn garbage_decode_never_panics() {
+        let qs = busy_state();
+        let mut w = Writer::new();
+        qs.encode(&mut w);
+        let good = w.into_bytes();
+        for cut in 0..good.len() {
+            assert!(QueueSet::decode(&mut Reader::new(&good[..cut])).is_err());
+        }
+        let mut x: u64 = 88172645463325252;
+        for round in 0..3000 {
+            let mut b = good.clone();
+            for _ in 0..(1 + round % 4) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let i = (x % b.len() as u64) as usize;
+                b[i] = (x >> 20) as u8;
+            }
+            if let Ok(mut q) = QueueSet::decode(&mut Reader::new(&b)) {
+                // whatever decoded must be usable without panics
+                let mut out = Vec::new();
+                let mut to = Vec::new();
+                q.arrive(q.last_real_time + SEC, one(), tag(x), &mut out);
+                q.expire(q.last_real_time + 100 * SEC, &mut to, &mut out);
+                let _ = q.snapshot();
+            }
+            let rnd: Vec<u8> = (0..(round % 64)).map(|k| (x >> (k % 57)) as u8).collect();
+            let _ = QueueSet::decode(&mut Reader::new(&rnd));
+        }
+    }
+}

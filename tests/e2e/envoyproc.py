@@ -78,9 +78,9 @@ def http_get(port: int, path: str, timeout: float = 5.0, headers: dict | None = 
 
 
 class EnvoyProcess:
-    def __init__(self, config: dict, workdir: Path, *, envoy_bin: str | None = None,
+    def __init__(self, config: dict | str, workdir: Path, *, envoy_bin: str | None = None,
                  concurrency: int = 2, log_level: str | None = None, name: str = "envoy",
-                 extra_args: list[str] | None = None) -> None:
+                 extra_args: list[str] | None = None, cwd: str | Path | None = None) -> None:
         self.config = config
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -89,7 +89,9 @@ class EnvoyProcess:
         self.log_level = log_level or os.environ.get("APF_E2E_LOG_LEVEL", "info")
         self.name = name
         self.extra_args = extra_args or []
-        self.config_path = self.workdir / f"{name}.json"
+        self.cwd = str(cwd) if cwd else None
+        # A dict is written as JSON; a str is taken as YAML text.
+        self.config_path = self.workdir / (f"{name}.json" if isinstance(config, dict) else f"{name}.yaml")
         self.log_path = self.workdir / f"{name}.log"
         self.admin_path = self.workdir / f"{name}.admin"
         self.proc: subprocess.Popen | None = None
@@ -98,16 +100,17 @@ class EnvoyProcess:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "EnvoyProcess":
-        self.config_path.write_text(json.dumps(self.config, indent=1))
+        self.config_path.write_text(json.dumps(self.config, indent=1) if isinstance(self.config, dict)
+                                    else self.config)
         if self.admin_path.exists():
             self.admin_path.unlink()
         cmd = [self.envoy_bin, "-c", str(self.config_path), "--concurrency", str(self.concurrency),
                "--use-dynamic-base-id", "-l", self.log_level, "--log-path", str(self.log_path),
                "--admin-address-path", str(self.admin_path), *self.extra_args]
         self.cmd = cmd
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=open(self.workdir / f"{self.name}.stderr", "wb"),
-                                     start_new_session=True)
+        with open(self.workdir / f"{self.name}.stderr", "wb") as err:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=err, start_new_session=True, cwd=self.cwd)
         return self
 
     def wait_ready(self, timeout: float = 30.0) -> "EnvoyProcess":
@@ -209,10 +212,11 @@ class EnvoyProcess:
         self.stop()
 
 
-def validate_config(envoy_bin: str, path: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
+def validate_config(envoy_bin: str, path: str, timeout: float = 60.0,
+                    cwd: str | Path | None = None) -> subprocess.CompletedProcess:
     """`envoy --mode validate -c path` (exit 0 when valid)."""
     return subprocess.run([envoy_bin, "--mode", "validate", "-c", path, "-l", "warning",
-                           "--disable-hot-restart"],
+                           "--disable-hot-restart"], cwd=cwd,
                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Run the apf-wasm demo gateway in the foreground:
+#   demo "apiserver" upstream (tests/e2e/upstream.py, free port)  <-  Envoy 127.0.0.1:10000
+#   (admin 127.0.0.1:9901, --concurrency 2) with the apf-wasm filter and the default policy.
+# Ctrl-C stops everything. Options (environment):
+#   APF_WASM=/path/module.wasm   use this module instead of building (./wasm-build.sh)
+#   APF_CONFIG='{"identity":...}'  plugin configuration JSON (default: envoy/demo.yaml's)
+#   ENVOY_BIN=/path/envoy        use this Envoy (default: scripts/envoy-env.sh, a .venv)
+#   LISTEN_PORT=10000 ADMIN_PORT=9901 CONCURRENCY=2 LOG_LEVEL=info
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+root="$(pwd)"
+listen_port="${LISTEN_PORT:-10000}"
+admin_port="${ADMIN_PORT:-9901}"
+concurrency="${CONCURRENCY:-2}"
+log_level="${LOG_LEVEL:-info}"
+
+if [[ -n "${APF_WASM:-}" ]]; then
+  wasm="$APF_WASM"
+else
+  wasm="$(./wasm-build.sh | tail -n 1)"
+fi
+[[ -f "$wasm" ]] || { echo "run-gateway: module not found: $wasm" >&2; exit 1; }
+envoy="${ENVOY_BIN:-$(scripts/envoy-env.sh | tail -n 1)}"
+python="$root/.venv/bin/python"
+[[ -x "$python" ]] || python=python3
+
+run="$root/.run"
+mkdir -p "$run"
+rm -f "$run/upstream.port"
+
+pids=()
+cleanup() {
+  trap - EXIT INT TERM
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  echo "run-gateway: stopped" >&2
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+"$python" tests/e2e/upstream.py --port 0 --port-file "$run/upstream.port" &
+pids+=($!)
+for _ in $(seq 1 100); do [[ -s "$run/upstream.port" ]] && break; sleep 0.1; done
+[[ -s "$run/upstream.port" ]] || { echo "run-gateway: upstream did not start" >&2; exit 1; }
+upstream_port="$(cat "$run/upstream.port")"
+
+# A copy of envoy/demo.yaml with the real module path, ports and (optionally) plugin config.
+"$python" - "$run/demo.yaml" "$wasm" "$upstream_port" "$listen_port" "$admin_port" <<'PY'
+import json, os, sys
+out, wasm, up, listen, admin = sys.argv[1:]
+s = open("envoy/demo.yaml").read()
+s = s.replace("target/wasm32-wasip1/release/apf_wasm.wasm", wasm)
+s = s.replace("port_value: 8080", f"port_value: {up}")
+s = s.replace("port_value: 10000", f"port_value: {listen}")
+s = s.replace("port_value: 9901", f"port_value: {admin}")
+cfg = os.environ.get("APF_CONFIG")
+if cfg:
+    json.loads(cfg)  # fail early on invalid JSON
+    old = '{"identity":{"sources":[{"type":"frontProxy"}]}}'
+    assert old in s, "default plugin config not found in envoy/demo.yaml"
+    s = s.replace(old, cfg.replace("\n", " "))
+open(out, "w").write(s)
+PY
+
+"$envoy" -c "$run/demo.yaml" --concurrency "$concurrency" -l "$log_level" \
+  --use-dynamic-base-id --log-path "$run/envoy.log" &
+pids+=($!)
+
+ready=""
+for _ in $(seq 1 300); do
+  if ! kill -0 "${pids[1]}" 2>/dev/null; then break; fi
+  if "$python" -c 'import sys, urllib.request
+sys.exit(0 if urllib.request.urlopen(sys.argv[1], timeout=1).read().startswith(b"LIVE") else 1)' \
+      "http://127.0.0.1:$admin_port/ready" 2>/dev/null; then ready=1; break; fi
+  sleep 0.1
+done
+if [[ -z "$ready" ]]; then
+  echo "run-gateway: Envoy did not become ready; last log lines:" >&2
+  tail -n 40 "$run/envoy.log" >&2 || true
+  exit 1
+fi
+
+cat <<MSG
+apf-wasm gateway is up.
+  listener  http://127.0.0.1:$listen_port   (Envoy, $concurrency workers, module $wasm)
+  admin     http://127.0.0.1:$admin_port    (stats: /stats?filter=wasmcustom, /stats/prometheus)
+  upstream  http://127.0.0.1:$upstream_port (demo apiserver; /__stats shows in-flight counts)
+  logs      $run/envoy.log
+
+Try:
+  curl -i -H 'X-Remote-User: alice' -H 'X-Remote-Group: system:authenticated' \\
+       http://127.0.0.1:$listen_port/api/v1/namespaces/default/pods
+  curl -i -H 'X-Remote-User: admin' -H 'X-Remote-Group: system:masters' \\
+       http://127.0.0.1:$listen_port/debug/api_priority_and_fairness/dump_priority_levels
+  kubectl --server http://127.0.0.1:$listen_port get --raw /api/v1/namespaces/default/pods
+  kubectl --server http://127.0.0.1:$listen_port get pods -n default
+Responses carry X-Kubernetes-PF-FlowSchema-UID / X-Kubernetes-PF-PriorityLevel-UID.
+Press Ctrl-C to stop.
+MSG
+
+# Stay in the foreground until Ctrl-C or until a child exits.
+interrupted=""
+trap 'interrupted=1' INT TERM
+while [[ -z "$interrupted" ]] && kill -0 "${pids[0]}" 2>/dev/null && kill -0 "${pids[1]}" 2>/dev/null; do
+  sleep 1 & wait $! || true
+done
+[[ -n "$interrupted" ]] && exit 130
+echo "run-gateway: a child process exited; see $run/envoy.log" >&2
+exit 1

@@ -1,0 +1,54 @@
+"""(b) Fairness across workers: flows share a level's seats equally even when their connections
+are spread over both Envoy workers, and a heavy flow cannot take a quiet flow's share."""
+
+from __future__ import annotations
+
+import pytest
+
+import client
+from apf_policy import E2E_GROUP, single_level_config
+from contract import assert_all_200_or_429
+
+pytestmark = pytest.mark.apf
+
+SEATS = 4
+LATENCY = 0.1
+DURATION = 4.0
+PATH = f"/api/v1/namespaces/default/pods?sleep={LATENCY}"
+
+
+def served(results, user):
+    return sum(1 for r in results if r.user == user and r.status == 200)
+
+
+def test_equal_demand_gets_equal_service(gateway):
+    gw = gateway(single_level_config(SEATS, queues=16, hand_size=4, queue_length_limit=50))
+    groups = {u: (E2E_GROUP,) for u in ("alice", "bob")}
+    res = gw.closed_loop({"alice": 8, "bob": 8}, DURATION, path=PATH, groups_of=groups, timeout=20)
+    assert not [r for r in res if r.status is None], gw.fail_msg("transport errors")
+    assert_all_200_or_429(res)
+    a, b = served(res, "alice"), served(res, "bob")
+    snap = gw.upstream.snapshot()
+    assert snap["max_in_flight"] <= SEATS, snap
+    ideal = SEATS * DURATION / LATENCY
+    assert a + b >= 0.5 * ideal, f"throughput too low: {a}+{b} of ~{ideal:.0f} {client.status_counts(res)}"
+    assert abs(a - b) <= 0.10 * max(a, b), f"unfair: alice={a} bob={b}"
+    workers = gw.worker_connections()
+    assert len(workers) == 2 and all(v > 0 for v in workers.values()), workers
+
+
+def test_heavy_user_does_not_take_quiet_users_share(gateway):
+    gw = gateway(single_level_config(SEATS, queues=16, hand_size=4, queue_length_limit=50))
+    groups = {u: (E2E_GROUP,) for u in ("heavy", "quiet")}
+    res = gw.closed_loop({"heavy": 20, "quiet": 2}, DURATION, path=PATH, groups_of=groups, timeout=20)
+    assert not [r for r in res if r.status is None], gw.fail_msg("transport errors")
+    assert_all_200_or_429(res)
+    quiet = [r for r in res if r.user == "quiet"]
+    q_ok, h_ok = served(res, "quiet"), served(res, "heavy")
+    assert q_ok >= 0.9 * len(quiet), f"quiet user rejected: {client.status_counts(quiet)}"
+    # The quiet user's 2 connections are within its fair share (2 of 4 seats): it should run at
+    # close to its own closed-loop maximum; FIFO without fairness would give it ~2/22 of service.
+    quiet_max = 2 * DURATION / LATENCY
+    assert q_ok >= 0.5 * quiet_max, f"quiet served {q_ok} of max {quiet_max:.0f} (heavy {h_ok})"
+    assert q_ok / max(1, q_ok + h_ok) >= 0.3, f"quiet={q_ok} heavy={h_ok}"
+    assert gw.upstream.snapshot()["max_in_flight"] <= SEATS
