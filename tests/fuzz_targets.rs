@@ -145,6 +145,55 @@ fn fuzz_state_retry_after() {
     run("state_retry_after", 10_000, 2.0);
 }
 
+#[test]
+fn fuzz_state_queueset() {
+    run("state_queueset", 10_000, 3.0);
+}
+
+#[test]
+fn fuzz_state_level() {
+    run("state_level", 10_000, 3.0);
+}
+
+#[test]
+fn fuzz_state_notice() {
+    run("state_notice", 10_000, 1.0);
+}
+
+#[test]
+fn fuzz_state_registry() {
+    run("state_registry", 10_000, 1.0);
+}
+
+#[test]
+fn fuzz_queueset_ops() {
+    run("queueset_ops", 5_000, 4.0);
+}
+
+#[test]
+fn fuzz_simulate() {
+    run("simulate", 2_000, 6.0);
+}
+
+/// Scenarios too big to simulate are rejected quickly, before any allocation in proportion to
+/// their size.
+#[test]
+fn huge_scenarios_are_rejected_quickly() {
+    let client = |threads: u64, calls: u64| format!(r#"{{"hash":1,"threads":{threads},"calls":{calls},"exec":"1s","think":"0s"}}"#);
+    let scenario = |clients: &[String]| format!(r#"{{"priorityLevel":{{"concurrencyLimit":1,"queues":8,"queueLengthLimit":5,"handSize":3}},"evalDuration":"10s","clients":[{}]}}"#, clients.join(","));
+    for (t, c) in [(1, 1_000_000_000u64), (1_000_000_000, 1), (1_000_000, 1_000_000), (1000, 1001), (u64::MAX, 2)] {
+        let doc = scenario(&[client(t, c)]);
+        probe_reset_with_base();
+        let start = std::time::Instant::now();
+        assert!(apf_wasm::simulate::run_scenario(doc.as_bytes()).is_err(), "{doc}");
+        assert!(start.elapsed() < std::time::Duration::from_secs(1), "{doc} took {:?}", start.elapsed());
+        assert!(probe_peak() < 1 << 20, "{doc} allocated {} bytes", probe_peak());
+    }
+    // Many clients whose sum is too big.
+    let doc = scenario(&vec![client(1000, 1000); 2]);
+    assert!(apf_wasm::simulate::run_scenario(doc.as_bytes()).is_err());
+}
+
 /// Every target has a corpus directory, and every corpus directory a target.
 #[test]
 fn corpus_dirs_match_targets() {
@@ -275,4 +324,62 @@ fn write_state_corpus() {
     w.f64(f64::NAN);
     write_corpus("codec_reader", "all-ops", &w.into_bytes());
     write_corpus("codec_reader", "varints", &[2, 2, 2, 5, 5, 11, 0x80, 0x01, 0xff, 0x7f, 0x01, 0x02, 0x03, 0x03, 0x00]);
+    write_queueing_corpus();
+}
+
+fn write_queueing_corpus() {
+    use apf_wasm::codec::Writer;
+    use apf_wasm::engine::workers::Registry;
+    use apf_wasm::engine::{LevelState, Notice, NoticeKind};
+    use apf_wasm::fairqueuing::queueset::QueueSet;
+    use apf_wasm::fairqueuing::{QueueSetConfig, RejectReason, RequestTag, WorkEstimate};
+    const S: i64 = 1_000_000_000;
+    let now = 1_700_000_000 * S;
+    let configs = [
+        ("queuing", QueueSetConfig { desired_queues: 8, queue_length_limit: 5, hand_size: 3, concurrency_limit: 2 }),
+        ("one-queue", QueueSetConfig { desired_queues: 1, queue_length_limit: 3, hand_size: 1, concurrency_limit: 1 }),
+        ("reject", QueueSetConfig { desired_queues: 0, queue_length_limit: 0, hand_size: 0, concurrency_limit: 3 }),
+        ("exempt", QueueSetConfig { desired_queues: -1, queue_length_limit: 0, hand_size: 0, concurrency_limit: 0 }),
+    ];
+    for (name, cfg) in configs {
+        let mut st = LevelState::new(cfg, 3, now).unwrap();
+        write_corpus("state_level", &format!("{name}-new"), &st.encode());
+        let mut out = Vec::new();
+        for i in 0..9u32 {
+            let t = now + i64::from(i) * 1_000_000;
+            let work = WorkEstimate { initial_seats: 1 + i % 2, final_seats: i % 3, additional_latency: i64::from(i % 2) * 5_000_000 };
+            let tag = RequestTag { owner: i % 2, context: i, flow_schema: (i % 3) as u16, flow_hash: u64::from(i % 4) * 0x1234_5678_9abc, wait_deadline: if i % 4 == 0 { i64::MAX } else { t + 15 * S } };
+            let _ = st.qs.arrive(t, work, tag, &mut out);
+            st.demand.set(t, f64::from(st.qs.seat_demand()));
+            if i == 6 {
+                st.qs.finish(t, 1, &mut out);
+                st.dropped.record_dropped(t / S);
+            }
+        }
+        let mut w = Writer::new();
+        st.qs.encode(&mut w);
+        write_corpus("state_queueset", name, &w.into_bytes());
+        write_corpus("state_level", &format!("{name}-busy"), &st.encode());
+        let mut w = Writer::new();
+        QueueSet::new(cfg, now).unwrap().encode(&mut w);
+        write_corpus("state_queueset", &format!("{name}-new"), &w.into_bytes());
+    }
+    let notices = [
+        Notice { owner: 1, context: 42, level_key: "apf/level/workload-low".into(), id: 7, kind: NoticeKind::Run { waited: 12_345 } },
+        Notice { owner: 0, context: 0, level_key: String::new(), id: u64::MAX, kind: NoticeKind::Reject { reason: RejectReason::TimeOut, retry_after: 32 } },
+        Notice { owner: u32::MAX, context: 9, level_key: "é".into(), id: 1, kind: NoticeKind::Reject { reason: RejectReason::QueueFull, retry_after: 1 } },
+    ];
+    for (i, n) in notices.iter().enumerate() {
+        write_corpus("state_notice", &format!("n{i}"), &n.encode());
+    }
+    let mut reg = Registry::default();
+    write_corpus("state_registry", "empty", &reg.encode());
+    for (i, inst) in [0xdead_beef_u64, 42, u64::MAX].iter().enumerate() {
+        reg.heartbeat(*inst, now + i as i64 * S);
+    }
+    write_corpus("state_registry", "three", &reg.encode());
+    // queueset_ops: config bytes then 4-byte steps.
+    write_corpus("queueset_ops", "mixed", &[10, 5, 3, 2, 0, 1, 1, 9, 0, 2, 2, 8, 1, 3, 3, 7, 2, 0, 0, 0, 4, 0, 0, 0, 5, 10, 10, 0, 0, 4, 4, 1, 3, 1, 0, 0, 7, 0, 1, 0, 7, 1, 5, 4]);
+    write_corpus("queueset_ops", "exempt", &[1, 0, 0, 0, 0, 1, 1, 1, 0, 2, 2, 2, 2, 0, 0, 0, 6, 3, 0, 0, 4, 0, 0, 0]);
+    write_corpus("queueset_ops", "reject", &[2, 0, 0, 1, 0, 1, 1, 1, 0, 1, 1, 1, 2, 1, 0, 0, 0, 1, 1, 1]);
 }

@@ -103,6 +103,8 @@ pub struct Stats {
     pub pool: usize,
     pub elapsed: Duration,
     pub slowest: Duration,
+    /// The slowest input (written to the artifact directory as `<target>-slowest`).
+    pub slowest_input: Vec<u8>,
     pub peak_bytes: usize,
 }
 
@@ -393,7 +395,10 @@ pub fn fuzz(name: &str, target: Target, corpus: Vec<Vec<u8>>, dict: &[&[u8]], cf
         i += 1;
         let (outcome, dt, peak) = run_one(target, &data, cfg, probe);
         stats.execs += 1;
-        stats.slowest = stats.slowest.max(dt);
+        if dt > stats.slowest {
+            stats.slowest = dt;
+            stats.slowest_input = data.clone();
+        }
         stats.peak_bytes = stats.peak_bytes.max(peak);
         match outcome {
             Outcome::Ok(accepted) => {
@@ -438,5 +443,7 @@ pub fn fuzz(name: &str, target: Target, corpus: Vec<Vec<u8>>, dict: &[&[u8]], cf
     }
     stats.pool = pool.len();
     stats.elapsed = start.elapsed();
+    let _ = std::fs::create_dir_all(artifacts);
+    let _ = std::fs::write(artifacts.join(format!("{name}-slowest")), &stats.slowest_input);
     stats
 }

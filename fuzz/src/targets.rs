@@ -13,7 +13,16 @@
 //! - `codec_reader`: a script of `Reader` operations (first byte of each step) over the rest.
 //! - `state_*`: bytes as stored in the shared key-value store.
 
+use apf_wasm::classify::Classifier;
 use apf_wasm::codec::{Reader, Writer};
+use apf_wasm::engine::workers::Registry;
+use apf_wasm::engine::{LevelState, Notice};
+use apf_wasm::fairqueuing::queueset::{Arrival, QueueSet};
+use apf_wasm::fairqueuing::{QueueSetConfig, RequestId, RequestTag, WorkEstimate};
+use apf_wasm::policy::model::Policy;
+use apf_wasm::policy::default_policy;
+use apf_wasm::simulate::run_scenario;
+use std::sync::OnceLock;
 use apf_wasm::digest::identity::{identify, parse_subject, service_account_namespace, IdentityConfig, IdentityInput, UserInfo};
 use apf_wasm::digest::request_info::{parse_generic, parse_request_info, RequestInfo};
 use apf_wasm::duration::{format_go_duration, parse_go_duration};
@@ -33,6 +42,12 @@ pub const TARGETS: &[Entry] = &[
     ("codec_reader", codec_reader, &[], 4096),
     ("state_integrator", state_integrator, &[], 4096),
     ("state_retry_after", state_retry_after, &[], 4096),
+    ("state_queueset", state_queueset, &[], 16 * 1024),
+    ("state_level", state_level, &[], 16 * 1024),
+    ("state_notice", state_notice, &[], 1024),
+    ("state_registry", state_registry, &[], 4096),
+    ("queueset_ops", queueset_ops, &[], 4096),
+    ("simulate", simulate, SIM_DICT, 16 * 1024),
 ];
 
 pub fn find(name: &str) -> Option<&'static Entry> {
@@ -82,6 +97,14 @@ pub const IDENTITY_DICT: &[&[u8]] = &[
     b"\"trustedSourceCidrs\":[\"0.0.0.0/0\"]", b"\"requireMtls\":true", b"\"stripUntrusted\":true", b"\"groups\":[\"a\",1]",
 ];
 
+pub const SIM_DICT: &[&[u8]] = &[
+    b"\"priorityLevel\":", b"\"concurrencyLimit\":", b"\"queues\":", b"\"queueLengthLimit\":", b"\"handSize\":",
+    b"\"exempt\":true", b"\"evalDuration\":", b"\"clients\":", b"\"hash\":", b"\"threads\":", b"\"calls\":",
+    b"\"exec\":", b"\"think\":", b"\"initialSeats\":", b"\"finalSeats\":", b"\"additionalLatency\":",
+    b"\"split\":true", b"\"requestWaitLimit\":", b"\"startTime\":", b"\"1s\"", b"\"0s\"", b"\"-1s\"", b"\"1ns\"",
+    b"\"2562047h\"", b"9223372036854775807", b"-9223372036854775808", b"{\"hash\":1,\"threads\":1,\"calls\":1,\"exec\":1,\"think\":0},",
+];
+
 pub const DURATION_DICT: &[&[u8]] = &[
     b"ns", b"us", b"\xc2\xb5s", b"\xce\xbcs", b"ms", b"s", b"m", b"h", b".", b"-", b"+", b"0", b"9223372036854775807",
     b"9223372036854775808", b"2562047h", b"47m", b"16.854775807s", b"1e3s", b"d",
@@ -104,6 +127,12 @@ pub fn plugin_config(data: &[u8]) -> bool {
             let _ = cfg.nominal_cl_sum();
             for l in levels {
                 let _ = cfg.is_enforced(&l.name);
+            }
+            // Classify a few requests under the configured policy.
+            let c = Classifier::new(&cfg.policy);
+            let users = sample_users("system:serviceaccount:ns:sa");
+            for (m, t) in [("GET", "/api/v1/namespaces/ns/pods"), ("POST", "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"), ("GET", "/healthz"), ("GET", "/x")] {
+                check_classification(&cfg.policy, &c, &parse_request_info(m, t.as_bytes()), &users);
             }
             true
         }
@@ -163,7 +192,51 @@ pub fn request_info(data: &[u8]) -> bool {
     check_request_info(&generic);
     assert!(!generic.is_resource_request);
     assert_eq!(generic.path, info.path, "both modes decode the path the same way");
+    let (policy, classifier) = default_classifier();
+    let ns = String::from_utf8_lossy(ns.unwrap_or_default()).into_owned();
+    let users = sample_users(&ns);
+    check_classification(policy, classifier, &info, &users);
+    check_classification(policy, classifier, &generic, &users);
     info.is_resource_request && !info.invalid
+}
+
+/// The built-in policy and its classifier (built once).
+fn default_classifier() -> &'static (Policy, Classifier) {
+    static C: OnceLock<(Policy, Classifier)> = OnceLock::new();
+    C.get_or_init(|| {
+        let p = default_policy();
+        let c = Classifier::new(&p);
+        (p, c)
+    })
+}
+
+fn sample_users(extra: &str) -> Vec<UserInfo> {
+    vec![
+        UserInfo::anonymous(),
+        UserInfo::authenticated("alice", &[]),
+        UserInfo::authenticated("system:serviceaccount:kube-system:default", &[]),
+        UserInfo::authenticated("system:kube-controller-manager", &["system:masters".to_string()]),
+        UserInfo::authenticated("system:node:n1", &["system:nodes".to_string()]),
+        UserInfo::authenticated(extra, &[extra.to_string()]),
+    ]
+}
+
+/// Classification of any request returns valid indices, the level of the matched schema, and a
+/// flow hash only together with queuing.
+pub fn check_classification(policy: &Policy, c: &Classifier, info: &RequestInfo, users: &[UserInfo]) {
+    for u in users {
+        let cl = c.classify(info, u);
+        if policy.flow_schemas.is_empty() {
+            continue;
+        }
+        let fs = policy.flow_schemas.get(cl.flow_schema);
+        assert!(fs.is_some(), "flow schema index {} out of range", cl.flow_schema);
+        assert!(cl.priority_level < policy.priority_levels.len(), "priority level index {} out of range", cl.priority_level);
+        if let Some(fs) = fs {
+            assert_eq!(policy.level_index(&fs.priority_level), Some(cl.priority_level), "level of schema {}", fs.name);
+        }
+        assert_eq!(cl, c.classify(info, u), "classification is not deterministic");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -382,4 +455,215 @@ pub fn state_retry_after(data: &[u8]) -> bool {
         }
     }
     ok
+}
+
+/// `QueueSet::decode`, then a few operations on the decoded state; the state reached must encode
+/// and decode again.
+pub fn state_queueset(data: &[u8]) -> bool {
+    let ok = round_trip(data, QueueSet::decode, QueueSet::encode);
+    if let Ok(mut qs) = QueueSet::decode(&mut Reader::new(data)) {
+        let c = qs.counters();
+        let near_max = [c.dispatched, c.rejected_queue_full, c.rejected_concurrency_limit, c.timed_out, c.epoch_advances, c.epoch_advance_failures, c.no_accommodation]
+            .iter()
+            .any(|&v| v > u64::MAX / 2);
+        if !(near_max && !STRICT_QUEUESET_COUNTERS) {
+            exercise(&mut qs);
+        }
+    }
+    ok
+}
+
+/// Set once the QueueSet's counters saturate instead of overflowing
+/// (`tests/fuzz_regressions.rs::queueset_counter_overflow`).
+pub const STRICT_QUEUESET_COUNTERS: bool = false;
+
+fn encode_qs(qs: &QueueSet) -> Vec<u8> {
+    let mut w = Writer::new();
+    qs.encode(&mut w);
+    w.into_bytes()
+}
+
+/// Checks the QueueSet's aggregate counters against its snapshot and that it round-trips.
+fn check_qs(qs: &QueueSet) {
+    let snap = qs.snapshot();
+    let waiting: usize = snap.queues.iter().map(|q| q.waiting.len()).sum();
+    assert_eq!(qs.requests_waiting() as usize, waiting.min(u32::MAX as usize), "requests_waiting vs snapshot");
+    let bytes = encode_qs(qs);
+    let back = QueueSet::decode(&mut Reader::new(&bytes));
+    assert!(back.is_ok(), "a reachable QueueSet state does not decode: {:?}", back.err());
+    if let Ok(b) = back {
+        assert_eq!(bytes, encode_qs(&b), "QueueSet encoding does not round-trip");
+        assert_eq!(qs.snapshot(), b.snapshot(), "snapshot changed by encode/decode");
+    }
+}
+
+fn ids_of(qs: &QueueSet) -> Vec<RequestId> {
+    let snap = qs.snapshot();
+    let mut ids: Vec<RequestId> = snap.queueless_executing.iter().map(|e| e.id).collect();
+    for q in &snap.queues {
+        ids.extend(q.waiting.iter().map(|w| w.id));
+        ids.extend(q.executing.iter().map(|e| e.id));
+    }
+    ids
+}
+
+fn exercise(qs: &mut QueueSet) {
+    let snap = qs.snapshot();
+    let now = snap.last_time;
+    let mut out = Vec::new();
+    let _ = qs.next_event();
+    let tag = RequestTag { owner: 1, context: 2, flow_schema: 3, flow_hash: 0xfeed, wait_deadline: now.saturating_add(1_000_000_000) };
+    let _ = qs.arrive(now.saturating_add(1_000), WorkEstimate::ONE, tag, &mut out);
+    for id in ids_of(qs).into_iter().take(4) {
+        let _ = qs.finish(now.saturating_add(2_000), id, &mut out);
+    }
+    if let Some(t) = qs.next_event() {
+        let mut timed = Vec::new();
+        qs.expire(t, &mut timed, &mut out);
+    }
+    let _ = qs.remove_owner(1, now.saturating_add(3_000), &mut out);
+    check_qs(qs);
+}
+
+/// A random sequence of QueueSet operations (4 bytes each) on a small QueueSet whose config comes
+/// from the first 4 bytes. After every step the state must round-trip through the codec.
+pub fn queueset_ops(data: &[u8]) -> bool {
+    let b = |i: usize| data.get(i).copied().unwrap_or(0);
+    let cfg = QueueSetConfig {
+        desired_queues: i32::from(b(0) % 20) - 2,
+        queue_length_limit: u32::from(b(1) % 8),
+        hand_size: u32::from(b(2) % 6),
+        concurrency_limit: u32::from(b(3) % 10),
+    };
+    let mut now: i64 = 1_000_000_000;
+    let Ok(mut qs) = QueueSet::new(cfg, now) else { return false };
+    let mut ids: Vec<RequestId> = Vec::new();
+    let mut out = Vec::new();
+    for (n, c) in data.get(4..).unwrap_or_default().chunks(4).enumerate() {
+        let c = |i: usize| c.get(i).copied().unwrap_or(0);
+        let ms = |v: u8| i64::from(v) * 1_000_000;
+        match c(0) % 8 {
+            0 | 1 => {
+                let work = WorkEstimate { initial_seats: u32::from(c(1) % 5), final_seats: u32::from(c(2) % 5), additional_latency: ms(c(3) % 16) };
+                let tag = RequestTag {
+                    owner: u32::from(c(1) % 3),
+                    context: n as u32,
+                    flow_schema: u16::from(c(2) % 4),
+                    flow_hash: u64::from(c(3)).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                    wait_deadline: if c(2) & 0x80 != 0 { i64::MAX } else { now.saturating_add(ms(c(3))) },
+                };
+                match qs.arrive(now, work, tag, &mut out) {
+                    Arrival::Executing(id) | Arrival::Queued(id) => ids.push(id),
+                    Arrival::Rejected(_) => {}
+                }
+            }
+            2 => {
+                if let Some(&id) = ids.get(usize::from(c(1)) % ids.len().max(1)) {
+                    let _ = qs.finish(now, id, &mut out);
+                }
+            }
+            3 => {
+                if let Some(&id) = ids.get(usize::from(c(1)) % ids.len().max(1)) {
+                    let _ = qs.cancel(now, id);
+                }
+            }
+            4 => {
+                let mut timed = Vec::new();
+                let t = qs.next_event().unwrap_or(now).max(now);
+                now = t;
+                qs.expire(now, &mut timed, &mut out);
+            }
+            5 => now = now.saturating_add(ms(c(1)).saturating_mul(i64::from(c(2)))),
+            6 => {
+                // Clocks of different workers may disagree: small steps back.
+                now = now.saturating_sub(ms(c(1) % 8));
+            }
+            _ => {
+                if c(1) % 2 == 0 {
+                    let _ = qs.remove_owner(u32::from(c(2) % 3), now, &mut out);
+                } else {
+                    let mut cfg2 = qs.config();
+                    cfg2.concurrency_limit = u32::from(c(2) % 10);
+                    if c(3) % 4 == 0 {
+                        cfg2.desired_queues = i32::from(c(3) % 20) - 2;
+                        cfg2.hand_size = u32::from(c(1) % 6);
+                    }
+                    let _ = qs.reconfigure(cfg2, now);
+                }
+            }
+        }
+        out.clear();
+        check_qs(&qs);
+    }
+    true
+}
+
+pub fn state_level(data: &[u8]) -> bool {
+    let Ok(st) = LevelState::decode(data) else { return false };
+    let once = st.encode();
+    let again = LevelState::decode(&once);
+    assert!(again.is_ok(), "re-decoding an encoded LevelState failed: {:?}", again.err());
+    if let Ok(a) = again {
+        assert_eq!(once, a.encode(), "LevelState encoding does not round-trip");
+    }
+    true
+}
+
+pub fn state_notice(data: &[u8]) -> bool {
+    let Ok(n) = Notice::decode(data) else { return false };
+    let once = n.encode();
+    assert_eq!(Notice::decode(&once).as_ref(), Ok(&n), "Notice does not round-trip");
+    true
+}
+
+pub fn state_registry(data: &[u8]) -> bool {
+    let Ok(reg) = Registry::decode(Some(data)) else { return false };
+    let once = reg.encode();
+    assert_eq!(Registry::decode(Some(&once)).as_ref(), Ok(&reg), "Registry does not round-trip");
+    true
+}
+
+// ---------------------------------------------------------------------------------------------
+// simulator
+
+/// Σ threads × max(calls, 1) of a scenario, when it is JSON of the expected shape.
+pub fn scenario_work(data: &[u8]) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_slice(data).ok()?;
+    let clients = v.get("clients")?.as_array()?;
+    Some(clients.iter().fold(0u64, |acc, c| {
+        let t = c.get("threads").and_then(serde_json::Value::as_u64).unwrap_or(0);
+        let n = c.get("calls").and_then(serde_json::Value::as_u64).unwrap_or(0).max(1);
+        acc.saturating_add(t.saturating_mul(n))
+    }))
+}
+
+/// Largest scenario (threads × calls) the short in-repo run simulates; bigger ones cost seconds
+/// each in a debug build. `APF_FUZZ_SIM_MAX_WORK` raises it (the libFuzzer target has no cap).
+pub fn sim_max_work() -> u64 {
+    static M: OnceLock<u64> = OnceLock::new();
+    *M.get_or_init(|| std::env::var("APF_FUZZ_SIM_MAX_WORK").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000))
+}
+
+/// `run_scenario` must not panic, and must be deterministic (same input, same output bytes).
+pub fn simulate(data: &[u8]) -> bool {
+    simulate_capped(data, sim_max_work())
+}
+
+pub fn simulate_capped(data: &[u8], max_work: u64) -> bool {
+    if scenario_work(data).is_some_and(|w| w > max_work) {
+        return false;
+    }
+    let a = run_scenario(data);
+    let b = run_scenario(data);
+    match (a, b) {
+        (Ok(a), Ok(b)) => {
+            assert_eq!(a.to_json(), b.to_json(), "the simulator is not deterministic");
+            true
+        }
+        (Err(a), Err(b)) => {
+            assert_eq!(a, b, "the simulator's error is not deterministic");
+            false
+        }
+        (a, b) => panic!("the simulator is not deterministic: {:?} vs {:?}", a.map(|r| r.to_json()), b.map(|r| r.to_json())),
+    }
 }
