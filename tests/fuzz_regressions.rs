@@ -38,3 +38,26 @@ fn queueset_counter_overflow() {
     let _ = qs.arrive(0, WorkEstimate::ONE, RequestTag::default(), &mut out);
     assert_eq!(qs.counters().dispatched, u64::MAX, "saturates");
 }
+
+/// Fuzz target `state_borrow`, minimised input
+/// `b"\x01\x00=\x04@\x89\x00\x00\x00\x00\x80\x01\x00\x00\x00\x80\x8d\x80\x00\x00\x01\x00\x00\xa6\xfc\x04@\x00\x00\x00\x00\x00=\xe0?\x0e\x04\x00\x00\x00\x00\x00"`:
+/// `BorrowState::decode` bounds its level count with `r.count(30)`, but one level can take only
+/// 27 bytes (name length 1 + name + 3 × f64 + 1-byte varint + 1-byte u32). A state whose level
+/// names average under 3 bytes is written by `encode` and then rejected by `decode`
+/// ("count exceeds input"), so the borrowing state would be reset on every read.
+#[test]
+#[ignore = "bug: BorrowState::decode rejects what encode writes for short level names (engine/mod.rs count(30) > 27)"]
+fn borrow_state_with_short_level_names_round_trips() {
+    use apf_wasm::codec::{Reader, Writer};
+    use apf_wasm::engine::BorrowState;
+    use apf_wasm::limits::borrowing::SeatDemandStats;
+    let mut w = Writer::new();
+    w.f64(1.0);
+    w.f64(0.5);
+    w.i64(2);
+    w.f64(1.5);
+    let b = w.into_bytes();
+    let stats = SeatDemandStats::decode(&mut Reader::new(&b)).unwrap();
+    let st = BorrowState { last: 0, generation: 1, levels: vec![("a".into(), stats, 1)], fair_frac: 1.0 };
+    assert_eq!(BorrowState::decode(Some(&st.encode())), Ok(st));
+}

@@ -166,6 +166,16 @@ fn fuzz_state_registry() {
 }
 
 #[test]
+fn fuzz_state_borrow() {
+    run("state_borrow", 10_000, 1.0);
+}
+
+#[test]
+fn fuzz_state_watches() {
+    run("state_watches", 10_000, 1.0);
+}
+
+#[test]
 fn fuzz_queueset_ops() {
     run("queueset_ops", 5_000, 4.0);
 }
@@ -378,6 +388,31 @@ fn write_queueing_corpus() {
         reg.heartbeat(*inst, now + i as i64 * S);
     }
     write_corpus("state_registry", "three", &reg.encode());
+    let mut watches = apf_wasm::digest::work_estimate::WatchTracker::new();
+    let mut w = Writer::new();
+    watches.encode(&mut w);
+    write_corpus("state_watches", "empty", &w.into_bytes());
+    for t in ["/api/v1/namespaces/ns/pods?watch=1", "/api/v1/watch/configmaps", "/apis/apps/v1/namespaces/a/deployments/d?watch=true", "/api/v1/namespaces/ns/pods?watch=1"] {
+        let _ = watches.register(&apf_wasm::digest::request_info::parse_request_info("GET", t.as_bytes()));
+    }
+    let mut w = Writer::new();
+    watches.encode(&mut w);
+    write_corpus("state_watches", "some", &w.into_bytes());
+    let bs = apf_wasm::engine::BorrowState::default();
+    write_corpus("state_borrow", "default", &bs.encode());
+    let mut w = Writer::new();
+    w.f64(2.5);
+    w.f64(0.5);
+    w.i64(7);
+    w.f64(3.0);
+    let stats = apf_wasm::limits::borrowing::SeatDemandStats::decode(&mut apf_wasm::codec::Reader::new(&w.into_bytes())).unwrap();
+    let bs = apf_wasm::engine::BorrowState {
+        last: now,
+        generation: 4,
+        levels: vec![("global-default".into(), stats, 49), ("workload-low".into(), stats, 245), ("exempt".into(), stats, 0)],
+        fair_frac: 0.75,
+    };
+    write_corpus("state_borrow", "three-levels", &bs.encode());
     // queueset_ops: config bytes then 4-byte steps.
     write_corpus("queueset_ops", "mixed", &[10, 5, 3, 2, 0, 1, 1, 9, 0, 2, 2, 8, 1, 3, 3, 7, 2, 0, 0, 0, 4, 0, 0, 0, 5, 10, 10, 0, 0, 4, 4, 1, 3, 1, 0, 0, 7, 0, 1, 0, 7, 1, 5, 4]);
     write_corpus("queueset_ops", "exempt", &[1, 0, 0, 0, 0, 1, 1, 1, 0, 2, 2, 2, 2, 0, 0, 0, 6, 3, 0, 0, 4, 0, 0, 0]);

