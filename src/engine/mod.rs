@@ -16,6 +16,7 @@
 //! worker (itself, or another worker's mailbox).
 
 pub mod compiled;
+pub mod debug;
 pub mod store;
 pub mod workers;
 

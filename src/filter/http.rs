@@ -3,7 +3,7 @@
 use super::host::{self, HostStore, REQUEST_HEADERS, RESPONSE_HEADERS};
 use super::worker::{self, Local, Phase};
 use crate::digest::identity::IdentityInput;
-use crate::engine::{self, Compiled, Decision};
+use crate::engine::{self, debug, Compiled, Decision};
 use crate::fairqueuing::RequestTag;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
@@ -45,6 +45,15 @@ impl Http {
         let ns_header = c.config.namespace_header.as_deref().and_then(|n| headers.iter().find(|(k, _)| k == n)).map(|(_, v)| v.as_slice());
         let input = IdentityInput { headers: &identity_headers, peer: None, mtls: false, cert_subject: None, jwt_claims: None };
         let d = c.digest(method, path, &input, ns_header, |_| 0);
+        if let Some(kind) = debug::dump_kind(path) {
+            if d.user.groups.iter().any(|g| c.config.debug_groups.contains(g)) {
+                let offset = host::realtime_nanos().saturating_sub(now);
+                let body = debug::render(c, &HostStore, kind, &|t| t.saturating_add(offset));
+                self.local_reply = true;
+                host::send_response(200, &[("content-type", b"text/plain; charset=utf-8"), ("x-content-type-options", b"nosniff")], body.as_bytes());
+                return Action::Pause;
+            }
+        }
         if d.long_running && !d.is_watch {
             return Action::Continue;
         }

@@ -185,9 +185,11 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if delay:
                 time.sleep(delay)
-            self._answer(url.path)
         finally:
+            # In flight = received and not yet answered: count the end before the response
+            # leaves, or the gateway's next dispatch can race this thread's bookkeeping.
             stats.end(user, start, url.path)
+        self._answer(url.path)
 
     def _answer(self, path: str) -> None:
         p = path.rstrip("/") or "/"

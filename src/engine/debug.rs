@@ -1,0 +1,160 @@
+//! The debug dumps of upstream's `/debug/api_priority_and_fairness/*` endpoints (§9.4), built
+//! from the global shared state so every worker answers with the whole gateway's view.
+//!
+//! Deviation: requests in shared state carry their flow hash, not the distinguisher string (to
+//! keep shared values small), so `FlowDistingsher` shows `hash:<16 hex digits>`; with
+//! `includeRequestDetails` the user/verb/path columns are empty for the same reason.
+
+use super::{read_level, Compiled};
+use crate::engine::store::Store;
+use crate::observe::dumps::{self, PriorityLevelRow, QueueRow, RequestRow};
+use crate::Nanos;
+
+/// At most this many queue rows per level (validation allows up to 10⁷ queues).
+pub const MAX_QUEUE_ROWS: usize = 100_000;
+
+pub const DEBUG_PREFIX: &str = "/debug/api_priority_and_fairness/";
+
+/// Which dump a path asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DumpKind {
+    PriorityLevels,
+    Queues,
+    Requests { details: bool },
+}
+
+/// Parses `path?query` into a dump request, `None` if it is not a debug dump path.
+pub fn dump_kind(path_and_query: &[u8]) -> Option<DumpKind> {
+    let s = std::str::from_utf8(path_and_query).ok()?;
+    let (path, query) = s.split_once('?').unwrap_or((s, ""));
+    let rest = path.strip_prefix(DEBUG_PREFIX)?;
+    match rest.trim_end_matches('/') {
+        "dump_priority_levels" => Some(DumpKind::PriorityLevels),
+        "dump_queues" => Some(DumpKind::Queues),
+        "dump_requests" => {
+            let details = query.split('&').any(|kv| {
+                let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                k == "includeRequestDetails" && !v.is_empty()
+            });
+            Some(DumpKind::Requests { details })
+        }
+        _ => None,
+    }
+}
+
+/// Renders a dump. `to_unix` converts the engine's monotonic nanoseconds to Unix nanoseconds.
+pub fn render(c: &Compiled, store: &dyn Store, kind: DumpKind, to_unix: &dyn Fn(Nanos) -> i64) -> String {
+    let mut levels: Vec<_> = c.levels.iter().collect();
+    levels.sort_by(|a, b| a.name.cmp(&b.name));
+    let fs_name = |i: u16| c.config.policy.flow_schemas.get(usize::from(i)).map(|f| f.name.clone()).unwrap_or_default();
+    let mut pl_rows = Vec::new();
+    let mut q_rows = Vec::new();
+    let mut r_rows = Vec::new();
+    for lvl in levels {
+        let st = match read_level(store, &lvl.key) {
+            Ok(s) => s,
+            Err(e) => {
+                log::warn!("apf: dump: {}: {e}", lvl.name);
+                None
+            }
+        };
+        // A level no request has reached yet has no stored state: show it fresh.
+        let Some(st) = st.or_else(|| super::LevelState::new(lvl.qs_config, c.generation, 0).ok()) else { continue };
+        let snap = st.qs.snapshot();
+        let cnt = snap.counters;
+        pl_rows.push(PriorityLevelRow {
+            name: lvl.name.clone(),
+            active_queues: snap.queues.iter().filter(|q| !q.waiting.is_empty()).count() as u64,
+            is_idle: st.qs.is_idle(),
+            is_quiescing: false,
+            waiting: u64::from(snap.requests_waiting),
+            executing: u64::from(snap.requests_executing),
+            dispatched: cnt.dispatched,
+            rejected: cnt.rejected_queue_full + cnt.rejected_concurrency_limit + cnt.timed_out,
+            timedout: 0,
+            cancelled: cnt.timed_out,
+        });
+        // Upstream lists every queue; idle ones are not stored here, so they print as empty.
+        let desired = usize::try_from(snap.desired_queues).unwrap_or(0).min(MAX_QUEUE_ROWS);
+        let mut next_idle = 0usize;
+        let idle_row = |i: usize| QueueRow {
+            level: lvl.name.clone(),
+            index: i as u64,
+            next_dispatch_r: "0.00000000ss".into(),
+            total_work_sum: "0.00000000ss".into(),
+            ..Default::default()
+        };
+        for q in &snap.queues {
+            let qi = q.index as usize;
+            while next_idle < qi.min(desired) {
+                q_rows.push(idle_row(next_idle));
+                next_idle += 1;
+            }
+            next_idle = next_idle.max(qi + 1);
+            q_rows.push(QueueRow {
+                level: lvl.name.clone(),
+                index: u64::from(q.index),
+                pending: q.waiting.len() as u64,
+                executing: u64::from(q.requests_executing),
+                seats_in_use: q.seats_in_use,
+                next_dispatch_r: q.next_dispatch_r.clone(),
+                initial_seats_sum: q.initial_seats_sum,
+                max_seats_sum: q.max_seats_sum,
+                total_work_sum: q.total_work_sum.clone(),
+            });
+            for (i, w) in q.waiting.iter().enumerate() {
+                r_rows.push(RequestRow {
+                    level: lvl.name.clone(),
+                    flow_schema: fs_name(w.flow_schema),
+                    queue_index: i64::from(q.index),
+                    index_in_queue: i as i64,
+                    flow_distinguisher: format!("hash:{:016x}", w.flow_hash),
+                    arrive_time_ns_unix: to_unix(w.arrival),
+                    initial_seats: u64::from(w.initial_seats),
+                    final_seats: u64::from(w.final_seats),
+                    additional_latency: crate::duration::format_go_duration(w.additional_latency),
+                    start_time_ns_unix: None,
+                    details: None,
+                });
+            }
+            for e in &q.executing {
+                r_rows.push(exec_row(&lvl.name, fs_name(e.flow_schema), i64::from(q.index), e, to_unix));
+            }
+        }
+        while next_idle < desired {
+            q_rows.push(idle_row(next_idle));
+            next_idle += 1;
+        }
+        for e in &snap.queueless_executing {
+            r_rows.push(exec_row(&lvl.name, fs_name(e.flow_schema), -1, e, to_unix));
+        }
+    }
+    match kind {
+        DumpKind::PriorityLevels => dumps::dump_priority_levels(&pl_rows),
+        DumpKind::Queues => dumps::dump_queues(&q_rows),
+        DumpKind::Requests { details } => {
+            if details {
+                for r in &mut r_rows {
+                    r.details = Some(Default::default());
+                }
+            }
+            dumps::dump_requests(&r_rows, details)
+        }
+    }
+}
+
+fn exec_row(level: &str, fs: String, queue: i64, e: &crate::fairqueuing::queueset::ExecutingSnapshot, to_unix: &dyn Fn(Nanos) -> i64) -> RequestRow {
+    RequestRow {
+        level: level.to_string(),
+        flow_schema: fs,
+        queue_index: queue,
+        index_in_queue: -1,
+        flow_distinguisher: format!("hash:{:016x}", e.flow_hash),
+        arrive_time_ns_unix: to_unix(e.start),
+        initial_seats: u64::from(e.initial_seats),
+        final_seats: u64::from(e.max_seats),
+        additional_latency: crate::duration::format_go_duration(e.additional_latency),
+        start_time_ns_unix: Some(to_unix(e.start)),
+        details: None,
+    }
+}
