@@ -163,7 +163,7 @@ fn split_request(data: &[u8]) -> (String, &[u8], Option<&[u8]>) {
 
 /// Set once `parse_request_info` never returns an empty resource for `/api/v1//pods` style paths
 /// (`tests/fuzz_regressions.rs::empty_path_segment_gives_empty_resource`).
-pub const STRICT_EMPTY_RESOURCE: bool = false;
+pub const STRICT_EMPTY_RESOURCE: bool = true;
 
 /// Properties every RequestInfo must have.
 pub fn check_request_info(info: &RequestInfo) {
@@ -492,7 +492,7 @@ pub fn state_queueset(data: &[u8]) -> bool {
 
 /// Set once the QueueSet's counters saturate instead of overflowing
 /// (`tests/fuzz_regressions.rs::queueset_counter_overflow`).
-pub const STRICT_QUEUESET_COUNTERS: bool = false;
+pub const STRICT_QUEUESET_COUNTERS: bool = true;
 
 fn encode_qs(qs: &QueueSet) -> Vec<u8> {
     let mut w = Writer::new();
@@ -691,7 +691,7 @@ pub fn simulate_capped(data: &[u8], max_work: u64) -> bool {
 
 /// Set once `BorrowState::decode` accepts every state `encode` writes
 /// (`tests/fuzz_regressions.rs::borrow_state_with_short_level_names_round_trips`).
-pub const STRICT_BORROW_COUNT: bool = false;
+pub const STRICT_BORROW_COUNT: bool = true;
 
 pub fn state_borrow(data: &[u8]) -> bool {
     let Ok(st) = BorrowState::decode(Some(data)) else { return false };

@@ -411,7 +411,7 @@ impl BorrowState {
         let last = r.i64()?;
         let generation = r.u64()?;
         let fair_frac = r.f64()?;
-        let n = r.count(30)?;
+        let n = r.count(20)?;
         let mut levels = Vec::with_capacity(n);
         for _ in 0..n {
             let name = r.str()?.to_string();
