@@ -49,3 +49,39 @@ fn bench_request_path() {
     let codec_ns = t.elapsed().as_nanos() as f64 / n as f64;
     println!("digest {digest_ns:.0} ns; admit+end {engine_ns:.0} ns; decode+encode {codec_ns:.0} ns; state {} bytes", bytes.len());
 }
+
+#[test]
+#[ignore]
+fn bench_digest_parts() {
+    use apf_wasm::digest::identity::identify;
+    use apf_wasm::digest::request_info::parse_request_info;
+    use apf_wasm::digest::work_estimate::estimate;
+    let c = compiled();
+    let headers = vec![("x-remote-user".to_string(), b"bench-user".to_vec()), ("x-remote-group".to_string(), b"system:authenticated".to_vec())];
+    let input = IdentityInput { headers: &headers, ..Default::default() };
+    let n = 200_000u32;
+    let time = |name: &str, f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        for _ in 0..n {
+            f();
+        }
+        println!("{name}: {:.0} ns", t.elapsed().as_nanos() as f64 / f64::from(n));
+    };
+    let info = parse_request_info("GET", b"/api/v1/namespaces/default/pods");
+    let user = identify(&c.config.identity, &input);
+    time("parse_request_info", &mut || {
+        std::hint::black_box(parse_request_info("GET", b"/api/v1/namespaces/default/pods"));
+    });
+    time("identify", &mut || {
+        std::hint::black_box(identify(&c.config.identity, &input));
+    });
+    time("classify", &mut || {
+        std::hint::black_box(c.classifier.classify(&info, &user));
+    });
+    time("flow_hash", &mut || {
+        std::hint::black_box(apf_wasm::classify::flow_hash("global-default", "bench-user"));
+    });
+    time("estimate", &mut || {
+        std::hint::black_box(estimate(&c.config.work_estimator, &info, Some(8), 0));
+    });
+}

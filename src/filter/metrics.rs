@@ -14,7 +14,7 @@ use super::host;
 use crate::engine::Compiled;
 use crate::observe::metrics::{self as names, MetricKind};
 use std::cell::RefCell;
-use std::collections::HashMap;
+use hashbrown::HashMap;
 
 /// The metrics the filter records (names from upstream).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -7,7 +7,7 @@ use crate::engine::{self, Notice, NoticeKind};
 use crate::fairqueuing::RequestId;
 use crate::Nanos;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use hashbrown::HashMap;
 use std::rc::Rc;
 
 /// A worker whose lease is older than this is presumed dead and its seats are reclaimed.
