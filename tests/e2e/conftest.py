@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import client as _client  # noqa: E402
 from envoy_template import gateway_config  # noqa: E402
-from envoyproc import REPO, EnvoyProcess, find_envoy, wait_until  # noqa: E402
+from envoyproc import REPO, EnvoyProcess, WaitAbort, find_envoy, wait_until  # noqa: E402
 from upstream import Upstream  # noqa: E402
 
 PROBE_USER = "system:apf-e2e-probe"
@@ -141,6 +141,11 @@ class Gateway:
         return {k.split("worker_")[1].split(".")[0]: v for k, v in st.items() if "worker_" in k}
 
 
+# Modules that failed to load once in this session (Wasm code rejected): later gateways using
+# them fail at once instead of each waiting for the readiness timeout.
+_BROKEN_MODULES: dict[str, str] = {}
+
+
 @pytest.fixture
 def gateway(request, wasm_module, envoy_bin, tmp_path_factory):
     """Factory: gateway(plugin_config: dict, concurrency=2, http_filter="wasm", wasm=None)."""
@@ -148,7 +153,11 @@ def gateway(request, wasm_module, envoy_bin, tmp_path_factory):
     request.node._apf_gateways = started
 
     def make(plugin_config: dict | None = None, concurrency: int = 2, http_filter: str = "wasm",
-             wasm: str | None = None, ready_timeout: float = 40.0, probe: bool = True) -> Gateway:
+             wasm: str | None = None, ready_timeout: float = 30.0, probe: bool = True) -> Gateway:
+        module = wasm or wasm_module
+        if http_filter == "wasm" and module in _BROKEN_MODULES:
+            raise RuntimeError(f"module {module} failed to load earlier in this session:\n"
+                               + _BROKEN_MODULES[module])
         workdir = Path(tempfile.mkdtemp(prefix="gw-", dir=tmp_path_factory.getbasetemp()))
         up = Upstream().start()
         cfg = gateway_config(upstream_port=up.port, wasm_path=wasm or wasm_module,
@@ -162,10 +171,21 @@ def gateway(request, wasm_module, envoy_bin, tmp_path_factory):
             env.wait_ready(timeout=ready_timeout)
             if probe:
                 def through():
+                    fatal = env.fatal_log_lines()
+                    if fatal:
+                        if any("Failed to load Wasm code" in ln or "ABI version" in ln for ln in fatal):
+                            _BROKEN_MODULES[module] = "\n".join(fatal[-10:])
+                        raise WaitAbort("Envoy reports a fatal filter error:\n"
+                                             + "\n".join(fatal[-10:]))
                     r = gw.request("/healthz", user=PROBE_USER, groups=PROBE_GROUPS, timeout=5)
                     return r.status is not None and r.status < 500
                 wait_until(through, timeout=ready_timeout, interval=0.1,
                            what="a request through the listener")
+        except WaitAbort as e:
+            fatal = env.fatal_log_lines()
+            if any("Failed to load Wasm code" in ln or "ABI version" in ln for ln in fatal):
+                _BROKEN_MODULES[module] = "\n".join(fatal[-10:])
+            raise RuntimeError(f"gateway did not become ready: {e}") from None
         except Exception as e:  # noqa: BLE001
             raise RuntimeError(f"gateway did not become ready: {e}\n{env.log_tail(80)}") from None
         up.reset()
