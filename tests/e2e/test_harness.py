@@ -129,3 +129,23 @@ def test_harness_ecds_reload_under_load_keeps_serving(gateway):
     assert not t.is_alive()
     assert client.status_counts(out) == {200: 24}, gw.fail_msg(str(client.status_counts(out)))
     assert gw.request("/healthz", user="a", groups=("system:authenticated",)).status == 200
+
+
+def test_harness_seat_arithmetic():
+    from apf_policy import nominal_cl, shares_for_seats, single_level_config
+
+    # kubernetes-apf.md §8.1: share sum 245; global-default (20) at 600 seats → 49.
+    assert nominal_cl(600, 20, 245) == 49
+    assert nominal_cl(600, 5, 245) == 13  # catch-all
+    for seats in (1, 2, 4, 7):
+        s = 2 * seats
+        ncs = shares_for_seats(s, seats)
+        assert nominal_cl(s, ncs, ncs + 5) == seats
+    with pytest.raises(ValueError):
+        shares_for_seats(100, 4)  # NCS ≥ 1 already gives 17 seats
+    cfg = single_level_config(3)
+    pl = cfg["policy"][0]["spec"]["limited"]
+    assert cfg["suggestedDefaults"] is False
+    assert pl["lendablePercent"] == 0 and pl["borrowingLimitPercent"] == 0
+    assert nominal_cl(cfg["serverConcurrencyLimit"], pl["nominalConcurrencyShares"],
+                      pl["nominalConcurrencyShares"] + 5) == 3
