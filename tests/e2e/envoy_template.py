@@ -9,6 +9,9 @@ Filter variants (`http_filter=`):
   "wasm"             the module at `wasm_path` with `plugin_config` (dict → JSON StringValue)
   "none"             router only
   "local_ratelimit"  Envoy's native token bucket, sized so that nothing is ever limited
+  "ecds"             the wasm filter named "apf", delivered by ECDS (`config_discovery`) from
+                     the file `ecds_path` (see `ecds_resource`), reloaded when a new file is
+                     renamed into its directory (`watched_directory`)
 """
 
 from __future__ import annotations
@@ -48,6 +51,35 @@ def wasm_filter(wasm_path: str, plugin_config: dict | str | None, vm_id: str = "
     return {"name": "envoy.filters.http.wasm", "typed_config": {"@type": WASM_TYPE, "config": config}}
 
 
+def ecds_filter(ecds_path: str, name: str = "apf") -> dict:
+    """An http_filters entry whose configuration comes from the ECDS file `ecds_path`."""
+    import os
+
+    return {
+        "name": name,
+        "config_discovery": {
+            "config_source": {
+                "resource_api_version": "V3",
+                "path_config_source": {
+                    "path": ecds_path,
+                    "watched_directory": {"path": os.path.dirname(ecds_path)},
+                },
+            },
+            "type_urls": [WASM_TYPE],
+        },
+    }
+
+
+def ecds_resource(wasm_path: str, plugin_config: dict | str | None, name: str = "apf") -> dict:
+    """The ECDS file content (a DiscoveryResponse-like `resources` list) for `ecds_filter`."""
+    typed = wasm_filter(wasm_path, plugin_config, name=name)["typed_config"]
+    return {"resources": [{
+        "@type": "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
+        "name": name,
+        "typed_config": typed,
+    }]}
+
+
 def local_ratelimit_filter() -> dict:
     """Native local rate limit, enabled and enforced, with a bucket too big to ever run dry."""
     pct = {"numerator": 100, "denominator": "HUNDRED"}
@@ -67,13 +99,18 @@ def local_ratelimit_filter() -> dict:
 def gateway_config(*, upstream_port: int, wasm_path: str | None = None,
                    plugin_config: dict | str | None = None, http_filter: str = "wasm",
                    listener_port: int = 0, admin_port: int = 0, route_timeout: str = "60s",
-                   access_log_path: str | None = None, extra_filters: list | None = None) -> dict:
+                   access_log_path: str | None = None, extra_filters: list | None = None,
+                   ecds_path: str | None = None) -> dict:
     """An Envoy in front of one HTTP/1.1 upstream on 127.0.0.1:`upstream_port`."""
     filters: list = list(extra_filters or [])
     if http_filter == "wasm":
         if not wasm_path:
             raise ValueError("http_filter='wasm' needs wasm_path")
         filters.append(wasm_filter(wasm_path, plugin_config))
+    elif http_filter == "ecds":
+        if not ecds_path:
+            raise ValueError("http_filter='ecds' needs ecds_path")
+        filters.append(ecds_filter(ecds_path))
     elif http_filter == "local_ratelimit":
         filters.append(local_ratelimit_filter())
     elif http_filter != "none":
@@ -104,7 +141,7 @@ def gateway_config(*, upstream_port: int, wasm_path: str | None = None,
             },
         }]
     big = 1_000_000
-    return {
+    boot: dict = {
         "admin": {"address": socket_address(admin_port)},
         "static_resources": {
             "listeners": [{
@@ -131,6 +168,9 @@ def gateway_config(*, upstream_port: int, wasm_path: str | None = None,
             }],
         },
     }
+    if http_filter == "ecds":
+        boot["node"] = {"id": "apf-e2e", "cluster": "apf-e2e"}  # ECDS subscriptions need one
+    return boot
 
 
 def direct_response_config(*, listener_port: int = 0, admin_port: int = 0,
