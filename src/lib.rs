@@ -18,6 +18,7 @@
 //! - [`cli`]: the `apf` command's subcommands.
 //! - [`codec`]: the compact binary encoding of shared state.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 pub mod classify;
 pub mod cli;

@@ -158,3 +158,19 @@ fn borrowing_runs_once_per_period_and_on_new_generation() {
     let st = engine::read_level(&store, &c.levels[lvl].key).unwrap().unwrap();
     assert_eq!(st.qs.config().concurrency_limit, 4, "lendable 0 / borrowing 0 keeps the nominal limit");
 }
+
+#[test]
+fn watches_are_counted_per_worker_and_reaped_with_it() {
+    use apf_wasm::digest::request_info::parse_request_info;
+    use apf_wasm::engine::watches;
+    let store = MemStore::new();
+    let w = parse_request_info("GET", b"/api/v1/namespaces/foo/pods?watch=true");
+    let k1 = watches::register(&store, 1, &w).unwrap().unwrap();
+    watches::register(&store, 2, &parse_request_info("GET", b"/api/v1/pods?watch=true")).unwrap().unwrap();
+    let create = parse_request_info("POST", b"/api/v1/namespaces/foo/pods");
+    assert_eq!(watches::interested_count(&store, &create), 2);
+    watches::forget(&store, 1, &k1).unwrap();
+    assert_eq!(watches::interested_count(&store, &create), 1);
+    watches::purge(&store, 2).unwrap();
+    assert_eq!(watches::interested_count(&store, &create), 0);
+}

@@ -362,6 +362,11 @@ pub fn parse_request_info(method: &str, path_and_query: &[u8]) -> RequestInfo {
     if let Some(r) = info.parts.first() {
         info.resource = r.clone();
     }
+    // An empty path segment (`/api/v1//pods`) yields an empty resource, as upstream's
+    // splitPath does; kube-apiserver then answers 404. Flag it so callers know.
+    if info.resource.is_empty() {
+        info.invalid = true;
+    }
 
     if info.name.is_empty() && info.verb == "get" {
         let (watch, field) = if info.query.decode_failed() {

@@ -18,6 +18,7 @@
 pub mod compiled;
 pub mod debug;
 pub mod store;
+pub mod watches;
 pub mod workers;
 
 use crate::codec::{CodecError, Reader, Writer};
@@ -376,6 +377,7 @@ pub fn reap_dead_workers(store: &dyn Store, now: Nanos, ttl: Nanos, level_keys: 
         for key in level_keys {
             purge_owner(store, now, key, e.slot, notices)?;
         }
+        watches::purge(store, e.slot)?;
     }
     Ok(dead)
 }
@@ -409,7 +411,7 @@ impl BorrowState {
         let last = r.i64()?;
         let generation = r.u64()?;
         let fair_frac = r.f64()?;
-        let n = r.count(30)?;
+        let n = r.count(20)?;
         let mut levels = Vec::with_capacity(n);
         for _ in 0..n {
             let name = r.str()?.to_string();

@@ -328,9 +328,9 @@ impl QueueSet {
             }
         }
         if success {
-            self.counters.epoch_advances += 1;
+            self.counters.epoch_advances = self.counters.epoch_advances.saturating_add(1);
         } else {
-            self.counters.epoch_advance_failures += 1;
+            self.counters.epoch_advance_failures = self.counters.epoch_advance_failures.saturating_add(1);
         }
     }
 
@@ -391,14 +391,14 @@ impl QueueSet {
         self.sync_time(now);
         if self.cfg.desired_queues < 1 {
             if !self.can_accommodate(work.max_seats()) {
-                self.counters.rejected_concurrency_limit += 1;
+                self.counters.rejected_concurrency_limit = self.counters.rejected_concurrency_limit.saturating_add(1);
                 return Arrival::Rejected(RejectReason::ConcurrencyLimit);
             }
             let id = self.new_id();
             let seats = work.max_seats();
             self.tot_requests_executing += 1;
             self.tot_seats_in_use = self.tot_seats_in_use.saturating_add(seats as u64);
-            self.counters.dispatched += 1;
+            self.counters.dispatched = self.counters.dispatched.saturating_add(1);
             self.queueless.push(Exec {
                 id,
                 tag,
@@ -429,7 +429,7 @@ impl QueueSet {
             if self.queues.get(pos).is_some_and(|q| q.is_stored_idle()) {
                 self.queues.remove(pos);
             }
-            self.counters.rejected_queue_full += 1;
+            self.counters.rejected_queue_full = self.counters.rejected_queue_full.saturating_add(1);
             return Arrival::Rejected(RejectReason::QueueFull);
         }
         let id = self.new_id();
@@ -497,7 +497,7 @@ impl QueueSet {
         let pos = min_pos?;
         let seats = self.queues.get(pos)?.waiting.front()?.work.max_seats();
         if !self.can_accommodate(seats) {
-            self.counters.no_accommodation += 1;
+            self.counters.no_accommodation = self.counters.no_accommodation.saturating_add(1);
             return None;
         }
         Some(pos)
@@ -538,7 +538,7 @@ impl QueueSet {
         self.tot_seats_waiting = self.tot_seats_waiting.saturating_sub(req.work.max_seats() as u64);
         self.tot_requests_executing += 1;
         self.tot_seats_in_use = self.tot_seats_in_use.saturating_add(seats as u64);
-        self.counters.dispatched += 1;
+        self.counters.dispatched = self.counters.dispatched.saturating_add(1);
         out.push(Dispatched { id: req.id, tag: req.tag, waited: now.saturating_sub(req.arrival), seats });
         true
     }

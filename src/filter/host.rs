@@ -203,8 +203,8 @@ pub fn header_pairs(map: u32) -> Vec<(String, Vec<u8>)> {
 /// then each name and value followed by a NUL.
 pub fn deserialize_pairs(bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
     let rd = |at: usize| -> Option<usize> {
-        let s = bytes.get(at..at.checked_add(4)?)?;
-        Some(u32::from_le_bytes([s[0], s[1], s[2], s[3]]) as usize)
+        let s: [u8; 4] = bytes.get(at..at.checked_add(4)?)?.try_into().ok()?;
+        Some(u32::from_le_bytes(s) as usize)
     };
     let mut out = Vec::new();
     let Some(n) = rd(0) else { return out };

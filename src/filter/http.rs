@@ -22,11 +22,12 @@ pub struct Http {
     explain: bool,
     local_reply: bool,
     arrived: i64,
+    watch_info: Option<crate::digest::request_info::RequestInfo>,
 }
 
 impl Http {
     pub fn new(ctx: u32, compiled: Option<Rc<Compiled>>) -> Http {
-        Http { ctx, compiled, response_headers: None, is_watch: false, explain: false, local_reply: false, arrived: 0 }
+        Http { ctx, compiled, response_headers: None, is_watch: false, explain: false, local_reply: false, arrived: 0, watch_info: None }
     }
 
     fn admit(&mut self, rc: Rc<Compiled>) -> Action {
@@ -62,7 +63,7 @@ impl Http {
                 host::remove_header(REQUEST_HEADERS, &h);
             }
         }
-        let d = c.digest(method, path, &input, ns_header, |_| 0);
+        let d = c.digest(method, path, &input, ns_header, |info| engine::watches::interested_count(&HostStore, info));
         if let Some(kind) = debug::dump_kind(path) {
             if d.user.groups.iter().any(|g| c.config.debug_groups.contains(g)) {
                 let offset = host::realtime_nanos().saturating_sub(now);
@@ -89,6 +90,9 @@ impl Http {
         let rh = Rc::new(rh);
         self.response_headers = Some(rh.clone());
         self.is_watch = d.is_watch;
+        if d.is_watch {
+            self.watch_info = Some(d.info.clone());
+        }
         let Some(slot) = worker::ensure_registered(now) else {
             log::warn!("apf: worker not registered; letting the request through");
             return Action::Continue;
@@ -192,7 +196,17 @@ impl HttpContext for Http {
         }
         if self.is_watch {
             // A WATCH holds its seats only while it initializes: until the response starts.
+            // From then on it counts as an open watch for the mutating-request estimator.
             worker::stream_ended(self.ctx, now);
+            if let (Some(info), Some(slot)) = (self.watch_info.take(), worker::with(|w| w.slot)) {
+                match engine::watches::register(&HostStore, slot, &info) {
+                    Ok(Some(key)) => worker::with(|w| {
+                        w.watches.insert(self.ctx, key);
+                    }),
+                    Ok(None) => {}
+                    Err(e) => log::warn!("apf: watch registration failed: {e}"),
+                }
+            }
         }
         Action::Continue
     }

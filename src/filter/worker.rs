@@ -90,6 +90,8 @@ pub struct Worker {
     pub slot_instances: HashMap<u32, u64>,
     /// Outcome of requests resolved from the root (by context), read by their HTTP context.
     pub rejected: HashMap<u32, (i64, &'static str)>,
+    /// Open watches of this worker, by context (forgotten when the stream ends).
+    pub watches: HashMap<u32, crate::digest::work_estimate::WatchKey>,
 }
 
 thread_local! {
@@ -279,10 +281,15 @@ pub fn drain_mailbox(now: Nanos) {
 
 /// The stream of `context` ended (client gone, response done, or reset): release what it holds.
 pub fn stream_ended(context: u32, now: Nanos) {
-    let local = with(|w| {
+    let (local, watch, slot) = with(|w| {
         w.rejected.remove(&context);
-        w.requests.remove(&context)
+        (w.requests.remove(&context), w.watches.remove(&context), w.slot)
     });
+    if let (Some(key), Some(slot)) = (watch, slot) {
+        if let Err(e) = engine::watches::forget(&HostStore, slot, &key) {
+            log::warn!("apf: forgetting a watch failed: {e}");
+        }
+    }
     if let Some(l) = local {
         match l.phase {
             Phase::Executing => l.note_finished(now),

@@ -31,6 +31,8 @@ use crate::Nanos;
 
 /// Upper bound on the total number of calls (Σ threads × calls).
 pub const MAX_TOTAL_CALLS: i64 = 1_000_000;
+/// Bound on the threads of all clients together (each thread is simulated state).
+pub const MAX_TOTAL_THREADS: i64 = 100_000;
 const MAX_SEATS: i64 = 1_000_000;
 const MAX_EVENTS: u64 = 50_000_000;
 
@@ -225,8 +227,11 @@ impl Sim {
     fn add_seats(&mut self, client: usize, now: Nanos, delta: i64) {
         let bounds = self.bounds;
         let Some(ig) = self.integ.get_mut(client) else { return };
-        for h in 0..2 {
-            let (a, b) = (bounds[h], bounds[h + 1]);
+        for (h, w) in bounds.windows(2).enumerate() {
+            let (a, b) = match *w {
+                [a, b] => (a, b),
+                _ => continue,
+            };
             let lo = ig.last.max(a);
             let hi = now.min(b);
             if hi > lo {
@@ -403,11 +408,16 @@ fn run(json: &[u8], traced: bool) -> Result<(SimulationResult, SeatTrace), Strin
     let qs = QueueSet::new(cfg, start)?;
     let mut clients = Vec::with_capacity(sc.clients.len());
     let mut total_calls: i64 = 0;
+    let mut total_threads: i64 = 0;
     for (i, ci) in sc.clients.iter().enumerate() {
         let what = |f: &str| format!("clients[{i}].{f}");
         let threads = ranged(ci.threads, 0, MAX_TOTAL_CALLS, &what("threads"))?;
         let calls = ranged(ci.calls, 0, MAX_TOTAL_CALLS, &what("calls"))?;
         total_calls = total_calls.saturating_add((threads as i64).saturating_mul(calls as i64));
+        total_threads = total_threads.saturating_add(threads as i64);
+        if total_threads > MAX_TOTAL_THREADS {
+            return Err(format!("too many threads in total (summed over clients > {MAX_TOTAL_THREADS})"));
+        }
         if total_calls > MAX_TOTAL_CALLS {
             return Err(format!("too many calls in total (threads × calls summed over clients > {MAX_TOTAL_CALLS})"));
         }

@@ -169,7 +169,16 @@ class EnvoyProcess:
         return self.proc.pid
 
     def cpu_seconds(self) -> float:
-        """utime + stime of the Envoy process (all threads), in seconds."""
+        """CPU time of the Envoy process (all threads), in seconds: the sum of the per-thread
+        scheduler run times (ns resolution) when available, else utime+stime (clock ticks)."""
+        try:
+            total = 0
+            for t in os.listdir(f"/proc/{self.pid}/task"):
+                with open(f"/proc/{self.pid}/task/{t}/schedstat") as f:
+                    total += int(f.read().split()[0])
+            return total / 1e9
+        except (OSError, ValueError, IndexError):
+            pass
         with open(f"/proc/{self.pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         ticks = os.sysconf("SC_CLK_TCK")

@@ -1,0 +1,380 @@
+#!/usr/bin/env python3
+"""CPU cost per request of apf-wasm in Envoy, against baselines measured in the same run.
+
+Variants (interleaved, repeated for --rounds; medians reported):
+  none             Envoy, router only
+  passthrough      a proxy-wasm module that does nothing (bench/passthrough)
+  floor            the floor module (../shared/bench/floor-module): the host calls APF cannot avoid
+  local_ratelimit  Envoy's native local rate limit (bucket too big to ever limit)
+  apf              apf-wasm, default policy, uncontended
+  apf-saturated    apf-wasm, a 2-seat level with more connections than seats (requests queue);
+                   run with 1 and with 2 workers
+Measure: Envoy's CPU time (utime+stime of the process, /proc/PID/stat) over a fixed number of
+requests after a warm-up, divided by the requests Envoy counted (downstream_rq_total delta).
+The upstream is a second Envoy answering with a direct_response (fast, not measured).
+Load generator: wrk (installed from Debian if missing and we are root), else a Python client.
+
+Usage: python3 bench/run.py [--requests N] [--rounds R] [--variants a,b] [--workers W] [--out F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "e2e"))
+
+import apf_policy  # noqa: E402
+from envoy_template import direct_response_config, gateway_config  # noqa: E402
+from envoyproc import EnvoyProcess, find_envoy  # noqa: E402
+
+HEADERS = {"X-Remote-User": "bench-user", "X-Remote-Group": "system:authenticated"}
+PATH = "/api/v1/namespaces/default/pods"
+RQ_TOTAL = "http.apf_gateway.downstream_rq_total"
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Modules
+def target_dir() -> Path:
+    t = os.environ.get("CARGO_TARGET_DIR")
+    return Path(t) if t else REPO / "target"
+
+
+def cargo_wasm(manifest: Path, tdir: Path, name: str) -> Path:
+    env = dict(os.environ, CARGO_TARGET_DIR=str(tdir))
+    subprocess.run(["cargo", "build", "--release", "--target", "wasm32-wasip1", "--manifest-path",
+                    str(manifest)], check=True, env=env, stdout=sys.stderr)
+    return tdir / "wasm32-wasip1" / "release" / f"{name}.wasm"
+
+
+def floor_dir(arg: str | None) -> Path:
+    cands = [Path(arg)] if arg else [REPO.parent / "shared/bench/floor-module",
+                                     Path("/work/shared/bench/floor-module")]
+    for c in cands:
+        if (c / "Cargo.toml").exists():
+            return c
+    raise SystemExit(f"floor module not found in {cands} (use --floor-dir)")
+
+
+def build_modules(args) -> dict[str, Path]:
+    mods: dict[str, Path] = {}
+    want = set(args.variants)
+    if "floor" in want or args.ratio_base == "floor":
+        # The floor module's own folder is read-only: build into our target dir.
+        mods["floor"] = cargo_wasm(floor_dir(args.floor_dir) / "Cargo.toml",
+                                   target_dir() / "bench-floor", "floor")
+    if "passthrough" in want:
+        mods["passthrough"] = cargo_wasm(REPO / "bench/passthrough/Cargo.toml",
+                                         target_dir() / "bench-passthrough", "passthrough")
+    if want & {"apf", "apf-saturated"}:
+        if args.apf_wasm:
+            mods["apf"] = Path(args.apf_wasm)
+        else:
+            out = subprocess.run([str(REPO / "wasm-build.sh")], check=True, text=True,
+                                 stdout=subprocess.PIPE, cwd=REPO).stdout
+            mods["apf"] = Path(out.strip().splitlines()[-1])
+    return mods
+
+
+# ---------------------------------------------------------------------------------------------
+# Load generators
+def ensure_wrk(allow_install: bool) -> str | None:
+    w = shutil.which("wrk")
+    if w or not allow_install or os.geteuid() != 0:
+        return w
+    log("installing wrk (apt-get)")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(["apt-get", "update", "-qq"], env=env, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], env=env, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    return shutil.which("wrk")
+
+
+WRK_LUA = r"""
+-- Each wrk thread stops after LIMIT responses (a fixed request count instead of a duration)
+-- and drops a marker file so that the driver can end wrk without polling Envoy.
+local limit = LIMIT
+local count = 0
+local marker = "MARKER"
+local nthreads = 0
+function setup(thread)
+  nthreads = nthreads + 1
+  thread:set("tid", nthreads)
+end
+function response(status, headers, body)
+  count = count + 1
+  if count == limit then
+    local f = io.open(marker .. tostring(wrk.thread:get("tid")), "w")
+    if f then f:close() end
+    wrk.thread:stop()
+  end
+end
+"""
+
+
+def _unit(v: str, u: str) -> float:
+    """wrk latency value → milliseconds."""
+    return float(v) * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}.get(u, 1.0)
+
+
+def run_wrk(wrk: str, port: int, n: int, conns: int, threads: int, workdir: Path,
+            counter) -> dict:
+    """wrk until `n` requests are done. wrk only ends at its duration or on SIGINT (a Lua
+    thread:stop() does not end the run), so: each thread stops after n/threads responses, and we
+    SIGINT wrk once Envoy has counted n more requests (`counter()`)."""
+    import signal
+
+    per_thread = max(1, n // threads)
+    script = workdir / "limit.lua"
+    marks = workdir / "wrk-done"
+    shutil.rmtree(marks, ignore_errors=True)
+    marks.mkdir()
+    script.write_text(WRK_LUA.replace("LIMIT", str(per_thread)).replace("MARKER", f"{marks}/t"))
+    cmd = [wrk, "-t", str(threads), "-c", str(conns), "-d", "600s", "--latency", "--timeout", "30s",
+           "-s", str(script)]
+    for k, v in HEADERS.items():
+        cmd += ["-H", f"{k}: {v}"]
+    cmd.append(f"http://127.0.0.1:{port}{PATH}")
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600
+    # Wait for every thread's marker (filesystem polling costs Envoy nothing); as a safety net,
+    # check Envoy's counter for stalls every few seconds.
+    last, last_check = counter(), time.monotonic()
+    while p.poll() is None and time.monotonic() < deadline:
+        if len(list(marks.iterdir())) >= threads:
+            break
+        if time.monotonic() - last_check > 5:
+            now = counter()
+            if now == last:
+                break  # stalled
+            last, last_check = now, time.monotonic()
+        time.sleep(0.02)
+    if p.poll() is None:
+        p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=60)
+    res: dict = {}
+    m = re.search(r"50%\s+([\d.]+)(us|ms|s|m)\b", out)
+    if m:
+        res["p50_ms"] = _unit(*m.groups())
+    m = re.search(r"99%\s+([\d.]+)(us|ms|s|m)\b", out)
+    if m:
+        res["p99_ms"] = _unit(*m.groups())
+    m = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    res["non2xx"] = int(m.group(1)) if m else 0
+    return res
+
+
+def run_python(port: int, n: int, conns: int) -> dict:
+    import http.client
+
+    lat: list[float] = []
+    non2xx = [0]
+    lock = threading.Lock()
+    per = max(1, n // conns)
+
+    def worker():
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        mine, bad = [], 0
+        for _ in range(per):
+            t = time.perf_counter()
+            try:
+                c.request("GET", PATH, headers=HEADERS)
+                r = c.getresponse()
+                r.read()
+                if r.status >= 300:
+                    bad += 1
+            except Exception:  # noqa: BLE001
+                bad += 1
+                c.close()
+            mine.append(time.perf_counter() - t)
+        c.close()
+        with lock:
+            lat.extend(mine)
+            non2xx[0] += bad
+
+    ts = [threading.Thread(target=worker, daemon=True) for _ in range(conns)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=600)
+    lat.sort()
+    res: dict = {"non2xx": non2xx[0]}
+    if lat:
+        res["p50_ms"] = lat[len(lat) // 2] * 1e3
+        res["p99_ms"] = lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# Variants
+def variant_specs(args, mods) -> list[dict]:
+    roomy = apf_policy.plugin_config()
+    saturated = apf_policy.single_level_config(2, group="system:authenticated", queues=16,
+                                               hand_size=4, queue_length_limit=100)
+    specs = []
+    w = args.workers
+    for v in args.variants:
+        if v == "none":
+            specs.append(dict(name="none", workers=w, http_filter="none", conns=args.connections))
+        elif v == "passthrough":
+            specs.append(dict(name="passthrough", workers=w, http_filter="wasm",
+                              wasm=mods["passthrough"], cfg={}, conns=args.connections))
+        elif v == "floor":
+            specs.append(dict(name="floor", workers=w, http_filter="wasm", wasm=mods["floor"],
+                              cfg={}, conns=args.connections))
+        elif v == "local_ratelimit":
+            specs.append(dict(name="local_ratelimit", workers=w, http_filter="local_ratelimit",
+                              conns=args.connections))
+        elif v == "apf":
+            specs.append(dict(name="apf", workers=w, http_filter="wasm", wasm=mods["apf"],
+                              cfg=roomy, conns=args.connections))
+        elif v == "apf-saturated":
+            for sw in (1, 2):
+                specs.append(dict(name="apf-saturated", workers=sw, http_filter="wasm",
+                                  wasm=mods["apf"], cfg=saturated, conns=args.saturated_connections))
+        else:
+            raise SystemExit(f"unknown variant {v}")
+    return specs
+
+
+def measure(spec: dict, args, envoy_bin: str, upstream_port: int, wrk: str | None,
+            workdir: Path) -> dict:
+    cfg = gateway_config(upstream_port=upstream_port, wasm_path=str(spec.get("wasm") or ""),
+                         plugin_config=spec.get("cfg"), http_filter=spec["http_filter"])
+    env = EnvoyProcess(cfg, workdir, envoy_bin=envoy_bin, concurrency=spec["workers"],
+                       name=f"gw-{spec['name']}-{spec['workers']}", log_level="warning")
+    env.start()
+    try:
+        env.wait_ready(timeout=60)
+        port = env.ports["gateway"]
+        counter = lambda: env.stats(RQ_TOTAL).get(RQ_TOTAL, 0)  # noqa: E731
+        gen = (lambda n: run_wrk(wrk, port, n, spec["conns"], min(2, spec["conns"]), workdir,
+                                 counter)) \
+            if wrk else (lambda n: run_python(port, n, spec["conns"]))
+        gen(args.warmup)
+        time.sleep(0.2)  # let background (JIT tier-up) work of the warm-up finish
+        rq0, cpu0 = env.stats(RQ_TOTAL).get(RQ_TOTAL, 0), env.cpu_seconds()
+        t0 = time.monotonic()
+        res = gen(args.requests)
+        wall = time.monotonic() - t0
+        rq1, cpu1 = env.stats(RQ_TOTAL).get(RQ_TOTAL, 0), env.cpu_seconds()
+        n = max(1, rq1 - rq0)
+        res.update(requests=n, cpu_us=(cpu1 - cpu0) / n * 1e6, rps=n / wall)
+        res.pop("raw", None)
+        return res
+    except Exception as e:  # noqa: BLE001
+        return {"error": f"{type(e).__name__}: {e}".splitlines()[0], "log": env.log_tail(15)}
+    finally:
+        env.stop()
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--requests", type=int, default=20000)
+    ap.add_argument("--warmup", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=1, help="Envoy workers for all but apf-saturated")
+    ap.add_argument("--connections", type=int, default=4)
+    ap.add_argument("--saturated-connections", type=int, default=16)
+    ap.add_argument("--variants", default="none,passthrough,floor,local_ratelimit,apf,apf-saturated")
+    ap.add_argument("--floor-dir")
+    ap.add_argument("--apf-wasm", help="use this apf-wasm module instead of ./wasm-build.sh")
+    ap.add_argument("--ratio-base", default="floor")
+    ap.add_argument("--python-client", action="store_true", help="do not use wrk")
+    ap.add_argument("--no-install", action="store_true", help="do not apt-get install wrk")
+    ap.add_argument("--out", help="also write the Markdown table here")
+    ap.add_argument("--json", help="write raw per-round results here")
+    args = ap.parse_args()
+    args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+
+    envoy_bin = find_envoy()
+    mods = build_modules(args)
+    specs = variant_specs(args, mods)
+    wrk = None if args.python_client else ensure_wrk(not args.no_install)
+    log(f"envoy {envoy_bin}; load generator {'wrk' if wrk else 'python'}; "
+        f"{args.requests} requests x {args.rounds} rounds x {len(specs)} variants")
+
+    work = Path(tempfile.mkdtemp(prefix="apf-bench-"))
+    up = EnvoyProcess(direct_response_config(), work, envoy_bin=envoy_bin, concurrency=1,
+                      name="upstream", log_level="warning")
+    up.start().wait_ready()
+    results: dict[str, list[dict]] = {}
+    try:
+        for rnd in range(args.rounds):
+            # Interleave; rotate the order every round so no variant always runs first.
+            k = rnd % len(specs)
+            for spec in specs[k:] + specs[:k]:
+                key = f"{spec['name']}|{spec['workers']}"
+                r = measure(spec, args, envoy_bin, up.ports["direct"], wrk, work)
+                r["round"] = rnd
+                results.setdefault(key, []).append(r)
+                log(f"round {rnd + 1}/{args.rounds} {key}: " + (
+                    f"{r['cpu_us']:.1f} us/req, {r['rps']:.0f} rps" if "cpu_us" in r
+                    else f"FAILED {r['error']}"))
+    finally:
+        up.stop()
+
+    base_key = next((k for k in results if k.split("|")[0] == args.ratio_base), None)
+    lines = ["| variant | workers | conns | CPU µs/req (median) | min–max | × " + args.ratio_base
+             + " | req/s | p50 ms | p99 ms | non-2xx |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for spec in specs:
+        key = f"{spec['name']}|{spec['workers']}"
+        rs = [r for r in results.get(key, []) if "cpu_us" in r]
+        if not rs:
+            err = next((r.get("error") for r in results.get(key, [])), "no result")
+            lines.append(f"| {spec['name']} | {spec['workers']} | {spec['conns']} | failed: {err} |"
+                         " | | | | | |")
+            continue
+        cpu = [r["cpu_us"] for r in rs]
+        ratios = []
+        if base_key:
+            base_by_round = {r["round"]: r["cpu_us"] for r in results[base_key] if "cpu_us" in r}
+            ratios = [r["cpu_us"] / base_by_round[r["round"]] for r in rs if r["round"] in base_by_round]
+        fmt = lambda v: f"{v:.2f}" if v == v else "–"  # noqa: E731
+        lines.append(
+            f"| {spec['name']} | {spec['workers']} | {spec['conns']} | {median(cpu):.1f} | "
+            f"{min(cpu):.1f}–{max(cpu):.1f} | {fmt(median(ratios))} | "
+            f"{median([r['rps'] for r in rs]):.0f} | {fmt(median([r.get('p50_ms', float('nan')) for r in rs]))} | "
+            f"{fmt(median([r.get('p99_ms', float('nan')) for r in rs]))} | "
+            f"{sum(r.get('non2xx', 0) for r in rs)} |")
+    table = "\n".join(lines)
+    ver = subprocess.run([envoy_bin, "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"/(\d+\.\d+\.\d+)/", ver)
+    header = (f"Envoy {m.group(1) if m else '?'}, "
+              f"{args.requests} requests/round after {args.warmup} warm-up, {args.rounds} rounds, "
+              f"load generator {'wrk' if wrk else 'python'}, {os.cpu_count()} CPUs.\n")
+    print(header)
+    print(table)
+    if args.out:
+        Path(args.out).write_text(header + "\n" + table + "\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1, default=str))
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

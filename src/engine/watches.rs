@@ -1,0 +1,99 @@
+//! Open WATCH counts for the mutating-request work estimator (§6.5). Watches pass through the
+//! gateway, so the engine counts them itself: one [`WatchTracker`] per worker slot, all in one
+//! shared value, so that a dead worker's watches disappear with its lease.
+
+use super::store::{update, Store};
+use super::{EngineError, MAX_CAS_TRIES, WATCHES_KEY};
+use crate::codec::{CodecError, Reader, Writer};
+use crate::digest::request_info::RequestInfo;
+use crate::digest::work_estimate::{WatchKey, WatchTracker};
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Watches {
+    pub per_slot: Vec<(u32, WatchTracker)>,
+}
+
+impl Watches {
+    pub fn decode(bytes: Option<&[u8]>) -> Result<Watches, CodecError> {
+        let Some(b) = bytes else { return Ok(Watches::default()) };
+        let mut r = Reader::new(b);
+        if r.u8()? != 1 {
+            return Err(CodecError("watches version"));
+        }
+        let n = r.count(2)?;
+        let mut per_slot = Vec::with_capacity(n);
+        for _ in 0..n {
+            let slot = r.u32()?;
+            per_slot.push((slot, WatchTracker::decode(&mut r)?));
+        }
+        Ok(Watches { per_slot })
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.u8(1);
+        w.usize(self.per_slot.len());
+        for (slot, t) in &self.per_slot {
+            w.u32(*slot);
+            t.encode(&mut w);
+        }
+        w.into_bytes()
+    }
+
+    /// Upstream `GetInterestedWatchCount` over every worker's watches.
+    pub fn interested_count(&self, info: &RequestInfo) -> u32 {
+        self.per_slot.iter().fold(0u32, |a, (_, t)| a.saturating_add(t.interested_count(info)))
+    }
+}
+
+/// Registers a WATCH of worker `slot`; returns the key to forget when it ends.
+pub fn register(store: &dyn Store, slot: u32, info: &RequestInfo) -> Result<Option<WatchKey>, EngineError> {
+    if info.verb != "watch" {
+        return Ok(None);
+    }
+    update(store, WATCHES_KEY, MAX_CAS_TRIES, |cur| {
+        let mut w = Watches::decode(cur).unwrap_or_default();
+        let key = match w.per_slot.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, t)) => t.register(info),
+            None => {
+                let mut t = WatchTracker::new();
+                let k = t.register(info);
+                w.per_slot.push((slot, t));
+                k
+            }
+        };
+        Ok::<_, EngineError>((w.encode(), key))
+    })
+}
+
+pub fn forget(store: &dyn Store, slot: u32, key: &WatchKey) -> Result<(), EngineError> {
+    update(store, WATCHES_KEY, MAX_CAS_TRIES, |cur| {
+        let mut w = Watches::decode(cur).unwrap_or_default();
+        if let Some((_, t)) = w.per_slot.iter_mut().find(|(s, _)| *s == slot) {
+            t.forget(key);
+        }
+        w.per_slot.retain(|(_, t)| t.total() > 0);
+        Ok::<_, EngineError>((w.encode(), ()))
+    })
+}
+
+/// Drops every watch of a dead worker.
+pub fn purge(store: &dyn Store, slot: u32) -> Result<(), EngineError> {
+    let (cur, _) = store.get(WATCHES_KEY)?;
+    if !Watches::decode(cur.as_deref()).unwrap_or_default().per_slot.iter().any(|(s, _)| *s == slot) {
+        return Ok(());
+    }
+    update(store, WATCHES_KEY, MAX_CAS_TRIES, |cur| {
+        let mut w = Watches::decode(cur).unwrap_or_default();
+        w.per_slot.retain(|(s, _)| *s != slot);
+        Ok::<_, EngineError>((w.encode(), ()))
+    })
+}
+
+/// Number of open watches a mutating request would notify (one read; 0 on any error).
+pub fn interested_count(store: &dyn Store, info: &RequestInfo) -> u32 {
+    match store.get(WATCHES_KEY) {
+        Ok((cur, _)) => Watches::decode(cur.as_deref()).map(|w| w.interested_count(info)).unwrap_or(0),
+        Err(_) => 0,
+    }
+}
