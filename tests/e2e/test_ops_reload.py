@@ -55,7 +55,7 @@ def test_ops_ecds_hot_reload_under_load(gateway):
                  **{u: (E2E_GROUP, NEW_GROUP) for u in movers}}
     out: list = []
     t = threading.Thread(target=lambda: out.extend(gw.closed_loop(
-        conns, 4.0, path=f"{PODS}?sleep=0.1", groups_of=groups_of, timeout=15)), daemon=True)
+        conns, 5.0, path=f"{PODS}?sleep=0.1", groups_of=groups_of, timeout=15)), daemon=True)
     t0 = time.monotonic()
     t.start()
     try:
@@ -71,7 +71,7 @@ def test_ops_ecds_hot_reload_under_load(gateway):
         wait_until(lambda: _nominal(gw) == NEW_SEATS, timeout=5, what=f"nominal seats {NEW_SEATS}")
     finally:
         t.join(timeout=30)
-    assert reloaded_at - t0 < 3.0, "the reload must land while the clients still run"
+    assert reloaded_at - t0 < 4.0, "the reload must land while the clients still run"
 
     bad = [r for r in out if r.status != 200]
     assert not bad, gw.fail_msg(f"{len(bad)} of {len(out)} not 200: {bad[:5]} "
@@ -116,8 +116,11 @@ def test_ops_ecds_hot_reload_under_load(gateway):
     # (config_reload counts this attempt too; update_success / update_rejected tell them apart.)
     assert gw.ecds_stat("update_success") == successes
     assert gw.ecds_stat("update_rejected") == rejected + 1
-    wait_until(lambda: "apf: invalid configuration" in gw.log_tail(400), timeout=3,
-               what="the apf error in the Envoy log")
+    # (Envoy's own "Filesystem config update rejected" warning is only flushed to the log file
+    # every 10 s; update_rejected above says the same.)
+    for line in ("apf: invalid configuration", 'unknown configuration key "bogusKey"'):
+        wait_until(lambda: line in gw.log_tail(400), timeout=5,
+                   what=f"{line!r} in the Envoy log")
     # Fresh connections (both workers) all still run the previous valid configuration.
     workers_before = gw.worker_connections()
     res = gw.concurrent(24, 12, movers, path=PODS, groups=(E2E_GROUP, NEW_GROUP), timeout=10)
