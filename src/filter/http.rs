@@ -108,10 +108,6 @@ impl Http {
         let mut notices = Vec::new();
         let decision = engine::admit(c, &HostStore, now, d.class.priority_level, d.work, tag, &mut notices);
         let key: Rc<str> = Rc::from(level.key.as_str());
-        let mut reject_headers = (*rh).clone();
-        if self.explain {
-            reject_headers.push(("x-apf-reject-reason".into(), String::new()));
-        }
         let (pl, fs_i) = (d.class.priority_level, d.class.flow_schema);
         let seats = d.work.max_seats();
         metrics::observe(c, M::WorkEstimatedSeats, pl, fs_i, metrics::EXTRA_NONE, f64::from(seats));
@@ -121,7 +117,8 @@ impl Http {
             phase,
             arrived: now,
             wait_deadline: tag.wait_deadline,
-            reject_headers: Rc::new(reject_headers.clone()),
+            reject_headers: rh.clone(),
+            explain: self.explain,
             waited: 0,
             enforce: level.enforce,
             compiled: rc.clone(),
@@ -154,7 +151,7 @@ impl Http {
                 metrics::observe(c, M::WaitDuration, pl, fs_i, metrics::EXECUTE_FALSE, 0.0);
                 if level.enforce {
                     self.local_reply = true;
-                    worker::send_429(retry_after, &reject_headers, reason.as_str());
+                    worker::send_429(retry_after, &rh, self.explain, reason.as_str());
                     Action::Pause
                 } else {
                     Action::Continue

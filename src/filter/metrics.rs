@@ -3,14 +3,18 @@
 //!
 //! Counters and gauges are accumulated per VM and flushed as ± deltas on the timer, so the
 //! request path makes no host call for them and gauges stay right with several workers (each
-//! worker only ever adds its own deltas; nobody overwrites). Histogram samples are recorded as
-//! they happen. Label cardinality is bounded by the number of priority levels and FlowSchemas.
+//! worker only ever adds its own deltas; nobody overwrites). Histograms are aggregated per VM
+//! into upstream's buckets and flushed as Prometheus-style cumulative counters
+//! (`<name>_bucket{le=…}`, `<name>_sum`, `<name>_count`), again off the request path.
+//! Deviation: Envoy stats are integers, so duration histograms are in milliseconds
+//! (`request_wait_duration_milliseconds`, buckets 0, 5, 20, … 30000) and their `_sum` counts
+//! whole milliseconds. Label cardinality is bounded by the number of levels and FlowSchemas.
 
 use super::host;
 use crate::engine::Compiled;
 use crate::observe::metrics::{self as names, MetricKind};
 use std::cell::RefCell;
-use std::collections::HashMap;
+use hashbrown::HashMap;
 
 /// The metrics the filter records (names from upstream).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -80,6 +84,75 @@ struct Series {
     kind: MetricKind,
     id: Option<u32>,
     pending: i64,
+    hist: Option<Hist>,
+}
+
+/// A histogram aggregated in the VM: per-bucket (non-cumulative) pending counts, flushed as
+/// cumulative `_bucket` counters.
+struct Hist {
+    /// Upper bounds in Envoy units (scaled), ascending.
+    bounds: Vec<f64>,
+    pending: Vec<u64>,
+    pending_inf: u64,
+    pending_sum: u64,
+    /// Counter ids: one per bound, then +Inf, `_sum`, `_count`.
+    ids: Vec<Option<u32>>,
+}
+
+impl Hist {
+    fn new(spec: &names::MetricSpec) -> Hist {
+        let bounds = names::envoy_buckets(spec);
+        let n = bounds.len();
+        Hist { bounds, pending: vec![0; n], pending_inf: 0, pending_sum: 0, ids: vec![None; n + 3] }
+    }
+    fn record(&mut self, v: u64) {
+        let x = v as f64;
+        match self.bounds.iter().position(|b| x <= *b) {
+            Some(i) => {
+                if let Some(p) = self.pending.get_mut(i) {
+                    *p += 1;
+                }
+            }
+            None => self.pending_inf += 1,
+        }
+        self.pending_sum = self.pending_sum.saturating_add(v);
+    }
+    fn flush(&mut self, base: &str) {
+        let total: u64 = self.pending.iter().sum::<u64>() + self.pending_inf;
+        if total == 0 {
+            return;
+        }
+        // `base` is `apiserver_flowcontrol_<name>.<labels>`: insert the suffix after the name.
+        let (name, labels) = base.split_once('.').map(|(n, l)| (n, format!(".{l}"))).unwrap_or((base, String::new()));
+        let mut cum = 0u64;
+        let n = self.bounds.len();
+        for i in 0..=n + 2 {
+            let (stat, delta) = if i < n {
+                cum += self.pending.get(i).copied().unwrap_or(0);
+                let b = self.bounds.get(i).copied().unwrap_or(0.0);
+                (format!("{name}_bucket{labels}.le.{b}"), cum)
+            } else if i == n {
+                (format!("{name}_bucket{labels}.le.+Inf"), total)
+            } else if i == n + 1 {
+                (format!("{name}_sum{labels}"), self.pending_sum)
+            } else {
+                (format!("{name}_count{labels}"), total)
+            };
+            if delta == 0 {
+                continue;
+            }
+            let Some(slot) = self.ids.get_mut(i) else { continue };
+            if slot.is_none() {
+                *slot = host::define_metric(host::METRIC_COUNTER, &stat);
+            }
+            if let Some(id) = *slot {
+                host::increment_metric(id, i64::try_from(delta).unwrap_or(i64::MAX));
+            }
+        }
+        self.pending.iter_mut().for_each(|p| *p = 0);
+        self.pending_inf = 0;
+        self.pending_sum = 0;
+    }
 }
 
 #[derive(Default)]
@@ -115,7 +188,11 @@ fn with_series<T>(c: &Compiled, m: M, pl: usize, fs: usize, extra: u8, f: impl F
             return Some(f(s));
         }
         let (name, kind) = series_name(c, m, pl, fs, extra)?;
-        let s = r.series.entry(key).or_insert(Series { name, kind, id: None, pending: 0 });
+        let hist = match kind {
+            MetricKind::Histogram => names::spec(m.upstream_name()).map(Hist::new),
+            _ => None,
+        };
+        let s = r.series.entry(key).or_insert(Series { name, kind, id: None, pending: 0, hist });
         Some(f(s))
     })
 }
@@ -137,13 +214,13 @@ pub fn add(c: &Compiled, m: M, pl: usize, fs: usize, extra: u8, delta: i64) {
     with_series(c, m, pl, fs, extra, |s| s.pending += delta);
 }
 
-/// Records one histogram sample, in upstream units (seconds, seats).
+/// Records one histogram sample, in upstream units (seconds, seats); flushed on the timer.
 pub fn observe(c: &Compiled, m: M, pl: usize, fs: usize, extra: u8, value: f64) {
     let Some(spec) = names::spec(m.upstream_name()) else { return };
     let v = names::envoy_value(spec, value);
     with_series(c, m, pl, fs, extra, |s| {
-        if let Some(id) = ensure_id(s) {
-            host::record_metric(id, v);
+        if let Some(h) = s.hist.as_mut() {
+            h.record(v);
         }
     });
 }
@@ -162,6 +239,10 @@ pub fn flush() {
     REG.with(|r| {
         let mut r = r.borrow_mut();
         for s in r.series.values_mut() {
+            if let Some(h) = s.hist.as_mut() {
+                h.flush(&s.name);
+                continue;
+            }
             if s.pending != 0 {
                 if let Some(id) = ensure_id(s) {
                     host::increment_metric(id, s.pending);

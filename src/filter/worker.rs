@@ -7,7 +7,7 @@ use crate::engine::{self, Notice, NoticeKind};
 use crate::fairqueuing::RequestId;
 use crate::Nanos;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use hashbrown::HashMap;
 use std::rc::Rc;
 
 /// A worker whose lease is older than this is presumed dead and its seats are reclaimed.
@@ -31,6 +31,8 @@ pub struct Local {
     pub wait_deadline: Nanos,
     /// Headers to put on a 429 sent for it from the timer or a notice.
     pub reject_headers: Rc<Vec<(String, String)>>,
+    /// The caller asked for explanations (adds `x-apf-reject-reason`).
+    pub explain: bool,
     pub waited: Nanos,
     pub enforce: bool,
     /// The configuration the request was admitted under (metric labels).
@@ -223,7 +225,7 @@ pub fn handle(n: Notice, now: Nanos) {
                 w.rejected.insert(n.context, (retry_after, reason.as_str()));
             });
             if l.enforce && host::set_effective_context(n.context) {
-                send_429(retry_after, &l.reject_headers, reason.as_str());
+                send_429(retry_after, &l.reject_headers, l.explain, reason.as_str());
             }
         }
         (NoticeKind::Reject { .. }, None) => {}
@@ -240,22 +242,16 @@ fn release(level_key: &str, id: RequestId, now: Nanos) {
 
 pub const TOO_MANY: &[u8] = b"Too many requests, please try again later.\n";
 
-pub fn send_429(retry_after: i64, extra: &[(String, String)], reason: &str) {
+pub fn send_429(retry_after: i64, extra: &[(String, String)], explain: bool, reason: &str) {
     let ra = retry_after.clamp(1, 32).to_string();
-    let mut headers: Vec<(&str, &[u8])> = vec![
-        ("retry-after", ra.as_bytes()),
-        ("content-type", b"text/plain; charset=utf-8"),
-        ("x-content-type-options", b"nosniff"),
-    ];
-    let mut explain_reason = false;
+    let mut headers: Vec<(&str, &[u8])> = Vec::with_capacity(extra.len() + 4);
+    headers.push(("retry-after", ra.as_bytes()));
+    headers.push(("content-type", b"text/plain; charset=utf-8"));
+    headers.push(("x-content-type-options", b"nosniff"));
     for (k, v) in extra {
-        if k == "x-apf-reject-reason" {
-            explain_reason = true;
-            continue;
-        }
         headers.push((k.as_str(), v.as_bytes()));
     }
-    if explain_reason {
+    if explain {
         headers.push(("x-apf-reject-reason", reason.as_bytes()));
     }
     host::send_response(429, &headers, TOO_MANY);

@@ -124,7 +124,7 @@ pub const METRICS: &[MetricSpec] = &[
 
 /// Every label key used by some metric (one `stats_tags` entry each).
 pub const LABEL_KEYS: &[&str] =
-    &["priority_level", "flow_schema", "reason", "execute", "type", "success", "bound", "phase", "request_kind"];
+    &["priority_level", "flow_schema", "reason", "execute", "type", "success", "bound", "phase", "request_kind", "le"];
 
 /// Reject reasons (`reason` label).
 pub const REASON_QUEUE_FULL: &str = "queue-full";
@@ -196,24 +196,12 @@ pub fn envoy_buckets(spec: &MetricSpec) -> Vec<f64> {
     spec.buckets.iter().map(|b| (b * spec.envoy_scale * 1e6).round() / 1e6).collect()
 }
 
-fn yaml_f64_list(v: &[f64]) -> String {
-    let items: Vec<String> = v.iter().map(|x| format!("{x}")).collect();
-    format!("[{}]", items.join(", "))
-}
 
 /// Envoy bootstrap `stats_config` snippet: tag regexes and histogram buckets.
 pub fn envoy_stats_config_yaml() -> String {
     let mut y = String::from("stats_config:\n  use_all_default_tags: true\n  stats_tags:\n");
     for (tag, re) in stats_tags() {
         y.push_str(&format!("  - tag_name: {tag}\n    regex: '{re}'\n"));
-    }
-    y.push_str("  histogram_bucket_settings:\n");
-    for s in METRICS.iter().filter(|s| s.kind == MetricKind::Histogram) {
-        y.push_str(&format!(
-            "  - match:\n      safe_regex:\n        regex: '(?:wasmcustom\\.)?{PREFIX}{}(?:\\..*)?'\n    buckets: {}\n",
-            s.envoy_name,
-            yaml_f64_list(&envoy_buckets(s))
-        ));
     }
     y
 }
@@ -259,7 +247,8 @@ mod tests {
     fn yaml_snippets() {
         let y = envoy_stats_config_yaml();
         assert!(y.contains("  - tag_name: priority_level\n    regex: '^(?:wasmcustom\\.)?apiserver_flowcontrol_[a-z_]+(?:\\.[a-z_]+\\.[^.]+)*?(\\.priority_level\\.([^.]+))'\n"), "{y}");
-        assert!(y.contains("buckets: [0, 5, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 15000, 30000]"), "{y}");
+        assert!(y.contains("  - tag_name: le\n"), "{y}");
+        assert!(!y.contains("histogram_bucket_settings"), "histograms are bucket counters: {y}");
         let i = istio_proxy_stats_matcher_yaml();
         assert!(i.contains("- wasmcustom.apiserver_flowcontrol_\n"));
     }

@@ -5,8 +5,6 @@
 - `gateway(plugin_config, concurrency=2, **kw)` (function): starts a test upstream and an Envoy
   in front of it with the module and `plugin_config`, waits until ready, tears both down at the
   end of the test (also on failure). On failure the Envoy log tail is added to the report.
-  `stats_config=True` merges envoy/stats_config.yaml (APF metric labels for /stats/prometheus);
-  `ecds=True` delivers the filter by ECDS from a watched file (`Gateway.push_plugin_config`).
 
 Markers: `apf` = needs the real APF filter (skipped, not failed, when `APF_E2E_HARNESS_ONLY=1`,
 e.g. when validating the harness with the floor module); `harness` = works with any module.
@@ -28,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import client as _client  # noqa: E402
 from envoy_template import ecds_resource, gateway_config  # noqa: E402
-from envoyproc import REPO, EnvoyProcess, find_envoy, wait_until  # noqa: E402
+from envoyproc import REPO, EnvoyProcess, WaitAbort, find_envoy, wait_until  # noqa: E402
 from upstream import Upstream  # noqa: E402
 
 PROBE_USER = "system:apf-e2e-probe"
@@ -86,44 +84,34 @@ def envoy_bin() -> str:
         pytest.exit(str(e), returncode=2)
 
 
-def envoy_stats_config() -> str:
-    """envoy/stats_config.yaml as Envoy accepts it. Workaround (ops report, issue 5): the
-    generator emits upstream's `0` histogram bucket, which Envoy rejects ("Buckets[0]: value must
-    be greater than 0"); drop non-positive buckets here. A no-op once the generator is fixed
-    (test_ops_metrics.py::test_ops_stats_config_validates_with_envoy then XPASSes strictly)."""
-    import re
-
-    def positive(m: re.Match) -> str:
-        items = [x.strip() for x in m.group(1).split(",") if x.strip()]
-        return "buckets: [" + ", ".join(x for x in items if float(x) > 0) + "]"
-
-    return re.sub(r"buckets: \[([^\]]*)\]", positive, STATS_CONFIG.read_text())
-
-
 class Gateway:
     """One upstream + one Envoy. `port` = listener, `admin_port`, `upstream` (in-process)."""
 
-    def __init__(self, envoy: EnvoyProcess, upstream: Upstream, wasm_path: str | None = None,
-                 ecds_path: Path | None = None) -> None:
+    def __init__(self, envoy: EnvoyProcess, upstream: Upstream, wasm: str | None = None,
+                 ecds_dir: Path | None = None) -> None:
         self.envoy = envoy
         self.upstream = upstream
-        self.wasm_path = wasm_path
-        self.ecds_path = ecds_path
-        self.pushes = 0
+        self.wasm = wasm
+        self.ecds_dir = ecds_dir
+        self._reload_seq = 0
 
-    def push_plugin_config(self, plugin_config: dict | str) -> None:
-        """ECDS mode: atomically replace the filter's resource file (write + rename into the
-        watched directory). Wait for `ecds_stat("config_reload"|"config_fail")` to see it land."""
-        assert self.ecds_path is not None, "gateway was not started with ecds=True"
-        self.pushes += 1
-        tmp = self.ecds_path.parent / f".{self.ecds_path.name}.{self.pushes}.tmp"
-        tmp.write_text(json.dumps(ecds_resource(self.wasm_path or "", plugin_config)))
-        os.replace(tmp, self.ecds_path)
+    ECDS_RELOADS = "extension_config_discovery.http_filter.apf.config_reload"
 
-    def ecds_stat(self, name: str) -> int:
-        """extension_config_discovery.http_filter.apf.<name> (config_reload, config_fail, ...)."""
-        key = f"extension_config_discovery.http_filter.apf.{name}"
-        return self.stats(r"^extension_config_discovery\.").get(key, 0)
+    def write_ecds(self, plugin_config: dict | None, wasm: str | None = None) -> None:
+        """Atomically (write + rename into the watched directory) publish a filter config."""
+        assert self.ecds_dir is not None, "gateway was not started with ecds=True"
+        self._reload_seq += 1
+        tmp = self.ecds_dir / f".apf.json.{self._reload_seq}"
+        tmp.write_text(json.dumps(ecds_resource(wasm or self.wasm, plugin_config)))
+        os.replace(tmp, self.ecds_dir / "apf.json")
+
+    def reload(self, plugin_config: dict | None, wasm: str | None = None,
+               timeout: float = 20.0) -> None:
+        """Hot-reload the filter through ECDS and wait until Envoy applied it."""
+        before = self.stats(self.ECDS_RELOADS).get(self.ECDS_RELOADS, 0)
+        self.write_ecds(plugin_config, wasm)
+        wait_until(lambda: self.stats(self.ECDS_RELOADS).get(self.ECDS_RELOADS, 0) > before,
+                   timeout=timeout, what="ECDS config_reload")
 
     @property
     def port(self) -> int:
@@ -177,42 +165,64 @@ class Gateway:
         return {k.split("worker_")[1].split(".")[0]: v for k, v in st.items() if "worker_" in k}
 
 
+# Modules that failed to load once in this session (Wasm code rejected): later gateways using
+# them fail at once instead of each waiting for the readiness timeout.
+_BROKEN_MODULES: dict[str, str] = {}
+
+
 @pytest.fixture
 def gateway(request, wasm_module, envoy_bin, tmp_path_factory):
     """Factory: gateway(plugin_config: dict, concurrency=2, http_filter="wasm", wasm=None,
-    stats_config=False, ecds=False)."""
+    ecds=False, stats_config=False). With ecds=True the filter config is delivered by ECDS from a
+    watched file and can be replaced at run time with `gw.reload(new_plugin_config)`. With
+    stats_config=True envoy/stats_config.yaml is merged into the bootstrap (`--config-yaml`), so
+    /stats/prometheus shows the APF metrics with their upstream labels."""
     started: list[Gateway] = []
     request.node._apf_gateways = started
 
     def make(plugin_config: dict | None = None, concurrency: int = 2, http_filter: str = "wasm",
-             wasm: str | None = None, ready_timeout: float = 40.0, probe: bool = True,
-             stats_config: bool = False, ecds: bool = False) -> Gateway:
+             wasm: str | None = None, ready_timeout: float = 30.0, probe: bool = True,
+             ecds: bool = False, stats_config: bool = False) -> Gateway:
+        module = wasm or wasm_module
+        if http_filter == "wasm" and not ecds and module in _BROKEN_MODULES:
+            raise RuntimeError(f"module {module} failed to load earlier in this session:\n"
+                               + _BROKEN_MODULES[module])
         workdir = Path(tempfile.mkdtemp(prefix="gw-", dir=tmp_path_factory.getbasetemp()))
         up = Upstream().start()
-        wasm_path = wasm or wasm_module
-        ecds_path = None
+        ecds_dir = None
         if ecds:
-            ecds_path = workdir / "ecds" / "apf.json"
-            ecds_path.parent.mkdir()
-            ecds_path.write_text(json.dumps(ecds_resource(wasm_path, plugin_config)))
+            ecds_dir = workdir / "ecds"
+            ecds_dir.mkdir()
             http_filter = "ecds"
-        cfg = gateway_config(upstream_port=up.port, wasm_path=wasm_path,
-                             plugin_config=plugin_config, http_filter=http_filter,
-                             ecds_path=str(ecds_path) if ecds_path else None)
-        extra = ["--config-yaml", envoy_stats_config()] if stats_config else []
+        cfg = gateway_config(upstream_port=up.port, wasm_path=module, plugin_config=plugin_config,
+                             http_filter=http_filter, ecds_dir=str(ecds_dir) if ecds_dir else None)
+        extra = ["--config-yaml", STATS_CONFIG.read_text()] if stats_config else []
         env = EnvoyProcess(cfg, workdir, envoy_bin=envoy_bin, concurrency=concurrency,
                            name=f"envoy{len(started)}", extra_args=extra)
-        gw = Gateway(env, up, wasm_path=wasm_path, ecds_path=ecds_path)
+        gw = Gateway(env, up, wasm=module, ecds_dir=ecds_dir)
+        if ecds:
+            gw.write_ecds(plugin_config)
         started.append(gw)
         env.start()
         try:
             env.wait_ready(timeout=ready_timeout)
             if probe:
                 def through():
+                    fatal = env.fatal_log_lines()
+                    if fatal:
+                        if any("Failed to load Wasm code" in ln or "ABI version" in ln for ln in fatal):
+                            _BROKEN_MODULES[module] = "\n".join(fatal[-10:])
+                        raise WaitAbort("Envoy reports a fatal filter error:\n"
+                                             + "\n".join(fatal[-10:]))
                     r = gw.request("/healthz", user=PROBE_USER, groups=PROBE_GROUPS, timeout=5)
                     return r.status is not None and r.status < 500
                 wait_until(through, timeout=ready_timeout, interval=0.1,
                            what="a request through the listener")
+        except WaitAbort as e:
+            fatal = env.fatal_log_lines()
+            if any("Failed to load Wasm code" in ln or "ABI version" in ln for ln in fatal):
+                _BROKEN_MODULES[module] = "\n".join(fatal[-10:])
+            raise RuntimeError(f"gateway did not become ready: {e}") from None
         except Exception as e:  # noqa: BLE001
             raise RuntimeError(f"gateway did not become ready: {e}\n{env.log_tail(80)}") from None
         up.reset()

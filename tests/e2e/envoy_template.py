@@ -9,9 +9,6 @@ Filter variants (`http_filter=`):
   "wasm"             the module at `wasm_path` with `plugin_config` (dict → JSON StringValue)
   "none"             router only
   "local_ratelimit"  Envoy's native token bucket, sized so that nothing is ever limited
-  "ecds"             the wasm filter named "apf", delivered by ECDS (`config_discovery`) from
-                     the file `ecds_path` (see `ecds_resource`), reloaded when a new file is
-                     renamed into its directory (`watched_directory`)
 """
 
 from __future__ import annotations
@@ -51,19 +48,17 @@ def wasm_filter(wasm_path: str, plugin_config: dict | str | None, vm_id: str = "
     return {"name": "envoy.filters.http.wasm", "typed_config": {"@type": WASM_TYPE, "config": config}}
 
 
-def ecds_filter(ecds_path: str, name: str = "apf") -> dict:
-    """An http_filters entry whose configuration comes from the ECDS file `ecds_path`."""
-    import os
-
+def ecds_filter(resource_path: str, watched_dir: str, name: str = "apf") -> dict:
+    """An HTTP filter whose configuration comes from ECDS, read from `resource_path` (a file with
+    `resources: [TypedExtensionConfig]`); Envoy reloads it when a file is moved into
+    `watched_dir`. No default_config: the listener warms until the first config loads."""
     return {
         "name": name,
         "config_discovery": {
             "config_source": {
                 "resource_api_version": "V3",
-                "path_config_source": {
-                    "path": ecds_path,
-                    "watched_directory": {"path": os.path.dirname(ecds_path)},
-                },
+                "path_config_source": {"path": resource_path,
+                                       "watched_directory": {"path": watched_dir}},
             },
             "type_urls": [WASM_TYPE],
         },
@@ -71,13 +66,10 @@ def ecds_filter(ecds_path: str, name: str = "apf") -> dict:
 
 
 def ecds_resource(wasm_path: str, plugin_config: dict | str | None, name: str = "apf") -> dict:
-    """The ECDS file content (a DiscoveryResponse-like `resources` list) for `ecds_filter`."""
-    typed = wasm_filter(wasm_path, plugin_config, name=name)["typed_config"]
-    return {"resources": [{
-        "@type": "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
-        "name": name,
-        "typed_config": typed,
-    }]}
+    """The ECDS resource file content for `ecds_filter` (JSON)."""
+    wasm = wasm_filter(wasm_path, plugin_config, name=name)["typed_config"]
+    return {"resources": [{"@type": "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
+                           "name": name, "typed_config": wasm}]}
 
 
 def local_ratelimit_filter() -> dict:
@@ -100,17 +92,19 @@ def gateway_config(*, upstream_port: int, wasm_path: str | None = None,
                    plugin_config: dict | str | None = None, http_filter: str = "wasm",
                    listener_port: int = 0, admin_port: int = 0, route_timeout: str = "60s",
                    access_log_path: str | None = None, extra_filters: list | None = None,
-                   ecds_path: str | None = None) -> dict:
-    """An Envoy in front of one HTTP/1.1 upstream on 127.0.0.1:`upstream_port`."""
+                   ecds_dir: str | None = None) -> dict:
+    """An Envoy in front of one HTTP/1.1 upstream on 127.0.0.1:`upstream_port`.
+    http_filter "ecds": the wasm filter's config is read from `ecds_dir`/apf.json (see
+    `ecds_resource`); the caller writes that file before starting Envoy."""
     filters: list = list(extra_filters or [])
-    if http_filter == "wasm":
+    if http_filter == "ecds":
+        if not ecds_dir:
+            raise ValueError("http_filter='ecds' needs ecds_dir")
+        filters.append(ecds_filter(f"{ecds_dir}/apf.json", ecds_dir))
+    elif http_filter == "wasm":
         if not wasm_path:
             raise ValueError("http_filter='wasm' needs wasm_path")
         filters.append(wasm_filter(wasm_path, plugin_config))
-    elif http_filter == "ecds":
-        if not ecds_path:
-            raise ValueError("http_filter='ecds' needs ecds_path")
-        filters.append(ecds_filter(ecds_path))
     elif http_filter == "local_ratelimit":
         filters.append(local_ratelimit_filter())
     elif http_filter != "none":
@@ -141,7 +135,7 @@ def gateway_config(*, upstream_port: int, wasm_path: str | None = None,
             },
         }]
     big = 1_000_000
-    boot: dict = {
+    cfg: dict = {
         "admin": {"address": socket_address(admin_port)},
         "static_resources": {
             "listeners": [{
@@ -169,8 +163,8 @@ def gateway_config(*, upstream_port: int, wasm_path: str | None = None,
         },
     }
     if http_filter == "ecds":
-        boot["node"] = {"id": "apf-e2e", "cluster": "apf-e2e"}  # ECDS subscriptions need one
-    return boot
+        cfg["node"] = {"id": "apf-e2e", "cluster": "apf-e2e"}
+    return cfg
 
 
 def direct_response_config(*, listener_port: int = 0, admin_port: int = 0,

@@ -50,6 +50,10 @@ def find_envoy() -> str:
     raise RuntimeError("Envoy not found: set ENVOY_BIN or run scripts/envoy-env.sh")
 
 
+class WaitAbort(Exception):
+    """Raised by a `wait_until` condition to stop waiting at once (e.g. a fatal log line)."""
+
+
 def wait_until(cond, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
     """Poll `cond()` until it returns a truthy value (returned) or `timeout` s pass (raises)."""
     deadline = time.monotonic() + timeout
@@ -59,6 +63,8 @@ def wait_until(cond, timeout: float = 10.0, interval: float = 0.05, what: str = 
             v = cond()
             if v:
                 return v
+        except WaitAbort:
+            raise
         except Exception as e:  # noqa: BLE001 - conditions may probe sockets that are not up yet
             last_exc = e
         if time.monotonic() >= deadline:
@@ -140,8 +146,19 @@ class EnvoyProcess:
 
     def _check_alive(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
-            raise RuntimeError(f"{self.name} exited with code {self.proc.returncode}\n"
-                               + self.log_tail())
+            raise WaitAbort(f"{self.name} exited with code {self.proc.returncode}\n"
+                            + self.log_tail())
+
+    FATAL_LOG = ("Wasm VM failed", "failed to load", "Failed to configure", "Unable to create Wasm",
+                 "Function: proxy_on_", "[critical]")
+
+    def fatal_log_lines(self) -> list[str]:
+        """Log lines that mean the filter cannot work (module load/configure failure, VM crash)."""
+        try:
+            txt = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return []
+        return [ln for ln in txt if any(m in ln for m in self.FATAL_LOG)]
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -203,10 +220,14 @@ class EnvoyProcess:
         return body.decode(errors="replace")
 
     def log_tail(self, lines: int = 60) -> str:
+        """The last lines of Envoy's log (without the start-up list of compiled-in extensions)."""
+        import re
+
+        noise = re.compile(r"server\.cc:\d+\]\s{2,}\S")
         parts = []
         for p in (self.log_path, self.workdir / f"{self.name}.stderr"):
             try:
-                txt = p.read_text(errors="replace").splitlines()
+                txt = [ln for ln in p.read_text(errors="replace").splitlines() if not noise.search(ln)]
             except OSError:
                 continue
             if txt:

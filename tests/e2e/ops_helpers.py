@@ -51,3 +51,10 @@ def level_rows(gw) -> dict[str, dict[str, str]]:
     r = gw.debug_dump("priority_levels")
     assert r.status == 200, gw.fail_msg(f"dump_priority_levels: {r!r}")
     return {row["PriorityLevelName"]: row for row in parse_dump(r.body)}
+
+
+def ecds_stat(gw, name: str) -> int:
+    """extension_config_discovery.http_filter.apf.<name> (config_reload, config_fail,
+    update_success, update_rejected, ...)."""
+    key = f"extension_config_discovery.http_filter.apf.{name}"
+    return gw.stats("extension_config_discovery").get(key, 0)

@@ -15,7 +15,7 @@ import client
 from apf_policy import (E2E_GROUP, flow_schema, fs_uid, nominal_cl, pl_uid, plugin_config,
                         priority_level)
 from envoyproc import wait_until
-from ops_helpers import level_rows, parse_prometheus, prom_sum
+from ops_helpers import ecds_stat, level_rows, parse_prometheus, prom_sum
 
 pytestmark = pytest.mark.apf
 
@@ -62,10 +62,10 @@ def test_ops_ecds_hot_reload_under_load(gateway):
         # Saturated before the reload: 8 clients on 4 seats, requests are queued.
         wait_until(lambda: int(level_rows(gw)[LEVEL]["WaitingRequests"]) > 0, timeout=3,
                    what="queued requests before the reload")
-        before = gw.ecds_stat("config_reload")
+        before = ecds_stat(gw, "config_reload")
         pushed_at = time.monotonic()
-        gw.push_plugin_config(config(NEW_NCS, True))
-        wait_until(lambda: gw.ecds_stat("config_reload") > before, timeout=5,
+        gw.write_ecds(config(NEW_NCS, True))
+        wait_until(lambda: ecds_stat(gw, "config_reload") > before, timeout=5,
                    what="ECDS config_reload")
         reloaded_at = time.monotonic()
         wait_until(lambda: _nominal(gw) == NEW_SEATS, timeout=5, what=f"nominal seats {NEW_SEATS}")
@@ -105,17 +105,17 @@ def test_ops_ecds_hot_reload_under_load(gateway):
         raise AssertionError(gw.fail_msg(f"not drained: {drained.last}"))
 
     # An invalid update is refused: the running configuration stays, the filter keeps serving.
-    fails = gw.ecds_stat("config_fail")
-    successes = gw.ecds_stat("update_success")
-    rejected = gw.ecds_stat("update_rejected")
+    fails = ecds_stat(gw, "config_fail")
+    successes = ecds_stat(gw, "update_success")
+    rejected = ecds_stat(gw, "update_rejected")
     bad_cfg = config(NEW_NCS, True)
     bad_cfg["policy"][0]["spec"]["limited"]["nominalConcurrencyShares"] = -3
     bad_cfg["bogusKey"] = True
-    gw.push_plugin_config(bad_cfg)
-    wait_until(lambda: gw.ecds_stat("config_fail") > fails, timeout=5, what="ECDS config_fail")
+    gw.write_ecds(bad_cfg)
+    wait_until(lambda: ecds_stat(gw, "config_fail") > fails, timeout=5, what="ECDS config_fail")
     # (config_reload counts this attempt too; update_success / update_rejected tell them apart.)
-    assert gw.ecds_stat("update_success") == successes
-    assert gw.ecds_stat("update_rejected") == rejected + 1
+    assert ecds_stat(gw, "update_success") == successes
+    assert ecds_stat(gw, "update_rejected") == rejected + 1
     # (Envoy's own "Filesystem config update rejected" warning is only flushed to the log file
     # every 10 s; update_rejected above says the same.)
     for line in ("apf: invalid configuration", 'unknown configuration key "bogusKey"'):

@@ -1,0 +1,87 @@
+//! Native cost of the request path pieces (not a test: run with
+//! `cargo test --release --test engine_bench -- --ignored --nocapture`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use apf_wasm::digest::identity::IdentityInput;
+use apf_wasm::engine::store::MemStore;
+use apf_wasm::engine::{self, Compiled, Decision};
+use apf_wasm::fairqueuing::RequestTag;
+use apf_wasm::policy::config::parse_plugin_config;
+use std::time::Instant;
+
+fn compiled() -> Compiled {
+    let cfg = parse_plugin_config(br#"{"identity":{"sources":[{"type":"frontProxy"}]}}"#).unwrap();
+    Compiled::new(cfg, 1)
+}
+
+#[test]
+#[ignore]
+fn bench_request_path() {
+    let c = compiled();
+    let headers = vec![("x-remote-user".to_string(), b"bench-user".to_vec()), ("x-remote-group".to_string(), b"system:authenticated".to_vec())];
+    let input = IdentityInput { headers: &headers, ..Default::default() };
+    let n = 200_000;
+    let t = Instant::now();
+    let mut lvl = 0;
+    for _ in 0..n {
+        let d = c.digest(b"GET", b"/api/v1/namespaces/default/pods", &input, None, |_| 0);
+        lvl = d.class.priority_level;
+    }
+    let digest_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    let store = MemStore::new();
+    let key = c.levels[lvl].key.clone();
+    let mut notices = Vec::new();
+    let t = Instant::now();
+    for i in 0..n {
+        let tag = RequestTag { owner: 1, context: i as u32, flow_schema: 0, flow_hash: 42, wait_deadline: i64::MAX };
+        let now = i as i64 * 1000;
+        let Decision::Execute(id) = engine::admit(&c, &store, now, lvl, apf_wasm::fairqueuing::WorkEstimate::ONE, tag, &mut notices).unwrap() else { panic!() };
+        engine::end(&store, now + 500, &key, id, &mut notices).unwrap();
+    }
+    let engine_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    let (v, _) = apf_wasm::engine::store::Store::get(&store, &key).unwrap();
+    let bytes = v.unwrap();
+    let t = Instant::now();
+    for _ in 0..n {
+        let st = engine::LevelState::decode(&bytes).unwrap();
+        std::hint::black_box(st.encode());
+    }
+    let codec_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    println!("digest {digest_ns:.0} ns; admit+end {engine_ns:.0} ns; decode+encode {codec_ns:.0} ns; state {} bytes", bytes.len());
+}
+
+#[test]
+#[ignore]
+fn bench_digest_parts() {
+    use apf_wasm::digest::identity::identify;
+    use apf_wasm::digest::request_info::parse_request_info;
+    use apf_wasm::digest::work_estimate::estimate;
+    let c = compiled();
+    let headers = vec![("x-remote-user".to_string(), b"bench-user".to_vec()), ("x-remote-group".to_string(), b"system:authenticated".to_vec())];
+    let input = IdentityInput { headers: &headers, ..Default::default() };
+    let n = 200_000u32;
+    let time = |name: &str, f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        for _ in 0..n {
+            f();
+        }
+        println!("{name}: {:.0} ns", t.elapsed().as_nanos() as f64 / f64::from(n));
+    };
+    let info = parse_request_info("GET", b"/api/v1/namespaces/default/pods");
+    let user = identify(&c.config.identity, &input);
+    time("parse_request_info", &mut || {
+        std::hint::black_box(parse_request_info("GET", b"/api/v1/namespaces/default/pods"));
+    });
+    time("identify", &mut || {
+        std::hint::black_box(identify(&c.config.identity, &input));
+    });
+    time("classify", &mut || {
+        std::hint::black_box(c.classifier.classify(&info, &user));
+    });
+    time("flow_hash", &mut || {
+        std::hint::black_box(apf_wasm::classify::flow_hash("global-default", "bench-user"));
+    });
+    time("estimate", &mut || {
+        std::hint::black_box(estimate(&c.config.work_estimator, &info, Some(8), 0));
+    });
+}
