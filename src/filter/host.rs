@@ -46,6 +46,19 @@ extern "C" {
 }
 
 pub const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
+pub const BUFFER_HTTP_CALL_RESPONSE_BODY: u32 = 4;
+pub const HTTP_CALL_RESPONSE_HEADERS: u32 = 6;
+
+/// The body of the HTTP call response being delivered (in `on_http_call_response`).
+pub fn http_call_body(size: usize) -> Vec<u8> {
+    let mut data: *mut u8 = null_mut();
+    let mut len: usize = 0;
+    // SAFETY: pointers to locals.
+    match unsafe { proxy_get_buffer_bytes(BUFFER_HTTP_CALL_RESPONSE_BODY, 0, size, &mut data, &mut len) } {
+        OK => unsafe { take(data, len) }.unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
 
 /// The whole plugin configuration buffer (empty if none).
 pub fn plugin_configuration() -> Vec<u8> {

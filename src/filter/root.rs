@@ -17,11 +17,102 @@ const GENERATION_KEY: &str = "apf/v1/generation";
 
 pub struct Root {
     compiled: Option<Rc<Compiled>>,
+    /// The configuration document, kept when the policy comes from the cluster.
+    base: Option<serde_json::Value>,
+    fetch: ClusterFetch,
+}
+
+/// State of the periodic policy read from the cluster (`clusterPolicy`).
+#[derive(Default)]
+struct ClusterFetch {
+    next: Nanos,
+    tokens: [Option<u32>; 2],
+    bodies: [Option<Vec<u8>>; 2],
+    failed: bool,
+    /// Digest of the last applied responses (re-reading an unchanged policy changes nothing).
+    applied: Option<u64>,
 }
 
 impl Root {
     pub fn new() -> Root {
-        Root { compiled: None }
+        Root { compiled: None, base: None, fetch: ClusterFetch::default() }
+    }
+
+    fn apply(&mut self, cfg: crate::policy::config::PluginConfig, what: &str) {
+        for w in &cfg.policy.warnings {
+            log::warn!("apf: {w}");
+        }
+        let generation = next_generation();
+        let c = Compiled::new(cfg, generation);
+        log::info!(
+            "apf: {what} generation {generation} applied: {} priority levels, {} flow schemas, {} seats",
+            c.levels.len(),
+            c.config.policy.flow_schemas.len(),
+            c.config.server_concurrency_limit
+        );
+        self.compiled = Some(Rc::new(c));
+    }
+
+    /// Starts reading the cluster's policy when due.
+    fn maybe_fetch(&mut self, c: &Compiled, now: Nanos) {
+        let Some(cp) = c.config.cluster_policy.as_ref() else { return };
+        if now < self.fetch.next || self.fetch.tokens.iter().any(Option::is_some) {
+            return;
+        }
+        self.fetch.next = now.saturating_add(cp.period);
+        self.fetch.bodies = [None, None];
+        self.fetch.failed = false;
+        let bearer = cp.token.as_ref().map(|t| format!("Bearer {t}"));
+        let timeout = std::time::Duration::from_nanos(u64::try_from(cp.timeout).unwrap_or(5_000_000_000));
+        for (i, path) in cp.paths().iter().enumerate() {
+            let mut headers = vec![(":method", "GET"), (":path", path.as_str()), (":authority", cp.authority.as_str()), ("accept", "application/json")];
+            if let Some(b) = &bearer {
+                headers.push(("authorization", b.as_str()));
+            }
+            match self.dispatch_http_call(&cp.cluster, headers, None, vec![], timeout) {
+                Ok(t) => {
+                    if let Some(slot) = self.fetch.tokens.get_mut(i) {
+                        *slot = Some(t);
+                    }
+                }
+                Err(e) => log::warn!("apf: cannot read the cluster policy from cluster {:?}: {e:?}", cp.cluster),
+            }
+        }
+    }
+
+    fn fetched(&mut self) {
+        if self.fetch.tokens.iter().any(Option::is_some) || self.fetch.failed {
+            return;
+        }
+        let [Some(fs), Some(pl)] = &self.fetch.bodies else { return };
+        let digest = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            fs.hash(&mut h);
+            pl.hash(&mut h);
+            h.finish()
+        };
+        if self.fetch.applied == Some(digest) {
+            return;
+        }
+        let Some(base) = self.base.as_ref() else { return };
+        let merged = match crate::policy::cluster::merged_config(base, &[fs, pl]) {
+            Ok(m) => m,
+            Err(e) => {
+                log::error!("apf: cluster policy unusable, keeping the current one: {e}");
+                return;
+            }
+        };
+        match parse_plugin_config(&merged) {
+            Ok(cfg) => {
+                self.fetch.applied = Some(digest);
+                self.apply(cfg, "cluster policy");
+            }
+            Err(errors) => {
+                self.fetch.applied = Some(digest);
+                log::error!("apf: invalid cluster policy ({} errors); keeping the current one: {}", errors.len(), errors.join("; "));
+            }
+        }
     }
 }
 
@@ -38,25 +129,50 @@ fn next_generation() -> u64 {
     .unwrap_or(1)
 }
 
-impl Context for Root {}
+impl Context for Root {
+    fn on_http_call_response(&mut self, token: u32, headers: usize, body_size: usize, trailers: usize) {
+        let _ = (headers, trailers);
+        self.call_response(token, body_size)
+    }
+}
+
+
+impl Root {
+    fn call_response(&mut self, token: u32, body_size: usize) {
+        let Some(i) = self.fetch.tokens.iter().position(|t| *t == Some(token)) else { return };
+        if let Some(t) = self.fetch.tokens.get_mut(i) {
+            *t = None;
+        }
+        let status = host::header_pairs(host::HTTP_CALL_RESPONSE_HEADERS)
+            .into_iter()
+            .find(|(k, _)| k == ":status")
+            .map(|(_, v)| String::from_utf8_lossy(&v).into_owned())
+            .unwrap_or_default();
+        if status != "200" {
+            log::warn!("apf: reading the cluster policy failed: HTTP status {status:?}; keeping the current one");
+            self.fetch.failed = true;
+            return;
+        }
+        let body = host::http_call_body(body_size);
+        if let Some(b) = self.fetch.bodies.get_mut(i) {
+            *b = Some(body);
+        }
+        self.fetched();
+    }
+}
 
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
         let bytes = host::plugin_configuration();
         match parse_plugin_config(&bytes) {
             Ok(cfg) => {
-                for w in &cfg.policy.warnings {
-                    log::warn!("apf: {w}");
-                }
-                let generation = next_generation();
-                let c = Compiled::new(cfg, generation);
-                log::info!(
-                    "apf: configuration generation {generation} applied: {} priority levels, {} flow schemas, {} seats",
-                    c.levels.len(),
-                    c.config.policy.flow_schemas.len(),
-                    c.config.server_concurrency_limit
-                );
-                self.compiled = Some(Rc::new(c));
+                self.base = if cfg.cluster_policy.is_some() {
+                    serde_json::from_slice(if bytes.iter().all(u8::is_ascii_whitespace) { b"{}" } else { &bytes }).ok()
+                } else {
+                    None
+                };
+                self.fetch = ClusterFetch::default();
+                self.apply(cfg, "configuration");
                 host::set_tick_period_ms(TICK_MS);
                 true
             }
@@ -70,6 +186,7 @@ impl RootContext for Root {
     fn on_tick(&mut self) {
         let Some(c) = self.compiled.clone() else { return };
         let now = host::monotonic_nanos();
+        self.maybe_fetch(&c, now);
         let due = worker::with(|w| {
             if now.saturating_sub(w.last_tick) < Nanos::from(TICK_MS) * 800_000 {
                 false

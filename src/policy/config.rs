@@ -61,9 +61,12 @@ pub struct PluginConfig {
     pub policy: Policy,
     /// Static limits, same order as `policy.priority_levels`.
     pub limits: Vec<LevelLimits>,
+    /// Read the policy from the protected cluster (`clusterPolicy`).
+    pub cluster_policy: Option<super::cluster::ClusterPolicy>,
 }
 
-const KNOWN_KEYS: [&str; 12] = [
+const KNOWN_KEYS: [&str; 13] = [
+    "clusterPolicy",
     "serverConcurrencyLimit",
     "requestTimeout",
     "suggestedDefaults",
@@ -96,6 +99,7 @@ impl Default for PluginConfig {
             explain_groups: Vec::new(),
             policy,
             limits,
+            cluster_policy: None,
         }
     }
 }
@@ -256,6 +260,16 @@ pub fn parse_plugin_config(bytes: &[u8]) -> Result<PluginConfig, Vec<String>> {
     let dry_run_priority_levels = get_string_list(&m, "dryRunPriorityLevels", &[], &mut errs);
     let debug_groups = get_string_list(&m, "debugGroups", &["system:masters"], &mut errs);
     let explain_groups = get_string_list(&m, "explainGroups", &[], &mut errs);
+    let cluster_policy = match m.get("clusterPolicy") {
+        None | Some(Value::Null) => None,
+        Some(v) => match super::cluster::ClusterPolicy::parse(v) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                errs.extend(e);
+                None
+            }
+        },
+    };
 
     let policy_value = match m.get("policy") {
         None | Some(Value::Null) => Value::Array(Vec::new()),
@@ -300,6 +314,7 @@ pub fn parse_plugin_config(bytes: &[u8]) -> Result<PluginConfig, Vec<String>> {
         explain_groups,
         policy,
         limits,
+        cluster_policy,
     })
 }
 

@@ -8,6 +8,7 @@
 //! - `bootstrap`: the built-in mandatory and suggested objects (§8) and effective-policy assembly (§3.1).
 //! - `config`: the plugin configuration document.
 pub mod bootstrap;
+pub mod cluster;
 pub mod config;
 pub mod model;
 pub mod objects;

@@ -104,6 +104,10 @@ class Stats:
             self.per_user_max_in_flight: dict[str, int] = dict(self.user_in_flight)
             self.events: list[tuple[float, float, str, str]] = []  # (start, end, user, path)
             self.received: list[tuple[str, list[tuple[str, str]]]] = []  # (path, headers)
+            # The flowcontrol objects served like an apiserver (items without kind/apiVersion,
+            # as real list responses); set with Upstream.set_flowcontrol. Not reset.
+            if not hasattr(self, "flowcontrol"):
+                self.flowcontrol: dict[str, list[dict]] = {"flowschemas": [], "prioritylevelconfigurations": []}
 
     def record_headers(self, path: str, headers: list[tuple[str, str]]) -> None:
         with self.lock:
@@ -211,6 +215,15 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(200, API_GROUP_LIST)
         if p == "/api/v1":
             return self._json(200, CORE_V1_RESOURCES)
+        fc = "/apis/flowcontrol.apiserver.k8s.io/v1/"
+        if p in (fc + "flowschemas", fc + "prioritylevelconfigurations"):
+            res = p[len(fc):]
+            stats: Stats = self.server.stats  # type: ignore[attr-defined]
+            with stats.lock:
+                items = json.loads(json.dumps(stats.flowcontrol.get(res, [])))
+            kind = "FlowSchemaList" if res == "flowschemas" else "PriorityLevelConfigurationList"
+            return self._json(200, {"kind": kind, "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
+                                    "metadata": {"resourceVersion": "1"}, "items": items})
         if p.startswith("/api/v1/namespaces/") and p.endswith("/pods"):
             ns = p.split("/")[4]
             body = json.loads(json.dumps(POD_LIST))
@@ -264,6 +277,14 @@ class Upstream:
 
     def reset(self) -> None:
         self.stats.reset()
+
+    def set_flowcontrol(self, flowschemas: list[dict], prioritylevelconfigurations: list[dict]) -> None:
+        """Objects served at /apis/flowcontrol.apiserver.k8s.io/v1/{flowschemas,
+        prioritylevelconfigurations} (as an apiserver lists them: items without kind)."""
+        strip = lambda objs: [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in objs]
+        with self.stats.lock:
+            self.stats.flowcontrol = {"flowschemas": strip(flowschemas),
+                                      "prioritylevelconfigurations": strip(prioritylevelconfigurations)}
 
     def received(self, path_prefix: str = "") -> list[tuple[str, dict[str, list[str]]]]:
         """(path with query, {lower-cased header name: [values]}) of the requests received since

@@ -1,0 +1,184 @@
+//! Policy from the cluster: the gateway periodically reads the protected kube-apiserver's own
+//! FlowSchemas and PriorityLevelConfigurations (through an Envoy cluster) and enforces them, so it
+//! applies exactly the cluster's policy. This module holds the configuration and the pure merge
+//! step; the filter does the HTTP calls.
+//!
+//! ```json
+//! "clusterPolicy": { "cluster": "kube-apiserver", "authority": "kubernetes.default.svc",
+//!                    "token": "<bearer token>", "period": "30s", "timeout": "5s" }
+//! ```
+//! Objects fetched from the cluster form the `policy`; objects in the configuration's own
+//! `policy` are added and win over fetched objects of the same kind and name.
+
+use crate::duration::parse_go_duration;
+use crate::Nanos;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+pub const DEFAULT_PATH_PREFIX: &str = "/apis/flowcontrol.apiserver.k8s.io/v1";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterPolicy {
+    /// Envoy cluster name to call.
+    pub cluster: String,
+    /// `:authority` of the calls.
+    pub authority: String,
+    /// Bearer token (a ServiceAccount token allowed to list flowcontrol objects).
+    pub token: Option<String>,
+    pub period: Nanos,
+    pub timeout: Nanos,
+    pub path_prefix: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Raw {
+    cluster: String,
+    #[serde(default)]
+    authority: Option<String>,
+    #[serde(default)]
+    token: Option<String>,
+    #[serde(default)]
+    period: Option<String>,
+    #[serde(default)]
+    timeout: Option<String>,
+    #[serde(default)]
+    path_prefix: Option<String>,
+}
+
+impl ClusterPolicy {
+    /// Parses the `clusterPolicy` value; errors are prefixed with the key path.
+    pub fn parse(v: &Value) -> Result<ClusterPolicy, Vec<String>> {
+        let raw: Raw = serde_json::from_value(v.clone()).map_err(|e| vec![format!("clusterPolicy: {e}")])?;
+        let mut errs = Vec::new();
+        let mut dur = |key: &str, s: Option<String>, default: Nanos| -> Nanos {
+            match s {
+                None => default,
+                Some(s) => match parse_go_duration(&s) {
+                    Ok(d) if d > 0 => d,
+                    Ok(_) => {
+                        errs.push(format!("clusterPolicy.{key}: must be positive"));
+                        default
+                    }
+                    Err(e) => {
+                        errs.push(format!("clusterPolicy.{key}: {e}"));
+                        default
+                    }
+                },
+            }
+        };
+        let period = dur("period", raw.period, 30 * crate::NANOS_PER_SEC);
+        let timeout = dur("timeout", raw.timeout, 5 * crate::NANOS_PER_SEC);
+        if raw.cluster.is_empty() {
+            errs.push("clusterPolicy.cluster: Required value".to_string());
+        }
+        let path_prefix = raw.path_prefix.unwrap_or_else(|| DEFAULT_PATH_PREFIX.to_string());
+        if !path_prefix.starts_with('/') {
+            errs.push("clusterPolicy.pathPrefix: must start with /".to_string());
+        }
+        if !errs.is_empty() {
+            return Err(errs);
+        }
+        Ok(ClusterPolicy {
+            cluster: raw.cluster,
+            authority: raw.authority.unwrap_or_else(|| "kubernetes.default.svc".to_string()),
+            token: raw.token,
+            period,
+            timeout,
+            path_prefix: path_prefix.trim_end_matches('/').to_string(),
+        })
+    }
+
+    /// The two list paths.
+    pub fn paths(&self) -> [String; 2] {
+        [format!("{}/flowschemas", self.path_prefix), format!("{}/prioritylevelconfigurations", self.path_prefix)]
+    }
+}
+
+fn key_of(o: &Value) -> Option<(String, String)> {
+    let kind = o.get("kind")?.as_str()?.to_string();
+    let name = o.get("metadata")?.get("name")?.as_str()?.to_string();
+    Some((kind, name))
+}
+
+/// Items of an API list response; API servers omit `kind`/`apiVersion` on list items, so they
+/// are filled in from the list (`FlowSchemaList` → `FlowSchema`).
+fn list_items(list: &Value) -> Result<Vec<Value>, String> {
+    let kind = list.get("kind").and_then(Value::as_str).unwrap_or("");
+    let item_kind = kind.strip_suffix("List").unwrap_or("").to_string();
+    let api_version = list.get("apiVersion").and_then(Value::as_str).unwrap_or("flowcontrol.apiserver.k8s.io/v1").to_string();
+    let items = list.get("items").and_then(Value::as_array).ok_or_else(|| format!("{kind:?} response has no items"))?;
+    Ok(items
+        .iter()
+        .map(|it| {
+            let mut it = it.clone();
+            if let Value::Object(m) = &mut it {
+                if !item_kind.is_empty() {
+                    m.entry("kind").or_insert_with(|| Value::String(item_kind.clone()));
+                }
+                m.entry("apiVersion").or_insert_with(|| Value::String(api_version.clone()));
+            }
+            it
+        })
+        .collect())
+}
+
+/// Builds the plugin configuration to apply: `base` (the configuration document) with its
+/// `policy` replaced by the fetched objects plus the base's own objects (which win on
+/// kind+name), and without `clusterPolicy`'s effect on parsing changed.
+pub fn merged_config(base: &Value, lists: &[&[u8]]) -> Result<Vec<u8>, String> {
+    let mut fetched = Vec::new();
+    for body in lists {
+        let v: Value = serde_json::from_slice(body).map_err(|e| format!("cluster policy response: {e}"))?;
+        fetched.extend(list_items(&v)?);
+    }
+    let mut obj: Map<String, Value> = base.as_object().cloned().unwrap_or_default();
+    let local: Vec<Value> = match obj.get("policy") {
+        Some(Value::Array(a)) => a.clone(),
+        Some(v @ Value::Object(_)) if v.get("items").is_some() => list_items(v).unwrap_or_default(),
+        Some(v @ Value::Object(_)) => vec![v.clone()],
+        _ => Vec::new(),
+    };
+    let local_keys: Vec<(String, String)> = local.iter().filter_map(key_of).collect();
+    let mut policy: Vec<Value> = fetched.into_iter().filter(|o| key_of(o).is_none_or(|k| !local_keys.contains(&k))).collect();
+    policy.extend(local);
+    obj.insert("policy".to_string(), Value::Array(policy));
+    serde_json::to_vec(&Value::Object(obj)).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::config::parse_plugin_config;
+
+    #[test]
+    fn parses_and_validates() {
+        let c = ClusterPolicy::parse(&serde_json::json!({"cluster": "kube", "period": "10s"})).unwrap();
+        assert_eq!(c.period, 10 * crate::NANOS_PER_SEC);
+        assert_eq!(c.paths()[0], "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas");
+        assert!(ClusterPolicy::parse(&serde_json::json!({"cluster": ""})).is_err());
+        assert!(ClusterPolicy::parse(&serde_json::json!({"cluster": "k", "bogus": 1})).is_err());
+        assert!(ClusterPolicy::parse(&serde_json::json!({"cluster": "k", "period": "-1s"})).is_err());
+    }
+
+    #[test]
+    fn merges_api_lists_with_local_objects() {
+        let fs_list = br#"{"kind":"FlowSchemaList","apiVersion":"flowcontrol.apiserver.k8s.io/v1","items":[
+            {"metadata":{"name":"team-a","uid":"u-fs-a"},"spec":{"priorityLevelConfiguration":{"name":"team"},"matchingPrecedence":500,
+             "rules":[{"subjects":[{"kind":"Group","group":{"name":"team-a"}}],"nonResourceRules":[{"verbs":["*"],"nonResourceURLs":["*"]}]}]}}]}"#;
+        let pl_list = br#"{"kind":"PriorityLevelConfigurationList","apiVersion":"flowcontrol.apiserver.k8s.io/v1","items":[
+            {"metadata":{"name":"team","uid":"u-pl-team"},"spec":{"type":"Limited","limited":{"nominalConcurrencyShares":10,
+             "limitResponse":{"type":"Reject"}}}}]}"#;
+        let base = serde_json::json!({"clusterPolicy": {"cluster": "kube"}, "policy": []});
+        let merged = merged_config(&base, &[fs_list, pl_list]).unwrap();
+        let cfg = parse_plugin_config(&merged).unwrap();
+        assert!(cfg.policy.flow_schemas.iter().any(|f| f.name == "team-a" && f.uid == "u-fs-a"));
+        assert!(cfg.policy.priority_levels.iter().any(|p| p.name == "team" && p.uid == "u-pl-team"));
+        // A local object of the same kind and name wins.
+        let base = serde_json::json!({"policy": [{"apiVersion":"flowcontrol.apiserver.k8s.io/v1","kind":"PriorityLevelConfiguration",
+            "metadata":{"name":"team","uid":"local"},"spec":{"type":"Limited","limited":{"nominalConcurrencyShares":20,"limitResponse":{"type":"Reject"}}}}]});
+        let cfg = parse_plugin_config(&merged_config(&base, &[fs_list, pl_list]).unwrap()).unwrap();
+        assert!(cfg.policy.priority_levels.iter().any(|p| p.name == "team" && p.uid == "local"));
+        assert!(merged_config(&base, &[b"not json"]).is_err());
+    }
+}

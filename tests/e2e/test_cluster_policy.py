@@ -1,0 +1,54 @@
+"""Policy from the cluster (issue 5, item 7): the gateway reads FlowSchemas and priority levels
+from the protected apiserver through an Envoy cluster, with a bearer token, and enforces them
+like a reload; an invalid cluster policy changes nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from envoyproc import wait_until
+
+pytestmark = pytest.mark.apf
+
+FC = "flowcontrol.apiserver.k8s.io/v1"
+PL = {"apiVersion": FC, "kind": "PriorityLevelConfiguration",
+      "metadata": {"name": "cluster-level", "uid": "pl-from-cluster"},
+      "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 10,
+               "limitResponse": {"type": "Queue", "queuing": {"queues": 8, "handSize": 2, "queueLengthLimit": 10}}}}}
+
+
+def flow_schema(precedence: int) -> dict:
+    return {"apiVersion": FC, "kind": "FlowSchema",
+            "metadata": {"name": "from-cluster", "uid": "fs-from-cluster"},
+            "spec": {"priorityLevelConfiguration": {"name": "cluster-level"}, "matchingPrecedence": precedence,
+                     "distinguisherMethod": {"type": "ByUser"},
+                     "rules": [{"subjects": [{"kind": "Group", "group": {"name": "cluster-team"}}],
+                                "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
+                                                   "clusterScope": True, "namespaces": ["*"]}]}]}}
+
+
+def fs_uid(gw) -> str:
+    r = gw.request(user="carol", groups=("cluster-team",))
+    assert r.status == 200, r
+    return r.headers.get("x-kubernetes-pf-flowschema-uid", "")
+
+
+def test_policy_is_read_from_the_cluster(gateway):
+    gw = gateway({"identity": {"sources": [{"type": "frontProxy"}]},
+                  "clusterPolicy": {"cluster": "apiserver", "period": "1s", "token": "s3cret",
+                                    "authority": "kubernetes.default.svc"}})
+    before = fs_uid(gw)
+    assert before != "fs-from-cluster"
+    gw.upstream.set_flowcontrol([flow_schema(500)], [PL])
+    wait_until(lambda: fs_uid(gw) == "fs-from-cluster", timeout=15, what="the cluster's FlowSchema applies")
+    r = gw.request(user="carol", groups=("cluster-team",))
+    assert r.headers.get("x-kubernetes-pf-prioritylevel-uid") == "pl-from-cluster"
+    reads = gw.upstream.received("/apis/flowcontrol.apiserver.k8s.io/v1/")
+    assert reads and all(h.get("authorization") == ["Bearer s3cret"] for _, h in reads), reads[:2]
+    # An invalid cluster policy (precedence 0) is refused: the previous one keeps serving.
+    gw.upstream.set_flowcontrol([flow_schema(0)], [PL])
+    n = len(gw.upstream.received("/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas"))
+    wait_until(lambda: len(gw.upstream.received("/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas")) >= n + 4,
+               timeout=15, what="the gateway re-reads the invalid policy")
+    assert fs_uid(gw) == "fs-from-cluster"
+    assert gw.request(user="admin", groups=("system:masters",), path="/healthz").status == 200
