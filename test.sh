@@ -6,7 +6,9 @@
 #   4. ./wasm-build.sh                               (release module)
 #   5. scripts/envoy-env.sh                          (.venv with Envoy + pytest)
 #   6. pytest tests/e2e                              (end-to-end against a real Envoy)
-# Environment: APF_SKIP_E2E=1 skips stages 4-6; PYTEST_ARGS adds pytest arguments.
+#   7. playground: cargo test + headless-Chromium test of the page (playground/test/run.sh)
+# Environment: APF_SKIP_E2E=1 skips stages 4-7; APF_SKIP_PLAYGROUND=1 skips stage 7;
+# PYTEST_ARGS adds pytest arguments.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
@@ -51,5 +53,13 @@ case $rc in
   5) fail "pytest tests/e2e (no test ran)" ;;
   *) fail "pytest tests/e2e (exit $rc)" ;;
 esac
+
+if [[ "${APF_SKIP_PLAYGROUND:-}" != 1 ]]; then
+  stage "playground: cargo test"
+  (cd playground && cargo test --locked) || fail "playground cargo test"
+  stage "playground: headless Chromium test (playground/test/run.sh)"
+  playground/test/run.sh || fail "playground/test/run.sh"
+fi
+
 echo
 echo "test.sh: all stages passed in $((SECONDS - t_start))s"

@@ -251,6 +251,8 @@ pub fn parse_plugin_config(bytes: &[u8]) -> Result<PluginConfig, Vec<String>> {
 
     let identity: IdentityConfig = deserialize(&m, "identity", &mut errs);
     let work_estimator: WorkEstimatorConfig = deserialize(&m, "workEstimator", &mut errs);
+    errs.extend(identity.validate());
+    errs.extend(work_estimator.validate());
     let dry_run_priority_levels = get_string_list(&m, "dryRunPriorityLevels", &[], &mut errs);
     let debug_groups = get_string_list(&m, "debugGroups", &["system:masters"], &mut errs);
     let explain_groups = get_string_list(&m, "explainGroups", &[], &mut errs);

@@ -12,6 +12,7 @@ e.g. when validating the harness with the floor module); `harness` = works with 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -24,7 +25,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import client as _client  # noqa: E402
-from envoy_template import gateway_config  # noqa: E402
+from envoy_template import ecds_resource, gateway_config  # noqa: E402
 from envoyproc import REPO, EnvoyProcess, WaitAbort, find_envoy, wait_until  # noqa: E402
 from upstream import Upstream  # noqa: E402
 
@@ -85,9 +86,31 @@ def envoy_bin() -> str:
 class Gateway:
     """One upstream + one Envoy. `port` = listener, `admin_port`, `upstream` (in-process)."""
 
-    def __init__(self, envoy: EnvoyProcess, upstream: Upstream) -> None:
+    def __init__(self, envoy: EnvoyProcess, upstream: Upstream, wasm: str | None = None,
+                 ecds_dir: Path | None = None) -> None:
         self.envoy = envoy
         self.upstream = upstream
+        self.wasm = wasm
+        self.ecds_dir = ecds_dir
+        self._reload_seq = 0
+
+    ECDS_RELOADS = "extension_config_discovery.http_filter.apf.config_reload"
+
+    def write_ecds(self, plugin_config: dict | None, wasm: str | None = None) -> None:
+        """Atomically (write + rename into the watched directory) publish a filter config."""
+        assert self.ecds_dir is not None, "gateway was not started with ecds=True"
+        self._reload_seq += 1
+        tmp = self.ecds_dir / f".apf.json.{self._reload_seq}"
+        tmp.write_text(json.dumps(ecds_resource(wasm or self.wasm, plugin_config)))
+        os.replace(tmp, self.ecds_dir / "apf.json")
+
+    def reload(self, plugin_config: dict | None, wasm: str | None = None,
+               timeout: float = 20.0) -> None:
+        """Hot-reload the filter through ECDS and wait until Envoy applied it."""
+        before = self.stats(self.ECDS_RELOADS).get(self.ECDS_RELOADS, 0)
+        self.write_ecds(plugin_config, wasm)
+        wait_until(lambda: self.stats(self.ECDS_RELOADS).get(self.ECDS_RELOADS, 0) > before,
+                   timeout=timeout, what="ECDS config_reload")
 
     @property
     def port(self) -> int:
@@ -148,23 +171,33 @@ _BROKEN_MODULES: dict[str, str] = {}
 
 @pytest.fixture
 def gateway(request, wasm_module, envoy_bin, tmp_path_factory):
-    """Factory: gateway(plugin_config: dict, concurrency=2, http_filter="wasm", wasm=None)."""
+    """Factory: gateway(plugin_config: dict, concurrency=2, http_filter="wasm", wasm=None,
+    ecds=False). With ecds=True the filter config is delivered by ECDS from a watched file and
+    can be replaced at run time with `gw.reload(new_plugin_config)`."""
     started: list[Gateway] = []
     request.node._apf_gateways = started
 
     def make(plugin_config: dict | None = None, concurrency: int = 2, http_filter: str = "wasm",
-             wasm: str | None = None, ready_timeout: float = 30.0, probe: bool = True) -> Gateway:
+             wasm: str | None = None, ready_timeout: float = 30.0, probe: bool = True,
+             ecds: bool = False) -> Gateway:
         module = wasm or wasm_module
-        if http_filter == "wasm" and module in _BROKEN_MODULES:
+        if http_filter == "wasm" and not ecds and module in _BROKEN_MODULES:
             raise RuntimeError(f"module {module} failed to load earlier in this session:\n"
                                + _BROKEN_MODULES[module])
         workdir = Path(tempfile.mkdtemp(prefix="gw-", dir=tmp_path_factory.getbasetemp()))
         up = Upstream().start()
-        cfg = gateway_config(upstream_port=up.port, wasm_path=wasm or wasm_module,
-                             plugin_config=plugin_config, http_filter=http_filter)
+        ecds_dir = None
+        if ecds:
+            ecds_dir = workdir / "ecds"
+            ecds_dir.mkdir()
+            http_filter = "ecds"
+        cfg = gateway_config(upstream_port=up.port, wasm_path=module, plugin_config=plugin_config,
+                             http_filter=http_filter, ecds_dir=str(ecds_dir) if ecds_dir else None)
         env = EnvoyProcess(cfg, workdir, envoy_bin=envoy_bin, concurrency=concurrency,
                            name=f"envoy{len(started)}")
-        gw = Gateway(env, up)
+        gw = Gateway(env, up, wasm=module, ecds_dir=ecds_dir)
+        if ecds:
+            gw.write_ecds(plugin_config)
         started.append(gw)
         env.start()
         try:

@@ -48,6 +48,30 @@ def wasm_filter(wasm_path: str, plugin_config: dict | str | None, vm_id: str = "
     return {"name": "envoy.filters.http.wasm", "typed_config": {"@type": WASM_TYPE, "config": config}}
 
 
+def ecds_filter(resource_path: str, watched_dir: str, name: str = "apf") -> dict:
+    """An HTTP filter whose configuration comes from ECDS, read from `resource_path` (a file with
+    `resources: [TypedExtensionConfig]`); Envoy reloads it when a file is moved into
+    `watched_dir`. No default_config: the listener warms until the first config loads."""
+    return {
+        "name": name,
+        "config_discovery": {
+            "config_source": {
+                "resource_api_version": "V3",
+                "path_config_source": {"path": resource_path,
+                                       "watched_directory": {"path": watched_dir}},
+            },
+            "type_urls": [WASM_TYPE],
+        },
+    }
+
+
+def ecds_resource(wasm_path: str, plugin_config: dict | str | None, name: str = "apf") -> dict:
+    """The ECDS resource file content for `ecds_filter` (JSON)."""
+    wasm = wasm_filter(wasm_path, plugin_config, name=name)["typed_config"]
+    return {"resources": [{"@type": "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
+                           "name": name, "typed_config": wasm}]}
+
+
 def local_ratelimit_filter() -> dict:
     """Native local rate limit, enabled and enforced, with a bucket too big to ever run dry."""
     pct = {"numerator": 100, "denominator": "HUNDRED"}
@@ -67,10 +91,17 @@ def local_ratelimit_filter() -> dict:
 def gateway_config(*, upstream_port: int, wasm_path: str | None = None,
                    plugin_config: dict | str | None = None, http_filter: str = "wasm",
                    listener_port: int = 0, admin_port: int = 0, route_timeout: str = "60s",
-                   access_log_path: str | None = None, extra_filters: list | None = None) -> dict:
-    """An Envoy in front of one HTTP/1.1 upstream on 127.0.0.1:`upstream_port`."""
+                   access_log_path: str | None = None, extra_filters: list | None = None,
+                   ecds_dir: str | None = None) -> dict:
+    """An Envoy in front of one HTTP/1.1 upstream on 127.0.0.1:`upstream_port`.
+    http_filter "ecds": the wasm filter's config is read from `ecds_dir`/apf.json (see
+    `ecds_resource`); the caller writes that file before starting Envoy."""
     filters: list = list(extra_filters or [])
-    if http_filter == "wasm":
+    if http_filter == "ecds":
+        if not ecds_dir:
+            raise ValueError("http_filter='ecds' needs ecds_dir")
+        filters.append(ecds_filter(f"{ecds_dir}/apf.json", ecds_dir))
+    elif http_filter == "wasm":
         if not wasm_path:
             raise ValueError("http_filter='wasm' needs wasm_path")
         filters.append(wasm_filter(wasm_path, plugin_config))
@@ -104,7 +135,7 @@ def gateway_config(*, upstream_port: int, wasm_path: str | None = None,
             },
         }]
     big = 1_000_000
-    return {
+    cfg: dict = {
         "admin": {"address": socket_address(admin_port)},
         "static_resources": {
             "listeners": [{
@@ -131,6 +162,9 @@ def gateway_config(*, upstream_port: int, wasm_path: str | None = None,
             }],
         },
     }
+    if http_filter == "ecds":
+        cfg["node"] = {"id": "apf-e2e", "cluster": "apf-e2e"}
+    return cfg
 
 
 def direct_response_config(*, listener_port: int = 0, admin_port: int = 0,

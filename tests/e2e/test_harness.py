@@ -108,3 +108,44 @@ def test_harness_admin_and_prometheus(gateway):
     assert st == 200 and body.strip() == b"LIVE"
     prom = gw.stats_prometheus()
     assert "envoy_http_downstream_rq_total" in prom
+
+
+def test_harness_ecds_reload_under_load_keeps_serving(gateway):
+    """Hot reload through ECDS while requests are in flight: nothing fails, in-flight requests
+    complete, new requests use the new configuration."""
+    import threading
+
+    gw = gateway(ROOMY, ecds=True)
+    assert gw.request("/healthz", user="a", groups=("system:authenticated",)).status == 200
+    out: list = []
+    t = threading.Thread(target=lambda: out.extend(gw.concurrent(
+        24, 8, ["r1", "r2"], path="/api/v1/namespaces/default/pods?sleep=0.3",
+        groups=("system:authenticated",), timeout=15)), daemon=True)
+    t.start()
+    wait_until(lambda: gw.upstream.snapshot()["in_flight"] >= 1, timeout=5, what="load running")
+    gw.reload(plugin_config(serverConcurrencyLimit=601))
+    gw.reload(plugin_config(serverConcurrencyLimit=602))
+    t.join(timeout=30)
+    assert not t.is_alive()
+    assert client.status_counts(out) == {200: 24}, gw.fail_msg(str(client.status_counts(out)))
+    assert gw.request("/healthz", user="a", groups=("system:authenticated",)).status == 200
+
+
+def test_harness_seat_arithmetic():
+    from apf_policy import nominal_cl, shares_for_seats, single_level_config
+
+    # kubernetes-apf.md §8.1: share sum 245; global-default (20) at 600 seats → 49.
+    assert nominal_cl(600, 20, 245) == 49
+    assert nominal_cl(600, 5, 245) == 13  # catch-all
+    for seats in (1, 2, 4, 7):
+        s = 2 * seats
+        ncs = shares_for_seats(s, seats)
+        assert nominal_cl(s, ncs, ncs + 5) == seats
+    with pytest.raises(ValueError):
+        shares_for_seats(100, 4)  # NCS ≥ 1 already gives 17 seats
+    cfg = single_level_config(3)
+    pl = cfg["policy"][0]["spec"]["limited"]
+    assert cfg["suggestedDefaults"] is False
+    assert pl["lendablePercent"] == 0 and pl["borrowingLimitPercent"] == 0
+    assert nominal_cl(cfg["serverConcurrencyLimit"], pl["nominalConcurrencyShares"],
+                      pl["nominalConcurrencyShares"] + 5) == 3
