@@ -63,7 +63,9 @@ if cfg:
 open(out, "w").write(s)
 PY
 
-"$envoy" -c "$run/demo.yaml" --concurrency "$concurrency" -l "$log_level" \
+# envoy/stats_config.yaml turns the filter's stats into upstream's Prometheus names and labels.
+"$envoy" -c "$run/demo.yaml" --config-yaml "$(cat envoy/stats_config.yaml)" \
+  --concurrency "$concurrency" -l "$log_level" \
   --use-dynamic-base-id --log-path "$run/envoy.log" &
 pids+=($!)
 

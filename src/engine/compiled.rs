@@ -96,7 +96,19 @@ pub struct Digest {
 }
 
 impl Compiled {
-    pub fn new(config: PluginConfig, generation: u64) -> Compiled {
+    pub fn new(mut config: PluginConfig, generation: u64) -> Compiled {
+        // Built-in objects that were not supplied as API objects have no `metadata.uid`; give
+        // them a stable synthetic one so the PF headers are never empty.
+        for pl in &mut config.policy.priority_levels {
+            if pl.uid.is_empty() {
+                pl.uid = synthetic_uid("PriorityLevelConfiguration", &pl.name);
+            }
+        }
+        for fs in &mut config.policy.flow_schemas {
+            if fs.uid.is_empty() {
+                fs.uid = synthetic_uid("FlowSchema", &fs.name);
+            }
+        }
         let classifier = Classifier::new(&config.policy);
         let mut levels = Vec::with_capacity(config.policy.priority_levels.len());
         for (i, pl) in config.policy.priority_levels.iter().enumerate() {
@@ -171,4 +183,24 @@ impl Compiled {
     pub fn level_keys(&self) -> Vec<String> {
         self.levels.iter().map(|l| l.key.clone()).collect()
     }
+}
+
+/// A deterministic UUID-shaped identifier for a built-in object (SHA-256 of kind and name,
+/// formatted as a version-5-style UUID).
+pub fn synthetic_uid(kind: &str, name: &str) -> String {
+    use sha2::{Digest as _, Sha256};
+    let mut h = Sha256::new();
+    h.update(b"apf-wasm/builtin/");
+    h.update(kind.as_bytes());
+    h.update(b"/");
+    h.update(name.as_bytes());
+    let d = h.finalize();
+    let mut b = [0u8; 16];
+    for (dst, src) in b.iter_mut().zip(d.iter()) {
+        *dst = *src;
+    }
+    b[6] = (b[6] & 0x0f) | 0x50;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
 }

@@ -31,6 +31,7 @@ from upstream import Upstream  # noqa: E402
 
 PROBE_USER = "system:apf-e2e-probe"
 PROBE_GROUPS = ("system:masters",)
+STATS_CONFIG = REPO / "envoy" / "stats_config.yaml"  # generated: tests/ops_stats_config.rs
 
 
 def pytest_configure(config):
@@ -172,14 +173,16 @@ _BROKEN_MODULES: dict[str, str] = {}
 @pytest.fixture
 def gateway(request, wasm_module, envoy_bin, tmp_path_factory):
     """Factory: gateway(plugin_config: dict, concurrency=2, http_filter="wasm", wasm=None,
-    ecds=False). With ecds=True the filter config is delivered by ECDS from a watched file and
-    can be replaced at run time with `gw.reload(new_plugin_config)`."""
+    ecds=False, stats_config=False). With ecds=True the filter config is delivered by ECDS from a
+    watched file and can be replaced at run time with `gw.reload(new_plugin_config)`. With
+    stats_config=True envoy/stats_config.yaml is merged into the bootstrap (`--config-yaml`), so
+    /stats/prometheus shows the APF metrics with their upstream labels."""
     started: list[Gateway] = []
     request.node._apf_gateways = started
 
     def make(plugin_config: dict | None = None, concurrency: int = 2, http_filter: str = "wasm",
              wasm: str | None = None, ready_timeout: float = 30.0, probe: bool = True,
-             ecds: bool = False) -> Gateway:
+             ecds: bool = False, stats_config: bool = False) -> Gateway:
         module = wasm or wasm_module
         if http_filter == "wasm" and not ecds and module in _BROKEN_MODULES:
             raise RuntimeError(f"module {module} failed to load earlier in this session:\n"
@@ -193,8 +196,9 @@ def gateway(request, wasm_module, envoy_bin, tmp_path_factory):
             http_filter = "ecds"
         cfg = gateway_config(upstream_port=up.port, wasm_path=module, plugin_config=plugin_config,
                              http_filter=http_filter, ecds_dir=str(ecds_dir) if ecds_dir else None)
+        extra = ["--config-yaml", STATS_CONFIG.read_text()] if stats_config else []
         env = EnvoyProcess(cfg, workdir, envoy_bin=envoy_bin, concurrency=concurrency,
-                           name=f"envoy{len(started)}")
+                           name=f"envoy{len(started)}", extra_args=extra)
         gw = Gateway(env, up, wasm=module, ecds_dir=ecds_dir)
         if ecds:
             gw.write_ecds(plugin_config)

@@ -4,7 +4,8 @@ Stdlib only. Used by the e2e tests (in-process, `Upstream()`), by ./run-gateway.
 upstream (`python3 tests/e2e/upstream.py --port 0 --port-file F`) and by nobody else.
 
 Recorded: requests in flight now and at most, total count, per-user counts (from the
-`X-Remote-User` header as forwarded by Envoy), per-user max in flight, and a bounded event log.
+`X-Remote-User` header as forwarded by Envoy), per-user max in flight, a bounded event log, and
+the headers of the last requests (`Upstream.received()`).
 Per-request delay: query `?sleep=SECONDS` or header `x-sleep-ms`.
 Misbehaviour (chaos tests): query `?chaos=` (after the delay, if any)
   reset  close the connection without answering (TCP RST)
@@ -115,6 +116,12 @@ class Stats:
     def count_chaos(self, kind: str) -> None:
         with self.lock:
             self.chaos[kind] = self.chaos.get(kind, 0) + 1
+            self.received: list[tuple[str, list[tuple[str, str]]]] = []  # (path, headers)
+
+    def record_headers(self, path: str, headers: list[tuple[str, str]]) -> None:
+        with self.lock:
+            if len(self.received) < 10_000:
+                self.received.append((path, headers))
 
     def begin(self, user: str) -> float:
         with self.lock:
@@ -184,6 +191,7 @@ class _Handler(BaseHTTPRequestHandler):
                 ev = list(stats.events)
             return self._json(200, ev)
 
+        stats.record_headers(self.path, list(self.headers.items()))
         user = self.headers.get("X-Remote-User") or ""
         qs = parse_qs(url.query)
         delay = 0.0
@@ -302,6 +310,20 @@ class Upstream:
 
     def reset(self) -> None:
         self.stats.reset()
+
+    def received(self, path_prefix: str = "") -> list[tuple[str, dict[str, list[str]]]]:
+        """(path with query, {lower-cased header name: [values]}) of the requests received since
+        the last reset whose path starts with `path_prefix` (at most 10 000 kept)."""
+        with self.stats.lock:
+            got = list(self.stats.received)
+        out = []
+        for path, headers in got:
+            if path.startswith(path_prefix):
+                h: dict[str, list[str]] = {}
+                for k, v in headers:
+                    h.setdefault(k.lower(), []).append(v)
+                out.append((path, h))
+        return out
 
     def __enter__(self) -> "Upstream":
         return self.start()
