@@ -112,11 +112,11 @@ class Stats:
             self.per_user_max_in_flight: dict[str, int] = dict(self.user_in_flight)
             self.events: list[tuple[float, float, str, str]] = []  # (start, end, user, path)
             self.chaos: dict[str, int] = {}  # ?chaos= misbehaviours performed, by kind
+            self.received: list[tuple[str, list[tuple[str, str]]]] = []  # (path, headers)
 
     def count_chaos(self, kind: str) -> None:
         with self.lock:
             self.chaos[kind] = self.chaos.get(kind, 0) + 1
-            self.received: list[tuple[str, list[tuple[str, str]]]] = []  # (path, headers)
 
     def record_headers(self, path: str, headers: list[tuple[str, str]]) -> None:
         with self.lock:
