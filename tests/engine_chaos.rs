@@ -583,11 +583,11 @@ fn threads_racing_on_cas_leak_nothing() {
     for _round in 0..100 {
         let now = clock.fetch_add(10 * MS, Ordering::SeqCst);
         let mut moved = false;
-        for t in 0..THREADS as usize {
+        for (t, w) in workers.iter_mut().enumerate() {
             let slot = t as u32 + 1;
-            let mut ns: Vec<Notice> = workers[t].1.try_iter().collect();
-            moved |= !ns.is_empty() || !workers[t].0.is_empty();
-            for (_, (key, id, _)) in workers[t].0.drain() {
+            let mut ns: Vec<Notice> = w.1.try_iter().collect();
+            moved |= !ns.is_empty() || !w.0.is_empty();
+            for (_, (key, id, _)) in w.0.drain() {
                 engine::end(&*store, now, &key, id, &mut ns).unwrap();
             }
             while let Some(n) = ns.pop() {
