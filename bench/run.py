@@ -9,6 +9,12 @@ Variants (interleaved, repeated for --rounds; medians reported):
   apf              apf-wasm, default policy, uncontended
   apf-saturated    apf-wasm, a 2-seat level with more connections than seats (requests queue);
                    run with 1 and with 2 workers
+  apf-flows        apf-wasm, default policy, uncontended, each request from one of K users
+                   (K = 10, 1000, 100000; --flow-counts): cost per request vs flows seen
+  apf-noisy        not a CPU measurement: a saturated 4-seat level (Python upstream, 50 ms per
+                   request), 2 equal heavy flows (closed loops) + 1 quiet flow (open loop below
+                   its fair share); reports throughput per flow, Jain's fairness index over the
+                   heavy flows and the quiet flow's served share of its demand (second table)
 Measure: Envoy's CPU time (utime+stime of the process, /proc/PID/stat) over a fixed number of
 requests after a warm-up, divided by the requests Envoy counted (downstream_rq_total delta).
 The upstream is a second Envoy answering with a direct_response (fast, not measured).
@@ -81,7 +87,7 @@ def build_modules(args) -> dict[str, Path]:
     if "passthrough" in want:
         mods["passthrough"] = cargo_wasm(REPO / "bench/passthrough/Cargo.toml",
                                          target_dir() / "bench-passthrough", "passthrough")
-    if want & {"apf", "apf-saturated"}:
+    if want & {"apf", "apf-saturated", "apf-flows", "apf-noisy"}:
         if args.apf_wasm:
             mods["apf"] = Path(args.apf_wasm)
         else:
@@ -117,6 +123,7 @@ function setup(thread)
   nthreads = nthreads + 1
   thread:set("tid", nthreads)
 end
+USERS_FN
 function response(status, headers, body)
   count = count + 1
   if count == limit then
@@ -127,6 +134,21 @@ function response(status, headers, body)
 end
 """
 
+# With K users: every request carries `X-Remote-User: flow-<i>`, i cycling through K values
+# (each thread starts at a different offset), so the level sees K distinct flows.
+WRK_USERS = r"""
+local users = USERS
+local i = 0
+function init(args)
+  i = (wrk.thread:get("tid") or 0) * 7919
+end
+function request()
+  i = i + 1
+  return wrk.format(nil, nil, {["X-Remote-User"] = "flow-" .. tostring(i % users),
+                               ["X-Remote-Group"] = "system:authenticated"})
+end
+"""
+
 
 def _unit(v: str, u: str) -> float:
     """wrk latency value → milliseconds."""
@@ -134,7 +156,7 @@ def _unit(v: str, u: str) -> float:
 
 
 def run_wrk(wrk: str, port: int, n: int, conns: int, threads: int, workdir: Path,
-            counter) -> dict:
+            counter, users: int | None = None) -> dict:
     """wrk until `n` requests are done. wrk only ends at its duration or on SIGINT (a Lua
     thread:stop() does not end the run), so: each thread stops after n/threads responses, and we
     SIGINT wrk once Envoy has counted n more requests (`counter()`)."""
@@ -145,7 +167,9 @@ def run_wrk(wrk: str, port: int, n: int, conns: int, threads: int, workdir: Path
     marks = workdir / "wrk-done"
     shutil.rmtree(marks, ignore_errors=True)
     marks.mkdir()
-    script.write_text(WRK_LUA.replace("LIMIT", str(per_thread)).replace("MARKER", f"{marks}/t"))
+    users_fn = WRK_USERS.replace("USERS", str(users)) if users else ""
+    script.write_text(WRK_LUA.replace("LIMIT", str(per_thread)).replace("MARKER", f"{marks}/t")
+                      .replace("USERS_FN", users_fn))
     cmd = [wrk, "-t", str(threads), "-c", str(conns), "-d", "600s", "--latency", "--timeout", "30s",
            "-s", str(script)]
     for k, v in HEADERS.items():
@@ -181,7 +205,7 @@ def run_wrk(wrk: str, port: int, n: int, conns: int, threads: int, workdir: Path
     return res
 
 
-def run_python(port: int, n: int, conns: int) -> dict:
+def run_python(port: int, n: int, conns: int, users: int | None = None) -> dict:
     import http.client
 
     lat: list[float] = []
@@ -189,13 +213,15 @@ def run_python(port: int, n: int, conns: int) -> dict:
     lock = threading.Lock()
     per = max(1, n // conns)
 
-    def worker():
+    def worker(w: int):
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         mine, bad = [], 0
-        for _ in range(per):
+        for k in range(per):
             t = time.perf_counter()
+            hdrs = HEADERS if not users else dict(HEADERS, **{
+                "X-Remote-User": f"flow-{(w * 7919 + k) % users}"})
             try:
-                c.request("GET", PATH, headers=HEADERS)
+                c.request("GET", PATH, headers=hdrs)
                 r = c.getresponse()
                 r.read()
                 if r.status >= 300:
@@ -209,7 +235,7 @@ def run_python(port: int, n: int, conns: int) -> dict:
             lat.extend(mine)
             non2xx[0] += bad
 
-    ts = [threading.Thread(target=worker, daemon=True) for _ in range(conns)]
+    ts = [threading.Thread(target=worker, args=(w,), daemon=True) for w in range(conns)]
     for t in ts:
         t.start()
     for t in ts:
@@ -245,6 +271,12 @@ def variant_specs(args, mods) -> list[dict]:
         elif v == "apf":
             specs.append(dict(name="apf", workers=w, http_filter="wasm", wasm=mods["apf"],
                               cfg=roomy, conns=args.connections))
+        elif v == "apf-flows":
+            for k in args.flow_counts:
+                specs.append(dict(name=f"apf-flows K={k}", workers=w, http_filter="wasm",
+                                  wasm=mods["apf"], cfg=roomy, conns=args.connections, users=k))
+        elif v == "apf-noisy":
+            continue  # measured separately (measure_noisy)
         elif v == "apf-saturated":
             for sw in (1, 2):
                 specs.append(dict(name="apf-saturated", workers=sw, http_filter="wasm",
@@ -265,9 +297,10 @@ def measure(spec: dict, args, envoy_bin: str, upstream_port: int, wrk: str | Non
         env.wait_ready(timeout=60)
         port = env.ports["gateway"]
         counter = lambda: env.stats(RQ_TOTAL).get(RQ_TOTAL, 0)  # noqa: E731
+        users = spec.get("users")
         gen = (lambda n: run_wrk(wrk, port, n, spec["conns"], min(2, spec["conns"]), workdir,
-                                 counter)) \
-            if wrk else (lambda n: run_python(port, n, spec["conns"]))
+                                 counter, users)) \
+            if wrk else (lambda n: run_python(port, n, spec["conns"], users))
         gen(args.warmup)
         time.sleep(0.2)  # let background (JIT tier-up) work of the warm-up finish
         rq0, cpu0 = env.stats(RQ_TOTAL).get(RQ_TOTAL, 0), env.cpu_seconds()
@@ -285,6 +318,126 @@ def measure(spec: dict, args, envoy_bin: str, upstream_port: int, wrk: str | Non
         env.stop()
 
 
+def measure_noisy(args, envoy_bin: str, wasm: Path, workdir: Path) -> dict:
+    """Noisy neighbours: a 4-seat level whose requests take 50 ms at the (Python) upstream, so
+    capacity is ~80 req/s; flows `heavy-a` and `heavy-b` keep `--noisy-heavy-connections`
+    connections each busy (closed loops; a 429 backs off 20 ms), flow `quiet` sends
+    `--noisy-quiet-rps` requests per second open-loop (below its fair third). Counted over the
+    run after a 2 s warm-up: 200s per flow; Jain's index (Σx)²/(n·Σx²) over the heavy flows; the
+    quiet flow's served share = its 200s / its requests sent in the window."""
+    import http.client
+
+    from upstream import Upstream
+
+    seats, service = 4, 0.05
+    up = Upstream().start()
+    cfg = apf_policy.single_level_config(seats, group="system:authenticated", queues=128,
+                                         hand_size=6, queue_length_limit=50)
+    env = EnvoyProcess(gateway_config(upstream_port=up.port, wasm_path=str(wasm), plugin_config=cfg,
+                                      http_filter="wasm"),
+                       workdir, envoy_bin=envoy_bin, concurrency=args.workers_noisy,
+                       name="gw-noisy", log_level="warning")
+    env.start()
+    try:
+        env.wait_ready(timeout=60)
+        port = env.ports["gateway"]
+        path = f"{PATH}?sleep={service}"
+        t_start = time.monotonic()
+        t0, t1 = t_start + 2.0, t_start + 2.0 + args.noisy_seconds
+        lock = threading.Lock()
+        ok: dict[str, int] = {}
+        rejected: dict[str, int] = {}
+        quiet_sent = [0]
+        quiet_lat: list[float] = []
+
+        def one(c, user) -> int | None:
+            try:
+                c.request("GET", path, headers=dict(HEADERS, **{"X-Remote-User": user}))
+                r = c.getresponse()
+                r.read()
+                return r.status
+            except Exception:  # noqa: BLE001
+                c.close()
+                return None
+
+        def heavy(user: str) -> None:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            while time.monotonic() < t1:
+                st = one(c, user)
+                done = time.monotonic()
+                if t0 <= done < t1:
+                    with lock:
+                        d = ok if st == 200 else rejected
+                        d[user] = d.get(user, 0) + 1
+                if st != 200:
+                    time.sleep(0.02)
+            c.close()
+
+        def quiet_one(sent_at: float) -> None:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            st = one(c, "quiet")
+            c.close()
+            with lock:
+                if st == 200:
+                    ok["quiet"] = ok.get("quiet", 0) + 1
+                    quiet_lat.append(time.monotonic() - sent_at)
+                else:
+                    rejected["quiet"] = rejected.get("quiet", 0) + 1
+
+        threads = [threading.Thread(target=heavy, args=(u,), daemon=True)
+                   for u in ("heavy-a", "heavy-b") for _ in range(args.noisy_heavy_connections)]
+        for t in threads:
+            t.start()
+        period = 1.0 / args.noisy_quiet_rps
+        nxt = t0
+        while nxt < t1:
+            time.sleep(max(0.0, nxt - time.monotonic()))
+            q = threading.Thread(target=quiet_one, args=(nxt,), daemon=True)
+            q.start()
+            threads.append(q)
+            quiet_sent[0] += 1
+            nxt += period
+        for t in threads:
+            t.join(timeout=60)
+        secs = t1 - t0
+        xa, xb = ok.get("heavy-a", 0) / secs, ok.get("heavy-b", 0) / secs
+        jain = (xa + xb) ** 2 / (2 * (xa * xa + xb * xb)) if xa + xb > 0 else float("nan")
+        quiet_lat.sort()
+        return dict(heavy_a_rps=xa, heavy_b_rps=xb, quiet_rps=ok.get("quiet", 0) / secs,
+                    quiet_demand_rps=quiet_sent[0] / secs, jain=jain,
+                    quiet_share=ok.get("quiet", 0) / max(1, quiet_sent[0]),
+                    quiet_p50_ms=quiet_lat[len(quiet_lat) // 2] * 1e3 if quiet_lat else float("nan"),
+                    quiet_p99_ms=(quiet_lat[min(len(quiet_lat) - 1, int(len(quiet_lat) * 0.99))] * 1e3
+                                  if quiet_lat else float("nan")),
+                    rejected=dict(rejected), capacity_rps=seats / service)
+    except Exception as e:  # noqa: BLE001
+        return {"error": f"{type(e).__name__}: {e}".splitlines()[0], "log": env.log_tail(15)}
+    finally:
+        env.stop()
+        up.stop()
+
+
+def noisy_table(rs: list[dict]) -> str:
+    lines = ["| round | heavy-a req/s | heavy-b req/s | Jain (heavy) | quiet req/s | quiet demand "
+             "req/s | quiet share | quiet p50 ms | quiet p99 ms | 429s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(rs):
+        if "error" in r:
+            lines.append(f"| {i + 1} | failed: {r['error']} | | | | | | | | |")
+            continue
+        lines.append(f"| {i + 1} | {r['heavy_a_rps']:.1f} | {r['heavy_b_rps']:.1f} | {r['jain']:.4f} | "
+                     f"{r['quiet_rps']:.1f} | {r['quiet_demand_rps']:.1f} | {r['quiet_share'] * 100:.1f} % | "
+                     f"{r['quiet_p50_ms']:.0f} | {r['quiet_p99_ms']:.0f} | {r['rejected']} |")
+    good = [r for r in rs if "error" not in r]
+    if good:
+        lines.append(f"| median | {median([r['heavy_a_rps'] for r in good]):.1f} | "
+                     f"{median([r['heavy_b_rps'] for r in good]):.1f} | "
+                     f"{median([r['jain'] for r in good]):.4f} | {median([r['quiet_rps'] for r in good]):.1f} | "
+                     f"{median([r['quiet_demand_rps'] for r in good]):.1f} | "
+                     f"{median([r['quiet_share'] for r in good]) * 100:.1f} % | | | |")
+    return "\n".join(lines)
+
+
 def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
@@ -299,6 +452,12 @@ def main() -> int:
     ap.add_argument("--connections", type=int, default=4)
     ap.add_argument("--saturated-connections", type=int, default=16)
     ap.add_argument("--variants", default="none,passthrough,floor,local_ratelimit,apf,apf-saturated")
+    ap.add_argument("--flow-counts", default="10,1000,100000",
+                    help="apf-flows: numbers of distinct users (flows) to cycle through")
+    ap.add_argument("--noisy-seconds", type=float, default=20.0)
+    ap.add_argument("--noisy-heavy-connections", type=int, default=8)
+    ap.add_argument("--noisy-quiet-rps", type=float, default=10.0)
+    ap.add_argument("--workers-noisy", type=int, default=2, help="Envoy workers for apf-noisy")
     ap.add_argument("--floor-dir")
     ap.add_argument("--apf-wasm", help="use this apf-wasm module instead of ./wasm-build.sh")
     ap.add_argument("--ratio-base", default="floor")
@@ -308,6 +467,7 @@ def main() -> int:
     ap.add_argument("--json", help="write raw per-round results here")
     args = ap.parse_args()
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    args.flow_counts = [int(k) for k in args.flow_counts.split(",") if k.strip()]
 
     envoy_bin = find_envoy()
     mods = build_modules(args)
@@ -321,8 +481,17 @@ def main() -> int:
                       name="upstream", log_level="warning")
     up.start().wait_ready()
     results: dict[str, list[dict]] = {}
+    noisy: list[dict] = []
     try:
         for rnd in range(args.rounds):
+            if "apf-noisy" in args.variants:
+                r = measure_noisy(args, envoy_bin, mods["apf"], work)
+                noisy.append(r)
+                log(f"round {rnd + 1}/{args.rounds} apf-noisy: " + (
+                    f"Jain {r['jain']:.4f}, quiet share {r['quiet_share'] * 100:.1f} %"
+                    if "jain" in r else f"FAILED {r['error']}"))
+            if not specs:
+                continue
             # Interleave; rotate the order every round so no variant always runs first.
             k = rnd % len(specs)
             for spec in specs[k:] + specs[:k]:
@@ -366,6 +535,11 @@ def main() -> int:
     header = (f"Envoy {m.group(1) if m else '?'}, "
               f"{args.requests} requests/round after {args.warmup} warm-up, {args.rounds} rounds, "
               f"load generator {'wrk' if wrk else 'python'}, {os.cpu_count()} CPUs.\n")
+    if noisy:
+        table += ("\n\napf-noisy (4 seats, 50 ms service ≈ 80 req/s capacity, "
+                  f"{args.workers_noisy} workers, {args.noisy_seconds:.0f} s per round; "
+                  "targets: Jain ≥ 0.99, quiet share ≥ 90 %):\n\n" + noisy_table(noisy))
+        results["apf-noisy"] = noisy
     print(header)
     print(table)
     if args.out:

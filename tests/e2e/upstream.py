@@ -7,6 +7,11 @@ Recorded: requests in flight now and at most, total count, per-user counts (from
 `X-Remote-User` header as forwarded by Envoy), per-user max in flight, a bounded event log, and
 the headers of the last requests (`Upstream.received()`).
 Per-request delay: query `?sleep=SECONDS` or header `x-sleep-ms`.
+Misbehaviour (chaos tests): query `?chaos=` (after the delay, if any)
+  reset  close the connection without answering (TCP RST)
+  500    answer 500 with a Status body
+  stall  hold the request `sleep` seconds (default 30) or until the peer (Envoy) closes the
+         connection, then close without answering (a stalled backend; the client gives up first)
 
 Control endpoints (called directly, not through Envoy):
   GET  /__stats  -> JSON {max_in_flight, in_flight, total, per_user, per_user_max_in_flight, ...}
@@ -17,6 +22,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import select
+import socket
+import struct
 import sys
 import threading
 import time
@@ -103,11 +111,16 @@ class Stats:
             self.per_user: dict[str, int] = {}
             self.per_user_max_in_flight: dict[str, int] = dict(self.user_in_flight)
             self.events: list[tuple[float, float, str, str]] = []  # (start, end, user, path)
+            self.chaos: dict[str, int] = {}  # ?chaos= misbehaviours performed, by kind
             self.received: list[tuple[str, list[tuple[str, str]]]] = []  # (path, headers)
             # The flowcontrol objects served like an apiserver (items without kind/apiVersion,
             # as real list responses); set with Upstream.set_flowcontrol. Not reset.
             if not hasattr(self, "flowcontrol"):
                 self.flowcontrol: dict[str, list[dict]] = {"flowschemas": [], "prioritylevelconfigurations": []}
+
+    def count_chaos(self, kind: str) -> None:
+        with self.lock:
+            self.chaos[kind] = self.chaos.get(kind, 0) + 1
 
     def record_headers(self, path: str, headers: list[tuple[str, str]]) -> None:
         with self.lock:
@@ -141,6 +154,7 @@ class Stats:
                 "per_user": dict(self.per_user),
                 "per_user_max_in_flight": dict(self.per_user_max_in_flight),
                 "user_in_flight": {u: n for u, n in self.user_in_flight.items() if n},
+                "chaos": dict(self.chaos),
             }
 
 
@@ -193,15 +207,47 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             delay = 0.0
         delay = max(0.0, min(delay, 60.0))
+        chaos = qs.get("chaos", [""])[0]
         start = stats.begin(user)
         try:
-            if delay:
+            if chaos == "stall":
+                self._stall(delay or 30.0)
+            elif delay:
                 time.sleep(delay)
         finally:
             # In flight = received and not yet answered: count the end before the response
             # leaves, or the gateway's next dispatch can race this thread's bookkeeping.
             stats.end(user, start, url.path)
+        if chaos in ("reset", "stall"):
+            stats.count_chaos(chaos)
+            return self._reset()
+        if chaos == "500":
+            stats.count_chaos(chaos)
+            return self._json(500, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                    "message": "chaos", "code": 500})
         self._answer(url.path)
+
+    def _stall(self, limit: float) -> None:
+        """Wait up to `limit` seconds, returning early once the peer closed the connection."""
+        deadline = time.monotonic() + limit
+        sock = self.connection
+        while time.monotonic() < deadline:
+            r, _, _ = select.select([sock], [], [], 0.05)
+            if r:
+                try:
+                    if sock.recv(1, socket.MSG_PEEK) == b"":
+                        return
+                except OSError:
+                    return
+                time.sleep(0.05)  # pipelined bytes, not a close: keep stalling
+
+    def _reset(self) -> None:
+        """Abort the connection with a TCP RST and no response."""
+        self.close_connection = True
+        try:
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
 
     def _answer(self, path: str) -> None:
         p = path.rstrip("/") or "/"
