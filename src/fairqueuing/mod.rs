@@ -99,3 +99,45 @@ pub struct Dispatched {
     /// Seats it holds while executing (`max_seats`).
     pub seats: u32,
 }
+
+/// What the owner of an executing request keeps so that the QueueSet does not have to store
+/// executing requests at all (keeping shared values small whatever the concurrency): everything
+/// `finish` needs. The QueueSet keeps only per-(owner, queue) aggregates, which also guard
+/// against a finish after the owner's lease was reaped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Receipt {
+    pub id: RequestId,
+    /// Queue index, or −1 for queue-less levels (exempt, Reject).
+    pub queue: i32,
+    pub owner: u32,
+    pub initial_seats: u32,
+    /// Seats held while executing (and while lingering).
+    pub max_seats: u32,
+    /// Dispatch time (for the service-time correction of the queue's virtual finish).
+    pub start: Nanos,
+    /// Seats are held this long after the handler returns.
+    pub additional_latency: Nanos,
+}
+
+impl Receipt {
+    pub fn encode(&self, w: &mut crate::codec::Writer) {
+        w.u64(self.id);
+        w.i32(self.queue);
+        w.u32(self.owner);
+        w.u32(self.initial_seats);
+        w.u32(self.max_seats);
+        w.i64(self.start);
+        w.i64(self.additional_latency);
+    }
+    pub fn decode(r: &mut crate::codec::Reader) -> crate::codec::CodecResult<Receipt> {
+        Ok(Receipt {
+            id: r.u64()?,
+            queue: r.i32()?,
+            owner: r.u32()?,
+            initial_seats: r.u32()?,
+            max_seats: r.u32()?,
+            start: r.i64()?,
+            additional_latency: r.i64()?,
+        })
+    }
+}
