@@ -41,6 +41,10 @@ impl Writer {
         self.buf.push(v as u8);
     }
     pub fn u64(&mut self, mut v: u64) {
+        if v < 0x80 {
+            self.buf.push(v as u8);
+            return;
+        }
         loop {
             let byte = (v & 0x7f) as u8;
             v >>= 7;
@@ -108,15 +112,22 @@ impl<'a> Reader<'a> {
         }
     }
     pub fn u64(&mut self) -> CodecResult<u64> {
+        let mut pos = self.pos;
         let mut v: u64 = 0;
         let mut shift = 0u32;
         loop {
-            let b = self.u8()?;
-            if shift >= 64 || (shift == 63 && (b & 0x7e) != 0) {
+            let Some(&b) = self.buf.get(pos) else {
+                self.pos = pos;
+                return Err(CodecError("truncated"));
+            };
+            pos += 1;
+            if shift >= 63 && (shift >= 64 || (b & 0x7e) != 0) {
+                self.pos = pos;
                 return Err(CodecError("varint overflow"));
             }
             v |= ((b & 0x7f) as u64) << shift;
-            if b & 0x80 == 0 {
+            if b < 0x80 {
+                self.pos = pos;
                 return Ok(v);
             }
             shift += 7;
@@ -210,5 +221,51 @@ mod tests {
         }
         let mut r = Reader::new(&[0xff; 11]);
         assert!(r.u64().is_err());
+    }
+
+    /// The varint reader agrees with the straightforward byte loop (value, error, position).
+    #[test]
+    fn varint_reader_matches_reference() {
+        fn reference(buf: &[u8]) -> (CodecResult<u64>, usize) {
+            let mut pos = 0;
+            let mut v: u64 = 0;
+            let mut shift = 0u32;
+            loop {
+                let Some(&b) = buf.get(pos) else { return (Err(CodecError("truncated")), pos) };
+                pos += 1;
+                if shift >= 64 || (shift == 63 && (b & 0x7e) != 0) {
+                    return (Err(CodecError("varint overflow")), pos);
+                }
+                v |= ((b & 0x7f) as u64) << shift;
+                if b & 0x80 == 0 {
+                    return (Ok(v), pos);
+                }
+                shift += 7;
+            }
+        }
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut cases: Vec<Vec<u8>> = vec![vec![], vec![0x80; 9], vec![0x80; 10], vec![0x80; 11], vec![0x80; 12]];
+        for last in [0u8, 1, 2, 0x7f, 0x80, 0x81, 0x82] {
+            let mut c = vec![0xffu8; 9];
+            c.push(last);
+            cases.push(c.clone());
+            c.push(0);
+            cases.push(c);
+        }
+        for n in 0..20_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (n % 13) as usize;
+            cases.push((0..len).map(|k| (x >> (k * 5)) as u8 | if k + 1 < len && n % 3 != 0 { 0x80 } else { 0 }).collect());
+            let mut w = Writer::new();
+            w.u64(x >> (n % 64));
+            cases.push(w.into_bytes());
+        }
+        for c in cases {
+            let mut r = Reader::new(&c);
+            let got = r.u64();
+            assert_eq!((got, r.pos), reference(&c), "{c:x?}");
+        }
     }
 }

@@ -9,6 +9,11 @@ use apf_wasm::fairqueuing::RequestTag;
 use apf_wasm::policy::config::parse_plugin_config;
 use std::time::Instant;
 
+/// Iterations per measurement (`APF_BENCH_N`, default 200000; lower it under callgrind).
+fn iterations() -> u32 {
+    std::env::var("APF_BENCH_N").ok().and_then(|v| v.parse().ok()).unwrap_or(200_000)
+}
+
 fn compiled() -> Compiled {
     let cfg = parse_plugin_config(br#"{"identity":{"sources":[{"type":"frontProxy"}]}}"#).unwrap();
     Compiled::new(cfg, 1)
@@ -20,25 +25,25 @@ fn bench_request_path() {
     let c = compiled();
     let headers = vec![("x-remote-user".to_string(), b"bench-user".to_vec()), ("x-remote-group".to_string(), b"system:authenticated".to_vec())];
     let input = IdentityInput { headers: &headers, ..Default::default() };
-    let n = 200_000;
+    let n = iterations();
     let t = Instant::now();
     let mut lvl = 0;
     for _ in 0..n {
         let d = c.digest(b"GET", b"/api/v1/namespaces/default/pods", &input, None, |_| 0);
         lvl = d.class.priority_level;
     }
-    let digest_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    let digest_ns = t.elapsed().as_nanos() as f64 / f64::from(n);
     let store = MemStore::new();
     let key = c.levels[lvl].key.clone();
     let mut notices = Vec::new();
     let t = Instant::now();
     for i in 0..n {
-        let tag = RequestTag { owner: 1, context: i as u32, flow_schema: 0, flow_hash: 42, wait_deadline: i64::MAX };
-        let now = i as i64 * 1000;
+        let tag = RequestTag { owner: 1, context: i, flow_schema: 0, flow_hash: 42, wait_deadline: i64::MAX };
+        let now = i64::from(i) * 1000;
         let Decision::Execute(id) = engine::admit(&c, &store, now, lvl, apf_wasm::fairqueuing::WorkEstimate::ONE, tag, &mut notices).unwrap() else { panic!() };
         engine::end(&store, now + 500, &key, id, &mut notices).unwrap();
     }
-    let engine_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    let engine_ns = t.elapsed().as_nanos() as f64 / f64::from(n);
     let (v, _) = apf_wasm::engine::store::Store::get(&store, &key).unwrap();
     let bytes = v.unwrap();
     let t = Instant::now();
@@ -46,7 +51,7 @@ fn bench_request_path() {
         let st = engine::LevelState::decode(&bytes).unwrap();
         std::hint::black_box(st.encode());
     }
-    let codec_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    let codec_ns = t.elapsed().as_nanos() as f64 / f64::from(n);
     println!("digest {digest_ns:.0} ns; admit+end {engine_ns:.0} ns; decode+encode {codec_ns:.0} ns; state {} bytes", bytes.len());
 }
 
@@ -59,7 +64,7 @@ fn bench_digest_parts() {
     let c = compiled();
     let headers = vec![("x-remote-user".to_string(), b"bench-user".to_vec()), ("x-remote-group".to_string(), b"system:authenticated".to_vec())];
     let input = IdentityInput { headers: &headers, ..Default::default() };
-    let n = 200_000u32;
+    let n = iterations();
     let time = |name: &str, f: &mut dyn FnMut()| {
         let t = Instant::now();
         for _ in 0..n {

@@ -49,12 +49,69 @@ pub fn flow_hash(fs_name: &str, distinguisher: &str) -> u64 {
     u64::from_le_bytes(b)
 }
 
+/// Slots of the flow-hash memo (a power of two).
+const HASH_MEMO_SLOTS: usize = 256;
+/// Longer distinguishers are not memoized (bounds the memo's memory).
+const HASH_MEMO_MAX_LEN: usize = 256;
+
+/// A direct-mapped memo of recent `flow_hash` results keyed by (FlowSchema index,
+/// distinguisher). SHA-256 is by far the most expensive step of classification (especially in
+/// Wasm, without hardware SHA), and the same flows come back again and again. A hit returns
+/// exactly what `flow_hash` would compute; a miss (or a busy lock) computes it.
+struct HashMemo {
+    slots: std::sync::Mutex<Vec<Option<(usize, String, u64)>>>,
+}
+
+impl HashMemo {
+    fn new() -> Self {
+        HashMemo { slots: std::sync::Mutex::new(Vec::new()) }
+    }
+
+    fn slot(schema: usize, distinguisher: &str) -> usize {
+        let h = matching::subject_key(0, distinguisher) ^ (schema as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        ((h ^ (h >> 32)) as usize) & (HASH_MEMO_SLOTS - 1)
+    }
+
+    fn hash(&self, schema: usize, fs_name: &str, distinguisher: &str) -> u64 {
+        if distinguisher.len() > HASH_MEMO_MAX_LEN {
+            return flow_hash(fs_name, distinguisher);
+        }
+        let Ok(mut slots) = self.slots.try_lock() else { return flow_hash(fs_name, distinguisher) };
+        if slots.is_empty() {
+            slots.resize(HASH_MEMO_SLOTS, None);
+        }
+        let i = Self::slot(schema, distinguisher);
+        let Some(slot) = slots.get_mut(i) else { return flow_hash(fs_name, distinguisher) };
+        if let Some((s, d, h)) = slot {
+            if *s == schema && d == distinguisher {
+                return *h;
+            }
+        }
+        let h = flow_hash(fs_name, distinguisher);
+        *slot = Some((schema, distinguisher.to_string(), h));
+        h
+    }
+}
+
+impl Clone for HashMemo {
+    fn clone(&self) -> Self {
+        HashMemo::new()
+    }
+}
+
+impl std::fmt::Debug for HashMemo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HashMemo")
+    }
+}
+
 /// A policy compiled for fast classification.
 #[derive(Debug, Clone)]
 pub struct Classifier {
     schemas: Vec<CompiledSchema>,
     /// Index of the `catch-all` FlowSchema (or the last one).
     fallback: usize,
+    memo: HashMemo,
 }
 
 impl Classifier {
@@ -66,7 +123,7 @@ impl Classifier {
             .iter()
             .position(|fs| fs.name == "catch-all")
             .unwrap_or(policy.flow_schemas.len().saturating_sub(1));
-        Classifier { schemas, fallback }
+        Classifier { schemas, fallback, memo: HashMemo::new() }
     }
 
     /// Index of the first matching FlowSchema (or the catch-all).
@@ -88,10 +145,34 @@ impl Classifier {
                 Some(Distinguisher::ByUser) => user.name.as_str(),
                 Some(Distinguisher::ByNamespace) => info.namespace.as_str(),
             };
-            (d.to_string(), flow_hash(&s.name, d))
+            (d.to_string(), self.memo.hash(idx, &s.name, d))
         } else {
             (String::new(), 0)
         };
         Classification { flow_schema: idx, priority_level: s.level, distinguisher, flow_hash }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_memo_returns_exact_flow_hashes() {
+        let memo = HashMemo::new();
+        let long = "x".repeat(HASH_MEMO_MAX_LEN + 1);
+        for round in 0..3 {
+            for schema in 0..4usize {
+                for d in ["", "alice", "bob", "system:serviceaccount:ns:sa", long.as_str()] {
+                    let name = format!("fs-{schema}");
+                    assert_eq!(memo.hash(schema, &name, d), flow_hash(&name, d), "round {round} {schema} {d}");
+                }
+            }
+        }
+        // Many flows: collisions in the memo only evict.
+        for i in 0..2000 {
+            let d = format!("user-{i}");
+            assert_eq!(memo.hash(i % 3, "global-default", &d), flow_hash("global-default", &d));
+        }
     }
 }

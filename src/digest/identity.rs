@@ -389,8 +389,9 @@ fn hex(b: u8) -> Option<u8> {
 fn from_source(src: &IdentitySource, input: &IdentityInput) -> Option<UserInfo> {
     match src {
         IdentitySource::FrontProxy { user_header, group_header, .. } => {
-            let name = first_non_empty(input, &user_header.to_ascii_lowercase())?;
-            let groups = groups_from(input, &group_header.to_ascii_lowercase());
+            // Header names are compared ignoring ASCII case: no need to lowercase them.
+            let name = first_non_empty(input, user_header)?;
+            let groups = groups_from(input, group_header);
             Some(finalize(name, groups, true))
         }
         IdentitySource::Impersonation { .. } => {

@@ -247,16 +247,79 @@ fn split_target(path_and_query: &[u8]) -> (String, &[u8], bool) {
         None => (path_and_query, &[][..]),
     };
     let ctl = path_and_query.iter().any(|&b| b < 0x20 || b == 0x7f);
+    if !raw_path.contains(&b'%') {
+        // Nothing to decode: one allocation for the path.
+        return (String::from_utf8_lossy(raw_path).into_owned(), raw_query, ctl);
+    }
     let (path, bad) = percent_decode(raw_path, false);
     (lossy(path), raw_query, bad || ctl)
 }
 
-fn split_path(path: &str) -> Vec<String> {
-    let t = path.trim_matches('/');
-    if t.is_empty() {
-        return Vec::new();
+/// The list options of a raw query (no parsing at all for the common empty query).
+fn list_query_of(raw_query: &[u8]) -> ListQuery {
+    if raw_query.is_empty() {
+        // `parse_list_query(&[])`: every option absent, empty selectors parse.
+        return ListQuery::default();
     }
-    t.split('/').map(str::to_string).collect()
+    parse_list_query(&parse_query(raw_query))
+}
+
+/// The segments of a path split as upstream's `splitPath` does (`strings.Trim(path, "/")`,
+/// then `strings.Split(…, "/")`, nothing for an empty path), borrowed, with the remaining
+/// count known up front.
+#[derive(Clone, Copy)]
+struct Segments<'a> {
+    rest: &'a str,
+    len: usize,
+}
+
+impl<'a> Segments<'a> {
+    fn new(path: &'a str) -> Self {
+        // `strings.Trim(path, "/")` on bytes ('/' is ASCII, so the cuts are char boundaries).
+        let b = path.as_bytes();
+        let start = b.iter().position(|&c| c != b'/').unwrap_or(b.len());
+        let end = b.iter().rposition(|&c| c != b'/').map_or(start, |i| i + 1);
+        let t = path.get(start..end.max(start)).unwrap_or_default();
+        let len = if t.is_empty() { 0 } else { t.bytes().filter(|&c| c == b'/').count() + 1 };
+        Segments { rest: t, len }
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn advance(&mut self) -> Option<&'a str> {
+        if self.len == 0 {
+            return None;
+        }
+        self.len -= 1;
+        match self.rest.bytes().position(|c| c == b'/') {
+            Some(i) => {
+                let seg = self.rest.get(..i).unwrap_or_default();
+                self.rest = self.rest.get(i + 1..).unwrap_or_default();
+                Some(seg)
+            }
+            None => {
+                let seg = self.rest;
+                self.rest = "";
+                Some(seg)
+            }
+        }
+    }
+    /// The first three segments (without consuming them).
+    fn peek3(&self) -> [Option<&'a str>; 3] {
+        let mut c = *self;
+        [c.advance(), c.advance(), c.advance()]
+    }
+    fn first(&self) -> Option<&'a str> {
+        let mut c = *self;
+        c.advance()
+    }
+    fn to_vec(mut self) -> Vec<String> {
+        let mut out = Vec::with_capacity(self.len);
+        while let Some(s) = self.advance() {
+            out.push(s.to_string());
+        }
+        out
+    }
 }
 
 /// Generic-mode RequestInfo: a non-resource request with verb = lowercase method; the
@@ -264,136 +327,152 @@ fn split_path(path: &str) -> Vec<String> {
 /// replaced by U+FFFD.
 pub fn parse_generic(method: &str, path_and_query: &[u8], namespace: Option<&[u8]>) -> RequestInfo {
     let (path, raw_query, bad) = split_target(path_and_query);
-    let q = parse_query(raw_query);
     RequestInfo {
         is_resource_request: false,
         path,
         verb: method.to_ascii_lowercase(),
-        namespace: namespace.map(|n| lossy(n.trim_ascii().to_vec())).unwrap_or_default(),
+        namespace: namespace.map(|n| String::from_utf8_lossy(n.trim_ascii()).into_owned()).unwrap_or_default(),
         invalid: bad,
-        query: parse_list_query(&q),
+        query: list_query_of(raw_query),
         ..RequestInfo::default()
     }
 }
 
+/// The verb of a resource request not named by the path (`POST` → create, …), by method.
+fn method_verb(method: &str) -> &'static str {
+    let is = |m: &str| method.eq_ignore_ascii_case(m);
+    if is("POST") {
+        "create"
+    } else if is("GET") || is("HEAD") {
+        "get"
+    } else if is("PUT") {
+        "update"
+    } else if is("PATCH") {
+        "patch"
+    } else if is("DELETE") {
+        "delete"
+    } else {
+        ""
+    }
+}
+
 /// kube-apiserver's `RequestInfoFactory.NewRequestInfo` (§2).
+///
+/// Works on borrowed path segments and allocates only the final fields.
 pub fn parse_request_info(method: &str, path_and_query: &[u8]) -> RequestInfo {
     let (path, raw_query, bad) = split_target(path_and_query);
-    let q = parse_query(raw_query);
-    let mut info = RequestInfo {
-        is_resource_request: false,
-        verb: method.to_ascii_lowercase(),
-        invalid: bad,
-        query: parse_list_query(&q),
-        ..RequestInfo::default()
+    let query = list_query_of(raw_query);
+    let mut cur = Segments::new(&path);
+    let api_prefix = match cur.first() {
+        Some(p) if cur.len() >= 3 && API_PREFIXES.contains(&p) => p,
+        _ => return non_resource(method, path, bad, query),
     };
-    let parts = split_path(&path);
-    info.path = path;
-    if parts.len() < 3 {
-        return info;
-    }
-    let mut cur: &[String] = &parts;
-    let Some((prefix, rest)) = cur.split_first() else { return info };
-    if !API_PREFIXES.contains(&prefix.as_str()) {
-        return info;
-    }
-    let api_prefix = prefix.clone();
-    cur = rest;
-    let mut api_group = String::new();
-    if !GROUPLESS_API_PREFIXES.contains(&api_prefix.as_str()) {
+    cur.advance();
+    let mut api_group = "";
+    if !GROUPLESS_API_PREFIXES.contains(&api_prefix) {
         if cur.len() < 3 {
-            return info;
+            return non_resource(method, path, bad, query);
         }
-        let Some((g, rest)) = cur.split_first() else { return info };
-        api_group = g.clone();
-        cur = rest;
+        api_group = cur.advance().unwrap_or_default();
     }
-    info.is_resource_request = true;
-    info.api_prefix = api_prefix;
-    info.api_group = api_group;
-    let Some((version, rest)) = cur.split_first() else { return info };
-    info.api_version = version.clone();
-    cur = rest;
+    let mut invalid = bad;
+    // At least two segments remain here (checked above), so the version is always present.
+    let api_version = cur.advance().unwrap_or_default();
 
     let mut verb_via_path = false;
-    match cur.first().map(String::as_str) {
+    let mut verb: &str = match cur.first() {
         Some(v @ ("proxy" | "watch")) => {
             if cur.len() < 2 {
                 // upstream: "unable to determine kind and namespace from url" (500)
-                info.invalid = true;
-                info.verb = v.to_string();
-                return info;
+                return RequestInfo {
+                    is_resource_request: true,
+                    verb: v.to_string(),
+                    api_prefix: api_prefix.to_string(),
+                    api_group: api_group.to_string(),
+                    api_version: api_version.to_string(),
+                    invalid: true,
+                    query,
+                    path,
+                    ..RequestInfo::default()
+                };
             }
-            info.verb = v.to_string();
-            cur = cur.get(1..).unwrap_or_default();
+            cur.advance();
             verb_via_path = true;
+            v
         }
-        _ => {
-            info.verb = match method.to_ascii_uppercase().as_str() {
-                "POST" => "create",
-                "GET" | "HEAD" => "get",
-                "PUT" => "update",
-                "PATCH" => "patch",
-                "DELETE" => "delete",
-                _ => "",
-            }
-            .to_string();
-        }
-    }
+        _ => method_verb(method),
+    };
 
-    if cur.first().map(String::as_str) == Some("namespaces") {
-        if let Some(ns) = cur.get(1) {
-            info.namespace = ns.clone();
-            if let Some(third) = cur.get(2) {
-                if third != "status" && third != "finalize" {
-                    cur = cur.get(2..).unwrap_or_default();
-                }
+    let mut namespace = "";
+    if let [Some("namespaces"), Some(ns), third] = cur.peek3() {
+        namespace = ns;
+        if let Some(third) = third {
+            if third != "status" && third != "finalize" {
+                cur.advance();
+                cur.advance();
             }
         }
     }
 
-    info.parts = cur.to_vec();
-    if info.parts.len() >= 3 && info.verb != "proxy" {
-        info.subresource = info.parts.get(2).cloned().unwrap_or_default();
-    }
-    if let Some(n) = info.parts.get(1) {
-        info.name = n.clone();
-    }
-    if let Some(r) = info.parts.first() {
-        info.resource = r.clone();
-    }
+    let parts = cur;
+    let [p0, p1, p2] = parts.peek3();
+    let subresource = if parts.len() >= 3 && verb != "proxy" { p2.unwrap_or_default() } else { "" };
+    let mut name = p1.unwrap_or_default();
+    let resource = p0.unwrap_or_default();
     // An empty path segment (`/api/v1//pods`) yields an empty resource, as upstream's
     // splitPath does; kube-apiserver then answers 404. Flag it so callers know.
-    if info.resource.is_empty() {
-        info.invalid = true;
+    if resource.is_empty() {
+        invalid = true;
     }
 
-    if info.name.is_empty() && info.verb == "get" {
-        let (watch, field) = if info.query.decode_failed() {
-            // fallback: only `watch` is read
-            (info.query.watch, None)
-        } else {
-            (info.query.watch, Some(info.query.field_selector.as_str()))
-        };
-        info.verb = if watch { "watch" } else { "list" }.to_string();
-        if let Some(fs) = field {
-            if let Some(terms) = selectors::parse_field_selector(fs) {
-                if let Some(name) = selectors::requires_exact_match(&terms, "metadata.name") {
-                    if is_valid_path_segment_name(name) {
-                        info.name = name.to_string();
+    let mut selected_name: Option<String> = None;
+    if name.is_empty() && verb == "get" {
+        verb = if query.watch { "watch" } else { "list" };
+        // When decoding the list options fails, only `watch` is read.
+        if !query.decode_failed() && !query.field_selector.is_empty() {
+            if let Some(terms) = selectors::parse_field_selector(&query.field_selector) {
+                if let Some(n) = selectors::requires_exact_match(&terms, "metadata.name") {
+                    if is_valid_path_segment_name(n) {
+                        selected_name = Some(n.to_string());
                     }
                 }
             }
         }
+        if let Some(n) = &selected_name {
+            name = n;
+        }
     }
-    if info.name.is_empty() && info.verb == "delete" {
-        info.verb = "deletecollection".to_string();
+    if name.is_empty() && verb == "delete" {
+        verb = "deletecollection";
     }
-    if !verb_via_path && matches!(info.verb.as_str(), "list" | "watch" | "deletecollection") {
-        info.field_selector = info.query.field_selector.clone();
-        info.label_selector = info.query.label_selector.clone();
+    let (field_selector, label_selector) =
+        if !verb_via_path && matches!(verb, "list" | "watch" | "deletecollection") {
+            (query.field_selector.clone(), query.label_selector.clone())
+        } else {
+            (String::new(), String::new())
+        };
+    RequestInfo {
+        is_resource_request: true,
+        verb: verb.to_string(),
+        api_prefix: api_prefix.to_string(),
+        api_group: api_group.to_string(),
+        api_version: api_version.to_string(),
+        namespace: namespace.to_string(),
+        resource: resource.to_string(),
+        subresource: subresource.to_string(),
+        name: name.to_string(),
+        parts: parts.to_vec(),
+        field_selector,
+        label_selector,
+        invalid,
+        query,
+        path,
     }
-    info
+}
+
+/// A request that is not a resource request: verb = lowercase method.
+fn non_resource(method: &str, path: String, invalid: bool, query: ListQuery) -> RequestInfo {
+    RequestInfo { is_resource_request: false, path, verb: method.to_ascii_lowercase(), invalid, query, ..RequestInfo::default() }
 }
 
 /// `path.IsValidPathSegmentName`: not "." or "..", and no "/" or "%".

@@ -97,7 +97,16 @@ impl Store for MemStore {
             g.next_cas = 1;
         }
         let token = g.next_cas;
-        g.map.insert(key.to_string(), (value.to_vec(), token));
+        match g.map.get_mut(key) {
+            Some(slot) => {
+                slot.0.clear();
+                slot.0.extend_from_slice(value);
+                slot.1 = token;
+            }
+            None => {
+                g.map.insert(key.to_string(), (value.to_vec(), token));
+            }
+        }
         Ok(SetOutcome::Written)
     }
 }

@@ -171,6 +171,14 @@ pub struct QueueSet {
 
 fn check_config(cfg: &QueueSetConfig) -> Result<(), String> {
     if cfg.desired_queues > 0 {
+        // Cheap sufficient condition for `Dealer::new` to succeed (it is checked on every
+        // decode): 0 < hand ≤ deck ≤ 2^26 and hand·⌈log2 deck⌉ ≤ 60 imply
+        // ⌈log2(deck)·hand⌉ ≤ 60 (the float log2 of an integer never exceeds its ceiling).
+        let deck = cfg.desired_queues as u32;
+        let hand = cfg.hand_size;
+        if hand > 0 && hand <= deck && deck <= MAX_QUEUES && hand.saturating_mul(deck.next_power_of_two().trailing_zeros()) <= 60 {
+            return Ok(());
+        }
         Dealer::new(cfg.desired_queues, cfg.hand_size.min(i32::MAX as u32) as i32).map_err(|e| {
             format!("the QueueSetConfig implies an invalid shuffle sharding config (DesiredNumQueues is deckSize): {e}")
         })?;
@@ -436,6 +444,9 @@ impl QueueSet {
         let g = self.g;
         let r = self.current_r;
         let (_, total_work) = request_work(&work, g);
+        if self.try_dispatch_directly(pos, id, tag, work, now) {
+            return Arrival::Executing(id);
+        }
         if let Some(q) = self.queues.get_mut(pos) {
             if q.waiting.is_empty() && q.requests_executing == 0 {
                 q.next_dispatch_r = r;
@@ -464,6 +475,60 @@ impl QueueSet {
             }
             None => Arrival::Queued(id),
         }
+    }
+
+    /// The uncontended arrival, without the round trip through the queue: when nothing else
+    /// waits, enqueuing the request and dispatching as much as possible would pick exactly this
+    /// request (the only queue head) if it fits. Applies the same net state change as
+    /// enqueue + [`Self::dispatch_one`] and returns true; returns false (changing nothing) when
+    /// the request would not be dispatched right away.
+    fn try_dispatch_directly(&mut self, pos: usize, id: RequestId, tag: RequestTag, work: WorkEstimate, now: Nanos) -> bool {
+        #[cfg(test)]
+        if !DIRECT_DISPATCH.with(|d| d.get()) {
+            return false;
+        }
+        if self.tot_requests_waiting != 0 || self.tot_seats_in_use >= self.cfg.concurrency_limit as u64 {
+            return false;
+        }
+        let c = self.cfg.concurrency_limit;
+        let g = self.g;
+        let r = self.current_r;
+        let (final_work, total_work) = request_work(&work, g);
+        let Some(q) = self.queues.get(pos) else { return false };
+        if !q.waiting.is_empty() {
+            return false;
+        }
+        // next_dispatch_r after the enqueue (idle reset, then anti-windup against the arrival R).
+        let ndr = if q.requests_executing == 0 { r } else { q.next_dispatch_r };
+        let ndr = ndr.max(r);
+        // `find_dispatch_queue`: the head's virtual finish must be below the initial minimum.
+        if ndr.wrapping_add(total_work.0) == u64::MAX || !self.can_accommodate(work.max_seats()) {
+            return false;
+        }
+        let mut work = work;
+        if work.final_seats > c {
+            work.additional_latency = duration_per_seat(final_work, c as f64);
+            work.final_seats = c;
+        }
+        let seats = work.max_seats();
+        let Some(q) = self.queues.get_mut(pos) else { return false };
+        q.next_dispatch_r = ndr.wrapping_add(total_work.0);
+        q.seats_in_use = q.seats_in_use.saturating_add(seats as u64);
+        q.requests_executing += 1;
+        q.executing.push(Exec {
+            id,
+            tag,
+            initial_seats: work.initial_seats,
+            max_seats: seats,
+            start: now,
+            additional_latency: work.additional_latency,
+            linger_until: None,
+        });
+        self.robin_index = q.index;
+        self.tot_requests_executing += 1;
+        self.tot_seats_in_use = self.tot_seats_in_use.saturating_add(seats as u64);
+        self.counters.dispatched = self.counters.dispatched.saturating_add(1);
+        true
     }
 
     // ---------------------------------------------------------------- dispatch
@@ -965,7 +1030,7 @@ impl QueueSet {
             epoch_advance_failures: r.u64()?,
             no_accommodation: r.u64()?,
         };
-        let mut ids: Vec<RequestId> = Vec::new();
+        let mut ids = IdSet::default();
         let mut qs = QueueSet {
             cfg,
             g: ESTIMATED_SERVICE_DURATION,
@@ -1043,14 +1108,13 @@ impl QueueSet {
             }
             qs.queues.push(q);
         }
-        ids.sort_unstable();
-        if ids.windows(2).any(|w| w.first() == w.get(1)) {
+        if ids.has_duplicates() {
             return Err(CodecError("duplicate request id"));
         }
         Ok(qs)
     }
 
-    fn decode_id(&self, r: &mut Reader, ids: &mut Vec<RequestId>) -> CodecResult<RequestId> {
+    fn decode_id(&self, r: &mut Reader, ids: &mut IdSet) -> CodecResult<RequestId> {
         let d = r.u64()?;
         if d == 0 || d >= self.next_id {
             return Err(CodecError("bad request id"));
@@ -1073,7 +1137,7 @@ impl QueueSet {
         Ok(RequestTag { owner, context, flow_schema, flow_hash, wait_deadline })
     }
 
-    fn decode_exec(&self, r: &mut Reader, ids: &mut Vec<RequestId>) -> CodecResult<Exec> {
+    fn decode_exec(&self, r: &mut Reader, ids: &mut IdSet) -> CodecResult<Exec> {
         let id = self.decode_id(r, ids)?;
         let tag = self.decode_tag(r)?;
         let initial_seats = r.u32()?;
@@ -1097,6 +1161,45 @@ impl QueueSet {
         }
         self.tot_seats_in_use = self.tot_seats_in_use.checked_add(e.max_seats as u64).ok_or(CodecError("seat overflow"))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test switch: false forces arrivals through the general enqueue + dispatch path.
+    static DIRECT_DISPATCH: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+}
+
+/// Request ids seen while decoding, to reject duplicates: the first few inline (no heap
+/// allocation for the common small states), the rest in a vector.
+#[derive(Default)]
+struct IdSet {
+    inline: [RequestId; IdSet::INLINE],
+    len: usize,
+    more: Vec<RequestId>,
+}
+
+impl IdSet {
+    const INLINE: usize = 16;
+
+    fn push(&mut self, id: RequestId) {
+        match self.inline.get_mut(self.len) {
+            Some(slot) => {
+                *slot = id;
+                self.len += 1;
+            }
+            None => self.more.push(id),
+        }
+    }
+
+    fn has_duplicates(&mut self) -> bool {
+        let inline = self.inline.get(..self.len).unwrap_or_default();
+        if self.more.is_empty() {
+            return inline.iter().enumerate().any(|(i, a)| inline.get(i + 1..).unwrap_or_default().contains(a));
+        }
+        self.more.extend_from_slice(inline);
+        self.more.sort_unstable();
+        self.more.windows(2).any(|w| w.first() == w.get(1))
     }
 }
 
@@ -1496,6 +1599,112 @@ mod tests {
         let n = w.buf.len();
         assert!(n < 100, "{n} bytes");
         assert_eq!(QueueSet::decode(&mut Reader::new(&w.buf)).unwrap(), qs);
+    }
+
+    #[test]
+    fn direct_dispatch_matches_enqueue_then_dispatch() {
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut rnd = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n.max(1)
+        };
+        let slow = |f: &mut dyn FnMut()| {
+            DIRECT_DISPATCH.with(|d| d.set(false));
+            f();
+            DIRECT_DISPATCH.with(|d| d.set(true));
+        };
+        let mut direct = 0;
+        for case in 0..300 {
+            let queues = 1 + rnd(8) as i32;
+            let hand = 1 + rnd(queues as u64) as u32;
+            let c = 1 + rnd(6) as u32;
+            let mut a = QueueSet::new(cfg(queues, rnd(4) as u32, hand, c), 1_000 * SEC).unwrap();
+            if case % 7 == 0 {
+                a.current_r = u64::MAX - rnd(1 << 40);
+            }
+            let mut b = a.clone();
+            let mut now = 1_000 * SEC;
+            let mut ids: Vec<RequestId> = Vec::new();
+            for _ in 0..200 {
+                now += rnd(5) as i64 * MS;
+                match rnd(10) {
+                    0..=4 => {
+                        let w = WorkEstimate {
+                            initial_seats: 1 + rnd(3) as u32 + if rnd(10) == 0 { c } else { 0 },
+                            final_seats: rnd(4) as u32 + if rnd(10) == 0 { 2 * c } else { 0 },
+                            additional_latency: rnd(3) as i64 * MS,
+                        };
+                        let mut t = tag(rnd(u64::MAX));
+                        t.wait_deadline = now + rnd(50) as i64 * MS;
+                        let (mut oa, mut ob) = (Vec::new(), Vec::new());
+                        let ra = a.arrive(now, w, t, &mut oa);
+                        let mut rb = Arrival::Rejected(RejectReason::QueueFull);
+                        slow(&mut || rb = b.arrive(now, w, t, &mut ob));
+                        assert_eq!(ra, rb);
+                        assert_eq!(oa, ob);
+                        match ra {
+                            Arrival::Executing(id) => {
+                                direct += 1;
+                                ids.push(id)
+                            }
+                            Arrival::Queued(id) => ids.push(id),
+                            Arrival::Rejected(_) => {}
+                        }
+                    }
+                    5..=7 if !ids.is_empty() => {
+                        let id = ids.swap_remove(rnd(ids.len() as u64) as usize);
+                        let (mut oa, mut ob) = (Vec::new(), Vec::new());
+                        let fa = a.finish(now, id, &mut oa);
+                        let mut fb = false;
+                        slow(&mut || fb = b.finish(now, id, &mut ob));
+                        assert_eq!((fa, &oa), (fb, &ob));
+                        if !fa {
+                            assert_eq!(a.cancel(now, id), b.cancel(now, id));
+                        }
+                    }
+                    _ => {
+                        let (mut ta, mut tb, mut oa, mut ob) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+                        a.expire(now, &mut ta, &mut oa);
+                        slow(&mut || b.expire(now, &mut tb, &mut ob));
+                        assert_eq!((&ta, &oa), (&tb, &ob));
+                    }
+                }
+                assert_eq!(a, b, "case {case}");
+            }
+        }
+        assert!(direct > 1000, "{direct}");
+    }
+
+    #[test]
+    fn config_fast_check_agrees_with_dealer() {
+        for deck in (1..=300).chain([1 << 10, (1 << 26) - 1, 1 << 26, (1 << 26) + 1, i32::MAX]) {
+            for hand in (0..=20).chain([deck as u32, u32::MAX]) {
+                let c = cfg(deck, 10, hand, 5);
+                let want = Dealer::new(deck, hand.min(i32::MAX as u32) as i32).is_ok();
+                assert_eq!(check_config(&c).is_ok(), want, "deck {deck} hand {hand}");
+            }
+        }
+    }
+
+    #[test]
+    fn id_set_finds_duplicates() {
+        for n in [0usize, 1, 2, 15, 16, 17, 40] {
+            let mut s = IdSet::default();
+            for i in 0..n {
+                s.push(i as u64 + 1);
+            }
+            assert!(!s.has_duplicates(), "{n}");
+            for dup in 0..n {
+                let mut s = IdSet::default();
+                for i in 0..n {
+                    s.push(i as u64 + 1);
+                }
+                s.push(dup as u64 + 1);
+                assert!(s.has_duplicates(), "{n} {dup}");
+            }
+        }
     }
 
     #[test]
