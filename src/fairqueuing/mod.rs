@@ -98,6 +98,8 @@ pub struct Dispatched {
     pub waited: Nanos,
     /// Seats it holds while executing (`max_seats`).
     pub seats: u32,
+    /// What the owner must hand back to `QueueSet::finish`.
+    pub receipt: Receipt,
 }
 
 /// What the owner of an executing request keeps so that the QueueSet does not have to store

@@ -604,7 +604,16 @@ impl QueueSet {
         self.tot_requests_executing += 1;
         self.tot_seats_in_use = self.tot_seats_in_use.saturating_add(seats as u64);
         self.counters.dispatched = self.counters.dispatched.saturating_add(1);
-        out.push(Dispatched { id: req.id, tag: req.tag, waited: now.saturating_sub(req.arrival), seats });
+        let receipt = crate::fairqueuing::Receipt {
+            id: req.id,
+            queue: i32::try_from(q.index).unwrap_or(-1),
+            owner: req.tag.owner,
+            initial_seats: work.initial_seats,
+            max_seats: seats,
+            start: now,
+            additional_latency: work.additional_latency,
+        };
+        out.push(Dispatched { id: req.id, tag: req.tag, waited: now.saturating_sub(req.arrival), seats, receipt });
         true
     }
 
