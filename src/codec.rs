@@ -112,22 +112,22 @@ impl<'a> Reader<'a> {
         }
     }
     pub fn u64(&mut self) -> CodecResult<u64> {
-        let mut pos = self.pos;
+        // Fast path: one-byte varint (most counts, small deltas).
+        if let Some(&b) = self.buf.get(self.pos) {
+            if b < 0x80 {
+                self.pos += 1;
+                return Ok(u64::from(b));
+            }
+        }
         let mut v: u64 = 0;
         let mut shift = 0u32;
         loop {
-            let Some(&b) = self.buf.get(pos) else {
-                self.pos = pos;
-                return Err(CodecError("truncated"));
-            };
-            pos += 1;
-            if shift >= 63 && (shift >= 64 || (b & 0x7e) != 0) {
-                self.pos = pos;
+            let b = self.u8()?;
+            if shift >= 64 || (shift == 63 && (b & 0x7e) != 0) {
                 return Err(CodecError("varint overflow"));
             }
             v |= ((b & 0x7f) as u64) << shift;
-            if b < 0x80 {
-                self.pos = pos;
+            if b & 0x80 == 0 {
                 return Ok(v);
             }
             shift += 7;
