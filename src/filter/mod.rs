@@ -10,11 +10,16 @@
 //!   another worker is woken through that worker's mailbox, because only the owning worker can
 //!   resume a paused stream.
 
+mod alloc;
 mod host;
 mod http;
 mod metrics;
 mod root;
 mod worker;
+
+#[cfg(not(target_feature = "atomics"))]
+#[global_allocator]
+static ALLOC: alloc::SizeClassAlloc = alloc::SizeClassAlloc::new();
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(proxy_wasm::types::LogLevel::Info);
