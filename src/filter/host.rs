@@ -202,14 +202,43 @@ impl Mailboxes for HostMailboxes {
 
 /// All headers of a map as (lowercase name, value) pairs in order.
 pub fn header_pairs(map: u32) -> Vec<(String, Vec<u8>)> {
+    let bytes = header_map_bytes(map);
+    deserialize_pairs(&bytes)
+}
+
+/// The host's serialized header map (parse with [`borrowed_pairs`]).
+pub fn header_map_bytes(map: u32) -> Vec<u8> {
     let mut data: *mut u8 = null_mut();
     let mut size: usize = 0;
     // SAFETY: pointers to locals.
-    let bytes = match unsafe { proxy_get_header_map_pairs(map, &mut data, &mut size) } {
+    match unsafe { proxy_get_header_map_pairs(map, &mut data, &mut size) } {
         OK => unsafe { take(data, size) }.unwrap_or_default(),
-        _ => return Vec::new(),
+        _ => Vec::new(),
+    }
+}
+
+/// Header pairs borrowed from the serialized map, without copying (Envoy's names are already
+/// lowercase; a non-UTF-8 name is skipped).
+pub fn borrowed_pairs(bytes: &[u8]) -> Vec<(&str, &[u8])> {
+    let rd = |at: usize| -> Option<usize> {
+        let s: [u8; 4] = bytes.get(at..at.checked_add(4)?)?.try_into().ok()?;
+        Some(u32::from_le_bytes(s) as usize)
     };
-    deserialize_pairs(&bytes)
+    let Some(n) = rd(0) else { return Vec::new() };
+    let n = n.min(bytes.len() / 8);
+    let mut out = Vec::with_capacity(n);
+    let mut p = 4usize.saturating_add(n.saturating_mul(8));
+    for i in 0..n {
+        let (Some(k), Some(v)) = (rd(4 + i * 8), rd(8 + i * 8)) else { break };
+        let Some(name) = bytes.get(p..p.saturating_add(k)) else { break };
+        p = p.saturating_add(k).saturating_add(1);
+        let Some(val) = bytes.get(p..p.saturating_add(v)) else { break };
+        p = p.saturating_add(v).saturating_add(1);
+        if let Ok(name) = std::str::from_utf8(name) {
+            out.push((name, val));
+        }
+    }
+    out
 }
 
 /// Decodes the host's map serialization: u32 count, count × (u32 name len, u32 value len),

@@ -34,11 +34,12 @@ impl Http {
         let c: &Compiled = &rc;
         let now = host::monotonic_nanos();
         self.arrived = now;
-        let headers = host::header_pairs(REQUEST_HEADERS);
+        let raw = host::header_map_bytes(REQUEST_HEADERS);
+        let headers = host::borrowed_pairs(&raw);
         let mut method: &[u8] = b"GET";
         let mut path: &[u8] = b"/";
         for (k, v) in &headers {
-            match k.as_str() {
+            match *k {
                 ":method" => method = v,
                 ":path" => path = v,
                 _ => {}
@@ -47,9 +48,9 @@ impl Http {
         let identity_headers: Vec<(String, Vec<u8>)> = headers
             .iter()
             .filter(|(k, _)| c.identity_headers.iter().any(|n| n == k) || c.identity_prefixes.iter().any(|p| k.starts_with(p.as_str())))
-            .cloned()
+            .map(|(k, v)| ((*k).to_string(), v.to_vec()))
             .collect();
-        let ns_header = c.config.namespace_header.as_deref().and_then(|n| headers.iter().find(|(k, _)| k == n)).map(|(_, v)| v.as_slice());
+        let ns_header = c.config.namespace_header.as_deref().and_then(|n| headers.iter().find(|(k, _)| *k == n)).map(|(_, v)| *v);
         let facts = ConnectionFacts::fetch(c.needs);
         let input = IdentityInput {
             headers: &identity_headers,
