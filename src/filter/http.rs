@@ -17,7 +17,8 @@ pub struct Http {
     ctx: u32,
     compiled: Option<Rc<Compiled>>,
     /// Response headers for a classified request (PF UIDs, explanations).
-    response_headers: Option<Rc<Vec<(String, String)>>>,
+    /// (FlowSchema index, level index) of a classified request, for the PF response headers.
+    class: Option<(usize, usize)>,
     is_watch: bool,
     explain: bool,
     local_reply: bool,
@@ -27,7 +28,7 @@ pub struct Http {
 
 impl Http {
     pub fn new(ctx: u32, compiled: Option<Rc<Compiled>>) -> Http {
-        Http { ctx, compiled, response_headers: None, is_watch: false, explain: false, local_reply: false, arrived: 0, watch_info: None }
+        Http { ctx, compiled, class: None, is_watch: false, explain: false, local_reply: false, arrived: 0, watch_info: None }
     }
 
     fn admit(&mut self, rc: Rc<Compiled>) -> Action {
@@ -78,18 +79,8 @@ impl Http {
             return Action::Continue;
         }
         let Some(level) = c.levels.get(d.class.priority_level) else { return Action::Continue };
-        let fs = c.config.policy.flow_schemas.get(d.class.flow_schema);
-        let mut rh = vec![
-            (FS_UID_HEADER.to_string(), fs.map(|f| f.uid.clone()).unwrap_or_default()),
-            (PL_UID_HEADER.to_string(), level.uid.clone()),
-        ];
-        self.explain = d.user.groups.iter().any(|g| c.config.explain_groups.contains(g));
-        if self.explain {
-            rh.push(("x-apf-flowschema".into(), fs.map(|f| f.name.clone()).unwrap_or_default()));
-            rh.push(("x-apf-prioritylevel".into(), level.name.clone()));
-        }
-        let rh = Rc::new(rh);
-        self.response_headers = Some(rh.clone());
+        self.explain = !c.config.explain_groups.is_empty() && d.user.groups.iter().any(|g| c.config.explain_groups.contains(g));
+        self.class = Some((d.class.flow_schema, d.class.priority_level));
         self.is_watch = d.is_watch;
         if d.is_watch {
             self.watch_info = Some(d.info.clone());
@@ -98,7 +89,7 @@ impl Http {
             log::warn!("apf: worker not registered; letting the request through");
             return Action::Continue;
         };
-        worker::note_level(&level.key);
+        worker::note_levels(c);
         let tag = RequestTag {
             owner: slot,
             context: self.ctx,
@@ -118,7 +109,6 @@ impl Http {
             phase,
             arrived: now,
             wait_deadline: tag.wait_deadline,
-            reject_headers: rh.clone(),
             explain: self.explain,
             waited: 0,
             enforce: level.enforce,
@@ -152,7 +142,7 @@ impl Http {
                 metrics::observe(c, M::WaitDuration, pl, fs_i, metrics::EXECUTE_FALSE, 0.0);
                 if level.enforce {
                     self.local_reply = true;
-                    worker::send_429(retry_after, &rh, self.explain, reason.as_str());
+                    worker::send_429(c, fs_i, pl, retry_after, self.explain, reason.as_str());
                     Action::Pause
                 } else {
                     Action::Continue
@@ -183,9 +173,9 @@ impl HttpContext for Http {
         if self.local_reply || rejected {
             return Action::Continue;
         }
-        let Some(rh) = self.response_headers.clone() else { return Action::Continue };
-        for (k, v) in rh.iter() {
-            host::add_header(RESPONSE_HEADERS, k, v.as_bytes());
+        let (Some((fs, pl)), Some(c)) = (self.class, self.compiled.as_deref()) else { return Action::Continue };
+        for (k, v) in worker::pf_headers(c, fs, pl, self.explain) {
+            host::add_header(RESPONSE_HEADERS, k, v);
         }
         let now = host::monotonic_nanos();
         if self.explain {

@@ -29,8 +29,6 @@ pub struct Local {
     pub phase: Phase,
     pub arrived: Nanos,
     pub wait_deadline: Nanos,
-    /// Headers to put on a 429 sent for it from the timer or a notice.
-    pub reject_headers: Rc<Vec<(String, String)>>,
     /// The caller asked for explanations (adds `x-apf-reject-reason`).
     pub explain: bool,
     pub waited: Nanos,
@@ -85,6 +83,7 @@ pub struct Worker {
     pub requests: HashMap<u32, Local>,
     /// Shared-state keys of every level this VM has used (so removed levels still drain).
     pub known_levels: Vec<String>,
+    pub noted_generation: Option<u64>,
     pub last_heartbeat: Nanos,
     pub last_reap: Nanos,
     pub last_tick: Nanos,
@@ -142,10 +141,18 @@ pub fn ensure_registered(now: Nanos) -> Option<u32> {
     }
 }
 
-pub fn note_level(key: &str) {
+/// Remembers the level keys of a configuration (once per configuration and VM), so that levels
+/// removed by a later configuration still get their timers until they drain.
+pub fn note_levels(c: &crate::engine::Compiled) {
     with(|w| {
-        if !w.known_levels.iter().any(|k| k == key) {
-            w.known_levels.push(key.to_string());
+        if w.noted_generation == Some(c.generation) {
+            return;
+        }
+        w.noted_generation = Some(c.generation);
+        for l in &c.levels {
+            if !w.known_levels.iter().any(|k| k == &l.key) {
+                w.known_levels.push(l.key.clone());
+            }
         }
     })
 }
@@ -225,7 +232,7 @@ pub fn handle(n: Notice, now: Nanos) {
                 w.rejected.insert(n.context, (retry_after, reason.as_str()));
             });
             if l.enforce && host::set_effective_context(n.context) {
-                send_429(retry_after, &l.reject_headers, l.explain, reason.as_str());
+                send_429(&l.compiled, l.fs, l.pl, retry_after, l.explain, reason.as_str());
             }
         }
         (NoticeKind::Reject { .. }, None) => {}
@@ -242,15 +249,27 @@ fn release(level_key: &str, id: RequestId, now: Nanos) {
 
 pub const TOO_MANY: &[u8] = b"Too many requests, please try again later.\n";
 
-pub fn send_429(retry_after: i64, extra: &[(String, String)], explain: bool, reason: &str) {
+/// The PF response headers of a classified request (UIDs; names for explain callers).
+pub fn pf_headers(c: &crate::engine::Compiled, fs: usize, pl: usize, explain: bool) -> Vec<(&'static str, &[u8])> {
+    let fs_obj = c.config.policy.flow_schemas.get(fs);
+    let lvl = c.levels.get(pl);
+    let mut h: Vec<(&'static str, &[u8])> = Vec::with_capacity(4);
+    h.push((super::http::FS_UID_HEADER, fs_obj.map(|f| f.uid.as_bytes()).unwrap_or_default()));
+    h.push((super::http::PL_UID_HEADER, lvl.map(|l| l.uid.as_bytes()).unwrap_or_default()));
+    if explain {
+        h.push(("x-apf-flowschema", fs_obj.map(|f| f.name.as_bytes()).unwrap_or_default()));
+        h.push(("x-apf-prioritylevel", lvl.map(|l| l.name.as_bytes()).unwrap_or_default()));
+    }
+    h
+}
+
+pub fn send_429(c: &crate::engine::Compiled, fs: usize, pl: usize, retry_after: i64, explain: bool, reason: &str) {
     let ra = retry_after.clamp(1, 32).to_string();
-    let mut headers: Vec<(&str, &[u8])> = Vec::with_capacity(extra.len() + 4);
+    let mut headers: Vec<(&str, &[u8])> = Vec::with_capacity(8);
     headers.push(("retry-after", ra.as_bytes()));
     headers.push(("content-type", b"text/plain; charset=utf-8"));
     headers.push(("x-content-type-options", b"nosniff"));
-    for (k, v) in extra {
-        headers.push((k.as_str(), v.as_bytes()));
-    }
+    headers.extend(pf_headers(c, fs, pl, explain));
     if explain {
         headers.push(("x-apf-reject-reason", reason.as_bytes()));
     }
