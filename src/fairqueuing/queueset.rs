@@ -1090,7 +1090,7 @@ impl QueueSet {
             qs.tot_seats_in_use = qs.tot_seats_in_use.checked_add(l.seats).ok_or(CodecError("seat overflow"))?;
             qs.lingers.push(l);
         }
-        let nq = r.count(4)?;
+        let nq = r.count(3)?;
         qs.queues.reserve(nq);
         let mut prev: Option<u32> = None;
         for _ in 0..nq {
