@@ -339,16 +339,14 @@ impl Sim {
             }
             let snap = st.qs.snapshot();
             let mut waiting: Vec<(u32, u32, RequestId)> = snap.queues.iter().flat_map(|q| q.waiting.iter().map(|r| (r.owner, r.context, r.id))).collect();
-            let mut executing: Vec<(u32, u32, RequestId)> = snap
-                .queues
-                .iter()
-                .flat_map(|q| q.executing.iter())
-                .chain(snap.queueless_executing.iter())
-                .filter(|e| e.lingering_until.is_none())
-                .map(|e| (e.owner, e.context, e.id))
-                .collect();
+            // Executing requests are kept by their owners: the state has counts per owner.
+            let mut by_owner: std::collections::BTreeMap<u32, u32> = std::collections::BTreeMap::new();
+            for e in snap.queues.iter().flat_map(|q| q.executing_by_owner.iter()).chain(snap.queueless_executing_by_owner.iter()) {
+                *by_owner.entry(e.owner).or_default() += e.executing;
+            }
+            let mut executing: Vec<(u32, u32)> = by_owner.into_iter().collect();
             assert_eq!(waiting.len() as u32, st.qs.requests_waiting(), "step {step}: waiting count");
-            for (owner, _, _) in waiting.iter().chain(executing.iter()) {
+            for owner in waiting.iter().map(|w| &w.0).chain(executing.iter().map(|e| &e.0)) {
                 let w = self.worker_by_slot(*owner).unwrap_or_else(|| panic!("step {step}: request of unknown owner {owner}"));
                 if !self.workers[w].alive {
                     assert!(engine::instance_of(&self.store, *owner).unwrap().is_some(), "step {step}: request of reaped worker {owner} survived the reaping");
@@ -356,11 +354,11 @@ impl Sim {
             }
             let live = |o: &u32| self.worker_by_slot(*o).is_some_and(|w| self.workers[w].alive);
             waiting.retain(|(o, _, _)| live(o));
-            executing.retain(|(o, _, _)| live(o));
+            executing.retain(|(o, _)| live(o));
             waiting.sort_unstable();
             executing.sort_unstable();
             let mut lw = Vec::new();
-            let mut lx = Vec::new();
+            let mut lx: std::collections::BTreeMap<u32, u32> = std::collections::BTreeMap::new();
             for wk in self.workers.iter().filter(|w| w.alive) {
                 for (ctx, l) in &wk.requests {
                     if &l.key != k {
@@ -368,13 +366,13 @@ impl Sim {
                     }
                     match l.phase {
                         Phase::Waiting => lw.push((wk.slot, *ctx, l.id)),
-                        Phase::Executing => lx.push((wk.slot, *ctx, l.id)),
+                        Phase::Executing => *lx.entry(wk.slot).or_default() += 1,
                         Phase::Finished => {}
                     }
                 }
             }
             lw.sort_unstable();
-            lx.sort_unstable();
+            let lx: Vec<(u32, u32)> = lx.into_iter().collect();
             assert_eq!(waiting, lw, "step {step}: {k}: waiting requests differ between the global state and the live workers");
             assert_eq!(executing, lx, "step {step}: {k}: executing requests differ between the global state and the live workers");
         }

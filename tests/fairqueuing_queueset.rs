@@ -5,7 +5,7 @@
 
 use apf_wasm::codec::{Reader, Writer};
 use apf_wasm::fairqueuing::queueset::{Arrival, QueueSet};
-use apf_wasm::fairqueuing::{Dispatched, QueueSetConfig, RequestTag, WorkEstimate};
+use apf_wasm::fairqueuing::{Dispatched, QueueSetConfig, Receipt, RequestTag, WorkEstimate};
 use apf_wasm::Nanos;
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -40,7 +40,7 @@ fn random_operations_keep_state_consistent() {
         let cfg = QueueSetConfig { desired_queues: desired, queue_length_limit: 1 + rng.below(5) as u32, hand_size: if desired > 1 { 1 + rng.below(4) as u32 } else { 1 }, concurrency_limit: c };
         let mut qs = QueueSet::new(cfg, 0).unwrap();
         let mut now: Nanos = 0;
-        let mut executing: Vec<u64> = Vec::new();
+        let mut executing: Vec<Receipt> = Vec::new();
         let mut waiting: Vec<u64> = Vec::new();
         let mut out: Vec<Dispatched> = Vec::new();
         for step in 0..600 {
@@ -51,7 +51,7 @@ fn random_operations_keep_state_consistent() {
                     let tag = RequestTag { owner: rng.below(3) as u32, context: step, flow_schema: 0, flow_hash: rng.below(20), wait_deadline: if rng.below(2) == 0 { now + rng.below(2_000_000_000) as Nanos } else { Nanos::MAX } };
                     let work = WorkEstimate { initial_seats: rng.below(4) as u32, final_seats: rng.below(8) as u32, additional_latency: rng.below(3) as Nanos * 100_000_000 };
                     match qs.arrive(now, work, tag, &mut out) {
-                        Arrival::Executing(id) => executing.push(id),
+                        Arrival::Executing(rc) => executing.push(rc),
                         Arrival::Queued(id) => waiting.push(id),
                         Arrival::Rejected(_) => {}
                     }
@@ -59,8 +59,9 @@ fn random_operations_keep_state_consistent() {
                 5..=7 => {
                     if !executing.is_empty() {
                         let i = rng.below(executing.len() as u64) as usize;
-                        let id = executing.swap_remove(i);
-                        assert!(qs.finish(now, id, &mut out));
+                        let rc = executing.swap_remove(i);
+                        assert!(qs.finish(now, &rc, &mut out));
+                        assert!(!qs.finish(now, &Receipt { owner: 3, ..rc }, &mut out), "unknown owner");
                     }
                 }
                 8 => {
@@ -73,9 +74,14 @@ fn random_operations_keep_state_consistent() {
                 _ => {
                     let mut to = Vec::new();
                     if rng.below(4) == 0 {
-                        let n = qs.remove_owner(rng.below(3) as u32, now, &mut out);
-                        let _ = n;
-                        executing.retain(|_| false);
+                        let owner = rng.below(3) as u32;
+                        let _ = qs.remove_owner(owner, now, &mut out);
+                        let (gone, kept): (Vec<Receipt>, Vec<Receipt>) = executing.iter().partition(|rc| rc.owner == owner);
+                        executing = kept;
+                        // Receipts of a reaped owner are refused.
+                        if let Some(rc) = gone.first() {
+                            assert!(!qs.finish(now, rc, &mut out));
+                        }
                     } else if rng.below(3) == 0 {
                         let c2 = 1 + rng.below(6) as u32;
                         out.extend(qs.reconfigure(QueueSetConfig { concurrency_limit: c2, ..qs.config() }, now).unwrap());
@@ -89,7 +95,7 @@ fn random_operations_keep_state_consistent() {
             }
             for d in &out {
                 waiting.retain(|w| *w != d.id);
-                executing.push(d.id);
+                executing.push(d.receipt);
             }
             if desired > 0 {
                 assert!(qs.seats_in_use() <= c.max(6) * 2 + 8, "seats {}", qs.seats_in_use());
@@ -106,12 +112,12 @@ fn random_operations_keep_state_consistent() {
             for (id, _) in to {
                 waiting.retain(|w| *w != id);
             }
-            for id in std::mem::take(&mut executing) {
-                qs.finish(now, id, &mut out);
+            for rc in std::mem::take(&mut executing) {
+                assert!(qs.finish(now, &rc, &mut out));
             }
             for d in &out {
                 waiting.retain(|w| *w != d.id);
-                executing.push(d.id);
+                executing.push(d.receipt);
             }
             for id in std::mem::take(&mut waiting) {
                 qs.cancel(now, id);
@@ -122,6 +128,7 @@ fn random_operations_keep_state_consistent() {
                 break;
             }
         }
+        assert!(qs.is_empty(), "seed {seed}: drained by finishes alone: {:?}", qs.snapshot());
         qs.remove_owner(0, now, &mut out);
         qs.remove_owner(1, now, &mut out);
         qs.remove_owner(2, now, &mut out);
@@ -134,7 +141,7 @@ fn bench(with_codec: bool, ops: u64) -> (f64, usize) {
     let cfg = QueueSetConfig { desired_queues: 128, queue_length_limit: 50, hand_size: 6, concurrency_limit: 100 };
     let mut qs = QueueSet::new(cfg, 0).unwrap();
     let mut bytes = Vec::new();
-    let mut executing: VecDeque<u64> = VecDeque::new();
+    let mut executing: VecDeque<Receipt> = VecDeque::new();
     let mut out = Vec::with_capacity(16);
     let mut now: Nanos = 1_000_000_000;
     let mut max_len = 0;
@@ -148,10 +155,10 @@ fn bench(with_codec: bool, ops: u64) -> (f64, usize) {
             qs = QueueSet::decode(&mut Reader::new(&bytes)).unwrap_or(qs);
         }
         match qs.arrive(now, WorkEstimate::ONE, tag, &mut out) {
-            Arrival::Executing(id) => executing.push_back(id),
+            Arrival::Executing(rc) => executing.push_back(rc),
             Arrival::Queued(_) | Arrival::Rejected(_) => {}
         }
-        executing.extend(out.iter().map(|d| d.id));
+        executing.extend(out.iter().map(|d| d.receipt));
         if with_codec {
             let mut w = Writer::with_capacity(bytes.len() + 64);
             qs.encode(&mut w);
@@ -161,10 +168,10 @@ fn bench(with_codec: bool, ops: u64) -> (f64, usize) {
         }
         // keep ~95 executing: finish the oldest
         if executing.len() > 95 {
-            let id = executing.pop_front().unwrap();
+            let rc = executing.pop_front().unwrap();
             out.clear();
-            qs.finish(now, id, &mut out);
-            executing.extend(out.iter().map(|d| d.id));
+            qs.finish(now, &rc, &mut out);
+            executing.extend(out.iter().map(|d| d.receipt));
         }
         if with_codec {
             let mut w = Writer::with_capacity(bytes.len() + 64);

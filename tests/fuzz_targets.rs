@@ -355,14 +355,17 @@ fn write_queueing_corpus() {
         let mut st = LevelState::new(cfg, 3, now).unwrap();
         write_corpus("state_level", &format!("{name}-new"), &st.encode());
         let mut out = Vec::new();
+        let mut first = None;
         for i in 0..9u32 {
             let t = now + i64::from(i) * 1_000_000;
             let work = WorkEstimate { initial_seats: 1 + i % 2, final_seats: i % 3, additional_latency: i64::from(i % 2) * 5_000_000 };
             let tag = RequestTag { owner: i % 2, context: i, flow_schema: (i % 3) as u16, flow_hash: u64::from(i % 4) * 0x1234_5678_9abc, wait_deadline: if i % 4 == 0 { i64::MAX } else { t + 15 * S } };
-            let _ = st.qs.arrive(t, work, tag, &mut out);
+            if let apf_wasm::fairqueuing::queueset::Arrival::Executing(rc) = st.qs.arrive(t, work, tag, &mut out) {
+                first = first.or(Some(rc));
+            }
             st.demand.set(t, f64::from(st.qs.seat_demand()));
-            if i == 6 {
-                st.qs.finish(t, 1, &mut out);
+            if let (6, Some(rc)) = (i, first) {
+                st.qs.finish(t, &rc, &mut out);
                 st.dropped.record_dropped(t / S);
             }
         }

@@ -19,7 +19,7 @@ use apf_wasm::engine::workers::Registry;
 use apf_wasm::digest::work_estimate::{estimate, WatchTracker, WorkEstimatorConfig};
 use apf_wasm::engine::{BorrowState, LevelState, Notice};
 use apf_wasm::fairqueuing::queueset::{Arrival, QueueSet};
-use apf_wasm::fairqueuing::{QueueSetConfig, RequestId, RequestTag, WorkEstimate};
+use apf_wasm::fairqueuing::{QueueSetConfig, Receipt, RequestId, RequestTag, WorkEstimate};
 use apf_wasm::policy::model::Policy;
 use apf_wasm::policy::default_policy;
 use apf_wasm::simulate::run_scenario;
@@ -514,14 +514,25 @@ fn check_qs(qs: &QueueSet) {
     }
 }
 
-fn ids_of(qs: &QueueSet) -> Vec<RequestId> {
+/// Receipts matching the executing aggregates of a (decoded) state: executing requests are kept
+/// by their owners, so a decoded state can only be finished with receipts forged from them.
+fn receipts_of(qs: &QueueSet, now: i64) -> Vec<Receipt> {
     let snap = qs.snapshot();
-    let mut ids: Vec<RequestId> = snap.queueless_executing.iter().map(|e| e.id).collect();
+    let rc = |queue: i32, owner: u32, seats: u64| Receipt {
+        id: 1,
+        queue,
+        owner,
+        initial_seats: 1,
+        max_seats: u32::try_from(seats).unwrap_or(u32::MAX),
+        start: now,
+        additional_latency: i64::from(owner % 2) * 1_000_000,
+    };
+    let mut v: Vec<Receipt> = snap.queueless_executing_by_owner.iter().map(|e| rc(-1, e.owner, e.seats)).collect();
     for q in &snap.queues {
-        ids.extend(q.waiting.iter().map(|w| w.id));
-        ids.extend(q.executing.iter().map(|e| e.id));
+        let queue = i32::try_from(q.index).unwrap_or(i32::MAX);
+        v.extend(q.executing_by_owner.iter().map(|e| rc(queue, e.owner, e.seats)));
     }
-    ids
+    v
 }
 
 fn exercise(qs: &mut QueueSet) {
@@ -531,8 +542,8 @@ fn exercise(qs: &mut QueueSet) {
     let _ = qs.next_event();
     let tag = RequestTag { owner: 1, context: 2, flow_schema: 3, flow_hash: 0xfeed, wait_deadline: now.saturating_add(1_000_000_000) };
     let _ = qs.arrive(now.saturating_add(1_000), WorkEstimate::ONE, tag, &mut out);
-    for id in ids_of(qs).into_iter().take(4) {
-        let _ = qs.finish(now.saturating_add(2_000), id, &mut out);
+    for rc in receipts_of(qs, now).into_iter().take(4) {
+        let _ = qs.finish(now.saturating_add(2_000), &rc, &mut out);
     }
     if let Some(t) = qs.next_event() {
         let mut timed = Vec::new();
@@ -555,6 +566,8 @@ pub fn queueset_ops(data: &[u8]) -> bool {
     let mut now: i64 = 1_000_000_000;
     let Ok(mut qs) = QueueSet::new(cfg, now) else { return false };
     let mut ids: Vec<RequestId> = Vec::new();
+    // Receipts are kept after their finish, so that double finishes are exercised too.
+    let mut receipts: Vec<Receipt> = Vec::new();
     let mut out = Vec::new();
     for (n, c) in data.get(4..).unwrap_or_default().chunks(4).enumerate() {
         let c = |i: usize| c.get(i).copied().unwrap_or(0);
@@ -570,13 +583,20 @@ pub fn queueset_ops(data: &[u8]) -> bool {
                     wait_deadline: if c(2) & 0x80 != 0 { i64::MAX } else { now.saturating_add(ms(c(3))) },
                 };
                 match qs.arrive(now, work, tag, &mut out) {
-                    Arrival::Executing(id) | Arrival::Queued(id) => ids.push(id),
+                    Arrival::Executing(rc) => receipts.push(rc),
+                    Arrival::Queued(id) => ids.push(id),
                     Arrival::Rejected(_) => {}
                 }
             }
             2 => {
-                if let Some(&id) = ids.get(usize::from(c(1)) % ids.len().max(1)) {
-                    let _ = qs.finish(now, id, &mut out);
+                if let Some(&rc) = receipts.get(usize::from(c(1)) % receipts.len().max(1)) {
+                    // Sometimes a receipt of another owner or queue (refused unless it exists).
+                    let rc = match c(2) % 8 {
+                        0 => Receipt { owner: u32::from(c(3) % 3), ..rc },
+                        1 => Receipt { queue: i32::from(c(3) % 20) - 2, ..rc },
+                        _ => rc,
+                    };
+                    let _ = qs.finish(now, &rc, &mut out);
                 }
             }
             3 => {
@@ -609,6 +629,7 @@ pub fn queueset_ops(data: &[u8]) -> bool {
                 }
             }
         }
+        receipts.extend(out.iter().map(|d| d.receipt));
         out.clear();
         // The check is O(state); checking every step would make long inputs quadratic.
         if n < 32 || n % 32 == 0 {

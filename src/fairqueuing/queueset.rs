@@ -15,7 +15,15 @@
 //! in a vector sorted by queue index. Upstream resets an idle queue's `nextDispatchR` to R on its
 //! next arrival and never reads it otherwise, and scanning the sorted active indices in cyclic
 //! order after `robinIndex` visits them in the same order as scanning all queues, so this is
-//! exact. Memory is proportional to queued + executing requests, never to flows seen.
+//! exact. Memory is proportional to queued requests plus distinct (owner, queue) pairs of
+//! executing requests, never to flows seen.
+//!
+//! Executing requests are not stored: each dispatch hands out a [`Receipt`] (in
+//! [`Arrival::Executing`] or [`Dispatched::receipt`]) that the owner keeps and gives back to
+//! [`QueueSet::finish`], which applies upstream's finish from it. The QueueSet keeps only, per
+//! (owner, queue), the number of executing requests and their seats (so that a lease expiry
+//! releases a dead owner's seats, and a finish after that, or a second finish, changes
+//! nothing), and the lingering seats (`AdditionalLatency`) with their release time.
 //!
 //! Deviation: when a reconfiguration shrinks the number of queues, upstream removes excess
 //! queues when they become empty and shifts the indices of later queues down; here indices are
@@ -32,6 +40,10 @@
 //! Deviation: wait deadlines are data (`RequestTag::wait_deadline`) instead of contexts; the
 //! caller must call [`QueueSet::expire`] at (or before any other operation after) the times
 //! given by [`QueueSet::next_event`].
+//!
+//! Deviation: a lease expiry ([`QueueSet::remove_owner`]) releases the dead owner's executing
+//! seats without the service-time correction of the queues' virtual finish (its requests'
+//! start times are not stored); upstream has no lease expiry.
 
 use std::collections::VecDeque;
 
@@ -39,7 +51,7 @@ use serde::Serialize;
 
 use super::seat_seconds::{duration_per_seat, seats_times_duration, SeatSeconds};
 use super::shuffle_sharding::Dealer;
-use super::{Dispatched, RejectReason, RequestId, RequestTag, QueueSetConfig, WorkEstimate};
+use super::{Dispatched, QueueSetConfig, Receipt, RejectReason, RequestId, RequestTag, WorkEstimate};
 use crate::codec::{CodecError, CodecResult, Reader, Writer};
 use crate::Nanos;
 
@@ -50,15 +62,16 @@ pub const R_DECREMENT: u64 = u64::MAX / 2;
 /// Threshold that triggers an epoch advance.
 pub const HIGH_R: u64 = R_DECREMENT + R_DECREMENT / 2;
 
-const ENCODING_VERSION: u8 = 1;
+/// 2: executing requests as per-(owner, queue) aggregates and lingering seats (receipts).
+const ENCODING_VERSION: u8 = 2;
 /// Largest queue index that can exist (the Dealer's maximum deck size).
 const MAX_QUEUES: u32 = 1 << 26;
 
 /// Outcome of [`QueueSet::arrive`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arrival {
-    /// Dispatched immediately; call `finish` when the handler returns.
-    Executing(RequestId),
+    /// Dispatched immediately; call `finish` with this receipt when the handler returns.
+    Executing(Receipt),
     /// Waiting in a queue; it shows up later in some `out` list, or is removed by
     /// `cancel`/`expire`/`remove_owner`.
     Queued(RequestId),
@@ -91,16 +104,30 @@ struct Waiting {
     arrival: Nanos,
 }
 
-#[derive(Debug, Clone, PartialEq)]
-struct Exec {
-    id: RequestId,
-    tag: RequestTag,
-    initial_seats: u32,
-    max_seats: u32,
-    start: Nanos,
-    additional_latency: Nanos,
-    /// `Some(t)`: the handler returned; the seats are held until `t`.
-    linger_until: Option<Nanos>,
+/// The executing requests of one owner in one queue (−1: queue-less). Kept sorted by
+/// (owner, queue); an entry exists only while `executing > 0`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct OwnerExec {
+    owner: u32,
+    queue: i32,
+    executing: u32,
+    /// Sum of their MaxSeats.
+    seats: u64,
+}
+
+/// Seats of a finished request held until `until` (`AdditionalLatency`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Linger {
+    until: Nanos,
+    /// Queue index, or −1 for queue-less.
+    queue: i32,
+    owner: u32,
+    seats: u64,
+}
+
+/// Key of a queue in receipts, aggregates and lingers (indices are below 2^26).
+fn qkey(index: u32) -> i32 {
+    i32::try_from(index).unwrap_or(i32::MAX)
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -108,8 +135,6 @@ struct Queue {
     index: u32,
     next_dispatch_r: u64,
     waiting: VecDeque<Waiting>,
-    /// Executing and lingering requests.
-    executing: Vec<Exec>,
     // Derived sums (recomputed on decode).
     initial_seats_sum: u64,
     max_seats_sum: u64,
@@ -118,6 +143,8 @@ struct Queue {
     seats_in_use: u64,
     /// Executing (not lingering) requests.
     requests_executing: u32,
+    /// Lingering entries of this queue.
+    lingering: u32,
 }
 
 impl Queue {
@@ -126,16 +153,16 @@ impl Queue {
             index,
             next_dispatch_r: 0,
             waiting: VecDeque::new(),
-            executing: Vec::new(),
             initial_seats_sum: 0,
             max_seats_sum: 0,
             total_work_sum: 0,
             seats_in_use: 0,
             requests_executing: 0,
+            lingering: 0,
         }
     }
     fn is_stored_idle(&self) -> bool {
-        self.waiting.is_empty() && self.executing.is_empty()
+        self.waiting.is_empty() && self.requests_executing == 0 && self.lingering == 0
     }
     fn is_active(&self) -> bool {
         !self.waiting.is_empty() || self.requests_executing > 0
@@ -160,7 +187,10 @@ pub struct QueueSet {
     enqueues: u64,
     next_id: u64,
     queues: Vec<Queue>,
-    queueless: Vec<Exec>,
+    /// Executing requests per (owner, queue), sorted by (owner, queue).
+    execs: Vec<OwnerExec>,
+    /// Lingering seats.
+    lingers: Vec<Linger>,
     counters: Counters,
     // Derived totals.
     tot_requests_waiting: u32,
@@ -203,7 +233,8 @@ impl QueueSet {
             enqueues: 0,
             next_id: 1,
             queues: Vec::new(),
-            queueless: Vec::new(),
+            execs: Vec::new(),
+            lingers: Vec::new(),
             counters: Counters::default(),
             tot_requests_waiting: 0,
             tot_requests_executing: 0,
@@ -269,7 +300,28 @@ impl QueueSet {
     }
     /// True when the state holds no request at all (not even lingering seats).
     pub fn is_empty(&self) -> bool {
-        self.queues.is_empty() && self.queueless.is_empty()
+        self.queues.is_empty() && self.execs.is_empty() && self.lingers.is_empty()
+    }
+
+    fn exec_pos(&self, owner: u32, queue: i32) -> Result<usize, usize> {
+        self.execs.binary_search_by(|e| (e.owner, e.queue).cmp(&(owner, queue)))
+    }
+
+    /// Counts a request that starts executing in the (owner, queue) aggregate and the totals
+    /// (the queue's own counts are the caller's).
+    fn add_executing(&mut self, owner: u32, queue: i32, seats: u32) {
+        match self.exec_pos(owner, queue) {
+            Ok(p) => {
+                if let Some(e) = self.execs.get_mut(p) {
+                    e.executing = e.executing.saturating_add(1);
+                    e.seats = e.seats.saturating_add(seats as u64);
+                }
+            }
+            Err(p) => self.execs.insert(p, OwnerExec { owner, queue, executing: 1, seats: seats as u64 }),
+        }
+        self.tot_requests_executing = self.tot_requests_executing.saturating_add(1);
+        self.tot_seats_in_use = self.tot_seats_in_use.saturating_add(seats as u64);
+        self.counters.dispatched = self.counters.dispatched.saturating_add(1);
     }
 
     fn new_id(&mut self) -> RequestId {
@@ -404,19 +456,16 @@ impl QueueSet {
             }
             let id = self.new_id();
             let seats = work.max_seats();
-            self.tot_requests_executing += 1;
-            self.tot_seats_in_use = self.tot_seats_in_use.saturating_add(seats as u64);
-            self.counters.dispatched = self.counters.dispatched.saturating_add(1);
-            self.queueless.push(Exec {
+            self.add_executing(tag.owner, -1, seats);
+            return Arrival::Executing(Receipt {
                 id,
-                tag,
+                queue: -1,
+                owner: tag.owner,
                 initial_seats: work.initial_seats,
                 max_seats: seats,
                 start: now,
                 additional_latency: work.additional_latency,
-                linger_until: None,
             });
-            return Arrival::Executing(id);
         }
         let qidx = self.shuffle_shard(tag.flow_hash);
         let pos = match self.queue_pos(qidx) {
@@ -444,8 +493,8 @@ impl QueueSet {
         let g = self.g;
         let r = self.current_r;
         let (_, total_work) = request_work(&work, g);
-        if self.try_dispatch_directly(pos, id, tag, work, now) {
-            return Arrival::Executing(id);
+        if let Some(receipt) = self.try_dispatch_directly(pos, id, tag, work, now) {
+            return Arrival::Executing(receipt);
         }
         if let Some(q) = self.queues.get_mut(pos) {
             if q.waiting.is_empty() && q.requests_executing == 0 {
@@ -469,10 +518,7 @@ impl QueueSet {
             }
         }
         match found {
-            Some(i) => {
-                out.remove(i);
-                Arrival::Executing(id)
-            }
+            Some(i) => Arrival::Executing(out.remove(i).receipt),
             None => Arrival::Queued(id),
         }
     }
@@ -480,30 +526,30 @@ impl QueueSet {
     /// The uncontended arrival, without the round trip through the queue: when nothing else
     /// waits, enqueuing the request and dispatching as much as possible would pick exactly this
     /// request (the only queue head) if it fits. Applies the same net state change as
-    /// enqueue + [`Self::dispatch_one`] and returns true; returns false (changing nothing) when
-    /// the request would not be dispatched right away.
-    fn try_dispatch_directly(&mut self, pos: usize, id: RequestId, tag: RequestTag, work: WorkEstimate, now: Nanos) -> bool {
+    /// enqueue + [`Self::dispatch_one`] and returns the receipt; returns None (changing
+    /// nothing) when the request would not be dispatched right away.
+    fn try_dispatch_directly(&mut self, pos: usize, id: RequestId, tag: RequestTag, work: WorkEstimate, now: Nanos) -> Option<Receipt> {
         #[cfg(test)]
         if !DIRECT_DISPATCH.with(|d| d.get()) {
-            return false;
+            return None;
         }
         if self.tot_requests_waiting != 0 || self.tot_seats_in_use >= self.cfg.concurrency_limit as u64 {
-            return false;
+            return None;
         }
         let c = self.cfg.concurrency_limit;
         let g = self.g;
         let r = self.current_r;
         let (final_work, total_work) = request_work(&work, g);
-        let Some(q) = self.queues.get(pos) else { return false };
+        let q = self.queues.get(pos)?;
         if !q.waiting.is_empty() {
-            return false;
+            return None;
         }
         // next_dispatch_r after the enqueue (idle reset, then anti-windup against the arrival R).
         let ndr = if q.requests_executing == 0 { r } else { q.next_dispatch_r };
         let ndr = ndr.max(r);
         // `find_dispatch_queue`: the head's virtual finish must be below the initial minimum.
         if ndr.wrapping_add(total_work.0) == u64::MAX || !self.can_accommodate(work.max_seats()) {
-            return false;
+            return None;
         }
         let mut work = work;
         if work.final_seats > c {
@@ -511,24 +557,22 @@ impl QueueSet {
             work.final_seats = c;
         }
         let seats = work.max_seats();
-        let Some(q) = self.queues.get_mut(pos) else { return false };
+        let q = self.queues.get_mut(pos)?;
         q.next_dispatch_r = ndr.wrapping_add(total_work.0);
         q.seats_in_use = q.seats_in_use.saturating_add(seats as u64);
-        q.requests_executing += 1;
-        q.executing.push(Exec {
+        q.requests_executing = q.requests_executing.saturating_add(1);
+        let index = q.index;
+        self.robin_index = index;
+        self.add_executing(tag.owner, qkey(index), seats);
+        Some(Receipt {
             id,
-            tag,
+            queue: qkey(index),
+            owner: tag.owner,
             initial_seats: work.initial_seats,
             max_seats: seats,
             start: now,
             additional_latency: work.additional_latency,
-            linger_until: None,
-        });
-        self.robin_index = q.index;
-        self.tot_requests_executing += 1;
-        self.tot_seats_in_use = self.tot_seats_in_use.saturating_add(seats as u64);
-        self.counters.dispatched = self.counters.dispatched.saturating_add(1);
-        true
+        })
     }
 
     // ---------------------------------------------------------------- dispatch
@@ -586,27 +630,17 @@ impl QueueSet {
         }
         let seats = work.max_seats();
         q.seats_in_use = q.seats_in_use.saturating_add(seats as u64);
-        q.requests_executing += 1;
-        q.executing.push(Exec {
-            id: req.id,
-            tag: req.tag,
-            initial_seats: work.initial_seats,
-            max_seats: seats,
-            start: now,
-            additional_latency: work.additional_latency,
-            linger_until: None,
-        });
+        q.requests_executing = q.requests_executing.saturating_add(1);
         q.next_dispatch_r = q.next_dispatch_r.wrapping_add(total_work.0);
         bound_next_dispatch(q);
-        self.robin_index = q.index;
+        let index = q.index;
+        self.robin_index = index;
         self.tot_requests_waiting = self.tot_requests_waiting.saturating_sub(1);
         self.tot_seats_waiting = self.tot_seats_waiting.saturating_sub(req.work.max_seats() as u64);
-        self.tot_requests_executing += 1;
-        self.tot_seats_in_use = self.tot_seats_in_use.saturating_add(seats as u64);
-        self.counters.dispatched = self.counters.dispatched.saturating_add(1);
-        let receipt = crate::fairqueuing::Receipt {
+        self.add_executing(req.tag.owner, qkey(index), seats);
+        let receipt = Receipt {
             id: req.id,
-            queue: i32::try_from(q.index).unwrap_or(-1),
+            queue: qkey(index),
             owner: req.tag.owner,
             initial_seats: work.initial_seats,
             max_seats: seats,
@@ -619,88 +653,94 @@ impl QueueSet {
 
     // ---------------------------------------------------------------- finish
 
-    /// Upstream `finishRequestAndDispatchAsMuchAsPossible`: the handler of executing request
-    /// `id` returned at `now`. Returns false if `id` is not executing.
-    pub fn finish(&mut self, now: Nanos, id: RequestId, out: &mut Vec<Dispatched>) -> bool {
+    /// Upstream `finishRequestAndDispatchAsMuchAsPossible`: the handler of the executing request
+    /// of `receipt` returned at `now`. Applies the service-time correction to the receipt's
+    /// queue, lingers on (or releases) its MaxSeats and dispatches. Returns false, changing
+    /// nothing, when its (owner, queue) has no executing request left (the owner's lease was
+    /// reaped and its seats released, or a second finish).
+    pub fn finish(&mut self, now: Nanos, receipt: &Receipt, out: &mut Vec<Dispatched>) -> bool {
+        if self.exec_pos(receipt.owner, receipt.queue).is_err() {
+            return false;
+        }
         self.sync_time(now);
-        if !self.finish_locked(now, id) {
+        if !self.finish_locked(now, receipt) {
             return false;
         }
         self.dispatch_as_much_as_possible(now, out);
         true
     }
 
-    fn finish_locked(&mut self, now: Nanos, id: RequestId) -> bool {
-        let g = self.g;
-        // Queue-less (exempt / Reject levels, or leftovers of an older configuration).
-        if let Some(i) = self.queueless.iter().position(|e| e.id == id && e.linger_until.is_none()) {
-            self.tot_requests_executing = self.tot_requests_executing.saturating_sub(1);
-            let lat = self.queueless.get(i).map(|e| e.additional_latency).unwrap_or(0);
-            if lat <= 0 {
-                let e = self.queueless.swap_remove(i);
-                self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(e.max_seats as u64);
-            } else if let Some(e) = self.queueless.get_mut(i) {
-                e.linger_until = Some(now.saturating_add(lat));
-            }
-            return true;
+    fn finish_locked(&mut self, now: Nanos, rc: &Receipt) -> bool {
+        let Ok(p) = self.exec_pos(rc.owner, rc.queue) else { return false };
+        let Some(e) = self.execs.get_mut(p) else { return false };
+        if e.executing == 0 {
+            return false;
         }
-        for pos in 0..self.queues.len() {
-            let Some(q) = self.queues.get_mut(pos) else { continue };
-            let Some(i) = q.executing.iter().position(|e| e.id == id && e.linger_until.is_none()) else { continue };
-            let Some(e) = q.executing.get(i).cloned() else { continue };
+        e.executing -= 1;
+        // The seats counted for this request (all that is left with the last one, so that the
+        // aggregate always drains to zero whatever the receipts say).
+        let seats = if e.executing == 0 { e.seats } else { e.seats.min(rc.max_seats as u64) };
+        e.seats = e.seats.saturating_sub(seats);
+        if e.executing == 0 {
+            self.execs.remove(p);
+        }
+        self.tot_requests_executing = self.tot_requests_executing.saturating_sub(1);
+        let linger = rc.additional_latency > 0;
+        if linger {
+            self.lingers.push(Linger { until: now.saturating_add(rc.additional_latency), queue: rc.queue, owner: rc.owner, seats });
+        } else {
+            self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(seats);
+        }
+        let g = self.g;
+        if let Some(pos) = u32::try_from(rc.queue).ok().and_then(|i| self.queue_pos(i).ok()) {
+            let Some(q) = self.queues.get_mut(pos) else { return true };
             q.requests_executing = q.requests_executing.saturating_sub(1);
-            let actual = now.saturating_sub(e.start);
-            let corr = seats_times_duration(e.initial_seats as f64, g.saturating_sub(actual));
+            let actual = now.saturating_sub(rc.start);
+            let corr = seats_times_duration(rc.initial_seats as f64, g.saturating_sub(actual));
             q.next_dispatch_r = q.next_dispatch_r.wrapping_sub(corr.0);
             bound_next_dispatch(q);
-            self.tot_requests_executing = self.tot_requests_executing.saturating_sub(1);
-            if e.additional_latency <= 0 {
-                q.executing.swap_remove(i);
-                q.seats_in_use = q.seats_in_use.saturating_sub(e.max_seats as u64);
-                self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(e.max_seats as u64);
+            if linger {
+                q.lingering = q.lingering.saturating_add(1);
+            } else {
+                q.seats_in_use = q.seats_in_use.saturating_sub(seats);
                 if q.is_stored_idle() {
                     self.queues.remove(pos);
                 }
-            } else if let Some(x) = q.executing.get_mut(i) {
-                x.linger_until = Some(now.saturating_add(e.additional_latency));
             }
-            return true;
         }
-        false
+        true
+    }
+
+    /// Gives back the seats of a lingering entry already removed from `lingers` (the queue is
+    /// left in place even when it becomes idle).
+    fn release_linger(&mut self, l: &Linger) {
+        self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(l.seats);
+        if let Some(pos) = u32::try_from(l.queue).ok().and_then(|i| self.queue_pos(i).ok()) {
+            if let Some(q) = self.queues.get_mut(pos) {
+                q.seats_in_use = q.seats_in_use.saturating_sub(l.seats);
+                q.lingering = q.lingering.saturating_sub(1);
+            }
+        }
     }
 
     /// Releases the seats of lingering requests whose time is `<= t`. Returns true if any.
     fn release_lingering(&mut self, t: Nanos) -> bool {
         let mut any = false;
         let mut i = 0;
-        while i < self.queueless.len() {
-            if self.queueless.get(i).and_then(|e| e.linger_until).is_some_and(|u| u <= t) {
-                let e = self.queueless.swap_remove(i);
-                self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(e.max_seats as u64);
+        while let Some(l) = self.lingers.get(i).copied() {
+            if l.until <= t {
+                self.lingers.swap_remove(i);
+                self.release_linger(&l);
                 any = true;
             } else {
                 i += 1;
             }
         }
-        let mut released = 0u64;
-        for q in &mut self.queues {
-            let mut i = 0;
-            while i < q.executing.len() {
-                if q.executing.get(i).and_then(|e| e.linger_until).is_some_and(|u| u <= t) {
-                    let e = q.executing.swap_remove(i);
-                    q.seats_in_use = q.seats_in_use.saturating_sub(e.max_seats as u64);
-                    released = released.saturating_add(e.max_seats as u64);
-                    any = true;
-                } else {
-                    i += 1;
-                }
-            }
+        if any {
+            self.queues.retain(|q| !q.is_stored_idle());
         }
-        self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(released);
-        self.queues.retain(|q| !q.is_stored_idle());
         any
     }
-
     // ---------------------------------------------------------------- removal of waiting requests
 
     fn remove_waiting_where(&mut self, mut pred: impl FnMut(&Waiting) -> bool, removed: &mut Vec<(RequestId, RequestTag)>) {
@@ -760,26 +800,11 @@ impl QueueSet {
 
     /// Earliest wait deadline of a waiting request or end of a lingering period.
     pub fn next_event(&self) -> Option<Nanos> {
-        let mut best: Option<Nanos> = None;
-        let mut note = |t: Nanos| {
-            if best.is_none_or(|b| t < b) {
-                best = Some(t);
-            }
-        };
-        for e in &self.queueless {
-            if let Some(u) = e.linger_until {
-                note(u);
-            }
-        }
+        let mut best: Option<Nanos> = self.lingers.iter().map(|l| l.until).min();
         for q in &self.queues {
             for w in &q.waiting {
-                if w.tag.wait_deadline != Nanos::MAX {
-                    note(w.tag.wait_deadline);
-                }
-            }
-            for e in &q.executing {
-                if let Some(u) = e.linger_until {
-                    note(u);
+                if w.tag.wait_deadline != Nanos::MAX && best.is_none_or(|b| w.tag.wait_deadline < b) {
+                    best = Some(w.tag.wait_deadline);
                 }
             }
         }
@@ -810,71 +835,63 @@ impl QueueSet {
     }
 
     /// Lease expiry: drops every waiting request of `owner` (counted as time-out) and releases
-    /// the seats of its executing and lingering requests (as if they finished now), then
-    /// dispatches. Returns the number of requests removed.
+    /// the seats of its executing requests (without the service-time correction: their start
+    /// times are not kept) and of its lingering ones, then dispatches. A later `finish` with a
+    /// receipt of that owner returns false. Returns the number of requests removed (waiting,
+    /// executing and lingering).
     pub fn remove_owner(&mut self, owner: u32, now: Nanos, out: &mut Vec<Dispatched>) -> usize {
         self.sync_time(now);
         let mut removed = Vec::new();
         self.remove_waiting_where(|w| w.tag.owner == owner, &mut removed);
         let mut count = removed.len();
-        let ids: Vec<(RequestId, bool)> = self
-            .queueless
-            .iter()
-            .chain(self.queues.iter().flat_map(|q| q.executing.iter()))
-            .filter(|e| e.tag.owner == owner)
-            .map(|e| (e.id, e.linger_until.is_some()))
-            .collect();
-        for (id, lingering) in ids {
-            if !lingering {
-                self.finish_locked(now, id);
+        let lo = self.execs.partition_point(|e| e.owner < owner);
+        let hi = self.execs.partition_point(|e| e.owner <= owner);
+        let gone: Vec<OwnerExec> = self.execs.drain(lo..hi.max(lo)).collect();
+        for e in gone {
+            count = count.saturating_add(e.executing as usize);
+            self.tot_requests_executing = self.tot_requests_executing.saturating_sub(e.executing);
+            self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(e.seats);
+            if let Some(pos) = u32::try_from(e.queue).ok().and_then(|i| self.queue_pos(i).ok()) {
+                if let Some(q) = self.queues.get_mut(pos) {
+                    q.requests_executing = q.requests_executing.saturating_sub(e.executing);
+                    q.seats_in_use = q.seats_in_use.saturating_sub(e.seats);
+                }
             }
-            // Release immediately whatever is (now) lingering for this id.
-            self.release_id(id);
-            count += 1;
         }
+        let mut i = 0;
+        while let Some(l) = self.lingers.get(i).copied() {
+            if l.owner == owner {
+                self.lingers.swap_remove(i);
+                self.release_linger(&l);
+                count = count.saturating_add(1);
+            } else {
+                i += 1;
+            }
+        }
+        self.queues.retain(|q| !q.is_stored_idle());
         self.dispatch_as_much_as_possible(now, out);
         count
     }
-
-    fn release_id(&mut self, id: RequestId) {
-        if let Some(i) = self.queueless.iter().position(|e| e.id == id) {
-            let e = self.queueless.swap_remove(i);
-            self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(e.max_seats as u64);
-            return;
-        }
-        for pos in 0..self.queues.len() {
-            let Some(q) = self.queues.get_mut(pos) else { continue };
-            if let Some(i) = q.executing.iter().position(|e| e.id == id) {
-                let e = q.executing.swap_remove(i);
-                if e.linger_until.is_none() {
-                    q.requests_executing = q.requests_executing.saturating_sub(1);
-                    self.tot_requests_executing = self.tot_requests_executing.saturating_sub(1);
-                }
-                q.seats_in_use = q.seats_in_use.saturating_sub(e.max_seats as u64);
-                self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(e.max_seats as u64);
-                if q.is_stored_idle() {
-                    self.queues.remove(pos);
-                }
-                return;
-            }
-        }
-    }
-
     // ---------------------------------------------------------------- dumps
 
     pub fn snapshot(&self) -> QueueSetSnapshot {
         let g = self.g;
-        let exec_snap = |e: &Exec| ExecutingSnapshot {
-            id: e.id,
-            owner: e.tag.owner,
-            context: e.tag.context,
-            flow_schema: e.tag.flow_schema,
-            flow_hash: e.tag.flow_hash,
-            start: e.start,
-            initial_seats: e.initial_seats,
-            max_seats: e.max_seats,
-            additional_latency: e.additional_latency,
-            lingering_until: e.linger_until,
+        let executing_of = |queue: i32| -> Vec<ExecutingByOwner> {
+            self.execs
+                .iter()
+                .filter(|e| e.queue == queue)
+                .map(|e| ExecutingByOwner { owner: e.owner, executing: e.executing, seats: e.seats })
+                .collect()
+        };
+        let lingering_of = |queue: i32| -> Vec<LingeringSnapshot> {
+            let mut v: Vec<LingeringSnapshot> = self
+                .lingers
+                .iter()
+                .filter(|l| l.queue == queue)
+                .map(|l| LingeringSnapshot { owner: l.owner, seats: l.seats, until: l.until })
+                .collect();
+            v.sort_by_key(|l| (l.until, l.owner, l.seats));
+            v
         };
         QueueSetSnapshot {
             desired_queues: self.cfg.desired_queues,
@@ -918,10 +935,12 @@ impl QueueSet {
                             total_work: request_work(&w.work, g).1.to_string(),
                         })
                         .collect(),
-                    executing: q.executing.iter().map(exec_snap).collect(),
+                    executing_by_owner: executing_of(qkey(q.index)),
+                    lingering: lingering_of(qkey(q.index)),
                 })
                 .collect(),
-            queueless_executing: self.queueless.iter().map(exec_snap).collect(),
+            queueless_executing_by_owner: executing_of(-1),
+            queueless_lingering: lingering_of(-1),
         }
     }
 
@@ -950,9 +969,19 @@ impl QueueSet {
         ] {
             w.u64(v);
         }
-        w.usize(self.queueless.len());
-        for e in &self.queueless {
-            self.encode_exec(w, e);
+        w.usize(self.execs.len());
+        for e in &self.execs {
+            w.u32(e.owner);
+            w.i32(e.queue);
+            w.u32(e.executing);
+            w.u64(e.seats);
+        }
+        w.usize(self.lingers.len());
+        for l in &self.lingers {
+            w.i64(l.until.wrapping_sub(self.last_real_time));
+            w.i32(l.queue);
+            w.u32(l.owner);
+            w.u64(l.seats);
         }
         w.usize(self.queues.len());
         let mut prev: u32 = 0;
@@ -971,10 +1000,6 @@ impl QueueSet {
                 w.i64(r.arrival_r.wrapping_sub(self.current_r) as i64);
                 w.i64(self.last_real_time.wrapping_sub(r.arrival));
             }
-            w.usize(q.executing.len());
-            for e in &q.executing {
-                self.encode_exec(w, e);
-            }
         }
     }
 
@@ -988,22 +1013,6 @@ impl QueueSet {
         } else {
             w.u8(1);
             w.i64(t.wait_deadline.wrapping_sub(self.last_real_time));
-        }
-    }
-
-    fn encode_exec(&self, w: &mut Writer, e: &Exec) {
-        w.u64(self.next_id.wrapping_sub(e.id));
-        self.encode_tag(w, &e.tag);
-        w.u32(e.initial_seats);
-        w.u32(e.max_seats);
-        w.i64(self.last_real_time.wrapping_sub(e.start));
-        w.i64(e.additional_latency);
-        match e.linger_until {
-            None => w.u8(0),
-            Some(u) => {
-                w.u8(1);
-                w.i64(u.wrapping_sub(self.last_real_time));
-            }
         }
     }
 
@@ -1049,21 +1058,39 @@ impl QueueSet {
             enqueues,
             next_id,
             queues: Vec::new(),
-            queueless: Vec::new(),
+            execs: Vec::new(),
+            lingers: Vec::new(),
             counters,
             tot_requests_waiting: 0,
             tot_requests_executing: 0,
             tot_seats_in_use: 0,
             tot_seats_waiting: 0,
         };
-        let n = r.count(16)?;
-        qs.queueless.reserve(n);
+        let n = r.count(4)?;
+        qs.execs.reserve(n);
         for _ in 0..n {
-            let e = qs.decode_exec(r, &mut ids)?;
-            qs.account_exec(&e)?;
-            qs.queueless.push(e);
+            let e = OwnerExec { owner: r.u32()?, queue: r.i32()?, executing: r.u32()?, seats: r.u64()? };
+            if e.queue < -1 || e.executing == 0 {
+                return Err(CodecError("bad executing aggregate"));
+            }
+            if qs.execs.last().is_some_and(|p| (p.owner, p.queue) >= (e.owner, e.queue)) {
+                return Err(CodecError("executing aggregates not sorted"));
+            }
+            qs.tot_requests_executing = qs.tot_requests_executing.checked_add(e.executing).ok_or(CodecError("too many requests"))?;
+            qs.tot_seats_in_use = qs.tot_seats_in_use.checked_add(e.seats).ok_or(CodecError("seat overflow"))?;
+            qs.execs.push(e);
         }
-        let nq = r.count(4)?;
+        let n = r.count(4)?;
+        qs.lingers.reserve(n);
+        for _ in 0..n {
+            let l = Linger { until: last_real_time.wrapping_add(r.i64()?), queue: r.i32()?, owner: r.u32()?, seats: r.u64()? };
+            if l.queue < -1 {
+                return Err(CodecError("bad lingering queue"));
+            }
+            qs.tot_seats_in_use = qs.tot_seats_in_use.checked_add(l.seats).ok_or(CodecError("seat overflow"))?;
+            qs.lingers.push(l);
+        }
+        let nq = r.count(3)?;
         qs.queues.reserve(nq);
         let mut prev: Option<u32> = None;
         for _ in 0..nq {
@@ -1102,20 +1129,26 @@ impl QueueSet {
                 qs.tot_seats_waiting = qs.tot_seats_waiting.checked_add(work.max_seats() as u64).ok_or(CodecError("seat overflow"))?;
                 q.waiting.push_back(Waiting { id, tag, work, arrival_r, arrival });
             }
-            let ne = r.count(16)?;
-            for _ in 0..ne {
-                let e = qs.decode_exec(r, &mut ids)?;
-                qs.account_exec(&e)?;
-                q.seats_in_use = q.seats_in_use.checked_add(e.max_seats as u64).ok_or(CodecError("seat overflow"))?;
-                if e.linger_until.is_none() {
-                    q.requests_executing += 1;
-                }
-                q.executing.push(e);
-            }
-            if q.is_stored_idle() {
-                return Err(CodecError("idle queue stored"));
-            }
             qs.queues.push(q);
+        }
+        // Attach the executing and lingering seats to their queues (which must be stored).
+        for k in 0..qs.execs.len().saturating_add(qs.lingers.len()) {
+            let (queue, executing, lingering, seats) = match qs.execs.get(k) {
+                Some(e) => (e.queue, e.executing, 0, e.seats),
+                None => match qs.lingers.get(k.saturating_sub(qs.execs.len())) {
+                    Some(l) => (l.queue, 0, 1, l.seats),
+                    None => break,
+                },
+            };
+            let Ok(index) = u32::try_from(queue) else { continue };
+            let pos = qs.queue_pos(index).map_err(|_| CodecError("seats held in a queue that is not stored"))?;
+            let q = qs.queues.get_mut(pos).ok_or(CodecError("bad queue position"))?;
+            q.requests_executing = q.requests_executing.checked_add(executing).ok_or(CodecError("too many requests"))?;
+            q.lingering = q.lingering.checked_add(lingering).ok_or(CodecError("too many requests"))?;
+            q.seats_in_use = q.seats_in_use.checked_add(seats).ok_or(CodecError("seat overflow"))?;
+        }
+        if qs.queues.iter().any(|q| q.is_stored_idle()) {
+            return Err(CodecError("idle queue stored"));
         }
         if ids.has_duplicates() {
             return Err(CodecError("duplicate request id"));
@@ -1144,32 +1177,6 @@ impl QueueSet {
             _ => return Err(CodecError("bad deadline flag")),
         };
         Ok(RequestTag { owner, context, flow_schema, flow_hash, wait_deadline })
-    }
-
-    fn decode_exec(&self, r: &mut Reader, ids: &mut IdSet) -> CodecResult<Exec> {
-        let id = self.decode_id(r, ids)?;
-        let tag = self.decode_tag(r)?;
-        let initial_seats = r.u32()?;
-        let max_seats = r.u32()?;
-        if max_seats < initial_seats {
-            return Err(CodecError("max seats below initial seats"));
-        }
-        let start = self.last_real_time.wrapping_sub(r.i64()?);
-        let additional_latency = r.i64()?;
-        let linger_until = match r.u8()? {
-            0 => None,
-            1 => Some(self.last_real_time.wrapping_add(r.i64()?)),
-            _ => return Err(CodecError("bad linger flag")),
-        };
-        Ok(Exec { id, tag, initial_seats, max_seats, start, additional_latency, linger_until })
-    }
-
-    fn account_exec(&mut self, e: &Exec) -> CodecResult<()> {
-        if e.linger_until.is_none() {
-            self.tot_requests_executing = self.tot_requests_executing.checked_add(1).ok_or(CodecError("too many requests"))?;
-        }
-        self.tot_seats_in_use = self.tot_seats_in_use.checked_add(e.max_seats as u64).ok_or(CodecError("seat overflow"))?;
-        Ok(())
     }
 }
 
@@ -1238,7 +1245,10 @@ pub struct QueueSetSnapshot {
     pub counters: Counters,
     /// Non-idle queues only, by index.
     pub queues: Vec<QueueSnapshot>,
-    pub queueless_executing: Vec<ExecutingSnapshot>,
+    /// Executing requests of queue-less levels (exempt, Reject), per owner.
+    pub queueless_executing_by_owner: Vec<ExecutingByOwner>,
+    /// Lingering seats of queue-less levels, by release time.
+    pub queueless_lingering: Vec<LingeringSnapshot>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -1251,8 +1261,11 @@ pub struct QueueSnapshot {
     pub requests_executing: u32,
     pub seats_in_use: u64,
     pub waiting: Vec<WaitingSnapshot>,
-    /// Executing and lingering requests.
-    pub executing: Vec<ExecutingSnapshot>,
+    /// Executing requests of this queue, per owner (by owner). Individual executing requests
+    /// are not stored (their owners keep their receipts).
+    pub executing_by_owner: Vec<ExecutingByOwner>,
+    /// Seats held after a finish (`AdditionalLatency`), by release time.
+    pub lingering: Vec<LingeringSnapshot>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -1271,18 +1284,23 @@ pub struct WaitingSnapshot {
     pub total_work: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ExecutingSnapshot {
-    pub id: RequestId,
+/// The executing requests of one owner (worker slot) in one queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExecutingByOwner {
     pub owner: u32,
-    pub context: u32,
-    pub flow_schema: u16,
-    pub flow_hash: u64,
-    pub start: Nanos,
-    pub initial_seats: u32,
-    pub max_seats: u32,
-    pub additional_latency: Nanos,
-    pub lingering_until: Option<Nanos>,
+    /// Executing (not lingering) requests.
+    pub executing: u32,
+    /// Their MaxSeats, summed.
+    pub seats: u64,
+}
+
+/// Seats of a finished request still held for its `AdditionalLatency`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LingeringSnapshot {
+    pub owner: u32,
+    pub seats: u64,
+    /// Release time.
+    pub until: Nanos,
 }
 
 #[cfg(test)]
@@ -1381,34 +1399,43 @@ mod tests {
         ] {
             let mut qs = QueueSet::new(cfg(1, 8, 1, 1000), 0).unwrap();
             qs.set_estimated_service_duration(SEC);
+            let max = work.max_seats();
             let mut q = Queue::new(0);
-            for id in [1, 2] {
-                let (ini, max, lat) =
-                    if id == 1 { (work.initial_seats, work.max_seats(), work.additional_latency) } else { (0, 0, 0) };
-                q.executing.push(Exec {
-                    id,
-                    tag: tag(0),
-                    initial_seats: ini,
-                    max_seats: max,
-                    start: 0,
-                    additional_latency: lat,
-                    linger_until: None,
-                });
-            }
             q.requests_executing = 2;
             q.seats_in_use = 22;
             qs.queues.push(q);
+            // Request 1 (owner 1) under test; another one of owner 2 holds the other seats.
+            qs.execs = vec![
+                OwnerExec { owner: 1, queue: 0, executing: 1, seats: max as u64 },
+                OwnerExec { owner: 2, queue: 0, executing: 1, seats: 22 - max as u64 },
+            ];
             qs.tot_requests_executing = 111;
             qs.tot_seats_in_use = 222;
+            let rc = Receipt {
+                id: 1,
+                queue: 0,
+                owner: 1,
+                initial_seats: work.initial_seats,
+                max_seats: max,
+                start: 0,
+                additional_latency: work.additional_latency,
+            };
             let mut out = Vec::new();
-            assert!(qs.finish(0, 1, &mut out));
-            assert!(!qs.finish(0, 1, &mut out), "second finish of the same request");
+            assert!(qs.finish(0, &rc, &mut out));
+            // Service-time correction: G − (now − start) = 1 s at InitialSeats.
+            assert_eq!(qs.queues[0].next_dispatch_r, 0u64.wrapping_sub(seats_times_duration(work.initial_seats as f64, SEC).0));
+            let before = qs.clone();
+            assert!(!qs.finish(0, &rc, &mut out), "second finish of the same request");
+            assert!(!qs.finish(0, &Receipt { owner: 3, ..rc }, &mut out), "unknown owner");
+            assert_eq!(qs, before, "a refused finish changes nothing");
             let mut to = Vec::new();
             qs.expire(work.additional_latency, &mut to, &mut out);
             assert_eq!(qs.tot_requests_executing, 110);
-            assert_eq!(qs.tot_seats_in_use, 222 - work.max_seats() as u64);
-            assert_eq!(qs.queues[0].seats_in_use, 22 - work.max_seats() as u64);
-            assert_eq!(qs.queues[0].executing.iter().map(|e| e.id).collect::<Vec<_>>(), vec![2]);
+            assert_eq!(qs.tot_seats_in_use, 222 - max as u64);
+            assert_eq!(qs.queues[0].seats_in_use, 22 - max as u64);
+            assert_eq!(qs.queues[0].requests_executing, 1);
+            assert_eq!(qs.execs, vec![OwnerExec { owner: 2, queue: 0, executing: 1, seats: 22 - max as u64 }]);
+            assert!(qs.lingers.is_empty());
             assert!(out.is_empty() && to.is_empty());
         }
     }
@@ -1447,22 +1474,26 @@ mod tests {
         let (Arrival::Executing(x1), Arrival::Queued(y1), Arrival::Queued(x2)) = (x1, y1, x2) else { panic!() };
         assert!(out.is_empty());
         assert_eq!(qs.virtual_time_ratio(), 0.5);
-        assert!(qs.finish(100 * MS, x1, &mut out));
+        assert_eq!((x1.queue, x1.owner, x1.start, x1.max_seats), (0, 1, 0, 1));
+        assert!(qs.finish(100 * MS, &x1, &mut out));
         assert_eq!(qs.current_r, ss(0.05));
         assert_eq!(ndr(&qs, 0), ss(0.1));
         assert_eq!(out.iter().map(|d| d.id).collect::<Vec<_>>(), vec![y1]);
         assert_eq!(out[0].waited, 100 * MS);
         assert_eq!(ndr(&qs, 1), ss(0.003));
         assert_eq!(qs.robin_index, 1);
+        let y1 = out[0].receipt;
+        assert_eq!((y1.queue, y1.start), (1, 100 * MS));
         out.clear();
-        assert!(qs.finish(200 * MS, y1, &mut out));
+        assert!(qs.finish(200 * MS, &y1, &mut out));
         assert_eq!(qs.current_r, ss(0.1));
         assert_eq!(out.iter().map(|d| d.id).collect::<Vec<_>>(), vec![x2]);
         assert_eq!(ndr(&qs, 0), ss(0.103));
         // q1 became idle and is no longer stored.
         assert_eq!(qs.queues.len(), 1);
+        let x2 = out[0].receipt;
         out.clear();
-        assert!(qs.finish(300 * MS, x2, &mut out));
+        assert!(qs.finish(300 * MS, &x2, &mut out));
         assert!(qs.is_idle() && qs.is_empty());
     }
 
@@ -1477,7 +1508,7 @@ mod tests {
         assert_eq!(qs.cancel(SEC, r2), None);
         assert_eq!(qs.counters.timed_out, 1);
         assert!(!qs.is_idle());
-        assert!(qs.finish(SEC, r1, &mut out));
+        assert!(qs.finish(SEC, &r1, &mut out));
         assert!(out.is_empty());
         assert!(qs.is_idle() && qs.is_empty());
     }
@@ -1498,7 +1529,7 @@ mod tests {
         assert_eq!(to, vec![(r2, t)]);
         assert!(out.is_empty());
         assert_eq!(qs.next_event(), None);
-        assert!(qs.finish(7 * SEC, r1, &mut out));
+        assert!(qs.finish(7 * SEC, &r1, &mut out));
         assert!(qs.is_empty());
     }
 
@@ -1520,7 +1551,7 @@ mod tests {
         let w3 = WorkEstimate { initial_seats: 3, final_seats: 0, additional_latency: 0 };
         let Arrival::Executing(a) = qs.arrive(0, one(), tag(0), &mut out) else { panic!() };
         let Arrival::Queued(b) = qs.arrive(0, w3, tag(1), &mut out) else { panic!() };
-        assert!(qs.finish(SEC, a, &mut out));
+        assert!(qs.finish(SEC, &a, &mut out));
         assert_eq!(out.iter().map(|d| (d.id, d.seats)).collect::<Vec<_>>(), vec![(b, 3)]);
         assert_eq!(qs.seats_in_use(), 3);
     }
@@ -1534,7 +1565,7 @@ mod tests {
         let r = qs.arrive(0, w, tag(0), &mut out);
         let Arrival::Executing(id) = r else { panic!("{r:?}") };
         assert_eq!(qs.seats_in_use(), 4);
-        assert!(qs.finish(SEC, id, &mut out));
+        assert!(qs.finish(SEC, &id, &mut out));
         assert!(qs.is_idle());
         assert_eq!(qs.seats_in_use(), 4);
         assert_eq!(qs.next_event(), Some(3 * SEC));
@@ -1567,10 +1598,99 @@ mod tests {
         assert_eq!(qs.config(), cfg(0, 10, 1, 3));
     }
 
+    /// Lease expiry releases executing and lingering seats of the owner; its receipts are
+    /// refused afterwards; other owners are untouched.
+    #[test]
+    fn remove_owner_releases_aggregates_and_lingers() {
+        let mut qs = QueueSet::new(cfg(4, 10, 1, 10), 0).unwrap();
+        let mut out = Vec::new();
+        let lw = WorkEstimate { initial_seats: 2, final_seats: 3, additional_latency: SEC };
+        let mut t7 = tag(0);
+        t7.owner = 7;
+        let Arrival::Executing(a) = qs.arrive(0, lw, t7, &mut out) else { panic!() };
+        let Arrival::Executing(b) = qs.arrive(0, one(), t7, &mut out) else { panic!() };
+        let Arrival::Executing(c) = qs.arrive(0, one(), tag(0), &mut out) else { panic!() };
+        assert_eq!((a.queue, b.queue, c.queue), (0, 0, 0));
+        assert_eq!(qs.execs.len(), 2, "one aggregate per (owner, queue)");
+        assert!(qs.finish(MS, &a, &mut out));
+        assert_eq!(qs.seats_in_use(), 5, "a lingers on 3 seats");
+        assert_eq!(qs.remove_owner(7, 2 * MS, &mut out), 2);
+        assert_eq!((qs.seats_in_use(), qs.requests_executing()), (1, 1));
+        assert!(qs.lingers.is_empty() && qs.next_event().is_none());
+        assert!(!qs.finish(3 * MS, &b, &mut out), "reaped");
+        assert_eq!(qs.snapshot().queues[0].executing_by_owner, vec![ExecutingByOwner { owner: 1, executing: 1, seats: 1 }]);
+        assert!(qs.finish(3 * MS, &c, &mut out));
+        assert!(!qs.finish(3 * MS, &c, &mut out), "double finish");
+        assert!(qs.is_empty());
+    }
+
+    /// State size depends on distinct (owner, queue) pairs, not on executing requests.
+    #[test]
+    fn executing_requests_do_not_grow_the_state() {
+        let size = |qs: &QueueSet| {
+            let mut w = Writer::new();
+            qs.encode(&mut w);
+            w.buf.len()
+        };
+        let mut qs = QueueSet::new(cfg(-1, 0, 0, 0), SEC).unwrap();
+        let mut out = Vec::new();
+        qs.arrive(SEC, one(), tag(1), &mut out);
+        let one_size = size(&qs);
+        for i in 0..500 {
+            qs.arrive(SEC + i, one(), tag(1), &mut out);
+        }
+        // Only varints grow (counters, next id, the aggregate's count and seats).
+        assert!(size(&qs) <= one_size + 8, "{} vs {one_size}", size(&qs));
+        assert_eq!(qs.requests_executing(), 501);
+        let back = QueueSet::decode(&mut Reader::new(&{
+            let mut w = Writer::new();
+            qs.encode(&mut w);
+            w.buf
+        }))
+        .unwrap();
+        assert_eq!(back, qs);
+    }
+
+    #[test]
+    fn decode_rejects_inconsistent_aggregates() {
+        let enc = |qs: &QueueSet| {
+            let mut w = Writer::new();
+            qs.encode(&mut w);
+            w.buf
+        };
+        let mut qs = QueueSet::new(cfg(4, 10, 1, 10), 0).unwrap();
+        let mut out = Vec::new();
+        qs.arrive(0, one(), tag(0), &mut out);
+        assert!(QueueSet::decode(&mut Reader::new(&enc(&qs))).is_ok());
+        // Seats held in a queue that is not stored.
+        let mut bad = qs.clone();
+        bad.execs[0].queue = 3;
+        assert!(QueueSet::decode(&mut Reader::new(&enc(&bad))).is_err());
+        bad = qs.clone();
+        bad.lingers.push(Linger { until: 5, queue: 2, owner: 1, seats: 1 });
+        assert!(QueueSet::decode(&mut Reader::new(&enc(&bad))).is_err());
+        // Duplicate / unsorted aggregates, empty aggregate.
+        bad = qs.clone();
+        bad.execs.push(bad.execs[0]);
+        assert!(QueueSet::decode(&mut Reader::new(&enc(&bad))).is_err());
+        bad = qs.clone();
+        bad.execs[0].executing = 0;
+        assert!(QueueSet::decode(&mut Reader::new(&enc(&bad))).is_err());
+        // A stored queue with nothing in it.
+        bad = qs.clone();
+        bad.execs.clear();
+        assert!(QueueSet::decode(&mut Reader::new(&enc(&bad))).is_err());
+        // Overflowing totals.
+        bad = qs.clone();
+        bad.execs.push(OwnerExec { owner: 9, queue: -1, executing: 1, seats: u64::MAX });
+        assert!(QueueSet::decode(&mut Reader::new(&enc(&bad))).is_err());
+    }
+
     fn busy_state() -> QueueSet {
         let mut qs = QueueSet::new(cfg(64, 50, 8, 3), 1_000_000_000_000).unwrap();
         let mut out = Vec::new();
         let mut now = 1_000_000_000_000;
+        let mut running = Vec::new();
         for i in 0..40u64 {
             now += 1_234_567;
             let mut t = tag(i.wrapping_mul(0x9E3779B97F4A7C15));
@@ -1578,12 +1698,16 @@ mod tests {
                 t.wait_deadline = now + 15 * SEC;
             }
             let w = WorkEstimate { initial_seats: 1 + (i % 2) as u32, final_seats: (i % 5) as u32, additional_latency: (i % 4) as i64 * MS };
-            qs.arrive(now, w, t, &mut out);
+            if let Arrival::Executing(rc) = qs.arrive(now, w, t, &mut out) {
+                running.push(rc);
+            }
         }
-        for d in out.clone().iter().take(2) {
-            now += SEC;
-            qs.finish(now, d.id, &mut out);
+        // Two finish (one of them lingers: additional latency), the third keeps executing.
+        for rc in running.iter().skip(1) {
+            now += MS / 2;
+            assert!(qs.finish(now, rc, &mut out));
         }
+        assert!(!qs.lingers.is_empty() && !qs.execs.is_empty());
         qs
     }
 
@@ -1606,7 +1730,7 @@ mod tests {
         let mut w = Writer::new();
         qs.encode(&mut w);
         let n = w.buf.len();
-        assert!(n < 100, "{n} bytes");
+        assert!(n < 54, "{n} bytes");
         assert_eq!(QueueSet::decode(&mut Reader::new(&w.buf)).unwrap(), qs);
     }
 
@@ -1635,7 +1759,15 @@ mod tests {
             }
             let mut b = a.clone();
             let mut now = 1_000 * SEC;
-            let mut ids: Vec<RequestId> = Vec::new();
+            // Waiting (None) or executing (its receipt) requests.
+            let mut ids: Vec<(RequestId, Option<Receipt>)> = Vec::new();
+            let note = |ids: &mut Vec<(RequestId, Option<Receipt>)>, out: &[Dispatched]| {
+                for d in out {
+                    for e in ids.iter_mut().filter(|e| e.0 == d.id) {
+                        e.1 = Some(d.receipt);
+                    }
+                }
+            };
             for _ in 0..200 {
                 now += rnd(5) as i64 * MS;
                 match rnd(10) {
@@ -1653,23 +1785,28 @@ mod tests {
                         slow(&mut || rb = b.arrive(now, w, t, &mut ob));
                         assert_eq!(ra, rb);
                         assert_eq!(oa, ob);
+                        note(&mut ids, &oa);
                         match ra {
-                            Arrival::Executing(id) => {
+                            Arrival::Executing(rc) => {
+                                assert_eq!((rc.owner, rc.start, rc.initial_seats), (t.owner, now, w.initial_seats));
                                 direct += 1;
-                                ids.push(id)
+                                ids.push((rc.id, Some(rc)))
                             }
-                            Arrival::Queued(id) => ids.push(id),
+                            Arrival::Queued(id) => ids.push((id, None)),
                             Arrival::Rejected(_) => {}
                         }
                     }
                     5..=7 if !ids.is_empty() => {
-                        let id = ids.swap_remove(rnd(ids.len() as u64) as usize);
+                        let (id, rc) = ids.swap_remove(rnd(ids.len() as u64) as usize);
                         let (mut oa, mut ob) = (Vec::new(), Vec::new());
-                        let fa = a.finish(now, id, &mut oa);
-                        let mut fb = false;
-                        slow(&mut || fb = b.finish(now, id, &mut ob));
-                        assert_eq!((fa, &oa), (fb, &ob));
-                        if !fa {
+                        if let Some(rc) = rc {
+                            let fa = a.finish(now, &rc, &mut oa);
+                            let mut fb = false;
+                            slow(&mut || fb = b.finish(now, &rc, &mut ob));
+                            assert!(fa);
+                            assert_eq!((fa, &oa), (fb, &ob));
+                            note(&mut ids, &oa);
+                        } else {
                             assert_eq!(a.cancel(now, id), b.cancel(now, id));
                         }
                     }
@@ -1678,6 +1815,8 @@ mod tests {
                         a.expire(now, &mut ta, &mut oa);
                         slow(&mut || b.expire(now, &mut tb, &mut ob));
                         assert_eq!((&ta, &oa), (&tb, &ob));
+                        note(&mut ids, &oa);
+                        ids.retain(|e| !ta.iter().any(|(id, _)| *id == e.0));
                     }
                 }
                 assert_eq!(a, b, "case {case}");

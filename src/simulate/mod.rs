@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::duration::parse_go_duration;
 use crate::fairqueuing::queueset::{Arrival, QueueSet};
-use crate::fairqueuing::{Dispatched, QueueSetConfig, RejectReason, RequestId, RequestTag, WorkEstimate};
+use crate::fairqueuing::{Dispatched, QueueSetConfig, Receipt, RejectReason, RequestId, RequestTag, WorkEstimate};
 use crate::Nanos;
 
 /// Upper bound on the total number of calls (Σ threads × calls).
@@ -206,6 +206,8 @@ struct Sim {
     seq: u64,
     timers: BTreeSet<Nanos>,
     pending: HashMap<RequestId, (u32, u32)>,
+    /// Receipts of the executing calls (handed back to `QueueSet::finish`).
+    running: HashMap<RequestId, Receipt>,
     integ: Vec<Integrator>,
     results: Vec<ClientResult>,
     wait_limit: Option<Nanos>,
@@ -247,7 +249,8 @@ impl Sim {
         }
     }
 
-    fn started(&mut self, now: Nanos, thread: u32, k: u32, id: RequestId) -> Result<(), String> {
+    fn started(&mut self, now: Nanos, thread: u32, k: u32, receipt: Receipt) -> Result<(), String> {
+        let id = receipt.id;
         let Some(th) = self.threads.get(thread as usize) else { return Ok(()) };
         let ci = th.client;
         let Some(c) = self.clients.get(ci) else { return Ok(()) };
@@ -259,6 +262,7 @@ impl Sim {
         let next = checked_time(now, checked_time(exec, think)?)?.max(now);
         self.schedule(next, Ev::Call { thread, k: k + 1 });
         let end = checked_time(now, exec)?.max(now);
+        self.running.insert(id, receipt);
         self.schedule(end, Ev::ExecEnd { thread, id });
         Ok(())
     }
@@ -266,7 +270,7 @@ impl Sim {
     fn dispatched(&mut self, now: Nanos, out: &mut Vec<Dispatched>) -> Result<(), String> {
         for d in std::mem::take(out) {
             if let Some((thread, k)) = self.pending.remove(&d.id) {
-                self.started(now, thread, k, d.id)?;
+                self.started(now, thread, k, d.receipt)?;
             }
         }
         Ok(())
@@ -314,7 +318,7 @@ impl Sim {
                 };
                 let work = c.work;
                 match self.qs.arrive(now, work, tag, &mut out) {
-                    Arrival::Executing(id) => self.started(now, thread, k, id)?,
+                    Arrival::Executing(receipt) => self.started(now, thread, k, receipt)?,
                     Arrival::Queued(id) => {
                         self.pending.insert(id, (thread, k));
                     }
@@ -327,7 +331,9 @@ impl Sim {
                     let seats = self.clients.get(ci).map(|c| c.work.initial_seats as i64).unwrap_or(0);
                     self.add_seats(ci, now, -seats);
                 }
-                self.qs.finish(now, id, &mut out);
+                if let Some(receipt) = self.running.remove(&id) {
+                    self.qs.finish(now, &receipt, &mut out);
+                }
             }
             Ev::Timer => {
                 self.timers.remove(&now);
@@ -453,6 +459,7 @@ fn run(json: &[u8], traced: bool) -> Result<(SimulationResult, SeatTrace), Strin
         seq: 0,
         timers: BTreeSet::new(),
         pending: HashMap::new(),
+        running: HashMap::new(),
         integ: clients.iter().map(|_| Integrator { seats: 0, last: start, halves: [0, 0] }).collect(),
         results: clients
             .iter()
