@@ -40,8 +40,8 @@ fn bench_request_path() {
     for i in 0..n {
         let tag = RequestTag { owner: 1, context: i, flow_schema: 0, flow_hash: 42, wait_deadline: i64::MAX };
         let now = i64::from(i) * 1000;
-        let Decision::Execute(id) = engine::admit(&c, &store, now, lvl, apf_wasm::fairqueuing::WorkEstimate::ONE, tag, &mut notices).unwrap() else { panic!() };
-        engine::end(&store, now + 500, &key, id, &mut notices).unwrap();
+        let Decision::Execute(rc) = engine::admit(&c, &store, now, lvl, apf_wasm::fairqueuing::WorkEstimate::ONE, tag, &mut notices).unwrap() else { panic!() };
+        engine::end(&store, now + 500, &key, rc.id, Some(&rc), &mut notices).unwrap();
     }
     let engine_ns = t.elapsed().as_nanos() as f64 / f64::from(n);
     let (v, _) = apf_wasm::engine::store::Store::get(&store, &key).unwrap();

@@ -100,6 +100,8 @@ struct Local {
     id: RequestId,
     phase: Phase,
     wait_deadline: Nanos,
+    /// Set while executing (consumed by finish).
+    receipt: Option<apf_wasm::fairqueuing::Receipt>,
 }
 
 /// One simulated worker VM.
@@ -175,8 +177,8 @@ impl Sim {
                     if engine::instance_of(&self.store, n.owner).unwrap().is_some() {
                         // Posted to a dead VM's mailbox: lost; its lease reaping cleans up.
                         self.counts.lost_notices += 1;
-                    } else if let NoticeKind::Run { .. } = n.kind {
-                        engine::finish(&self.store, self.now, &n.level_key, n.id, &mut notices).unwrap();
+                    } else if let NoticeKind::Run { receipt, .. } = n.kind {
+                        engine::finish(&self.store, self.now, &n.level_key, &receipt, &mut notices).unwrap();
                     }
                 }
             }
@@ -188,15 +190,16 @@ impl Sim {
         let wk = &mut self.workers[w];
         let matches = wk.requests.get(&n.context).is_some_and(|l| l.id == n.id && l.key == n.level_key);
         match n.kind {
-            NoticeKind::Run { .. } => {
+            NoticeKind::Run { receipt, .. } => {
                 if matches {
                     let l = wk.requests.get_mut(&n.context).unwrap();
                     if l.phase == Phase::Waiting {
                         l.phase = Phase::Executing;
+                        l.receipt = Some(receipt);
                         self.counts.dispatched += 1;
                     }
                 } else {
-                    engine::end(&self.store, now, &n.level_key, n.id, more).unwrap();
+                    engine::end(&self.store, now, &n.level_key, n.id, Some(&receipt), more).unwrap();
                 }
             }
             NoticeKind::Reject { .. } => {
@@ -232,13 +235,13 @@ impl Sim {
         let mut notices = Vec::new();
         self.counts.admitted += 1;
         match engine::admit(c, &self.store, self.now, lvl, work, tag, &mut notices).unwrap() {
-            Decision::Execute(id) => {
+            Decision::Execute(rc) => {
                 self.counts.executed += 1;
-                self.workers[w].requests.insert(ctx, Local { key, id, phase: Phase::Executing, wait_deadline });
+                self.workers[w].requests.insert(ctx, Local { key, id: rc.id, phase: Phase::Executing, wait_deadline, receipt: Some(rc) });
             }
             Decision::Queued(id) => {
                 self.counts.queued += 1;
-                self.workers[w].requests.insert(ctx, Local { key, id, phase: Phase::Waiting, wait_deadline });
+                self.workers[w].requests.insert(ctx, Local { key, id, phase: Phase::Waiting, wait_deadline, receipt: None });
             }
             Decision::Rejected { .. } => self.counts.rejected += 1,
         }
@@ -264,7 +267,7 @@ impl Sim {
     fn end_stream(&mut self, w: usize, ctx: u32) {
         let Some(l) = self.workers[w].requests.remove(&ctx) else { return };
         let mut notices = Vec::new();
-        engine::end(&self.store, self.now, &l.key, l.id, &mut notices).unwrap();
+        engine::end(&self.store, self.now, &l.key, l.id, l.receipt.as_ref(), &mut notices).unwrap();
         self.counts.ended += 1;
         self.route(notices);
     }
@@ -276,9 +279,10 @@ impl Sim {
             return;
         }
         l.phase = Phase::Finished;
-        let (key, id) = (l.key.clone(), l.id);
+        let key = l.key.clone();
+        let rc = l.receipt.take().expect("an executing request has its receipt");
         let mut notices = Vec::new();
-        assert!(engine::finish(&self.store, self.now, &key, id, &mut notices).unwrap(), "finish of an executing request must know it");
+        assert!(engine::finish(&self.store, self.now, &key, &rc, &mut notices).unwrap(), "finish of an executing request must know it");
         self.route(notices);
     }
 
@@ -315,7 +319,8 @@ impl Sim {
         for (ctx, l) in overdue {
             let kind = match engine::time_out(&self.store, now, &l.key, l.id).unwrap() {
                 Some(retry_after) => NoticeKind::Reject { reason: apf_wasm::fairqueuing::RejectReason::TimeOut, retry_after },
-                None => NoticeKind::Run { waited: 0 },
+                // Dispatched meanwhile: its wake-up notice (with the receipt) is on its way.
+                None => continue,
             };
             let slot = self.workers[w].slot;
             self.route(vec![Notice { owner: slot, context: ctx, level_key: l.key.clone(), id: l.id, kind }]);
@@ -514,16 +519,19 @@ fn threads_racing_on_cas_leak_nothing() {
         handles.push(std::thread::spawn(move || {
             let slot = t as u32 + 1;
             let mut rng = Rng(1000 + t as u64);
-            let mut reqs: HashMap<u32, (String, RequestId, Phase)> = HashMap::new();
+            let mut reqs: HashMap<u32, (String, RequestId, Phase, Option<apf_wasm::fairqueuing::Receipt>)> = HashMap::new();
             let mut next_ctx = 1u32;
             let mut over = 0u32;
-            let route = |ns: Vec<Notice>, reqs: &mut HashMap<u32, (String, RequestId, Phase)>, now: Nanos| {
+            let route = |ns: Vec<Notice>, reqs: &mut HashMap<u32, (String, RequestId, Phase, Option<apf_wasm::fairqueuing::Receipt>)>, now: Nanos| {
                 let mut ns = ns;
                 while let Some(n) = ns.pop() {
                     if n.owner == slot {
                         match (n.kind, reqs.get_mut(&n.context)) {
-                            (NoticeKind::Run { .. }, Some(l)) if l.1 == n.id => l.2 = Phase::Executing,
-                            (NoticeKind::Run { .. }, _) => engine::end(&*store, now, &n.level_key, n.id, &mut ns).unwrap(),
+                            (NoticeKind::Run { receipt, .. }, Some(l)) if l.1 == n.id => {
+                                l.2 = Phase::Executing;
+                                l.3 = Some(receipt);
+                            }
+                            (NoticeKind::Run { receipt, .. }, _) => engine::end(&*store, now, &n.level_key, n.id, Some(&receipt), &mut ns).unwrap(),
                             (NoticeKind::Reject { .. }, Some(l)) if l.1 == n.id => {
                                 reqs.remove(&n.context);
                             }
@@ -544,8 +552,8 @@ fn threads_racing_on_cas_leak_nothing() {
                         next_ctx += 1;
                         let tag = RequestTag { owner: slot, context: ctx, flow_schema: 0, flow_hash: rng.below(16), wait_deadline: now + (5 + rng.below(100) as i64) * MS };
                         match engine::admit(&c, &*store, now, lvl, WorkEstimate::ONE, tag, &mut ns).unwrap() {
-                            Decision::Execute(id) => drop(reqs.insert(ctx, (c.levels[lvl].key.clone(), id, Phase::Executing))),
-                            Decision::Queued(id) => drop(reqs.insert(ctx, (c.levels[lvl].key.clone(), id, Phase::Waiting))),
+                            Decision::Execute(rc) => drop(reqs.insert(ctx, (c.levels[lvl].key.clone(), rc.id, Phase::Executing, Some(rc)))),
+                            Decision::Queued(id) => drop(reqs.insert(ctx, (c.levels[lvl].key.clone(), id, Phase::Waiting, None))),
                             Decision::Rejected { .. } => {}
                         }
                     }
@@ -554,8 +562,8 @@ fn threads_racing_on_cas_leak_nothing() {
                         ctxs.sort_unstable();
                         if !ctxs.is_empty() {
                             let ctx = ctxs[rng.below(ctxs.len() as u64) as usize];
-                            let (key, id, _) = reqs.remove(&ctx).unwrap();
-                            engine::end(&*store, now, &key, id, &mut ns).unwrap();
+                            let (key, id, _, rc) = reqs.remove(&ctx).unwrap();
+                            engine::end(&*store, now, &key, id, rc.as_ref(), &mut ns).unwrap();
                         }
                     }
                     _ => {
@@ -585,12 +593,16 @@ fn threads_racing_on_cas_leak_nothing() {
             let slot = t as u32 + 1;
             let mut ns: Vec<Notice> = w.1.try_iter().collect();
             moved |= !ns.is_empty() || !w.0.is_empty();
-            for (_, (key, id, _)) in w.0.drain() {
-                engine::end(&*store, now, &key, id, &mut ns).unwrap();
+            for (_, (key, id, _, rc)) in w.0.drain() {
+                engine::end(&*store, now, &key, id, rc.as_ref(), &mut ns).unwrap();
             }
             while let Some(n) = ns.pop() {
                 if n.owner == slot {
-                    engine::end(&*store, now, &n.level_key, n.id, &mut ns).unwrap();
+                    let rc = match n.kind {
+                        NoticeKind::Run { receipt, .. } => Some(receipt),
+                        NoticeKind::Reject { .. } => None,
+                    };
+                    engine::end(&*store, now, &n.level_key, n.id, rc.as_ref(), &mut ns).unwrap();
                 } else {
                     txs[(n.owner - 1) as usize].send(n).unwrap();
                 }

@@ -66,8 +66,11 @@ fn two_workers_share_one_limit_and_wake_the_owner() {
     assert_eq!(queued.len(), 6);
     assert!(notices.is_empty());
     // A worker-1 request finishes: the dispatched one may belong to worker 2 — the notice says so.
-    let (_, id) = executing.remove(0);
-    engine::finish(&store, 20 * MS, &key, id, &mut notices).unwrap();
+    let (_, rc) = executing.remove(0);
+    assert!(engine::finish(&store, 20 * MS, &key, &rc, &mut notices).unwrap());
+    // a second finish with the same receipt changes nothing
+    let mut more = Vec::new();
+    assert!(!engine::finish(&store, 21 * MS, &key, &rc, &mut more).unwrap() || more.is_empty());
     assert_eq!(notices.len(), 1);
     let n = &notices[0];
     assert!(matches!(n.kind, NoticeKind::Run { .. }));
@@ -112,9 +115,9 @@ fn stream_end_cancels_queued_and_releases_executing() {
     let Decision::Execute(a) = engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(1, 1, 1, 0), &mut notices).unwrap() else { panic!() };
     let Decision::Queued(b) = engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(1, 2, 2, 0), &mut notices).unwrap() else { panic!() };
     // the queued client goes away: no dispatch happens, nothing leaks
-    engine::end(&store, MS, &key, b, &mut notices).unwrap();
+    engine::end(&store, MS, &key, b, None, &mut notices).unwrap();
     assert!(notices.is_empty());
-    engine::end(&store, 2 * MS, &key, a, &mut notices).unwrap();
+    engine::end(&store, 2 * MS, &key, a.id, Some(&a), &mut notices).unwrap();
     let st = engine::read_level(&store, &key).unwrap().unwrap();
     assert_eq!((st.qs.seats_in_use(), st.qs.requests_waiting()), (0, 0));
 }
@@ -140,7 +143,7 @@ fn wait_limit_times_out_with_retry_after() {
 
 #[test]
 fn notices_roundtrip_and_garbage_is_rejected() {
-    let n = engine::Notice { owner: 3, context: 77, level_key: "apf/v1/pl/x".into(), id: 12345, kind: NoticeKind::Run { waited: 42 } };
+    let n = engine::Notice { owner: 3, context: 77, level_key: "apf/v1/pl/x".into(), id: 12345, kind: NoticeKind::Run { waited: 42, receipt: apf_wasm::fairqueuing::Receipt { id: 12345, queue: 3, owner: 3, initial_seats: 1, max_seats: 2, start: 99, additional_latency: 0 } } };
     assert_eq!(engine::Notice::decode(&n.encode()).unwrap(), n);
     assert!(engine::Notice::decode(&[1, 2, 3]).is_err());
     assert!(engine::LevelState::decode(&[1, 0, 0, 0]).is_err());

@@ -77,8 +77,9 @@ fn drive(c: &Compiled, flows: u32, window: usize, check_every: u32) -> Run {
     let queues = usize::try_from(c.levels[lvl].qs_config.desired_queues).unwrap();
     let mut notices = Vec::new();
     // The empty state: one request in and out.
-    let Decision::Execute(id) = engine::admit(c, &store, 0, lvl, WorkEstimate::ONE, tag(0, u64::MAX), &mut notices).unwrap() else { panic!() };
-    engine::end(&store, 1, &key, id, &mut notices).unwrap();
+    let Decision::Execute(rc) = engine::admit(c, &store, 0, lvl, WorkEstimate::ONE, tag(0, u64::MAX), &mut notices).unwrap() else { panic!() };
+    engine::end(&store, 1, &key, rc.id, Some(&rc), &mut notices).unwrap();
+    let mut receipts: std::collections::HashMap<RequestId, apf_wasm::fairqueuing::Receipt> = Default::default();
     let empty_size = store.value_len(&key);
     let mut present: VecDeque<RequestId> = VecDeque::new();
     let mut run = Run { max_size: 0, max_excess: 0, max_present: 0, final_size: 0, empty_size, dispatched: 0 };
@@ -87,14 +88,19 @@ fn drive(c: &Compiled, flows: u32, window: usize, check_every: u32) -> Run {
         now += 10 * US;
         if present.len() >= window {
             let id = present.pop_front().unwrap();
-            engine::end(&store, now, &key, id, &mut notices).unwrap();
+            engine::end(&store, now, &key, id, receipts.remove(&id).as_ref(), &mut notices).unwrap();
         }
         match engine::admit(c, &store, now, lvl, WorkEstimate::ONE, tag(u, user_hash(u)), &mut notices).unwrap() {
-            Decision::Execute(id) | Decision::Queued(id) => present.push_back(id),
+            Decision::Execute(rc) => {
+                present.push_back(rc.id);
+                receipts.insert(rc.id, rc);
+            }
+            Decision::Queued(id) => present.push_back(id),
             Decision::Rejected { .. } => panic!("no rejection expected with a window of {window}"),
         }
         for n in notices.drain(..) {
-            assert!(matches!(n.kind, NoticeKind::Run { .. }));
+            let NoticeKind::Run { receipt, .. } = n.kind else { panic!("unexpected {n:?}") };
+            receipts.insert(n.id, receipt);
             run.dispatched += 1;
         }
         if u % check_every == 0 || u + 1 == flows {
@@ -111,8 +117,13 @@ fn drive(c: &Compiled, flows: u32, window: usize, check_every: u32) -> Run {
     }
     while let Some(id) = present.pop_front() {
         now += 10 * US;
-        engine::end(&store, now, &key, id, &mut notices).unwrap();
-        run.dispatched += notices.drain(..).count() as u64;
+        engine::end(&store, now, &key, id, receipts.remove(&id).as_ref(), &mut notices).unwrap();
+        for n in notices.drain(..) {
+            if let NoticeKind::Run { receipt, .. } = n.kind {
+                receipts.insert(n.id, receipt);
+            }
+            run.dispatched += 1;
+        }
     }
     let st = engine::read_level(&store, &key).unwrap().unwrap();
     assert_eq!((st.qs.seats_in_use(), st.qs.requests_waiting()), (0, 0));
@@ -162,19 +173,29 @@ fn bench_cost_per_request_vs_flows() {
             let store = MemStore::new();
             let mut notices = Vec::new();
             let mut present: VecDeque<RequestId> = VecDeque::new();
+            let mut receipts: std::collections::HashMap<RequestId, apf_wasm::fairqueuing::Receipt> = Default::default();
             let mut max_len = 0usize;
             let t = Instant::now();
             for i in 0..n {
                 let now = NANOS_PER_SEC + Nanos::from(i) * 10 * US;
                 if present.len() >= window {
-                    engine::end(&store, now, &key, present.pop_front().unwrap(), &mut notices).unwrap();
+                    let id = present.pop_front().unwrap();
+                    engine::end(&store, now, &key, id, receipts.remove(&id).as_ref(), &mut notices).unwrap();
                 }
                 let h = hashes[(i % k) as usize];
                 match engine::admit(&c, &store, now, lvl, WorkEstimate::ONE, tag(i, h), &mut notices).unwrap() {
-                    Decision::Execute(id) | Decision::Queued(id) => present.push_back(id),
+                    Decision::Execute(rc) => {
+                        present.push_back(rc.id);
+                        receipts.insert(rc.id, rc);
+                    }
+                    Decision::Queued(id) => present.push_back(id),
                     Decision::Rejected { .. } => {}
                 }
-                notices.clear();
+                for n in notices.drain(..) {
+                    if let NoticeKind::Run { receipt, .. } = n.kind {
+                        receipts.insert(n.id, receipt);
+                    }
+                }
                 if i % 1024 == 0 {
                     max_len = max_len.max(store.value_len(&key));
                 }

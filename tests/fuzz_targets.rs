@@ -378,7 +378,7 @@ fn write_queueing_corpus() {
         write_corpus("state_queueset", &format!("{name}-new"), &w.into_bytes());
     }
     let notices = [
-        Notice { owner: 1, context: 42, level_key: "apf/level/workload-low".into(), id: 7, kind: NoticeKind::Run { waited: 12_345 } },
+        Notice { owner: 1, context: 42, level_key: "apf/level/workload-low".into(), id: 7, kind: NoticeKind::Run { waited: 12_345, receipt: apf_wasm::fairqueuing::Receipt { id: 7, queue: 2, owner: 1, initial_seats: 1, max_seats: 1, start: 5, additional_latency: 0 } } },
         Notice { owner: 0, context: 0, level_key: String::new(), id: u64::MAX, kind: NoticeKind::Reject { reason: RejectReason::TimeOut, retry_after: 32 } },
         Notice { owner: u32::MAX, context: 9, level_key: "é".into(), id: 1, kind: NoticeKind::Reject { reason: RejectReason::QueueFull, retry_after: 1 } },
     ];

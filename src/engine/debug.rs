@@ -3,7 +3,9 @@
 //!
 //! Deviation: requests in shared state carry their flow hash, not the distinguisher string (to
 //! keep shared values small), so `FlowDistingsher` shows `hash:<16 hex digits>`; with
-//! `includeRequestDetails` the user/verb/path columns are empty for the same reason.
+//! `includeRequestDetails` the user/verb/path columns are empty for the same reason. Executing
+//! requests are kept by their owning worker, not in shared state: they are listed one row each
+//! with the owner as `worker:<slot>` and without FlowSchema or times.
 
 use super::{read_level, Compiled};
 use crate::engine::store::Store;
@@ -117,16 +119,16 @@ pub fn render(c: &Compiled, store: &dyn Store, kind: DumpKind, to_unix: &dyn Fn(
                     details: None,
                 });
             }
-            for e in &q.executing {
-                r_rows.push(exec_row(&lvl.name, fs_name(e.flow_schema), i64::from(q.index), e, to_unix));
+            for e in &q.executing_by_owner {
+                push_exec_rows(&mut r_rows, &lvl.name, i64::from(q.index), e);
             }
         }
         while next_idle < desired {
             q_rows.push(idle_row(next_idle));
             next_idle += 1;
         }
-        for e in &snap.queueless_executing {
-            r_rows.push(exec_row(&lvl.name, fs_name(e.flow_schema), -1, e, to_unix));
+        for e in &snap.queueless_executing_by_owner {
+            push_exec_rows(&mut r_rows, &lvl.name, -1, e);
         }
     }
     match kind {
@@ -143,18 +145,23 @@ pub fn render(c: &Compiled, store: &dyn Store, kind: DumpKind, to_unix: &dyn Fn(
     }
 }
 
-fn exec_row(level: &str, fs: String, queue: i64, e: &crate::fairqueuing::queueset::ExecutingSnapshot, to_unix: &dyn Fn(Nanos) -> i64) -> RequestRow {
-    RequestRow {
-        level: level.to_string(),
-        flow_schema: fs,
-        queue_index: queue,
-        index_in_queue: -1,
-        flow_distinguisher: format!("hash:{:016x}", e.flow_hash),
-        arrive_time_ns_unix: to_unix(e.start),
-        initial_seats: u64::from(e.initial_seats),
-        final_seats: u64::from(e.max_seats),
-        additional_latency: crate::duration::format_go_duration(e.additional_latency),
-        start_time_ns_unix: Some(to_unix(e.start)),
-        details: None,
+/// Executing requests are not stored individually (their owners keep them), only counted per
+/// owner: one row per executing request with what is known.
+fn push_exec_rows(rows: &mut Vec<RequestRow>, level: &str, queue: i64, e: &crate::fairqueuing::queueset::ExecutingByOwner) {
+    let per = e.seats / u64::from(e.executing.max(1));
+    for _ in 0..e.executing.min(10_000) {
+        rows.push(RequestRow {
+            level: level.to_string(),
+            flow_schema: String::new(),
+            queue_index: queue,
+            index_in_queue: -1,
+            flow_distinguisher: format!("worker:{}", e.owner),
+            arrive_time_ns_unix: 0,
+            initial_seats: per,
+            final_seats: per,
+            additional_latency: "0s".to_string(),
+            start_time_ns_unix: None,
+            details: None,
+        });
     }
 }

@@ -23,7 +23,7 @@ pub mod workers;
 
 use crate::codec::{CodecError, Reader, Writer};
 use crate::fairqueuing::queueset::{Arrival, QueueSet};
-use crate::fairqueuing::{Dispatched, QueueSetConfig, RejectReason, RequestId, RequestTag, WorkEstimate};
+use crate::fairqueuing::{Dispatched, QueueSetConfig, Receipt, RejectReason, RequestId, RequestTag, WorkEstimate};
 use crate::limits::borrowing::{update_borrowing, BorrowingLevel, SeatDemandStats};
 use crate::limits::integrator::Integrator;
 use crate::limits::retry_after::DroppedRequestsTracker;
@@ -155,8 +155,8 @@ impl LevelState {
 /// What happened to an arriving request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
-    /// Seats taken; let the request through now.
-    Execute(RequestId),
+    /// Seats taken; let the request through now. Keep the receipt to finish it.
+    Execute(Receipt),
     /// Waiting in a queue; hold the request until a [`Notice`] says otherwise.
     Queued(RequestId),
     /// Answer 429 with this `Retry-After`.
@@ -175,8 +175,8 @@ pub struct Notice {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NoticeKind {
-    /// Dispatched: resume it.
-    Run { waited: Nanos },
+    /// Dispatched: resume it (and keep the receipt to finish it).
+    Run { waited: Nanos, receipt: Receipt },
     /// Gave up waiting: answer 429.
     Reject { reason: RejectReason, retry_after: i64 },
 }
@@ -189,9 +189,10 @@ impl Notice {
         w.str(&self.level_key);
         w.u64(self.id);
         match self.kind {
-            NoticeKind::Run { waited } => {
+            NoticeKind::Run { waited, receipt } => {
                 w.u8(0);
                 w.i64(waited);
+                receipt.encode(&mut w);
             }
             NoticeKind::Reject { reason, retry_after } => {
                 w.u8(1);
@@ -209,7 +210,7 @@ impl Notice {
         let level_key = r.str()?.to_string();
         let id = r.u64()?;
         let kind = match r.u8()? {
-            0 => NoticeKind::Run { waited: r.i64()? },
+            0 => NoticeKind::Run { waited: r.i64()?, receipt: Receipt::decode(&mut r)? },
             1 => {
                 let reason = RejectReason::from_code(r.u8()?).ok_or(CodecError("reason"))?;
                 NoticeKind::Reject { reason, retry_after: r.i64()? }
@@ -220,7 +221,7 @@ impl Notice {
     }
 
     fn run(level_key: &str, d: &Dispatched) -> Notice {
-        Notice { owner: d.tag.owner, context: d.tag.context, level_key: level_key.to_string(), id: d.id, kind: NoticeKind::Run { waited: d.waited } }
+        Notice { owner: d.tag.owner, context: d.tag.context, level_key: level_key.to_string(), id: d.id, kind: NoticeKind::Run { waited: d.waited, receipt: d.receipt } }
     }
 }
 
@@ -235,7 +236,7 @@ pub fn admit(c: &Compiled, store: &dyn Store, now: Nanos, level: usize, work: Wo
         let mut out = Vec::new();
         let mut st = LevelState::load(cur, Some(lvl), c.generation, now, &mut out)?;
         let decision = match st.qs.arrive(now, work, tag, &mut out) {
-            Arrival::Executing(id) => Decision::Execute(id),
+            Arrival::Executing(rc) => Decision::Execute(rc),
             Arrival::Queued(id) => Decision::Queued(id),
             Arrival::Rejected(reason) => {
                 st.dropped.record_dropped(unix_secs(now));
@@ -250,13 +251,14 @@ pub fn admit(c: &Compiled, store: &dyn Store, now: Nanos, level: usize, work: Wo
 }
 
 /// The request's handler returned (or a WATCH finished initializing): release its seats
-/// (after its additional latency, if any) and dispatch what fits.
-pub fn finish(store: &dyn Store, now: Nanos, level_key: &str, id: RequestId, notices: &mut Vec<Notice>) -> Result<bool, EngineError> {
+/// (after its additional latency, if any) and dispatch what fits. Returns false when the seats
+/// were already released (double finish, or the owner's lease was reaped).
+pub fn finish(store: &dyn Store, now: Nanos, level_key: &str, receipt: &Receipt, notices: &mut Vec<Notice>) -> Result<bool, EngineError> {
     let (known, dispatched) = update(store, level_key, MAX_CAS_TRIES, |cur| {
         let mut out = Vec::new();
         let Some(bytes) = cur else { return Ok::<_, EngineError>((Vec::new(), (false, out))) };
         let mut st = LevelState::decode(bytes)?;
-        let known = st.qs.finish(now, id, &mut out);
+        let known = st.qs.finish(now, receipt, &mut out);
         st.note_demand(now);
         Ok((st.encode(), (known, out)))
     })?;
@@ -264,21 +266,20 @@ pub fn finish(store: &dyn Store, now: Nanos, level_key: &str, id: RequestId, not
     Ok(known)
 }
 
-/// The request's stream ended: a waiting request leaves its queue (counted as `time-out`,
-/// as upstream counts cancellations), an executing one finishes.
-pub fn end(store: &dyn Store, now: Nanos, level_key: &str, id: RequestId, notices: &mut Vec<Notice>) -> Result<(), EngineError> {
-    let dispatched = update(store, level_key, MAX_CAS_TRIES, |cur| {
-        let mut out = Vec::new();
-        let Some(bytes) = cur else { return Ok::<_, EngineError>((Vec::new(), out)) };
+/// The request's stream ended: an executing request (its receipt given) finishes; a waiting
+/// one leaves its queue (counted as `time-out`, as upstream counts cancellations). A request
+/// dispatched while its wake-up is still in flight is finished when the wake-up arrives.
+pub fn end(store: &dyn Store, now: Nanos, level_key: &str, id: RequestId, receipt: Option<&Receipt>, notices: &mut Vec<Notice>) -> Result<(), EngineError> {
+    if let Some(rc) = receipt {
+        return finish(store, now, level_key, rc, notices).map(|_| ());
+    }
+    update(store, level_key, MAX_CAS_TRIES, |cur| {
+        let Some(bytes) = cur else { return Ok::<_, EngineError>((Vec::new(), ())) };
         let mut st = LevelState::decode(bytes)?;
-        if st.qs.cancel(now, id).is_none() {
-            st.qs.finish(now, id, &mut out);
-        }
+        st.qs.cancel(now, id);
         st.note_demand(now);
-        Ok((st.encode(), out))
-    })?;
-    notices.extend(dispatched.iter().map(|d| Notice::run(level_key, d)));
-    Ok(())
+        Ok((st.encode(), ()))
+    })
 }
 
 /// Gives up waiting for a queued request (its wait limit passed). Returns the Retry-After to

@@ -118,10 +118,12 @@ impl Http {
             seats,
             started: now,
             is_watch: d.is_watch,
+            receipt: None,
         };
         let action = match decision {
-            Ok(Decision::Execute(id)) => {
-                let l = local(id, Phase::Executing);
+            Ok(Decision::Execute(rc)) => {
+                let mut l = local(rc.id, Phase::Executing);
+                l.receipt = Some(rc);
                 l.note_dispatched(0, false);
                 worker::with(|w| w.requests.insert(self.ctx, l));
                 Action::Continue

@@ -292,7 +292,8 @@ fn enforce_local_deadlines(now: Nanos) {
                 Notice { owner: 0, context: ctx, level_key: l.level_key.to_string(), id: l.id, kind: NoticeKind::Reject { reason: crate::fairqueuing::RejectReason::TimeOut, retry_after } },
                 now,
             ),
-            Ok(None) => worker::handle(Notice { owner: 0, context: ctx, level_key: l.level_key.to_string(), id: l.id, kind: NoticeKind::Run { waited: now - l.arrived } }, now),
+            // Dispatched meanwhile: its wake-up notice (with the receipt) is on its way.
+            Ok(None) => {}
             Err(e) => log::warn!("apf: time-out of request {} failed: {e}", l.id),
         }
     }

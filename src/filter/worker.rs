@@ -40,6 +40,8 @@ pub struct Local {
     pub seats: u32,
     pub started: Nanos,
     pub is_watch: bool,
+    /// Set once it executes: what the QueueSet needs back to finish it.
+    pub receipt: Option<crate::fairqueuing::Receipt>,
 }
 
 impl Local {
@@ -191,9 +193,9 @@ fn post(n: Notice, now: Nanos) {
     if !delivered {
         // The owner is gone (its lease will be reaped): release what we dispatched to it.
         log::warn!("apf: cannot deliver notice to worker {}; releasing request {}", n.owner, n.id);
-        if let NoticeKind::Run { .. } = n.kind {
+        if let NoticeKind::Run { receipt, .. } = n.kind {
             let mut more = Vec::new();
-            if let Err(e) = engine::finish(&HostStore, now, &n.level_key, n.id, &mut more) {
+            if let Err(e) = engine::finish(&HostStore, now, &n.level_key, &receipt, &mut more) {
                 log::warn!("apf: release failed: {e}");
             }
             route(more, now);
@@ -208,13 +210,14 @@ pub fn handle(n: Notice, now: Nanos) {
         _ => None,
     });
     match (n.kind, local) {
-        (NoticeKind::Run { waited }, Some(l)) if l.phase == Phase::Waiting => {
+        (NoticeKind::Run { waited, receipt }, Some(l)) if l.phase == Phase::Waiting => {
             l.note_dispatched(waited, true);
             with(|w| {
                 if let Some(r) = w.requests.get_mut(&n.context) {
                     r.phase = Phase::Executing;
                     r.waited = waited;
                     r.started = now;
+                    r.receipt = Some(receipt);
                 }
             });
             // Dry run: the request never stopped; it only takes its seats now.
@@ -224,7 +227,8 @@ pub fn handle(n: Notice, now: Nanos) {
             }
         }
         (NoticeKind::Run { .. }, Some(_)) => {}
-        (NoticeKind::Run { .. }, None) => release(&n.level_key, n.id, now),
+        // The stream is gone (or was answered) before its wake-up arrived: give the seats back.
+        (NoticeKind::Run { receipt, .. }, None) => release(&n.level_key, n.id, Some(&receipt), now),
         (NoticeKind::Reject { reason, retry_after }, Some(l)) => {
             l.note_rejected_waiting(now);
             with(|w| {
@@ -239,9 +243,9 @@ pub fn handle(n: Notice, now: Nanos) {
     }
 }
 
-fn release(level_key: &str, id: RequestId, now: Nanos) {
+fn release(level_key: &str, id: RequestId, receipt: Option<&crate::fairqueuing::Receipt>, now: Nanos) {
     let mut more = Vec::new();
-    if let Err(e) = engine::end(&HostStore, now, level_key, id, &mut more) {
+    if let Err(e) = engine::end(&HostStore, now, level_key, id, receipt, &mut more) {
         log::warn!("apf: release of request {id} failed: {e}");
     }
     route(more, now);
@@ -310,6 +314,6 @@ pub fn stream_ended(context: u32, now: Nanos) {
             Phase::Executing => l.note_finished(now),
             Phase::Waiting => l.note_rejected_waiting(now),
         }
-        release(&l.level_key, l.id, now);
+        release(&l.level_key, l.id, l.receipt.as_ref(), now);
     }
 }
