@@ -241,30 +241,10 @@ pub fn borrowed_pairs(bytes: &[u8]) -> Vec<(&str, &[u8])> {
     out
 }
 
-/// Decodes the host's map serialization: u32 count, count × (u32 name len, u32 value len),
-/// then each name and value followed by a NUL.
+/// Decodes the host's map serialization (u32 count, count × (u32 name len, u32 value len), then
+/// each name and value followed by a NUL) into owned pairs.
 pub fn deserialize_pairs(bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
-    let rd = |at: usize| -> Option<usize> {
-        let s: [u8; 4] = bytes.get(at..at.checked_add(4)?)?.try_into().ok()?;
-        Some(u32::from_le_bytes(s) as usize)
-    };
-    let mut out = Vec::new();
-    let Some(n) = rd(0) else { return out };
-    let mut sizes = Vec::new();
-    let mut p = 4usize;
-    for _ in 0..n.min(bytes.len() / 8) {
-        let (Some(k), Some(v)) = (rd(p), rd(p + 4)) else { return out };
-        sizes.push((k, v));
-        p += 8;
-    }
-    for (k, v) in sizes {
-        let Some(name) = bytes.get(p..p.saturating_add(k)) else { break };
-        p = p.saturating_add(k).saturating_add(1);
-        let Some(val) = bytes.get(p..p.saturating_add(v)) else { break };
-        p = p.saturating_add(v).saturating_add(1);
-        out.push((String::from_utf8_lossy(name).to_ascii_lowercase(), val.to_vec()));
-    }
-    out
+    borrowed_pairs(bytes).into_iter().map(|(k, v)| (k.to_ascii_lowercase(), v.to_vec())).collect()
 }
 
 pub fn add_header(map: u32, name: &str, value: &[u8]) -> bool {
