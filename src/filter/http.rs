@@ -171,15 +171,13 @@ impl HttpContext for Http {
     }
 
     fn on_http_response_headers(&mut self, _n: usize, _end: bool) -> Action {
-        let rejected = worker::with(|w| w.rejected.contains_key(&self.ctx));
-        if self.local_reply || rejected {
+        if self.local_reply || worker::with(|w| !w.rejected.is_empty() && w.rejected.contains_key(&self.ctx)) {
             return Action::Continue;
         }
         let (Some((fs, pl)), Some(c)) = (self.class, self.compiled.as_deref()) else { return Action::Continue };
         for (k, v) in worker::pf_headers(c, fs, pl, self.explain) {
             host::add_header(RESPONSE_HEADERS, k, v);
         }
-        let now = host::monotonic_nanos();
         if self.explain {
             let waited = worker::with(|w| w.requests.get(&self.ctx).map(|l| l.waited)).unwrap_or(0);
             host::add_header(RESPONSE_HEADERS, "x-apf-queued-ms", (waited / 1_000_000).to_string().as_bytes());
@@ -187,7 +185,7 @@ impl HttpContext for Http {
         if self.is_watch {
             // A WATCH holds its seats only while it initializes: until the response starts.
             // From then on it counts as an open watch for the mutating-request estimator.
-            worker::stream_ended(self.ctx, now);
+            worker::stream_ended_with(self.ctx, host::monotonic_nanos);
             if let (Some(info), Some(slot)) = (self.watch_info.take(), worker::with(|w| w.slot)) {
                 match engine::watches::register(&HostStore, slot, &info) {
                     Ok(Some(key)) => worker::with(|w| {
@@ -202,14 +200,13 @@ impl HttpContext for Http {
     }
 
     fn on_log(&mut self) {
-        worker::stream_ended(self.ctx, host::monotonic_nanos());
+        worker::stream_ended_with(self.ctx, host::monotonic_nanos);
     }
 }
 
 impl Drop for Http {
     fn drop(&mut self) {
-        worker::stream_ended(self.ctx, host::monotonic_nanos());
-        worker::with(|w| w.rejected.remove(&self.ctx));
+        worker::stream_ended_with(self.ctx, host::monotonic_nanos);
     }
 }
 

@@ -300,10 +300,23 @@ pub fn drain_mailbox(now: Nanos) {
 
 /// The stream of `context` ended (client gone, response done, or reset): release what it holds.
 pub fn stream_ended(context: u32, now: Nanos) {
+    stream_ended_with(context, || now)
+}
+
+/// [`stream_ended`], reading the clock only when something is held (a host call saved on the
+/// common path where `on_log` already released everything before the context is dropped).
+pub fn stream_ended_with(context: u32, now: impl FnOnce() -> Nanos) {
     let (local, watch, slot) = with(|w| {
-        w.rejected.remove(&context);
-        (w.requests.remove(&context), w.watches.remove(&context), w.slot)
+        if !w.rejected.is_empty() {
+            w.rejected.remove(&context);
+        }
+        let watch = if w.watches.is_empty() { None } else { w.watches.remove(&context) };
+        (w.requests.remove(&context), watch, w.slot)
     });
+    if local.is_none() && watch.is_none() {
+        return;
+    }
+    let now = now();
     if let (Some(key), Some(slot)) = (watch, slot) {
         if let Err(e) = engine::watches::forget(&HostStore, slot, &key) {
             log::warn!("apf: forgetting a watch failed: {e}");
