@@ -168,6 +168,9 @@ pub enum IdentitySource {
     },
     #[serde(rename_all = "camelCase")]
     Jwt {
+        /// The `payload_in_metadata` name configured in Envoy's jwt_authn filter.
+        #[serde(default = "default_jwt_metadata_key")]
+        metadata_key: String,
         #[serde(default = "default_sub")]
         user_claim: String,
         #[serde(default = "default_groups")]
@@ -185,6 +188,10 @@ pub enum IdentitySource {
         #[serde(default)]
         strip_untrusted: bool,
     },
+}
+
+fn default_jwt_metadata_key() -> String {
+    "jwt_payload".to_string()
 }
 
 const IMPERSONATE_USER: &str = "impersonate-user";

@@ -294,10 +294,13 @@ pub fn resume_request() -> bool {
 
 /// A property (e.g. `source.address`) as raw bytes.
 pub fn property(path: &[&str]) -> Option<Vec<u8>> {
+    // Segments separated by NUL, without a trailing one (as the ABI expects).
     let mut ser = Vec::new();
-    for p in path {
+    for (i, p) in path.iter().enumerate() {
+        if i > 0 {
+            ser.push(0);
+        }
         ser.extend_from_slice(p.as_bytes());
-        ser.push(0);
     }
     let mut data: *mut u8 = null_mut();
     let mut size: usize = 0;

@@ -52,7 +52,7 @@ impl Http {
             .map(|(k, v)| ((*k).to_string(), v.to_vec()))
             .collect();
         let ns_header = c.config.namespace_header.as_deref().and_then(|n| headers.iter().find(|(k, _)| *k == n)).map(|(_, v)| *v);
-        let facts = ConnectionFacts::fetch(c.needs);
+        let facts = ConnectionFacts::fetch(c.needs, &c.config.identity);
         let input = IdentityInput {
             headers: &identity_headers,
             peer: facts.peer,
@@ -220,7 +220,7 @@ struct ConnectionFacts {
 }
 
 impl ConnectionFacts {
-    fn fetch(needs: crate::engine::compiled::IdentityNeeds) -> ConnectionFacts {
+    fn fetch(needs: crate::engine::compiled::IdentityNeeds, cfg: &crate::digest::identity::IdentityConfig) -> ConnectionFacts {
         let mut f = ConnectionFacts::default();
         if needs.peer {
             f.peer = host::property(&["source", "address"]).and_then(|b| parse_peer(&b));
@@ -232,9 +232,7 @@ impl ConnectionFacts {
             f.cert_subject = host::property(&["connection", "subject_peer_certificate"]).and_then(|b| String::from_utf8(b).ok());
         }
         if needs.jwt {
-            f.jwt_claims = host::property(&["metadata", "filter_metadata", "envoy.filters.http.jwt_authn"])
-                .and_then(|b| crate::digest::pbstruct::decode_struct(&b))
-                .map(crate::digest::pbstruct::claims_of);
+            f.jwt_claims = jwt_claims(cfg);
         }
         f
     }
@@ -247,4 +245,38 @@ fn parse_peer(b: &[u8]) -> Option<std::net::IpAddr> {
         return Some(sa.ip());
     }
     s.parse().ok()
+}
+
+/// The claims a `jwt` source needs, read as leaf properties of the jwt_authn filter's dynamic
+/// metadata (`metadata.filter_metadata["envoy.filters.http.jwt_authn"][<metadataKey>][<claim>]`;
+/// Envoy serializes leaf strings, not whole structs). A list claim arrives as the host's pair
+/// serialization or as a string; both are handled.
+fn jwt_claims(cfg: &crate::digest::identity::IdentityConfig) -> Option<serde_json::Value> {
+    use crate::digest::identity::IdentitySource;
+    let (key, user_claim, groups_claim) = cfg.sources.iter().find_map(|s| match s {
+        IdentitySource::Jwt { metadata_key, user_claim, groups_claim, .. } => Some((metadata_key, user_claim, groups_claim)),
+        _ => None,
+    })?;
+    let base = ["metadata", "filter_metadata", "envoy.filters.http.jwt_authn", key.as_str()];
+    let get = |claim: &str| {
+        let mut p: Vec<&str> = base.to_vec();
+        p.push(claim);
+        host::property(&p)
+    };
+    let user = get(user_claim).and_then(|b| String::from_utf8(b).ok())?;
+    let groups: Vec<serde_json::Value> = match get(groups_claim) {
+        None => Vec::new(),
+        Some(b) => {
+            let pairs = host::borrowed_pairs(&b);
+            if !pairs.is_empty() && b.len() >= 4 {
+                pairs.iter().map(|(k, _)| serde_json::Value::String((*k).to_string())).collect()
+            } else {
+                String::from_utf8_lossy(&b).split(',').map(str::trim).filter(|g| !g.is_empty()).map(|g| serde_json::Value::String(g.to_string())).collect()
+            }
+        }
+    };
+    let mut m = serde_json::Map::new();
+    m.insert(user_claim.clone(), serde_json::Value::String(user));
+    m.insert(groups_claim.clone(), serde_json::Value::Array(groups));
+    Some(serde_json::Value::Object(m))
 }

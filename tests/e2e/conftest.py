@@ -182,7 +182,8 @@ def gateway(request, wasm_module, envoy_bin, tmp_path_factory):
 
     def make(plugin_config: dict | None = None, concurrency: int = 2, http_filter: str = "wasm",
              wasm: str | None = None, ready_timeout: float = 30.0, probe: bool = True,
-             ecds: bool = False, stats_config: bool = False) -> Gateway:
+             ecds: bool = False, stats_config: bool = False,
+             extra_filters: list | None = None) -> Gateway:
         module = wasm or wasm_module
         if http_filter == "wasm" and not ecds and module in _BROKEN_MODULES:
             raise RuntimeError(f"module {module} failed to load earlier in this session:\n"
@@ -195,7 +196,8 @@ def gateway(request, wasm_module, envoy_bin, tmp_path_factory):
             ecds_dir.mkdir()
             http_filter = "ecds"
         cfg = gateway_config(upstream_port=up.port, wasm_path=module, plugin_config=plugin_config,
-                             http_filter=http_filter, ecds_dir=str(ecds_dir) if ecds_dir else None)
+                             http_filter=http_filter, ecds_dir=str(ecds_dir) if ecds_dir else None,
+                             extra_filters=extra_filters)
         extra = ["--config-yaml", STATS_CONFIG.read_text()] if stats_config else []
         env = EnvoyProcess(cfg, workdir, envoy_bin=envoy_bin, concurrency=concurrency,
                            name=f"envoy{len(started)}", extra_args=extra)
