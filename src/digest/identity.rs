@@ -200,7 +200,8 @@ const IMPERSONATE_UID: &str = "impersonate-uid";
 const IMPERSONATE_EXTRA: &str = "impersonate-extra-";
 
 impl IdentitySource {
-    fn trust(&self) -> (&[Cidr], bool, bool) {
+    /// The source's trust rules: (`trustedSourceCidrs`, `requireMtls`, `stripUntrusted`).
+    pub fn trust(&self) -> (&[Cidr], bool, bool) {
         match self {
             IdentitySource::FrontProxy { trusted_source_cidrs, require_mtls, strip_untrusted, .. }
             | IdentitySource::Impersonation { trusted_source_cidrs, require_mtls, strip_untrusted }

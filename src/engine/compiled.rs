@@ -60,12 +60,7 @@ impl IdentityNeeds {
         use crate::digest::identity::IdentitySource as S;
         let mut n = IdentityNeeds::default();
         for s in &cfg.sources {
-            let (cidrs, mtls, strip) = match s {
-                S::FrontProxy { trusted_source_cidrs, require_mtls, strip_untrusted, .. }
-                | S::Impersonation { trusted_source_cidrs, require_mtls, strip_untrusted }
-                | S::ClientCertificate { trusted_source_cidrs, require_mtls, strip_untrusted }
-                | S::Jwt { trusted_source_cidrs, require_mtls, strip_untrusted, .. } => (trusted_source_cidrs, *require_mtls, *strip_untrusted),
-            };
+            let (cidrs, mtls, strip) = s.trust();
             n.peer |= !cidrs.is_empty();
             n.mtls |= mtls;
             n.strip |= strip;

@@ -22,19 +22,17 @@ pub struct Http {
     is_watch: bool,
     explain: bool,
     local_reply: bool,
-    arrived: i64,
     watch_info: Option<crate::digest::request_info::RequestInfo>,
 }
 
 impl Http {
     pub fn new(ctx: u32, compiled: Option<Rc<Compiled>>) -> Http {
-        Http { ctx, compiled, class: None, is_watch: false, explain: false, local_reply: false, arrived: 0, watch_info: None }
+        Http { ctx, compiled, class: None, is_watch: false, explain: false, local_reply: false, watch_info: None }
     }
 
     fn admit(&mut self, rc: Rc<Compiled>) -> Action {
         let c: &Compiled = &rc;
         let now = host::monotonic_nanos();
-        self.arrived = now;
         let raw = host::header_map_bytes(REQUEST_HEADERS);
         let headers = host::borrowed_pairs(&raw);
         let mut method: &[u8] = b"GET";

@@ -90,6 +90,8 @@ struct Series {
 /// A histogram aggregated in the VM: per-bucket (non-cumulative) pending counts, flushed as
 /// cumulative `_bucket` counters.
 struct Hist {
+    /// Envoy value = round(upstream value × scale).
+    spec: &'static names::MetricSpec,
     /// Upper bounds in Envoy units (scaled), ascending.
     bounds: Vec<f64>,
     pending: Vec<u64>,
@@ -100,12 +102,13 @@ struct Hist {
 }
 
 impl Hist {
-    fn new(spec: &names::MetricSpec) -> Hist {
+    fn new(spec: &'static names::MetricSpec) -> Hist {
         let bounds = names::envoy_buckets(spec);
         let n = bounds.len();
-        Hist { bounds, pending: vec![0; n], pending_inf: 0, pending_sum: 0, ids: vec![None; n + 3] }
+        Hist { spec, bounds, pending: vec![0; n], pending_inf: 0, pending_sum: 0, ids: vec![None; n + 3] }
     }
-    fn record(&mut self, v: u64) {
+    fn record(&mut self, value: f64) {
+        let v = names::envoy_value(self.spec, value);
         let x = v as f64;
         match self.bounds.iter().position(|b| x <= *b) {
             Some(i) => {
@@ -216,11 +219,9 @@ pub fn add(c: &Compiled, m: M, pl: usize, fs: usize, extra: u8, delta: i64) {
 
 /// Records one histogram sample, in upstream units (seconds, seats); flushed on the timer.
 pub fn observe(c: &Compiled, m: M, pl: usize, fs: usize, extra: u8, value: f64) {
-    let Some(spec) = names::spec(m.upstream_name()) else { return };
-    let v = names::envoy_value(spec, value);
     with_series(c, m, pl, fs, extra, |s| {
         if let Some(h) = s.hist.as_mut() {
-            h.record(v);
+            h.record(value);
         }
     });
 }
