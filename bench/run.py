@@ -8,7 +8,12 @@ Variants (interleaved, repeated for --rounds; medians reported):
   local_ratelimit  Envoy's native local rate limit (bucket too big to ever limit)
   apf              apf-wasm, default policy, uncontended
   apf-saturated    apf-wasm, a 2-seat level with more connections than seats (requests queue);
-                   run with 1 and with 2 workers
+                   run with 1 and with 2 workers; with it, in the same shape, the reference
+                   bench/localqueue (the floor's host calls + a per-worker seat limit and FIFO
+                   with pause/resume: no shared state, no cross-worker wake-ups; 2 seats with 1
+                   worker, 1 seat per worker with 2), so that apf ÷ localqueue at each worker
+                   count isolates the cost of APF's logic and global state from what splitting
+                   a paused-and-resumed pipeline over two Envoy workers costs by itself
   apf-flows        apf-wasm, default policy, uncontended, each request from one of K users
                    (K = 10, 1000, 100000; --flow-counts): cost per request vs flows seen
   apf-noisy        not a CPU measurement: a saturated 4-seat level (Python upstream, 50 ms per
@@ -18,6 +23,9 @@ Variants (interleaved, repeated for --rounds; medians reported):
 Measure: Envoy's CPU time (utime+stime of the process, /proc/PID/stat) over a fixed number of
 requests after a warm-up, divided by the requests Envoy counted (downstream_rq_total delta).
 The upstream is a second Envoy answering with a direct_response (fast, not measured).
+The load generator and the upstream run under SCHED_IDLE (chrt; --load-priority normal to
+turn off) so that on a small machine they do not preempt the measured Envoy's workers (whose
+CPU time would then include the cost of being switched out).
 Load generator: wrk (installed from Debian if missing and we are root), else a Python client.
 
 Usage: python3 bench/run.py [--requests N] [--rounds R] [--variants a,b] [--workers W] [--out F]
@@ -46,6 +54,21 @@ from envoy_template import direct_response_config, gateway_config  # noqa: E402
 from envoyproc import EnvoyProcess, find_envoy  # noqa: E402
 
 HEADERS = {"X-Remote-User": "bench-user", "X-Remote-Group": "system:authenticated"}
+SATURATED_SEATS = 2
+# Set by main(): run the load generator / upstream under SCHED_IDLE.
+IDLE_LOAD = [False]
+
+
+def idle_cmd(cmd: list[str]) -> list[str]:
+    return ["chrt", "-i", "0"] + cmd if IDLE_LOAD[0] else cmd
+
+
+def make_idle(pid: int) -> None:
+    if not IDLE_LOAD[0]:
+        return
+    for t in os.listdir(f"/proc/{pid}/task"):
+        subprocess.run(["chrt", "-i", "-p", "0", t], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
 PATH = "/api/v1/namespaces/default/pods"
 RQ_TOTAL = "http.apf_gateway.downstream_rq_total"
 
@@ -84,6 +107,9 @@ def build_modules(args) -> dict[str, Path]:
         # The floor module's own folder is read-only: build into our target dir.
         mods["floor"] = cargo_wasm(floor_dir(args.floor_dir) / "Cargo.toml",
                                    target_dir() / "bench-floor", "floor")
+    if "apf-saturated" in want:
+        mods["localqueue"] = cargo_wasm(REPO / "bench/localqueue/Cargo.toml",
+                                        target_dir() / "bench-localqueue", "localqueue")
     if "passthrough" in want:
         mods["passthrough"] = cargo_wasm(REPO / "bench/passthrough/Cargo.toml",
                                          target_dir() / "bench-passthrough", "passthrough")
@@ -170,8 +196,8 @@ def run_wrk(wrk: str, port: int, n: int, conns: int, threads: int, workdir: Path
     users_fn = WRK_USERS.replace("USERS", str(users)) if users else ""
     script.write_text(WRK_LUA.replace("LIMIT", str(per_thread)).replace("MARKER", f"{marks}/t")
                       .replace("USERS_FN", users_fn))
-    cmd = [wrk, "-t", str(threads), "-c", str(conns), "-d", "600s", "--latency", "--timeout", "30s",
-           "-s", str(script)]
+    cmd = idle_cmd([wrk, "-t", str(threads), "-c", str(conns), "-d", "600s", "--latency",
+                    "--timeout", "30s", "-s", str(script)])
     for k, v in HEADERS.items():
         cmd += ["-H", f"{k}: {v}"]
     cmd.append(f"http://127.0.0.1:{port}{PATH}")
@@ -252,7 +278,7 @@ def run_python(port: int, n: int, conns: int, users: int | None = None) -> dict:
 # Variants
 def variant_specs(args, mods) -> list[dict]:
     roomy = apf_policy.plugin_config()
-    saturated = apf_policy.single_level_config(2, group="system:authenticated", queues=16,
+    saturated = apf_policy.single_level_config(SATURATED_SEATS, group="system:authenticated", queues=16,
                                                hand_size=4, queue_length_limit=100)
     specs = []
     w = args.workers
@@ -281,6 +307,10 @@ def variant_specs(args, mods) -> list[dict]:
             for sw in (1, 2):
                 specs.append(dict(name="apf-saturated", workers=sw, http_filter="wasm",
                                   wasm=mods["apf"], cfg=saturated, conns=args.saturated_connections))
+            for sw in (1, 2):
+                specs.append(dict(name="localqueue-saturated", workers=sw, http_filter="wasm",
+                                  wasm=mods["localqueue"], cfg=str(max(1, SATURATED_SEATS // sw)),
+                                  conns=args.saturated_connections))
         else:
             raise SystemExit(f"unknown variant {v}")
     return specs
@@ -463,10 +493,13 @@ def main() -> int:
     ap.add_argument("--ratio-base", default="floor")
     ap.add_argument("--python-client", action="store_true", help="do not use wrk")
     ap.add_argument("--no-install", action="store_true", help="do not apt-get install wrk")
+    ap.add_argument("--load-priority", choices=["idle", "normal"], default="idle",
+                    help="scheduling of the load generator and the upstream (idle: SCHED_IDLE)")
     ap.add_argument("--out", help="also write the Markdown table here")
     ap.add_argument("--json", help="write raw per-round results here")
     args = ap.parse_args()
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    IDLE_LOAD[0] = args.load_priority == "idle" and shutil.which("chrt") is not None
     args.flow_counts = [int(k) for k in args.flow_counts.split(",") if k.strip()]
 
     envoy_bin = find_envoy()
@@ -480,6 +513,7 @@ def main() -> int:
     up = EnvoyProcess(direct_response_config(), work, envoy_bin=envoy_bin, concurrency=1,
                       name="upstream", log_level="warning")
     up.start().wait_ready()
+    make_idle(up.pid)
     results: dict[str, list[dict]] = {}
     noisy: list[dict] = []
     try:
@@ -530,6 +564,18 @@ def main() -> int:
             f"{fmt(median([r.get('p99_ms', float('nan')) for r in rs]))} | "
             f"{sum(r.get('non2xx', 0) for r in rs)} |")
     table = "\n".join(lines)
+
+    def per_round(a: str, b: str) -> float:
+        ra = {r["round"]: r["cpu_us"] for r in results.get(a, []) if "cpu_us" in r}
+        rb = {r["round"]: r["cpu_us"] for r in results.get(b, []) if "cpu_us" in r}
+        return median([ra[k] / rb[k] for k in ra if k in rb])
+
+    if "apf-saturated|2" in results and "localqueue-saturated|2" in results:
+        table += ("\n\nSaturated shape, medians of per-round ratios: apf 2 workers ÷ 1 worker "
+                  f"{per_round('apf-saturated|2', 'apf-saturated|1'):.2f}; localqueue reference "
+                  f"2 ÷ 1 {per_round('localqueue-saturated|2', 'localqueue-saturated|1'):.2f}; "
+                  f"apf ÷ localqueue with 1 worker {per_round('apf-saturated|1', 'localqueue-saturated|1'):.2f}, "
+                  f"with 2 workers {per_round('apf-saturated|2', 'localqueue-saturated|2'):.2f}.")
     ver = subprocess.run([envoy_bin, "--version"], capture_output=True, text=True).stdout
     m = re.search(r"/(\d+\.\d+\.\d+)/", ver)
     header = (f"Envoy {m.group(1) if m else '?'}, "

@@ -41,6 +41,16 @@
 //! caller must call [`QueueSet::expire`] at (or before any other operation after) the times
 //! given by [`QueueSet::next_event`].
 //!
+//! Deviation (owner affinity): when the dispatching worker (the one whose request arrives or
+//! finishes) has a request in the chosen queue with exactly the head's work estimate, among the
+//! first 16, that request is dispatched instead of the head, provided no request ahead of it has
+//! already been overtaken [`MAX_SKIPS`] (8) times. The choice of queue, virtual time, seats and
+//! therefore fairness between queues are exactly upstream's; only FIFO order within a queue is
+//! relaxed, by at most `MAX_SKIPS` places per request. It saves waking another worker's thread
+//! (through its mailbox) to resume the head when the dispatching worker can resume an
+//! equivalent request of its own at once. With a single owner (one worker, the simulator) the
+//! order is upstream's.
+//!
 //! Deviation: a lease expiry ([`QueueSet::remove_owner`]) releases the dead owner's executing
 //! seats without the service-time correction of the queues' virtual finish (its requests'
 //! start times are not stored); upstream has no lease expiry.
@@ -63,7 +73,13 @@ pub const R_DECREMENT: u64 = u64::MAX / 2;
 pub const HIGH_R: u64 = R_DECREMENT + R_DECREMENT / 2;
 
 /// 2: executing requests as per-(owner, queue) aggregates and lingering seats (receipts).
-const ENCODING_VERSION: u8 = 2;
+/// 3: a skip count per waiting request (owner affinity). Version 2 still decodes (no skips).
+const ENCODING_VERSION: u8 = 3;
+/// How many times a waiting request may be overtaken by later requests of its own queue
+/// (owner affinity, see the module documentation).
+pub const MAX_SKIPS: u8 = 8;
+/// How far into a queue the dispatcher looks for a request of the dispatching owner.
+const AFFINITY_SCAN: usize = 16;
 /// Largest queue index that can exist (the Dealer's maximum deck size).
 const MAX_QUEUES: u32 = 1 << 26;
 
@@ -102,6 +118,8 @@ struct Waiting {
     work: WorkEstimate,
     arrival_r: u64,
     arrival: Nanos,
+    /// Times a later request of this queue was dispatched before it (owner affinity).
+    skips: u8,
 }
 
 /// The executing requests of one owner in one queue (−1: queue-less). Kept sorted by
@@ -500,7 +518,7 @@ impl QueueSet {
             if q.waiting.is_empty() && q.requests_executing == 0 {
                 q.next_dispatch_r = r;
             }
-            q.waiting.push_back(Waiting { id, tag, work, arrival_r: r, arrival: now });
+            q.waiting.push_back(Waiting { id, tag, work, arrival_r: r, arrival: now, skips: 0 });
             q.initial_seats_sum = q.initial_seats_sum.saturating_add(work.initial_seats as u64);
             q.max_seats_sum = q.max_seats_sum.saturating_add(work.max_seats() as u64);
             q.total_work_sum = q.total_work_sum.wrapping_add(total_work.0);
@@ -509,7 +527,7 @@ impl QueueSet {
         self.tot_requests_waiting += 1;
         self.tot_seats_waiting = self.tot_seats_waiting.saturating_add(work.max_seats() as u64);
         let before = out.len();
-        self.dispatch_as_much_as_possible(now, out);
+        self.dispatch_preferring(now, out, Some(tag.owner));
         let mut found = None;
         for (i, d) in out.iter().enumerate().skip(before) {
             if d.id == id {
@@ -578,9 +596,15 @@ impl QueueSet {
     // ---------------------------------------------------------------- dispatch
 
     fn dispatch_as_much_as_possible(&mut self, now: Nanos, out: &mut Vec<Dispatched>) {
+        self.dispatch_preferring(now, out, None)
+    }
+
+    /// [`Self::dispatch_as_much_as_possible`], preferring `owner`'s requests within each chosen
+    /// queue (owner affinity).
+    fn dispatch_preferring(&mut self, now: Nanos, out: &mut Vec<Dispatched>, owner: Option<u32>) {
         while self.tot_requests_waiting != 0
             && self.tot_seats_in_use < self.cfg.concurrency_limit as u64
-            && self.dispatch_one(now, out)
+            && self.dispatch_one(now, out, owner)
         {}
     }
 
@@ -612,13 +636,19 @@ impl QueueSet {
         Some(pos)
     }
 
-    /// Upstream `dispatchLocked`.
-    fn dispatch_one(&mut self, now: Nanos, out: &mut Vec<Dispatched>) -> bool {
+    /// Upstream `dispatchLocked`, except for owner affinity: the queue is chosen exactly as
+    /// upstream does, but within it a request of `owner` with the same work as the head may be
+    /// dispatched instead of the head (see [`affinity_pick`]).
+    fn dispatch_one(&mut self, now: Nanos, out: &mut Vec<Dispatched>, owner: Option<u32>) -> bool {
         let Some(pos) = self.find_dispatch_queue() else { return false };
         let c = self.cfg.concurrency_limit;
         let g = self.g;
         let Some(q) = self.queues.get_mut(pos) else { return false };
-        let Some(req) = q.waiting.pop_front() else { return false };
+        let pick = owner.map_or(0, |o| affinity_pick(&q.waiting, o));
+        for w in q.waiting.iter_mut().take(pick) {
+            w.skips = w.skips.saturating_add(1);
+        }
+        let Some(req) = q.waiting.remove(pick) else { return false };
         let (final_work, total_work) = request_work(&req.work, g);
         q.initial_seats_sum = q.initial_seats_sum.saturating_sub(req.work.initial_seats as u64);
         q.max_seats_sum = q.max_seats_sum.saturating_sub(req.work.max_seats() as u64);
@@ -666,7 +696,7 @@ impl QueueSet {
         if !self.finish_locked(now, receipt) {
             return false;
         }
-        self.dispatch_as_much_as_possible(now, out);
+        self.dispatch_preferring(now, out, Some(receipt.owner));
         true
     }
 
@@ -999,6 +1029,7 @@ impl QueueSet {
                 w.i64(r.work.additional_latency);
                 w.i64(r.arrival_r.wrapping_sub(self.current_r) as i64);
                 w.i64(self.last_real_time.wrapping_sub(r.arrival));
+                w.u8(r.skips);
             }
         }
     }
@@ -1019,7 +1050,8 @@ impl QueueSet {
     /// Decodes a state written by [`QueueSet::encode`]. Never panics; rejects structurally
     /// inconsistent input (bad config, unsorted or idle queues, duplicate ids, overflowing sums).
     pub fn decode(r: &mut Reader) -> CodecResult<QueueSet> {
-        if r.u8()? != ENCODING_VERSION {
+        let version = r.u8()?;
+        if version != ENCODING_VERSION && version != 2 {
             return Err(CodecError("unknown queueset encoding version"));
         }
         let cfg = QueueSetConfig {
@@ -1121,13 +1153,14 @@ impl QueueSet {
                 };
                 let arrival_r = current_r.wrapping_add(r.i64()? as u64);
                 let arrival = last_real_time.wrapping_sub(r.i64()?);
+                let skips = if version >= 3 { r.u8()?.min(MAX_SKIPS) } else { 0 };
                 let (_, tw) = request_work(&work, qs.g);
                 q.initial_seats_sum = q.initial_seats_sum.checked_add(work.initial_seats as u64).ok_or(CodecError("seat overflow"))?;
                 q.max_seats_sum = q.max_seats_sum.checked_add(work.max_seats() as u64).ok_or(CodecError("seat overflow"))?;
                 q.total_work_sum = q.total_work_sum.wrapping_add(tw.0);
                 qs.tot_requests_waiting = qs.tot_requests_waiting.checked_add(1).ok_or(CodecError("too many requests"))?;
                 qs.tot_seats_waiting = qs.tot_seats_waiting.checked_add(work.max_seats() as u64).ok_or(CodecError("seat overflow"))?;
-                q.waiting.push_back(Waiting { id, tag, work, arrival_r, arrival });
+                q.waiting.push_back(Waiting { id, tag, work, arrival_r, arrival, skips });
             }
             qs.queues.push(q);
         }
@@ -1220,6 +1253,26 @@ impl IdSet {
 }
 
 /// Upstream `boundNextDispatchLocked` (anti-windup).
+/// Owner affinity: the position in `waiting` to dispatch when `owner` (the worker whose arrival
+/// or finish is dispatching) asks. The head (0), unless the head belongs to another owner and
+/// one of the first [`AFFINITY_SCAN`] requests belongs to `owner` with exactly the head's work
+/// while no request before it has been overtaken [`MAX_SKIPS`] times already.
+fn affinity_pick(waiting: &VecDeque<Waiting>, owner: u32) -> usize {
+    let Some(head) = waiting.front() else { return 0 };
+    if head.tag.owner == owner {
+        return 0;
+    }
+    for (j, w) in waiting.iter().enumerate().take(AFFINITY_SCAN) {
+        if j > 0 && w.tag.owner == owner && w.work == head.work {
+            return j;
+        }
+        if w.skips >= MAX_SKIPS {
+            return 0;
+        }
+    }
+    0
+}
+
 fn bound_next_dispatch(q: &mut Queue) {
     if let Some(head) = q.waiting.front() {
         if q.next_dispatch_r < head.arrival_r {
@@ -1333,7 +1386,7 @@ mod tests {
         q.initial_seats_sum = seats as u64;
         q.total_work_sum = request_work(&work, qs.g).1 .0;
         let id = qs.new_id();
-        q.waiting.push_back(Waiting { id, tag: tag(index as u64), work, arrival_r: 0, arrival: 0 });
+        q.waiting.push_back(Waiting { id, tag: tag(index as u64), work, arrival_r: 0, arrival: 0, skips: 0 });
         qs.tot_requests_waiting += 1;
         qs.tot_seats_waiting += seats as u64;
         qs.queues.push(q);
@@ -1885,5 +1938,110 @@ mod tests {
             let rnd: Vec<u8> = (0..(round % 64)).map(|k| (x >> (k % 57)) as u8).collect();
             let _ = QueueSet::decode(&mut Reader::new(&rnd));
         }
+    }
+
+    fn owned(owner: u32, ctx: u32) -> RequestTag {
+        // One flow: every request lands in the same queue (hand size 1, one queue).
+        RequestTag { owner, context: ctx, flow_schema: 0, flow_hash: 7, wait_deadline: Nanos::MAX }
+    }
+
+    /// Owner affinity: a finishing owner resumes its own request of the chosen queue instead of
+    /// another owner's head, a head is overtaken at most MAX_SKIPS times, and with one owner the
+    /// order is plain FIFO.
+    #[test]
+    fn owner_affinity_prefers_the_dispatching_owner_within_bounds() {
+        let mut qs = QueueSet::new(cfg(1, 100, 1, 1), 0).unwrap();
+        let mut out = Vec::new();
+        // Owner 1 runs one request; owner 2 queues the head, then owner 1 queues many.
+        let Arrival::Executing(mut rc) = qs.arrive(0, one(), owned(1, 100), &mut out) else { panic!("first runs") };
+        let Arrival::Queued(head) = qs.arrive(MS, one(), owned(2, 200), &mut out) else { panic!("queued") };
+        let mut mine = Vec::new();
+        for k in 0..(MAX_SKIPS as u32 + 3) {
+            let Arrival::Queued(id) = qs.arrive(2 * MS, one(), owned(1, 101 + k), &mut out) else { panic!("queued") };
+            mine.push(id);
+        }
+        // Each finish of owner 1 dispatches owner 1's next request, until the head has been
+        // overtaken MAX_SKIPS times; then the head goes (to owner 2).
+        let mut t = 10 * MS;
+        for &expected in mine.iter().take(MAX_SKIPS as usize) {
+            out.clear();
+            assert!(qs.finish(t, &rc, &mut out));
+            assert_eq!(out.len(), 1);
+            assert_eq!(out[0].id, expected, "owner 1's own request, in its FIFO order");
+            assert_eq!(out[0].tag.owner, 1);
+            rc = out[0].receipt;
+            t += MS;
+        }
+        out.clear();
+        assert!(qs.finish(t, &rc, &mut out));
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].id, head, "the head, overtaken MAX_SKIPS times, goes next");
+        assert_eq!(out[0].tag.owner, 2);
+        // The encoded state keeps the skip counts.
+        let mut w = Writer::with_capacity(64);
+        qs.encode(&mut w);
+        let back = QueueSet::decode(&mut Reader::new(&w.into_bytes())).unwrap();
+        assert_eq!(back, qs);
+    }
+
+    #[test]
+    fn owner_affinity_never_swaps_different_work_or_beyond_the_scan() {
+        let two = WorkEstimate { initial_seats: 2, final_seats: 0, additional_latency: 0 };
+        let mut qs = QueueSet::new(cfg(1, 100, 1, 2), 0).unwrap();
+        let mut out = Vec::new();
+        let Arrival::Executing(rc) = qs.arrive(0, two, owned(1, 1), &mut out) else { panic!("runs") };
+        let Arrival::Queued(head) = qs.arrive(MS, one(), owned(2, 2), &mut out) else { panic!("queued") };
+        // Owner 1's request has different work: the head goes.
+        let _ = qs.arrive(MS, two, owned(1, 3), &mut out);
+        out.clear();
+        assert!(qs.finish(5 * MS, &rc, &mut out));
+        assert_eq!(out.first().map(|d| d.id), Some(head));
+
+        // Owner 1's request beyond the first AFFINITY_SCAN positions is not looked at.
+        let mut qs = QueueSet::new(cfg(1, 100, 1, 1), 0).unwrap();
+        let Arrival::Executing(rc) = qs.arrive(0, one(), owned(1, 1), &mut out) else { panic!("runs") };
+        let mut others = Vec::new();
+        for k in 0..AFFINITY_SCAN as u32 {
+            let Arrival::Queued(id) = qs.arrive(MS, one(), owned(2, 10 + k), &mut out) else { panic!("queued") };
+            others.push(id);
+        }
+        let _ = qs.arrive(MS, one(), owned(1, 99), &mut out);
+        out.clear();
+        assert!(qs.finish(5 * MS, &rc, &mut out));
+        assert_eq!(out.first().map(|d| d.id), Some(others[0]));
+    }
+
+    #[test]
+    fn single_owner_order_is_fifo_and_version_2_states_decode() {
+        let mut qs = QueueSet::new(cfg(1, 100, 1, 1), 0).unwrap();
+        let mut out = Vec::new();
+        let Arrival::Executing(mut rc) = qs.arrive(0, one(), owned(1, 1), &mut out) else { panic!("runs") };
+        let ids: Vec<RequestId> = (0..5)
+            .map(|k| match qs.arrive(MS, one(), owned(1, 10 + k), &mut out) {
+                Arrival::Queued(id) => id,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        let mut got = Vec::new();
+        for k in 0..5 {
+            out.clear();
+            assert!(qs.finish((10 + k) * MS, &rc, &mut out));
+            rc = out[0].receipt;
+            got.push(out[0].id);
+        }
+        assert_eq!(got, ids);
+        // A version-2 encoding (no skip counts) still decodes, with skips 0.
+        let mut qs = QueueSet::new(cfg(1, 100, 1, 1), 0).unwrap();
+        let _ = qs.arrive(0, one(), owned(1, 1), &mut out);
+        let _ = qs.arrive(MS, one(), owned(2, 2), &mut out);
+        let mut w = Writer::with_capacity(64);
+        qs.encode(&mut w);
+        let mut v3 = w.into_bytes();
+        assert_eq!(v3.first(), Some(&3));
+        assert_eq!(v3.last(), Some(&0), "the waiting request's skip count is the last byte");
+        v3[0] = 2;
+        v3.pop();
+        let back = QueueSet::decode(&mut Reader::new(&v3)).unwrap();
+        assert_eq!(back, qs);
     }
 }

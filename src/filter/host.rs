@@ -7,7 +7,7 @@
 //! slice), so they are reclaimed the same way the SDK does.
 #![allow(clashing_extern_declarations)]
 
-use crate::engine::store::{Mailboxes, SetOutcome, Store, StoreError};
+use crate::engine::store::{SetOutcome, Store, StoreError};
 use std::ptr::{null, null_mut};
 
 pub const OK: u32 = 0;
@@ -182,22 +182,9 @@ pub fn dequeue(queue: u32) -> Result<Option<Vec<u8>>, u32> {
     }
 }
 
-/// Mailbox delivery through shared queues named after the receiving worker's instance id.
-pub struct HostMailboxes;
-
+/// Name of a worker's mailbox (a shared queue named after its random instance id).
 pub fn mailbox_name(instance: u64) -> String {
     format!("apf/v1/mailbox/{instance:016x}")
-}
-
-impl Mailboxes for HostMailboxes {
-    fn post(&self, instance: u64, msg: &[u8]) -> Result<(), StoreError> {
-        let name = mailbox_name(instance);
-        match resolve_queue(&name) {
-            Ok(Some(q)) => enqueue(q, msg).map_err(|s| StoreError(format!("enqueue {name}: status {s}"))),
-            Ok(None) => Err(StoreError(format!("no mailbox {name}"))),
-            Err(s) => Err(StoreError(format!("resolve {name}: status {s}"))),
-        }
-    }
 }
 
 /// All headers of a map as (lowercase name, value) pairs in order.

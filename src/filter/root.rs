@@ -199,7 +199,7 @@ impl RootContext for Root {
             return;
         }
         worker::ensure_registered(now);
-        worker::drain_mailbox(now);
+        worker::drain_mailbox(now, 10_000);
         let mut keys = c.level_keys();
         worker::with(|w| {
             for k in &w.known_levels {
@@ -263,7 +263,7 @@ impl RootContext for Root {
     }
 
     fn on_queue_ready(&mut self, _queue_id: u32) {
-        worker::drain_mailbox(host::monotonic_nanos());
+        worker::drain_mailbox(host::monotonic_nanos(), 1);
     }
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {

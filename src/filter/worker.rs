@@ -1,8 +1,7 @@
 //! Per-VM (per Envoy worker) state: lease, mailbox, and the table of this worker's requests.
 
-use super::host::{self, HostMailboxes, HostStore};
+use super::host::{self, HostStore};
 use super::metrics::{self, EXTRA_NONE, M};
-use crate::engine::store::Mailboxes;
 use crate::engine::{self, Notice, NoticeKind};
 use crate::fairqueuing::RequestId;
 use crate::Nanos;
@@ -90,7 +89,8 @@ pub struct Worker {
     pub last_reap: Nanos,
     pub last_tick: Nanos,
     pub last_flush: Nanos,
-    pub slot_instances: HashMap<u32, u64>,
+    /// Mailbox queue ids of other workers, by slot (slots are never reused).
+    pub slot_mailboxes: HashMap<u32, u32>,
     /// Outcome of requests resolved from the root (by context), read by their HTTP context.
     pub rejected: HashMap<u32, (i64, &'static str)>,
     /// Open watches of this worker, by context (forgotten when the stream ends).
@@ -175,21 +175,22 @@ pub fn route(notices: Vec<Notice>, now: Nanos) {
 }
 
 fn post(n: Notice, now: Nanos) {
-    let cached = with(|w| w.slot_instances.get(&n.owner).copied());
-    let instance = match cached {
-        Some(i) => Some(i),
-        None => match engine::instance_of(&HostStore, n.owner) {
-            Ok(Some(i)) => {
-                with(|w| w.slot_instances.insert(n.owner, i));
-                Some(i)
+    let msg = n.encode();
+    // The owner's mailbox queue id is looked up once (registry, then the host's queue table);
+    // an enqueue that fails drops the cached id and looks it up again.
+    let cached = with(|w| w.slot_mailboxes.get(&n.owner).copied());
+    let mut delivered = cached.is_some_and(|q| host::enqueue(q, &msg).is_ok());
+    if !delivered {
+        with(|w| w.slot_mailboxes.remove(&n.owner));
+        if let Ok(Some(instance)) = engine::instance_of(&HostStore, n.owner) {
+            if let Ok(Some(q)) = host::resolve_queue(&host::mailbox_name(instance)) {
+                delivered = host::enqueue(q, &msg).is_ok();
+                if delivered {
+                    with(|w| w.slot_mailboxes.insert(n.owner, q));
+                }
             }
-            _ => None,
-        },
-    };
-    let delivered = match instance {
-        Some(i) => HostMailboxes.post(i, &n.encode()).is_ok(),
-        None => false,
-    };
+        }
+    }
     if !delivered {
         // The owner is gone (its lease will be reaped): release what we dispatched to it.
         log::warn!("apf: cannot deliver notice to worker {}; releasing request {}", n.owner, n.id);
@@ -280,10 +281,12 @@ pub fn send_429(c: &crate::engine::Compiled, fs: usize, pl: usize, retry_after: 
     host::send_response(429, &headers, TOO_MANY);
 }
 
-/// Drains this VM's mailbox.
-pub fn drain_mailbox(now: Nanos) {
+/// Takes up to `limit` messages from this VM's mailbox. The host posts one `on_queue_ready` per
+/// message, so that callback takes one (saving a dequeue that would find the queue empty); the
+/// timer drains whatever is left (a notification is lost only when the VM was gone).
+pub fn drain_mailbox(now: Nanos, limit: usize) {
     let Some(q) = with(|w| w.mailbox) else { return };
-    for _ in 0..10_000 {
+    for _ in 0..limit {
         match host::dequeue(q) {
             Ok(Some(msg)) => match Notice::decode(&msg) {
                 Ok(n) => route(vec![n], now),
