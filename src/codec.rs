@@ -111,6 +111,7 @@ impl<'a> Reader<'a> {
             _ => Err(CodecError("bad bool")),
         }
     }
+    #[inline]
     pub fn u64(&mut self) -> CodecResult<u64> {
         // Fast path: one-byte varint (most counts, small deltas).
         if let Some(&b) = self.buf.get(self.pos) {
@@ -119,19 +120,25 @@ impl<'a> Reader<'a> {
                 return Ok(u64::from(b));
             }
         }
+        self.u64_slow()
+    }
+    fn u64_slow(&mut self) -> CodecResult<u64> {
+        let rest = self.buf.get(self.pos..).unwrap_or_default();
         let mut v: u64 = 0;
-        let mut shift = 0u32;
-        loop {
-            let b = self.u8()?;
+        for (i, &b) in rest.iter().enumerate() {
+            let shift = 7 * i as u32;
             if shift >= 64 || (shift == 63 && (b & 0x7e) != 0) {
+                self.pos += i + 1;
                 return Err(CodecError("varint overflow"));
             }
             v |= ((b & 0x7f) as u64) << shift;
             if b & 0x80 == 0 {
+                self.pos += i + 1;
                 return Ok(v);
             }
-            shift += 7;
         }
+        self.pos = self.buf.len();
+        Err(CodecError("truncated"))
     }
     pub fn u32(&mut self) -> CodecResult<u32> {
         u32::try_from(self.u64()?).map_err(|_| CodecError("u32 out of range"))
@@ -267,5 +274,23 @@ mod tests {
             let got = r.u64();
             assert_eq!((got, r.pos), reference(&c), "{c:x?}");
         }
+    }
+
+    #[test]
+    fn varint_bounds() {
+        for v in [0u64, 1, 127, 128, 300, 1 << 35, u64::MAX - 1, u64::MAX] {
+            let mut w = Writer::new();
+            w.u64(v);
+            let b = w.into_bytes();
+            assert_eq!(Reader::new(&b).u64().unwrap(), v);
+            // Every strict prefix is truncated.
+            for k in 0..b.len() {
+                assert!(Reader::new(&b[..k]).u64().is_err());
+            }
+        }
+        // 10 continuation bytes, or a 10th byte above 1: overflow.
+        assert!(Reader::new(&[0xff; 11]).u64().is_err());
+        assert!(Reader::new(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02]).u64().is_err());
+        assert_eq!(Reader::new(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]).u64().unwrap(), u64::MAX);
     }
 }

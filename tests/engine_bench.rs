@@ -90,3 +90,41 @@ fn bench_digest_parts() {
         std::hint::black_box(estimate(&c.config.work_estimator, &info, Some(8), 0));
     });
 }
+
+/// The saturated shape of `bench/run.py --variants apf-saturated`: a 2-seat level with 16
+/// clients in one flow (2 executing, 14 waiting). Per request: one arrival and one finish, each
+/// a decode + operation + encode of the level's shared value, as the filter does.
+#[test]
+#[ignore]
+fn bench_saturated_level() {
+    use apf_wasm::engine::LevelState;
+    use apf_wasm::fairqueuing::{QueueSetConfig, WorkEstimate};
+    let cfg = QueueSetConfig { desired_queues: 16, queue_length_limit: 100, hand_size: 4, concurrency_limit: 2 };
+    let mut st = LevelState::new(cfg, 1, 0).unwrap();
+    let mut out = Vec::new();
+    let mut running = std::collections::VecDeque::new();
+    let tag = |i: u32| RequestTag { owner: 1 + (i % 2), context: i, flow_schema: 0, flow_hash: 42, wait_deadline: i64::MAX };
+    for i in 0..16u32 {
+        if let apf_wasm::fairqueuing::queueset::Arrival::Executing(rc) = st.qs.arrive(0, WorkEstimate::ONE, tag(i), &mut out) {
+            running.push_back(rc);
+        }
+    }
+    let mut bytes = st.encode();
+    let n = iterations() / 4;
+    let t = Instant::now();
+    for i in 0..n {
+        let now = i64::from(i) * 100_000 + 1_000_000;
+        let rc = running.pop_front().unwrap();
+        let mut s = LevelState::decode(&bytes).unwrap();
+        out.clear();
+        s.qs.finish(now, &rc, &mut out);
+        running.extend(out.iter().map(|d| d.receipt));
+        bytes = s.encode();
+        let mut s = LevelState::decode(&bytes).unwrap();
+        out.clear();
+        let _ = s.qs.arrive(now, WorkEstimate::ONE, tag(16 + i), &mut out);
+        bytes = s.encode();
+    }
+    let ns = t.elapsed().as_nanos() as f64 / f64::from(n);
+    println!("saturated level: {ns:.0} ns per request (2 decode + op + encode); state {} bytes, {} waiting", bytes.len(), LevelState::decode(&bytes).unwrap().qs.requests_waiting());
+}

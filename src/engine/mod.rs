@@ -104,7 +104,8 @@ impl LevelState {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::with_capacity(128);
+        // Sized for the usual value (≈ 30 bytes per waiting request) so it is allocated once.
+        let mut w = Writer::with_capacity(128 + 40 * self.qs.requests_waiting() as usize);
         w.u8(LEVEL_STATE_VERSION);
         w.u64(self.generation);
         self.qs.encode(&mut w);

@@ -53,6 +53,20 @@ fn go_f64_to_u64(x: f64) -> u64 {
 
 /// Upstream `SeatsTimesDuration(seats, d) = SeatSeconds(round(seats × d_ns / 10))`.
 pub fn seats_times_duration(seats: f64, d: Nanos) -> SeatSeconds {
+    // Integral seats and a non-negative duration whose product is below 2^50 (every request's
+    // work in practice): the same result in integer arithmetic (the float product is exact
+    // there and the quotient's rounding cannot cross a half).
+    if d >= 0 && (0.0..=4_294_967_295.0).contains(&seats) && seats.fract() == 0.0 {
+        if let Some(x) = (seats as u64).checked_mul(d as u64) {
+            if x < 1 << 50 {
+                return SeatSeconds((x + 5) / 10);
+            }
+        }
+    }
+    seats_times_duration_float(seats, d)
+}
+
+fn seats_times_duration_float(seats: f64, d: Nanos) -> SeatSeconds {
     SeatSeconds(go_f64_to_u64((seats * d as f64 / 10.0).round()))
 }
 
@@ -110,5 +124,27 @@ mod tests {
         // big values above 2^63
         let big = seats_times_duration(2000.0, i64::MAX / 2);
         assert!(big.0 > 1u64 << 63);
+    }
+
+    #[test]
+    fn integer_path_matches_the_float_formula() {
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for k in 0..200_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let seats = (x % 4) as f64 + if k % 3 == 0 { (x >> 8) as f64 % 10_000.0 } else { 0.0 };
+            let d = match k % 4 {
+                0 => (x >> 20) as i64 % 100_000_000,
+                1 => (x >> 12) as i64 % (1 << 40),
+                2 => (x >> 40) as i64,
+                _ => ((x >> 3) % 1000) as i64 * 5,
+            };
+            assert_eq!(seats_times_duration(seats, d), seats_times_duration_float(seats, d), "{seats} × {d}");
+        }
+        assert_eq!(seats_times_duration(1.0, 3_000_000), SeatSeconds(300_000));
+        assert_eq!(seats_times_duration(1.0, 15), SeatSeconds(2));
+        assert_eq!(seats_times_duration(1.5, 10), seats_times_duration_float(1.5, 10));
+        assert_eq!(seats_times_duration(2.0, -25), seats_times_duration_float(2.0, -25));
     }
 }
