@@ -183,7 +183,7 @@ def gateway(request, wasm_module, envoy_bin, tmp_path_factory):
     def make(plugin_config: dict | None = None, concurrency: int = 2, http_filter: str = "wasm",
              wasm: str | None = None, ready_timeout: float = 30.0, probe: bool = True,
              ecds: bool = False, stats_config: bool = False,
-             extra_filters: list | None = None) -> Gateway:
+             extra_filters: list | None = None, downstream_tls: dict | None = None) -> Gateway:
         module = wasm or wasm_module
         if http_filter == "wasm" and not ecds and module in _BROKEN_MODULES:
             raise RuntimeError(f"module {module} failed to load earlier in this session:\n"
@@ -197,7 +197,7 @@ def gateway(request, wasm_module, envoy_bin, tmp_path_factory):
             http_filter = "ecds"
         cfg = gateway_config(upstream_port=up.port, wasm_path=module, plugin_config=plugin_config,
                              http_filter=http_filter, ecds_dir=str(ecds_dir) if ecds_dir else None,
-                             extra_filters=extra_filters)
+                             extra_filters=extra_filters, downstream_tls=downstream_tls)
         extra = ["--config-yaml", STATS_CONFIG.read_text()] if stats_config else []
         env = EnvoyProcess(cfg, workdir, envoy_bin=envoy_bin, concurrency=concurrency,
                            name=f"envoy{len(started)}", extra_args=extra)

@@ -92,10 +92,13 @@ def gateway_config(*, upstream_port: int, wasm_path: str | None = None,
                    plugin_config: dict | str | None = None, http_filter: str = "wasm",
                    listener_port: int = 0, admin_port: int = 0, route_timeout: str = "60s",
                    access_log_path: str | None = None, extra_filters: list | None = None,
-                   ecds_dir: str | None = None) -> dict:
+                   ecds_dir: str | None = None, downstream_tls: dict | None = None) -> dict:
     """An Envoy in front of one HTTP/1.1 upstream on 127.0.0.1:`upstream_port`.
     http_filter "ecds": the wasm filter's config is read from `ecds_dir`/apf.json (see
-    `ecds_resource`); the caller writes that file before starting Envoy."""
+    `ecds_resource`); the caller writes that file before starting Envoy.
+    downstream_tls: {"cert", "key", "ca", "require_client_cert"}: the listener speaks TLS with
+    that server certificate and verifies client certificates against `ca` (optional ones unless
+    `require_client_cert`)."""
     filters: list = list(extra_filters or [])
     if http_filter == "ecds":
         if not ecds_dir:
@@ -141,10 +144,11 @@ def gateway_config(*, upstream_port: int, wasm_path: str | None = None,
             "listeners": [{
                 "name": "gateway",
                 "address": socket_address(listener_port),
-                "filter_chains": [{"filters": [{
+                "filter_chains": [dict({"filters": [{
                     "name": "envoy.filters.network.http_connection_manager",
                     "typed_config": hcm,
-                }]}],
+                }]}, **({"transport_socket": downstream_tls_socket(downstream_tls)}
+                        if downstream_tls else {}))],
             }],
             "clusters": [{
                 "name": "apiserver",
@@ -165,6 +169,21 @@ def gateway_config(*, upstream_port: int, wasm_path: str | None = None,
     if http_filter == "ecds":
         cfg["node"] = {"id": "apf-e2e", "cluster": "apf-e2e"}
     return cfg
+
+
+def downstream_tls_socket(t: dict) -> dict:
+    return {
+        "name": "envoy.transport_sockets.tls",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
+            "require_client_certificate": bool(t.get("require_client_cert", False)),
+            "common_tls_context": {
+                "tls_certificates": [{"certificate_chain": {"filename": t["cert"]},
+                                      "private_key": {"filename": t["key"]}}],
+                "validation_context": {"trusted_ca": {"filename": t["ca"]}},
+            },
+        },
+    }
 
 
 def direct_response_config(*, listener_port: int = 0, admin_port: int = 0,
