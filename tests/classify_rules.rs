@@ -40,7 +40,6 @@ fn ri(ns: &str) -> RequestInfo {
         namespace: ns.into(),
         resource: "goodrscs".into(),
         name: "eman".into(),
-        parts: s(&["goodrscs", "eman"]),
         ..Default::default()
     }
 }

@@ -13,7 +13,7 @@ fn check(m: &str, u: &str, verb: &str, group: &str, ver: &str, ns: &str, res: &s
     assert!(!i.invalid, "{m} {u}");
     let got = (i.verb.as_str(), i.api_group.as_str(), i.api_version.as_str(), i.namespace.as_str(), i.resource.as_str(), i.subresource.as_str(), i.name.as_str());
     assert_eq!(got, (verb, group, ver, ns, res, sub, name), "{m} {u}");
-    assert_eq!(i.parts, parts.iter().map(|s| s.to_string()).collect::<Vec<_>>(), "{m} {u}");
+    assert_eq!(i.parts(), parts.iter().map(|s| s.to_string()).collect::<Vec<_>>(), "{m} {u}");
     let prefix = if u.starts_with("/apis/") { "apis" } else { "api" };
     assert_eq!(i.api_prefix, prefix);
 }

@@ -177,7 +177,8 @@ pub fn check_request_info(info: &RequestInfo) {
             "a resource request with an empty resource: {info:?}"
         );
         assert!(info.api_prefix == "api" || info.api_prefix == "apis", "api prefix {:?}", info.api_prefix);
-        assert!(info.parts.first() == Some(&info.resource) || info.parts.is_empty(), "resource is the first part: {info:?}");
+        let parts = info.parts();
+        assert!(parts.first() == Some(&info.resource) || parts.is_empty(), "resource is the first part: {info:?}");
     } else {
         assert!(info.resource.is_empty() && info.api_prefix.is_empty(), "non-resource request with resource fields: {info:?}");
     }

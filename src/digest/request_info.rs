@@ -69,7 +69,10 @@ pub struct RequestInfo {
     pub resource: String,
     pub subresource: String,
     pub name: String,
-    pub parts: Vec<String>,
+    /// Where upstream's `Parts` are in `path`: (byte offset, byte length, segment count) of the
+    /// segments left after the API prefix, group, version, verb and namespace; read them with
+    /// [`RequestInfo::parts`] (kept as a range so the request path allocates no vector).
+    pub parts_range: (usize, usize, usize),
     /// `RequestInfo.FieldSelector` (only for list/watch/deletecollection not via path prefix).
     pub field_selector: String,
     /// `RequestInfo.LabelSelector` (same condition).
@@ -86,6 +89,12 @@ const LONG_RUNNING_VERBS: [&str; 2] = ["watch", "proxy"];
 const LONG_RUNNING_SUBRESOURCES: [&str; 5] = ["attach", "exec", "proxy", "log", "portforward"];
 
 impl RequestInfo {
+    /// Upstream `RequestInfo.Parts`.
+    pub fn parts(&self) -> Vec<String> {
+        let (at, len, count) = self.parts_range;
+        let rest = self.path.get(at..at.saturating_add(len)).unwrap_or_default();
+        Segments { rest, len: count }.to_vec()
+    }
     /// kube-apiserver's `LongRunningFunc` (§1 step 3): verbs {watch, proxy}; subresources
     /// {attach, exec, proxy, log, portforward} of resource requests; non-resource paths under
     /// `/debug/pprof/`.
@@ -461,12 +470,23 @@ pub fn parse_request_info(method: &str, path_and_query: &[u8]) -> RequestInfo {
         resource: resource.to_string(),
         subresource: subresource.to_string(),
         name: name.to_string(),
-        parts: parts.to_vec(),
+        parts_range: parts_range(&path, parts),
         field_selector,
         label_selector,
         invalid,
         query,
         path,
+    }
+}
+
+/// The range of `parts` (a suffix of `path`'s segments) within `path`.
+fn parts_range(path: &str, parts: Segments) -> (usize, usize, usize) {
+    if parts.len == 0 || parts.rest.is_empty() {
+        return (0, 0, 0);
+    }
+    match (parts.rest.as_ptr() as usize).checked_sub(path.as_ptr() as usize) {
+        Some(at) if at.saturating_add(parts.rest.len()) <= path.len() => (at, parts.rest.len(), parts.len),
+        _ => (0, 0, 0),
     }
 }
 

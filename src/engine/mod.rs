@@ -15,6 +15,7 @@
 //! (dispatched) or answered 429 (timed out in queue). The caller routes a notice to the owning
 //! worker (itself, or another worker's mailbox).
 
+pub mod cache;
 pub mod compiled;
 pub mod debug;
 pub mod store;
@@ -116,8 +117,8 @@ impl LevelState {
 
     /// Loads the stored state, creating it for `lvl` when absent or unreadable, and applies
     /// `lvl`'s queuing configuration if it comes from a newer generation.
-    fn load(bytes: Option<&[u8]>, lvl: Option<&LevelRuntime>, generation: u64, now: Nanos, out: &mut Vec<Dispatched>) -> Result<LevelState, EngineError> {
-        let existing = bytes.and_then(|b| match LevelState::decode(b) {
+    fn load(key: &str, bytes: Option<&[u8]>, lvl: Option<&LevelRuntime>, generation: u64, now: Nanos, out: &mut Vec<Dispatched>) -> Result<LevelState, EngineError> {
+        let existing = bytes.and_then(|b| match cache::decode(key, b) {
             Ok(s) => Some(s),
             Err(e) => {
                 log::error!("apf: discarding unreadable level state ({e})");
@@ -235,7 +236,7 @@ pub fn admit(c: &Compiled, store: &dyn Store, now: Nanos, level: usize, work: Wo
     let lvl = c.levels.get(level).ok_or_else(|| EngineError::Config("level index out of range".into()))?;
     let (decision, dispatched) = update(store, &lvl.key, MAX_CAS_TRIES, |cur| {
         let mut out = Vec::new();
-        let mut st = LevelState::load(cur, Some(lvl), c.generation, now, &mut out)?;
+        let mut st = LevelState::load(&lvl.key, cur, Some(lvl), c.generation, now, &mut out)?;
         let decision = match st.qs.arrive(now, work, tag, &mut out) {
             Arrival::Executing(rc) => Decision::Execute(rc),
             Arrival::Queued(id) => Decision::Queued(id),
@@ -245,7 +246,7 @@ pub fn admit(c: &Compiled, store: &dyn Store, now: Nanos, level: usize, work: Wo
             }
         };
         st.note_demand(now);
-        Ok::<_, EngineError>((st.encode(), (decision, out)))
+        Ok::<_, EngineError>((cache::encode(&lvl.key, st), (decision, out)))
     })?;
     notices.extend(dispatched.iter().map(|d| Notice::run(&lvl.key, d)));
     Ok(decision)
@@ -258,10 +259,10 @@ pub fn finish(store: &dyn Store, now: Nanos, level_key: &str, receipt: &Receipt,
     let (known, dispatched) = update(store, level_key, MAX_CAS_TRIES, |cur| {
         let mut out = Vec::new();
         let Some(bytes) = cur else { return Ok::<_, EngineError>((Vec::new(), (false, out))) };
-        let mut st = LevelState::decode(bytes)?;
+        let mut st = cache::decode(level_key, bytes)?;
         let known = st.qs.finish(now, receipt, &mut out);
         st.note_demand(now);
-        Ok((st.encode(), (known, out)))
+        Ok((cache::encode(level_key, st), (known, out)))
     })?;
     notices.extend(dispatched.iter().map(|d| Notice::run(level_key, d)));
     Ok(known)
@@ -276,10 +277,10 @@ pub fn end(store: &dyn Store, now: Nanos, level_key: &str, id: RequestId, receip
     }
     update(store, level_key, MAX_CAS_TRIES, |cur| {
         let Some(bytes) = cur else { return Ok::<_, EngineError>((Vec::new(), ())) };
-        let mut st = LevelState::decode(bytes)?;
+        let mut st = cache::decode(level_key, bytes)?;
         st.qs.cancel(now, id);
         st.note_demand(now);
-        Ok((st.encode(), ()))
+        Ok((cache::encode(level_key, st), ()))
     })
 }
 
@@ -466,7 +467,7 @@ pub fn adjust_borrowing(c: &Compiled, store: &dyn Store, now: Nanos, notices: &m
     for lvl in &c.levels {
         let (results, current, dispatched) = update(store, &lvl.key, MAX_CAS_TRIES, |cur| {
             let mut out = Vec::new();
-            let mut st = LevelState::load(cur, Some(lvl), c.generation, now, &mut out)?;
+            let mut st = LevelState::load(&lvl.key, cur, Some(lvl), c.generation, now, &mut out)?;
             let r = st.demand.reset(now);
             let current = st.qs.config().concurrency_limit;
             Ok::<_, EngineError>((st.encode(), (r, current, out)))
@@ -493,7 +494,7 @@ pub fn adjust_borrowing(c: &Compiled, store: &dyn Store, now: Nanos, notices: &m
         }
         let dispatched = update(store, &lvl.key, MAX_CAS_TRIES, |cur| {
             let mut out = Vec::new();
-            let mut st = LevelState::load(cur, Some(lvl), c.generation, now, &mut out)?;
+            let mut st = LevelState::load(&lvl.key, cur, Some(lvl), c.generation, now, &mut out)?;
             let mut cfg = st.qs.config();
             if cfg.concurrency_limit != b.current {
                 cfg.concurrency_limit = b.current;

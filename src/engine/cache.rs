@@ -1,0 +1,88 @@
+//! Decoded level states kept by the worker that last wrote them, keyed by their exact bytes.
+//!
+//! Every operation on a level reads its shared value, decodes it, changes it and writes it back.
+//! When the value read is byte for byte the one this thread wrote last (nobody else changed the
+//! level in between: always with one worker, often with more), the state it encoded is taken
+//! from here instead of being decoded again. Decoding is a pure function of the bytes, so a hit
+//! gives exactly what decoding would; a miss (another worker wrote, or a CAS failed) decodes.
+//! One entry per level key and thread, so memory is bounded by the number of levels.
+
+use super::LevelState;
+use crate::codec::CodecError;
+use std::cell::RefCell;
+
+struct Entry {
+    key: String,
+    bytes: Vec<u8>,
+    /// Taken by the next operation that reads the same bytes.
+    state: Option<LevelState>,
+}
+
+/// More levels than this (a policy has a few dozen at most) evicts the oldest entry.
+const MAX_ENTRIES: usize = 128;
+
+thread_local! {
+    static CACHE: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The state encoded in `bytes` (stored under `key`): this thread's own last write if the bytes
+/// are unchanged, else decoded.
+pub fn decode(key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
+    let hit = CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        c.iter_mut().find(|e| e.key == key).and_then(|e| if e.bytes == bytes { e.state.take() } else { None })
+    });
+    match hit {
+        Some(st) => Ok(st),
+        None => LevelState::decode(bytes),
+    }
+}
+
+/// Encodes `st` for `key` and keeps it for the next [`decode`] of the same bytes.
+pub fn encode(key: &str, st: LevelState) -> Vec<u8> {
+    let bytes = st.encode();
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        match c.iter_mut().find(|e| e.key == key) {
+            Some(e) => {
+                e.bytes.clear();
+                e.bytes.extend_from_slice(&bytes);
+                e.state = Some(st);
+            }
+            None => {
+                if c.len() >= MAX_ENTRIES {
+                    c.remove(0);
+                }
+                c.push(Entry { key: key.to_string(), bytes: bytes.clone(), state: Some(st) });
+            }
+        }
+    });
+    bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fairqueuing::QueueSetConfig;
+
+    #[test]
+    fn hits_only_on_identical_bytes_and_equals_decoding() {
+        let cfg = QueueSetConfig { desired_queues: 8, queue_length_limit: 10, hand_size: 2, concurrency_limit: 3 };
+        let st = LevelState::new(cfg, 7, 1_000).unwrap();
+        let bytes = encode("apf/v1/pl/x", st.clone());
+        let a = decode("apf/v1/pl/x", &bytes).unwrap();
+        assert_eq!(a.encode(), bytes);
+        assert_eq!(a.generation, 7);
+        // Taken: a second read of the same bytes decodes (same result).
+        let b = decode("apf/v1/pl/x", &bytes).unwrap();
+        assert_eq!(b.encode(), bytes);
+        // Other bytes or another key: decoded, never the cached state.
+        let mut other = st.clone();
+        other.generation = 8;
+        let ob = other.encode();
+        let _ = encode("apf/v1/pl/x", st);
+        assert_eq!(decode("apf/v1/pl/x", &ob).unwrap().generation, 8);
+        assert_eq!(decode("apf/v1/pl/y", &bytes).unwrap().generation, 7);
+        assert!(decode("apf/v1/pl/x", &[1, 2, 3]).is_err());
+    }
+}
