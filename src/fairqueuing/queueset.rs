@@ -42,14 +42,16 @@
 //! given by [`QueueSet::next_event`].
 //!
 //! Deviation (owner affinity): when the dispatching worker (the one whose request arrives or
-//! finishes) has a request in the chosen queue with exactly the head's work estimate, among the
-//! first 16, that request is dispatched instead of the head, provided no request ahead of it has
-//! already been overtaken [`MAX_SKIPS`] (8) times. The choice of queue, virtual time, seats and
-//! therefore fairness between queues are exactly upstream's; only FIFO order within a queue is
-//! relaxed, by at most `MAX_SKIPS` places per request. It saves waking another worker's thread
-//! (through its mailbox) to resume the head when the dispatching worker can resume an
-//! equivalent request of its own at once. With a single owner (one worker, the simulator) the
-//! order is upstream's.
+//! finishes) has a request among the first 16 of the chosen queue such that every request from
+//! the head to it has exactly the head's work estimate, that request is dispatched instead of
+//! the head, provided no request ahead of it has already been overtaken [`MAX_SKIPS`] (8) times.
+//! The overtaken requests take over the arrival R of the request behind them, so the queue's
+//! sequence of work and arrival R, and therefore virtual time, queue choice, seats and
+//! rejections, are exactly upstream's (tested by replaying random operations with affinity on
+//! and off); only which of equivalent requests of one queue runs first changes, by at most
+//! `MAX_SKIPS` places per request. It saves waking another worker's thread (through its
+//! mailbox) to resume the head when the dispatching worker can resume an equivalent request of
+//! its own at once. With a single owner (one worker, the simulator) the order is upstream's.
 //!
 //! Deviation: a lease expiry ([`QueueSet::remove_owner`]) releases the dead owner's executing
 //! seats without the service-time correction of the queues' virtual finish (its requests'
@@ -644,9 +646,18 @@ impl QueueSet {
         let c = self.cfg.concurrency_limit;
         let g = self.g;
         let Some(q) = self.queues.get_mut(pos) else { return false };
+        #[cfg(test)]
+        let owner = owner.filter(|_| AFFINITY.with(|a| a.get()));
         let pick = owner.map_or(0, |o| affinity_pick(&q.waiting, o));
-        for w in q.waiting.iter_mut().take(pick) {
-            w.skips = w.skips.saturating_add(1);
+        // The overtaken requests move up one place in R terms: each takes the arrival R of the
+        // request behind it, so the queue's arrival Rs (what anti-windup reads from the head) are
+        // exactly those upstream's queue has after dispatching its head.
+        for j in 0..pick {
+            let next_r = q.waiting.get(j + 1).map(|w| w.arrival_r);
+            if let (Some(w), Some(r)) = (q.waiting.get_mut(j), next_r) {
+                w.skips = w.skips.saturating_add(1);
+                w.arrival_r = r;
+            }
         }
         let Some(req) = q.waiting.remove(pick) else { return false };
         let (final_work, total_work) = request_work(&req.work, g);
@@ -1217,6 +1228,8 @@ impl QueueSet {
 thread_local! {
     /// Test switch: false forces arrivals through the general enqueue + dispatch path.
     static DIRECT_DISPATCH: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+    /// Test switch: false turns owner affinity off (plain upstream FIFO within a queue).
+    static AFFINITY: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
 }
 
 /// Request ids seen while decoding, to reject duplicates: the first few inline (no heap
@@ -1255,15 +1268,20 @@ impl IdSet {
 /// Upstream `boundNextDispatchLocked` (anti-windup).
 /// Owner affinity: the position in `waiting` to dispatch when `owner` (the worker whose arrival
 /// or finish is dispatching) asks. The head (0), unless the head belongs to another owner and
-/// one of the first [`AFFINITY_SCAN`] requests belongs to `owner` with exactly the head's work
-/// while no request before it has been overtaken [`MAX_SKIPS`] times already.
+/// one of the first [`AFFINITY_SCAN`] requests belongs to `owner`, every request from the head
+/// to it has exactly the head's work, and none before it has been overtaken [`MAX_SKIPS`] times.
 fn affinity_pick(waiting: &VecDeque<Waiting>, owner: u32) -> usize {
     let Some(head) = waiting.front() else { return 0 };
     if head.tag.owner == owner {
         return 0;
     }
     for (j, w) in waiting.iter().enumerate().take(AFFINITY_SCAN) {
-        if j > 0 && w.tag.owner == owner && w.work == head.work {
+        // Only within a run of equal work from the head: then the queue's sequence of work
+        // (what its virtual finish times are computed from) is upstream's whichever one goes.
+        if w.work != head.work {
+            return 0;
+        }
+        if j > 0 && w.tag.owner == owner {
             return j;
         }
         if w.skips >= MAX_SKIPS {
@@ -2043,5 +2061,99 @@ mod tests {
         v3.pop();
         let back = QueueSet::decode(&mut Reader::new(&v3)).unwrap();
         assert_eq!(back, qs);
+    }
+
+    /// Owner affinity changes nothing but the order inside a queue: with the same arrivals and
+    /// finishes, the (time, queue, seats) of what is dispatched and which arrivals are rejected
+    /// are the same with affinity on and off (an arrival may now run at once where, without
+    /// affinity, an equivalent request of its queue ran instead); and no request is overtaken by
+    /// more than MAX_SKIPS later requests of its own queue.
+    #[test]
+    fn owner_affinity_keeps_upstream_queue_choice_and_bounds_reordering() {
+        type Trace = (Vec<(Nanos, i32, u32)>, Vec<u8>, u32);
+        fn run(seed: u64, affinity: bool) -> Trace {
+            AFFINITY.with(|a| a.set(affinity));
+            let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            let mut rnd = |n: u64| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % n.max(1)
+            };
+            let two = WorkEstimate { initial_seats: 2, final_seats: 0, additional_latency: 0 };
+            let mut qs = QueueSet::new(cfg(8, 50, 2, 3), 0).unwrap();
+            let mut now: Nanos = 0;
+            let mut executing: Vec<Receipt> = Vec::new();
+            let mut out = Vec::new();
+            let mut dispatches = Vec::new();
+            let mut outcomes = Vec::new();
+            // Per queue: waiting ids in arrival order (for the overtaking bound).
+            let mut order: std::collections::HashMap<i32, Vec<RequestId>> = std::collections::HashMap::new();
+            let mut max_overtaken = 0u32;
+            let mut overtaken: std::collections::HashMap<RequestId, u32> = std::collections::HashMap::new();
+            for step in 0..3000u32 {
+                now += rnd(2_000_000) as Nanos;
+                out.clear();
+                if rnd(10) < 6 {
+                    let flow = rnd(12);
+                    let tag = RequestTag { owner: 1 + rnd(3) as u32, context: step, flow_schema: 0, flow_hash: flow, wait_deadline: Nanos::MAX };
+                    let work = if rnd(5) == 0 { two } else { one() };
+                    match qs.arrive(now, work, tag, &mut out) {
+                        Arrival::Executing(rc) => {
+                            outcomes.push(0);
+                            out.push(Dispatched { id: 0, tag, waited: 0, seats: rc.max_seats, receipt: rc });
+                        }
+                        Arrival::Queued(_) => outcomes.push(0),
+                        Arrival::Rejected(_) => outcomes.push(2),
+                    }
+                } else if !executing.is_empty() {
+                    let k = rnd(executing.len() as u64) as usize;
+                    let rc = executing.remove(k);
+                    assert!(qs.finish(now, &rc, &mut out));
+                }
+                // Overtaking, in dispatch order: the requests of the same queue that arrived earlier
+                // and still wait (an arrival that runs at once comes last in `out`).
+                for d in &out {
+                    let q = order.entry(d.receipt.queue).or_default();
+                    let pos = q.iter().position(|&i| i == d.id).unwrap_or(q.len());
+                    for earlier in q.iter().take(pos) {
+                        let n = overtaken.entry(*earlier).or_insert(0);
+                        *n += 1;
+                        max_overtaken = max_overtaken.max(*n);
+                    }
+                    if pos < q.len() {
+                        q.remove(pos);
+                    }
+                }
+                // Requests started by one operation, in a canonical order (which of two equivalent
+                // requests of a queue runs is exactly what affinity may change).
+                out.sort_by_key(|d| (d.receipt.queue, d.seats));
+                for d in &out {
+                    dispatches.push((now, d.receipt.queue, d.seats));
+                    executing.push(d.receipt);
+                }
+                // Newly queued requests join their queue's arrival order (queues are appended
+                // to at the back, so the snapshot's order among unseen ids is arrival order).
+                for q in &qs.queues {
+                    let known = order.entry(qkey(q.index)).or_default();
+                    for w in q.waiting.iter().skip(known.len()) {
+                        known.push(w.id);
+                    }
+                }
+            }
+            AFFINITY.with(|a| a.set(true));
+            (dispatches, outcomes, max_overtaken)
+        }
+        let mut reordered = false;
+        for seed in 1..=8u64 {
+            let (d_on, o_on, max_on) = run(seed, true);
+            let (d_off, o_off, max_off) = run(seed, false);
+            assert_eq!(o_on, o_off, "seed {seed}: arrival outcomes differ");
+            assert_eq!(d_on, d_off, "seed {seed}: dispatch sequence (time, queue, seats) differs");
+            assert_eq!(max_off, 0, "without affinity every queue is FIFO");
+            assert!(max_on <= u32::from(MAX_SKIPS), "seed {seed}: a request was overtaken {max_on} times");
+            reordered |= max_on > 0;
+        }
+        assert!(reordered, "the scenario exercises the affinity");
     }
 }
