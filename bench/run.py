@@ -348,6 +348,55 @@ def measure(spec: dict, args, envoy_bin: str, upstream_port: int, wrk: str | Non
         env.stop()
 
 
+def measure_paired(specs: list[dict], args, envoy_bin: str, upstream_port: int, wrk: str | None,
+                   workdir: Path) -> dict[str, list[dict]]:
+    """--paired: every variant's Envoy runs for the whole measurement (started and warmed up
+    once); the load alternates between them in short windows (`--requests` each, ABBA order),
+    so that adjacent windows see the same machine conditions. Each window's CPU per request is
+    that Envoy's CPU time over the window (the idle ones use next to nothing) divided by the
+    requests it counted. Results are per window, `round` = window pair index."""
+    envs = []
+    out: dict[str, list[dict]] = {}
+    try:
+        for spec in specs:
+            cfg = gateway_config(upstream_port=upstream_port, wasm_path=str(spec.get("wasm") or ""),
+                                 plugin_config=spec.get("cfg"), http_filter=spec["http_filter"])
+            env = EnvoyProcess(cfg, workdir, envoy_bin=envoy_bin, concurrency=spec["workers"],
+                               name=f"gwp-{spec['name']}-{spec['workers']}", log_level="warning")
+            env.start()
+            envs.append((spec, env))
+        gens = []
+        for spec, env in envs:
+            env.wait_ready(timeout=60)
+            port = env.ports["gateway"]
+            counter = (lambda e: (lambda: e.stats(RQ_TOTAL).get(RQ_TOTAL, 0)))(env)
+            gen = (lambda p, c, sp: (lambda n: run_wrk(wrk, p, n, sp["conns"], min(2, sp["conns"]),
+                                                        workdir, c, sp.get("users")))) \
+                (port, counter, spec) if wrk else \
+                (lambda p, sp: (lambda n: run_python(p, n, sp["conns"], sp.get("users"))))(port, spec)
+            gen(args.warmup)
+            gens.append((spec, env, gen))
+        time.sleep(0.2)
+        for rnd in range(args.rounds):
+            order = gens if rnd % 2 == 0 else list(reversed(gens))
+            for spec, env, gen in order:
+                rq0, cpu0 = env.stats(RQ_TOTAL).get(RQ_TOTAL, 0), env.cpu_seconds()
+                t0 = time.monotonic()
+                res = gen(args.requests)
+                wall = time.monotonic() - t0
+                rq1, cpu1 = env.stats(RQ_TOTAL).get(RQ_TOTAL, 0), env.cpu_seconds()
+                n = max(1, rq1 - rq0)
+                res.update(requests=n, cpu_us=(cpu1 - cpu0) / n * 1e6, rps=n / wall, round=rnd)
+                res.pop("raw", None)
+                key = f"{spec['name']}|{spec['workers']}"
+                out.setdefault(key, []).append(res)
+                log(f"window {rnd + 1}/{args.rounds} {key}: {res['cpu_us']:.1f} us/req")
+    finally:
+        for _, env in envs:
+            env.stop()
+    return out
+
+
 def measure_noisy(args, envoy_bin: str, wasm: Path, workdir: Path) -> dict:
     """Noisy neighbours: a 4-seat level whose requests take 50 ms at the (Python) upstream, so
     capacity is ~80 req/s; flows `heavy-a` and `heavy-b` keep `--noisy-heavy-connections`
@@ -495,6 +544,10 @@ def main() -> int:
     ap.add_argument("--no-install", action="store_true", help="do not apt-get install wrk")
     ap.add_argument("--load-priority", choices=["idle", "normal"], default="idle",
                     help="scheduling of the load generator and the upstream (idle: SCHED_IDLE)")
+    ap.add_argument("--paired", action="store_true",
+                    help="keep every variant's Envoy up and alternate short load windows between "
+                         "them (--requests per window, --rounds window pairs): adjacent windows "
+                         "share the machine's conditions, for tighter ratios")
     ap.add_argument("--out", help="also write the Markdown table here")
     ap.add_argument("--json", help="write raw per-round results here")
     args = ap.parse_args()
@@ -517,7 +570,12 @@ def main() -> int:
     results: dict[str, list[dict]] = {}
     noisy: list[dict] = []
     try:
-        for rnd in range(args.rounds):
+        if args.paired and specs:
+            results = measure_paired(specs, args, envoy_bin, up.ports["direct"], wrk, work)
+            specs_rounds = 0
+        else:
+            specs_rounds = args.rounds
+        for rnd in range(specs_rounds if specs else args.rounds):
             if "apf-noisy" in args.variants:
                 r = measure_noisy(args, envoy_bin, mods["apf"], work)
                 noisy.append(r)
