@@ -316,6 +316,31 @@ def variant_specs(args, mods) -> list[dict]:
     return specs
 
 
+def load_generator(spec: dict, env: EnvoyProcess, wrk: str | None, workdir: Path):
+    """gen(n): send n requests of `spec`'s shape to `env`'s gateway (wrk, else Python)."""
+    port = env.ports["gateway"]
+    counter = lambda: env.stats(RQ_TOTAL).get(RQ_TOTAL, 0)  # noqa: E731
+    users = spec.get("users")
+    if wrk:
+        return lambda n: run_wrk(wrk, port, n, spec["conns"], min(2, spec["conns"]), workdir,
+                                 counter, users)
+    return lambda n: run_python(port, n, spec["conns"], users)
+
+
+def cpu_window(env: EnvoyProcess, gen, n: int) -> dict:
+    """Runs gen(n) and returns the load generator's result plus `env`'s CPU µs per request
+    counted by Envoy over that window, and the throughput."""
+    rq0, cpu0 = env.stats(RQ_TOTAL).get(RQ_TOTAL, 0), env.cpu_seconds()
+    t0 = time.monotonic()
+    res = gen(n)
+    wall = time.monotonic() - t0
+    rq1, cpu1 = env.stats(RQ_TOTAL).get(RQ_TOTAL, 0), env.cpu_seconds()
+    done = max(1, rq1 - rq0)
+    res.update(requests=done, cpu_us=(cpu1 - cpu0) / done * 1e6, rps=done / wall)
+    res.pop("raw", None)
+    return res
+
+
 def measure(spec: dict, args, envoy_bin: str, upstream_port: int, wrk: str | None,
             workdir: Path) -> dict:
     cfg = gateway_config(upstream_port=upstream_port, wasm_path=str(spec.get("wasm") or ""),
@@ -325,23 +350,10 @@ def measure(spec: dict, args, envoy_bin: str, upstream_port: int, wrk: str | Non
     env.start()
     try:
         env.wait_ready(timeout=60)
-        port = env.ports["gateway"]
-        counter = lambda: env.stats(RQ_TOTAL).get(RQ_TOTAL, 0)  # noqa: E731
-        users = spec.get("users")
-        gen = (lambda n: run_wrk(wrk, port, n, spec["conns"], min(2, spec["conns"]), workdir,
-                                 counter, users)) \
-            if wrk else (lambda n: run_python(port, n, spec["conns"], users))
+        gen = load_generator(spec, env, wrk, workdir)
         gen(args.warmup)
         time.sleep(0.2)  # let background (JIT tier-up) work of the warm-up finish
-        rq0, cpu0 = env.stats(RQ_TOTAL).get(RQ_TOTAL, 0), env.cpu_seconds()
-        t0 = time.monotonic()
-        res = gen(args.requests)
-        wall = time.monotonic() - t0
-        rq1, cpu1 = env.stats(RQ_TOTAL).get(RQ_TOTAL, 0), env.cpu_seconds()
-        n = max(1, rq1 - rq0)
-        res.update(requests=n, cpu_us=(cpu1 - cpu0) / n * 1e6, rps=n / wall)
-        res.pop("raw", None)
-        return res
+        return cpu_window(env, gen, args.requests)
     except Exception as e:  # noqa: BLE001
         return {"error": f"{type(e).__name__}: {e}".splitlines()[0], "log": env.log_tail(15)}
     finally:
@@ -368,26 +380,15 @@ def measure_paired(specs: list[dict], args, envoy_bin: str, upstream_port: int, 
         gens = []
         for spec, env in envs:
             env.wait_ready(timeout=60)
-            port = env.ports["gateway"]
-            counter = (lambda e: (lambda: e.stats(RQ_TOTAL).get(RQ_TOTAL, 0)))(env)
-            gen = (lambda p, c, sp: (lambda n: run_wrk(wrk, p, n, sp["conns"], min(2, sp["conns"]),
-                                                        workdir, c, sp.get("users")))) \
-                (port, counter, spec) if wrk else \
-                (lambda p, sp: (lambda n: run_python(p, n, sp["conns"], sp.get("users"))))(port, spec)
+            gen = load_generator(spec, env, wrk, workdir)
             gen(args.warmup)
             gens.append((spec, env, gen))
         time.sleep(0.2)
         for rnd in range(args.rounds):
             order = gens if rnd % 2 == 0 else list(reversed(gens))
             for spec, env, gen in order:
-                rq0, cpu0 = env.stats(RQ_TOTAL).get(RQ_TOTAL, 0), env.cpu_seconds()
-                t0 = time.monotonic()
-                res = gen(args.requests)
-                wall = time.monotonic() - t0
-                rq1, cpu1 = env.stats(RQ_TOTAL).get(RQ_TOTAL, 0), env.cpu_seconds()
-                n = max(1, rq1 - rq0)
-                res.update(requests=n, cpu_us=(cpu1 - cpu0) / n * 1e6, rps=n / wall, round=rnd)
-                res.pop("raw", None)
+                res = cpu_window(env, gen, args.requests)
+                res["round"] = rnd
                 key = f"{spec['name']}|{spec['workers']}"
                 out.setdefault(key, []).append(res)
                 log(f"window {rnd + 1}/{args.rounds} {key}: {res['cpu_us']:.1f} us/req")

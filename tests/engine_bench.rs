@@ -34,7 +34,7 @@ fn bench_request_path() {
     }
     let digest_ns = t.elapsed().as_nanos() as f64 / f64::from(n);
     let store = MemStore::new();
-    let key = c.levels[lvl].key.clone();
+    let key = c.levels[lvl].key.to_string();
     let mut notices = Vec::new();
     let t = Instant::now();
     for i in 0..n {

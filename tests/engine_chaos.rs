@@ -145,7 +145,7 @@ struct Sim {
 impl Sim {
     fn new(seed: u64, n_workers: usize) -> Sim {
         let configs = vec![config(10, 1), config(6, 2), config(14, 3)];
-        let keys = configs[0].levels.iter().map(|l| l.key.clone()).collect();
+        let keys = configs[0].levels.iter().map(|l| l.key.to_string()).collect();
         let mut sim = Sim { store: MemStore::new(), configs, workers: Vec::new(), rng: Rng(seed), now: NANOS_PER_SEC, counts: Counts::default(), keys };
         for _ in 0..n_workers {
             sim.spawn();
@@ -222,7 +222,7 @@ impl Sim {
     fn admit(&mut self, w: usize) {
         let c = &self.configs[self.workers[w].compiled];
         let lvl = level_index(c, LEVELS[self.rng.below(2) as usize]);
-        let key = c.levels[lvl].key.clone();
+        let key = c.levels[lvl].key.to_string();
         let work = match self.rng.below(20) {
             0..=15 => WorkEstimate::ONE,
             16..=17 => WorkEstimate { initial_seats: 2, final_seats: 0, additional_latency: 0 },
@@ -506,7 +506,7 @@ fn threads_racing_on_cas_leak_nothing() {
     const THREADS: u32 = 4;
     let store = Arc::new(MemStore::new());
     let c = Arc::new(config(8, 1));
-    let keys: Vec<String> = LEVELS.iter().map(|n| c.levels[level_index(&c, n)].key.clone()).collect();
+    let keys: Vec<String> = LEVELS.iter().map(|n| c.levels[level_index(&c, n)].key.to_string()).collect();
     let clock = Arc::new(AtomicI64::new(NANOS_PER_SEC));
     let (txs, rxs): (Vec<Sender<Notice>>, Vec<Receiver<Notice>>) = (0..THREADS).map(|_| channel()).unzip();
     let mut handles = Vec::new();
@@ -552,8 +552,8 @@ fn threads_racing_on_cas_leak_nothing() {
                         next_ctx += 1;
                         let tag = RequestTag { owner: slot, context: ctx, flow_schema: 0, flow_hash: rng.below(16), wait_deadline: now + (5 + rng.below(100) as i64) * MS };
                         match engine::admit(&c, &*store, now, lvl, WorkEstimate::ONE, tag, &mut ns).unwrap() {
-                            Decision::Execute(rc) => drop(reqs.insert(ctx, (c.levels[lvl].key.clone(), rc.id, Phase::Executing, Some(rc)))),
-                            Decision::Queued(id) => drop(reqs.insert(ctx, (c.levels[lvl].key.clone(), id, Phase::Waiting, None))),
+                            Decision::Execute(rc) => drop(reqs.insert(ctx, (c.levels[lvl].key.to_string(), rc.id, Phase::Executing, Some(rc)))),
+                            Decision::Queued(id) => drop(reqs.insert(ctx, (c.levels[lvl].key.to_string(), id, Phase::Waiting, None))),
                             Decision::Rejected { .. } => {}
                         }
                     }

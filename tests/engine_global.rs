@@ -49,7 +49,7 @@ fn two_workers_share_one_limit_and_wake_the_owner() {
     let lvl = level(&c);
     assert_eq!(c.levels[lvl].qs_config.concurrency_limit, 4);
     let store = MemStore::new();
-    let key = c.levels[lvl].key.clone();
+    let key = c.levels[lvl].key.to_string();
     let mut executing = Vec::new();
     let mut queued = Vec::new();
     let mut notices = Vec::new();
@@ -85,7 +85,7 @@ fn dead_worker_seats_are_reaped() {
     let c = config(2);
     let lvl = level(&c);
     let store = MemStore::new();
-    let key = c.levels[lvl].key.clone();
+    let key = c.levels[lvl].key.to_string();
     let w1 = engine::heartbeat(&store, 0xaaaa, 0).unwrap();
     let w2 = engine::heartbeat(&store, 0xbbbb, 0).unwrap();
     let mut notices = Vec::new();
@@ -110,7 +110,7 @@ fn stream_end_cancels_queued_and_releases_executing() {
     let c = config(1);
     let lvl = level(&c);
     let store = MemStore::new();
-    let key = c.levels[lvl].key.clone();
+    let key = c.levels[lvl].key.to_string();
     let mut notices = Vec::new();
     let Decision::Execute(a) = engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(1, 1, 1, 0), &mut notices).unwrap() else { panic!() };
     let Decision::Queued(b) = engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(1, 2, 2, 0), &mut notices).unwrap() else { panic!() };
@@ -127,7 +127,7 @@ fn wait_limit_times_out_with_retry_after() {
     let c = config(1);
     let lvl = level(&c);
     let store = MemStore::new();
-    let key = c.levels[lvl].key.clone();
+    let key = c.levels[lvl].key.to_string();
     let mut notices = Vec::new();
     engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(1, 1, 1, 0), &mut notices).unwrap();
     let mut t = tag(1, 2, 2, 0);

@@ -73,7 +73,7 @@ struct Run {
 fn drive(c: &Compiled, flows: u32, window: usize, check_every: u32) -> Run {
     let store = MemStore::new();
     let lvl = level(c);
-    let key = c.levels[lvl].key.clone();
+    let key = c.levels[lvl].key.to_string();
     let queues = usize::try_from(c.levels[lvl].qs_config.desired_queues).unwrap();
     let mut notices = Vec::new();
     // The empty state: one request in and out.
@@ -167,7 +167,7 @@ fn bench_cost_per_request_vs_flows() {
     for (name, seats, window) in [("uncontended", 16u32, 4usize), ("contended", 4, 60)] {
         let c = config(seats, 128);
         let lvl = level(&c);
-        let key = c.levels[lvl].key.clone();
+        let key = c.levels[lvl].key.to_string();
         for k in [10u32, 1_000, 100_000] {
             let hashes: Vec<u64> = (0..k).map(user_hash).collect();
             let store = MemStore::new();

@@ -19,8 +19,8 @@ pub const MAX_WAIT_LIMIT: Nanos = 60 * crate::NANOS_PER_SEC;
 pub struct LevelRuntime {
     pub name: String,
     pub uid: String,
-    /// Shared-store key of the level's state.
-    pub key: String,
+    /// Shared-store key of the level's state (shared with the requests that hold it; `Arc` because a configuration may be shared across threads natively).
+    pub key: std::sync::Arc<str>,
     pub qs_config: QueueSetConfig,
     pub exempt: bool,
     pub max_seats: Option<u32>,
@@ -124,7 +124,7 @@ impl Compiled {
             levels.push(LevelRuntime {
                 name: pl.name.clone(),
                 uid: pl.uid.clone(),
-                key: super::level_key(&pl.name),
+                key: super::level_key(&pl.name).into(),
                 qs_config,
                 exempt: pl.is_exempt(),
                 max_seats: lim.max_seats,
@@ -176,7 +176,7 @@ impl Compiled {
     }
 
     pub fn level_keys(&self) -> Vec<String> {
-        self.levels.iter().map(|l| l.key.clone()).collect()
+        self.levels.iter().map(|l| l.key.to_string()).collect()
     }
 }
 

@@ -252,17 +252,26 @@ pub fn admit(c: &Compiled, store: &dyn Store, now: Nanos, level: usize, work: Wo
     Ok(decision)
 }
 
+/// One CAS update of a level's stored state; nothing changes when the level has no state
+/// (then `T::default()`). Decodes (from this worker's cache when the value is its own last
+/// write), applies `f`, records the seat demand and encodes (keeping the result cached).
+fn update_level<T: Default>(store: &dyn Store, now: Nanos, level_key: &str, mut f: impl FnMut(&mut LevelState) -> T) -> Result<T, EngineError> {
+    update(store, level_key, MAX_CAS_TRIES, |cur| {
+        let Some(bytes) = cur else { return Ok::<_, EngineError>((Vec::new(), T::default())) };
+        let mut st = cache::decode(level_key, bytes)?;
+        let r = f(&mut st);
+        st.note_demand(now);
+        Ok((cache::encode(level_key, st), r))
+    })
+}
+
 /// The request's handler returned (or a WATCH finished initializing): release its seats
 /// (after its additional latency, if any) and dispatch what fits. Returns false when the seats
 /// were already released (double finish, or the owner's lease was reaped).
 pub fn finish(store: &dyn Store, now: Nanos, level_key: &str, receipt: &Receipt, notices: &mut Vec<Notice>) -> Result<bool, EngineError> {
-    let (known, dispatched) = update(store, level_key, MAX_CAS_TRIES, |cur| {
+    let (known, dispatched) = update_level(store, now, level_key, |st| {
         let mut out = Vec::new();
-        let Some(bytes) = cur else { return Ok::<_, EngineError>((Vec::new(), (false, out))) };
-        let mut st = cache::decode(level_key, bytes)?;
-        let known = st.qs.finish(now, receipt, &mut out);
-        st.note_demand(now);
-        Ok((cache::encode(level_key, st), (known, out)))
+        (st.qs.finish(now, receipt, &mut out), out)
     })?;
     notices.extend(dispatched.iter().map(|d| Notice::run(level_key, d)));
     Ok(known)
@@ -275,29 +284,18 @@ pub fn end(store: &dyn Store, now: Nanos, level_key: &str, id: RequestId, receip
     if let Some(rc) = receipt {
         return finish(store, now, level_key, rc, notices).map(|_| ());
     }
-    update(store, level_key, MAX_CAS_TRIES, |cur| {
-        let Some(bytes) = cur else { return Ok::<_, EngineError>((Vec::new(), ())) };
-        let mut st = cache::decode(level_key, bytes)?;
+    update_level(store, now, level_key, |st| {
         st.qs.cancel(now, id);
-        st.note_demand(now);
-        Ok((cache::encode(level_key, st), ()))
     })
 }
 
 /// Gives up waiting for a queued request (its wait limit passed). Returns the Retry-After to
 /// answer with, or `None` when it was dispatched meanwhile (then it must be resumed instead).
 pub fn time_out(store: &dyn Store, now: Nanos, level_key: &str, id: RequestId) -> Result<Option<i64>, EngineError> {
-    update(store, level_key, MAX_CAS_TRIES, |cur| {
-        let Some(bytes) = cur else { return Ok::<_, EngineError>((Vec::new(), None)) };
-        let mut st = LevelState::decode(bytes)?;
-        let r = if st.qs.cancel(now, id).is_some() {
-            st.dropped.record_dropped(unix_secs(now));
-            Some(st.dropped.retry_after())
-        } else {
-            None
-        };
-        st.note_demand(now);
-        Ok((st.encode(), r))
+    update_level(store, now, level_key, |st| {
+        st.qs.cancel(now, id)?;
+        st.dropped.record_dropped(unix_secs(now));
+        Some(st.dropped.retry_after())
     })
 }
 
@@ -311,19 +309,16 @@ pub fn expire_level(store: &dyn Store, now: Nanos, level_key: &str, notices: &mu
         Some(t) if t <= now => {}
         _ => return Ok(()),
     }
-    let (timed_out, dispatched) = update(store, level_key, MAX_CAS_TRIES, |cur| {
+    let (timed_out, dispatched) = update_level(store, now, level_key, |st| {
         let mut out = Vec::new();
         let mut timed = Vec::new();
-        let Some(bytes) = cur else { return Ok::<_, EngineError>((Vec::new(), (Vec::new(), out))) };
-        let mut st = LevelState::decode(bytes)?;
         st.qs.expire(now, &mut timed, &mut out);
         let mut rejected = Vec::with_capacity(timed.len());
         for (id, tag) in timed {
             st.dropped.record_dropped(unix_secs(now));
             rejected.push((id, tag, st.dropped.retry_after()));
         }
-        st.note_demand(now);
-        Ok((st.encode(), (rejected, out)))
+        (rejected, out)
     })?;
     for (id, tag, retry_after) in timed_out {
         notices.push(Notice { owner: tag.owner, context: tag.context, level_key: level_key.to_string(), id, kind: NoticeKind::Reject { reason: RejectReason::TimeOut, retry_after } });
@@ -334,13 +329,9 @@ pub fn expire_level(store: &dyn Store, now: Nanos, level_key: &str, notices: &mu
 
 /// Lease expiry: drops every request of a dead worker from a level and dispatches what fits.
 pub fn purge_owner(store: &dyn Store, now: Nanos, level_key: &str, owner: u32, notices: &mut Vec<Notice>) -> Result<usize, EngineError> {
-    let (n, dispatched) = update(store, level_key, MAX_CAS_TRIES, |cur| {
+    let (n, dispatched) = update_level(store, now, level_key, |st| {
         let mut out = Vec::new();
-        let Some(bytes) = cur else { return Ok::<_, EngineError>((Vec::new(), (0, out))) };
-        let mut st = LevelState::decode(bytes)?;
-        let n = st.qs.remove_owner(owner, now, &mut out);
-        st.note_demand(now);
-        Ok((st.encode(), (n, out)))
+        (st.qs.remove_owner(owner, now, &mut out), out)
     })?;
     notices.extend(dispatched.iter().map(|d| Notice::run(level_key, d)));
     Ok(n)

@@ -7,7 +7,6 @@
 //! create-if-absent is not atomic — callers must re-read after creating); values are never
 //! deleted (an empty value stands for "absent").
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -34,12 +33,6 @@ pub trait Store {
     fn get(&self, key: &str) -> Result<(Option<Vec<u8>>, Option<u32>), StoreError>;
     /// Writes `value` if `cas` is `None` or matches the stored token.
     fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<SetOutcome, StoreError>;
-}
-
-/// Shared-queue side of the host: per-worker mailboxes for wake-ups.
-pub trait Mailboxes {
-    /// Posts `msg` to the mailbox of the worker registered as `instance`.
-    fn post(&self, instance: u64, msg: &[u8]) -> Result<(), StoreError>;
 }
 
 #[derive(Default)]
@@ -108,19 +101,6 @@ impl Store for MemStore {
             }
         }
         Ok(SetOutcome::Written)
-    }
-}
-
-/// Mailboxes recorded in memory (tests): `(instance, message)` in posting order.
-#[derive(Default)]
-pub struct MemMailboxes {
-    pub posted: RefCell<Vec<(u64, Vec<u8>)>>,
-}
-
-impl Mailboxes for MemMailboxes {
-    fn post(&self, instance: u64, msg: &[u8]) -> Result<(), StoreError> {
-        self.posted.borrow_mut().push((instance, msg.to_vec()));
-        Ok(())
     }
 }
 

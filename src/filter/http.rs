@@ -97,7 +97,7 @@ impl Http {
         };
         let mut notices = Vec::new();
         let decision = engine::admit(c, &HostStore, now, d.class.priority_level, d.work, tag, &mut notices);
-        let key: Rc<str> = Rc::from(level.key.as_str());
+        let key = level.key.clone();
         let (pl, fs_i) = (d.class.priority_level, d.class.flow_schema);
         let seats = d.work.max_seats();
         metrics::observe(c, M::WorkEstimatedSeats, pl, fs_i, metrics::EXTRA_NONE, f64::from(seats));

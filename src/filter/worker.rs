@@ -23,7 +23,7 @@ pub enum Phase {
 /// One of this worker's requests that is queued or holds seats.
 #[derive(Clone)]
 pub struct Local {
-    pub level_key: Rc<str>,
+    pub level_key: std::sync::Arc<str>,
     pub id: RequestId,
     pub phase: Phase,
     pub arrived: Nanos,
@@ -152,8 +152,8 @@ pub fn note_levels(c: &crate::engine::Compiled) {
         }
         w.noted_generation = Some(c.generation);
         for l in &c.levels {
-            if !w.known_levels.iter().any(|k| k == &l.key) {
-                w.known_levels.push(l.key.clone());
+            if !w.known_levels.iter().any(|k| **k == *l.key) {
+                w.known_levels.push(l.key.to_string());
             }
         }
     })
