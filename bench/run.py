@@ -327,9 +327,25 @@ def load_generator(spec: dict, env: EnvoyProcess, wrk: str | None, workdir: Path
     return lambda n: run_python(port, n, spec["conns"], users)
 
 
-def cpu_window(env: EnvoyProcess, gen, n: int) -> dict:
+CONTENTION = ("writes", "conflicts", "decodes", "reuses", "wakeups")
+
+
+def contention_counts(env: EnvoyProcess) -> dict[str, int]:
+    """apf-wasm's global-state contention counters (apf_wasm_*_total), summed over workers."""
+    st = env.stats("apf_wasm_")
+    names = {"writes": "shared_state_writes_total", "conflicts": "shared_state_conflicts_total",
+             "decodes": "level_state_decodes_total", "reuses": "level_state_reuses_total",
+             "wakeups": "cross_worker_wakeups_total"}
+    return {k: sum(v for n, v in st.items() if n.endswith(suffix)) for k, suffix in names.items()}
+
+
+def cpu_window(env: EnvoyProcess, gen, n: int, contention: bool = False) -> dict:
     """Runs gen(n) and returns the load generator's result plus `env`'s CPU µs per request
-    counted by Envoy over that window, and the throughput."""
+    counted by Envoy over that window, and the throughput. With `contention`, also the
+    filter's contention counters per request over the window (workers flush them once a
+    second, so they are read 1.2 s after the window, and the caller lets 1.2 s pass before it;
+    the CPU figure is taken before that wait)."""
+    c0 = contention_counts(env) if contention else None
     rq0, cpu0 = env.stats(RQ_TOTAL).get(RQ_TOTAL, 0), env.cpu_seconds()
     t0 = time.monotonic()
     res = gen(n)
@@ -337,6 +353,10 @@ def cpu_window(env: EnvoyProcess, gen, n: int) -> dict:
     rq1, cpu1 = env.stats(RQ_TOTAL).get(RQ_TOTAL, 0), env.cpu_seconds()
     done = max(1, rq1 - rq0)
     res.update(requests=done, cpu_us=(cpu1 - cpu0) / done * 1e6, rps=done / wall)
+    if c0 is not None:
+        time.sleep(1.2)
+        c1 = contention_counts(env)
+        res["contention"] = {k: (c1[k] - c0[k]) / done for k in CONTENTION}
     res.pop("raw", None)
     return res
 
@@ -352,8 +372,11 @@ def measure(spec: dict, args, envoy_bin: str, upstream_port: int, wrk: str | Non
         env.wait_ready(timeout=60)
         gen = load_generator(spec, env, wrk, workdir)
         gen(args.warmup)
-        time.sleep(0.2)  # let background (JIT tier-up) work of the warm-up finish
-        return cpu_window(env, gen, args.requests)
+        # Let background (JIT tier-up) work of the warm-up finish; apf-saturated: and the
+        # warm-up's contention counters be flushed.
+        counted = spec["name"] == "apf-saturated"
+        time.sleep(1.2 if counted else 0.2)
+        return cpu_window(env, gen, args.requests, contention=counted)
     except Exception as e:  # noqa: BLE001
         return {"error": f"{type(e).__name__}: {e}".splitlines()[0], "log": env.log_tail(15)}
     finally:
@@ -387,7 +410,10 @@ def measure_paired(specs: list[dict], args, envoy_bin: str, upstream_port: int, 
         for rnd in range(args.rounds):
             order = gens if rnd % 2 == 0 else list(reversed(gens))
             for spec, env, gen in order:
-                res = cpu_window(env, gen, args.requests)
+                counted = spec["name"] == "apf-saturated"
+                if counted:
+                    time.sleep(1.2)
+                res = cpu_window(env, gen, args.requests, contention=counted)
                 res["round"] = rnd
                 key = f"{spec['name']}|{spec['workers']}"
                 out.setdefault(key, []).append(res)
@@ -635,6 +661,16 @@ def main() -> int:
                   f"2 ÷ 1 {per_round('localqueue-saturated|2', 'localqueue-saturated|1'):.2f}; "
                   f"apf ÷ localqueue with 1 worker {per_round('apf-saturated|1', 'localqueue-saturated|1'):.2f}, "
                   f"with 2 workers {per_round('apf-saturated|2', 'localqueue-saturated|2'):.2f}.")
+    for w in (1, 2):
+        cs = [r["contention"] for r in results.get(f"apf-saturated|{w}", []) if "contention" in r]
+        if cs:
+            m_ = {k: median([c[k] for c in cs]) for k in CONTENTION}
+            updates = max(1e-9, m_["writes"] + m_["conflicts"])
+            table += (f"\napf-saturated, {w} worker{'s' if w > 1 else ''}, global-state contention "
+                      f"(medians per request): {m_['writes']:.2f} shared writes, CAS conflicts "
+                      f"{m_['conflicts'] / updates:.1%} of updates, level states decoded "
+                      f"{m_['decodes']:.2f} / reused {m_['reuses']:.2f}, cross-worker wake-ups "
+                      f"{m_['wakeups']:.3f}.")
     ver = subprocess.run([envoy_bin, "--version"], capture_output=True, text=True).stdout
     m = re.search(r"/(\d+\.\d+\.\d+)/", ver)
     header = (f"Envoy {m.group(1) if m else '?'}, "

@@ -33,8 +33,14 @@ pub fn decode(key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
         c.iter_mut().find(|e| e.key == key).and_then(|e| if e.bytes == bytes { e.state.take() } else { None })
     });
     match hit {
-        Some(st) => Ok(st),
-        None => LevelState::decode(bytes),
+        Some(st) => {
+            super::contention::reused();
+            Ok(st)
+        }
+        None => {
+            super::contention::decoded();
+            LevelState::decode(bytes)
+        }
     }
 }
 

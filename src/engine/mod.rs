@@ -17,6 +17,7 @@
 
 pub mod cache;
 pub mod compiled;
+pub mod contention;
 pub mod debug;
 pub mod store;
 pub mod watches;

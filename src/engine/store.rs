@@ -127,8 +127,11 @@ pub fn update<T, E: From<StoreError>>(
         };
         let (new, out) = f(cur.as_deref())?;
         match store.set(key, &new, Some(token))? {
-            SetOutcome::Written => return Ok(out),
-            SetOutcome::CasMismatch => continue,
+            SetOutcome::Written => {
+                super::contention::wrote();
+                return Ok(out);
+            }
+            SetOutcome::CasMismatch => super::contention::conflicted(),
         }
     }
     Err(E::from(StoreError(format!("too much contention on {key}"))))

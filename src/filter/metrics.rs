@@ -235,8 +235,39 @@ pub fn set(c: &Compiled, m: M, pl: usize, value: u64) {
     });
 }
 
+/// Global-state contention counters (not upstream metrics; see [`crate::engine::contention`]).
+pub const CONTENTION_METRICS: [&str; 5] = [
+    "apf_wasm_shared_state_writes_total",
+    "apf_wasm_shared_state_conflicts_total",
+    "apf_wasm_level_state_decodes_total",
+    "apf_wasm_level_state_reuses_total",
+    "apf_wasm_cross_worker_wakeups_total",
+];
+
+thread_local! {
+    static CONTENTION_IDS: RefCell<[Option<u32>; 5]> = const { RefCell::new([None; 5]) };
+}
+
+fn flush_contention() {
+    let c = crate::engine::contention::take();
+    let deltas = [c.writes, c.conflicts, c.decodes, c.reuses, c.wakeups];
+    CONTENTION_IDS.with(|ids| {
+        let mut ids = ids.borrow_mut();
+        for ((name, id), delta) in CONTENTION_METRICS.iter().zip(ids.iter_mut()).zip(deltas) {
+            // Defined on the first flush even at 0, so that the series exist from the start.
+            if id.is_none() {
+                *id = host::define_metric(host::METRIC_COUNTER, name);
+            }
+            if let (Some(id), true) = (*id, delta > 0) {
+                host::increment_metric(id, i64::try_from(delta).unwrap_or(i64::MAX));
+            }
+        }
+    });
+}
+
 /// Pushes accumulated deltas to the host.
 pub fn flush() {
+    flush_contention();
     REG.with(|r| {
         let mut r = r.borrow_mut();
         for s in r.series.values_mut() {

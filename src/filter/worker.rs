@@ -191,7 +191,9 @@ fn post(n: Notice, now: Nanos) {
             }
         }
     }
-    if !delivered {
+    if delivered {
+        engine::contention::woke_other_worker();
+    } else {
         // The owner is gone (its lease will be reaped): release what we dispatched to it.
         log::warn!("apf: cannot deliver notice to worker {}; releasing request {}", n.owner, n.id);
         if let NoticeKind::Run { receipt, .. } = n.kind {

@@ -110,3 +110,11 @@ def test_ops_metrics_match_client_view(gateway):
     for name in (INQUEUE, EXECUTING, "apiserver_flowcontrol_current_inqueue_seats",
                  "apiserver_flowcontrol_current_executing_seats"):
         assert all(v == 0 for _, v in prom_series(s, name)), (name, prom_series(s, name))
+    # The global state's contention counters (not upstream's): every request wrote its level
+    # at least once (admission) and every update read its level state (decoded or reused).
+    writes = prom_sum(s, "apf_wasm_shared_state_writes_total")
+    assert writes >= 48, prom_series(s, "apf_wasm_shared_state_writes_total")
+    assert prom_sum(s, "apf_wasm_level_state_decodes_total") + \
+        prom_sum(s, "apf_wasm_level_state_reuses_total") >= 48
+    for name in ("apf_wasm_shared_state_conflicts_total", "apf_wasm_cross_worker_wakeups_total"):
+        assert prom_series(s, name), f"{name} missing"
