@@ -1926,6 +1926,42 @@ mod tests {
         }
     }
 
+    /// Decoding rejects a request id that appears twice, within one queue or across queues,
+    /// and accepts every state `encode` writes.
+    #[test]
+    fn decode_rejects_duplicate_ids() {
+        let roundtrip = |qs: &QueueSet| {
+            let mut w = Writer::new();
+            qs.encode(&mut w);
+            let b = w.into_bytes();
+            QueueSet::decode(&mut Reader::new(&b))
+        };
+        // One queue (one flow), several waiting.
+        let mut one = QueueSet::new(cfg(4, 50, 1, 1), 0).unwrap();
+        let mut out = Vec::new();
+        for _ in 0..6 {
+            let _ = one.arrive(1, WorkEstimate::ONE, tag(7), &mut out);
+        }
+        assert_eq!(one.queues.iter().filter(|q| !q.waiting.is_empty()).count(), 1);
+        assert!(roundtrip(&one).is_ok());
+        for (a, b) in [(0usize, 1usize), (1, 3), (0, 4)] {
+            let mut bad = one.clone();
+            let q = bad.queues.iter_mut().find(|q| !q.waiting.is_empty()).unwrap();
+            q.waiting[b].id = q.waiting[a].id;
+            assert!(roundtrip(&bad).is_err(), "{a} {b}");
+        }
+        // Several queues.
+        let qs = busy_state();
+        assert!(qs.queues.iter().filter(|q| !q.waiting.is_empty()).count() > 1);
+        assert!(roundtrip(&qs).is_ok());
+        let mut bad = qs.clone();
+        let first = bad.queues.iter().find(|q| !q.waiting.is_empty()).unwrap().waiting[0].id;
+        let other = bad.queues.iter_mut().filter(|q| !q.waiting.is_empty()).nth(1).unwrap();
+        let last = other.waiting.len() - 1;
+        other.waiting[last].id = first;
+        assert!(roundtrip(&bad).is_err());
+    }
+
     #[test]
     fn garbage_decode_never_panics() {
         let qs = busy_state();
