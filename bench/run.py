@@ -327,7 +327,7 @@ def load_generator(spec: dict, env: EnvoyProcess, wrk: str | None, workdir: Path
     return lambda n: run_python(port, n, spec["conns"], users)
 
 
-CONTENTION = ("writes", "conflicts", "decodes", "reuses", "wakeups")
+CONTENTION = ("writes", "conflicts", "decodes", "reuses", "replays", "wakeups")
 
 
 def contention_counts(env: EnvoyProcess) -> dict[str, int]:
@@ -335,6 +335,7 @@ def contention_counts(env: EnvoyProcess) -> dict[str, int]:
     st = env.stats("apf_wasm_")
     names = {"writes": "shared_state_writes_total", "conflicts": "shared_state_conflicts_total",
              "decodes": "level_state_decodes_total", "reuses": "level_state_reuses_total",
+             "replays": "level_state_replays_total",
              "wakeups": "cross_worker_wakeups_total"}
     return {k: sum(v for n, v in st.items() if n.endswith(suffix)) for k, suffix in names.items()}
 
@@ -669,7 +670,7 @@ def main() -> int:
             table += (f"\napf-saturated, {w} worker{'s' if w > 1 else ''}, global-state contention "
                       f"(medians per request): {m_['writes']:.2f} shared writes, CAS conflicts "
                       f"{m_['conflicts'] / updates:.1%} of updates, level states decoded "
-                      f"{m_['decodes']:.2f} / reused {m_['reuses']:.2f}, cross-worker wake-ups "
+                      f"{m_['decodes']:.2f} / reused {m_['reuses']:.2f} / replayed {m_['replays']:.2f}, cross-worker wake-ups "
                       f"{m_['wakeups']:.3f}.")
     ver = subprocess.run([envoy_bin, "--version"], capture_output=True, text=True).stdout
     m = re.search(r"/(\d+\.\d+\.\d+)/", ver)

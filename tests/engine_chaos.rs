@@ -579,11 +579,15 @@ fn threads_racing_on_cas_leak_nothing() {
                 }
                 route(ns, &mut reqs, now);
             }
-            (reqs, rx, over)
+            (reqs, rx, over, apf_wasm::engine::contention::take())
         }));
     }
     let mut workers: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     assert_eq!(workers.iter().map(|w| w.2).sum::<u32>(), 0, "a level was seen over its limit");
+    // The threads got in each other's way (conflicts, decodes) and replayed each other's
+    // operations onto their cached states (every replay checked against the stored bytes).
+    let (conflicts, decodes, replays) = workers.iter().fold((0, 0, 0), |a, w| (a.0 + w.3.conflicts, a.1 + w.3.decodes, a.2 + w.3.replays));
+    assert!(conflicts > 0 && decodes > 0 && replays > 0, "conflicts {conflicts}, decodes {decodes}, replays {replays}");
     // Quiesce single-threaded: every worker ends what it holds and handles its mailbox until
     // nothing moves.
     for _round in 0..100 {

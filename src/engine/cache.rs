@@ -7,14 +7,17 @@
 //! gives exactly what decoding would; a miss (another worker wrote, or a CAS failed) decodes.
 //! One entry per level key and thread, so memory is bounded by the number of levels.
 
-use super::LevelState;
+use super::{ops, LevelState};
 use crate::codec::CodecError;
 use std::cell::RefCell;
 
 struct Entry {
     key: String,
+    /// The value this thread wrote last (state and trailer).
     bytes: Vec<u8>,
-    /// Taken by the next operation that reads the same bytes.
+    /// Hash of its state bytes (what a trailer's "previous state" names).
+    hash: u64,
+    /// Taken by the next operation that reads the same bytes, or replays onto them.
     state: Option<LevelState>,
 }
 
@@ -25,41 +28,60 @@ thread_local! {
     static CACHE: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The state encoded in `bytes` (stored under `key`): this thread's own last write if the bytes
-/// are unchanged, else decoded.
+/// The state stored as `bytes` under `key`: this thread's own last write if the bytes are
+/// unchanged; else that state with the writer's operation replayed onto it, when the value
+/// says it was derived from it and the result encodes to exactly its state bytes
+/// ([`ops`]); else decoded.
 pub fn decode(key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
-    let hit = CACHE.with(|c| {
+    let cached = CACHE.with(|c| {
         let mut c = c.borrow_mut();
-        c.iter_mut().find(|e| e.key == key).and_then(|e| if e.bytes == bytes { e.state.take() } else { None })
+        let e = c.iter_mut().find(|e| e.key == key)?;
+        if e.bytes == bytes {
+            return e.state.take().map(|st| (st, None));
+        }
+        let v = ops::unseal(bytes)?;
+        let (prev, op) = v.step?;
+        if prev != e.hash {
+            return None;
+        }
+        e.state.take().map(|st| (st, Some((op, v.state))))
     });
-    match hit {
-        Some(st) => {
+    match cached {
+        Some((st, None)) => {
             super::contention::reused();
-            Ok(st)
+            return Ok(st);
         }
-        None => {
-            super::contention::decoded();
-            LevelState::decode(bytes)
+        Some((mut st, Some((op, state_bytes)))) => {
+            ops::apply(&mut st, &op, &mut Vec::new());
+            if st.encode() == state_bytes {
+                super::contention::replayed();
+                return Ok(st);
+            }
         }
+        None => {}
     }
+    super::contention::decoded();
+    LevelState::decode(bytes)
 }
 
-/// Encodes `st` for `key` and keeps it for the next [`decode`] of the same bytes.
-pub fn encode(key: &str, st: LevelState) -> Vec<u8> {
-    let bytes = st.encode();
+/// Encodes `st` for `key` with its trailer (`prev`: the hash of the state it was derived from
+/// by `op`, when a reader may replay it) and keeps it for the next [`decode`].
+pub fn encode(key: &str, st: LevelState, prev: Option<u64>, op: Option<&ops::Op>) -> Vec<u8> {
+    let (bytes, hash) = ops::seal(st.encode(), prev, op);
     CACHE.with(|c| {
         let mut c = c.borrow_mut();
         match c.iter_mut().find(|e| e.key == key) {
             Some(e) => {
                 e.bytes.clear();
                 e.bytes.extend_from_slice(&bytes);
+                e.hash = hash;
                 e.state = Some(st);
             }
             None => {
                 if c.len() >= MAX_ENTRIES {
                     c.remove(0);
                 }
-                c.push(Entry { key: key.to_string(), bytes: bytes.clone(), state: Some(st) });
+                c.push(Entry { key: key.to_string(), bytes: bytes.clone(), hash, state: Some(st) });
             }
         }
     });
@@ -69,26 +91,76 @@ pub fn encode(key: &str, st: LevelState) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fairqueuing::QueueSetConfig;
+    use crate::engine::contention;
+    use crate::fairqueuing::{QueueSetConfig, RequestTag, WorkEstimate};
+
+    fn state_of(bytes: &[u8]) -> &[u8] {
+        ops::unseal(bytes).unwrap().state
+    }
 
     #[test]
     fn hits_only_on_identical_bytes_and_equals_decoding() {
         let cfg = QueueSetConfig { desired_queues: 8, queue_length_limit: 10, hand_size: 2, concurrency_limit: 3 };
         let st = LevelState::new(cfg, 7, 1_000).unwrap();
-        let bytes = encode("apf/v1/pl/x", st.clone());
+        let bytes = encode("apf/v1/pl/x", st.clone(), None, None);
         let a = decode("apf/v1/pl/x", &bytes).unwrap();
-        assert_eq!(a.encode(), bytes);
+        assert_eq!(a.encode(), state_of(&bytes));
         assert_eq!(a.generation, 7);
         // Taken: a second read of the same bytes decodes (same result).
         let b = decode("apf/v1/pl/x", &bytes).unwrap();
-        assert_eq!(b.encode(), bytes);
+        assert_eq!(b.encode(), state_of(&bytes));
         // Other bytes or another key: decoded, never the cached state.
         let mut other = st.clone();
         other.generation = 8;
         let ob = other.encode();
-        let _ = encode("apf/v1/pl/x", st);
+        let _ = encode("apf/v1/pl/x", st, None, None);
         assert_eq!(decode("apf/v1/pl/x", &ob).unwrap().generation, 8);
         assert_eq!(decode("apf/v1/pl/y", &bytes).unwrap().generation, 7);
         assert!(decode("apf/v1/pl/x", &[1, 2, 3]).is_err());
+    }
+
+    /// Another worker's write derived from this thread's last write by one operation is
+    /// replayed onto the cached state (equal to decoding); a trailer that does not match what
+    /// was written (here: a different operation) fails the check and the value is decoded.
+    #[test]
+    fn replays_one_operation_of_another_worker() {
+        let key = "apf/v1/pl/replay-test";
+        let cfg = QueueSetConfig { desired_queues: 8, queue_length_limit: 10, hand_size: 2, concurrency_limit: 1 };
+        let tag = |owner, context| RequestTag { owner, context, flow_schema: 0, flow_hash: 99, wait_deadline: 5_000_000_000 };
+        let mut st = LevelState::new(cfg, 1, 1_000).unwrap();
+        let mut out = Vec::new();
+        for i in 0..4 {
+            ops::apply(&mut st, &ops::Op::Arrive { now: 2_000 + i, work: WorkEstimate::ONE, tag: tag(1, i as u32) }, &mut out);
+        }
+        let mine = encode(key, st, None, None);
+        // The other worker (its own thread, so its own cache) reads our value and applies one op.
+        let theirs = |lie: bool| {
+            let mine = mine.clone();
+            std::thread::spawn(move || {
+                let mut st = decode(key, &mine).unwrap();
+                let prev = ops::unseal(&mine).map(|v| v.hash);
+                let op = ops::Op::Arrive { now: 9_000, work: WorkEstimate::ONE, tag: tag(2, 50) };
+                ops::apply(&mut st, &op, &mut Vec::new());
+                let said = if lie { ops::Op::Cancel { now: 9_000, id: 2 } } else { op };
+                encode(key, st, prev, Some(&said))
+            })
+            .join()
+            .unwrap()
+        };
+        let _ = contention::take();
+        let v = theirs(false);
+        let got = decode(key, &v).unwrap();
+        assert_eq!(got.encode(), LevelState::decode(&v).unwrap().encode());
+        assert_eq!(got.qs.requests_waiting(), 4);
+        let c = contention::take();
+        assert_eq!((c.replays, c.decodes), (1, 0));
+
+        // Our cached state was taken by the replay: write it again, then a lying trailer.
+        let _ = encode(key, LevelState::decode(&mine).unwrap(), None, None);
+        let v = theirs(true);
+        let got = decode(key, &v).unwrap();
+        assert_eq!(got.encode(), LevelState::decode(&v).unwrap().encode());
+        let c = contention::take();
+        assert_eq!((c.replays, c.decodes), (0, 1));
     }
 }

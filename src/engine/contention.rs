@@ -20,12 +20,15 @@ pub struct Contention {
     pub decodes: u64,
     /// Level states taken from this thread's cache (the bytes were its own last write).
     pub reuses: u64,
+    /// Level states rebuilt from this thread's cache by replaying the one operation another
+    /// worker applied since (checked against the stored bytes).
+    pub replays: u64,
     /// Notices (dispatches, rejections) posted to another worker's mailbox.
     pub wakeups: u64,
 }
 
 thread_local! {
-    static COUNTS: Cell<Contention> = const { Cell::new(Contention { writes: 0, conflicts: 0, decodes: 0, reuses: 0, wakeups: 0 }) };
+    static COUNTS: Cell<Contention> = const { Cell::new(Contention { writes: 0, conflicts: 0, decodes: 0, reuses: 0, replays: 0, wakeups: 0 }) };
 }
 
 fn bump(f: impl FnOnce(&mut Contention)) {
@@ -47,6 +50,9 @@ pub fn decoded() {
 }
 pub fn reused() {
     bump(|c| c.reuses = c.reuses.wrapping_add(1));
+}
+pub fn replayed() {
+    bump(|c| c.replays = c.replays.wrapping_add(1));
 }
 pub fn woke_other_worker() {
     bump(|c| c.wakeups = c.wakeups.wrapping_add(1));
@@ -89,7 +95,7 @@ mod tests {
         let st = LevelState::new(cfg, 7, 1_000).unwrap();
         let other = LevelState::new(cfg, 8, 1_000).unwrap().encode();
         let key = "apf/v1/pl/contention-test";
-        let bytes = cache::encode(key, st);
+        let bytes = cache::encode(key, st, None, None);
         // Another worker's bytes: decoded; our own last write: reused (once; then decoded).
         cache::decode(key, &other).unwrap();
         cache::decode(key, &bytes).unwrap();

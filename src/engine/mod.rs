@@ -18,19 +18,21 @@
 pub mod cache;
 pub mod compiled;
 pub mod contention;
+pub mod ops;
 pub mod debug;
 pub mod store;
 pub mod watches;
 pub mod workers;
 
 use crate::codec::{CodecError, Reader, Writer};
-use crate::fairqueuing::queueset::{Arrival, QueueSet};
+use crate::fairqueuing::queueset::QueueSet;
 use crate::fairqueuing::{Dispatched, QueueSetConfig, Receipt, RejectReason, RequestId, RequestTag, WorkEstimate};
 use crate::limits::borrowing::{update_borrowing, BorrowingLevel, SeatDemandStats};
 use crate::limits::integrator::Integrator;
 use crate::limits::retry_after::DroppedRequestsTracker;
 use crate::Nanos;
 pub use compiled::{Compiled, LevelRuntime};
+use ops::Op;
 use store::{update, Store, StoreError};
 
 /// Format version of [`LevelState`] values.
@@ -118,7 +120,9 @@ impl LevelState {
 
     /// Loads the stored state, creating it for `lvl` when absent or unreadable, and applies
     /// `lvl`'s queuing configuration if it comes from a newer generation.
-    fn load(key: &str, bytes: Option<&[u8]>, lvl: Option<&LevelRuntime>, generation: u64, now: Nanos, out: &mut Vec<Dispatched>) -> Result<LevelState, EngineError> {
+    /// Also says whether the state is the stored one unchanged (else a reader cannot replay
+    /// the next operation from the stored state: it was created or reconfigured here).
+    fn load(key: &str, bytes: Option<&[u8]>, lvl: Option<&LevelRuntime>, generation: u64, now: Nanos, out: &mut Vec<Dispatched>) -> Result<(LevelState, bool), EngineError> {
         let existing = bytes.and_then(|b| match cache::decode(key, b) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -141,11 +145,12 @@ impl LevelState {
                         out.extend(d);
                     }
                     st.generation = generation;
+                    return Ok((st, false));
                 }
-                Ok(st)
+                Ok((st, true))
             }
-            (Some(st), None) => Ok(st),
-            (None, Some(lvl)) => LevelState::new(lvl.qs_config, generation, now),
+            (Some(st), None) => Ok((st, true)),
+            (None, Some(lvl)) => Ok((LevelState::new(lvl.qs_config, generation, now)?, false)),
             (None, None) => Err(EngineError::Config("unknown priority level".into())),
         }
     }
@@ -237,17 +242,13 @@ pub fn admit(c: &Compiled, store: &dyn Store, now: Nanos, level: usize, work: Wo
     let lvl = c.levels.get(level).ok_or_else(|| EngineError::Config("level index out of range".into()))?;
     let (decision, dispatched) = update(store, &lvl.key, MAX_CAS_TRIES, |cur| {
         let mut out = Vec::new();
-        let mut st = LevelState::load(&lvl.key, cur, Some(lvl), c.generation, now, &mut out)?;
-        let decision = match st.qs.arrive(now, work, tag, &mut out) {
-            Arrival::Executing(rc) => Decision::Execute(rc),
-            Arrival::Queued(id) => Decision::Queued(id),
-            Arrival::Rejected(reason) => {
-                st.dropped.record_dropped(unix_secs(now));
-                Decision::Rejected { reason, retry_after: st.dropped.retry_after() }
-            }
+        let prev = cur.and_then(ops::unseal).map(|v| v.hash);
+        let (mut st, unchanged) = LevelState::load(&lvl.key, cur, Some(lvl), c.generation, now, &mut out)?;
+        let op = Op::Arrive { now, work, tag };
+        let ops::Outcome::Decision(decision) = ops::apply(&mut st, &op, &mut out) else {
+            return Err(EngineError::Config("arrival without a decision".into()));
         };
-        st.note_demand(now);
-        Ok::<_, EngineError>((cache::encode(&lvl.key, st), (decision, out)))
+        Ok::<_, EngineError>((cache::encode(&lvl.key, st, prev.filter(|_| unchanged), Some(&op)), (decision, out)))
     })?;
     notices.extend(dispatched.iter().map(|d| Notice::run(&lvl.key, d)));
     Ok(decision)
@@ -262,7 +263,19 @@ fn update_level<T: Default>(store: &dyn Store, now: Nanos, level_key: &str, mut 
         let mut st = cache::decode(level_key, bytes)?;
         let r = f(&mut st);
         st.note_demand(now);
-        Ok((cache::encode(level_key, st), r))
+        Ok((cache::encode(level_key, st, None, None), r))
+    })
+}
+
+/// [`update_level`] for an operation other workers can replay ([`ops`]).
+fn update_level_op(store: &dyn Store, level_key: &str, op: &Op, out: &mut Vec<Dispatched>) -> Result<Option<ops::Outcome>, EngineError> {
+    update(store, level_key, MAX_CAS_TRIES, |cur| {
+        out.clear();
+        let Some(bytes) = cur else { return Ok::<_, EngineError>((Vec::new(), None)) };
+        let prev = ops::unseal(bytes).map(|v| v.hash);
+        let mut st = cache::decode(level_key, bytes)?;
+        let r = ops::apply(&mut st, op, out);
+        Ok((cache::encode(level_key, st, prev, Some(op)), Some(r)))
     })
 }
 
@@ -270,12 +283,10 @@ fn update_level<T: Default>(store: &dyn Store, now: Nanos, level_key: &str, mut 
 /// (after its additional latency, if any) and dispatch what fits. Returns false when the seats
 /// were already released (double finish, or the owner's lease was reaped).
 pub fn finish(store: &dyn Store, now: Nanos, level_key: &str, receipt: &Receipt, notices: &mut Vec<Notice>) -> Result<bool, EngineError> {
-    let (known, dispatched) = update_level(store, now, level_key, |st| {
-        let mut out = Vec::new();
-        (st.qs.finish(now, receipt, &mut out), out)
-    })?;
+    let mut dispatched = Vec::new();
+    let r = update_level_op(store, level_key, &Op::Finish { now, receipt: *receipt }, &mut dispatched)?;
     notices.extend(dispatched.iter().map(|d| Notice::run(level_key, d)));
-    Ok(known)
+    Ok(r == Some(ops::Outcome::Finished(true)))
 }
 
 /// The request's stream ended: an executing request (its receipt given) finishes; a waiting
@@ -285,9 +296,7 @@ pub fn end(store: &dyn Store, now: Nanos, level_key: &str, id: RequestId, receip
     if let Some(rc) = receipt {
         return finish(store, now, level_key, rc, notices).map(|_| ());
     }
-    update_level(store, now, level_key, |st| {
-        st.qs.cancel(now, id);
-    })
+    update_level_op(store, level_key, &Op::Cancel { now, id }, &mut Vec::new()).map(|_| ())
 }
 
 /// Gives up waiting for a queued request (its wait limit passed). Returns the Retry-After to
@@ -459,7 +468,7 @@ pub fn adjust_borrowing(c: &Compiled, store: &dyn Store, now: Nanos, notices: &m
     for lvl in &c.levels {
         let (results, current, dispatched) = update(store, &lvl.key, MAX_CAS_TRIES, |cur| {
             let mut out = Vec::new();
-            let mut st = LevelState::load(&lvl.key, cur, Some(lvl), c.generation, now, &mut out)?;
+            let (mut st, _) = LevelState::load(&lvl.key, cur, Some(lvl), c.generation, now, &mut out)?;
             let r = st.demand.reset(now);
             let current = st.qs.config().concurrency_limit;
             Ok::<_, EngineError>((st.encode(), (r, current, out)))
@@ -486,7 +495,7 @@ pub fn adjust_borrowing(c: &Compiled, store: &dyn Store, now: Nanos, notices: &m
         }
         let dispatched = update(store, &lvl.key, MAX_CAS_TRIES, |cur| {
             let mut out = Vec::new();
-            let mut st = LevelState::load(&lvl.key, cur, Some(lvl), c.generation, now, &mut out)?;
+            let (mut st, _) = LevelState::load(&lvl.key, cur, Some(lvl), c.generation, now, &mut out)?;
             let mut cfg = st.qs.config();
             if cfg.concurrency_limit != b.current {
                 cfg.concurrency_limit = b.current;

@@ -1,0 +1,258 @@
+//! Level operations that another worker can replay.
+//!
+//! Every update of a level reads its shared value, decodes it, applies one operation and writes
+//! it back. With several workers the value read was usually written by another worker, so the
+//! reader's cached copy (its own last write, [`super::cache`]) is one operation behind. Each
+//! value therefore ends with a small trailer naming the state it was derived from and the
+//! operation applied: a reader whose cached state is that previous state replays the operation
+//! on its copy instead of decoding the whole value, and keeps the result only if it encodes to
+//! exactly the stored bytes (so a replay is never trusted, it is checked; otherwise it decodes).
+//!
+//! Layout: `state ‖ trailer ‖ trailer length (u16 LE) ‖ TRAILER_MAGIC`, the trailer being
+//! `state hash (8 B) ‖ previous state hash (8 B) ‖ operation`. [`super::LevelState::decode`]
+//! ignores what follows the state, so values with and without a trailer are read alike by every
+//! version of the module.
+
+use super::{unix_secs, Decision, LevelState};
+use crate::codec::{CodecError, CodecResult, Reader, Writer};
+use crate::fairqueuing::queueset::Arrival;
+use crate::fairqueuing::{Dispatched, Receipt, RequestId, RequestTag, WorkEstimate};
+use crate::Nanos;
+
+/// Last byte of a value that carries a trailer.
+const TRAILER_MAGIC: u8 = 0xA7;
+
+/// An operation on a level's state, applied the same way by its writer and by a replaying
+/// reader ([`apply`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// A request arrives (admission).
+    Arrive { now: Nanos, work: WorkEstimate, tag: RequestTag },
+    /// An executing request's handler returned.
+    Finish { now: Nanos, receipt: Receipt },
+    /// A waiting request leaves its queue (stream ended).
+    Cancel { now: Nanos, id: RequestId },
+}
+
+/// What an operation returned to its writer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Decision(Decision),
+    Finished(bool),
+    Cancelled,
+}
+
+/// Applies `op` to `st` (including the seat-demand sample every update takes).
+pub fn apply(st: &mut LevelState, op: &Op, out: &mut Vec<Dispatched>) -> Outcome {
+    let r = match *op {
+        Op::Arrive { now, work, tag } => Outcome::Decision(match st.qs.arrive(now, work, tag, out) {
+            Arrival::Executing(rc) => Decision::Execute(rc),
+            Arrival::Queued(id) => Decision::Queued(id),
+            Arrival::Rejected(reason) => {
+                st.dropped.record_dropped(unix_secs(now));
+                Decision::Rejected { reason, retry_after: st.dropped.retry_after() }
+            }
+        }),
+        Op::Finish { now, receipt } => Outcome::Finished(st.qs.finish(now, &receipt, out)),
+        Op::Cancel { now, id } => {
+            st.qs.cancel(now, id);
+            Outcome::Cancelled
+        }
+    };
+    st.note_demand(op.now());
+    r
+}
+
+impl Op {
+    fn now(&self) -> Nanos {
+        match *self {
+            Op::Arrive { now, .. } | Op::Finish { now, .. } | Op::Cancel { now, .. } => now,
+        }
+    }
+
+    fn encode(&self, w: &mut Writer) {
+        match *self {
+            Op::Arrive { now, work, tag } => {
+                w.u8(1);
+                w.i64(now);
+                w.u32(work.initial_seats);
+                w.u32(work.final_seats);
+                w.i64(work.additional_latency);
+                w.u32(tag.owner);
+                w.u32(tag.context);
+                w.u32(u32::from(tag.flow_schema));
+                w.fixed64(tag.flow_hash);
+                w.i64(tag.wait_deadline);
+            }
+            Op::Finish { now, receipt: r } => {
+                w.u8(2);
+                w.i64(now);
+                w.u64(r.id);
+                w.i32(r.queue);
+                w.u32(r.owner);
+                w.u32(r.initial_seats);
+                w.u32(r.max_seats);
+                w.i64(r.start);
+                w.i64(r.additional_latency);
+            }
+            Op::Cancel { now, id } => {
+                w.u8(3);
+                w.i64(now);
+                w.u64(id);
+            }
+        }
+    }
+
+    fn decode(r: &mut Reader) -> CodecResult<Op> {
+        Ok(match r.u8()? {
+            1 => {
+                let now = r.i64()?;
+                let work = WorkEstimate { initial_seats: r.u32()?, final_seats: r.u32()?, additional_latency: r.i64()? };
+                let owner = r.u32()?;
+                let context = r.u32()?;
+                let flow_schema = u16::try_from(r.u32()?).map_err(|_| CodecError("bad flow schema"))?;
+                let tag = RequestTag { owner, context, flow_schema, flow_hash: r.fixed64()?, wait_deadline: r.i64()? };
+                Op::Arrive { now, work, tag }
+            }
+            2 => {
+                let now = r.i64()?;
+                let receipt = Receipt {
+                    id: r.u64()?,
+                    queue: r.i32()?,
+                    owner: r.u32()?,
+                    initial_seats: r.u32()?,
+                    max_seats: r.u32()?,
+                    start: r.i64()?,
+                    additional_latency: r.i64()?,
+                };
+                Op::Finish { now, receipt }
+            }
+            3 => Op::Cancel { now: r.i64()?, id: r.u64()? },
+            _ => return Err(CodecError("unknown level operation")),
+        })
+    }
+}
+
+/// A 64-bit hash of a state's bytes (FNV-1a over 8-byte words, then mixed): identifies the
+/// state a trailer's operation applies to. A collision only costs a failed check.
+pub fn state_hash(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ bytes.len() as u64;
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(c);
+        h = (h ^ u64::from_le_bytes(b)).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(23);
+    }
+    for &b in chunks.remainder() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^ (h >> 33)
+}
+
+/// Appends the trailer to `state` (the encoded state): its hash, the previous state's hash and
+/// the operation (none: a value nobody can replay to, e.g. after a reconfiguration).
+pub fn seal(mut state: Vec<u8>, prev: Option<u64>, op: Option<&Op>) -> (Vec<u8>, u64) {
+    let hash = state_hash(&state);
+    let start = state.len();
+    let mut w = Writer::with_capacity(48);
+    w.fixed64(hash);
+    match (prev, op) {
+        (Some(p), Some(op)) => {
+            w.fixed64(p);
+            op.encode(&mut w);
+        }
+        _ => w.fixed64(0),
+    }
+    state.extend_from_slice(&w.into_bytes());
+    let len = u16::try_from(state.len() - start).unwrap_or(u16::MAX);
+    state.extend_from_slice(&len.to_le_bytes());
+    state.push(TRAILER_MAGIC);
+    (state, hash)
+}
+
+/// A stored value split into its state bytes and trailer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sealed<'a> {
+    pub state: &'a [u8],
+    pub hash: u64,
+    /// The previous state's hash and the operation that led here, when replayable.
+    pub step: Option<(u64, Op)>,
+}
+
+/// Splits a value written by [`seal`]; `None` for values without a (well-formed) trailer.
+pub fn unseal(value: &[u8]) -> Option<Sealed<'_>> {
+    let (&magic, rest) = value.split_last()?;
+    if magic != TRAILER_MAGIC || rest.len() < 2 {
+        return None;
+    }
+    let (body, len) = rest.split_at(rest.len() - 2);
+    let len = usize::from(u16::from_le_bytes([*len.first()?, *len.get(1)?]));
+    let split = body.len().checked_sub(len)?;
+    let (state, trailer) = body.split_at(split);
+    let mut r = Reader::new(trailer);
+    let hash = r.fixed64().ok()?;
+    let prev = r.fixed64().ok()?;
+    let step = if prev == 0 || r.remaining() == 0 { None } else { Some((prev, Op::decode(&mut r).ok()?)) };
+    if r.remaining() != 0 {
+        return None;
+    }
+    Some(Sealed { state, hash, step })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ops() -> Vec<Op> {
+        let tag = RequestTag { owner: 3, context: 77, flow_schema: 5, flow_hash: 0xdead_beef_1234_5678, wait_deadline: i64::MAX };
+        vec![
+            Op::Arrive { now: 123_456_789, work: WorkEstimate { initial_seats: 2, final_seats: 7, additional_latency: 5_000_000 }, tag },
+            Op::Arrive { now: -5, work: WorkEstimate::ONE, tag: RequestTag { wait_deadline: 99, ..tag } },
+            Op::Finish { now: 9, receipt: Receipt { id: 42, queue: -1, owner: 2, initial_seats: 1, max_seats: 3, start: 4, additional_latency: 0 } },
+            Op::Cancel { now: 1 << 40, id: u64::MAX },
+        ]
+    }
+
+    #[test]
+    fn seal_unseal_roundtrip() {
+        for op in ops() {
+            let state = vec![1u8, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11];
+            let (v, h) = seal(state.clone(), Some(0x1234), Some(&op));
+            let s = unseal(&v).unwrap();
+            assert_eq!(s, Sealed { state: &state, hash: h, step: Some((0x1234, op)) });
+            assert_eq!(h, state_hash(&state));
+            // Without a replayable step.
+            let (v, _) = seal(state.clone(), None, Some(&op));
+            assert_eq!(unseal(&v).unwrap().step, None);
+            assert_eq!(unseal(&v).unwrap().state, &state[..]);
+        }
+        // A value without a trailer, or a damaged one, is not unsealed (and never panics).
+        assert_eq!(unseal(&[]), None);
+        assert_eq!(unseal(&[TRAILER_MAGIC]), None);
+        assert_eq!(unseal(&[1, 2, 3]), None);
+        let (v, _) = seal(vec![9; 30], Some(1), Some(&ops()[0]));
+        for cut in 0..v.len() {
+            let _ = unseal(&v[cut..]);
+            let _ = unseal(&v[..cut]);
+        }
+        for i in 0..v.len() {
+            let mut d = v.clone();
+            d[i] ^= 0x55;
+            let _ = unseal(&d);
+        }
+    }
+
+    #[test]
+    fn state_hash_depends_on_every_byte() {
+        let base: Vec<u8> = (0..37u8).collect();
+        let h = state_hash(&base);
+        for i in 0..base.len() {
+            let mut d = base.clone();
+            d[i] ^= 1;
+            assert_ne!(state_hash(&d), h, "byte {i}");
+        }
+        assert_ne!(state_hash(&base[..36]), h);
+    }
+}
