@@ -19,7 +19,14 @@ struct Entry {
     hash: u64,
     /// Taken by the next operation that reads the same bytes, or replays onto them.
     state: Option<LevelState>,
+    /// Writes left with a trailer: set to [`FOREIGN_WINDOW`] whenever the value read was not
+    /// this thread's own last write (another worker is active on the level), so a worker that
+    /// is alone on a level spends nothing on trailers.
+    foreign: u16,
 }
+
+/// How many of its own writes a thread keeps sealing after it last saw another worker's write.
+const FOREIGN_WINDOW: u16 = 1024;
 
 /// More levels than this (a policy has a few dozen at most) evicts the oldest entry.
 const MAX_ENTRIES: usize = 128;
@@ -35,10 +42,14 @@ thread_local! {
 pub fn decode(key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
     let cached = CACHE.with(|c| {
         let mut c = c.borrow_mut();
-        let e = c.iter_mut().find(|e| e.key == key)?;
+        let Some(e) = c.iter_mut().find(|e| e.key == key) else {
+            push(&mut c, Entry { key: key.to_string(), bytes: Vec::new(), hash: 0, state: None, foreign: FOREIGN_WINDOW });
+            return None;
+        };
         if e.bytes == bytes {
             return e.state.take().map(|st| (st, None));
         }
+        e.foreign = FOREIGN_WINDOW;
         let v = ops::unseal(bytes)?;
         let (prev, op) = v.step?;
         if prev != e.hash {
@@ -66,26 +77,32 @@ pub fn decode(key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
 
 /// Encodes `st` for `key` with its trailer (`prev`: the hash of the state it was derived from
 /// by `op`, when a reader may replay it) and keeps it for the next [`decode`].
+/// Without another worker active on the level (see `Entry::foreign`), no trailer is written.
 pub fn encode(key: &str, st: LevelState, prev: Option<u64>, op: Option<&ops::Op>) -> Vec<u8> {
-    let (bytes, hash) = ops::seal(st.encode(), prev, op);
     CACHE.with(|c| {
         let mut c = c.borrow_mut();
-        match c.iter_mut().find(|e| e.key == key) {
+        let pos = c.iter().position(|e| e.key == key);
+        let sealing = pos.and_then(|p| c.get(p)).is_some_and(|e| e.foreign > 0);
+        let (bytes, hash) = if sealing { ops::seal(st.encode_with_room(ops::TRAILER_MAX), prev, op) } else { (st.encode(), 0) };
+        match pos.and_then(|p| c.get_mut(p)) {
             Some(e) => {
                 e.bytes.clear();
                 e.bytes.extend_from_slice(&bytes);
                 e.hash = hash;
                 e.state = Some(st);
+                e.foreign = e.foreign.saturating_sub(1);
             }
-            None => {
-                if c.len() >= MAX_ENTRIES {
-                    c.remove(0);
-                }
-                c.push(Entry { key: key.to_string(), bytes: bytes.clone(), hash, state: Some(st) });
-            }
+            None => push(&mut c, Entry { key: key.to_string(), bytes: bytes.clone(), hash, state: Some(st), foreign: 0 }),
         }
-    });
-    bytes
+        bytes
+    })
+}
+
+fn push(c: &mut Vec<Entry>, e: Entry) {
+    if c.len() >= MAX_ENTRIES {
+        c.remove(0);
+    }
+    c.push(e);
 }
 
 #[cfg(test)]
@@ -95,7 +112,26 @@ mod tests {
     use crate::fairqueuing::{QueueSetConfig, RequestTag, WorkEstimate};
 
     fn state_of(bytes: &[u8]) -> &[u8] {
-        ops::unseal(bytes).unwrap().state
+        ops::unseal(bytes).map_or(bytes, |v| v.state)
+    }
+
+    /// Alone on a level, a thread writes no trailer once its window has passed; another
+    /// worker's write turns trailers back on.
+    #[test]
+    fn seals_only_while_another_worker_writes() {
+        let key = "apf/v1/pl/window-test";
+        let cfg = QueueSetConfig { desired_queues: 8, queue_length_limit: 10, hand_size: 2, concurrency_limit: 3 };
+        let mut bytes = encode(key, LevelState::new(cfg, 1, 0).unwrap(), None, None);
+        assert!(ops::unseal(&bytes).is_none(), "never saw another writer");
+        let other = LevelState::new(cfg, 2, 0).unwrap().encode();
+        let st = decode(key, &other).unwrap();
+        bytes = encode(key, st, None, None);
+        assert!(ops::unseal(&bytes).is_some());
+        for _ in 0..FOREIGN_WINDOW {
+            let st = decode(key, &bytes).unwrap();
+            bytes = encode(key, st, None, None);
+        }
+        assert!(ops::unseal(&bytes).is_none(), "window passed");
     }
 
     #[test]
@@ -132,7 +168,10 @@ mod tests {
         for i in 0..4 {
             ops::apply(&mut st, &ops::Op::Arrive { now: 2_000 + i, work: WorkEstimate::ONE, tag: tag(1, i as u32) }, &mut out);
         }
+        // A first read of the level counts as another worker's write: this thread seals.
+        assert!(decode(key, &[1, 2, 3]).is_err());
         let mine = encode(key, st, None, None);
+        assert!(ops::unseal(&mine).is_some());
         // The other worker (its own thread, so its own cache) reads our value and applies one op.
         let theirs = |lie: bool| {
             let mine = mine.clone();

@@ -108,14 +108,19 @@ impl LevelState {
     }
 
     pub fn encode(&self) -> Vec<u8> {
+        self.encode_with_room(0).into_bytes()
+    }
+
+    /// The encoding in a writer with `room` bytes to spare (for the value's trailer).
+    pub fn encode_with_room(&self, room: usize) -> Writer {
         // Sized for the usual value (≈ 30 bytes per waiting request) so it is allocated once.
-        let mut w = Writer::with_capacity(128 + 40 * self.qs.requests_waiting() as usize);
+        let mut w = Writer::with_capacity(128 + room + 40 * self.qs.requests_waiting() as usize);
         w.u8(LEVEL_STATE_VERSION);
         w.u64(self.generation);
         self.qs.encode(&mut w);
         self.demand.encode(&mut w);
         self.dropped.encode(&mut w);
-        w.into_bytes()
+        w
     }
 
     /// Loads the stored state, creating it for `lvl` when absent or unreadable, and applies
@@ -242,7 +247,7 @@ pub fn admit(c: &Compiled, store: &dyn Store, now: Nanos, level: usize, work: Wo
     let lvl = c.levels.get(level).ok_or_else(|| EngineError::Config("level index out of range".into()))?;
     let (decision, dispatched) = update(store, &lvl.key, MAX_CAS_TRIES, |cur| {
         let mut out = Vec::new();
-        let prev = cur.and_then(ops::unseal).map(|v| v.hash);
+        let prev = cur.and_then(ops::sealed_hash);
         let (mut st, unchanged) = LevelState::load(&lvl.key, cur, Some(lvl), c.generation, now, &mut out)?;
         let op = Op::Arrive { now, work, tag };
         let ops::Outcome::Decision(decision) = ops::apply(&mut st, &op, &mut out) else {
@@ -272,7 +277,7 @@ fn update_level_op(store: &dyn Store, level_key: &str, op: &Op, out: &mut Vec<Di
     update(store, level_key, MAX_CAS_TRIES, |cur| {
         out.clear();
         let Some(bytes) = cur else { return Ok::<_, EngineError>((Vec::new(), None)) };
-        let prev = ops::unseal(bytes).map(|v| v.hash);
+        let prev = ops::sealed_hash(bytes);
         let mut st = cache::decode(level_key, bytes)?;
         let r = ops::apply(&mut st, op, out);
         Ok((cache::encode(level_key, st, prev, Some(op)), Some(r)))

@@ -151,12 +151,15 @@ pub fn state_hash(bytes: &[u8]) -> u64 {
     h ^ (h >> 33)
 }
 
-/// Appends the trailer to `state` (the encoded state): its hash, the previous state's hash and
-/// the operation (none: a value nobody can replay to, e.g. after a reconfiguration).
-pub fn seal(mut state: Vec<u8>, prev: Option<u64>, op: Option<&Op>) -> (Vec<u8>, u64) {
-    let hash = state_hash(&state);
-    let start = state.len();
-    let mut w = Writer::with_capacity(48);
+/// Room a trailer needs at most (hashes, the largest operation, length and magic).
+pub const TRAILER_MAX: usize = 96;
+
+/// Appends the trailer to `w`, which holds the encoded state (written with [`TRAILER_MAX`]
+/// bytes to spare): its hash, the previous state's hash and the operation (none: a value
+/// nobody can replay to, e.g. after a reconfiguration). Returns the value and the state hash.
+pub fn seal(mut w: Writer, prev: Option<u64>, op: Option<&Op>) -> (Vec<u8>, u64) {
+    let start = w.len();
+    let hash = state_hash(w.as_slice());
     w.fixed64(hash);
     match (prev, op) {
         (Some(p), Some(op)) => {
@@ -165,11 +168,22 @@ pub fn seal(mut state: Vec<u8>, prev: Option<u64>, op: Option<&Op>) -> (Vec<u8>,
         }
         _ => w.fixed64(0),
     }
-    state.extend_from_slice(&w.into_bytes());
-    let len = u16::try_from(state.len() - start).unwrap_or(u16::MAX);
-    state.extend_from_slice(&len.to_le_bytes());
-    state.push(TRAILER_MAGIC);
-    (state, hash)
+    let len = u16::try_from(w.len().saturating_sub(start)).unwrap_or(u16::MAX);
+    w.fixed16(len);
+    w.u8(TRAILER_MAGIC);
+    (w.into_bytes(), hash)
+}
+
+/// The trailer's state hash alone (what the next writer records as "previous").
+pub fn sealed_hash(value: &[u8]) -> Option<u64> {
+    let (&magic, rest) = value.split_last()?;
+    if magic != TRAILER_MAGIC || rest.len() < 2 {
+        return None;
+    }
+    let (body, len) = rest.split_at(rest.len() - 2);
+    let len = usize::from(u16::from_le_bytes([*len.first()?, *len.get(1)?]));
+    let trailer = body.get(body.len().checked_sub(len)?..)?;
+    Reader::new(trailer).fixed64().ok()
 }
 
 /// A stored value split into its state bytes and trailer.
@@ -215,16 +229,26 @@ mod tests {
         ]
     }
 
+    fn writer(state: &[u8]) -> Writer {
+        let mut w = Writer::with_capacity(state.len() + TRAILER_MAX);
+        for &b in state {
+            w.u8(b);
+        }
+        w
+    }
+
     #[test]
     fn seal_unseal_roundtrip() {
         for op in ops() {
             let state = vec![1u8, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11];
-            let (v, h) = seal(state.clone(), Some(0x1234), Some(&op));
+            let (v, h) = seal(writer(&state), Some(0x1234), Some(&op));
             let s = unseal(&v).unwrap();
             assert_eq!(s, Sealed { state: &state, hash: h, step: Some((0x1234, op)) });
             assert_eq!(h, state_hash(&state));
+            assert_eq!(sealed_hash(&v), Some(h));
+            assert!(v.len() - state.len() <= TRAILER_MAX);
             // Without a replayable step.
-            let (v, _) = seal(state.clone(), None, Some(&op));
+            let (v, _) = seal(writer(&state), None, Some(&op));
             assert_eq!(unseal(&v).unwrap().step, None);
             assert_eq!(unseal(&v).unwrap().state, &state[..]);
         }
@@ -232,16 +256,24 @@ mod tests {
         assert_eq!(unseal(&[]), None);
         assert_eq!(unseal(&[TRAILER_MAGIC]), None);
         assert_eq!(unseal(&[1, 2, 3]), None);
-        let (v, _) = seal(vec![9; 30], Some(1), Some(&ops()[0]));
+        assert_eq!(sealed_hash(&[1, 2, 3]), None);
+        let (v, _) = seal(writer(&[9; 30]), Some(1), Some(&ops()[0]));
         for cut in 0..v.len() {
-            let _ = unseal(&v[cut..]);
-            let _ = unseal(&v[..cut]);
+            let _ = (unseal(&v[cut..]), sealed_hash(&v[cut..]));
+            let _ = (unseal(&v[..cut]), sealed_hash(&v[..cut]));
         }
         for i in 0..v.len() {
             let mut d = v.clone();
             d[i] ^= 0x55;
-            let _ = unseal(&d);
+            let _ = (unseal(&d), sealed_hash(&d));
         }
+        // The largest operation fits the reserved room.
+        let big = Op::Finish { now: i64::MIN, receipt: Receipt { id: u64::MAX, queue: i32::MIN, owner: u32::MAX, initial_seats: u32::MAX, max_seats: u32::MAX, start: i64::MIN, additional_latency: i64::MIN } };
+        let (v, _) = seal(writer(&[]), Some(u64::MAX), Some(&big));
+        assert!(v.len() <= TRAILER_MAX, "{}", v.len());
+        let big = Op::Arrive { now: i64::MIN, work: WorkEstimate { initial_seats: u32::MAX, final_seats: u32::MAX, additional_latency: i64::MIN }, tag: RequestTag { owner: u32::MAX, context: u32::MAX, flow_schema: u16::MAX, flow_hash: u64::MAX, wait_deadline: i64::MIN } };
+        let (v, _) = seal(writer(&[]), Some(u64::MAX), Some(&big));
+        assert!(v.len() <= TRAILER_MAX, "{}", v.len());
     }
 
     #[test]
