@@ -128,3 +128,45 @@ fn bench_saturated_level() {
     let ns = t.elapsed().as_nanos() as f64 / f64::from(n);
     println!("saturated level: {ns:.0} ns per request (2 decode + op + encode); state {} bytes, {} waiting", bytes.len(), LevelState::decode(&bytes).unwrap().qs.requests_waiting());
 }
+
+/// A miss on a saturated level (14 waiting): decoding the value vs replaying the one operation
+/// another worker applied (unseal + apply + the check encoding), as `engine::cache` does.
+#[test]
+#[ignore]
+fn bench_replay_vs_decode() {
+    use apf_wasm::codec::Writer;
+    use apf_wasm::engine::ops::{self, Op};
+    use apf_wasm::engine::LevelState;
+    use apf_wasm::fairqueuing::{QueueSetConfig, WorkEstimate};
+    let cfg = QueueSetConfig { desired_queues: 16, queue_length_limit: 100, hand_size: 4, concurrency_limit: 2 };
+    let mut st = LevelState::new(cfg, 1, 0).unwrap();
+    let tag = |i: u32| RequestTag { owner: 1 + (i % 2), context: i, flow_schema: 0, flow_hash: 42, wait_deadline: i64::MAX };
+    for i in 0..16u32 {
+        ops::apply(&mut st, &Op::Arrive { now: 0, work: WorkEstimate::ONE, tag: tag(i) }, &mut Vec::new());
+    }
+    let before = st.clone();
+    let prev = ops::state_hash(&before.encode());
+    let op = Op::Arrive { now: 1_000_000, work: WorkEstimate::ONE, tag: tag(99) };
+    ops::apply(&mut st, &op, &mut Vec::new());
+    let mut w = Writer::with_capacity(1024);
+    for b in st.encode() {
+        w.u8(b);
+    }
+    let (value, _) = ops::seal(w, Some(prev), Some(&op));
+    let n = iterations();
+    let t = Instant::now();
+    for _ in 0..n {
+        std::hint::black_box(LevelState::decode(std::hint::black_box(&value)).unwrap());
+    }
+    let decode_ns = t.elapsed().as_nanos() as f64 / f64::from(n);
+    let t = Instant::now();
+    for _ in 0..n {
+        let mut s = before.clone();
+        let v = ops::unseal(std::hint::black_box(&value)).unwrap();
+        let (_, op) = v.step.unwrap();
+        ops::apply(&mut s, &op, &mut Vec::new());
+        assert!(s.encode() == v.state);
+    }
+    let replay_ns = t.elapsed().as_nanos() as f64 / f64::from(n);
+    println!("miss with 15 waiting: decode {decode_ns:.0} ns, replay (incl. a state clone) {replay_ns:.0} ns");
+}
