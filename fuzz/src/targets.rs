@@ -642,6 +642,7 @@ pub fn queueset_ops(data: &[u8]) -> bool {
 }
 
 pub fn state_level(data: &[u8]) -> bool {
+    sealed_level(data);
     let Ok(st) = LevelState::decode(data) else { return false };
     let once = st.encode();
     let again = LevelState::decode(&once);
@@ -650,6 +651,27 @@ pub fn state_level(data: &[u8]) -> bool {
         assert_eq!(once, a.encode(), "LevelState encoding does not round-trip");
     }
     true
+}
+
+/// A level value's trailer (engine::ops): splitting never panics, re-sealing what was split
+/// gives the same parts, and the recorded operation applies to the recorded state (as a replay
+/// would) leaving a state that still round-trips.
+fn sealed_level(data: &[u8]) {
+    use apf_wasm::engine::ops;
+    let Some(v) = ops::unseal(data) else { return };
+    let mut w = Writer::with_capacity(v.state.len() + ops::TRAILER_MAX);
+    for &b in v.state {
+        w.u8(b);
+    }
+    let (again, hash) = ops::seal(w, v.step.map(|s| s.0), v.step.as_ref().map(|s| &s.1));
+    let parts = ops::unseal(&again);
+    assert_eq!(parts, Some(ops::Sealed { state: v.state, hash, step: v.step }), "trailer does not round-trip");
+    assert_eq!(ops::sealed_hash(&again), Some(hash));
+    if let (Ok(mut st), Some((_, op))) = (LevelState::decode(v.state), v.step) {
+        ops::apply(&mut st, &op, &mut Vec::new());
+        let once = st.encode();
+        assert!(LevelState::decode(&once).is_ok(), "a replayed state does not decode");
+    }
 }
 
 pub fn state_notice(data: &[u8]) -> bool {
