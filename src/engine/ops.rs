@@ -84,16 +84,10 @@ impl Op {
                 w.fixed64(tag.flow_hash);
                 w.i64(tag.wait_deadline);
             }
-            Op::Finish { now, receipt: r } => {
+            Op::Finish { now, receipt } => {
                 w.u8(2);
                 w.i64(now);
-                w.u64(r.id);
-                w.i32(r.queue);
-                w.u32(r.owner);
-                w.u32(r.initial_seats);
-                w.u32(r.max_seats);
-                w.i64(r.start);
-                w.i64(r.additional_latency);
+                receipt.encode(w);
             }
             Op::Cancel { now, id } => {
                 w.u8(3);
@@ -114,19 +108,7 @@ impl Op {
                 let tag = RequestTag { owner, context, flow_schema, flow_hash: r.fixed64()?, wait_deadline: r.i64()? };
                 Op::Arrive { now, work, tag }
             }
-            2 => {
-                let now = r.i64()?;
-                let receipt = Receipt {
-                    id: r.u64()?,
-                    queue: r.i32()?,
-                    owner: r.u32()?,
-                    initial_seats: r.u32()?,
-                    max_seats: r.u32()?,
-                    start: r.i64()?,
-                    additional_latency: r.i64()?,
-                };
-                Op::Finish { now, receipt }
-            }
+            2 => Op::Finish { now: r.i64()?, receipt: Receipt::decode(r)? },
             3 => Op::Cancel { now: r.i64()?, id: r.u64()? },
             _ => return Err(CodecError("unknown level operation")),
         })
