@@ -59,19 +59,19 @@ pub fn decode(key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
     });
     match cached {
         Some((st, None)) => {
-            super::contention::reused();
+            super::contention::count(|c| &mut c.reuses);
             return Ok(st);
         }
         Some((mut st, Some((op, state_bytes)))) => {
             ops::apply(&mut st, &op, &mut Vec::new());
             if st.encode() == state_bytes {
-                super::contention::replayed();
+                super::contention::count(|c| &mut c.replays);
                 return Ok(st);
             }
         }
         None => {}
     }
-    super::contention::decoded();
+    super::contention::count(|c| &mut c.decodes);
     LevelState::decode(bytes)
 }
 

@@ -31,31 +31,14 @@ thread_local! {
     static COUNTS: Cell<Contention> = const { Cell::new(Contention { writes: 0, conflicts: 0, decodes: 0, reuses: 0, replays: 0, wakeups: 0 }) };
 }
 
-fn bump(f: impl FnOnce(&mut Contention)) {
+/// Adds one to the counter `field` picks, e.g. `count(|c| &mut c.writes)`.
+pub fn count(field: fn(&mut Contention) -> &mut u64) {
     COUNTS.with(|c| {
         let mut v = c.get();
-        f(&mut v);
+        let n = field(&mut v);
+        *n = n.wrapping_add(1);
         c.set(v);
     });
-}
-
-pub fn wrote() {
-    bump(|c| c.writes = c.writes.wrapping_add(1));
-}
-pub fn conflicted() {
-    bump(|c| c.conflicts = c.conflicts.wrapping_add(1));
-}
-pub fn decoded() {
-    bump(|c| c.decodes = c.decodes.wrapping_add(1));
-}
-pub fn reused() {
-    bump(|c| c.reuses = c.reuses.wrapping_add(1));
-}
-pub fn replayed() {
-    bump(|c| c.replays = c.replays.wrapping_add(1));
-}
-pub fn woke_other_worker() {
-    bump(|c| c.wakeups = c.wakeups.wrapping_add(1));
 }
 
 /// This thread's counts since the last call (and resets them).
@@ -100,7 +83,7 @@ mod tests {
         cache::decode(key, &other).unwrap();
         cache::decode(key, &bytes).unwrap();
         cache::decode(key, &bytes).unwrap();
-        woke_other_worker();
+        count(|c| &mut c.wakeups);
         let c = take();
         assert_eq!((c.reuses, c.decodes, c.wakeups), (1, 2, 1));
     }

@@ -158,14 +158,19 @@ pub fn seal(mut w: Writer, prev: Option<u64>, op: Option<&Op>) -> (Vec<u8>, u64)
 
 /// The trailer's state hash alone (what the next writer records as "previous").
 pub fn sealed_hash(value: &[u8]) -> Option<u64> {
+    let (_, trailer) = split(value)?;
+    Reader::new(trailer).fixed64().ok()
+}
+
+/// A value's state bytes and trailer, if it ends with [`TRAILER_MAGIC`] and a fitting length.
+fn split(value: &[u8]) -> Option<(&[u8], &[u8])> {
     let (&magic, rest) = value.split_last()?;
     if magic != TRAILER_MAGIC || rest.len() < 2 {
         return None;
     }
     let (body, len) = rest.split_at(rest.len() - 2);
     let len = usize::from(u16::from_le_bytes([*len.first()?, *len.get(1)?]));
-    let trailer = body.get(body.len().checked_sub(len)?..)?;
-    Reader::new(trailer).fixed64().ok()
+    Some(body.split_at(body.len().checked_sub(len)?))
 }
 
 /// A stored value split into its state bytes and trailer.
@@ -179,14 +184,7 @@ pub struct Sealed<'a> {
 
 /// Splits a value written by [`seal`]; `None` for values without a (well-formed) trailer.
 pub fn unseal(value: &[u8]) -> Option<Sealed<'_>> {
-    let (&magic, rest) = value.split_last()?;
-    if magic != TRAILER_MAGIC || rest.len() < 2 {
-        return None;
-    }
-    let (body, len) = rest.split_at(rest.len() - 2);
-    let len = usize::from(u16::from_le_bytes([*len.first()?, *len.get(1)?]));
-    let split = body.len().checked_sub(len)?;
-    let (state, trailer) = body.split_at(split);
+    let (state, trailer) = split(value)?;
     let mut r = Reader::new(trailer);
     let hash = r.fixed64().ok()?;
     let prev = r.fixed64().ok()?;

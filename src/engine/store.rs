@@ -128,10 +128,10 @@ pub fn update<T, E: From<StoreError>>(
         let (new, out) = f(cur.as_deref())?;
         match store.set(key, &new, Some(token))? {
             SetOutcome::Written => {
-                super::contention::wrote();
+                super::contention::count(|c| &mut c.writes);
                 return Ok(out);
             }
-            SetOutcome::CasMismatch => super::contention::conflicted(),
+            SetOutcome::CasMismatch => super::contention::count(|c| &mut c.conflicts),
         }
     }
     Err(E::from(StoreError(format!("too much contention on {key}"))))

@@ -192,7 +192,7 @@ fn post(n: Notice, now: Nanos) {
         }
     }
     if delivered {
-        engine::contention::woke_other_worker();
+        engine::contention::count(|c| &mut c.wakeups);
     } else {
         // The owner is gone (its lease will be reaped): release what we dispatched to it.
         log::warn!("apf: cannot deliver notice to worker {}; releasing request {}", n.owner, n.id);

@@ -90,6 +90,16 @@ def flow_schema(name: str, level: str, *, precedence: int = 1000, groups: list[s
             "metadata": {"name": name, "uid": uid("fs/" + name)}, "spec": spec}
 
 
+def group_policy(level: str, group: str, *, level_uid: str, schema_uid: str) -> list[dict]:
+    """A queuing level (10 shares, 8 queues, hand 2, 10 per queue) and a FlowSchema named after
+    `group` sending that group's resource requests to it (precedence 500), with fixed UIDs."""
+    pl = priority_level(level, 10, queues=8, hand_size=2, queue_length_limit=10,
+                        borrowing_limit_percent=None)
+    fs = flow_schema(group, level, precedence=500, groups=[group], non_resource_rules=[])
+    pl["metadata"]["uid"], fs["metadata"]["uid"] = level_uid, schema_uid
+    return [pl, fs]
+
+
 def plugin_config(**kw) -> dict:
     """Base plugin config: front-proxy identity, enforcing, explain/debug for system:masters and
     the e2e explain group. Keyword arguments override/add keys."""

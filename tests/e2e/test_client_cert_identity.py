@@ -13,23 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from apf_policy import group_policy
 from envoyproc import wait_until
 
 pytestmark = pytest.mark.apf
 
-FC = "flowcontrol.apiserver.k8s.io/v1"
-
-POLICY = [
-    {"apiVersion": FC, "kind": "PriorityLevelConfiguration", "metadata": {"name": "cert-level", "uid": "pl-cert"},
-     "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 10,
-              "limitResponse": {"type": "Queue", "queuing": {"queues": 8, "handSize": 2, "queueLengthLimit": 10}}}}},
-    {"apiVersion": FC, "kind": "FlowSchema", "metadata": {"name": "cert-team", "uid": "fs-cert"},
-     "spec": {"priorityLevelConfiguration": {"name": "cert-level"}, "matchingPrecedence": 500,
-              "distinguisherMethod": {"type": "ByUser"},
-              "rules": [{"subjects": [{"kind": "Group", "group": {"name": "cert-team"}}],
-                         "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
-                                            "clusterScope": True, "namespaces": ["*"]}]}]}},
-]
+POLICY = group_policy("cert-level", "cert-team", level_uid="pl-cert", schema_uid="fs-cert")
 
 
 def openssl(*args: str, cwd: Path) -> None:

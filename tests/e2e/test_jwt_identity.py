@@ -12,9 +12,10 @@ import time
 
 import pytest
 
+from apf_policy import group_policy
+
 pytestmark = pytest.mark.apf
 
-FC = "flowcontrol.apiserver.k8s.io/v1"
 SECRET = b"apf-e2e-jwt-secret-0123456789abcdef"
 
 
@@ -43,17 +44,7 @@ JWT_AUTHN = {
     },
 }
 
-POLICY = [
-    {"apiVersion": FC, "kind": "PriorityLevelConfiguration", "metadata": {"name": "jwt-level", "uid": "pl-jwt"},
-     "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 10,
-              "limitResponse": {"type": "Queue", "queuing": {"queues": 8, "handSize": 2, "queueLengthLimit": 10}}}}},
-    {"apiVersion": FC, "kind": "FlowSchema", "metadata": {"name": "jwt-team", "uid": "fs-jwt"},
-     "spec": {"priorityLevelConfiguration": {"name": "jwt-level"}, "matchingPrecedence": 500,
-              "distinguisherMethod": {"type": "ByUser"},
-              "rules": [{"subjects": [{"kind": "Group", "group": {"name": "jwt-team"}}],
-                         "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
-                                            "clusterScope": True, "namespaces": ["*"]}]}]}},
-]
+POLICY = group_policy("jwt-level", "jwt-team", level_uid="pl-jwt", schema_uid="fs-jwt")
 
 
 def test_jwt_claims_identify_the_caller(gateway):
