@@ -13,7 +13,11 @@ Variants (interleaved, repeated for --rounds; medians reported):
                    with pause/resume: no shared state, no cross-worker wake-ups; 2 seats with 1
                    worker, 1 seat per worker with 2), so that apf ÷ localqueue at each worker
                    count isolates the cost of APF's logic and global state from what splitting
-                   a paused-and-resumed pipeline over two Envoy workers costs by itself
+                   a paused-and-resumed pipeline over two Envoy workers costs by itself; and,
+                   with 2 workers, the no-sharing control isolated-saturated: this very module
+                   built with the feature bench-isolated-levels (each worker keys its levels
+                   apart: same code, nothing shared, 1 seat per worker), so that apf ÷ it is
+                   what sharing the level across workers costs
   apf-flows        apf-wasm, default policy, uncontended, each request from one of K users
                    (K = 10, 1000, 100000; --flow-counts): cost per request vs flows seen
   apf-noisy        not a CPU measurement: a saturated 4-seat level (Python upstream, 50 ms per
@@ -55,6 +59,8 @@ from envoyproc import EnvoyProcess, find_envoy  # noqa: E402
 
 HEADERS = {"X-Remote-User": "bench-user", "X-Remote-Group": "system:authenticated"}
 SATURATED_SEATS = 2
+# Variants whose windows also read the filter's global-state contention counters.
+COUNTED = ("apf-saturated", "isolated-saturated")
 # Set by main(): run the load generator / upstream under SCHED_IDLE.
 IDLE_LOAD = [False]
 
@@ -110,6 +116,11 @@ def build_modules(args) -> dict[str, Path]:
     if "apf-saturated" in want:
         mods["localqueue"] = cargo_wasm(REPO / "bench/localqueue/Cargo.toml",
                                         target_dir() / "bench-localqueue", "localqueue")
+        # The same module built as the no-sharing control (feature bench-isolated-levels).
+        env = dict(os.environ, CARGO_TARGET_DIR=str(target_dir() / "bench-isolated"))
+        out = subprocess.run([str(REPO / "wasm-build.sh"), "--features", "bench-isolated-levels"],
+                             check=True, text=True, stdout=subprocess.PIPE, cwd=REPO, env=env).stdout
+        mods["apf-isolated"] = Path(out.strip().splitlines()[-1])
     if "passthrough" in want:
         mods["passthrough"] = cargo_wasm(REPO / "bench/passthrough/Cargo.toml",
                                          target_dir() / "bench-passthrough", "passthrough")
@@ -307,6 +318,13 @@ def variant_specs(args, mods) -> list[dict]:
             for sw in (1, 2):
                 specs.append(dict(name="apf-saturated", workers=sw, http_filter="wasm",
                                   wasm=mods["apf"], cfg=saturated, conns=args.saturated_connections))
+            # No-sharing control, 2 workers: the same code with each worker on a level of its
+            # own holding half the seats (as localqueue), so apf ÷ it is what sharing costs.
+            specs.append(dict(name="isolated-saturated", workers=2, http_filter="wasm",
+                              wasm=mods["apf-isolated"], conns=args.saturated_connections,
+                              cfg=apf_policy.single_level_config(
+                                  max(1, SATURATED_SEATS // 2), group="system:authenticated",
+                                  queues=16, hand_size=4, queue_length_limit=100)))
             for sw in (1, 2):
                 specs.append(dict(name="localqueue-saturated", workers=sw, http_filter="wasm",
                                   wasm=mods["localqueue"], cfg=str(max(1, SATURATED_SEATS // sw)),
@@ -375,7 +393,7 @@ def measure(spec: dict, args, envoy_bin: str, upstream_port: int, wrk: str | Non
         gen(args.warmup)
         # Let background (JIT tier-up) work of the warm-up finish; apf-saturated: and the
         # warm-up's contention counters be flushed.
-        counted = spec["name"] == "apf-saturated"
+        counted = spec["name"] in COUNTED
         time.sleep(1.2 if counted else 0.2)
         return cpu_window(env, gen, args.requests, contention=counted)
     except Exception as e:  # noqa: BLE001
@@ -411,7 +429,7 @@ def measure_paired(specs: list[dict], args, envoy_bin: str, upstream_port: int, 
         for rnd in range(args.rounds):
             order = gens if rnd % 2 == 0 else list(reversed(gens))
             for spec, env, gen in order:
-                counted = spec["name"] == "apf-saturated"
+                counted = spec["name"] in COUNTED
                 if counted:
                     time.sleep(1.2)
                 res = cpu_window(env, gen, args.requests, contention=counted)
@@ -662,12 +680,17 @@ def main() -> int:
                   f"2 ÷ 1 {per_round('localqueue-saturated|2', 'localqueue-saturated|1'):.2f}; "
                   f"apf ÷ localqueue with 1 worker {per_round('apf-saturated|1', 'localqueue-saturated|1'):.2f}, "
                   f"with 2 workers {per_round('apf-saturated|2', 'localqueue-saturated|2'):.2f}.")
-    for w in (1, 2):
-        cs = [r["contention"] for r in results.get(f"apf-saturated|{w}", []) if "contention" in r]
+    if "apf-saturated|2" in results and "isolated-saturated|2" in results:
+        table += ("\nNo-sharing control (the same module, each worker on a level of its own with "
+                  f"half the seats), 2 workers ÷ apf 1 worker {per_round('isolated-saturated|2', 'apf-saturated|1'):.2f}; "
+                  f"apf ÷ control with 2 workers (what sharing the level costs) "
+                  f"{per_round('apf-saturated|2', 'isolated-saturated|2'):.2f}.")
+    for name, w in [(n, w) for n in COUNTED for w in (1, 2)]:
+        cs = [r["contention"] for r in results.get(f"{name}|{w}", []) if "contention" in r]
         if cs:
             m_ = {k: median([c[k] for c in cs]) for k in CONTENTION}
             updates = max(1e-9, m_["writes"] + m_["conflicts"])
-            table += (f"\napf-saturated, {w} worker{'s' if w > 1 else ''}, global-state contention "
+            table += (f"\n{name}, {w} worker{'s' if w > 1 else ''}, global-state contention "
                       f"(medians per request): {m_['writes']:.2f} shared writes, CAS conflicts "
                       f"{m_['conflicts'] / updates:.1%} of updates, level states decoded "
                       f"{m_['decodes']:.2f} / reused {m_['reuses']:.2f} / replayed {m_['replays']:.2f}, cross-worker wake-ups "

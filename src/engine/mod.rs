@@ -44,7 +44,26 @@ pub const BORROW_KEY: &str = "apf/v1/borrow";
 pub const WATCHES_KEY: &str = "apf/v1/watches";
 
 pub fn level_key(level_name: &str) -> String {
-    format!("apf/v1/pl/{level_name}")
+    #[cfg(not(feature = "bench-isolated-levels"))]
+    let key = format!("apf/v1/pl/{level_name}");
+    #[cfg(feature = "bench-isolated-levels")]
+    let key = format!("apf/v1/pl/{level_name}#{:016x}", isolated_suffix());
+    key
+}
+
+/// Benchmark control only (feature `bench-isolated-levels`, never in a release module): each
+/// VM (worker) keys its levels apart, so every worker runs the same code on a level of its own
+/// and no state is shared. Measured beside the real module, it isolates what sharing costs.
+#[cfg(feature = "bench-isolated-levels")]
+fn isolated_suffix() -> u64 {
+    thread_local! {
+        static SUFFIX: u64 = {
+            let mut b = [0u8; 8];
+            let _ = getrandom::getrandom(&mut b);
+            u64::from_le_bytes(b)
+        };
+    }
+    SUFFIX.with(|s| *s)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
