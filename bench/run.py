@@ -60,7 +60,7 @@ from envoyproc import EnvoyProcess, find_envoy  # noqa: E402
 HEADERS = {"X-Remote-User": "bench-user", "X-Remote-Group": "system:authenticated"}
 SATURATED_SEATS = 2
 # Variants whose windows also read the filter's global-state contention counters.
-COUNTED = ("apf-saturated", "isolated-saturated")
+COUNTED = ("apf-saturated", "apf-saturated-b", "isolated-saturated")
 # Set by main(): run the load generator / upstream under SCHED_IDLE.
 IDLE_LOAD = [False]
 
@@ -318,6 +318,10 @@ def variant_specs(args, mods) -> list[dict]:
             for sw in (1, 2):
                 specs.append(dict(name="apf-saturated", workers=sw, http_filter="wasm",
                                   wasm=mods["apf"], cfg=saturated, conns=args.saturated_connections))
+                if args.apf_wasm_b:
+                    specs.append(dict(name="apf-saturated-b", workers=sw, http_filter="wasm",
+                                      wasm=args.apf_wasm_b, cfg=saturated,
+                                      conns=args.saturated_connections))
             # No-sharing control, 2 workers: the same code with each worker on a level of its
             # own holding half the seats (as localqueue), so apf ÷ it is what sharing costs.
             specs.append(dict(name="isolated-saturated", workers=2, http_filter="wasm",
@@ -585,6 +589,8 @@ def main() -> int:
     ap.add_argument("--workers-noisy", type=int, default=2, help="Envoy workers for apf-noisy")
     ap.add_argument("--floor-dir")
     ap.add_argument("--apf-wasm", help="use this apf-wasm module instead of ./wasm-build.sh")
+    ap.add_argument("--apf-wasm-b", help="A/B: also run apf-saturated with this second module "
+                    "(variant apf-saturated-b, 1 and 2 workers) and print b ÷ apf per worker count")
     ap.add_argument("--ratio-base", default="floor")
     ap.add_argument("--python-client", action="store_true", help="do not use wrk")
     ap.add_argument("--no-install", action="store_true", help="do not apt-get install wrk")
@@ -680,6 +686,11 @@ def main() -> int:
                   f"2 ÷ 1 {per_round('localqueue-saturated|2', 'localqueue-saturated|1'):.2f}; "
                   f"apf ÷ localqueue with 1 worker {per_round('apf-saturated|1', 'localqueue-saturated|1'):.2f}, "
                   f"with 2 workers {per_round('apf-saturated|2', 'localqueue-saturated|2'):.2f}.")
+    if "apf-saturated-b|1" in results:
+        table += ("\nA/B, apf-saturated-b ÷ apf-saturated (medians of per-round ratios): "
+                  f"1 worker {per_round('apf-saturated-b|1', 'apf-saturated|1'):.2f}, "
+                  f"2 workers {per_round('apf-saturated-b|2', 'apf-saturated|2'):.2f}; "
+                  f"b 2 ÷ 1 {per_round('apf-saturated-b|2', 'apf-saturated-b|1'):.2f}.")
     if "apf-saturated|2" in results and "isolated-saturated|2" in results:
         table += ("\nNo-sharing control (the same module, each worker on a level of its own with "
                   f"half the seats), 2 workers ÷ apf 1 worker {per_round('isolated-saturated|2', 'apf-saturated|1'):.2f}; "
