@@ -2,7 +2,8 @@
 # The project's one test command. Stages (stops at the first failure, naming it):
 #   1. cargo test --all-targets                      (native unit + integration tests)
 #   2. cargo clippy --all-targets -- -D warnings     (native)
-#   3. cargo clippy --target wasm32-wasip1 --lib -- -D warnings   (the proxy-wasm glue is wasm-only)
+#   3. cargo clippy --target wasm32-wasip1 --lib -- -D warnings   (the proxy-wasm glue is wasm-only),
+#      also with the benchmark-only features (bench-timing, bench-isolated-levels)
 #   4. ./wasm-build.sh                               (release module)
 #   5. scripts/envoy-env.sh                          (.venv with Envoy + pytest)
 #   6. pytest tests/e2e                              (end-to-end against a real Envoy)
@@ -28,6 +29,8 @@ if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1; then
 fi
 stage "cargo clippy --target wasm32-wasip1 --lib -- -D warnings"
 cargo clippy --target wasm32-wasip1 --lib -- -D warnings || fail "cargo clippy (wasm32-wasip1)"
+cargo clippy --target wasm32-wasip1 --lib --features bench-timing,bench-isolated-levels -- -D warnings \
+  || fail "cargo clippy (wasm32-wasip1, bench features)"
 
 if [[ "${APF_SKIP_E2E:-}" == 1 ]]; then
   echo "test.sh: APF_SKIP_E2E=1, skipping the end-to-end stages"

@@ -2,6 +2,7 @@
 
 use super::host::{self, HostStore, REQUEST_HEADERS, RESPONSE_HEADERS};
 use super::metrics::{self, M};
+use super::timing::{self, Span};
 use super::worker::{self, Local, Phase};
 use crate::digest::identity::IdentityInput;
 use crate::engine::{self, debug, Compiled, Decision};
@@ -63,7 +64,10 @@ impl Http {
                 host::remove_header(REQUEST_HEADERS, &h);
             }
         }
-        let d = c.digest(method, path, &input, ns_header, |info| engine::watches::interested_count(&HostStore, info));
+        let d = {
+            let _t = timing::span(Span::Digest);
+            c.digest(method, path, &input, ns_header, |info| engine::watches::interested_count(&HostStore, info))
+        };
         if let Some(kind) = debug::dump_kind(path) {
             if d.user.groups.iter().any(|g| c.config.debug_groups.contains(g)) {
                 let offset = host::realtime_nanos().saturating_sub(now);
@@ -96,7 +100,10 @@ impl Http {
             wait_deadline: now.saturating_add(d.wait_limit),
         };
         let mut notices = Vec::new();
-        let decision = engine::admit(c, &HostStore, now, d.class.priority_level, d.work, tag, &mut notices);
+        let decision = {
+            let _t = timing::span(Span::Admit);
+            engine::admit(c, &HostStore, now, d.class.priority_level, d.work, tag, &mut notices)
+        };
         let key = level.key.clone();
         let (pl, fs_i) = (d.class.priority_level, d.class.flow_schema);
         let seats = d.work.max_seats();
@@ -162,6 +169,7 @@ impl Context for Http {}
 
 impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _n: usize, _end: bool) -> Action {
+        let _t = timing::span(Span::RequestHeaders);
         match self.compiled.clone() {
             Some(c) => self.admit(c),
             None => Action::Continue,
@@ -198,6 +206,7 @@ impl HttpContext for Http {
     }
 
     fn on_log(&mut self) {
+        let _t = timing::span(Span::Log);
         worker::stream_ended_with(self.ctx, host::monotonic_nanos);
     }
 }

@@ -269,6 +269,7 @@ fn flush_contention() {
 /// Pushes accumulated deltas to the host.
 pub fn flush() {
     flush_contention();
+    super::timing::flush();
     REG.with(|r| {
         let mut r = r.borrow_mut();
         for s in r.series.values_mut() {

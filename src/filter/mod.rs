@@ -15,6 +15,7 @@ mod host;
 mod http;
 mod metrics;
 mod root;
+mod timing;
 mod worker;
 
 #[cfg(not(target_feature = "atomics"))]
