@@ -358,14 +358,18 @@ def load_generator(spec: dict, env: EnvoyProcess, wrk: str | None, workdir: Path
 CONTENTION = ("writes", "conflicts", "decodes", "reuses", "replays", "wakeups")
 
 
+def summed_counters(env: EnvoyProcess, prefix: str, suffixes: dict[str, str]) -> dict[str, int]:
+    """Envoy stats under `prefix`, summed per key over the series ending in its suffix."""
+    st = env.stats(prefix)
+    return {k: sum(v for n, v in st.items() if n.endswith(suffix)) for k, suffix in suffixes.items()}
+
+
 def contention_counts(env: EnvoyProcess) -> dict[str, int]:
     """apf-wasm's global-state contention counters (apf_wasm_*_total), summed over workers."""
-    st = env.stats("apf_wasm_")
-    names = {"writes": "shared_state_writes_total", "conflicts": "shared_state_conflicts_total",
-             "decodes": "level_state_decodes_total", "reuses": "level_state_reuses_total",
-             "replays": "level_state_replays_total",
-             "wakeups": "cross_worker_wakeups_total"}
-    return {k: sum(v for n, v in st.items() if n.endswith(suffix)) for k, suffix in names.items()}
+    return summed_counters(env, "apf_wasm_", {
+        "writes": "shared_state_writes_total", "conflicts": "shared_state_conflicts_total",
+        "decodes": "level_state_decodes_total", "reuses": "level_state_reuses_total",
+        "replays": "level_state_replays_total", "wakeups": "cross_worker_wakeups_total"})
 
 
 TIMING_SPANS = ("request_headers", "log", "queue_ready", "digest", "admit", "shared_get",
@@ -375,9 +379,8 @@ TIMING_SPANS = ("request_headers", "log", "queue_ready", "digest", "admit", "sha
 def timing_counts(env: EnvoyProcess) -> dict[str, int]:
     """A `bench-timing` module's nanoseconds per span (apf_wasm_bench_*), summed over workers;
     empty for other modules."""
-    st = env.stats("apf_wasm_bench_")
-    return {k: sum(v for n, v in st.items() if n.endswith(f"bench_{k}_nanoseconds_total"))
-            for k in TIMING_SPANS} if st else {}
+    t = summed_counters(env, "apf_wasm_bench_", {k: f"bench_{k}_nanoseconds_total" for k in TIMING_SPANS})
+    return t if any(t.values()) else {}
 
 
 def cpu_window(env: EnvoyProcess, gen, n: int, contention: bool = False) -> dict:

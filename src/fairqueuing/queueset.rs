@@ -628,8 +628,7 @@ impl QueueSet {
         for k in 0..n {
             let pos = (start + k) % n;
             let Some(q) = self.queues.get(pos) else { continue };
-            let Some(head) = q.waiting.front() else { continue };
-            let finish = q.next_dispatch_r.wrapping_add(request_work(&head.work, g).1 .0);
+            let Some(finish) = head_finish(q, g) else { continue };
             if finish < min_finish {
                 min_finish = finish;
                 min_pos = Some(pos);
@@ -650,20 +649,18 @@ impl QueueSet {
     fn affinity_queue(&self, pos: usize, owner: u32) -> usize {
         let g = self.g;
         let Some(q) = self.queues.get(pos) else { return pos };
-        let Some(head) = q.waiting.front() else { return pos };
+        let (Some(head), Some(min_finish)) = (q.waiting.front(), head_finish(q, g)) else { return pos };
         if head.tag.owner == owner || affinity_pick(&q.waiting, owner) != 0 {
             return pos;
         }
-        let w = request_work(&head.work, g).1 .0;
-        let min_finish = q.next_dispatch_r.wrapping_add(w);
+        let w = min_finish.wrapping_sub(q.next_dispatch_r);
         let limit = min_finish.saturating_add(w);
         let mut best = (u64::MAX, pos);
         for (p, other) in self.queues.iter().enumerate() {
-            let Some(h) = other.waiting.front() else { continue };
+            let (Some(h), Some(finish)) = (other.waiting.front(), head_finish(other, g)) else { continue };
             if p == pos || h.tag.owner != owner {
                 continue;
             }
-            let finish = other.next_dispatch_r.wrapping_add(request_work(&h.work, g).1 .0);
             if finish <= limit && finish < best.0 && self.can_accommodate(h.work.max_seats()) {
                 best = (finish, p);
             }
@@ -1339,6 +1336,12 @@ fn affinity_pick(waiting: &VecDeque<Waiting>, owner: u32) -> usize {
         }
     }
     0
+}
+
+/// Virtual finish R of `q`'s head (what fair queuing orders queues by).
+fn head_finish(q: &Queue, g: Nanos) -> Option<u64> {
+    let head = q.waiting.front()?;
+    Some(q.next_dispatch_r.wrapping_add(request_work(&head.work, g).1 .0))
 }
 
 fn bound_next_dispatch(q: &mut Queue) {

@@ -252,18 +252,20 @@ thread_local! {
 fn flush_contention() {
     let c = crate::engine::contention::take();
     let deltas = [c.writes, c.conflicts, c.decodes, c.reuses, c.replays, c.wakeups];
-    CONTENTION_IDS.with(|ids| {
-        let mut ids = ids.borrow_mut();
-        for ((name, id), delta) in CONTENTION_METRICS.iter().zip(ids.iter_mut()).zip(deltas) {
-            // Defined on the first flush even at 0, so that the series exist from the start.
-            if id.is_none() {
-                *id = host::define_metric(host::METRIC_COUNTER, name);
-            }
-            if let (Some(id), true) = (*id, delta > 0) {
-                host::increment_metric(id, i64::try_from(delta).unwrap_or(i64::MAX));
-            }
+    CONTENTION_IDS.with(|ids| add_to_counters(&CONTENTION_METRICS, &mut ids.borrow_mut()[..], deltas.map(|d| i64::try_from(d).unwrap_or(i64::MAX))));
+}
+
+/// Adds `deltas` to the filter's own counters `names` (their ids in `ids`, defined on the first
+/// call even at 0, so that the series exist from the start).
+pub fn add_to_counters(names: &[&str], ids: &mut [Option<u32>], deltas: impl IntoIterator<Item = i64>) {
+    for ((name, id), delta) in names.iter().zip(ids.iter_mut()).zip(deltas) {
+        if id.is_none() {
+            *id = host::define_metric(host::METRIC_COUNTER, name);
         }
-    });
+        if let (Some(id), true) = (*id, delta > 0) {
+            host::increment_metric(id, delta);
+        }
+    }
 }
 
 /// Pushes accumulated deltas to the host.

@@ -62,17 +62,7 @@ mod imp {
 
     pub fn flush() {
         let deltas = TOTALS.with(|t| t.replace([0; 8]));
-        IDS.with(|ids| {
-            let mut ids = ids.borrow_mut();
-            for ((name, id), delta) in NAMES.iter().zip(ids.iter_mut()).zip(deltas) {
-                if id.is_none() {
-                    *id = host::define_metric(host::METRIC_COUNTER, name);
-                }
-                if let (Some(id), true) = (*id, delta > 0) {
-                    host::increment_metric(id, delta);
-                }
-            }
-        });
+        IDS.with(|ids| super::super::metrics::add_to_counters(&NAMES, &mut ids.borrow_mut()[..], deltas));
     }
 }
 
