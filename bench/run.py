@@ -58,7 +58,6 @@ from envoy_template import direct_response_config, gateway_config  # noqa: E402
 from envoyproc import EnvoyProcess, find_envoy  # noqa: E402
 
 HEADERS = {"X-Remote-User": "bench-user", "X-Remote-Group": "system:authenticated"}
-SATURATED_SEATS = 2
 # Variants whose windows also read the filter's global-state contention counters.
 COUNTED = ("apf-saturated", "apf-saturated-b", "isolated-saturated")
 # Set by main(): run the load generator / upstream under SCHED_IDLE.
@@ -295,7 +294,7 @@ def run_python(port: int, n: int, conns: int, users: int | None = None) -> dict:
 # Variants
 def variant_specs(args, mods) -> list[dict]:
     roomy = apf_policy.plugin_config()
-    saturated = apf_policy.single_level_config(SATURATED_SEATS, group="system:authenticated", queues=16,
+    saturated = apf_policy.single_level_config(args.saturated_seats, group="system:authenticated", queues=16,
                                                hand_size=4, queue_length_limit=100)
     specs = []
     w = args.workers
@@ -333,11 +332,11 @@ def variant_specs(args, mods) -> list[dict]:
             specs.append(dict(name="isolated-saturated", workers=2, http_filter="wasm",
                               wasm=mods["apf-isolated"], conns=args.saturated_connections,
                               cfg=apf_policy.single_level_config(
-                                  max(1, SATURATED_SEATS // 2), group="system:authenticated",
+                                  max(1, args.saturated_seats // 2), group="system:authenticated",
                                   queues=16, hand_size=4, queue_length_limit=100)))
             for sw in (1, 2):
                 specs.append(dict(name="localqueue-saturated", workers=sw, http_filter="wasm",
-                                  wasm=mods["localqueue"], cfg=str(max(1, SATURATED_SEATS // sw)),
+                                  wasm=mods["localqueue"], cfg=str(max(1, args.saturated_seats // sw)),
                                   conns=args.saturated_connections))
         else:
             raise SystemExit(f"unknown variant {v}")
@@ -605,6 +604,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=1, help="Envoy workers for all but apf-saturated")
     ap.add_argument("--connections", type=int, default=4)
     ap.add_argument("--saturated-connections", type=int, default=16)
+    ap.add_argument("--saturated-seats", type=int, default=2,
+                    help="apf-saturated: the level's seats (the references get the same per worker count)")
     ap.add_argument("--variants", default="none,passthrough,floor,local_ratelimit,apf,apf-saturated")
     ap.add_argument("--flow-counts", default="10,1000,100000",
                     help="apf-flows: numbers of distinct users (flows) to cycle through")

@@ -170,3 +170,33 @@ fn bench_replay_vs_decode() {
     let replay_ns = t.elapsed().as_nanos() as f64 / f64::from(n);
     println!("miss with 15 waiting: decode {decode_ns:.0} ns, replay (incl. a state clone) {replay_ns:.0} ns");
 }
+
+/// Encoding and decoding cost of a level's shared value by the number of waiting requests.
+#[test]
+#[ignore]
+fn bench_codec_by_queue_length() {
+    use apf_wasm::engine::LevelState;
+    use apf_wasm::fairqueuing::{QueueSetConfig, WorkEstimate};
+    for (seats, clients) in [(2u32, 16u32), (8, 64), (8, 128)] {
+        let cfg = QueueSetConfig { desired_queues: 16, queue_length_limit: 100, hand_size: 4, concurrency_limit: seats };
+        let mut st = LevelState::new(cfg, 1, 0).unwrap();
+        let mut out = Vec::new();
+        for i in 0..clients {
+            let tag = RequestTag { owner: 1 + (i % 2), context: i, flow_schema: 0, flow_hash: 42 + u64::from(i % 4), wait_deadline: 30_000_000_000 };
+            let _ = st.qs.arrive(i64::from(i) * 1000, WorkEstimate::ONE, tag, &mut out);
+        }
+        let bytes = st.encode();
+        let n = iterations();
+        let t = Instant::now();
+        for _ in 0..n {
+            std::hint::black_box(std::hint::black_box(&st).encode());
+        }
+        let enc = t.elapsed().as_nanos() as f64 / f64::from(n);
+        let t = Instant::now();
+        for _ in 0..n {
+            std::hint::black_box(LevelState::decode(std::hint::black_box(&bytes)).unwrap());
+        }
+        let dec = t.elapsed().as_nanos() as f64 / f64::from(n);
+        println!("{seats} seats, {} waiting: {} bytes, encode {enc:.0} ns, decode {dec:.0} ns", st.qs.requests_waiting(), bytes.len());
+    }
+}

@@ -38,41 +38,47 @@ thread_local! {
 /// The state stored as `bytes` under `key`: this thread's own last write if the bytes are
 /// unchanged; else that state with the writer's operation replayed onto it, when the value
 /// says it was derived from it and the result encodes to exactly its state bytes
-/// ([`ops`]); else decoded.
+/// ([`ops`]); else decoded, reusing the queues of the state this thread holds whose
+/// encoding is unchanged ([`LevelState::decode_reusing`]).
 pub fn decode(key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
-    let cached = CACHE.with(|c| {
+    enum Found<'a> {
+        Own(LevelState),
+        Replay(LevelState, ops::Op, &'a [u8]),
+        Decode(Option<LevelState>),
+    }
+    let found = CACHE.with(|c| {
         let mut c = c.borrow_mut();
         let Some(e) = c.iter_mut().find(|e| e.key == key) else {
             push(&mut c, Entry { key: key.to_string(), bytes: Vec::new(), hash: 0, state: None, foreign: FOREIGN_WINDOW });
-            return None;
+            return Found::Decode(None);
         };
+        let Some(st) = e.state.take() else { return Found::Decode(None) };
         if e.bytes == bytes {
-            return e.state.take().map(|st| (st, None));
+            return Found::Own(st);
         }
         e.foreign = FOREIGN_WINDOW;
-        let v = ops::unseal(bytes)?;
-        let (prev, op) = v.step?;
-        if prev != e.hash {
-            return None;
+        match ops::unseal(bytes) {
+            Some(ops::Sealed { step: Some((prev, op)), state, .. }) if prev == e.hash => Found::Replay(st, op, state),
+            _ => Found::Decode(Some(st)),
         }
-        e.state.take().map(|st| (st, Some((op, v.state))))
     });
-    match cached {
-        Some((st, None)) => {
+    let prior = match found {
+        Found::Own(st) => {
             super::contention::count(|c| &mut c.reuses);
             return Ok(st);
         }
-        Some((mut st, Some((op, state_bytes)))) => {
+        Found::Replay(mut st, op, state_bytes) => {
             ops::apply(&mut st, &op, &mut Vec::new());
             if st.encode() == state_bytes {
                 super::contention::count(|c| &mut c.replays);
                 return Ok(st);
             }
+            Some(st)
         }
-        None => {}
-    }
+        Found::Decode(prior) => prior,
+    };
     super::contention::count(|c| &mut c.decodes);
-    LevelState::decode(bytes)
+    LevelState::decode_reusing(bytes, prior)
 }
 
 /// Encodes `st` for `key` with its trailer (`prev`: the hash of the state it was derived from

@@ -79,10 +79,10 @@ mod tests {
         let other = LevelState::new(cfg, 8, 1_000).unwrap().encode();
         let key = "apf/v1/pl/contention-test";
         let bytes = cache::encode(key, st, None, None);
-        // Another worker's bytes: decoded; our own last write: reused (once; then decoded).
+        // Our own last write: reused (once; then decoded); another worker's bytes: decoded.
+        cache::decode(key, &bytes).unwrap();
+        cache::decode(key, &bytes).unwrap();
         cache::decode(key, &other).unwrap();
-        cache::decode(key, &bytes).unwrap();
-        cache::decode(key, &bytes).unwrap();
         count(|c| &mut c.wakeups);
         let c = take();
         assert_eq!((c.reuses, c.decodes, c.wakeups), (1, 2, 1));

@@ -115,12 +115,17 @@ impl LevelState {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<LevelState, CodecError> {
+        Self::decode_reusing(bytes, None)
+    }
+
+    /// [`LevelState::decode`] reusing `prior`'s unchanged queues ([`QueueSet::decode_reusing`]).
+    pub fn decode_reusing(bytes: &[u8], prior: Option<LevelState>) -> Result<LevelState, CodecError> {
         let mut r = Reader::new(bytes);
         if r.u8()? != LEVEL_STATE_VERSION {
             return Err(CodecError("level state version"));
         }
         let generation = r.u64()?;
-        let qs = QueueSet::decode(&mut r)?;
+        let qs = QueueSet::decode_reusing(&mut r, prior.map(|p| p.qs))?;
         let demand = Integrator::decode(&mut r)?;
         let dropped = DroppedRequestsTracker::decode(&mut r)?;
         Ok(LevelState { generation, qs, demand, dropped })
@@ -132,8 +137,8 @@ impl LevelState {
 
     /// The encoding in a writer with `room` bytes to spare (for the value's trailer).
     pub fn encode_with_room(&self, room: usize) -> Writer {
-        // Sized for the usual value (≈ 30 bytes per waiting request) so it is allocated once.
-        let mut w = Writer::with_capacity(128 + room + 40 * self.qs.requests_waiting() as usize);
+        // Sized for the usual value (≈ 10 bytes per waiting request) so it is allocated once.
+        let mut w = Writer::with_capacity(128 + room + 16 * self.qs.requests_waiting() as usize);
         w.u8(LEVEL_STATE_VERSION);
         w.u64(self.generation);
         self.qs.encode(&mut w);

@@ -81,8 +81,19 @@ pub const R_DECREMENT: u64 = u64::MAX / 2;
 pub const HIGH_R: u64 = R_DECREMENT + R_DECREMENT / 2;
 
 /// 2: executing requests as per-(owner, queue) aggregates and lingering seats (receipts).
-/// 3: a skip count per waiting request (owner affinity). Version 2 still decodes (no skips).
-const ENCODING_VERSION: u8 = 3;
+/// 3: a skip count per waiting request (owner affinity).
+/// 4: waiting requests delta-coded against the previous one of their queue
+/// ([`QueueSet::encode_waiting`]). Versions 2 (no skips) and 3 still decode.
+const ENCODING_VERSION: u8 = 4;
+/// Flags of a waiting request's encoding: which fields repeat the previous request's.
+const SAME_OWNER: u8 = 1;
+const SAME_SCHEMA: u8 = 2;
+const SAME_FLOW: u8 = 4;
+const SAME_WORK: u8 = 8;
+const SAME_ALLOWANCE: u8 = 16;
+/// The request has been overtaken (a skip count follows).
+const SKIPPED: u8 = 32;
+const ALL_FLAGS: u8 = 63;
 /// How many times a waiting request may be overtaken by later requests of its own queue
 /// (owner affinity, see the module documentation).
 pub const MAX_SKIPS: u8 = 8;
@@ -160,7 +171,7 @@ fn qkey(index: u32) -> i32 {
 struct Queue {
     index: u32,
     next_dispatch_r: u64,
-    waiting: VecDeque<Waiting>,
+    waiting: WaitList,
     // Derived sums (recomputed on decode).
     initial_seats_sum: u64,
     max_seats_sum: u64,
@@ -173,12 +184,63 @@ struct Queue {
     lingering: u32,
 }
 
+/// A queue's waiting requests, with their encoding ([`encode_waiting`]) kept once computed:
+/// each queue's requests are stored as a self-contained segment of the level's value, so an
+/// operation re-encodes only the queues it changed and a reader decodes only the segments that
+/// differ from the state it already holds ([`QueueSet::decode_reusing`]). Read access derefs to
+/// the requests; every change goes through [`WaitList::edit`], which drops the encoding, so
+/// the kept encoding is always exactly the requests'.
+#[derive(Clone, Default)]
+struct WaitList {
+    reqs: VecDeque<Waiting>,
+    enc: std::cell::OnceCell<Vec<u8>>,
+}
+
+impl WaitList {
+    fn edit(&mut self) -> &mut VecDeque<Waiting> {
+        self.enc.take();
+        &mut self.reqs
+    }
+
+    /// The segment: the requests' encoding (computed on first use after a change).
+    fn encoded(&self) -> &[u8] {
+        self.enc.get_or_init(|| {
+            let mut w = Writer::with_capacity(12 * self.reqs.len());
+            let mut prev: Option<&Waiting> = None;
+            for r in &self.reqs {
+                QueueSet::encode_waiting(&mut w, r, prev);
+                prev = Some(r);
+            }
+            w.into_bytes()
+        })
+    }
+}
+
+impl std::ops::Deref for WaitList {
+    type Target = VecDeque<Waiting>;
+    fn deref(&self) -> &VecDeque<Waiting> {
+        &self.reqs
+    }
+}
+
+impl PartialEq for WaitList {
+    fn eq(&self, other: &Self) -> bool {
+        self.reqs == other.reqs
+    }
+}
+
+impl std::fmt::Debug for WaitList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.reqs.fmt(f)
+    }
+}
+
 impl Queue {
     fn new(index: u32) -> Queue {
         Queue {
             index,
             next_dispatch_r: 0,
-            waiting: VecDeque::new(),
+            waiting: WaitList::default(),
             initial_seats_sum: 0,
             max_seats_sum: 0,
             total_work_sum: 0,
@@ -405,7 +467,7 @@ impl QueueSet {
             if q.next_dispatch_r > old {
                 success = false;
             }
-            for w in &mut q.waiting {
+            for w in q.waiting.edit() {
                 let old = w.arrival_r;
                 w.arrival_r = old.wrapping_sub(R_DECREMENT);
                 if w.arrival_r > old {
@@ -526,7 +588,7 @@ impl QueueSet {
             if q.waiting.is_empty() && q.requests_executing == 0 {
                 q.next_dispatch_r = r;
             }
-            q.waiting.push_back(Waiting { id, tag, work, arrival_r: r, arrival: now, skips: 0 });
+            q.waiting.edit().push_back(Waiting { id, tag, work, arrival_r: r, arrival: now, skips: 0 });
             q.initial_seats_sum = q.initial_seats_sum.saturating_add(work.initial_seats as u64);
             q.max_seats_sum = q.max_seats_sum.saturating_add(work.max_seats() as u64);
             q.total_work_sum = q.total_work_sum.wrapping_add(total_work.0);
@@ -695,14 +757,15 @@ impl QueueSet {
         // The overtaken requests move up one place in R terms: each takes the arrival R of the
         // request behind it, so the queue's arrival Rs (what anti-windup reads from the head) are
         // exactly those upstream's queue has after dispatching its head.
+        let waiting = q.waiting.edit();
         for j in 0..pick {
-            let next_r = q.waiting.get(j + 1).map(|w| w.arrival_r);
-            if let (Some(w), Some(r)) = (q.waiting.get_mut(j), next_r) {
+            let next_r = waiting.get(j + 1).map(|w| w.arrival_r);
+            if let (Some(w), Some(r)) = (waiting.get_mut(j), next_r) {
                 w.skips = w.skips.saturating_add(1);
                 w.arrival_r = r;
             }
         }
-        let Some(req) = q.waiting.remove(pick) else { return false };
+        let Some(req) = waiting.remove(pick) else { return false };
         let (final_work, total_work) = request_work(&req.work, g);
         q.initial_seats_sum = q.initial_seats_sum.saturating_sub(req.work.initial_seats as u64);
         q.max_seats_sum = q.max_seats_sum.saturating_sub(req.work.max_seats() as u64);
@@ -827,17 +890,17 @@ impl QueueSet {
     }
     // ---------------------------------------------------------------- removal of waiting requests
 
-    fn remove_waiting_where(&mut self, mut pred: impl FnMut(&Waiting) -> bool, removed: &mut Vec<(RequestId, RequestTag)>) {
+    fn remove_waiting_where(&mut self, pred: impl Fn(&Waiting) -> bool, removed: &mut Vec<(RequestId, RequestTag)>) {
         let g = self.g;
         let mut n = 0u32;
         let mut seats = 0u64;
         for q in &mut self.queues {
             let before = q.waiting.len();
-            if before == 0 {
+            if !q.waiting.iter().any(&pred) {
                 continue;
             }
             let mut kept = VecDeque::with_capacity(before);
-            for w in q.waiting.drain(..) {
+            for w in q.waiting.edit().drain(..) {
                 if pred(&w) {
                     let (_, tw) = request_work(&w.work, g);
                     q.initial_seats_sum = q.initial_seats_sum.saturating_sub(w.work.initial_seats as u64);
@@ -850,7 +913,7 @@ impl QueueSet {
                     kept.push_back(w);
                 }
             }
-            q.waiting = kept;
+            *q.waiting.edit() = kept;
             if q.waiting.len() != before {
                 bound_next_dispatch(q);
             }
@@ -867,18 +930,8 @@ impl QueueSet {
     pub fn cancel(&mut self, now: Nanos, id: RequestId) -> Option<RequestTag> {
         self.sync_time(now);
         let mut removed = Vec::new();
-        let mut done = false;
-        self.remove_waiting_where(
-            |w| {
-                if !done && w.id == id {
-                    done = true;
-                    true
-                } else {
-                    false
-                }
-            },
-            &mut removed,
-        );
+        // Ids are unique (arrivals number them; decoding rejects duplicates).
+        self.remove_waiting_where(|w| w.id == id, &mut removed);
         removed.first().map(|(_, t)| *t)
     }
 
@@ -886,7 +939,7 @@ impl QueueSet {
     pub fn next_event(&self) -> Option<Nanos> {
         let mut best: Option<Nanos> = self.lingers.iter().map(|l| l.until).min();
         for q in &self.queues {
-            for w in &q.waiting {
+            for w in q.waiting.iter() {
                 if w.tag.wait_deadline != Nanos::MAX && best.is_none_or(|b| w.tag.wait_deadline < b) {
                     best = Some(w.tag.wait_deadline);
                 }
@@ -1031,7 +1084,12 @@ impl QueueSet {
     // ---------------------------------------------------------------- encoding
 
     pub fn encode(&self, w: &mut Writer) {
-        w.u8(ENCODING_VERSION);
+        self.encode_version(w, ENCODING_VERSION);
+    }
+
+    /// Encodes in `version` (only tests write anything but the current one).
+    fn encode_version(&self, w: &mut Writer, version: u8) {
+        w.u8(version);
         w.i32(self.cfg.desired_queues);
         w.u32(self.cfg.queue_length_limit);
         w.u32(self.cfg.hand_size);
@@ -1075,37 +1133,96 @@ impl QueueSet {
             prev = q.index;
             w.i64(q.next_dispatch_r.wrapping_sub(self.current_r) as i64);
             w.usize(q.waiting.len());
-            for r in &q.waiting {
-                w.u64(self.next_id.wrapping_sub(r.id));
-                self.encode_tag(w, &r.tag);
-                w.u32(r.work.initial_seats);
-                w.u32(r.work.final_seats);
-                w.i64(r.work.additional_latency);
-                w.i64(r.arrival_r.wrapping_sub(self.current_r) as i64);
-                w.i64(self.last_real_time.wrapping_sub(r.arrival));
-                w.u8(r.skips);
+            #[cfg(test)]
+            if version < 4 {
+                for r in q.waiting.iter() {
+                    self.encode_waiting_v3(w, r, version);
+                }
+                continue;
             }
+            w.bytes(q.waiting.encoded());
         }
     }
 
-    fn encode_tag(&self, w: &mut Writer, t: &RequestTag) {
-        w.u32(t.owner);
-        w.u32(t.context);
-        w.u32(t.flow_schema as u32);
-        w.fixed64(t.flow_hash);
-        if t.wait_deadline == Nanos::MAX {
-            w.u8(0);
-        } else {
-            w.u8(1);
-            w.i64(t.wait_deadline.wrapping_sub(self.last_real_time));
+    /// One waiting request, delta-coded against the one before it in its queue (`prev`):
+    /// a flags byte says which of owner, FlowSchema, flow, work and wait allowance (deadline
+    /// minus arrival) repeat the previous request's and are left out; id, context, arrival
+    /// and virtual arrival are differences from the previous request's (the first request's
+    /// are absolute, so a queue's encoding depends on its requests alone). Requests of one
+    /// queue mostly come from one flow moments apart, so an entry takes ≈ 10 bytes, not ≈ 30.
+    fn encode_waiting(w: &mut Writer, r: &Waiting, prev: Option<&Waiting>) {
+        let t = &r.tag;
+        let allowance = wait_allowance(r);
+        let mut flags = if r.skips > 0 { SKIPPED } else { 0 };
+        if let Some(p) = prev {
+            for (same, bit) in [
+                (p.tag.owner == t.owner, SAME_OWNER),
+                (p.tag.flow_schema == t.flow_schema, SAME_SCHEMA),
+                (p.tag.flow_hash == t.flow_hash, SAME_FLOW),
+                (p.work == r.work, SAME_WORK),
+                (wait_allowance(p) == allowance, SAME_ALLOWANCE),
+            ] {
+                if same {
+                    flags |= bit;
+                }
+            }
+        }
+        w.u8(flags);
+        match prev {
+            None => {
+                w.u64(r.id);
+                w.u32(t.context);
+                w.u64(r.arrival_r);
+                w.i64(r.arrival);
+            }
+            Some(p) => {
+                w.i64(r.id.wrapping_sub(p.id) as i64);
+                w.i64(i64::from(t.context) - i64::from(p.tag.context));
+                w.i64(r.arrival_r.wrapping_sub(p.arrival_r) as i64);
+                w.i64(r.arrival.wrapping_sub(p.arrival));
+            }
+        }
+        if flags & SAME_OWNER == 0 {
+            w.u32(t.owner);
+        }
+        if flags & SAME_SCHEMA == 0 {
+            w.u32(u32::from(t.flow_schema));
+        }
+        if flags & SAME_FLOW == 0 {
+            w.fixed64(t.flow_hash);
+        }
+        if flags & SAME_WORK == 0 {
+            w.u32(r.work.initial_seats);
+            w.u32(r.work.final_seats);
+            w.i64(r.work.additional_latency);
+        }
+        if flags & SAME_ALLOWANCE == 0 {
+            match allowance {
+                None => w.u8(0),
+                Some(a) => {
+                    w.u8(1);
+                    w.i64(a);
+                }
+            }
+        }
+        if r.skips > 0 {
+            w.u8(r.skips);
         }
     }
 
     /// Decodes a state written by [`QueueSet::encode`]. Never panics; rejects structurally
     /// inconsistent input (bad config, unsorted or idle queues, duplicate ids, overflowing sums).
     pub fn decode(r: &mut Reader) -> CodecResult<QueueSet> {
+        Self::decode_reusing(r, None)
+    }
+
+    /// [`QueueSet::decode`], taking each queue's waiting requests from `prior` (a state this
+    /// thread holds, e.g. the one it wrote last) when they encode to exactly the stored
+    /// segment: the result is the same, but only the queues that changed are decoded.
+    pub fn decode_reusing(r: &mut Reader, prior: Option<QueueSet>) -> CodecResult<QueueSet> {
+        let mut prior_queues = prior.map(|p| p.queues).unwrap_or_default().into_iter().peekable();
         let version = r.u8()?;
-        if version != ENCODING_VERSION && version != 2 {
+        if !(2..=ENCODING_VERSION).contains(&version) {
             return Err(CodecError("unknown queueset encoding version"));
         }
         let cfg = QueueSetConfig {
@@ -1196,25 +1313,43 @@ impl QueueSet {
             prev = Some(index);
             let mut q = Queue::new(index);
             q.next_dispatch_r = current_r.wrapping_add(r.i64()? as u64);
-            let nw = r.count(16)?;
-            for _ in 0..nw {
-                let id = qs.decode_id(r, &mut ids)?;
-                let tag = qs.decode_tag(r)?;
-                let work = WorkEstimate {
-                    initial_seats: r.u32()?,
-                    final_seats: r.u32()?,
-                    additional_latency: r.i64()?,
+            if version >= 4 {
+                let nw = r.count(0)?;
+                let seg = r.bytes()?;
+                // The prior state's queue of this index, if its requests encode to `seg`.
+                while prior_queues.peek().is_some_and(|p| p.index < index) {
+                    prior_queues.next();
+                }
+                match prior_queues.next_if(|p| p.index == index && p.waiting.len() == nw && p.waiting.enc.get().map(Vec::as_slice) == Some(seg)) {
+                    Some(p) => q.waiting = p.waiting,
+                    None => q.waiting = decode_segment(seg, nw)?,
+                }
+            } else {
+                let nw = r.count(16)?;
+                let waiting = q.waiting.edit();
+                waiting.reserve(nw);
+                for _ in 0..nw {
+                    waiting.push_back(qs.decode_waiting_v3(r, version)?);
+                }
+            }
+            // The previous request's work and total work (most requests repeat them).
+            let mut prev: Option<(WorkEstimate, u64)> = None;
+            for w in q.waiting.iter() {
+                if w.id == 0 || w.id >= qs.next_id {
+                    return Err(CodecError("bad request id"));
+                }
+                ids.push(w.id);
+                let work = w.work;
+                let tw = match prev {
+                    Some((p, tw)) if p == work => tw,
+                    _ => request_work(&work, qs.g).1 .0,
                 };
-                let arrival_r = current_r.wrapping_add(r.i64()? as u64);
-                let arrival = last_real_time.wrapping_sub(r.i64()?);
-                let skips = if version >= 3 { r.u8()?.min(MAX_SKIPS) } else { 0 };
-                let (_, tw) = request_work(&work, qs.g);
+                prev = Some((work, tw));
                 q.initial_seats_sum = q.initial_seats_sum.checked_add(work.initial_seats as u64).ok_or(CodecError("seat overflow"))?;
                 q.max_seats_sum = q.max_seats_sum.checked_add(work.max_seats() as u64).ok_or(CodecError("seat overflow"))?;
-                q.total_work_sum = q.total_work_sum.wrapping_add(tw.0);
+                q.total_work_sum = q.total_work_sum.wrapping_add(tw);
                 qs.tot_requests_waiting = qs.tot_requests_waiting.checked_add(1).ok_or(CodecError("too many requests"))?;
                 qs.tot_seats_waiting = qs.tot_seats_waiting.checked_add(work.max_seats() as u64).ok_or(CodecError("seat overflow"))?;
-                q.waiting.push_back(Waiting { id, tag, work, arrival_r, arrival, skips });
             }
             qs.queues.push(q);
         }
@@ -1243,17 +1378,79 @@ impl QueueSet {
         Ok(qs)
     }
 
-    fn decode_id(&self, r: &mut Reader, ids: &mut IdSet) -> CodecResult<RequestId> {
-        let d = r.u64()?;
-        if d == 0 || d >= self.next_id {
-            return Err(CodecError("bad request id"));
+    #[cfg(test)]
+    fn encode_waiting_v3(&self, w: &mut Writer, r: &Waiting, version: u8) {
+        let t = &r.tag;
+        w.u64(self.next_id.wrapping_sub(r.id));
+        w.u32(t.owner);
+        w.u32(t.context);
+        w.u32(u32::from(t.flow_schema));
+        w.fixed64(t.flow_hash);
+        if t.wait_deadline == Nanos::MAX {
+            w.u8(0);
+        } else {
+            w.u8(1);
+            w.i64(t.wait_deadline.wrapping_sub(self.last_real_time));
         }
-        let id = self.next_id - d;
-        ids.push(id);
-        Ok(id)
+        w.u32(r.work.initial_seats);
+        w.u32(r.work.final_seats);
+        w.i64(r.work.additional_latency);
+        w.i64(r.arrival_r.wrapping_sub(self.current_r) as i64);
+        w.i64(self.last_real_time.wrapping_sub(r.arrival));
+        if version >= 3 {
+            w.u8(r.skips);
+        }
     }
 
-    fn decode_tag(&self, r: &mut Reader) -> CodecResult<RequestTag> {
+    /// The inverse of [`QueueSet::encode_waiting`] (the id is checked by the caller).
+    fn decode_waiting(r: &mut Reader, prev: Option<&Waiting>) -> CodecResult<Waiting> {
+        let flags = r.u8()?;
+        if flags & !ALL_FLAGS != 0 || (prev.is_none() && flags & !SKIPPED != 0) {
+            return Err(CodecError("bad waiting-request flags"));
+        }
+        let (id, context, arrival_r, arrival) = match prev {
+            None => (r.u64()?, r.u32()?, r.u64()?, r.i64()?),
+            Some(p) => (
+                p.id.wrapping_add(r.i64()? as u64),
+                u32::try_from(i64::from(p.tag.context).wrapping_add(r.i64()?)).map_err(|_| CodecError("bad context"))?,
+                p.arrival_r.wrapping_add(r.i64()? as u64),
+                p.arrival.wrapping_add(r.i64()?),
+            ),
+        };
+        let same = |bit: u8| prev.filter(|_| flags & bit != 0);
+        let owner = match same(SAME_OWNER) {
+            Some(p) => p.tag.owner,
+            None => r.u32()?,
+        };
+        let flow_schema = match same(SAME_SCHEMA) {
+            Some(p) => p.tag.flow_schema,
+            None => u16::try_from(r.u32()?).map_err(|_| CodecError("bad flow schema"))?,
+        };
+        let flow_hash = match same(SAME_FLOW) {
+            Some(p) => p.tag.flow_hash,
+            None => r.fixed64()?,
+        };
+        let work = match same(SAME_WORK) {
+            Some(p) => p.work,
+            None => WorkEstimate { initial_seats: r.u32()?, final_seats: r.u32()?, additional_latency: r.i64()? },
+        };
+        let allowance = match same(SAME_ALLOWANCE) {
+            Some(p) => wait_allowance(p),
+            None => match r.u8()? {
+                0 => None,
+                1 => Some(r.i64()?),
+                _ => return Err(CodecError("bad deadline flag")),
+            },
+        };
+        let wait_deadline = allowance.map_or(Nanos::MAX, |a| arrival.wrapping_add(a));
+        let skips = if flags & SKIPPED != 0 { r.u8()?.clamp(1, MAX_SKIPS) } else { 0 };
+        Ok(Waiting { id, tag: RequestTag { owner, context, flow_schema, flow_hash, wait_deadline }, work, arrival_r, arrival, skips })
+    }
+
+    /// A waiting request as encoding versions 2 and 3 wrote it (every field, relative to the
+    /// level's next id, R and time; version 2 without skips).
+    fn decode_waiting_v3(&self, r: &mut Reader, version: u8) -> CodecResult<Waiting> {
+        let id = self.next_id.wrapping_sub(r.u64()?);
         let owner = r.u32()?;
         let context = r.u32()?;
         let flow_schema = u16::try_from(r.u32()?).map_err(|_| CodecError("bad flow schema"))?;
@@ -1263,7 +1460,11 @@ impl QueueSet {
             1 => self.last_real_time.wrapping_add(r.i64()?),
             _ => return Err(CodecError("bad deadline flag")),
         };
-        Ok(RequestTag { owner, context, flow_schema, flow_hash, wait_deadline })
+        let work = WorkEstimate { initial_seats: r.u32()?, final_seats: r.u32()?, additional_latency: r.i64()? };
+        let arrival_r = self.current_r.wrapping_add(r.i64()? as u64);
+        let arrival = self.last_real_time.wrapping_sub(r.i64()?);
+        let skips = if version >= 3 { r.u8()?.min(MAX_SKIPS) } else { 0 };
+        Ok(Waiting { id, tag: RequestTag { owner, context, flow_schema, flow_hash, wait_deadline }, work, arrival_r, arrival, skips })
     }
 }
 
@@ -1310,6 +1511,31 @@ impl IdSet {
         self.more.sort_unstable();
         self.more.windows(2).any(|w| w.first() == w.get(1))
     }
+}
+
+/// A queue's `n` waiting requests from its segment (which must hold exactly them); the
+/// segment is kept as their encoding.
+fn decode_segment(seg: &[u8], n: usize) -> CodecResult<WaitList> {
+    if n.saturating_mul(5) > seg.len() {
+        return Err(CodecError("count exceeds input"));
+    }
+    let mut r = Reader::new(seg);
+    let mut reqs: VecDeque<Waiting> = VecDeque::with_capacity(n);
+    for _ in 0..n {
+        let w = QueueSet::decode_waiting(&mut r, reqs.back())?;
+        reqs.push_back(w);
+    }
+    if r.remaining() != 0 {
+        return Err(CodecError("trailing bytes in a queue"));
+    }
+    let enc = std::cell::OnceCell::new();
+    let _ = enc.set(seg.to_vec());
+    Ok(WaitList { reqs, enc })
+}
+
+/// How long a waiting request may wait from its arrival (`None`: no deadline).
+fn wait_allowance(w: &Waiting) -> Option<Nanos> {
+    (w.tag.wait_deadline != Nanos::MAX).then(|| w.tag.wait_deadline.wrapping_sub(w.arrival))
 }
 
 /// Upstream `boundNextDispatchLocked` (anti-windup).
@@ -1457,7 +1683,7 @@ mod tests {
         q.initial_seats_sum = seats as u64;
         q.total_work_sum = request_work(&work, qs.g).1 .0;
         let id = qs.new_id();
-        q.waiting.push_back(Waiting { id, tag: tag(index as u64), work, arrival_r: 0, arrival: 0, skips: 0 });
+        q.waiting.edit().push_back(Waiting { id, tag: tag(index as u64), work, arrival_r: 0, arrival: 0, skips: 0 });
         qs.tot_requests_waiting += 1;
         qs.tot_seats_waiting += seats as u64;
         qs.queues.push(q);
@@ -2000,7 +2226,8 @@ mod tests {
         for (a, b) in [(0usize, 1usize), (1, 3), (0, 4)] {
             let mut bad = one.clone();
             let q = bad.queues.iter_mut().find(|q| !q.waiting.is_empty()).unwrap();
-            q.waiting[b].id = q.waiting[a].id;
+            let a_id = q.waiting[a].id;
+            q.waiting.edit()[b].id = a_id;
             assert!(roundtrip(&bad).is_err(), "{a} {b}");
         }
         // Several queues.
@@ -2011,7 +2238,7 @@ mod tests {
         let first = bad.queues.iter().find(|q| !q.waiting.is_empty()).unwrap().waiting[0].id;
         let other = bad.queues.iter_mut().filter(|q| !q.waiting.is_empty()).nth(1).unwrap();
         let last = other.waiting.len() - 1;
-        other.waiting[last].id = first;
+        other.waiting.edit()[last].id = first;
         assert!(roundtrip(&bad).is_err());
     }
 
@@ -2137,19 +2364,110 @@ mod tests {
             got.push(out[0].id);
         }
         assert_eq!(got, ids);
-        // A version-2 encoding (no skip counts) still decodes, with skips 0.
-        let mut qs = QueueSet::new(cfg(1, 100, 1, 1), 0).unwrap();
+        // Version-2 (no skip counts) and version-3 encodings still decode.
+        let mut qs = QueueSet::new(cfg(4, 100, 1, 1), 0).unwrap();
         let _ = qs.arrive(0, one(), owned(1, 1), &mut out);
-        let _ = qs.arrive(MS, one(), owned(2, 2), &mut out);
-        let mut w = Writer::with_capacity(64);
-        qs.encode(&mut w);
-        let mut v3 = w.into_bytes();
-        assert_eq!(v3.first(), Some(&3));
-        assert_eq!(v3.last(), Some(&0), "the waiting request's skip count is the last byte");
-        v3[0] = 2;
-        v3.pop();
-        let back = QueueSet::decode(&mut Reader::new(&v3)).unwrap();
-        assert_eq!(back, qs);
+        for k in 0..6u32 {
+            let mut tag = owned(1 + k % 2, 2 + k);
+            if k % 3 == 0 {
+                tag.wait_deadline = 5 * MS + i64::from(k);
+            }
+            let _ = qs.arrive(MS * i64::from(k), one(), tag, &mut out);
+        }
+        for version in [2, 3, ENCODING_VERSION] {
+            let mut w = Writer::with_capacity(64);
+            qs.encode_version(&mut w, version);
+            let bytes = w.into_bytes();
+            assert_eq!(QueueSet::decode(&mut Reader::new(&bytes)).unwrap(), qs, "version {version}");
+        }
+    }
+
+    /// Decoding with a prior state gives exactly what decoding alone gives, whatever the prior
+    /// (an older state, a newer one, one of another configuration), and every kept queue
+    /// encoding is exactly its requests' encoding: random arrivals, finishes, cancellations,
+    /// time-outs and owner purges from 3 owners, decoding each state with earlier ones.
+    #[test]
+    fn decoding_with_a_prior_state_equals_decoding() {
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut rnd = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n.max(1)
+        };
+        let fresh = |wl: &WaitList| {
+            let mut w = Writer::new();
+            let mut prev = None;
+            for r in wl.iter() {
+                QueueSet::encode_waiting(&mut w, r, prev);
+                prev = Some(r);
+            }
+            w.into_bytes()
+        };
+        let mut qs = QueueSet::new(cfg(8, 20, 2, 3), 0).unwrap();
+        let mut now: Nanos = 0;
+        let mut executing: Vec<Receipt> = Vec::new();
+        let mut history: Vec<(Vec<u8>, QueueSet)> = Vec::new();
+        let mut out = Vec::new();
+        let mut reused = 0;
+        for step in 0..4000u32 {
+            now += rnd(3 * MS as u64) as Nanos;
+            out.clear();
+            match rnd(20) {
+                0 => {
+                    let _ = qs.cancel(now, qs.next_id.saturating_sub(1 + rnd(8)));
+                }
+                1 => {
+                    qs.expire(now, &mut Vec::new(), &mut out);
+                }
+                2 if step % 500 == 0 => {
+                    let _ = qs.remove_owner(1 + rnd(3) as u32, now, &mut out);
+                }
+                k if k < 12 => {
+                    let mut tag = RequestTag { owner: 1 + rnd(3) as u32, context: step, flow_schema: rnd(2) as u16, flow_hash: rnd(6), wait_deadline: Nanos::MAX };
+                    if rnd(3) == 0 {
+                        tag.wait_deadline = now + rnd(40 * MS as u64) as Nanos;
+                    }
+                    let work = WorkEstimate { initial_seats: 1 + rnd(2) as u32, final_seats: rnd(2) as u32, additional_latency: rnd(2) as Nanos * MS };
+                    if let Arrival::Executing(rc) = qs.arrive(now, work, tag, &mut out) {
+                        executing.push(rc);
+                    }
+                }
+                _ if !executing.is_empty() => {
+                    let rc = executing.remove(rnd(executing.len() as u64) as usize);
+                    let _ = qs.finish(now, &rc, &mut out);
+                }
+                _ => {}
+            }
+            executing.extend(out.iter().map(|d| d.receipt));
+            executing.retain(|rc| qs.execs.iter().any(|e| e.owner == rc.owner));
+            let mut w = Writer::new();
+            qs.encode(&mut w);
+            let bytes = w.into_bytes();
+            for q in &qs.queues {
+                if let Some(enc) = q.waiting.enc.get() {
+                    assert_eq!(*enc, fresh(&q.waiting), "step {step}: a kept queue encoding is stale");
+                }
+            }
+            let plain = QueueSet::decode(&mut Reader::new(&bytes)).unwrap();
+            assert_eq!(plain, qs);
+            for back in [1usize, 2, 7] {
+                let Some((_, prior)) = history.len().checked_sub(back).and_then(|i| history.get(i)) else { continue };
+                let got = QueueSet::decode_reusing(&mut Reader::new(&bytes), Some(prior.clone())).unwrap();
+                assert_eq!(got, plain, "step {step}: decoding with the state {back} steps back differs");
+                reused += got.queues.iter().zip(&prior.queues).filter(|(a, b)| a.index == b.index && a.waiting.enc == b.waiting.enc && !a.waiting.is_empty()).count();
+                let mut w = Writer::new();
+                got.encode(&mut w);
+                assert_eq!(w.into_bytes(), bytes, "step {step}: re-encoding differs");
+            }
+            // A prior newer than the value, and one of another configuration.
+            if let Some((old, _)) = history.get(history.len().saturating_sub(5)) {
+                assert_eq!(QueueSet::decode_reusing(&mut Reader::new(old), Some(qs.clone())).unwrap(), QueueSet::decode(&mut Reader::new(old)).unwrap());
+            }
+            history.push((bytes, plain));
+        }
+        assert!(reused > 1000, "queues were reused only {reused} times");
+        assert!(history.iter().any(|(_, q)| q.requests_waiting() > 10), "never saturated");
     }
 
     /// Owner affinity bounds its reordering and loses nothing: no request is overtaken by more
