@@ -106,6 +106,10 @@ impl<'a> Reader<'a> {
     pub fn new(buf: &'a [u8]) -> Self {
         Reader { buf, pos: 0 }
     }
+    /// Bytes read so far.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
     pub fn remaining(&self) -> usize {
         self.buf.len().saturating_sub(self.pos)
     }

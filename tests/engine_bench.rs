@@ -200,3 +200,102 @@ fn bench_codec_by_queue_length() {
         println!("{seats} seats, {} waiting: {} bytes, encode {enc:.0} ns, decode {dec:.0} ns", st.qs.requests_waiting(), bytes.len());
     }
 }
+
+/// The saturated shape of `bench/run.py` natively: a level of `APF_BENCH_SEATS` seats (default
+/// 8), 64 closed-loop clients split over `APF_BENCH_WORKERS` threads (1 or 2, default 2) that
+/// take turns, each with its own decoded-state cache as an Envoy worker has. Per request: one
+/// admission and one end on the owner's thread. Reports ns per request and the contention
+/// counters; under callgrind, compare instructions per request between 1 and 2 workers.
+#[test]
+#[ignore]
+fn bench_saturated_workers() {
+    use apf_wasm::engine::{contention, NoticeKind};
+    use apf_wasm::fairqueuing::{Receipt, WorkEstimate};
+    use std::sync::mpsc;
+    let env = |k: &str, d: u32| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+    let (seats, workers) = (env("APF_BENCH_SEATS", 8), env("APF_BENCH_WORKERS", 2).clamp(1, 2));
+    let cfg = format!(
+        r#"{{"identity":{{"sources":[{{"type":"frontProxy"}}]}},"serverConcurrencyLimit":{},"suggestedDefaults":false,"policy":[
+        {{"apiVersion":"flowcontrol.apiserver.k8s.io/v1","kind":"PriorityLevelConfiguration","metadata":{{"name":"l"}},
+          "spec":{{"type":"Limited","limited":{{"nominalConcurrencyShares":4,"lendablePercent":0,"limitResponse":{{"type":"Queue","queuing":{{"queues":16,"handSize":4,"queueLengthLimit":100}}}}}}}}}},
+        {{"apiVersion":"flowcontrol.apiserver.k8s.io/v1","kind":"FlowSchema","metadata":{{"name":"s"}},
+          "spec":{{"priorityLevelConfiguration":{{"name":"l"}},"matchingPrecedence":1000,"distinguisherMethod":{{"type":"ByUser"}},
+            "rules":[{{"subjects":[{{"kind":"Group","group":{{"name":"system:authenticated"}}}}],"nonResourceRules":[{{"verbs":["*"],"nonResourceURLs":["*"]}}]}}]}}}}]}}"#,
+        seats * 2
+    );
+    let c = std::sync::Arc::new(Compiled::new(parse_plugin_config(cfg.as_bytes()).unwrap(), 1));
+    let store = std::sync::Arc::new(MemStore::new());
+    let level = c.levels.iter().position(|l| l.key.contains("/l")).unwrap();
+    let key = c.levels[level].key.to_string();
+    enum Cmd {
+        Arrive(u32, i64),
+        End(Receipt, i64),
+        Stop,
+    }
+    // Each worker thread answers a command with the receipts of the requests that now run.
+    let mut txs = Vec::new();
+    let (back_tx, back_rx) = mpsc::channel::<(Vec<Receipt>, contention::Contention)>();
+    let mut handles = Vec::new();
+    for w in 0..workers {
+        let (tx, rx) = mpsc::channel::<Cmd>();
+        txs.push(tx);
+        let (c, store, key, back) = (c.clone(), store.clone(), key.clone(), back_tx.clone());
+        handles.push(std::thread::spawn(move || {
+            let mut notices = Vec::new();
+            while let Ok(cmd) = rx.recv() {
+                notices.clear();
+                let mut run = Vec::new();
+                match cmd {
+                    Cmd::Arrive(ctx, now) => {
+                        let tag = RequestTag { owner: w + 1, context: ctx, flow_schema: 0, flow_hash: 42, wait_deadline: i64::MAX };
+                        if let Decision::Execute(rc) = engine::admit(&c, &*store, now, level, WorkEstimate::ONE, tag, &mut notices).unwrap() {
+                            run.push(rc);
+                        }
+                    }
+                    Cmd::End(rc, now) => engine::end(&*store, now, &key, rc.id, Some(&rc), &mut notices).unwrap(),
+                    Cmd::Stop => break,
+                }
+                run.extend(notices.iter().filter_map(|n| match n.kind {
+                    NoticeKind::Run { receipt, .. } => Some(receipt),
+                    _ => None,
+                }));
+                back.send((run, contention::take())).unwrap();
+            }
+        }));
+    }
+    let n = iterations() / 4;
+    let mut running: std::collections::VecDeque<Receipt> = std::collections::VecDeque::new();
+    let mut totals = contention::Contention::default();
+    let mut step = |cmd: Cmd, owner: u32, running: &mut std::collections::VecDeque<Receipt>| {
+        txs[(owner - 1) as usize].send(cmd).unwrap();
+        let (run, cont) = back_rx.recv().unwrap();
+        running.extend(run);
+        totals.writes += cont.writes;
+        totals.decodes += cont.decodes;
+        totals.replays += cont.replays;
+        totals.reuses += cont.reuses;
+    };
+    for i in 0..64u32 {
+        step(Cmd::Arrive(i, 0), 1 + i % workers, &mut running);
+    }
+    let t = Instant::now();
+    for i in 0..n {
+        let now = 1_000_000 + i64::from(i) * 50_000;
+        let rc = running.pop_front().unwrap();
+        step(Cmd::End(rc, now), rc.owner, &mut running);
+        // The connection sends its next request (through the same worker).
+        step(Cmd::Arrive(64 + i, now), rc.owner, &mut running);
+    }
+    let ns = t.elapsed().as_nanos() as f64 / f64::from(n);
+    for tx in &txs {
+        tx.send(Cmd::Stop).unwrap();
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+    let per = |v: u64| v as f64 / f64::from(n);
+    println!(
+        "{seats} seats, {workers} worker(s): {ns:.0} ns per request (incl. thread hand-offs); per request {:.2} writes, {:.2} decoded, {:.2} replayed, {:.2} reused",
+        per(totals.writes), per(totals.decodes), per(totals.replays), per(totals.reuses)
+    );
+}

@@ -216,6 +216,47 @@ impl WaitList {
     }
 }
 
+impl WaitList {
+    /// Appends `w`, extending a kept encoding by its entry.
+    fn push_back(&mut self, w: Waiting) {
+        if let Some(enc) = self.enc.get_mut() {
+            let mut wr = Writer { buf: std::mem::take(enc) };
+            QueueSet::encode_waiting(&mut wr, &w, self.reqs.back());
+            *enc = wr.buf;
+        }
+        self.reqs.push_back(w);
+    }
+
+    /// Removes the head; a kept encoding gets the new head's entry written in full (the first
+    /// entry of a segment is absolute) before the unchanged entries after it.
+    fn pop_front(&mut self) -> Option<Waiting> {
+        let first = self.reqs.pop_front()?;
+        if let Some(enc) = self.enc.get_mut() {
+            let rest = self.reqs.front().map(|head| {
+                let mut r = Reader::new(enc);
+                QueueSet::decode_waiting(&mut r, None)
+                    .and_then(|gone| QueueSet::decode_waiting(&mut r, Some(&gone)))
+                    .ok()
+                    .and_then(|_| enc.get(r.position()..))
+                    .map(|tail| {
+                        let mut w = Writer::with_capacity(enc.len());
+                        QueueSet::encode_waiting(&mut w, head, None);
+                        w.buf.extend_from_slice(tail);
+                        w.buf
+                    })
+            });
+            match rest {
+                None => enc.clear(),
+                Some(Some(bytes)) => *enc = bytes,
+                Some(None) => {
+                    self.enc.take();
+                }
+            }
+        }
+        Some(first)
+    }
+}
+
 impl std::ops::Deref for WaitList {
     type Target = VecDeque<Waiting>;
     fn deref(&self) -> &VecDeque<Waiting> {
@@ -588,7 +629,7 @@ impl QueueSet {
             if q.waiting.is_empty() && q.requests_executing == 0 {
                 q.next_dispatch_r = r;
             }
-            q.waiting.edit().push_back(Waiting { id, tag, work, arrival_r: r, arrival: now, skips: 0 });
+            q.waiting.push_back(Waiting { id, tag, work, arrival_r: r, arrival: now, skips: 0 });
             q.initial_seats_sum = q.initial_seats_sum.saturating_add(work.initial_seats as u64);
             q.max_seats_sum = q.max_seats_sum.saturating_add(work.max_seats() as u64);
             q.total_work_sum = q.total_work_sum.wrapping_add(total_work.0);
@@ -754,18 +795,23 @@ impl QueueSet {
         let g = self.g;
         let Some(q) = self.queues.get_mut(pos) else { return false };
         let pick = owner.map_or(0, |o| affinity_pick(&q.waiting, o));
-        // The overtaken requests move up one place in R terms: each takes the arrival R of the
-        // request behind it, so the queue's arrival Rs (what anti-windup reads from the head) are
-        // exactly those upstream's queue has after dispatching its head.
-        let waiting = q.waiting.edit();
-        for j in 0..pick {
-            let next_r = waiting.get(j + 1).map(|w| w.arrival_r);
-            if let (Some(w), Some(r)) = (waiting.get_mut(j), next_r) {
-                w.skips = w.skips.saturating_add(1);
-                w.arrival_r = r;
+        let taken = if pick == 0 {
+            q.waiting.pop_front()
+        } else {
+            // The overtaken requests move up one place in R terms: each takes the arrival R of
+            // the request behind it, so the queue's arrival Rs (what anti-windup reads from the
+            // head) are exactly those upstream's queue has after dispatching its head.
+            let waiting = q.waiting.edit();
+            for j in 0..pick {
+                let next_r = waiting.get(j + 1).map(|w| w.arrival_r);
+                if let (Some(w), Some(r)) = (waiting.get_mut(j), next_r) {
+                    w.skips = w.skips.saturating_add(1);
+                    w.arrival_r = r;
+                }
             }
-        }
-        let Some(req) = waiting.remove(pick) else { return false };
+            waiting.remove(pick)
+        };
+        let Some(req) = taken else { return false };
         let (final_work, total_work) = request_work(&req.work, g);
         q.initial_seats_sum = q.initial_seats_sum.saturating_sub(req.work.initial_seats as u64);
         q.max_seats_sum = q.max_seats_sum.saturating_sub(req.work.max_seats() as u64);
@@ -1320,10 +1366,21 @@ impl QueueSet {
                 while prior_queues.peek().is_some_and(|p| p.index < index) {
                     prior_queues.next();
                 }
-                match prior_queues.next_if(|p| p.index == index && p.waiting.len() == nw && p.waiting.enc.get().map(Vec::as_slice) == Some(seg)) {
-                    Some(p) => q.waiting = p.waiting,
-                    None => q.waiting = decode_segment(seg, nw)?,
+                // Its sums are the prior's (they depend on the requests alone).
+                if let Some(p) = prior_queues.next_if(|p| p.index == index && p.waiting.len() == nw && p.waiting.enc.get().map(Vec::as_slice) == Some(seg)) {
+                    for w in p.waiting.iter() {
+                        if w.id == 0 || w.id >= qs.next_id {
+                            return Err(CodecError("bad request id"));
+                        }
+                        ids.push(w.id);
+                    }
+                    qs.tot_requests_waiting = qs.tot_requests_waiting.checked_add(nw as u32).ok_or(CodecError("too many requests"))?;
+                    qs.tot_seats_waiting = qs.tot_seats_waiting.checked_add(p.max_seats_sum).ok_or(CodecError("seat overflow"))?;
+                    (q.waiting, q.initial_seats_sum, q.max_seats_sum, q.total_work_sum) = (p.waiting, p.initial_seats_sum, p.max_seats_sum, p.total_work_sum);
+                    qs.queues.push(q);
+                    continue;
                 }
+                q.waiting = decode_segment(seg, nw)?;
             } else {
                 let nw = r.count(16)?;
                 let waiting = q.waiting.edit();
@@ -1480,36 +1537,38 @@ thread_local! {
     static CROSS_QUEUE: std::cell::Cell<(u32, u64)> = const { std::cell::Cell::new((0, 0)) };
 }
 
-/// Request ids seen while decoding, to reject duplicates: the first few inline (no heap
-/// allocation for the common small states), the rest in a vector.
+/// Request ids seen while decoding, to reject duplicates.
 #[derive(Default)]
 struct IdSet {
-    inline: [RequestId; IdSet::INLINE],
-    len: usize,
-    more: Vec<RequestId>,
+    ids: Vec<RequestId>,
 }
 
 impl IdSet {
-    const INLINE: usize = 16;
+    /// Ids within this distance of the smallest are checked with a bitmap (the usual case:
+    /// waiting requests arrived recently), others by sorting.
+    const WINDOW: u64 = 4096;
 
     fn push(&mut self, id: RequestId) {
-        match self.inline.get_mut(self.len) {
-            Some(slot) => {
-                *slot = id;
-                self.len += 1;
-            }
-            None => self.more.push(id),
-        }
+        self.ids.push(id);
     }
 
     fn has_duplicates(&mut self) -> bool {
-        let inline = self.inline.get(..self.len).unwrap_or_default();
-        if self.more.is_empty() {
-            return inline.iter().enumerate().any(|(i, a)| inline.get(i + 1..).unwrap_or_default().contains(a));
+        let Some(&lo) = self.ids.iter().min() else { return false };
+        if self.ids.iter().all(|&id| id - lo < Self::WINDOW) {
+            let mut seen = [0u64; (IdSet::WINDOW / 64) as usize];
+            for &id in &self.ids {
+                let off = id - lo;
+                let Some(word) = seen.get_mut((off / 64) as usize) else { return true };
+                let bit = 1u64 << (off % 64);
+                if *word & bit != 0 {
+                    return true;
+                }
+                *word |= bit;
+            }
+            return false;
         }
-        self.more.extend_from_slice(inline);
-        self.more.sort_unstable();
-        self.more.windows(2).any(|w| w.first() == w.get(1))
+        self.ids.sort_unstable();
+        self.ids.windows(2).any(|w| w.first() == w.get(1))
     }
 }
 
@@ -2189,18 +2248,22 @@ mod tests {
     #[test]
     fn id_set_finds_duplicates() {
         for n in [0usize, 1, 2, 15, 16, 17, 40] {
-            let mut s = IdSet::default();
-            for i in 0..n {
-                s.push(i as u64 + 1);
-            }
-            assert!(!s.has_duplicates(), "{n}");
-            for dup in 0..n {
+            // Close ids (bitmap) and spread ones (sorting).
+            for spread in [1u64, 3, IdSet::WINDOW - 1, IdSet::WINDOW, 1 << 40] {
+                let id = |i: usize| 7 + i as u64 * spread;
                 let mut s = IdSet::default();
                 for i in 0..n {
-                    s.push(i as u64 + 1);
+                    s.push(id(i));
                 }
-                s.push(dup as u64 + 1);
-                assert!(s.has_duplicates(), "{n} {dup}");
+                assert!(!s.has_duplicates(), "{n} {spread}");
+                for dup in 0..n {
+                    let mut s = IdSet::default();
+                    for i in 0..n {
+                        s.push(id(i));
+                    }
+                    s.push(id(dup));
+                    assert!(s.has_duplicates(), "{n} {dup} {spread}");
+                }
             }
         }
     }
