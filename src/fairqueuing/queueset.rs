@@ -1366,8 +1366,9 @@ impl QueueSet {
                 while prior_queues.peek().is_some_and(|p| p.index < index) {
                     prior_queues.next();
                 }
-                // Its sums are the prior's (they depend on the requests alone).
-                if let Some(p) = prior_queues.next_if(|p| p.index == index && p.waiting.len() == nw && p.waiting.enc.get().map(Vec::as_slice) == Some(seg)) {
+                let prior = prior_queues.next_if(|p| p.index == index);
+                // Unchanged: the prior's requests and sums (they depend on the requests alone).
+                if let Some(p) = prior.as_ref().filter(|p| p.waiting.len() == nw && p.waiting.enc.get().map(Vec::as_slice) == Some(seg)) {
                     for w in p.waiting.iter() {
                         if w.id == 0 || w.id >= qs.next_id {
                             return Err(CodecError("bad request id"));
@@ -1376,11 +1377,15 @@ impl QueueSet {
                     }
                     qs.tot_requests_waiting = qs.tot_requests_waiting.checked_add(nw as u32).ok_or(CodecError("too many requests"))?;
                     qs.tot_seats_waiting = qs.tot_seats_waiting.checked_add(p.max_seats_sum).ok_or(CodecError("seat overflow"))?;
-                    (q.waiting, q.initial_seats_sum, q.max_seats_sum, q.total_work_sum) = (p.waiting, p.initial_seats_sum, p.max_seats_sum, p.total_work_sum);
+                    (q.initial_seats_sum, q.max_seats_sum, q.total_work_sum) = (p.initial_seats_sum, p.max_seats_sum, p.total_work_sum);
+                    q.waiting = prior.map(|p| p.waiting).unwrap_or_default();
                     qs.queues.push(q);
                     continue;
                 }
-                q.waiting = decode_segment(seg, nw)?;
+                q.waiting = match prior.and_then(|p| advance_segment(p.waiting, seg, nw)) {
+                    Some(w) => w,
+                    None => decode_segment(seg, nw)?,
+                };
             } else {
                 let nw = r.count(16)?;
                 let waiting = q.waiting.edit();
@@ -1535,6 +1540,8 @@ thread_local! {
     /// queuing's choice, and the most by which one's virtual finish exceeded the bound (the
     /// chosen head's finish plus that head's work): must stay 0.
     static CROSS_QUEUE: std::cell::Cell<(u32, u64)> = const { std::cell::Cell::new((0, 0)) };
+    /// Test record: queues decoded by advancing a prior state's ([`advance_segment`]).
+    static ADVANCED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
 /// Request ids seen while decoding, to reject duplicates.
@@ -1590,6 +1597,47 @@ fn decode_segment(seg: &[u8], n: usize) -> CodecResult<WaitList> {
     let enc = std::cell::OnceCell::new();
     let _ = enc.set(seg.to_vec());
     Ok(WaitList { reqs, enc })
+}
+
+/// How many dispatched heads [`advance_segment`] looks past.
+const ADVANCE_MAX: usize = 4;
+
+/// `prior`'s requests brought to the segment `seg` of `n` requests without decoding what they
+/// share, when `seg` is `prior` with up to [`ADVANCE_MAX`] heads dispatched and requests
+/// appended (what other workers' arrivals and dispatches do to a queue): the new head's entry
+/// must equal a request of `prior`, the entries after it `prior`'s bytes after that request,
+/// and only the appended entries are decoded. `None` otherwise (decode it all). Since
+/// `prior`'s kept encoding is exactly its requests', the result is what decoding gives.
+fn advance_segment(mut prior: WaitList, seg: &[u8], n: usize) -> Option<WaitList> {
+    let enc = prior.enc.take()?;
+    let mut r = Reader::new(seg);
+    let head = QueueSet::decode_waiting(&mut r, None).ok()?;
+    let k = prior.reqs.iter().take(ADVANCE_MAX + 1).position(|w| *w == head)?;
+    // Skip the prior's first k + 1 entries: what follows is encoded relative to its request k.
+    let mut pr = Reader::new(&enc);
+    let mut prev: Option<Waiting> = None;
+    for _ in 0..=k {
+        prev = Some(QueueSet::decode_waiting(&mut pr, prev.as_ref()).ok()?);
+    }
+    let kept = enc.get(pr.position()..)?;
+    let rest = seg.get(r.position()..)?;
+    if !rest.starts_with(kept) {
+        return None;
+    }
+    prior.reqs.drain(..k);
+    let appended = n.checked_sub(prior.reqs.len())?;
+    let mut r = Reader::new(rest.get(kept.len()..)?);
+    for _ in 0..appended {
+        let w = QueueSet::decode_waiting(&mut r, prior.reqs.back()).ok()?;
+        prior.reqs.push_back(w);
+    }
+    if r.remaining() != 0 {
+        return None;
+    }
+    let _ = prior.enc.set(seg.to_vec());
+    #[cfg(test)]
+    ADVANCED.with(|a| a.set(a.get() + 1));
+    Some(prior)
 }
 
 /// How long a waiting request may wait from its arrival (`None`: no deadline).
@@ -2530,6 +2578,8 @@ mod tests {
             history.push((bytes, plain));
         }
         assert!(reused > 1000, "queues were reused only {reused} times");
+        let advanced = ADVANCED.with(|a| a.get());
+        assert!(advanced > 1000, "queues were advanced only {advanced} times");
         assert!(history.iter().any(|(_, q)| q.requests_waiting() > 10), "never saturated");
     }
 
