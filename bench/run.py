@@ -7,16 +7,17 @@ Variants (interleaved, repeated for --rounds; medians reported):
   floor            the floor module (../shared/bench/floor-module): the host calls APF cannot avoid
   local_ratelimit  Envoy's native local rate limit (bucket too big to ever limit)
   apf              apf-wasm, default policy, uncontended
-  apf-saturated    apf-wasm, a 2-seat level with more connections than seats (requests queue);
+  apf-saturated    apf-wasm, an 8-seat level (--saturated-seats) with 64 connections
+                   (--saturated-connections): requests queue, 56 waiting at any time;
                    run with 1 and with 2 workers; with it, in the same shape, the reference
                    bench/localqueue (the floor's host calls + a per-worker seat limit and FIFO
-                   with pause/resume: no shared state, no cross-worker wake-ups; 2 seats with 1
-                   worker, 1 seat per worker with 2), so that apf ÷ localqueue at each worker
+                   with pause/resume: no shared state, no cross-worker wake-ups; all the seats
+                   with 1 worker, half per worker with 2), so that apf ÷ localqueue at each worker
                    count isolates the cost of APF's logic and global state from what splitting
                    a paused-and-resumed pipeline over two Envoy workers costs by itself; and,
                    with 2 workers, the no-sharing control isolated-saturated: this very module
                    built with the feature bench-isolated-levels (each worker keys its levels
-                   apart: same code, nothing shared, 1 seat per worker), so that apf ÷ it is
+                   apart: same code, nothing shared, half the seats each), so that apf ÷ it is
                    what sharing the level across workers costs
   apf-flows        apf-wasm, default policy, uncontended, each request from one of K users
                    (K = 10, 1000, 100000; --flow-counts): cost per request vs flows seen
@@ -603,9 +604,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=1, help="Envoy workers for all but apf-saturated")
     ap.add_argument("--connections", type=int, default=4)
-    ap.add_argument("--saturated-connections", type=int, default=16)
-    ap.add_argument("--saturated-seats", type=int, default=2,
-                    help="apf-saturated: the level's seats (the references get the same per worker count)")
+    ap.add_argument("--saturated-connections", type=int, default=64)
+    ap.add_argument("--saturated-seats", type=int, default=8,
+                    help="apf-saturated: the level's seats (the references: all with 1 worker, half each "
+                    "with 2); sessions 1-4 measured 2 seats and 16 connections")
     ap.add_argument("--variants", default="none,passthrough,floor,local_ratelimit,apf,apf-saturated")
     ap.add_argument("--flow-counts", default="10,1000,100000",
                     help="apf-flows: numbers of distinct users (flows) to cycle through")
