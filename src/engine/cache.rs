@@ -52,11 +52,14 @@ pub fn decode(key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
             push(&mut c, Entry { key: key.to_string(), bytes: Vec::new(), hash: 0, state: None, foreign: FOREIGN_WINDOW });
             return Found::Decode(None);
         };
+        let own = e.bytes == bytes;
+        if !own {
+            e.foreign = FOREIGN_WINDOW;
+        }
         let Some(st) = e.state.take() else { return Found::Decode(None) };
-        if e.bytes == bytes {
+        if own {
             return Found::Own(st);
         }
-        e.foreign = FOREIGN_WINDOW;
         match ops::unseal(bytes) {
             Some(ops::Sealed { step: Some((prev, op)), state, .. }) if prev == e.hash => Found::Replay(st, op, state),
             _ => Found::Decode(Some(st)),

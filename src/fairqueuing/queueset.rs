@@ -184,7 +184,7 @@ struct Queue {
     lingering: u32,
 }
 
-/// A queue's waiting requests, with their encoding ([`encode_waiting`]) kept once computed:
+/// A queue's waiting requests, with their encoding ([`encode_segment`]) kept once computed:
 /// each queue's requests are stored as a self-contained segment of the level's value, so an
 /// operation re-encodes only the queues it changed and a reader decodes only the segments that
 /// differ from the state it already holds ([`QueueSet::decode_reusing`]). Read access derefs to
@@ -204,19 +204,9 @@ impl WaitList {
 
     /// The segment: the requests' encoding (computed on first use after a change).
     fn encoded(&self) -> &[u8] {
-        self.enc.get_or_init(|| {
-            let mut w = Writer::with_capacity(12 * self.reqs.len());
-            let mut prev: Option<&Waiting> = None;
-            for r in &self.reqs {
-                QueueSet::encode_waiting(&mut w, r, prev);
-                prev = Some(r);
-            }
-            w.into_bytes()
-        })
+        self.enc.get_or_init(|| encode_segment(&self.reqs))
     }
-}
 
-impl WaitList {
     /// Appends `w`, extending a kept encoding by its entry.
     fn push_back(&mut self, w: Waiting) {
         if let Some(enc) = self.enc.get_mut() {
@@ -1359,32 +1349,24 @@ impl QueueSet {
             prev = Some(index);
             let mut q = Queue::new(index);
             q.next_dispatch_r = current_r.wrapping_add(r.i64()? as u64);
+            // The queue's requests, and their sums when they are the prior state's unchanged
+            // (the sums depend on the requests alone).
+            let mut known_sums = None;
             if version >= 4 {
                 let nw = r.count(0)?;
                 let seg = r.bytes()?;
-                // The prior state's queue of this index, if its requests encode to `seg`.
                 while prior_queues.peek().is_some_and(|p| p.index < index) {
                     prior_queues.next();
                 }
-                let prior = prior_queues.next_if(|p| p.index == index);
-                // Unchanged: the prior's requests and sums (they depend on the requests alone).
-                if let Some(p) = prior.as_ref().filter(|p| p.waiting.len() == nw && p.waiting.enc.get().map(Vec::as_slice) == Some(seg)) {
-                    for w in p.waiting.iter() {
-                        if w.id == 0 || w.id >= qs.next_id {
-                            return Err(CodecError("bad request id"));
-                        }
-                        ids.push(w.id);
+                q.waiting = match prior_queues.next_if(|p| p.index == index) {
+                    Some(p) if p.waiting.len() == nw && p.waiting.enc.get().map(Vec::as_slice) == Some(seg) => {
+                        known_sums = Some((p.initial_seats_sum, p.max_seats_sum, p.total_work_sum));
+                        p.waiting
                     }
-                    qs.tot_requests_waiting = qs.tot_requests_waiting.checked_add(nw as u32).ok_or(CodecError("too many requests"))?;
-                    qs.tot_seats_waiting = qs.tot_seats_waiting.checked_add(p.max_seats_sum).ok_or(CodecError("seat overflow"))?;
-                    (q.initial_seats_sum, q.max_seats_sum, q.total_work_sum) = (p.initial_seats_sum, p.max_seats_sum, p.total_work_sum);
-                    q.waiting = prior.map(|p| p.waiting).unwrap_or_default();
-                    qs.queues.push(q);
-                    continue;
-                }
-                q.waiting = match prior.and_then(|p| advance_segment(p.waiting, seg, nw)) {
-                    Some(w) => w,
-                    None => decode_segment(seg, nw)?,
+                    prior => match prior.and_then(|p| advance_segment(p.waiting, seg, nw)) {
+                        Some(w) => w,
+                        None => decode_segment(seg, nw)?,
+                    },
                 };
             } else {
                 let nw = r.count(16)?;
@@ -1394,25 +1376,33 @@ impl QueueSet {
                     waiting.push_back(qs.decode_waiting_v3(r, version)?);
                 }
             }
-            // The previous request's work and total work (most requests repeat them).
-            let mut prev: Option<(WorkEstimate, u64)> = None;
             for w in q.waiting.iter() {
                 if w.id == 0 || w.id >= qs.next_id {
                     return Err(CodecError("bad request id"));
                 }
                 ids.push(w.id);
-                let work = w.work;
-                let tw = match prev {
-                    Some((p, tw)) if p == work => tw,
-                    _ => request_work(&work, qs.g).1 .0,
-                };
-                prev = Some((work, tw));
-                q.initial_seats_sum = q.initial_seats_sum.checked_add(work.initial_seats as u64).ok_or(CodecError("seat overflow"))?;
-                q.max_seats_sum = q.max_seats_sum.checked_add(work.max_seats() as u64).ok_or(CodecError("seat overflow"))?;
-                q.total_work_sum = q.total_work_sum.wrapping_add(tw);
-                qs.tot_requests_waiting = qs.tot_requests_waiting.checked_add(1).ok_or(CodecError("too many requests"))?;
-                qs.tot_seats_waiting = qs.tot_seats_waiting.checked_add(work.max_seats() as u64).ok_or(CodecError("seat overflow"))?;
             }
+            match known_sums {
+                Some(sums) => (q.initial_seats_sum, q.max_seats_sum, q.total_work_sum) = sums,
+                None => {
+                    // The previous request's work and total work (most requests repeat them).
+                    let mut prev: Option<(WorkEstimate, u64)> = None;
+                    for w in q.waiting.iter() {
+                        let work = w.work;
+                        let tw = match prev {
+                            Some((p, tw)) if p == work => tw,
+                            _ => request_work(&work, qs.g).1 .0,
+                        };
+                        prev = Some((work, tw));
+                        q.initial_seats_sum = q.initial_seats_sum.checked_add(work.initial_seats as u64).ok_or(CodecError("seat overflow"))?;
+                        q.max_seats_sum = q.max_seats_sum.checked_add(work.max_seats() as u64).ok_or(CodecError("seat overflow"))?;
+                        q.total_work_sum = q.total_work_sum.wrapping_add(tw);
+                    }
+                }
+            }
+            let n = u32::try_from(q.waiting.len()).map_err(|_| CodecError("too many requests"))?;
+            qs.tot_requests_waiting = qs.tot_requests_waiting.checked_add(n).ok_or(CodecError("too many requests"))?;
+            qs.tot_seats_waiting = qs.tot_seats_waiting.checked_add(q.max_seats_sum).ok_or(CodecError("seat overflow"))?;
             qs.queues.push(q);
         }
         // Attach the executing and lingering seats to their queues (which must be stored).
@@ -1577,6 +1567,17 @@ impl IdSet {
         self.ids.sort_unstable();
         self.ids.windows(2).any(|w| w.first() == w.get(1))
     }
+}
+
+/// A queue's segment: its requests, each delta-coded against the one before it.
+fn encode_segment(reqs: &VecDeque<Waiting>) -> Vec<u8> {
+    let mut w = Writer::with_capacity(12 * reqs.len());
+    let mut prev: Option<&Waiting> = None;
+    for r in reqs {
+        QueueSet::encode_waiting(&mut w, r, prev);
+        prev = Some(r);
+    }
+    w.into_bytes()
 }
 
 /// A queue's `n` waiting requests from its segment (which must hold exactly them); the
@@ -2506,15 +2507,6 @@ mod tests {
             x ^= x << 17;
             x % n.max(1)
         };
-        let fresh = |wl: &WaitList| {
-            let mut w = Writer::new();
-            let mut prev = None;
-            for r in wl.iter() {
-                QueueSet::encode_waiting(&mut w, r, prev);
-                prev = Some(r);
-            }
-            w.into_bytes()
-        };
         let mut qs = QueueSet::new(cfg(8, 20, 2, 3), 0).unwrap();
         let mut now: Nanos = 0;
         let mut executing: Vec<Receipt> = Vec::new();
@@ -2557,7 +2549,7 @@ mod tests {
             let bytes = w.into_bytes();
             for q in &qs.queues {
                 if let Some(enc) = q.waiting.enc.get() {
-                    assert_eq!(*enc, fresh(&q.waiting), "step {step}: a kept queue encoding is stale");
+                    assert_eq!(*enc, encode_segment(&q.waiting), "step {step}: a kept queue encoding is stale");
                 }
             }
             let plain = QueueSet::decode(&mut Reader::new(&bytes)).unwrap();
