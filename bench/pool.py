@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Pool per-round ratios over several runs of bench/run.py.
+
+Reads the window lines `[bench] window i/N <variant>|<workers>: X us/req` that run.py prints
+(stderr; save them with `python3 bench/run.py ... 2> run.log` or `> run.log 2>&1`), forms the
+ratio of two variants in every round where both ran, pools the rounds of all the logs and
+prints the median, mean, quartiles and a bootstrap 95 % interval of the median.
+
+Usage: python3 bench/pool.py LOG [LOG ...] [--ratio A/B ...]
+  A and B are `<variant>|<workers>` as in the window lines. Default ratios: the saturated
+  shape's (apf 2 ÷ 1 workers, control ÷ apf 1 worker, apf ÷ control, localqueue 2 ÷ 1) and the
+  uncontended apf ÷ floor, each where the logs have both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import statistics
+
+WINDOW = re.compile(r"\[bench\] window (\d+)/\d+ (\S+): ([\d.]+) us/req")
+DEFAULT = [
+    "apf-saturated|2/apf-saturated|1",
+    "isolated-saturated|2/apf-saturated|1",
+    "apf-saturated|2/isolated-saturated|2",
+    "localqueue-saturated|2/localqueue-saturated|1",
+    "apf|1/floor|1",
+]
+
+
+def rounds(path: str) -> list[dict[str, float]]:
+    by_round: dict[int, dict[str, float]] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            m = WINDOW.search(line)
+            if m:
+                by_round.setdefault(int(m[1]), {})[m[2]] = float(m[3])
+    return [by_round[k] for k in sorted(by_round)]
+
+
+def bootstrap_median(xs: list[float], n: int = 4000) -> tuple[float, float]:
+    rng = random.Random(1)
+    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(n))
+    return meds[int(n * 0.025)], meds[int(n * 0.975) - 1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("logs", nargs="+")
+    ap.add_argument("--ratio", action="append", help="A/B, e.g. 'apf-saturated|2/apf-saturated|1'")
+    args = ap.parse_args()
+    all_rounds = [r for path in args.logs for r in rounds(path)]
+    for spec in args.ratio or DEFAULT:
+        a, b = spec.split("/", 1)
+        xs = [r[a] / r[b] for r in all_rounds if a in r and b in r and r[b] > 0]
+        if len(xs) < 2:
+            if args.ratio:
+                print(f"{a} ÷ {b}: fewer than 2 rounds with both")
+            continue
+        q1, _, q3 = statistics.quantiles(xs, n=4)
+        lo, hi = bootstrap_median(xs)
+        print(f"{a} ÷ {b}: {len(xs)} rounds, median {statistics.median(xs):.3f} "
+              f"(95 % interval {lo:.3f}–{hi:.3f}), mean {statistics.mean(xs):.3f}, "
+              f"quartiles {q1:.2f}–{q3:.2f}")
+
+
+if __name__ == "__main__":
+    main()
