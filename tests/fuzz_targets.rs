@@ -376,7 +376,7 @@ fn write_queueing_corpus() {
         // The same with a replayable trailer (engine::ops): one more arrival.
         {
             use apf_wasm::engine::ops::{self, Op};
-            let prev = ops::state_hash(&st.encode());
+            let prev = 0x5eed_0000_0000_0001;
             let op = Op::Arrive { now: now + 20_000_000, work: WorkEstimate::ONE, tag: RequestTag { owner: 1, context: 99, flow_schema: 0, flow_hash: 7, wait_deadline: now + 30 * S } };
             let mut next = st.clone();
             ops::apply(&mut next, &op, &mut Vec::new());

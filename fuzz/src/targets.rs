@@ -670,10 +670,10 @@ fn sealed_level(data: &[u8]) {
     for &b in v.state {
         w.u8(b);
     }
-    let (again, hash) = ops::seal(w, v.step.map(|s| s.0), v.step.as_ref().map(|s| &s.1));
+    let (again, id) = ops::seal(w, v.step.map(|s| s.0), v.step.as_ref().map(|s| &s.1));
     let parts = ops::unseal(&again);
-    assert_eq!(parts, Some(ops::Sealed { state: v.state, hash, step: v.step }), "trailer does not round-trip");
-    assert_eq!(ops::sealed_hash(&again), Some(hash));
+    assert_eq!(parts, Some(ops::Sealed { state: v.state, id, step: v.step }), "trailer does not round-trip");
+    assert_eq!(ops::sealed_id(&again), Some(id));
     if let (Ok(mut st), Some((_, op))) = (LevelState::decode(v.state), v.step) {
         ops::apply(&mut st, &op, &mut Vec::new());
         let once = st.encode();

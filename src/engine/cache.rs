@@ -15,8 +15,8 @@ struct Entry {
     key: String,
     /// The value this thread wrote last (state and trailer).
     bytes: Vec<u8>,
-    /// Hash of its state bytes (what a trailer's "previous state" names).
-    hash: u64,
+    /// Its write id (what a trailer's "previous state" names; 0 without a trailer).
+    id: u64,
     /// Taken by the next operation that reads the same bytes, or replays onto them.
     state: Option<LevelState>,
     /// Writes left with a trailer: set to [`FOREIGN_WINDOW`] whenever the value read was not
@@ -49,7 +49,7 @@ pub fn decode(key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
     let found = CACHE.with(|c| {
         let mut c = c.borrow_mut();
         let Some(e) = c.iter_mut().find(|e| e.key == key) else {
-            push(&mut c, Entry { key: key.to_string(), bytes: Vec::new(), hash: 0, state: None, foreign: FOREIGN_WINDOW });
+            push(&mut c, Entry { key: key.to_string(), bytes: Vec::new(), id: 0, state: None, foreign: FOREIGN_WINDOW });
             return Found::Decode(None);
         };
         let own = e.bytes == bytes;
@@ -61,7 +61,7 @@ pub fn decode(key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
             return Found::Own(st);
         }
         match ops::unseal(bytes) {
-            Some(ops::Sealed { step: Some((prev, op)), state, .. }) if prev == e.hash => Found::Replay(st, op, state),
+            Some(ops::Sealed { step: Some((prev, op)), state, .. }) if prev == e.id => Found::Replay(st, op, state),
             _ => Found::Decode(Some(st)),
         }
     });
@@ -84,7 +84,7 @@ pub fn decode(key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
     LevelState::decode_reusing(bytes, prior)
 }
 
-/// Encodes `st` for `key` with its trailer (`prev`: the hash of the state it was derived from
+/// Encodes `st` for `key` with its trailer (`prev`: the write id of the state it was derived from
 /// by `op`, when a reader may replay it) and keeps it for the next [`decode`].
 /// Without another worker active on the level (see `Entry::foreign`), no trailer is written.
 pub fn encode(key: &str, st: LevelState, prev: Option<u64>, op: Option<&ops::Op>) -> Vec<u8> {
@@ -92,16 +92,16 @@ pub fn encode(key: &str, st: LevelState, prev: Option<u64>, op: Option<&ops::Op>
         let mut c = c.borrow_mut();
         let pos = c.iter().position(|e| e.key == key);
         let sealing = pos.and_then(|p| c.get(p)).is_some_and(|e| e.foreign > 0);
-        let (bytes, hash) = if sealing { ops::seal(st.encode_with_room(ops::TRAILER_MAX), prev, op) } else { (st.encode(), 0) };
+        let (bytes, id) = if sealing { ops::seal(st.encode_with_room(ops::TRAILER_MAX), prev, op) } else { (st.encode(), 0) };
         match pos.and_then(|p| c.get_mut(p)) {
             Some(e) => {
                 e.bytes.clear();
                 e.bytes.extend_from_slice(&bytes);
-                e.hash = hash;
+                e.id = id;
                 e.state = Some(st);
                 e.foreign = e.foreign.saturating_sub(1);
             }
-            None => push(&mut c, Entry { key: key.to_string(), bytes: bytes.clone(), hash, state: Some(st), foreign: 0 }),
+            None => push(&mut c, Entry { key: key.to_string(), bytes: bytes.clone(), id, state: Some(st), foreign: 0 }),
         }
         bytes
     })
@@ -186,7 +186,7 @@ mod tests {
             let mine = mine.clone();
             std::thread::spawn(move || {
                 let mut st = decode(key, &mine).unwrap();
-                let prev = ops::unseal(&mine).map(|v| v.hash);
+                let prev = ops::unseal(&mine).map(|v| v.id);
                 let op = ops::Op::Arrive { now: 9_000, work: WorkEstimate::ONE, tag: tag(2, 50) };
                 ops::apply(&mut st, &op, &mut Vec::new());
                 let said = if lie { ops::Op::Cancel { now: 9_000, id: 2 } } else { op };

@@ -271,7 +271,7 @@ pub fn admit(c: &Compiled, store: &dyn Store, now: Nanos, level: usize, work: Wo
     let lvl = c.levels.get(level).ok_or_else(|| EngineError::Config("level index out of range".into()))?;
     let (decision, dispatched) = update(store, &lvl.key, MAX_CAS_TRIES, |cur| {
         let mut out = Vec::new();
-        let prev = cur.and_then(ops::sealed_hash);
+        let prev = cur.and_then(ops::sealed_id);
         let (mut st, unchanged) = LevelState::load(&lvl.key, cur, Some(lvl), c.generation, now, &mut out)?;
         let op = Op::Arrive { now, work, tag };
         let ops::Outcome::Decision(decision) = ops::apply(&mut st, &op, &mut out) else {
@@ -301,7 +301,7 @@ fn update_level_op(store: &dyn Store, level_key: &str, op: &Op, out: &mut Vec<Di
     update(store, level_key, MAX_CAS_TRIES, |cur| {
         out.clear();
         let Some(bytes) = cur else { return Ok::<_, EngineError>((Vec::new(), None)) };
-        let prev = ops::sealed_hash(bytes);
+        let prev = ops::sealed_id(bytes);
         let mut st = cache::decode(level_key, bytes)?;
         let r = ops::apply(&mut st, op, out);
         Ok((cache::encode(level_key, st, prev, Some(op)), Some(r)))

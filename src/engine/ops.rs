@@ -9,7 +9,8 @@
 //! exactly the stored bytes (so a replay is never trusted, it is checked; otherwise it decodes).
 //!
 //! Layout: `state ‖ trailer ‖ trailer length (u16 LE) ‖ TRAILER_MAGIC`, the trailer being
-//! `state hash (8 B) ‖ previous state hash (8 B) ‖ operation`. [`super::LevelState::decode`]
+//! `write id (8 B) ‖ previous write id (8 B) ‖ operation` ([`next_write_id`]; modules before
+//! 2026-11-22 wrote hashes of the state bytes there, which read as ids that match nothing). [`super::LevelState::decode`]
 //! ignores what follows the state, so values with and without a trailer are read alike by every
 //! version of the module.
 
@@ -115,34 +116,40 @@ impl Op {
     }
 }
 
-/// A 64-bit hash of a state's bytes (FNV-1a over 8-byte words, then mixed): identifies the
-/// state a trailer's operation applies to. A collision only costs a failed check.
-pub fn state_hash(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ bytes.len() as u64;
-    let mut chunks = bytes.chunks_exact(8);
-    for c in &mut chunks {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(c);
-        h = (h ^ u64::from_le_bytes(b)).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(23);
+/// A fresh id for a value about to be written: what a trailer names as "this state" and the
+/// next writer's trailer as "previous". Unique per thread (a counter) and, with a random start
+/// per thread, across workers. It only tells a reader which cached state a replay starts from;
+/// the replay is checked against the stored bytes, so a collision only costs a failed check.
+/// (Identifying states by a hash of their bytes would cost a pass over every value written.)
+pub fn next_write_id() -> u64 {
+    thread_local! {
+        static NEXT: std::cell::Cell<u64> = std::cell::Cell::new({
+            let mut b = [0u8; 8];
+            match getrandom::getrandom(&mut b) {
+                Ok(()) => u64::from_le_bytes(b),
+                Err(_) => 0x9e37_79b9_7f4a_7c15,
+            }
+        });
     }
-    for &b in chunks.remainder() {
-        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^ (h >> 33)
+    NEXT.with(|n| {
+        // 0 means "no previous state" in a trailer: never an id.
+        let id = n.get().max(1);
+        n.set(id.wrapping_add(1));
+        id
+    })
 }
 
-/// Room a trailer needs at most (hashes, the largest operation, length and magic).
+/// Room a trailer needs at most (ids, the largest operation, length and magic).
 pub const TRAILER_MAX: usize = 96;
 
 /// Appends the trailer to `w`, which holds the encoded state (written with [`TRAILER_MAX`]
-/// bytes to spare): its hash, the previous state's hash and the operation (none: a value
-/// nobody can replay to, e.g. after a reconfiguration). Returns the value and the state hash.
+/// bytes to spare): a fresh write id ([`next_write_id`]), the previous state's id and the
+/// operation (none: a value nobody can replay to, e.g. after a reconfiguration). Returns the
+/// value and its id.
 pub fn seal(mut w: Writer, prev: Option<u64>, op: Option<&Op>) -> (Vec<u8>, u64) {
     let start = w.len();
-    let hash = state_hash(w.as_slice());
-    w.fixed64(hash);
+    let id = next_write_id();
+    w.fixed64(id);
     match (prev, op) {
         (Some(p), Some(op)) => {
             w.fixed64(p);
@@ -153,11 +160,11 @@ pub fn seal(mut w: Writer, prev: Option<u64>, op: Option<&Op>) -> (Vec<u8>, u64)
     let len = u16::try_from(w.len().saturating_sub(start)).unwrap_or(u16::MAX);
     w.fixed16(len);
     w.u8(TRAILER_MAGIC);
-    (w.into_bytes(), hash)
+    (w.into_bytes(), id)
 }
 
-/// The trailer's state hash alone (what the next writer records as "previous").
-pub fn sealed_hash(value: &[u8]) -> Option<u64> {
+/// The trailer's write id alone (what the next writer records as "previous").
+pub fn sealed_id(value: &[u8]) -> Option<u64> {
     let (_, trailer) = split(value)?;
     Reader::new(trailer).fixed64().ok()
 }
@@ -177,8 +184,9 @@ fn split(value: &[u8]) -> Option<(&[u8], &[u8])> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sealed<'a> {
     pub state: &'a [u8],
-    pub hash: u64,
-    /// The previous state's hash and the operation that led here, when replayable.
+    /// The write id ([`next_write_id`]).
+    pub id: u64,
+    /// The previous state's id and the operation that led here, when replayable.
     pub step: Option<(u64, Op)>,
 }
 
@@ -186,13 +194,13 @@ pub struct Sealed<'a> {
 pub fn unseal(value: &[u8]) -> Option<Sealed<'_>> {
     let (state, trailer) = split(value)?;
     let mut r = Reader::new(trailer);
-    let hash = r.fixed64().ok()?;
+    let id = r.fixed64().ok()?;
     let prev = r.fixed64().ok()?;
     let step = if prev == 0 || r.remaining() == 0 { None } else { Some((prev, Op::decode(&mut r).ok()?)) };
     if r.remaining() != 0 {
         return None;
     }
-    Some(Sealed { state, hash, step })
+    Some(Sealed { state, id, step })
 }
 
 #[cfg(test)]
@@ -221,11 +229,10 @@ mod tests {
     fn seal_unseal_roundtrip() {
         for op in ops() {
             let state = vec![1u8, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11];
-            let (v, h) = seal(writer(&state), Some(0x1234), Some(&op));
+            let (v, id) = seal(writer(&state), Some(0x1234), Some(&op));
             let s = unseal(&v).unwrap();
-            assert_eq!(s, Sealed { state: &state, hash: h, step: Some((0x1234, op)) });
-            assert_eq!(h, state_hash(&state));
-            assert_eq!(sealed_hash(&v), Some(h));
+            assert_eq!(s, Sealed { state: &state, id, step: Some((0x1234, op)) });
+            assert_eq!(sealed_id(&v), Some(id));
             assert!(v.len() - state.len() <= TRAILER_MAX);
             // Without a replayable step.
             let (v, _) = seal(writer(&state), None, Some(&op));
@@ -236,16 +243,16 @@ mod tests {
         assert_eq!(unseal(&[]), None);
         assert_eq!(unseal(&[TRAILER_MAGIC]), None);
         assert_eq!(unseal(&[1, 2, 3]), None);
-        assert_eq!(sealed_hash(&[1, 2, 3]), None);
+        assert_eq!(sealed_id(&[1, 2, 3]), None);
         let (v, _) = seal(writer(&[9; 30]), Some(1), Some(&ops()[0]));
         for cut in 0..v.len() {
-            let _ = (unseal(&v[cut..]), sealed_hash(&v[cut..]));
-            let _ = (unseal(&v[..cut]), sealed_hash(&v[..cut]));
+            let _ = (unseal(&v[cut..]), sealed_id(&v[cut..]));
+            let _ = (unseal(&v[..cut]), sealed_id(&v[..cut]));
         }
         for i in 0..v.len() {
             let mut d = v.clone();
             d[i] ^= 0x55;
-            let _ = (unseal(&d), sealed_hash(&d));
+            let _ = (unseal(&d), sealed_id(&d));
         }
         // The largest operation fits the reserved room.
         let big = Op::Finish { now: i64::MIN, receipt: Receipt { id: u64::MAX, queue: i32::MIN, owner: u32::MAX, initial_seats: u32::MAX, max_seats: u32::MAX, start: i64::MIN, additional_latency: i64::MIN } };
@@ -257,14 +264,16 @@ mod tests {
     }
 
     #[test]
-    fn state_hash_depends_on_every_byte() {
-        let base: Vec<u8> = (0..37u8).collect();
-        let h = state_hash(&base);
-        for i in 0..base.len() {
-            let mut d = base.clone();
-            d[i] ^= 1;
-            assert_ne!(state_hash(&d), h, "byte {i}");
+    fn write_ids_are_fresh_and_never_zero() {
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..1000 {
+            let (v, id) = seal(writer(&[1, 2, 3]), None, None);
+            assert_ne!(id, 0);
+            assert!(seen.insert(id), "id {id} repeated");
+            assert_eq!(unseal(&v).map(|s| s.id), Some(id));
         }
-        assert_ne!(state_hash(&base[..36]), h);
+        // Another thread (another worker) starts elsewhere.
+        let other = std::thread::spawn(next_write_id).join().unwrap();
+        assert!(!seen.contains(&other));
     }
 }

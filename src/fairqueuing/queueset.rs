@@ -1256,6 +1256,9 @@ impl QueueSet {
     /// thread holds, e.g. the one it wrote last) when they encode to exactly the stored
     /// segment: the result is the same, but only the queues that changed are decoded.
     pub fn decode_reusing(r: &mut Reader, prior: Option<QueueSet>) -> CodecResult<QueueSet> {
+        // Room for as many ids as the prior state held waiting (the usual count), so collecting
+        // them does not regrow the set.
+        let id_room = prior.as_ref().map_or(0, |p| p.tot_requests_waiting as usize).saturating_add(8);
         let mut prior_queues = prior.map(|p| p.queues).unwrap_or_default().into_iter().peekable();
         let version = r.u8()?;
         if !(2..=ENCODING_VERSION).contains(&version) {
@@ -1287,7 +1290,7 @@ impl QueueSet {
             epoch_advance_failures: r.u64()?,
             no_accommodation: r.u64()?,
         };
-        let mut ids = IdSet::default();
+        let mut ids = IdSet { ids: Vec::with_capacity(id_room) };
         let mut qs = QueueSet {
             cfg,
             g: ESTIMATED_SERVICE_DURATION,
