@@ -376,11 +376,11 @@ fn write_queueing_corpus() {
         // The same with a replayable trailer (engine::ops): one more arrival.
         {
             use apf_wasm::engine::ops::{self, Op};
-            let prev = 0x5eed_0000_0000_0001;
+            let (before, _) = ops::seal(st.encode_with_room(ops::TRAILER_MAX), None, None);
             let op = Op::Arrive { now: now + 20_000_000, work: WorkEstimate::ONE, tag: RequestTag { owner: 1, context: 99, flow_schema: 0, flow_hash: 7, wait_deadline: now + 30 * S } };
             let mut next = st.clone();
             ops::apply(&mut next, &op, &mut Vec::new());
-            let (v, _) = ops::seal(next.encode_with_room(ops::TRAILER_MAX), Some(prev), Some(&op));
+            let (v, _) = ops::seal(next.encode_with_room(ops::TRAILER_MAX), Some(&before), Some(&op));
             write_corpus("state_level", &format!("{name}-sealed"), &v);
         }
         let mut w = Writer::new();

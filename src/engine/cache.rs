@@ -43,7 +43,7 @@ thread_local! {
 pub fn decode(key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
     enum Found<'a> {
         Own(LevelState),
-        Replay(LevelState, ops::Op, &'a [u8]),
+        Replay(LevelState, Vec<ops::Op>, &'a [u8]),
         Decode(Option<LevelState>),
     }
     let found = CACHE.with(|c| {
@@ -60,9 +60,9 @@ pub fn decode(key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
         if own {
             return Found::Own(st);
         }
-        match ops::unseal(bytes) {
-            Some(ops::Sealed { step: Some((prev, op)), state, .. }) if prev == e.id => Found::Replay(st, op, state),
-            _ => Found::Decode(Some(st)),
+        match ops::unseal(bytes).and_then(|v| Some((v.ops_since(e.id)?, v.state))) {
+            Some((ops, state)) => Found::Replay(st, ops, state),
+            None => Found::Decode(Some(st)),
         }
     });
     let prior = match found {
@@ -70,8 +70,12 @@ pub fn decode(key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
             super::contention::count(|c| &mut c.reuses);
             return Ok(st);
         }
-        Found::Replay(mut st, op, state_bytes) => {
-            ops::apply(&mut st, &op, &mut Vec::new());
+        Found::Replay(mut st, ops, state_bytes) => {
+            let mut out = Vec::new();
+            for op in &ops {
+                out.clear();
+                ops::apply(&mut st, op, &mut out);
+            }
             if st.encode() == state_bytes {
                 super::contention::count(|c| &mut c.replays);
                 return Ok(st);
@@ -84,15 +88,16 @@ pub fn decode(key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
     LevelState::decode_reusing(bytes, prior)
 }
 
-/// Encodes `st` for `key` with its trailer (`prev`: the write id of the state it was derived from
-/// by `op`, when a reader may replay it) and keeps it for the next [`decode`].
+/// Encodes `st` for `key` with its trailer (`from`: the value holding the state it was derived
+/// from by `op`, when a reader may replay it; see [`ops::seal`]) and keeps it for the next
+/// [`decode`].
 /// Without another worker active on the level (see `Entry::foreign`), no trailer is written.
-pub fn encode(key: &str, st: LevelState, prev: Option<u64>, op: Option<&ops::Op>) -> Vec<u8> {
+pub fn encode(key: &str, st: LevelState, from: Option<&[u8]>, op: Option<&ops::Op>) -> Vec<u8> {
     CACHE.with(|c| {
         let mut c = c.borrow_mut();
         let pos = c.iter().position(|e| e.key == key);
         let sealing = pos.and_then(|p| c.get(p)).is_some_and(|e| e.foreign > 0);
-        let (bytes, id) = if sealing { ops::seal(st.encode_with_room(ops::TRAILER_MAX), prev, op) } else { (st.encode(), 0) };
+        let (bytes, id) = if sealing { ops::seal(st.encode_with_room(ops::TRAILER_MAX), from, op) } else { (st.encode(), 0) };
         match pos.and_then(|p| c.get_mut(p)) {
             Some(e) => {
                 e.bytes.clear();
@@ -181,31 +186,46 @@ mod tests {
         assert!(decode(key, &[1, 2, 3]).is_err());
         let mine = encode(key, st, None, None);
         assert!(ops::unseal(&mine).is_some());
-        // The other worker (its own thread, so its own cache) reads our value and applies one op.
-        let theirs = |lie: bool| {
-            let mine = mine.clone();
+        // The other worker (its own thread, so its own cache) reads our value and applies `n`
+        // ops, writing after each; with `lie` its last trailer names another operation.
+        let theirs = |mine: &Vec<u8>, n: u32, lie: bool| {
+            let mut v = mine.clone();
             std::thread::spawn(move || {
-                let mut st = decode(key, &mine).unwrap();
-                let prev = ops::unseal(&mine).map(|v| v.id);
-                let op = ops::Op::Arrive { now: 9_000, work: WorkEstimate::ONE, tag: tag(2, 50) };
-                ops::apply(&mut st, &op, &mut Vec::new());
-                let said = if lie { ops::Op::Cancel { now: 9_000, id: 2 } } else { op };
-                encode(key, st, prev, Some(&said))
+                for i in 0..n {
+                    let mut st = decode(key, &v).unwrap();
+                    let op = ops::Op::Arrive { now: 9_000 + i64::from(i), work: WorkEstimate::ONE, tag: tag(2, 50 + i) };
+                    ops::apply(&mut st, &op, &mut Vec::new());
+                    let said = if lie { ops::Op::Cancel { now: 9_000, id: 2 } } else { op };
+                    v = encode(key, st, Some(&v), Some(&said));
+                }
+                v
             })
             .join()
             .unwrap()
         };
         let _ = contention::take();
-        let v = theirs(false);
+        let v = theirs(&mine, 1, false);
         let got = decode(key, &v).unwrap();
         assert_eq!(got.encode(), LevelState::decode(&v).unwrap().encode());
         assert_eq!(got.qs.requests_waiting(), 4);
         let c = contention::take();
         assert_eq!((c.replays, c.decodes), (1, 0));
 
+        // Several operations behind, up to the steps a trailer keeps: replayed in order.
+        for n in 2..=ops::MAX_STEPS as u32 + 1 {
+            let mine = encode(key, LevelState::decode(&mine).unwrap(), None, None);
+            let v = theirs(&mine, n, false);
+            assert_eq!(ops::unseal(&v).unwrap().steps().count(), ops::MAX_STEPS.min(n as usize));
+            let got = decode(key, &v).unwrap();
+            assert_eq!(got.encode(), LevelState::decode(&v).unwrap().encode());
+            let c = contention::take();
+            let replayed = n as usize <= ops::MAX_STEPS;
+            assert_eq!((c.replays, c.decodes), (u64::from(replayed), u64::from(!replayed)), "{n} operations behind");
+        }
+
         // Our cached state was taken by the replay: write it again, then a lying trailer.
-        let _ = encode(key, LevelState::decode(&mine).unwrap(), None, None);
-        let v = theirs(true);
+        let mine = encode(key, LevelState::decode(&mine).unwrap(), None, None);
+        let v = theirs(&mine, 1, true);
         let got = decode(key, &v).unwrap();
         assert_eq!(got.encode(), LevelState::decode(&v).unwrap().encode());
         let c = contention::take();

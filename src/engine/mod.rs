@@ -271,13 +271,12 @@ pub fn admit(c: &Compiled, store: &dyn Store, now: Nanos, level: usize, work: Wo
     let lvl = c.levels.get(level).ok_or_else(|| EngineError::Config("level index out of range".into()))?;
     let (decision, dispatched) = update(store, &lvl.key, MAX_CAS_TRIES, |cur| {
         let mut out = Vec::new();
-        let prev = cur.and_then(ops::sealed_id);
         let (mut st, unchanged) = LevelState::load(&lvl.key, cur, Some(lvl), c.generation, now, &mut out)?;
         let op = Op::Arrive { now, work, tag };
         let ops::Outcome::Decision(decision) = ops::apply(&mut st, &op, &mut out) else {
             return Err(EngineError::Config("arrival without a decision".into()));
         };
-        Ok::<_, EngineError>((cache::encode(&lvl.key, st, prev.filter(|_| unchanged), Some(&op)), (decision, out)))
+        Ok::<_, EngineError>((cache::encode(&lvl.key, st, cur.filter(|_| unchanged), Some(&op)), (decision, out)))
     })?;
     notices.extend(dispatched.iter().map(|d| Notice::run(&lvl.key, d)));
     Ok(decision)
@@ -301,10 +300,9 @@ fn update_level_op(store: &dyn Store, level_key: &str, op: &Op, out: &mut Vec<Di
     update(store, level_key, MAX_CAS_TRIES, |cur| {
         out.clear();
         let Some(bytes) = cur else { return Ok::<_, EngineError>((Vec::new(), None)) };
-        let prev = ops::sealed_id(bytes);
         let mut st = cache::decode(level_key, bytes)?;
         let r = ops::apply(&mut st, op, out);
-        Ok((cache::encode(level_key, st, prev, Some(op)), Some(r)))
+        Ok((cache::encode(level_key, st, Some(bytes), Some(op)), Some(r)))
     })
 }
 

@@ -2,17 +2,20 @@
 //!
 //! Every update of a level reads its shared value, decodes it, applies one operation and writes
 //! it back. With several workers the value read was usually written by another worker, so the
-//! reader's cached copy (its own last write, [`super::cache`]) is one operation behind. Each
-//! value therefore ends with a small trailer naming the state it was derived from and the
-//! operation applied: a reader whose cached state is that previous state replays the operation
-//! on its copy instead of decoding the whole value, and keeps the result only if it encodes to
-//! exactly the stored bytes (so a replay is never trusted, it is checked; otherwise it decodes).
+//! reader's cached copy (its own last write, [`super::cache`]) is a few operations behind. Each
+//! value therefore ends with a small trailer naming the states it was derived from and the
+//! operations applied (the last [`MAX_STEPS`]): a reader whose cached state is one of those
+//! previous states replays the operations since on its copy instead of decoding the whole value,
+//! and keeps the result only if it encodes to exactly the stored bytes (so a replay is never
+//! trusted, it is checked; otherwise it decodes).
 //!
 //! Layout: `state ‖ trailer ‖ trailer length (u16 LE) ‖ TRAILER_MAGIC`, the trailer being
-//! `write id (8 B) ‖ previous write id (8 B) ‖ operation` ([`next_write_id`]; modules before
-//! 2026-11-22 wrote hashes of the state bytes there, which read as ids that match nothing). [`super::LevelState::decode`]
-//! ignores what follows the state, so values with and without a trailer are read alike by every
-//! version of the module.
+//! `write id (8 B) ‖ step*`, newest step first, each step `previous write id (8 B) ‖ operation
+//! length (1 B) ‖ operation` ([`next_write_id`]). Modules before 2026-11-22 wrote one step
+//! without the length, naming states by a hash of their bytes: such trailers read as steps
+//! that do not parse or ids that match nothing, so the value is decoded.
+//! [`super::LevelState::decode`] ignores what follows the state, so values with and without a
+//! trailer are read alike by every version of the module.
 
 use super::{unix_secs, Decision, LevelState};
 use crate::codec::{CodecError, CodecResult, Reader, Writer};
@@ -139,23 +142,41 @@ pub fn next_write_id() -> u64 {
     })
 }
 
-/// Room a trailer needs at most (ids, the largest operation, length and magic).
-pub const TRAILER_MAX: usize = 96;
+/// Operations a trailer keeps: a reader at most this many operations behind replays them.
+pub const MAX_STEPS: usize = 3;
+
+/// Room a trailer needs at most (ids, [`MAX_STEPS`] of the largest operation, length, magic).
+pub const TRAILER_MAX: usize = 8 + MAX_STEPS * (9 + 72) + 3;
 
 /// Appends the trailer to `w`, which holds the encoded state (written with [`TRAILER_MAX`]
-/// bytes to spare): a fresh write id ([`next_write_id`]), the previous state's id and the
-/// operation (none: a value nobody can replay to, e.g. after a reconfiguration). Returns the
-/// value and its id.
-pub fn seal(mut w: Writer, prev: Option<u64>, op: Option<&Op>) -> (Vec<u8>, u64) {
+/// bytes to spare): a fresh write id ([`next_write_id`]) and, when the state was derived by
+/// `op` from the state stored in `from` (the sealed value read), the step `from`'s id → `op`
+/// followed by `from`'s own steps (at most [`MAX_STEPS`] in all). Without `from` or `op` (e.g.
+/// after a reconfiguration) nobody can replay to this value. Returns the value and its id.
+pub fn seal(mut w: Writer, from: Option<&[u8]>, op: Option<&Op>) -> (Vec<u8>, u64) {
     let start = w.len();
     let id = next_write_id();
     w.fixed64(id);
-    match (prev, op) {
-        (Some(p), Some(op)) => {
-            w.fixed64(p);
-            op.encode(&mut w);
+    if let (Some((from_id, older)), Some(op)) = (from.and_then(id_and_steps), op) {
+        w.fixed64(from_id);
+        let len_at = w.len();
+        w.u8(0);
+        op.encode(&mut w);
+        let op_len = w.len().saturating_sub(len_at + 1);
+        if let (Ok(n), Some(b)) = (u8::try_from(op_len), w.buf.get_mut(len_at)) {
+            *b = n;
         }
-        _ => w.fixed64(0),
+        // The older steps, as they are (each one's extent read from its length byte).
+        let mut keep = 0;
+        for _ in 1..MAX_STEPS {
+            let Some(&n) = older.get(keep + 8) else { break };
+            let end = keep + 9 + usize::from(n);
+            if end > older.len() {
+                break;
+            }
+            keep = end;
+        }
+        w.buf.extend_from_slice(older.get(..keep).unwrap_or_default());
     }
     let len = u16::try_from(w.len().saturating_sub(start)).unwrap_or(u16::MAX);
     w.fixed16(len);
@@ -163,10 +184,14 @@ pub fn seal(mut w: Writer, prev: Option<u64>, op: Option<&Op>) -> (Vec<u8>, u64)
     (w.into_bytes(), id)
 }
 
-/// The trailer's write id alone (what the next writer records as "previous").
+/// A sealed value's write id and its steps' bytes.
+fn id_and_steps(value: &[u8]) -> Option<(u64, &[u8])> {
+    unseal(value).map(|s| (s.id, s.steps))
+}
+
+/// The trailer's write id alone.
 pub fn sealed_id(value: &[u8]) -> Option<u64> {
-    let (_, trailer) = split(value)?;
-    Reader::new(trailer).fixed64().ok()
+    id_and_steps(value).map(|(id, _)| id)
 }
 
 /// A value's state bytes and trailer, if it ends with [`TRAILER_MAGIC`] and a fitting length.
@@ -186,21 +211,50 @@ pub struct Sealed<'a> {
     pub state: &'a [u8],
     /// The write id ([`next_write_id`]).
     pub id: u64,
-    /// The previous state's id and the operation that led here, when replayable.
-    pub step: Option<(u64, Op)>,
+    steps: &'a [u8],
+}
+
+impl Sealed<'_> {
+    /// The steps that led here, newest first: the id of the state each started from and its
+    /// operation. Stops at the first that does not parse, and after [`MAX_STEPS`].
+    pub fn steps(&self) -> impl Iterator<Item = (u64, Op)> + '_ {
+        let mut r = Reader::new(self.steps);
+        std::iter::from_fn(move || {
+            if r.remaining() == 0 {
+                return None;
+            }
+            let prev = r.fixed64().ok()?;
+            let n = usize::from(r.u8().ok()?);
+            let mut or = Reader::new(r.take(n).ok()?);
+            let op = Op::decode(&mut or).ok()?;
+            (or.remaining() == 0).then_some((prev, op))
+        })
+        .take(MAX_STEPS)
+    }
+
+    /// The operations leading from the state with write id `from` to this one, oldest first
+    /// (`None` when `from` is not among the steps).
+    pub fn ops_since(&self, from: u64) -> Option<Vec<Op>> {
+        if from == 0 {
+            return None;
+        }
+        let mut ops = Vec::with_capacity(MAX_STEPS);
+        for (prev, op) in self.steps() {
+            ops.push(op);
+            if prev == from {
+                ops.reverse();
+                return Some(ops);
+            }
+        }
+        None
+    }
 }
 
 /// Splits a value written by [`seal`]; `None` for values without a (well-formed) trailer.
 pub fn unseal(value: &[u8]) -> Option<Sealed<'_>> {
     let (state, trailer) = split(value)?;
-    let mut r = Reader::new(trailer);
-    let id = r.fixed64().ok()?;
-    let prev = r.fixed64().ok()?;
-    let step = if prev == 0 || r.remaining() == 0 { None } else { Some((prev, Op::decode(&mut r).ok()?)) };
-    if r.remaining() != 0 {
-        return None;
-    }
-    Some(Sealed { state, id, step })
+    let id = Reader::new(trailer).fixed64().ok()?;
+    Some(Sealed { state, id, steps: trailer.get(8..)? })
 }
 
 #[cfg(test)]
@@ -227,40 +281,74 @@ mod tests {
 
     #[test]
     fn seal_unseal_roundtrip() {
+        let state = vec![1u8, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11];
         for op in ops() {
-            let state = vec![1u8, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11];
-            let (v, id) = seal(writer(&state), Some(0x1234), Some(&op));
+            let (v0, id0) = seal(writer(&[7; 5]), None, None);
+            let (v, id) = seal(writer(&state), Some(&v0), Some(&op));
             let s = unseal(&v).unwrap();
-            assert_eq!(s, Sealed { state: &state, id, step: Some((0x1234, op)) });
+            assert_eq!((s.state, s.id), (&state[..], id));
+            assert_eq!(s.steps().collect::<Vec<_>>(), vec![(id0, op)]);
+            assert_eq!(s.ops_since(id0), Some(vec![op]));
+            assert_eq!(s.ops_since(id), None);
             assert_eq!(sealed_id(&v), Some(id));
             assert!(v.len() - state.len() <= TRAILER_MAX);
-            // Without a replayable step.
-            let (v, _) = seal(writer(&state), None, Some(&op));
-            assert_eq!(unseal(&v).unwrap().step, None);
-            assert_eq!(unseal(&v).unwrap().state, &state[..]);
+            // Without a replayable step: from a value without a trailer, or without an op.
+            for (from, op) in [(Some(&state[..]), Some(&op)), (Some(&v0[..]), None), (None, Some(&op))] {
+                let (v, _) = seal(writer(&state), from, op);
+                assert_eq!(unseal(&v).unwrap().steps().count(), 0);
+                assert_eq!(unseal(&v).unwrap().state, &state[..]);
+            }
+        }
+        // A chain keeps the last MAX_STEPS operations, newest first; the operations since an
+        // older state come oldest first.
+        let all = ops();
+        let (mut v, first) = seal(writer(&[1]), None, None);
+        let mut ids = vec![first];
+        for k in 0..8 {
+            let (next, id) = seal(writer(&[k as u8]), Some(&v), all.get(k % all.len()));
+            v = next;
+            ids.push(id);
+            let s = unseal(&v).unwrap();
+            let steps: Vec<_> = s.steps().collect();
+            assert_eq!(steps.len(), (k + 1).min(MAX_STEPS));
+            for (j, (prev, op)) in steps.iter().enumerate() {
+                assert_eq!(*prev, ids[k - j]);
+                assert_eq!(Some(op), all.get((k - j) % all.len()));
+            }
+            for back in 1..=(k + 1).min(MAX_STEPS + 1) {
+                let want = (back <= MAX_STEPS).then(|| (0..back).rev().map(|j| all[(k - j) % all.len()]).collect::<Vec<_>>());
+                assert_eq!(s.ops_since(ids[k + 1 - back]), want, "k {k} back {back}");
+            }
+            assert!(v.len() - 1 <= TRAILER_MAX);
         }
         // A value without a trailer, or a damaged one, is not unsealed (and never panics).
         assert_eq!(unseal(&[]), None);
         assert_eq!(unseal(&[TRAILER_MAGIC]), None);
         assert_eq!(unseal(&[1, 2, 3]), None);
         assert_eq!(sealed_id(&[1, 2, 3]), None);
-        let (v, _) = seal(writer(&[9; 30]), Some(1), Some(&ops()[0]));
         for cut in 0..v.len() {
-            let _ = (unseal(&v[cut..]), sealed_id(&v[cut..]));
-            let _ = (unseal(&v[..cut]), sealed_id(&v[..cut]));
+            for d in [&v[cut..], &v[..cut]] {
+                let _ = (unseal(d).map(|s| (s.steps().count(), s.ops_since(first))), sealed_id(d));
+                let _ = seal(writer(&[]), Some(d), Some(&all[0]));
+            }
         }
         for i in 0..v.len() {
             let mut d = v.clone();
             d[i] ^= 0x55;
-            let _ = (unseal(&d), sealed_id(&d));
+            let _ = (unseal(&d).map(|s| (s.steps().count(), s.ops_since(first))), sealed_id(&d));
+            let _ = seal(writer(&[]), Some(&d), Some(&all[0]));
         }
-        // The largest operation fits the reserved room.
+        // The largest operations fit the reserved room, MAX_STEPS of them.
         let big = Op::Finish { now: i64::MIN, receipt: Receipt { id: u64::MAX, queue: i32::MIN, owner: u32::MAX, initial_seats: u32::MAX, max_seats: u32::MAX, start: i64::MIN, additional_latency: i64::MIN } };
-        let (v, _) = seal(writer(&[]), Some(u64::MAX), Some(&big));
-        assert!(v.len() <= TRAILER_MAX, "{}", v.len());
-        let big = Op::Arrive { now: i64::MIN, work: WorkEstimate { initial_seats: u32::MAX, final_seats: u32::MAX, additional_latency: i64::MIN }, tag: RequestTag { owner: u32::MAX, context: u32::MAX, flow_schema: u16::MAX, flow_hash: u64::MAX, wait_deadline: i64::MIN } };
-        let (v, _) = seal(writer(&[]), Some(u64::MAX), Some(&big));
-        assert!(v.len() <= TRAILER_MAX, "{}", v.len());
+        let big2 = Op::Arrive { now: i64::MIN, work: WorkEstimate { initial_seats: u32::MAX, final_seats: u32::MAX, additional_latency: i64::MIN }, tag: RequestTag { owner: u32::MAX, context: u32::MAX, flow_schema: u16::MAX, flow_hash: u64::MAX, wait_deadline: i64::MIN } };
+        for big in [big, big2] {
+            let (mut v, _) = seal(writer(&[]), None, None);
+            for _ in 0..MAX_STEPS + 1 {
+                v = seal(writer(&[]), Some(&v), Some(&big)).0;
+            }
+            assert!(v.len() <= TRAILER_MAX, "{}", v.len());
+            assert_eq!(unseal(&v).unwrap().steps().collect::<Vec<_>>().len(), MAX_STEPS);
+        }
     }
 
     #[test]
