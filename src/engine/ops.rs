@@ -351,6 +351,27 @@ mod tests {
         }
     }
 
+    /// A value sealed by a module before 2026-11-22 (`hash ‖ previous hash ‖ operation`, no
+    /// length byte) yields no step: nothing is replayed from it, it is decoded.
+    #[test]
+    fn old_single_step_trailers_yield_no_steps() {
+        for op in ops() {
+            let state = [5u8; 9];
+            let mut w = writer(&state);
+            w.fixed64(0x1111_2222_3333_4444);
+            w.fixed64(0x5555_6666_7777_8888);
+            op.encode(&mut w);
+            let len = u16::try_from(w.len() - state.len()).unwrap();
+            w.fixed16(len);
+            w.u8(TRAILER_MAGIC);
+            let v = w.into_bytes();
+            let s = unseal(&v).unwrap();
+            assert_eq!(s.state, &state[..]);
+            assert_eq!(s.steps().count(), 0, "{op:?}");
+            assert_eq!(s.ops_since(0x5555_6666_7777_8888), None);
+        }
+    }
+
     #[test]
     fn write_ids_are_fresh_and_never_zero() {
         let mut seen = std::collections::HashSet::new();
