@@ -192,10 +192,6 @@ impl<'a> Reader<'a> {
     }
     pub fn bytes(&mut self) -> CodecResult<&'a [u8]> {
         let n = self.usize()?;
-        self.take(n)
-    }
-    /// The next `n` bytes as they are.
-    pub fn take(&mut self, n: usize) -> CodecResult<&'a [u8]> {
         let end = self.pos.checked_add(n).ok_or(CodecError("truncated"))?;
         let s = self.buf.get(self.pos..end).ok_or(CodecError("truncated"))?;
         self.pos = end;

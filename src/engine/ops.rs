@@ -157,8 +157,8 @@ pub fn seal(mut w: Writer, from: Option<&[u8]>, op: Option<&Op>) -> (Vec<u8>, u6
     let start = w.len();
     let id = next_write_id();
     w.fixed64(id);
-    if let (Some((from_id, older)), Some(op)) = (from.and_then(id_and_steps), op) {
-        w.fixed64(from_id);
+    if let (Some(from), Some(op)) = (from.and_then(unseal), op) {
+        w.fixed64(from.id);
         let len_at = w.len();
         w.u8(0);
         op.encode(&mut w);
@@ -166,17 +166,10 @@ pub fn seal(mut w: Writer, from: Option<&[u8]>, op: Option<&Op>) -> (Vec<u8>, u6
         if let (Ok(n), Some(b)) = (u8::try_from(op_len), w.buf.get_mut(len_at)) {
             *b = n;
         }
-        // The older steps, as they are (each one's extent read from its length byte).
-        let mut keep = 0;
-        for _ in 1..MAX_STEPS {
-            let Some(&n) = older.get(keep + 8) else { break };
-            let end = keep + 9 + usize::from(n);
-            if end > older.len() {
-                break;
-            }
-            keep = end;
+        // The older steps, as they are.
+        for step in raw_steps(from.steps).take(MAX_STEPS - 1) {
+            w.buf.extend_from_slice(step);
         }
-        w.buf.extend_from_slice(older.get(..keep).unwrap_or_default());
     }
     let len = u16::try_from(w.len().saturating_sub(start)).unwrap_or(u16::MAX);
     w.fixed16(len);
@@ -184,14 +177,20 @@ pub fn seal(mut w: Writer, from: Option<&[u8]>, op: Option<&Op>) -> (Vec<u8>, u6
     (w.into_bytes(), id)
 }
 
-/// A sealed value's write id and its steps' bytes.
-fn id_and_steps(value: &[u8]) -> Option<(u64, &[u8])> {
-    unseal(value).map(|s| (s.id, s.steps))
-}
-
 /// The trailer's write id alone.
 pub fn sealed_id(value: &[u8]) -> Option<u64> {
-    id_and_steps(value).map(|(id, _)| id)
+    unseal(value).map(|s| s.id)
+}
+
+/// A trailer's steps, each as its bytes (`previous write id ‖ operation length ‖ operation`),
+/// newest first; stops where one does not fit.
+fn raw_steps(mut steps: &[u8]) -> impl Iterator<Item = &[u8]> {
+    std::iter::from_fn(move || {
+        let n = usize::from(*steps.get(8)?);
+        let (step, rest) = steps.split_at_checked(9 + n)?;
+        steps = rest;
+        Some(step)
+    })
 }
 
 /// A value's state bytes and trailer, if it ends with [`TRAILER_MAGIC`] and a fitting length.
@@ -218,18 +217,15 @@ impl Sealed<'_> {
     /// The steps that led here, newest first: the id of the state each started from and its
     /// operation. Stops at the first that does not parse, and after [`MAX_STEPS`].
     pub fn steps(&self) -> impl Iterator<Item = (u64, Op)> + '_ {
-        let mut r = Reader::new(self.steps);
-        std::iter::from_fn(move || {
-            if r.remaining() == 0 {
-                return None;
-            }
-            let prev = r.fixed64().ok()?;
-            let n = usize::from(r.u8().ok()?);
-            let mut or = Reader::new(r.take(n).ok()?);
-            let op = Op::decode(&mut or).ok()?;
-            (or.remaining() == 0).then_some((prev, op))
-        })
-        .take(MAX_STEPS)
+        raw_steps(self.steps)
+            .map_while(|step| {
+                let mut r = Reader::new(step);
+                let prev = r.fixed64().ok()?;
+                r.u8().ok()?;
+                let op = Op::decode(&mut r).ok()?;
+                (r.remaining() == 0).then_some((prev, op))
+            })
+            .take(MAX_STEPS)
     }
 
     /// The operations leading from the state with write id `from` to this one, oldest first
