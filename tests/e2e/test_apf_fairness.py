@@ -3,6 +3,8 @@ are spread over both Envoy workers, and a heavy flow cannot take a quiet flow's 
 
 from __future__ import annotations
 
+from statistics import median
+
 import pytest
 
 import client
@@ -54,7 +56,15 @@ def test_heavy_user_does_not_take_quiet_users_share(gateway):
     q_ok, h_ok = served(res, "quiet"), served(res, "heavy")
     assert q_ok >= 0.9 * len(quiet), f"quiet user rejected: {client.status_counts(quiet)}"
     # Alone, one closed-loop connection completes about DURATION / LATENCY requests; FIFO without
-    # fairness would give it ~1/21 of the service. It waits at most for one seat to free up.
+    # fairness would give it ~1/21 of the service (≈ 8 requests). It waits at most for a seat or
+    # two to free up. (On a loaded machine the client's own turnaround lowers the count, so the
+    # bound leaves room; the latency comparison below does not depend on the machine's speed.)
     quiet_max = DURATION / LATENCY
-    assert q_ok >= 0.6 * quiet_max, f"quiet served {q_ok} of max {quiet_max:.0f} (heavy {h_ok})"
+    assert q_ok >= 0.4 * quiet_max, f"quiet served {q_ok} of max {quiet_max:.0f} (heavy {h_ok})"
+    # Per connection the quiet user is served several times as often as a heavy connection, and
+    # its requests do not wait behind the heavy backlog: under FIFO both would be about equal.
+    assert q_ok >= 2.5 * h_ok / 20, f"quiet served {q_ok}, heavy {h_ok} over 20 connections"
+    q_lat = median(r.elapsed for r in quiet if r.status == 200)
+    h_lat = median(r.elapsed for r in res if r.user == "heavy" and r.status == 200)
+    assert q_lat <= 0.5 * h_lat, f"quiet median latency {q_lat:.3f}s, heavy {h_lat:.3f}s"
     assert gw.upstream.snapshot()["max_in_flight"] <= SEATS
