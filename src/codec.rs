@@ -80,6 +80,10 @@ impl Writer {
     pub fn i32(&mut self, v: i32) {
         self.i64(v as i64)
     }
+    /// Raw 4 bytes little endian.
+    pub fn fixed32(&mut self, v: u32) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
     /// Raw 8 bytes little endian (for values that are usually large, e.g. hashes).
     pub fn fixed64(&mut self, v: u64) {
         self.buf.extend_from_slice(&v.to_le_bytes());
@@ -179,13 +183,52 @@ impl<'a> Reader<'a> {
     pub fn i32(&mut self) -> CodecResult<i32> {
         i32::try_from(self.i64()?).map_err(|_| CodecError("i32 out of range"))
     }
-    pub fn fixed64(&mut self) -> CodecResult<u64> {
-        let end = self.pos.checked_add(8).ok_or(CodecError("truncated"))?;
+    /// The next `N` bytes as they are.
+    #[inline]
+    pub fn array<const N: usize>(&mut self) -> CodecResult<[u8; N]> {
+        let end = self.pos.checked_add(N).ok_or(CodecError("truncated"))?;
         let s = self.buf.get(self.pos..end).ok_or(CodecError("truncated"))?;
-        let mut a = [0u8; 8];
+        let mut a = [0u8; N];
         a.copy_from_slice(s);
         self.pos = end;
-        Ok(u64::from_le_bytes(a))
+        Ok(a)
+    }
+    pub fn fixed16(&mut self) -> CodecResult<u16> {
+        Ok(u16::from_le_bytes(self.array()?))
+    }
+    pub fn fixed32(&mut self) -> CodecResult<u32> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+    pub fn fixed64(&mut self) -> CodecResult<u64> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+    /// Skips one varint (without decoding it).
+    #[inline]
+    pub fn skip_varint(&mut self) -> CodecResult<()> {
+        let rest = self.buf.get(self.pos..).unwrap_or_default();
+        // Fast path: the varint ends within the next 8 bytes (the first byte below 0x80).
+        if let Some(w) = rest.get(..8) {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(w);
+            let ends = !u64::from_le_bytes(a) & 0x8080_8080_8080_8080;
+            if ends != 0 {
+                self.pos += (ends.trailing_zeros() / 8) as usize + 1;
+                return Ok(());
+            }
+        }
+        match rest.iter().take(10).position(|&b| b < 0x80) {
+            Some(i) => {
+                self.pos += i + 1;
+                Ok(())
+            }
+            None => Err(CodecError("truncated")),
+        }
+    }
+    /// Skips `n` bytes.
+    pub fn skip(&mut self, n: usize) -> CodecResult<()> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len()).ok_or(CodecError("truncated"))?;
+        self.pos = end;
+        Ok(())
     }
     pub fn f64(&mut self) -> CodecResult<f64> {
         Ok(f64::from_bits(self.fixed64()?))

@@ -43,7 +43,7 @@ thread_local! {
 pub fn decode(key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
     enum Found<'a> {
         Own(LevelState),
-        Replay(LevelState, Vec<ops::Op>, &'a [u8]),
+        Replay(LevelState, ops::Replay, &'a [u8]),
         Decode(Option<LevelState>),
     }
     let found = CACHE.with(|c| {
@@ -72,9 +72,9 @@ pub fn decode(key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
         }
         Found::Replay(mut st, ops, state_bytes) => {
             let mut out = Vec::new();
-            for op in &ops {
+            for op in ops {
                 out.clear();
-                ops::apply(&mut st, op, &mut out);
+                ops::apply(&mut st, &op, &mut out);
             }
             if st.encode() == state_bytes {
                 super::contention::count(|c| &mut c.replays);

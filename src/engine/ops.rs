@@ -74,35 +74,66 @@ impl Op {
         }
     }
 
+    /// Fixed-width fields (tags [`ARRIVE`], [`FINISH`], [`CANCEL`]): a reader decodes an
+    /// operation with a handful of loads instead of a dozen varints (times are 9-byte
+    /// varints). Decoding also accepts the varint form modules before 2026-11-24 wrote (tags
+    /// 1–3); a trailer is only ever read to replay, and replays are checked.
     fn encode(&self, w: &mut Writer) {
         match *self {
             Op::Arrive { now, work, tag } => {
-                w.u8(1);
-                w.i64(now);
-                w.u32(work.initial_seats);
-                w.u32(work.final_seats);
-                w.i64(work.additional_latency);
-                w.u32(tag.owner);
-                w.u32(tag.context);
-                w.u32(u32::from(tag.flow_schema));
+                w.u8(ARRIVE);
+                w.fixed64(now as u64);
+                w.fixed32(work.initial_seats);
+                w.fixed32(work.final_seats);
+                w.fixed64(work.additional_latency as u64);
+                w.fixed32(tag.owner);
+                w.fixed32(tag.context);
+                w.fixed16(tag.flow_schema);
                 w.fixed64(tag.flow_hash);
-                w.i64(tag.wait_deadline);
+                w.fixed64(tag.wait_deadline as u64);
             }
-            Op::Finish { now, receipt } => {
-                w.u8(2);
-                w.i64(now);
-                receipt.encode(w);
+            Op::Finish { now, receipt: rc } => {
+                w.u8(FINISH);
+                w.fixed64(now as u64);
+                w.fixed64(rc.id);
+                w.fixed32(rc.queue as u32);
+                w.fixed32(rc.owner);
+                w.fixed32(rc.initial_seats);
+                w.fixed32(rc.max_seats);
+                w.fixed64(rc.start as u64);
+                w.fixed64(rc.additional_latency as u64);
             }
             Op::Cancel { now, id } => {
-                w.u8(3);
-                w.i64(now);
-                w.u64(id);
+                w.u8(CANCEL);
+                w.fixed64(now as u64);
+                w.fixed64(id);
             }
         }
     }
 
     fn decode(r: &mut Reader) -> CodecResult<Op> {
         Ok(match r.u8()? {
+            ARRIVE => {
+                let now = r.fixed64()? as i64;
+                let work = WorkEstimate { initial_seats: r.fixed32()?, final_seats: r.fixed32()?, additional_latency: r.fixed64()? as i64 };
+                let (owner, context, flow_schema) = (r.fixed32()?, r.fixed32()?, r.fixed16()?);
+                let tag = RequestTag { owner, context, flow_schema, flow_hash: r.fixed64()?, wait_deadline: r.fixed64()? as i64 };
+                Op::Arrive { now, work, tag }
+            }
+            FINISH => {
+                let now = r.fixed64()? as i64;
+                let receipt = Receipt {
+                    id: r.fixed64()?,
+                    queue: r.fixed32()? as i32,
+                    owner: r.fixed32()?,
+                    initial_seats: r.fixed32()?,
+                    max_seats: r.fixed32()?,
+                    start: r.fixed64()? as i64,
+                    additional_latency: r.fixed64()? as i64,
+                };
+                Op::Finish { now, receipt }
+            }
+            CANCEL => Op::Cancel { now: r.fixed64()? as i64, id: r.fixed64()? },
             1 => {
                 let now = r.i64()?;
                 let work = WorkEstimate { initial_seats: r.u32()?, final_seats: r.u32()?, additional_latency: r.i64()? };
@@ -118,6 +149,11 @@ impl Op {
         })
     }
 }
+
+/// Operation tags of the fixed-width form ([`Op::encode`]).
+const ARRIVE: u8 = 0x11;
+const FINISH: u8 = 0x12;
+const CANCEL: u8 = 0x13;
 
 /// A fresh id for a value about to be written: what a trailer names as "this state" and the
 /// next writer's trailer as "previous". Unique per thread (a counter) and, with a random start
@@ -230,19 +266,34 @@ impl Sealed<'_> {
 
     /// The operations leading from the state with write id `from` to this one, oldest first
     /// (`None` when `from` is not among the steps).
-    pub fn ops_since(&self, from: u64) -> Option<Vec<Op>> {
+    pub fn ops_since(&self, from: u64) -> Option<Replay> {
         if from == 0 {
             return None;
         }
-        let mut ops = Vec::with_capacity(MAX_STEPS);
-        for (prev, op) in self.steps() {
-            ops.push(op);
+        let mut ops = [None; MAX_STEPS];
+        for (k, (prev, op)) in self.steps().enumerate() {
+            *ops.get_mut(k)? = Some(op);
             if prev == from {
-                ops.reverse();
-                return Some(ops);
+                return Some(Replay { ops, next: k + 1 });
             }
         }
         None
+    }
+}
+
+/// Operations to replay, oldest first (an iterator; no allocation).
+#[derive(Debug, Clone)]
+pub struct Replay {
+    /// Newest first; the first `next` are set.
+    ops: [Option<Op>; MAX_STEPS],
+    next: usize,
+}
+
+impl Iterator for Replay {
+    type Item = Op;
+    fn next(&mut self) -> Option<Op> {
+        self.next = self.next.checked_sub(1)?;
+        self.ops.get(self.next).copied().flatten()
     }
 }
 
@@ -284,8 +335,8 @@ mod tests {
             let s = unseal(&v).unwrap();
             assert_eq!((s.state, s.id), (&state[..], id));
             assert_eq!(s.steps().collect::<Vec<_>>(), vec![(id0, op)]);
-            assert_eq!(s.ops_since(id0), Some(vec![op]));
-            assert_eq!(s.ops_since(id), None);
+            assert_eq!(s.ops_since(id0).map(Iterator::collect::<Vec<_>>), Some(vec![op]));
+            assert!(s.ops_since(id).is_none());
             assert_eq!(sealed_id(&v), Some(id));
             assert!(v.len() - state.len() <= TRAILER_MAX);
             // Without a replayable step: from a value without a trailer, or without an op.
@@ -313,7 +364,7 @@ mod tests {
             }
             for back in 1..=(k + 1).min(MAX_STEPS + 1) {
                 let want = (back <= MAX_STEPS).then(|| (0..back).rev().map(|j| all[(k - j) % all.len()]).collect::<Vec<_>>());
-                assert_eq!(s.ops_since(ids[k + 1 - back]), want, "k {k} back {back}");
+                assert_eq!(s.ops_since(ids[k + 1 - back]).map(Iterator::collect::<Vec<_>>), want, "k {k} back {back}");
             }
             assert!(v.len() - 1 <= TRAILER_MAX);
         }
@@ -356,7 +407,7 @@ mod tests {
             let mut w = writer(&state);
             w.fixed64(0x1111_2222_3333_4444);
             w.fixed64(0x5555_6666_7777_8888);
-            op.encode(&mut w);
+            encode_varint_form(&op, &mut w);
             let len = u16::try_from(w.len() - state.len()).unwrap();
             w.fixed16(len);
             w.u8(TRAILER_MAGIC);
@@ -364,7 +415,51 @@ mod tests {
             let s = unseal(&v).unwrap();
             assert_eq!(s.state, &state[..]);
             assert_eq!(s.steps().count(), 0, "{op:?}");
-            assert_eq!(s.ops_since(0x5555_6666_7777_8888), None);
+            assert!(s.ops_since(0x5555_6666_7777_8888).is_none());
+        }
+    }
+
+    /// Operations as modules before 2026-11-24 encoded them (varints, tags 1–3).
+    fn encode_varint_form(op: &Op, w: &mut Writer) {
+        match *op {
+            Op::Arrive { now, work, tag } => {
+                w.u8(1);
+                w.i64(now);
+                w.u32(work.initial_seats);
+                w.u32(work.final_seats);
+                w.i64(work.additional_latency);
+                w.u32(tag.owner);
+                w.u32(tag.context);
+                w.u32(u32::from(tag.flow_schema));
+                w.fixed64(tag.flow_hash);
+                w.i64(tag.wait_deadline);
+            }
+            Op::Finish { now, receipt } => {
+                w.u8(2);
+                w.i64(now);
+                receipt.encode(w);
+            }
+            Op::Cancel { now, id } => {
+                w.u8(3);
+                w.i64(now);
+                w.u64(id);
+            }
+        }
+    }
+
+    /// Both forms decode to the operation; the fixed-width one is what is written.
+    #[test]
+    fn operations_decode_in_both_forms() {
+        for op in ops() {
+            let (mut fixed, mut varint) = (Writer::new(), Writer::new());
+            op.encode(&mut fixed);
+            encode_varint_form(&op, &mut varint);
+            assert_ne!(fixed.as_slice(), varint.as_slice());
+            for w in [fixed, varint] {
+                let mut r = Reader::new(w.as_slice());
+                assert_eq!(Op::decode(&mut r), Ok(op));
+                assert_eq!(r.remaining(), 0);
+            }
         }
     }
 

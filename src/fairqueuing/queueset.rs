@@ -218,29 +218,41 @@ impl WaitList {
     }
 
     /// Removes the head; a kept encoding gets the new head's entry written in full (the first
-    /// entry of a segment is absolute) before the unchanged entries after it.
+    /// entry of a segment is absolute) before the unchanged entries after it, in place.
     fn pop_front(&mut self) -> Option<Waiting> {
         let first = self.reqs.pop_front()?;
         if let Some(enc) = self.enc.get_mut() {
-            let rest = self.reqs.front().map(|head| {
-                let mut r = Reader::new(enc);
-                QueueSet::decode_waiting(&mut r, None)
-                    .and_then(|gone| QueueSet::decode_waiting(&mut r, Some(&gone)))
-                    .ok()
-                    .and_then(|_| enc.get(r.position()..))
-                    .map(|tail| {
-                        let mut w = Writer::with_capacity(enc.len());
-                        QueueSet::encode_waiting(&mut w, head, None);
-                        w.buf.extend_from_slice(tail);
-                        w.buf
-                    })
-            });
-            match rest {
-                None => enc.clear(),
-                Some(Some(bytes)) => *enc = bytes,
-                Some(None) => {
-                    self.enc.take();
+            let kept = match self.reqs.front() {
+                None => {
+                    enc.clear();
+                    true
                 }
+                Some(head) => {
+                    // Where the entries after the new head start: past the old head's entry and
+                    // the new head's (delta-coded) one.
+                    let mut r = Reader::new(enc);
+                    let end = QueueSet::skip_waiting(&mut r, true).and_then(|()| QueueSet::skip_waiting(&mut r, false)).map(|()| r.position());
+                    match end {
+                        Ok(end) if end <= enc.len() => {
+                            // Append the new head's full entry, drop the two old entries, and
+                            // rotate the new entry to the front.
+                            let mut w = Writer { buf: std::mem::take(enc) };
+                            let old_len = w.buf.len();
+                            QueueSet::encode_waiting(&mut w, head, None);
+                            let head_len = w.buf.len().saturating_sub(old_len);
+                            let mut buf = w.buf;
+                            buf.drain(..end);
+                            let head_len = head_len.min(buf.len());
+                            buf.rotate_right(head_len);
+                            *enc = buf;
+                            true
+                        }
+                        _ => false,
+                    }
+                }
+            };
+            if !kept {
+                self.enc.take();
             }
         }
         Some(first)
@@ -1502,6 +1514,42 @@ impl QueueSet {
         Ok(Waiting { id, tag: RequestTag { owner, context, flow_schema, flow_hash, wait_deadline }, work, arrival_r, arrival, skips })
     }
 
+    /// Moves past one entry written by [`Self::encode_waiting`] (`first`: the segment's first,
+    /// written without a previous request) without decoding it: where an entry ends is all a
+    /// kept segment's edits need.
+    fn skip_waiting(r: &mut Reader, first: bool) -> CodecResult<()> {
+        let flags = r.u8()?;
+        for _ in 0..4 {
+            r.skip_varint()?;
+        }
+        let given = |bit: u8| first || flags & bit == 0;
+        if given(SAME_OWNER) {
+            r.skip_varint()?;
+        }
+        if given(SAME_SCHEMA) {
+            r.skip_varint()?;
+        }
+        if given(SAME_FLOW) {
+            r.skip(8)?;
+        }
+        if given(SAME_WORK) {
+            for _ in 0..3 {
+                r.skip_varint()?;
+            }
+        }
+        if given(SAME_ALLOWANCE) {
+            match r.u8()? {
+                0 => {}
+                1 => r.skip_varint()?,
+                _ => return Err(CodecError("bad deadline flag")),
+            }
+        }
+        if flags & SKIPPED != 0 {
+            r.skip(1)?;
+        }
+        Ok(())
+    }
+
     /// A waiting request as encoding versions 2 and 3 wrote it (every field, relative to the
     /// level's next id, R and time; version 2 without skips).
     fn decode_waiting_v3(&self, r: &mut Reader, version: u8) -> CodecResult<Waiting> {
@@ -1553,22 +1601,31 @@ impl IdSet {
     }
 
     fn has_duplicates(&mut self) -> bool {
-        let Some(&lo) = self.ids.iter().min() else { return false };
-        if self.ids.iter().all(|&id| id - lo < Self::WINDOW) {
-            let mut seen = [0u64; (IdSet::WINDOW / 64) as usize];
-            for &id in &self.ids {
-                let off = id - lo;
-                let Some(word) = seen.get_mut((off / 64) as usize) else { return true };
-                let bit = 1u64 << (off % 64);
-                if *word & bit != 0 {
-                    return true;
-                }
-                *word |= bit;
-            }
-            return false;
+        let Some((lo, hi)) = self.ids.iter().fold(None, |b, &id| Some(b.map_or((id, id), |(lo, hi): (u64, u64)| (lo.min(id), hi.max(id))))) else { return false };
+        // A bitmap no larger than the ids span (usually a few hundred ids: 8 words).
+        let span = hi - lo;
+        if span < 512 {
+            return Self::repeats(&self.ids, lo, &mut [0u64; 8]);
+        }
+        if span < Self::WINDOW {
+            return Self::repeats(&self.ids, lo, &mut [0u64; (IdSet::WINDOW / 64) as usize]);
         }
         self.ids.sort_unstable();
         self.ids.windows(2).any(|w| w.first() == w.get(1))
+    }
+
+    /// Whether an id occurs twice, with `seen` (zeroed) as a bitmap from `lo`.
+    fn repeats(ids: &[RequestId], lo: u64, seen: &mut [u64]) -> bool {
+        for &id in ids {
+            let off = id - lo;
+            let Some(word) = seen.get_mut((off / 64) as usize) else { return true };
+            let bit = 1u64 << (off % 64);
+            if *word & bit != 0 {
+                return true;
+            }
+            *word |= bit;
+        }
+        false
     }
 }
 
@@ -1619,9 +1676,8 @@ fn advance_segment(mut prior: WaitList, seg: &[u8], n: usize) -> Option<WaitList
     let k = prior.reqs.iter().take(ADVANCE_MAX + 1).position(|w| *w == head)?;
     // Skip the prior's first k + 1 entries: what follows is encoded relative to its request k.
     let mut pr = Reader::new(&enc);
-    let mut prev: Option<Waiting> = None;
-    for _ in 0..=k {
-        prev = Some(QueueSet::decode_waiting(&mut pr, prev.as_ref()).ok()?);
+    for j in 0..=k {
+        QueueSet::skip_waiting(&mut pr, j == 0).ok()?;
     }
     let kept = enc.get(pr.position()..)?;
     let rest = seg.get(r.position()..)?;
@@ -2576,6 +2632,52 @@ mod tests {
         let advanced = ADVANCED.with(|a| a.get());
         assert!(advanced > 1000, "queues were advanced only {advanced} times");
         assert!(history.iter().any(|(_, q)| q.requests_waiting() > 10), "never saturated");
+    }
+
+    /// Skipping an entry ends exactly where decoding it ends, whatever it repeats of the entry
+    /// before it.
+    #[test]
+    fn skipping_an_entry_ends_where_decoding_ends() {
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut rnd = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n.max(1)
+        };
+        for _ in 0..2000 {
+            let mut reqs = VecDeque::new();
+            let mut id = 1 + rnd(1 << 40);
+            for _ in 0..1 + rnd(6) {
+                id += 1 + rnd(3);
+                let arrival = rnd(1 << 50) as Nanos;
+                let big = |r: u64| if r == 0 { u32::MAX } else { r as u32 };
+                reqs.push_back(Waiting {
+                    id,
+                    tag: RequestTag {
+                        owner: 1 + rnd(2) as u32,
+                        context: big(rnd(4)),
+                        flow_schema: rnd(2) as u16,
+                        flow_hash: rnd(3) << 60,
+                        wait_deadline: if rnd(2) == 0 { Nanos::MAX } else { arrival + rnd(1 << 35) as Nanos },
+                    },
+                    work: WorkEstimate { initial_seats: 1 + rnd(2) as u32, final_seats: rnd(2) as u32, additional_latency: rnd(2) as Nanos * MS },
+                    arrival_r: rnd(u64::MAX),
+                    arrival,
+                    skips: rnd(3) as u8,
+                });
+            }
+            let seg = encode_segment(&reqs);
+            let (mut d, mut k) = (Reader::new(&seg), Reader::new(&seg));
+            let mut prev: Option<Waiting> = None;
+            for (j, want) in reqs.iter().enumerate() {
+                let got = QueueSet::decode_waiting(&mut d, prev.as_ref()).unwrap();
+                assert_eq!(&got, want);
+                QueueSet::skip_waiting(&mut k, j == 0).unwrap();
+                assert_eq!(k.position(), d.position());
+                prev = Some(got);
+            }
+        }
     }
 
     /// Owner affinity bounds its reordering and loses nothing: no request is overtaken by more
