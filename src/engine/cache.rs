@@ -8,7 +8,8 @@
 //! One entry per level key and thread, so memory is bounded by the number of levels.
 
 use super::{ops, LevelState};
-use crate::codec::CodecError;
+use crate::codec::{CodecError, Writer};
+use crate::fairqueuing::Dispatched;
 use std::cell::RefCell;
 
 struct Entry {
@@ -33,6 +34,8 @@ const MAX_ENTRIES: usize = 128;
 
 thread_local! {
     static CACHE: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
+    /// A replay's dispatch list and encoding (see [`decode`]).
+    static SCRATCH: RefCell<(Vec<Dispatched>, Vec<u8>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
 /// The state stored as `bytes` under `key`: this thread's own last write if the bytes are
@@ -71,12 +74,23 @@ pub fn decode(key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
             return Ok(st);
         }
         Found::Replay(mut st, ops, state_bytes) => {
-            let mut out = Vec::new();
-            for op in ops {
+            // The dispatch list and the check's encoding go to buffers kept for the next replay.
+            let same = SCRATCH.with(|s| {
+                let mut s = s.borrow_mut();
+                let (out, buf) = &mut *s;
+                for op in ops {
+                    out.clear();
+                    ops::apply(&mut st, &op, out);
+                }
                 out.clear();
-                ops::apply(&mut st, &op, &mut out);
-            }
-            if st.encode() == state_bytes {
+                let mut w = Writer { buf: std::mem::take(buf) };
+                w.buf.clear();
+                st.encode_to(&mut w);
+                let same = w.buf == state_bytes;
+                *buf = w.buf;
+                same
+            });
+            if same {
                 super::contention::count(|c| &mut c.replays);
                 return Ok(st);
             }

@@ -139,12 +139,17 @@ impl LevelState {
     pub fn encode_with_room(&self, room: usize) -> Writer {
         // Sized for the usual value (≈ 10 bytes per waiting request) so it is allocated once.
         let mut w = Writer::with_capacity(128 + room + 16 * self.qs.requests_waiting() as usize);
+        self.encode_to(&mut w);
+        w
+    }
+
+    /// Appends the encoding to `w`.
+    pub fn encode_to(&self, w: &mut Writer) {
         w.u8(LEVEL_STATE_VERSION);
         w.u64(self.generation);
-        self.qs.encode(&mut w);
-        self.demand.encode(&mut w);
-        self.dropped.encode(&mut w);
-        w
+        self.qs.encode(w);
+        self.demand.encode(w);
+        self.dropped.encode(w);
     }
 
     /// Loads the stored state, creating it for `lvl` when absent or unreadable, and applies
