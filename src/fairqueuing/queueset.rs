@@ -1271,6 +1271,11 @@ impl QueueSet {
         // Room for as many ids as the prior state held waiting (the usual count), so collecting
         // them does not regrow the set.
         let id_room = prior.as_ref().map_or(0, |p| p.tot_requests_waiting as usize).saturating_add(8);
+        // Requests taken from `prior`'s queues unchanged come from a valid state: their ids are
+        // distinct and below its next id. When every request decoded here has an id from that
+        // next id on, ids can only repeat among the decoded ones, and only those are checked.
+        let prior_next = prior.as_ref().map_or(0, |p| p.next_id);
+        let mut decoded_before_prior = false;
         let mut prior_queues = prior.map(|p| p.queues).unwrap_or_default().into_iter().peekable();
         let version = r.u8()?;
         if !(2..=ENCODING_VERSION).contains(&version) {
@@ -1367,6 +1372,8 @@ impl QueueSet {
             // The queue's requests, and their sums when they are the prior state's unchanged
             // (the sums depend on the requests alone).
             let mut known_sums = None;
+            // The first `kept` requests are `prior`'s; the rest were decoded here.
+            let mut kept = 0;
             if version >= 4 {
                 let nw = r.count(0)?;
                 let seg = r.bytes()?;
@@ -1376,10 +1383,14 @@ impl QueueSet {
                 q.waiting = match prior_queues.next_if(|p| p.index == index) {
                     Some(p) if p.waiting.len() == nw && p.waiting.enc.get().map(Vec::as_slice) == Some(seg) => {
                         known_sums = Some((p.initial_seats_sum, p.max_seats_sum, p.total_work_sum));
+                        kept = nw;
                         p.waiting
                     }
                     prior => match prior.and_then(|p| advance_segment(p.waiting, seg, nw)) {
-                        Some(w) => w,
+                        Some((w, k)) => {
+                            kept = k;
+                            w
+                        }
                         None => decode_segment(seg, nw)?,
                     },
                 };
@@ -1391,10 +1402,11 @@ impl QueueSet {
                     waiting.push_back(qs.decode_waiting_v3(r, version)?);
                 }
             }
-            for w in q.waiting.iter() {
+            for w in q.waiting.iter().skip(kept) {
                 if w.id == 0 || w.id >= qs.next_id {
                     return Err(CodecError("bad request id"));
                 }
+                decoded_before_prior |= w.id < prior_next;
                 ids.push(w.id);
             }
             match known_sums {
@@ -1438,6 +1450,16 @@ impl QueueSet {
         }
         if qs.queues.iter().any(|q| q.is_stored_idle()) {
             return Err(CodecError("idle queue stored"));
+        }
+        if decoded_before_prior || prior_next > qs.next_id {
+            // The prior is not an earlier state of this one: check every request's id.
+            ids.ids.clear();
+            for w in qs.queues.iter().flat_map(|q| q.waiting.iter()) {
+                if w.id == 0 || w.id >= qs.next_id {
+                    return Err(CodecError("bad request id"));
+                }
+                ids.push(w.id);
+            }
         }
         if ids.has_duplicates() {
             return Err(CodecError("duplicate request id"));
@@ -1667,9 +1689,10 @@ const ADVANCE_MAX: usize = 4;
 /// share, when `seg` is `prior` with up to [`ADVANCE_MAX`] heads dispatched and requests
 /// appended (what other workers' arrivals and dispatches do to a queue): the new head's entry
 /// must equal a request of `prior`, the entries after it `prior`'s bytes after that request,
-/// and only the appended entries are decoded. `None` otherwise (decode it all). Since
+/// and only the appended entries are decoded (returned with how many of `prior`'s requests
+/// it kept). `None` otherwise (decode it all). Since
 /// `prior`'s kept encoding is exactly its requests', the result is what decoding gives.
-fn advance_segment(mut prior: WaitList, seg: &[u8], n: usize) -> Option<WaitList> {
+fn advance_segment(mut prior: WaitList, seg: &[u8], n: usize) -> Option<(WaitList, usize)> {
     let enc = prior.enc.take()?;
     let mut r = Reader::new(seg);
     let head = QueueSet::decode_waiting(&mut r, None).ok()?;
@@ -1685,7 +1708,8 @@ fn advance_segment(mut prior: WaitList, seg: &[u8], n: usize) -> Option<WaitList
         return None;
     }
     prior.reqs.drain(..k);
-    let appended = n.checked_sub(prior.reqs.len())?;
+    let kept_reqs = prior.reqs.len();
+    let appended = n.checked_sub(kept_reqs)?;
     let mut r = Reader::new(rest.get(kept.len()..)?);
     for _ in 0..appended {
         let w = QueueSet::decode_waiting(&mut r, prior.reqs.back()).ok()?;
@@ -1697,7 +1721,7 @@ fn advance_segment(mut prior: WaitList, seg: &[u8], n: usize) -> Option<WaitList
     let _ = prior.enc.set(seg.to_vec());
     #[cfg(test)]
     ADVANCED.with(|a| a.set(a.get() + 1));
-    Some(prior)
+    Some((prior, kept_reqs))
 }
 
 /// How long a waiting request may wait from its arrival (`None`: no deadline).
@@ -2411,6 +2435,45 @@ mod tests {
         let last = other.waiting.len() - 1;
         other.waiting.edit()[last].id = first;
         assert!(roundtrip(&bad).is_err());
+        // Decoding with a prior state whose queues are taken unchanged: a request decoded here
+        // that repeats a kept request's id, or another decoded request's, is rejected too.
+        let encode = |qs: &QueueSet| {
+            let mut w = Writer::new();
+            qs.encode(&mut w);
+            w.into_bytes()
+        };
+        let with_prior = |qs: &QueueSet, prior: &QueueSet| QueueSet::decode_reusing(&mut Reader::new(&encode(qs)), Some(prior.clone()));
+        let mut prior = qs.clone();
+        prior.queues.iter_mut().for_each(|q| {
+            q.waiting.encoded();
+        });
+        assert_eq!(with_prior(&qs, &prior).unwrap(), qs);
+        let nonempty: Vec<usize> = (0..qs.queues.len()).filter(|&i| !qs.queues[i].waiting.is_empty()).collect();
+        let (qa, qb) = (nonempty[0], nonempty[1]);
+        let kept_id = qs.queues[qa].waiting[0].id;
+        let appended = |qs: &mut QueueSet, q: usize, id: RequestId| {
+            let mut w = qs.queues[q].waiting.back().unwrap().clone();
+            w.id = id;
+            qs.queues[q].waiting.push_back(w);
+            qs.next_id = qs.next_id.max(id + 1);
+        };
+        // Appended with a fresh id: accepted (and decoded from the prior's queues).
+        let mut ok = qs.clone();
+        appended(&mut ok, qb, qs.next_id);
+        assert_eq!(with_prior(&ok, &prior).unwrap(), QueueSet::decode(&mut Reader::new(&encode(&ok))).unwrap());
+        // Appended with the id of a request of another queue the prior holds unchanged.
+        let mut dup = qs.clone();
+        appended(&mut dup, qb, kept_id);
+        assert!(with_prior(&dup, &prior).is_err());
+        // Two appended requests with the same fresh id.
+        let mut dup = qs.clone();
+        appended(&mut dup, qa, qs.next_id + 3);
+        appended(&mut dup, qb, qs.next_id + 3);
+        assert!(with_prior(&dup, &prior).is_err());
+        // A fresh id at or above the state's next id.
+        let mut bad = ok.clone();
+        bad.next_id = qs.next_id;
+        assert!(with_prior(&bad, &prior).is_err());
     }
 
     #[test]
