@@ -44,6 +44,8 @@ thread_local! {
 /// ([`ops`]); else decoded, reusing the queues of the state this thread holds whose
 /// encoding is unchanged ([`LevelState::decode_reusing`]).
 pub fn decode(key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
+    // Lives on the stack for this call only; boxing the replay would cost an allocation each.
+    #[allow(clippy::large_enum_variant)]
     enum Found<'a> {
         Own(LevelState),
         Replay(LevelState, ops::Replay, &'a [u8]),

@@ -2277,13 +2277,7 @@ mod tests {
 
     #[test]
     fn direct_dispatch_matches_enqueue_then_dispatch() {
-        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-        let mut rnd = move |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n.max(1)
-        };
+        let mut rnd = xorshift(0x2545_f491_4f6c_dd1d);
         let slow = |f: &mut dyn FnMut()| {
             DIRECT_DISPATCH.with(|d| d.set(false));
             f();
@@ -2622,13 +2616,7 @@ mod tests {
     /// time-outs and owner purges from 3 owners, decoding each state with earlier ones.
     #[test]
     fn decoding_with_a_prior_state_equals_decoding() {
-        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-        let mut rnd = move |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n.max(1)
-        };
+        let mut rnd = xorshift(0x9E37_79B9_7F4A_7C15);
         let mut qs = QueueSet::new(cfg(8, 20, 2, 3), 0).unwrap();
         let mut now: Nanos = 0;
         let mut executing: Vec<Receipt> = Vec::new();
@@ -2697,17 +2685,22 @@ mod tests {
         assert!(history.iter().any(|(_, q)| q.requests_waiting() > 10), "never saturated");
     }
 
-    /// Skipping an entry ends exactly where decoding it ends, whatever it repeats of the entry
-    /// before it.
-    #[test]
-    fn skipping_an_entry_ends_where_decoding_ends() {
-        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
-        let mut rnd = move |n: u64| {
+    /// A deterministic generator for the randomized tests: `rnd(n)` is in `0..n` (0 for n = 0).
+    fn xorshift(seed: u64) -> impl FnMut(u64) -> u64 {
+        let mut x = seed;
+        move |n: u64| {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
             x % n.max(1)
-        };
+        }
+    }
+
+    /// Skipping an entry ends exactly where decoding it ends, whatever it repeats of the entry
+    /// before it.
+    #[test]
+    fn skipping_an_entry_ends_where_decoding_ends() {
+        let mut rnd = xorshift(0x2545_F491_4F6C_DD1D);
         for _ in 0..2000 {
             let mut reqs = VecDeque::new();
             let mut id = 1 + rnd(1 << 40);
