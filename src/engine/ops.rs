@@ -13,9 +13,8 @@
 //! `write id (8 B) ‖ step*`, newest step first, each step `previous write id (8 B) ‖ operation
 //! length (1 B) ‖ operation` ([`next_write_id`]); operations are written with fixed-width
 //! fields ([`Op::encode`]; modules before 2026-11-24 wrote varints, still read). Modules before
-//! 2026-11-22 wrote one step
-//! without the length, naming states by a hash of their bytes: such trailers read as steps
-//! that do not parse or ids that match nothing, so the value is decoded.
+//! 2026-11-22 wrote one step without the length, naming states by a hash of their bytes: such
+//! trailers read as steps that do not parse or ids that match nothing, so the value is decoded.
 //! [`super::LevelState::decode`] ignores what follows the state, so values with and without a
 //! trailer are read alike by every version of the module.
 

@@ -221,37 +221,28 @@ impl WaitList {
     /// entry of a segment is absolute) before the unchanged entries after it, in place.
     fn pop_front(&mut self) -> Option<Waiting> {
         let first = self.reqs.pop_front()?;
-        if let Some(enc) = self.enc.get_mut() {
-            let kept = match self.reqs.front() {
-                None => {
-                    enc.clear();
-                    true
-                }
-                Some(head) => {
-                    // Where the entries after the new head start: past the old head's entry and
-                    // the new head's (delta-coded) one.
-                    let mut r = Reader::new(enc);
-                    let end = QueueSet::skip_waiting(&mut r, true).and_then(|()| QueueSet::skip_waiting(&mut r, false)).map(|()| r.position());
-                    match end {
-                        Ok(end) if end <= enc.len() => {
-                            // Append the new head's full entry, drop the two old entries, and
-                            // rotate the new entry to the front.
-                            let mut w = Writer { buf: std::mem::take(enc) };
-                            let old_len = w.buf.len();
-                            QueueSet::encode_waiting(&mut w, head, None);
-                            let head_len = w.buf.len().saturating_sub(old_len);
-                            let mut buf = w.buf;
-                            buf.drain(..end);
-                            let head_len = head_len.min(buf.len());
-                            buf.rotate_right(head_len);
-                            *enc = buf;
-                            true
-                        }
-                        _ => false,
-                    }
-                }
-            };
-            if !kept {
+        let Some(enc) = self.enc.get_mut() else { return Some(first) };
+        let Some(head) = self.reqs.front() else {
+            enc.clear();
+            return Some(first);
+        };
+        // Where the entries after the new head start: past the old head's entry and the new
+        // head's (delta-coded) one.
+        let mut r = Reader::new(enc);
+        match QueueSet::skip_waiting(&mut r, true).and_then(|()| QueueSet::skip_waiting(&mut r, false)).map(|()| r.position()) {
+            Ok(end) if end <= enc.len() => {
+                // Append the new head's full entry, drop the two old entries, and rotate the
+                // new entry to the front.
+                let mut w = Writer { buf: std::mem::take(enc) };
+                let old_len = w.buf.len();
+                QueueSet::encode_waiting(&mut w, head, None);
+                let head_len = w.buf.len().saturating_sub(old_len);
+                w.buf.drain(..end);
+                let n = w.buf.len();
+                w.buf.rotate_right(head_len.min(n));
+                *enc = w.buf;
+            }
+            _ => {
                 self.enc.take();
             }
         }
@@ -1403,11 +1394,8 @@ impl QueueSet {
                 }
             }
             for w in q.waiting.iter().skip(kept) {
-                if w.id == 0 || w.id >= qs.next_id {
-                    return Err(CodecError("bad request id"));
-                }
                 decoded_before_prior |= w.id < prior_next;
-                ids.push(w.id);
+                ids.add(w.id, qs.next_id)?;
             }
             match known_sums {
                 Some(sums) => (q.initial_seats_sum, q.max_seats_sum, q.total_work_sum) = sums,
@@ -1455,10 +1443,7 @@ impl QueueSet {
             // The prior is not an earlier state of this one: check every request's id.
             ids.ids.clear();
             for w in qs.queues.iter().flat_map(|q| q.waiting.iter()) {
-                if w.id == 0 || w.id >= qs.next_id {
-                    return Err(CodecError("bad request id"));
-                }
-                ids.push(w.id);
+                ids.add(w.id, qs.next_id)?;
             }
         }
         if ids.has_duplicates() {
@@ -1618,8 +1603,13 @@ impl IdSet {
     /// waiting requests arrived recently), others by sorting.
     const WINDOW: u64 = 4096;
 
-    fn push(&mut self, id: RequestId) {
+    /// Adds a request's id, which must be one the state has handed out (1 to `next_id` − 1).
+    fn add(&mut self, id: RequestId, next_id: RequestId) -> CodecResult<()> {
+        if id == 0 || id >= next_id {
+            return Err(CodecError("bad request id"));
+        }
         self.ids.push(id);
+        Ok(())
     }
 
     fn has_duplicates(&mut self) -> bool {
@@ -1690,8 +1680,8 @@ const ADVANCE_MAX: usize = 4;
 /// appended (what other workers' arrivals and dispatches do to a queue): the new head's entry
 /// must equal a request of `prior`, the entries after it `prior`'s bytes after that request,
 /// and only the appended entries are decoded (returned with how many of `prior`'s requests
-/// it kept). `None` otherwise (decode it all). Since
-/// `prior`'s kept encoding is exactly its requests', the result is what decoding gives.
+/// it kept). `None` otherwise (decode it all). Since `prior`'s kept encoding is exactly its
+/// requests', the result is what decoding gives.
 fn advance_segment(mut prior: WaitList, seg: &[u8], n: usize) -> Option<(WaitList, usize)> {
     let enc = prior.enc.take()?;
     let mut r = Reader::new(seg);
@@ -2379,15 +2369,15 @@ mod tests {
                 let id = |i: usize| 7 + i as u64 * spread;
                 let mut s = IdSet::default();
                 for i in 0..n {
-                    s.push(id(i));
+                    s.ids.push(id(i));
                 }
                 assert!(!s.has_duplicates(), "{n} {spread}");
                 for dup in 0..n {
                     let mut s = IdSet::default();
                     for i in 0..n {
-                        s.push(id(i));
+                        s.ids.push(id(i));
                     }
-                    s.push(id(dup));
+                    s.ids.push(id(dup));
                     assert!(s.has_duplicates(), "{n} {dup} {spread}");
                 }
             }
