@@ -497,8 +497,28 @@ fn random_operations_with_dying_workers_never_leak_nor_overrun() {
 /// Same model with real threads: each OS thread is a worker with its own mailbox (a channel),
 /// racing on the store's CAS. No engine call may fail (CAS retries exhausted would leak a seat
 /// in the filter), the limit holds whenever sampled, and nothing leaks at the end.
+///
+/// Whether threads get in each other's way is up to the scheduler: on a loaded machine they
+/// can run one after another (seen: 6 conflicts and no replay in 16,000 operations). Every
+/// attempt must leak nothing; the races themselves (conflicts, decodes, replays) must have
+/// happened within a few attempts.
 #[test]
 fn threads_racing_on_cas_leak_nothing() {
+    let mut seen = (0, 0, 0);
+    for attempt in 0..8 {
+        let (conflicts, decodes, replays) = race_once(attempt);
+        seen = (seen.0 + conflicts, seen.1 + decodes, seen.2 + replays);
+        if seen.0 > 0 && seen.1 > 0 && seen.2 > 0 {
+            return;
+        }
+    }
+    panic!("the threads never raced: conflicts, decodes, replays {seen:?}");
+}
+
+/// One run of [`threads_racing_on_cas_leak_nothing`]; returns the threads' conflicts, decodes
+/// and replays (the threads replay each other's operations onto their cached states, every
+/// replay checked against the stored bytes).
+fn race_once(attempt: u64) -> (u64, u64, u64) {
     use std::sync::atomic::{AtomicI64, Ordering};
     use std::sync::mpsc::{channel, Receiver, Sender};
     use std::sync::Arc;
@@ -514,11 +534,13 @@ fn threads_racing_on_cas_leak_nothing() {
     for t in 0..THREADS {
         assert_eq!(engine::heartbeat(&*store, 100 + u64::from(t), 0).unwrap(), t + 1);
     }
+    let start = Arc::new(std::sync::Barrier::new(THREADS as usize));
     for (t, rx) in rxs.into_iter().enumerate() {
-        let (store, c, keys, clock, txs) = (store.clone(), c.clone(), keys.clone(), clock.clone(), txs.clone());
+        let (store, c, keys, clock, txs, start) = (store.clone(), c.clone(), keys.clone(), clock.clone(), txs.clone(), start.clone());
         handles.push(std::thread::spawn(move || {
             let slot = t as u32 + 1;
-            let mut rng = Rng(1000 + t as u64);
+            let mut rng = Rng(1000 + 100 * attempt + t as u64);
+            start.wait();
             let mut reqs: HashMap<u32, (String, RequestId, Phase, Option<apf_wasm::fairqueuing::Receipt>)> = HashMap::new();
             let mut next_ctx = 1u32;
             let mut over = 0u32;
@@ -542,7 +564,11 @@ fn threads_racing_on_cas_leak_nothing() {
                     }
                 }
             };
-            for _ in 0..4000 {
+            for i in 0..4000 {
+                if i % 8 == 0 {
+                    // Sharing a core, threads then interleave instead of running in turns.
+                    std::thread::yield_now();
+                }
                 let now = clock.fetch_add(rng.below(3) as i64 * MS, Ordering::SeqCst);
                 let mut ns: Vec<Notice> = rx.try_iter().collect();
                 match rng.below(10) {
@@ -584,10 +610,8 @@ fn threads_racing_on_cas_leak_nothing() {
     }
     let mut workers: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     assert_eq!(workers.iter().map(|w| w.2).sum::<u32>(), 0, "a level was seen over its limit");
-    // The threads got in each other's way (conflicts, decodes) and replayed each other's
-    // operations onto their cached states (every replay checked against the stored bytes).
-    let (conflicts, decodes, replays) = workers.iter().fold((0, 0, 0), |a, w| (a.0 + w.3.conflicts, a.1 + w.3.decodes, a.2 + w.3.replays));
-    assert!(conflicts > 0 && decodes > 0 && replays > 0, "conflicts {conflicts}, decodes {decodes}, replays {replays}");
+    let counts = workers.iter().fold((0, 0, 0), |a, w| (a.0 + w.3.conflicts, a.1 + w.3.decodes, a.2 + w.3.replays));
+    eprintln!("attempt {attempt}: conflicts, decodes, replays {counts:?}");
     // Quiesce single-threaded: every worker ends what it holds and handles its mailbox until
     // nothing moves.
     for _round in 0..100 {
@@ -620,4 +644,5 @@ fn threads_racing_on_cas_leak_nothing() {
         }
     }
     assert_empty(&store, &keys);
+    counts
 }
