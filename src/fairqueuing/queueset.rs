@@ -718,13 +718,13 @@ impl QueueSet {
     fn find_dispatch_queue(&mut self) -> Option<usize> {
         let n = self.queues.len();
         let start = self.queues.partition_point(|q| q.index <= self.robin_index);
-        let g = self.g;
+        let mut heads = HeadFinish::new(self.g);
         let mut min_finish = u64::MAX;
         let mut min_pos = None;
         for k in 0..n {
-            let pos = (start + k) % n;
+            let pos = if start + k >= n { start + k - n } else { start + k };
             let Some(q) = self.queues.get(pos) else { continue };
-            let Some(finish) = head_finish(q, g) else { continue };
+            let Some(finish) = heads.of(q) else { continue };
             if finish < min_finish {
                 min_finish = finish;
                 min_pos = Some(pos);
@@ -743,9 +743,9 @@ impl QueueSet {
     /// `owner` that [`affinity_pick`] may take and another queue, whose head belongs to `owner`
     /// and fits, finishes within one request's work (the chosen head's) of `pos`'s head.
     fn affinity_queue(&self, pos: usize, owner: u32) -> usize {
-        let g = self.g;
+        let mut heads = HeadFinish::new(self.g);
         let Some(q) = self.queues.get(pos) else { return pos };
-        let (Some(head), Some(min_finish)) = (q.waiting.front(), head_finish(q, g)) else { return pos };
+        let (Some(head), Some(min_finish)) = (q.waiting.front(), heads.of(q)) else { return pos };
         if head.tag.owner == owner || affinity_pick(&q.waiting, owner) != 0 {
             return pos;
         }
@@ -753,7 +753,7 @@ impl QueueSet {
         let limit = min_finish.saturating_add(w);
         let mut best = (u64::MAX, pos);
         for (p, other) in self.queues.iter().enumerate() {
-            let (Some(h), Some(finish)) = (other.waiting.front(), head_finish(other, g)) else { continue };
+            let (Some(h), Some(finish)) = (other.waiting.front(), heads.of(other)) else { continue };
             if p == pos || h.tag.owner != owner {
                 continue;
             }
@@ -1745,10 +1745,31 @@ fn affinity_pick(waiting: &VecDeque<Waiting>, owner: u32) -> usize {
     0
 }
 
-/// Virtual finish R of `q`'s head (what fair queuing orders queues by).
-fn head_finish(q: &Queue, g: Nanos) -> Option<u64> {
-    let head = q.waiting.front()?;
-    Some(q.next_dispatch_r.wrapping_add(request_work(&head.work, g).1 .0))
+/// Virtual finish R of queue heads (what fair queuing orders queues by), for a scan over the
+/// queues: the total work of the last estimate seen is kept, as most heads carry the same
+/// estimate (a pure function of the estimate and `g`, so the result is the same).
+struct HeadFinish {
+    g: Nanos,
+    last: Option<(WorkEstimate, u64)>,
+}
+
+impl HeadFinish {
+    fn new(g: Nanos) -> HeadFinish {
+        HeadFinish { g, last: None }
+    }
+
+    fn of(&mut self, q: &Queue) -> Option<u64> {
+        let head = q.waiting.front()?;
+        let work = match self.last {
+            Some((we, total)) if we == head.work => total,
+            _ => {
+                let total = request_work(&head.work, self.g).1 .0;
+                self.last = Some((head.work, total));
+                total
+            }
+        };
+        Some(q.next_dispatch_r.wrapping_add(work))
+    }
 }
 
 fn bound_next_dispatch(q: &mut Queue) {
