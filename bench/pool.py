@@ -7,9 +7,11 @@ ratio of two variants in every round where both ran, pools the rounds of all the
 prints the median, mean, quartiles and a bootstrap 95 % interval of the median.
 
 Usage: python3 bench/pool.py LOG [LOG ...] [--ratio A/B ...]
-  A and B are `<variant>|<workers>` as in the window lines. Default ratios: the saturated
-  shape's (apf 2 ÷ 1 workers, control ÷ apf 1 worker, apf ÷ control, localqueue 2 ÷ 1) and the
-  uncontended apf ÷ floor, each where the logs have both.
+  A and B are `<variant>|<workers>` as in the window lines. `A/B//C/D` is a ratio of ratios,
+  (A ÷ B) ÷ (C ÷ D) in every round. Default ratios: the saturated shape's (apf 2 ÷ 1 workers,
+  control ÷ apf 1 worker, apf ÷ control, localqueue 2 ÷ 1, and apf's 2 ÷ 1 over localqueue's:
+  what a second worker costs apf-wasm beyond what it costs the trivial localqueue reference in
+  the same round) and the uncontended apf ÷ floor, each where the logs have all variants.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ DEFAULT = [
     "isolated-saturated|2/apf-saturated|1",
     "apf-saturated|2/isolated-saturated|2",
     "localqueue-saturated|2/localqueue-saturated|1",
+    "apf-saturated|2/apf-saturated|1//localqueue-saturated|2/localqueue-saturated|1",
     "apf|1/floor|1",
 ]
 
@@ -53,15 +56,23 @@ def main() -> None:
     args = ap.parse_args()
     all_rounds = [r for path in args.logs for r in rounds(path)]
     for spec in args.ratio or DEFAULT:
-        a, b = spec.split("/", 1)
-        xs = [r[a] / r[b] for r in all_rounds if a in r and b in r and r[b] > 0]
+        parts = [p.split("/", 1) for p in spec.split("//")]
+        names = [n for p in parts for n in p]
+        xs = []
+        for r in all_rounds:
+            if all(r.get(n, 0) > 0 for n in names):
+                x = r[parts[0][0]] / r[parts[0][1]]
+                for c, d in parts[1:]:
+                    x /= r[c] / r[d]
+                xs.append(x)
+        label = " ÷ ".join(f"({a} ÷ {b})" if len(parts) > 1 else f"{a} ÷ {b}" for a, b in parts)
         if len(xs) < 2:
             if args.ratio:
-                print(f"{a} ÷ {b}: fewer than 2 rounds with both")
+                print(f"{label}: fewer than 2 rounds with all of them")
             continue
         q1, _, q3 = statistics.quantiles(xs, n=4)
         lo, hi = bootstrap_median(xs)
-        print(f"{a} ÷ {b}: {len(xs)} rounds, median {statistics.median(xs):.3f} "
+        print(f"{label}: {len(xs)} rounds, median {statistics.median(xs):.3f} "
               f"(95 % interval {lo:.3f}–{hi:.3f}), mean {statistics.mean(xs):.3f}, "
               f"quartiles {q1:.2f}–{q3:.2f}")
 
