@@ -721,8 +721,7 @@ impl QueueSet {
         let mut heads = HeadFinish::new(self.g);
         let mut min_finish = u64::MAX;
         let mut min_pos = None;
-        for k in 0..n {
-            let pos = if start + k >= n { start + k - n } else { start + k };
+        for pos in (start..n).chain(0..start) {
             let Some(q) = self.queues.get(pos) else { continue };
             let Some(finish) = heads.of(q) else { continue };
             if finish < min_finish {
