@@ -6,12 +6,16 @@ Reads the window lines `[bench] window i/N <variant>|<workers>: X us/req` that r
 ratio of two variants in every round where both ran, pools the rounds of all the logs and
 prints the median, mean, quartiles and a bootstrap 95 % interval of the median.
 
-Usage: python3 bench/pool.py LOG [LOG ...] [--ratio A/B ...]
+Usage: python3 bench/pool.py LOG [LOG ...] [--ratio A/B ...] [--metric M]
   A and B are `<variant>|<workers>` as in the window lines. `A/B//C/D` is a ratio of ratios,
   (A ÷ B) ÷ (C ÷ D) in every round. Default ratios: the saturated shape's (apf 2 ÷ 1 workers,
   control ÷ apf 1 worker, apf ÷ control, localqueue 2 ÷ 1, and apf's 2 ÷ 1 over localqueue's:
   what a second worker costs apf-wasm beyond what it costs the trivial localqueue reference in
   the same round) and the uncontended apf ÷ floor, each where the logs have all variants.
+  --metric pools another per-window figure instead of the CPU per request: `user` or `sys`
+  (the Envoy process's user / kernel CPU per request), `workers` (its worker threads' CPU),
+  `sleeps` or `preempted` (its workers' voluntary / involuntary context switches per request);
+  logs written before 2026-11-25 have only the CPU per request.
 """
 
 from __future__ import annotations
@@ -21,7 +25,10 @@ import random
 import re
 import statistics
 
-WINDOW = re.compile(r"\[bench\] window (\d+)/\d+ (\S+): ([\d.]+) us/req")
+WINDOW = re.compile(r"\[bench\] window (\d+)/\d+ (\S+): ([\d.]+) us/req(.*)")
+FIELD = re.compile(r"(\w+)=([\d.]+)")
+METRICS = {"cpu": None, "user": "user", "sys": "sys", "workers": "workers", "sleeps": "sleeps",
+           "preempted": "preempted"}
 DEFAULT = [
     "apf-saturated|2/apf-saturated|1",
     "isolated-saturated|2/apf-saturated|1",
@@ -32,13 +39,17 @@ DEFAULT = [
 ]
 
 
-def rounds(path: str) -> list[dict[str, float]]:
+def rounds(path: str, metric: str = "cpu") -> list[dict[str, float]]:
     by_round: dict[int, dict[str, float]] = {}
+    field = METRICS[metric]
     with open(path, encoding="utf-8") as f:
         for line in f:
             m = WINDOW.search(line)
-            if m:
-                by_round.setdefault(int(m[1]), {})[m[2]] = float(m[3])
+            if not m:
+                continue
+            v = float(m[3]) if field is None else dict(FIELD.findall(m[4])).get(field)
+            if v is not None:
+                by_round.setdefault(int(m[1]), {})[m[2]] = float(v)
     return [by_round[k] for k in sorted(by_round)]
 
 
@@ -53,8 +64,10 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("logs", nargs="+")
     ap.add_argument("--ratio", action="append", help="A/B, e.g. 'apf-saturated|2/apf-saturated|1'")
+    ap.add_argument("--metric", choices=sorted(METRICS), default="cpu",
+                    help="the per-window figure to pool (default: CPU per request)")
     args = ap.parse_args()
-    all_rounds = [r for path in args.logs for r in rounds(path)]
+    all_rounds = [r for path in args.logs for r in rounds(path, args.metric)]
     for spec in args.ratio or DEFAULT:
         parts = [p.split("/", 1) for p in spec.split("//")]
         names = [n for p in parts for n in p]

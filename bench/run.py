@@ -344,6 +344,18 @@ def variant_specs(args, mods) -> list[dict]:
     return specs
 
 
+def with_stats(cfg: dict, stats: str) -> dict:
+    """--envoy-stats minimal: Envoy creates only the stats matched here (the request counter the
+    driver divides by, the modules' own metrics); the rest are null stats, never incremented.
+    Envoy's counters are process-wide atomics that every worker increments per request, so
+    fewer of them is less work per request and less cache-line traffic between workers."""
+    if stats == "minimal":
+        cfg["stats_config"] = {"stats_matcher": {"inclusion_list": {"patterns": [
+            {"exact": RQ_TOTAL}, {"contains": "apf_wasm_"}, {"contains": "apiserver_flowcontrol_"},
+            {"prefix": "wasmcustom."}, {"prefix": "server."}]}}}
+    return cfg
+
+
 def load_generator(spec: dict, env: EnvoyProcess, wrk: str | None, workdir: Path):
     """gen(n): send n requests of `spec`'s shape to `env`'s gateway (wrk, else Python)."""
     port = env.ports["gateway"]
@@ -391,13 +403,16 @@ def cpu_window(env: EnvoyProcess, gen, n: int, contention: bool = False) -> dict
     the CPU figure is taken before that wait)."""
     c0 = contention_counts(env) if contention else None
     t0_ = timing_counts(env) if contention else {}
-    rq0, cpu0 = env.stats(RQ_TOTAL).get(RQ_TOTAL, 0), env.cpu_seconds()
+    rq0, cpu0, s0 = env.stats(RQ_TOTAL).get(RQ_TOTAL, 0), env.cpu_seconds(), env.cpu_split()
     t0 = time.monotonic()
     res = gen(n)
     wall = time.monotonic() - t0
-    rq1, cpu1 = env.stats(RQ_TOTAL).get(RQ_TOTAL, 0), env.cpu_seconds()
+    rq1, cpu1, s1 = env.stats(RQ_TOTAL).get(RQ_TOTAL, 0), env.cpu_seconds(), env.cpu_split()
     done = max(1, rq1 - rq0)
     res.update(requests=done, cpu_us=(cpu1 - cpu0) / done * 1e6, rps=done / wall)
+    # Per request: user / kernel CPU µs (clock ticks), the workers' share of the CPU time
+    # (µs), and how often a worker blocked for lack of work or was preempted.
+    res["split"] = {k: (s1[k] - s0[k]) / done * (1e6 if k.endswith("_s") else 1) for k in s0}
     if c0 is not None:
         time.sleep(1.2)
         c1 = contention_counts(env)
@@ -413,6 +428,7 @@ def measure(spec: dict, args, envoy_bin: str, upstream_port: int, wrk: str | Non
             workdir: Path) -> dict:
     cfg = gateway_config(upstream_port=upstream_port, wasm_path=str(spec.get("wasm") or ""),
                          plugin_config=spec.get("cfg"), http_filter=spec["http_filter"])
+    with_stats(cfg, args.envoy_stats)
     env = EnvoyProcess(cfg, workdir, envoy_bin=envoy_bin, concurrency=spec["workers"],
                        name=f"gw-{spec['name']}-{spec['workers']}", log_level="warning")
     env.start()
@@ -444,6 +460,7 @@ def measure_paired(specs: list[dict], args, envoy_bin: str, upstream_port: int, 
         for spec in specs:
             cfg = gateway_config(upstream_port=upstream_port, wasm_path=str(spec.get("wasm") or ""),
                                  plugin_config=spec.get("cfg"), http_filter=spec["http_filter"])
+            with_stats(cfg, args.envoy_stats)
             env = EnvoyProcess(cfg, workdir, envoy_bin=envoy_bin, concurrency=spec["workers"],
                                name=f"gwp-{spec['name']}-{spec['workers']}", log_level="warning")
             env.start()
@@ -465,7 +482,10 @@ def measure_paired(specs: list[dict], args, envoy_bin: str, upstream_port: int, 
                 res["round"] = rnd
                 key = f"{spec['name']}|{spec['workers']}"
                 out.setdefault(key, []).append(res)
-                log(f"window {rnd + 1}/{args.rounds} {key}: {res['cpu_us']:.1f} us/req")
+                sp = res.get("split", {})
+                log(f"window {rnd + 1}/{args.rounds} {key}: {res['cpu_us']:.1f} us/req"
+                    + (f"; user={sp['user_s']:.1f} sys={sp['sys_s']:.1f} workers={sp['workers_s']:.1f}"
+                       f" sleeps={sp['sleeps']:.3f} preempted={sp['preempted']:.3f}" if sp else ""))
     finally:
         for _, env in envs:
             env.stop()
@@ -625,6 +645,10 @@ def main() -> int:
     ap.add_argument("--ratio-base", default="floor")
     ap.add_argument("--python-client", action="store_true", help="do not use wrk")
     ap.add_argument("--no-install", action="store_true", help="do not apt-get install wrk")
+    ap.add_argument("--envoy-stats", choices=["all", "minimal"], default="all",
+                    help="minimal: the measured Envoys keep only the stats the driver reads and the "
+                         "modules' own metrics (a stats_matcher inclusion list, as Istio's proxies "
+                         "have by default); all: Envoy's default, every stat")
     ap.add_argument("--load-priority", choices=["idle", "normal"], default="idle",
                     help="scheduling of the load generator and the upstream (idle: SCHED_IDLE)")
     ap.add_argument("--paired", action="store_true",
@@ -706,9 +730,13 @@ def main() -> int:
             f"{sum(r.get('non2xx', 0) for r in rs)} |")
     table = "\n".join(lines)
 
-    def per_round(a: str, b: str) -> float:
-        ra = {r["round"]: r["cpu_us"] for r in results.get(a, []) if "cpu_us" in r}
-        rb = {r["round"]: r["cpu_us"] for r in results.get(b, []) if "cpu_us" in r}
+    def metric(r: dict, m: str) -> float | None:
+        v = r.get("cpu_us") if m == "cpu" else r.get("split", {}).get(m)
+        return v if v else None
+
+    def per_round(a: str, b: str, m: str = "cpu") -> float:
+        ra = {r["round"]: metric(r, m) for r in results.get(a, []) if metric(r, m)}
+        rb = {r["round"]: metric(r, m) for r in results.get(b, []) if metric(r, m)}
         return median([ra[k] / rb[k] for k in ra if k in rb])
 
     if "apf-saturated|2" in results and "localqueue-saturated|2" in results:
@@ -727,6 +755,22 @@ def main() -> int:
                   f"half the seats), 2 workers ÷ apf 1 worker {per_round('isolated-saturated|2', 'apf-saturated|1'):.2f}; "
                   f"apf ÷ control with 2 workers (what sharing the level costs) "
                   f"{per_round('apf-saturated|2', 'isolated-saturated|2'):.2f}.")
+    sat = [k for k in ("apf-saturated|1", "apf-saturated|2", "isolated-saturated|2",
+                       "localqueue-saturated|1", "localqueue-saturated|2") if k in results]
+    if any("split" in r for k in sat for r in results[k]):
+        table += "\nWhere the CPU goes (medians per request; user and kernel µs at clock-tick resolution): " + "; ".join(
+            f"{k} user {median([r['split']['user_s'] for r in results[k] if 'split' in r]):.1f}, "
+            f"kernel {median([r['split']['sys_s'] for r in results[k] if 'split' in r]):.1f}, "
+            f"worker sleeps {median([r['split']['sleeps'] for r in results[k] if 'split' in r]):.2f}"
+            for k in sat) + "."
+        if "apf-saturated|2" in results and "apf-saturated|1" in results:
+            table += ("\nUser CPU only, medians of per-round ratios: apf 2 ÷ 1 "
+                      f"{per_round('apf-saturated|2', 'apf-saturated|1', 'user_s'):.2f}"
+                      + (f"; localqueue 2 ÷ 1 {per_round('localqueue-saturated|2', 'localqueue-saturated|1', 'user_s'):.2f}"
+                         if "localqueue-saturated|2" in results else "")
+                      + (f"; apf ÷ control {per_round('apf-saturated|2', 'isolated-saturated|2', 'user_s'):.2f}"
+                         if "isolated-saturated|2" in results else "") + ". Kernel CPU only: apf 2 ÷ 1 "
+                      f"{per_round('apf-saturated|2', 'apf-saturated|1', 'sys_s'):.2f}.")
     for name, w in [(n, w) for n in COUNTED for w in (1, 2)]:
         cs = [r["contention"] for r in results.get(f"{name}|{w}", []) if "contention" in r]
         if cs:
@@ -746,7 +790,8 @@ def main() -> int:
     m = re.search(r"/(\d+\.\d+\.\d+)/", ver)
     header = (f"Envoy {m.group(1) if m else '?'}, "
               f"{args.requests} requests/round after {args.warmup} warm-up, {args.rounds} rounds, "
-              f"load generator {'wrk' if wrk else 'python'}, {os.cpu_count()} CPUs.\n")
+              f"load generator {'wrk' if wrk else 'python'}, {os.cpu_count()} CPUs"
+              + (", Envoy stats: minimal inclusion list" if args.envoy_stats == "minimal" else "") + ".\n")
     if noisy:
         table += ("\n\napf-noisy (4 seats, 50 ms service ≈ 80 req/s capacity, "
                   f"{args.workers_noisy} workers, {args.noisy_seconds:.0f} s per round; "

@@ -201,6 +201,41 @@ class EnvoyProcess:
         ticks = os.sysconf("SC_CLK_TCK")
         return (int(fields[11]) + int(fields[12])) / ticks
 
+    def cpu_split(self) -> dict[str, float]:
+        """Where the process's CPU time goes, summed over its threads (cumulative; diff two
+        readings): `user_s` / `sys_s` (utime / stime, clock-tick resolution), `workers_s`
+        (scheduler run time of the `wrk:worker_*` threads), `sleeps` (the workers' voluntary
+        context switches: times a worker blocked for lack of work) and `preempted` (their
+        involuntary ones). Missing files count as 0 (a thread may exit between listing and
+        reading)."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        out = dict(user_s=0.0, sys_s=0.0, workers_s=0.0, sleeps=0.0, preempted=0.0)
+        try:
+            tids = os.listdir(f"/proc/{self.pid}/task")
+        except OSError:
+            return out
+        for t in tids:
+            base = f"/proc/{self.pid}/task/{t}"
+            try:
+                with open(f"{base}/stat") as f:
+                    head, rest = f.read().rsplit(")", 1)
+                fields = rest.split()
+                out["user_s"] += int(fields[11]) / ticks
+                out["sys_s"] += int(fields[12]) / ticks
+                if not head.split("(", 1)[-1].startswith("wrk:"):
+                    continue
+                with open(f"{base}/schedstat") as f:
+                    out["workers_s"] += int(f.read().split()[0]) / 1e9
+                with open(f"{base}/status") as f:
+                    for line in f:
+                        if line.startswith("voluntary_ctxt_switches:"):
+                            out["sleeps"] += int(line.split()[1])
+                        elif line.startswith("nonvoluntary_ctxt_switches:"):
+                            out["preempted"] += int(line.split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+        return out
+
     def admin_get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
         assert self.admin_port is not None
         return http_get(self.admin_port, path, timeout=timeout)
