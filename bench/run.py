@@ -403,16 +403,16 @@ def cpu_window(env: EnvoyProcess, gen, n: int, contention: bool = False) -> dict
     the CPU figure is taken before that wait)."""
     c0 = contention_counts(env) if contention else None
     t0_ = timing_counts(env) if contention else {}
-    rq0, cpu0, s0 = env.stats(RQ_TOTAL).get(RQ_TOTAL, 0), env.cpu_seconds(), env.cpu_split()
+    rq0, s0 = env.stats(RQ_TOTAL).get(RQ_TOTAL, 0), env.cpu_split()
     t0 = time.monotonic()
     res = gen(n)
     wall = time.monotonic() - t0
-    rq1, cpu1, s1 = env.stats(RQ_TOTAL).get(RQ_TOTAL, 0), env.cpu_seconds(), env.cpu_split()
+    rq1, s1 = env.stats(RQ_TOTAL).get(RQ_TOTAL, 0), env.cpu_split()
     done = max(1, rq1 - rq0)
-    res.update(requests=done, cpu_us=(cpu1 - cpu0) / done * 1e6, rps=done / wall)
+    res.update(requests=done, cpu_us=(s1["cpu_s"] - s0["cpu_s"]) / done * 1e6, rps=done / wall)
     # Per request: user / kernel CPU µs (clock ticks), the workers' share of the CPU time
     # (µs), and how often a worker blocked for lack of work or was preempted.
-    res["split"] = {k: (s1[k] - s0[k]) / done * (1e6 if k.endswith("_s") else 1) for k in s0}
+    res["split"] = {k: (s1[k] - s0[k]) / done * (1e6 if k.endswith("_s") else 1) for k in s0 if k != "cpu_s"}
     if c0 is not None:
         time.sleep(1.2)
         c1 = contention_counts(env)
@@ -758,11 +758,12 @@ def main() -> int:
     sat = [k for k in ("apf-saturated|1", "apf-saturated|2", "isolated-saturated|2",
                        "localqueue-saturated|1", "localqueue-saturated|2") if k in results]
     if any("split" in r for k in sat for r in results[k]):
+        def split_median(k: str, m: str) -> float:
+            return median([r["split"][m] for r in results[k] if "split" in r])
+
         table += "\nWhere the CPU goes (medians per request; user and kernel µs at clock-tick resolution): " + "; ".join(
-            f"{k} user {median([r['split']['user_s'] for r in results[k] if 'split' in r]):.1f}, "
-            f"kernel {median([r['split']['sys_s'] for r in results[k] if 'split' in r]):.1f}, "
-            f"worker sleeps {median([r['split']['sleeps'] for r in results[k] if 'split' in r]):.2f}"
-            for k in sat) + "."
+            f"{k} user {split_median(k, 'user_s'):.1f}, kernel {split_median(k, 'sys_s'):.1f}, "
+            f"worker sleeps {split_median(k, 'sleeps'):.2f}" for k in sat) + "."
         if "apf-saturated|2" in results and "apf-saturated|1" in results:
             table += ("\nUser CPU only, medians of per-round ratios: apf 2 ÷ 1 "
                       f"{per_round('apf-saturated|2', 'apf-saturated|1', 'user_s'):.2f}"

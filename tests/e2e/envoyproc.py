@@ -188,35 +188,24 @@ class EnvoyProcess:
     def cpu_seconds(self) -> float:
         """CPU time of the Envoy process (all threads), in seconds: the sum of the per-thread
         scheduler run times (ns resolution) when available, else utime+stime (clock ticks)."""
-        try:
-            total = 0
-            for t in os.listdir(f"/proc/{self.pid}/task"):
-                with open(f"/proc/{self.pid}/task/{t}/schedstat") as f:
-                    total += int(f.read().split()[0])
-            return total / 1e9
-        except (OSError, ValueError, IndexError):
-            pass
-        with open(f"/proc/{self.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        ticks = os.sysconf("SC_CLK_TCK")
-        return (int(fields[11]) + int(fields[12])) / ticks
+        return self.cpu_split()["cpu_s"]
 
     def cpu_split(self) -> dict[str, float]:
-        """Where the process's CPU time goes, summed over its threads (cumulative; diff two
-        readings): `user_s` / `sys_s` (utime / stime, clock-tick resolution), `workers_s`
-        (scheduler run time of the `wrk:worker_*` threads), `sleeps` (the workers' voluntary
-        context switches: times a worker blocked for lack of work) and `preempted` (their
-        involuntary ones). Missing files count as 0 (a thread may exit between listing and
-        reading)."""
+        """One pass over the process's threads (cumulative figures; diff two readings):
+        `cpu_s` (as [`cpu_seconds`]), `user_s` / `sys_s` (utime / stime, clock-tick resolution),
+        `workers_s` (scheduler run time of the `wrk:worker_*` threads), `sleeps` (the workers'
+        voluntary context switches: times a worker blocked for lack of work) and `preempted`
+        (their involuntary ones). A thread that exits while being read counts as 0 in the split;
+        then `cpu_s` falls back to the process's utime+stime."""
         ticks = os.sysconf("SC_CLK_TCK")
-        out = dict(user_s=0.0, sys_s=0.0, workers_s=0.0, sleeps=0.0, preempted=0.0)
-        try:
-            tids = os.listdir(f"/proc/{self.pid}/task")
-        except OSError:
-            return out
-        for t in tids:
+        out = dict(cpu_s=0.0, user_s=0.0, sys_s=0.0, workers_s=0.0, sleeps=0.0, preempted=0.0)
+        sched_ok = True
+        for t in os.listdir(f"/proc/{self.pid}/task"):
             base = f"/proc/{self.pid}/task/{t}"
             try:
+                with open(f"{base}/schedstat") as f:
+                    run_s = int(f.read().split()[0]) / 1e9
+                out["cpu_s"] += run_s
                 with open(f"{base}/stat") as f:
                     head, rest = f.read().rsplit(")", 1)
                 fields = rest.split()
@@ -224,8 +213,7 @@ class EnvoyProcess:
                 out["sys_s"] += int(fields[12]) / ticks
                 if not head.split("(", 1)[-1].startswith("wrk:"):
                     continue
-                with open(f"{base}/schedstat") as f:
-                    out["workers_s"] += int(f.read().split()[0]) / 1e9
+                out["workers_s"] += run_s
                 with open(f"{base}/status") as f:
                     for line in f:
                         if line.startswith("voluntary_ctxt_switches:"):
@@ -233,7 +221,11 @@ class EnvoyProcess:
                         elif line.startswith("nonvoluntary_ctxt_switches:"):
                             out["preempted"] += int(line.split()[1])
             except (OSError, ValueError, IndexError):
-                continue
+                sched_ok = False
+        if not sched_ok:
+            with open(f"/proc/{self.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            out["cpu_s"] = (int(fields[11]) + int(fields[12])) / ticks
         return out
 
     def admin_get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
