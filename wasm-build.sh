@@ -17,8 +17,11 @@ if ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then
   rustup target add "$target" >&2
 fi
 
+# panic = "abort" for the module only (wasm32's default; set here rather than in Cargo.toml's
+# release profile, which native `cargo test --release` builds share with their unwinding test
+# harness: there it made the library's two builds collide).
 echo "wasm-build: cargo build --release --target $target --lib" >&2
-cargo build --release --target "$target" --lib "$@" >&2
+cargo build --release --target "$target" --lib --config 'profile.release.panic="abort"' "$@" >&2
 
 tdir="${CARGO_TARGET_DIR:-$root/target}"
 case "$tdir" in /*) ;; *) tdir="$root/$tdir" ;; esac

@@ -300,3 +300,82 @@ fn bench_saturated_workers() {
         per(totals.writes), per(totals.decodes), per(totals.replays), per(totals.reuses)
     );
 }
+
+/// A reader one operation behind on the saturated shape (8 seats, 64 clients, 16 queues, 56
+/// waiting): replaying the operation onto its state (apply + the check encoding) vs decoding
+/// the value reusing its state's unchanged queues vs decoding from scratch, as
+/// `engine::cache` may. The prior states are cloned before each timing (a clone costs more
+/// than a replay, which is why a CAS retry decodes instead of keeping a copy to replay on).
+/// `APF_BENCH_ONLY=replay|reusing|scratch` runs one (for callgrind; subtract `none`).
+#[test]
+#[ignore]
+fn bench_replay_vs_decode_reusing() {
+    use apf_wasm::engine::ops::{self, Op};
+    use apf_wasm::engine::LevelState;
+    use apf_wasm::fairqueuing::{QueueSetConfig, WorkEstimate};
+    let cfg = QueueSetConfig { desired_queues: 16, queue_length_limit: 100, hand_size: 4, concurrency_limit: 8 };
+    let mut st = LevelState::new(cfg, 1, 0).unwrap();
+    let tag = |i: u32| RequestTag { owner: 1 + (i % 2), context: i, flow_schema: 0, flow_hash: 42 + u64::from(i % 8), wait_deadline: i64::MAX };
+    let mut running = std::collections::VecDeque::new();
+    let mut out = Vec::new();
+    let mut apply = |st: &mut LevelState, op: &Op, running: &mut std::collections::VecDeque<_>| {
+        out.clear();
+        if let ops::Outcome::Decision(Decision::Execute(rc)) = ops::apply(st, op, &mut out) {
+            running.push_back(rc);
+        }
+        running.extend(out.iter().map(|d| d.receipt));
+    };
+    for i in 0..64u32 {
+        apply(&mut st, &Op::Arrive { now: 0, work: WorkEstimate::ONE, tag: tag(i) }, &mut running);
+    }
+    // (state before, operation, encoded state after), alternating finish and arrival.
+    let n = (iterations() / 20).max(1) as usize;
+    let mut steps = Vec::with_capacity(n);
+    for i in 0..n {
+        let now = 1_000_000 + i as i64 * 50_000;
+        let op = match i % 2 {
+            0 => Op::Finish { now, receipt: running.pop_front().unwrap() },
+            _ => Op::Arrive { now, work: WorkEstimate::ONE, tag: tag(64 + i as u32) },
+        };
+        let before = st.clone();
+        let _ = before.encode(); // keeps its queues' encodings, as a cached state has them
+        apply(&mut st, &op, &mut running);
+        steps.push((before, op, st.encode()));
+    }
+    let only = std::env::var("APF_BENCH_ONLY").unwrap_or_default();
+    type Step = (LevelState, Op, Vec<u8>);
+    let timed = |what: &str, f: &mut dyn FnMut(&Step, LevelState)| -> Option<f64> {
+        if !only.is_empty() && only != what {
+            return None;
+        }
+        let priors: Vec<LevelState> = steps.iter().map(|s| s.0.clone()).collect();
+        let t = Instant::now();
+        for (step, prior) in steps.iter().zip(priors) {
+            f(step, prior);
+        }
+        Some(t.elapsed().as_nanos() as f64 / n as f64)
+    };
+    let mut w = apf_wasm::codec::Writer::with_capacity(4096);
+    let mut out = Vec::new();
+    let replay = timed("replay", &mut |(_, op, after), mut s| {
+        out.clear();
+        ops::apply(&mut s, op, &mut out);
+        w.buf.clear();
+        s.encode_to(&mut w);
+        assert!(w.buf == *after);
+    });
+    let reusing = timed("reusing", &mut |(_, _, after), s| {
+        std::hint::black_box(LevelState::decode_reusing(after, Some(s)).unwrap());
+    });
+    let scratch = timed("scratch", &mut |(_, _, after), _| {
+        std::hint::black_box(LevelState::decode(after).unwrap());
+    });
+    let show = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0} ns"));
+    println!(
+        "one operation behind, {} waiting: replay {}, decode reusing the prior {}, decode from scratch {}",
+        st.qs.requests_waiting(),
+        show(replay),
+        show(reusing),
+        show(scratch)
+    );
+}
