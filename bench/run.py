@@ -735,8 +735,8 @@ def main() -> int:
         return v if v else None
 
     def per_round(a: str, b: str, m: str = "cpu") -> float:
-        ra = {r["round"]: metric(r, m) for r in results.get(a, []) if metric(r, m)}
-        rb = {r["round"]: metric(r, m) for r in results.get(b, []) if metric(r, m)}
+        ra = {r["round"]: v for r in results.get(a, []) if (v := metric(r, m))}
+        rb = {r["round"]: v for r in results.get(b, []) if (v := metric(r, m))}
         return median([ra[k] / rb[k] for k in ra if k in rb])
 
     if "apf-saturated|2" in results and "localqueue-saturated|2" in results:

@@ -718,12 +718,12 @@ impl QueueSet {
     fn find_dispatch_queue(&mut self) -> Option<usize> {
         let n = self.queues.len();
         let start = self.queues.partition_point(|q| q.index <= self.robin_index);
-        let mut heads = HeadFinish::new(self.g);
+        let mut heads = TotalWork::new(self.g);
         let mut min_finish = u64::MAX;
         let mut min_pos = None;
         for pos in (start..n).chain(0..start) {
             let Some(q) = self.queues.get(pos) else { continue };
-            let Some(finish) = heads.of(q) else { continue };
+            let Some(finish) = heads.head_finish(q) else { continue };
             if finish < min_finish {
                 min_finish = finish;
                 min_pos = Some(pos);
@@ -742,9 +742,9 @@ impl QueueSet {
     /// `owner` that [`affinity_pick`] may take and another queue, whose head belongs to `owner`
     /// and fits, finishes within one request's work (the chosen head's) of `pos`'s head.
     fn affinity_queue(&self, pos: usize, owner: u32) -> usize {
-        let mut heads = HeadFinish::new(self.g);
+        let mut heads = TotalWork::new(self.g);
         let Some(q) = self.queues.get(pos) else { return pos };
-        let (Some(head), Some(min_finish)) = (q.waiting.front(), heads.of(q)) else { return pos };
+        let (Some(head), Some(min_finish)) = (q.waiting.front(), heads.head_finish(q)) else { return pos };
         if head.tag.owner == owner || affinity_pick(&q.waiting, owner) != 0 {
             return pos;
         }
@@ -752,7 +752,7 @@ impl QueueSet {
         let limit = min_finish.saturating_add(w);
         let mut best = (u64::MAX, pos);
         for (p, other) in self.queues.iter().enumerate() {
-            let (Some(h), Some(finish)) = (other.waiting.front(), heads.of(other)) else { continue };
+            let (Some(h), Some(finish)) = (other.waiting.front(), heads.head_finish(other)) else { continue };
             if p == pos || h.tag.owner != owner {
                 continue;
             }
@@ -1399,15 +1399,10 @@ impl QueueSet {
             match known_sums {
                 Some(sums) => (q.initial_seats_sum, q.max_seats_sum, q.total_work_sum) = sums,
                 None => {
-                    // The previous request's work and total work (most requests repeat them).
-                    let mut prev: Option<(WorkEstimate, u64)> = None;
+                    let mut totals = TotalWork::new(qs.g);
                     for w in q.waiting.iter() {
                         let work = w.work;
-                        let tw = match prev {
-                            Some((p, tw)) if p == work => tw,
-                            _ => request_work(&work, qs.g).1 .0,
-                        };
-                        prev = Some((work, tw));
+                        let tw = totals.of(&work);
                         q.initial_seats_sum = q.initial_seats_sum.checked_add(work.initial_seats as u64).ok_or(CodecError("seat overflow"))?;
                         q.max_seats_sum = q.max_seats_sum.checked_add(work.max_seats() as u64).ok_or(CodecError("seat overflow"))?;
                         q.total_work_sum = q.total_work_sum.wrapping_add(tw);
@@ -1744,30 +1739,34 @@ fn affinity_pick(waiting: &VecDeque<Waiting>, owner: u32) -> usize {
     0
 }
 
-/// Virtual finish R of queue heads (what fair queuing orders queues by), for a scan over the
-/// queues: the total work of the last estimate seen is kept, as most heads carry the same
-/// estimate (a pure function of the estimate and `g`, so the result is the same).
-struct HeadFinish {
+/// Total work of work estimates ([`request_work`]), keeping the last one computed: in a scan
+/// over requests or queue heads most carry the same estimate (a pure function of the estimate
+/// and `g`, so the result is the same).
+struct TotalWork {
     g: Nanos,
     last: Option<(WorkEstimate, u64)>,
 }
 
-impl HeadFinish {
-    fn new(g: Nanos) -> HeadFinish {
-        HeadFinish { g, last: None }
+impl TotalWork {
+    fn new(g: Nanos) -> TotalWork {
+        TotalWork { g, last: None }
     }
 
-    fn of(&mut self, q: &Queue) -> Option<u64> {
-        let head = q.waiting.front()?;
-        let work = match self.last {
-            Some((we, total)) if we == head.work => total,
+    fn of(&mut self, work: &WorkEstimate) -> u64 {
+        match self.last {
+            Some((we, total)) if we == *work => total,
             _ => {
-                let total = request_work(&head.work, self.g).1 .0;
-                self.last = Some((head.work, total));
+                let total = request_work(work, self.g).1 .0;
+                self.last = Some((*work, total));
                 total
             }
-        };
-        Some(q.next_dispatch_r.wrapping_add(work))
+        }
+    }
+
+    /// Virtual finish R of `q`'s head (what fair queuing orders queues by).
+    fn head_finish(&mut self, q: &Queue) -> Option<u64> {
+        let head = q.waiting.front()?;
+        Some(q.next_dispatch_r.wrapping_add(self.of(&head.work)))
     }
 }
 
