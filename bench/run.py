@@ -18,7 +18,10 @@ Variants (interleaved, repeated for --rounds; medians reported):
                    with 2 workers, the no-sharing control isolated-saturated: this very module
                    built with the feature bench-isolated-levels (each worker keys its levels
                    apart: same code, nothing shared, half the seats each), so that apf ÷ it is
-                   what sharing the level across workers costs
+                   what sharing the level across workers costs. By default the upstream answers
+                   at once and the gateway is CPU-bound; with --upstream-delay-ms D it holds
+                   each response D ms, as an apiserver does, so the level (8 seats / D) limits
+                   the rate and every variant serves the same req/s with CPU to spare
   apf-flows        apf-wasm, default policy, uncontended, each request from one of K users
                    (K = 10, 1000, 100000; --flow-counts): cost per request vs flows seen
   apf-noisy        not a CPU measurement: a saturated 4-seat level (Python upstream, 50 ms per
@@ -649,6 +652,12 @@ def main() -> int:
                     help="minimal: the measured Envoys keep only the stats the driver reads and the "
                          "modules' own metrics (a stats_matcher inclusion list, as Istio's proxies "
                          "have by default); all: Envoy's default, every stat")
+    ap.add_argument("--upstream-delay-ms", type=float, default=0.0,
+                    help="the upstream holds every response this long (Envoy's fault filter) before "
+                         "answering, as an apiserver takes milliseconds: with apf-saturated, the "
+                         "level is then saturated (at most seats / delay requests per second) while "
+                         "the gateway's CPU is not, so both worker counts serve the same rate; "
+                         "0 (default): answer at once, the gateway is CPU-bound")
     ap.add_argument("--load-priority", choices=["idle", "normal"], default="idle",
                     help="scheduling of the load generator and the upstream (idle: SCHED_IDLE)")
     ap.add_argument("--paired", action="store_true",
@@ -667,10 +676,12 @@ def main() -> int:
     specs = variant_specs(args, mods)
     wrk = None if args.python_client else ensure_wrk(not args.no_install)
     log(f"envoy {envoy_bin}; load generator {'wrk' if wrk else 'python'}; "
-        f"{args.requests} requests x {args.rounds} rounds x {len(specs)} variants")
+        f"{args.requests} requests x {args.rounds} rounds x {len(specs)} variants"
+        + (f"; upstream delay {args.upstream_delay_ms} ms" if args.upstream_delay_ms else ""))
 
     work = Path(tempfile.mkdtemp(prefix="apf-bench-"))
-    up = EnvoyProcess(direct_response_config(), work, envoy_bin=envoy_bin, concurrency=1,
+    up = EnvoyProcess(direct_response_config(delay_ms=args.upstream_delay_ms), work,
+                      envoy_bin=envoy_bin, concurrency=1,
                       name="upstream", log_level="warning")
     up.start().wait_ready()
     make_idle(up.pid)

@@ -187,8 +187,17 @@ def downstream_tls_socket(t: dict) -> dict:
 
 
 def direct_response_config(*, listener_port: int = 0, admin_port: int = 0,
-                           body: str = '{"kind":"Status","status":"Success"}') -> dict:
-    """A fast upstream: Envoy answering 200 JSON itself (benchmark upstream)."""
+                           body: str = '{"kind":"Status","status":"Success"}',
+                           delay_ms: float = 0.0) -> dict:
+    """A fast upstream: Envoy answering 200 JSON itself (benchmark upstream). With `delay_ms`,
+    every response is held that long first (Envoy's fault filter: a timer, no CPU while held),
+    like an apiserver that takes milliseconds to answer."""
+    filters = [{"name": "envoy.filters.http.router", "typed_config": {"@type": ROUTER_TYPE}}]
+    if delay_ms > 0:
+        filters.insert(0, {"name": "envoy.filters.http.fault", "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.fault.v3.HTTPFault",
+            "delay": {"fixed_delay": f"{delay_ms / 1000:.6f}s",
+                      "percentage": {"numerator": 100, "denominator": "HUNDRED"}}}})
     hcm = {
         "@type": HCM_TYPE,
         "stat_prefix": "direct",
@@ -205,7 +214,7 @@ def direct_response_config(*, listener_port: int = 0, admin_port: int = 0,
                 }],
             }],
         },
-        "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {"@type": ROUTER_TYPE}}],
+        "http_filters": filters,
     }
     return {
         "admin": {"address": socket_address(admin_port)},
