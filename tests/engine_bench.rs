@@ -302,8 +302,9 @@ fn bench_saturated_workers() {
 }
 
 /// A reader one operation behind on the saturated shape (8 seats, 64 clients, 16 queues, 56
-/// waiting): replaying the operation onto its state (apply + the check encoding) vs decoding
-/// the value reusing its state's unchanged queues vs decoding from scratch, as
+/// waiting): replaying the operation onto its state (`engine::cache::replay`: apply + the
+/// check encoding) vs decoding the value reusing its state's unchanged queues vs decoding from
+/// scratch, as
 /// `engine::cache` may. The prior states are cloned before each timing (a clone costs more
 /// than a replay, which is why a CAS retry decodes instead of keeping a copy to replay on).
 /// `APF_BENCH_ONLY=replay|reusing|scratch` runs one (for callgrind; subtract `none`).
@@ -355,14 +356,9 @@ fn bench_replay_vs_decode_reusing() {
         }
         Some(t.elapsed().as_nanos() as f64 / n as f64)
     };
-    let mut w = apf_wasm::codec::Writer::with_capacity(4096);
-    let mut out = Vec::new();
+    let (mut out, mut buf) = (Vec::new(), Vec::with_capacity(4096));
     let replay = timed("replay", &mut |(_, op, after), mut s| {
-        out.clear();
-        ops::apply(&mut s, op, &mut out);
-        w.buf.clear();
-        s.encode_to(&mut w);
-        assert!(w.buf == *after);
+        assert!(apf_wasm::engine::cache::replay(&mut s, [*op], after, &mut out, &mut buf));
     });
     let reusing = timed("reusing", &mut |(_, _, after), s| {
         std::hint::black_box(LevelState::decode_reusing(after, Some(s)).unwrap());

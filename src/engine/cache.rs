@@ -80,17 +80,7 @@ pub fn decode(key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
             let same = SCRATCH.with(|s| {
                 let mut s = s.borrow_mut();
                 let (out, buf) = &mut *s;
-                for op in ops {
-                    out.clear();
-                    ops::apply(&mut st, &op, out);
-                }
-                out.clear();
-                let mut w = Writer { buf: std::mem::take(buf) };
-                w.buf.clear();
-                st.encode_to(&mut w);
-                let same = w.buf == state_bytes;
-                *buf = w.buf;
-                same
+                replay(&mut st, ops, state_bytes, out, buf)
             });
             if same {
                 super::contention::count(|c| &mut c.replays);
@@ -102,6 +92,24 @@ pub fn decode(key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
     };
     super::contention::count(|c| &mut c.decodes);
     LevelState::decode_reusing(bytes, prior)
+}
+
+/// Applies `ops` to `st` and tells whether the result encodes to exactly `state_bytes` (the
+/// replay [`decode`] trusts only when true). `out` (the dispatch lists) and `buf` (the check's
+/// encoding) are scratch space kept by the caller between calls.
+pub fn replay(st: &mut LevelState, ops: impl IntoIterator<Item = ops::Op>, state_bytes: &[u8],
+              out: &mut Vec<Dispatched>, buf: &mut Vec<u8>) -> bool {
+    for op in ops {
+        out.clear();
+        ops::apply(st, &op, out);
+    }
+    out.clear();
+    let mut w = Writer { buf: std::mem::take(buf) };
+    w.buf.clear();
+    st.encode_to(&mut w);
+    let same = w.buf == state_bytes;
+    *buf = w.buf;
+    same
 }
 
 /// Encodes `st` for `key` with its trailer (`from`: the value holding the state it was derived

@@ -185,15 +185,10 @@ class EnvoyProcess:
         assert self.proc is not None
         return self.proc.pid
 
-    def cpu_seconds(self) -> float:
-        """CPU time of the Envoy process (all threads), in seconds: the sum of the per-thread
-        scheduler run times (ns resolution) when available, else utime+stime (clock ticks)."""
-        return self.cpu_split()["cpu_s"]
-
     def cpu_split(self) -> dict[str, float]:
         """One pass over the process's threads (cumulative figures; diff two readings):
-        `cpu_s` (as [`cpu_seconds`]), `user_s` / `sys_s` (utime / stime, clock-tick resolution),
-        `workers_s` (scheduler run time of the `wrk:worker_*` threads), `sleeps` (the workers'
+        `cpu_s` (the sum of the threads' scheduler run times, ns resolution), `user_s` / `sys_s`
+        (utime / stime, clock-tick resolution), `workers_s` (scheduler run time of the `wrk:worker_*` threads), `sleeps` (the workers'
         voluntary context switches: times a worker blocked for lack of work) and `preempted`
         (their involuntary ones). A thread that exits while being read counts as 0 in the split;
         then `cpu_s` falls back to the process's utime+stime."""
