@@ -29,7 +29,7 @@ fn bench_request_path() {
     let t = Instant::now();
     let mut lvl = 0;
     for _ in 0..n {
-        let d = c.digest(b"GET", b"/api/v1/namespaces/default/pods", &input, None, |_| 0);
+        let d = c.digest(b"GET", b"/api/v1/namespaces/default/pods", &input, None, |_| 0, &apf_wasm::digest::work_estimate::no_cluster_stats);
         lvl = d.class.priority_level;
     }
     let digest_ns = t.elapsed().as_nanos() as f64 / f64::from(n);

@@ -10,6 +10,12 @@
 //! `--cert-subject` as the connection facts). Mutating requests are estimated with 0 interested
 //! watches (the CLI has no watch state). Exit 0 on success, 1 on configuration errors, 2 on
 //! usage errors.
+//!
+//! `--metrics FILE|-|http://HOST:PORT/PATH` costs LIST and WATCH requests with the object counts
+//! and sizes a kube-apiserver publishes on `/metrics` (as the gateway's
+//! `workEstimator.clusterMetrics` does): "what would this LIST cost in my cluster?". For a real
+//! cluster: `kubectl get --raw /metrics | apf classify --metrics - ...` (kubectl authenticates;
+//! `--token T` adds a bearer token to a plain-HTTP URL).
 use std::io::{Read, Write};
 
 use serde_json::json;
@@ -17,12 +23,14 @@ use serde_json::json;
 use crate::classify::Classifier;
 use crate::digest::identity::{identify, IdentityInput, UserInfo};
 use crate::digest::request_info::{parse_generic, parse_request_info};
-use crate::digest::work_estimate::estimate;
+use crate::digest::object_counts::{scan_metrics, ScrapedCounts};
+use crate::digest::work_estimate::{estimate_with, StatsLookup};
 use crate::fairqueuing::shuffle_sharding::Dealer;
 use crate::policy::config::{parse_plugin_config, PluginConfig, RequestMode};
 
 const USAGE: &str = "usage: apf classify [--config FILE|-] --method M --path P [--user U] [--group G]... \
-[--header 'Name: value']... [--peer IP] [--mtls] [--cert-subject SUBJECT]\n";
+[--header 'Name: value']... [--peer IP] [--mtls] [--cert-subject SUBJECT] \
+[--metrics FILE|-|http://HOST:PORT/PATH [--token T]]\n";
 
 #[derive(Default)]
 struct Args {
@@ -35,6 +43,8 @@ struct Args {
     peer: Option<std::net::IpAddr>,
     mtls: bool,
     cert_subject: Option<String>,
+    metrics: Option<String>,
+    token: Option<String>,
 }
 
 fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
@@ -47,7 +57,7 @@ fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
         };
         let takes_value = matches!(
             flag,
-            "--config" | "-c" | "--method" | "--path" | "--user" | "--group" | "--header" | "--peer" | "--cert-subject"
+            "--config" | "-c" | "--method" | "--path" | "--user" | "--group" | "--header" | "--peer" | "--cert-subject" | "--metrics" | "--token"
         );
         let value = if takes_value {
             match inline {
@@ -73,6 +83,8 @@ fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
             }
             "--peer" => a.peer = Some(value.parse().map_err(|_| format!("--peer {value:?}: not an IP address"))?),
             "--cert-subject" => a.cert_subject = Some(value),
+            "--metrics" => a.metrics = Some(value),
+            "--token" => a.token = Some(value),
             "--mtls" => a.mtls = true,
             "-h" | "--help" => return Ok(None),
             _ => return Err(format!("unexpected argument {arg:?}")),
@@ -83,6 +95,9 @@ fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
     }
     if a.user.is_none() && !a.groups.is_empty() {
         return Err("--group needs --user".into());
+    }
+    if a.config.as_deref() == Some("-") && a.metrics.as_deref() == Some("-") {
+        return Err("--config and --metrics cannot both read stdin".into());
     }
     Ok(Some(a))
 }
@@ -96,6 +111,58 @@ fn read_config(path: Option<&str>) -> Result<Vec<u8>, String> {
             Ok(buf)
         }
         Some(p) => std::fs::read(p).map_err(|e| format!("reading {p}: {e}")),
+    }
+}
+
+/// The body of `--metrics`: a file, stdin (`-`) or a plain-HTTP URL.
+fn read_metrics(source: &str, token: Option<&str>) -> Result<Vec<u8>, String> {
+    if let Some(rest) = source.strip_prefix("http://") {
+        return http_get(rest, token).map_err(|e| format!("--metrics {source}: {e}"));
+    }
+    if source.starts_with("https://") {
+        return Err(format!("--metrics {source}: https is not supported here; use `kubectl get --raw /metrics | apf classify --metrics - ...`"));
+    }
+    read_config(Some(source))
+}
+
+/// A minimal HTTP/1.1 GET (`host:port/path`), enough for a metrics endpoint on a trusted network.
+fn http_get(host_path: &str, token: Option<&str>) -> Result<Vec<u8>, String> {
+    use std::net::TcpStream;
+    let (host, path) = match host_path.find('/') {
+        Some(i) => (host_path.get(..i).unwrap_or(""), host_path.get(i..).unwrap_or("/")),
+        None => (host_path, "/metrics"),
+    };
+    let addr = if host.contains(':') { host.to_string() } else { format!("{host}:80") };
+    let mut conn = TcpStream::connect(&addr).map_err(|e| e.to_string())?;
+    let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(30)));
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    write!(conn, "GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: text/plain\r\n{auth}Connection: close\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut resp = Vec::new();
+    conn.read_to_end(&mut resp).map_err(|e| e.to_string())?;
+    let split = resp.windows(4).position(|w| w == b"\r\n\r\n").ok_or("no HTTP response header")?;
+    let head = String::from_utf8_lossy(resp.get(..split).unwrap_or_default()).to_ascii_lowercase();
+    let status = head.split_whitespace().nth(1).unwrap_or("");
+    if status != "200" {
+        return Err(format!("HTTP status {status}"));
+    }
+    let body = resp.get(split + 4..).unwrap_or_default();
+    if head.contains("transfer-encoding: chunked") {
+        return dechunk(body).ok_or_else(|| "bad chunked encoding".to_string());
+    }
+    Ok(body.to_vec())
+}
+
+fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(b.len());
+    loop {
+        let eol = b.windows(2).position(|w| w == b"\r\n")?;
+        let size_s = std::str::from_utf8(b.get(..eol)?).ok()?;
+        let size = usize::from_str_radix(size_s.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(b.get(eol + 2..eol + 2 + size)?);
+        b = b.get(eol + 4 + size..)?;
     }
 }
 
@@ -127,7 +194,23 @@ pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
             return 1;
         }
     };
+    let metrics = match a.metrics.as_deref().map(|m| read_metrics(m, a.token.as_deref())) {
+        None => None,
+        Some(Ok(body)) => {
+            let scraped = scan_metrics(&body);
+            if scraped.samples == 0 {
+                let _ = writeln!(err, "apf classify: --metrics: no apiserver_resource_objects or apiserver_storage_objects sample found");
+                return 1;
+            }
+            Some(scraped)
+        }
+        Some(Err(e)) => {
+            let _ = writeln!(err, "apf classify: {e}");
+            return 1;
+        }
+    };
     let req = ClassifyRequest {
+        metrics,
         method: a.method.unwrap_or_default(),
         path: a.path.unwrap_or_default(),
         user: a.user,
@@ -164,6 +247,8 @@ pub struct ClassifyRequest {
     pub peer: Option<std::net::IpAddr>,
     pub mtls: bool,
     pub cert_subject: Option<String>,
+    /// Object counts read from a kube-apiserver's `/metrics` (`--metrics`).
+    pub metrics: Option<ScrapedCounts>,
 }
 
 /// The `apf classify` decision for one request under a valid configuration, as JSON (the
@@ -210,7 +295,28 @@ pub fn classify_request(cfg: &PluginConfig, req: &ClassifyRequest) -> serde_json
         None => Vec::new(),
     };
     let max_seats = cfg.limits.get(cl.priority_level).and_then(|l| l.max_seats);
-    let work = estimate(&cfg.work_estimator, &info, max_seats, 0);
+    let cluster = |group: &str, resource: &str| {
+        let key = crate::engine::object_counts::resource_key(group, resource);
+        match req.metrics.as_ref().and_then(|m| m.entries.get(&key)) {
+            Some(s) => StatsLookup::Found(*s),
+            None => StatsLookup::NotFound,
+        }
+    };
+    let (work, stats) = estimate_with(&cfg.work_estimator, &info, max_seats, 0, &cluster);
+    let counts = stats.map(|st| {
+        let key = crate::engine::object_counts::resource_key(&info.api_group, &info.resource);
+        let source = if cfg.work_estimator.stats(&info.api_group, &info.resource) != StatsLookup::NotFound {
+            "objectCounts table"
+        } else if matches!(st, StatsLookup::Found(_)) {
+            "cluster metrics"
+        } else {
+            "none (1 seat, as upstream for a resource without counts)"
+        };
+        match st {
+            StatsLookup::Found(s) => json!({"resource": key, "count": s.count, "averageObjectSizeBytes": s.average_object_size_bytes, "source": source}),
+            _ => json!({"resource": key, "source": source}),
+        }
+    });
     json!({
         "flowSchema": fs_name,
         "priorityLevel": level.map(|l| l.name.as_str()).unwrap_or(""),
@@ -233,6 +339,7 @@ pub fn classify_request(cfg: &PluginConfig, req: &ClassifyRequest) -> serde_json
             "final": work.final_seats,
             "additionalLatencyMs": work.additional_latency as f64 / 1e6,
         },
+        "objectCounts": counts,
         "longRunning": info.is_long_running(),
     })
 }

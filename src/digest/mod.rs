@@ -3,6 +3,8 @@
 //! is long-running, and its work estimate (seats).
 
 pub mod identity;
+pub mod initial_events;
+pub mod object_counts;
 pub mod pbstruct;
 pub mod request_info;
 pub mod work_estimate;

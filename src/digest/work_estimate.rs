@@ -79,6 +79,14 @@ pub struct WorkEstimatorConfig {
     /// Mutating estimator enabled (default on).
     #[serde(default = "yes")]
     pub mutating_enabled: bool,
+    /// Object counts and sizes from the cluster's `/metrics` (resolved into
+    /// `PluginConfig::cluster_metrics`; `false` turns off the default that `clusterPolicy` implies).
+    #[serde(default)]
+    pub cluster_metrics: Option<serde_json::Value>,
+    /// The longest a WATCH holds its seats while its initial state streams (a Go duration;
+    /// resolved into `PluginConfig::watch_initial_events_max_hold`).
+    #[serde(default)]
+    pub watch_initial_events_max_hold: Option<String>,
 }
 
 impl Default for WorkEstimatorConfig {
@@ -90,6 +98,8 @@ impl Default for WorkEstimatorConfig {
             size_based_list_cost: true,
             watch_list: true,
             mutating_enabled: true,
+            cluster_metrics: None,
+            watch_initial_events_max_hold: None,
         }
     }
 }
@@ -112,7 +122,16 @@ impl WorkEstimatorConfig {
         }
     }
 
-    /// Object stats for (group, resource).
+    /// Object stats for (group, resource): the `objectCounts` table, which overrides the
+    /// cluster's counts (`cluster`, consulted only for resources the table does not list).
+    pub fn stats_with(&self, group: &str, resource: &str, cluster: ClusterStats) -> StatsLookup {
+        match self.stats(group, resource) {
+            StatsLookup::NotFound => cluster(group, resource),
+            found => found,
+        }
+    }
+
+    /// Object stats for (group, resource) from the `objectCounts` table alone.
     pub fn stats(&self, group: &str, resource: &str) -> StatsLookup {
         let entry = if group.is_empty() {
             self.object_counts.get(resource)
@@ -158,20 +177,63 @@ fn clamp_max(pl_max_seats: Option<u32>, limit: u32) -> u32 {
     }
 }
 
-/// `workEstimator.estimate` (§6.2). `watch_count` = interested watches for mutating requests.
+/// Object counts from outside the configuration (the cluster's `/metrics`), by (group, resource).
+pub type ClusterStats<'a> = &'a dyn Fn(&str, &str) -> StatsLookup;
+
+/// No counts besides the configuration's table.
+pub fn no_cluster_stats(_group: &str, _resource: &str) -> StatsLookup {
+    StatsLookup::NotFound
+}
+
+/// `workEstimator.estimate` (`request/width.go: estimate`). `watch_count` = interested watches
+/// for mutating requests. Object counts from the `objectCounts` table only.
 pub fn estimate(cfg: &WorkEstimatorConfig, info: &RequestInfo, pl_max_seats: Option<u32>, watch_count: u32) -> WorkEstimate {
+    estimate_with(cfg, info, pl_max_seats, watch_count, &no_cluster_stats).0
+}
+
+/// [`estimate`] with the cluster's counts; also returns the stats lookup a LIST or WATCH used.
+pub fn estimate_with(cfg: &WorkEstimatorConfig, info: &RequestInfo, pl_max_seats: Option<u32>, watch_count: u32, cluster: ClusterStats) -> (WorkEstimate, Option<StatsLookup>) {
     match info.verb.as_str() {
-        "list" => estimate_list(cfg, info, pl_max_seats),
-        "watch" if cfg.watch_list => estimate_list(cfg, info, pl_max_seats),
-        "create" | "update" | "patch" | "delete" => estimate_mutating(cfg, info, pl_max_seats, watch_count),
-        _ => WorkEstimate { initial_seats: MINIMUM_SEATS, final_seats: 0, additional_latency: 0 },
+        "list" => estimate_list(cfg, info, pl_max_seats, cluster),
+        "watch" if cfg.watch_list => estimate_list(cfg, info, pl_max_seats, cluster),
+        "create" | "update" | "patch" | "delete" => (estimate_mutating(cfg, info, pl_max_seats, watch_count), None),
+        _ => (WorkEstimate { initial_seats: MINIMUM_SEATS, final_seats: 0, additional_latency: 0 }, None),
     }
 }
 
-/// LIST estimator with stats from the configuration.
-pub fn estimate_list(cfg: &WorkEstimatorConfig, info: &RequestInfo, pl_max_seats: Option<u32>) -> WorkEstimate {
-    let stats = cfg.stats(&info.api_group, &info.resource);
-    estimate_list_with_stats(cfg, info, pl_max_seats, stats)
+/// LIST estimator with stats from the configuration's table, then the cluster.
+pub fn estimate_list(cfg: &WorkEstimatorConfig, info: &RequestInfo, pl_max_seats: Option<u32>, cluster: ClusterStats) -> (WorkEstimate, Option<StatsLookup>) {
+    let stats = cfg.stats_with(&info.api_group, &info.resource, cluster);
+    (estimate_list_with_stats(cfg, info, pl_max_seats, stats), Some(stats))
+}
+
+/// How a WATCH's initial phase ends, for holding its seats until then (upstream holds them
+/// until the storage layer signals that the initial events were sent: `apf_filter.go`'s
+/// watch initialization signal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchInit {
+    /// No initial events (`resourceVersion` set, no `sendInitialEvents=true`): nothing to hold.
+    None,
+    /// `sendInitialEvents=true`: the initial events end with the `k8s.io/initial-events-end`
+    /// bookmark.
+    Bookmark,
+    /// Legacy watch with initial state (`resourceVersion` "" or "0"): no end marker.
+    Unmarked,
+}
+
+/// Which initial phase a WATCH has (`None` for other verbs).
+pub fn watch_init(info: &RequestInfo) -> WatchInit {
+    if info.verb != "watch" {
+        return WatchInit::None;
+    }
+    let q = &info.query;
+    if q.send_initial_events == Some(true) {
+        WatchInit::Bookmark
+    } else if q.send_initial_events.is_none() && (q.resource_version.is_empty() || q.resource_version == "0") {
+        WatchInit::Unmarked
+    } else {
+        WatchInit::None
+    }
 }
 
 /// `ShouldDelegateListMeta(opts, CacheWithoutSnapshots)` → true = served from storage.

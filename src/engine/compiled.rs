@@ -6,7 +6,7 @@
 use crate::classify::{Classification, Classifier};
 use crate::digest::identity::{identify, IdentityInput, UserInfo};
 use crate::digest::request_info::{parse_generic, parse_request_info, RequestInfo};
-use crate::digest::work_estimate::estimate;
+use crate::digest::work_estimate::{estimate_with, watch_init, ClusterStats, StatsLookup, WatchInit};
 use crate::fairqueuing::{QueueSetConfig, WorkEstimate};
 use crate::policy::config::{PluginConfig, RequestMode};
 use crate::policy::model::PriorityLevelSpec;
@@ -88,6 +88,10 @@ pub struct Digest {
     pub is_watch: bool,
     /// How long the request may wait in a queue (deadline / 4, at most one minute).
     pub wait_limit: Nanos,
+    /// The object counts a LIST or WATCH was costed with.
+    pub stats: Option<StatsLookup>,
+    /// How a WATCH's initial phase ends (its seats are held until then).
+    pub watch_init: WatchInit,
 }
 
 impl Compiled {
@@ -141,8 +145,9 @@ impl Compiled {
     }
 
     /// Runs the digest pipeline. `watch_count` gives the number of open watches a mutating
-    /// request would notify (0 if unknown).
-    pub fn digest(&self, method: &[u8], path: &[u8], identity: &IdentityInput, namespace_header: Option<&[u8]>, watch_count: impl FnOnce(&RequestInfo) -> u32) -> Digest {
+    /// request would notify (0 if unknown); `cluster` the cluster's object counts (consulted for
+    /// LIST and WATCH only).
+    pub fn digest(&self, method: &[u8], path: &[u8], identity: &IdentityInput, namespace_header: Option<&[u8]>, watch_count: impl FnOnce(&RequestInfo) -> u32, cluster: ClusterStats) -> Digest {
         let method_s = std::str::from_utf8(method).unwrap_or("");
         let info = match self.config.request_mode {
             RequestMode::Kubernetes => parse_request_info(method_s, path),
@@ -155,9 +160,10 @@ impl Compiled {
         let max_seats = self.levels.get(class.priority_level).and_then(|l| l.max_seats);
         let is_mutating = matches!(info.verb.as_str(), "create" | "update" | "patch" | "delete");
         let watches = if is_mutating { watch_count(&info) } else { 0 };
-        let work = estimate(&self.config.work_estimator, &info, max_seats, watches);
+        let (work, stats) = estimate_with(&self.config.work_estimator, &info, max_seats, watches, cluster);
         let wait_limit = self.wait_limit(&info, is_watch || long_running);
-        Digest { info, user, class, work, long_running, is_watch, wait_limit }
+        let watch_init = if self.config.work_estimator.watch_list { watch_init(&info) } else { WatchInit::None };
+        Digest { info, user, class, work, long_running, is_watch, wait_limit, stats, watch_init }
     }
 
     /// Upstream `getRequestWaitContext`: a quarter of the request deadline, where the deadline is

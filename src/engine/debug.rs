@@ -23,6 +23,8 @@ pub enum DumpKind {
     PriorityLevels,
     Queues,
     Requests { details: bool },
+    /// Our own dump (not upstream's): the object counts LIST and WATCH costs come from.
+    ObjectCounts,
 }
 
 /// Parses `path?query` into a dump request, `None` if it is not a debug dump path.
@@ -33,6 +35,7 @@ pub fn dump_kind(path_and_query: &[u8]) -> Option<DumpKind> {
     match rest.trim_end_matches('/') {
         "dump_priority_levels" => Some(DumpKind::PriorityLevels),
         "dump_queues" => Some(DumpKind::Queues),
+        "dump_object_counts" => Some(DumpKind::ObjectCounts),
         "dump_requests" => {
             let details = query.split('&').any(|kv| {
                 let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
@@ -44,8 +47,12 @@ pub fn dump_kind(path_and_query: &[u8]) -> Option<DumpKind> {
     }
 }
 
-/// Renders a dump. `to_unix` converts the engine's monotonic nanoseconds to Unix nanoseconds.
-pub fn render(c: &Compiled, store: &dyn Store, kind: DumpKind, to_unix: &dyn Fn(Nanos) -> i64) -> String {
+/// Renders a dump at `now`. `to_unix` converts the engine's monotonic nanoseconds to Unix
+/// nanoseconds.
+pub fn render(c: &Compiled, store: &dyn Store, kind: DumpKind, now: Nanos, to_unix: &dyn Fn(Nanos) -> i64) -> String {
+    if kind == DumpKind::ObjectCounts {
+        return render_object_counts(c, store, now);
+    }
     let mut levels: Vec<_> = c.levels.iter().collect();
     levels.sort_by(|a, b| a.name.cmp(&b.name));
     let fs_name = |i: u16| c.config.policy.flow_schemas.get(usize::from(i)).map(|f| f.name.clone()).unwrap_or_default();
@@ -132,7 +139,8 @@ pub fn render(c: &Compiled, store: &dyn Store, kind: DumpKind, to_unix: &dyn Fn(
         }
     }
     match kind {
-        DumpKind::PriorityLevels => dumps::dump_priority_levels(&pl_rows),
+        // (ObjectCounts returned above.)
+        DumpKind::PriorityLevels | DumpKind::ObjectCounts => dumps::dump_priority_levels(&pl_rows),
         DumpKind::Queues => dumps::dump_queues(&q_rows),
         DumpKind::Requests { details } => {
             if details {
@@ -164,4 +172,55 @@ fn push_exec_rows(rows: &mut Vec<RequestRow>, level: &str, queue: i64, e: &crate
             details: None,
         });
     }
+}
+
+/// The object counts the work estimator uses: one row per resource of the configuration's
+/// `objectCounts` table (`Source` table, which wins) and of the cluster's `/metrics` (`Source`
+/// cluster, with the age of its last refresh and whether it is stale), then the polling state.
+pub fn render_object_counts(c: &Compiled, store: &dyn Store, now: Nanos) -> String {
+    let est = &c.config.work_estimator;
+    let mut text = String::from("Resource,\tObjectCount,\tAverageObjectSizeBytes,\tSource,\tAgeSeconds,\tStale\n");
+    for (k, v) in &est.object_counts {
+        let (count, avg) = match v {
+            crate::digest::work_estimate::ObjectCountEntry::Count(n) => (*n, est.default_average_object_size_bytes),
+            crate::digest::work_estimate::ObjectCountEntry::Detailed(s) => (s.count, s.average_object_size_bytes),
+        };
+        text.push_str(&format!("{k},\t{count},\t{avg},\ttable,\t-,\tfalse\n"));
+    }
+    let shared = match super::object_counts::read(store) {
+        Ok((s, _)) => s,
+        Err(e) => {
+            log::warn!("apf: dump: object counts: {e}");
+            None
+        }
+    };
+    let stale_after = c.config.cluster_metrics.as_ref().map(|m| m.stale_after).unwrap_or(crate::policy::cluster::DEFAULT_STALE_AFTER);
+    let secs = |t: Nanos| format!("{:.1}", now.saturating_sub(t) as f64 / 1e9);
+    if let Some(s) = &shared {
+        for (k, st, at) in s.tracker.entries() {
+            let stale = now.saturating_sub(at) > stale_after;
+            text.push_str(&format!("{k},\t{},\t{},\tcluster,\t{},\t{stale}\n", st.count, st.average_object_size_bytes, secs(at)));
+        }
+    }
+    let mut out = dumps::tabwrite(&text, dumps::TAB_MINWIDTH, dumps::TAB_PADDING);
+    match (&c.config.cluster_metrics, &shared) {
+        (None, _) => out.push_str("# cluster metrics: off (workEstimator.clusterMetrics)\n"),
+        (Some(m), s) => {
+            out.push_str(&format!("# cluster metrics: cluster {:?} path {:?} every {}, stale after {}\n", m.cluster, m.path, crate::duration::format_go_duration(m.period), crate::duration::format_go_duration(stale_after)));
+            match s {
+                None => out.push_str("# no poll yet\n"),
+                Some(s) => {
+                    if s.last_success > 0 {
+                        out.push_str(&format!("# last successful poll {}s ago\n", secs(s.last_success)));
+                    } else {
+                        out.push_str("# no successful poll yet\n");
+                    }
+                    if s.consecutive_failures > 0 {
+                        out.push_str(&format!("# {} failed polls since, the last {}s ago: {}\n", s.consecutive_failures, secs(s.last_failure), s.last_error));
+                    }
+                }
+            }
+        }
+    }
+    out
 }

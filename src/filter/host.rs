@@ -49,14 +49,21 @@ pub const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
 pub const BUFFER_HTTP_CALL_RESPONSE_BODY: u32 = 4;
 pub const HTTP_CALL_RESPONSE_HEADERS: u32 = 6;
 
+pub const BUFFER_HTTP_RESPONSE_BODY: u32 = 1;
+
 /// The body of the HTTP call response being delivered (in `on_http_call_response`).
 pub fn http_call_body(size: usize) -> Vec<u8> {
+    buffer_bytes(BUFFER_HTTP_CALL_RESPONSE_BODY, 0, size).unwrap_or_default()
+}
+
+/// `max` bytes from `start` of a host buffer (fewer at its end; `None` on a host error).
+pub fn buffer_bytes(buffer: u32, start: usize, max: usize) -> Option<Vec<u8>> {
     let mut data: *mut u8 = null_mut();
     let mut len: usize = 0;
     // SAFETY: pointers to locals.
-    match unsafe { proxy_get_buffer_bytes(BUFFER_HTTP_CALL_RESPONSE_BODY, 0, size, &mut data, &mut len) } {
-        OK => unsafe { take(data, len) }.unwrap_or_default(),
-        _ => Vec::new(),
+    match unsafe { proxy_get_buffer_bytes(buffer, start, max, &mut data, &mut len) } {
+        OK => Some(unsafe { take(data, len) }.unwrap_or_default()),
+        _ => None,
     }
 }
 

@@ -5,6 +5,8 @@ use super::metrics::{self, M};
 use super::timing::{self, Span};
 use super::worker::{self, Local, Phase};
 use crate::digest::identity::IdentityInput;
+use crate::digest::initial_events::MarkerScanner;
+use crate::digest::work_estimate::{StatsLookup, WatchInit};
 use crate::engine::{self, debug, Compiled, Decision};
 use crate::fairqueuing::RequestTag;
 use proxy_wasm::traits::{Context, HttpContext};
@@ -24,11 +26,72 @@ pub struct Http {
     explain: bool,
     local_reply: bool,
     watch_info: Option<crate::digest::request_info::RequestInfo>,
+    /// Seats the request was charged (`x-apf-seats`).
+    seats: u32,
+    /// A WATCH: how its initial phase ends, and the counts it was costed with.
+    watch_init: WatchInit,
+    stats: Option<StatsLookup>,
+    /// The WATCH holds its seats while its initial state streams (body chunks are inspected).
+    holding: bool,
+    /// Looks for the initial-events-end bookmark while holding a `sendInitialEvents` watch.
+    marker: Option<MarkerScanner>,
 }
 
 impl Http {
     pub fn new(ctx: u32, compiled: Option<Rc<Compiled>>) -> Http {
-        Http { ctx, compiled, class: None, is_watch: false, explain: false, local_reply: false, watch_info: None }
+        Http {
+            ctx,
+            compiled,
+            class: None,
+            is_watch: false,
+            explain: false,
+            local_reply: false,
+            watch_info: None,
+            seats: 0,
+            watch_init: WatchInit::None,
+            stats: None,
+            holding: false,
+            marker: None,
+        }
+    }
+
+    /// At a WATCH's response headers: hold its seats while its initial state streams, or
+    /// release them now (no initial events, not admitted here, or not a watch stream).
+    fn start_watch(&mut self, max_hold: crate::Nanos) {
+        let now = host::monotonic_nanos();
+        let info = self.watch_info.take();
+        let executing = worker::with(|w| w.requests.get(&self.ctx).is_some_and(|l| l.phase == Phase::Executing));
+        let mut init = self.watch_init;
+        if init != WatchInit::None && executing {
+            let mut ok = false;
+            for (k, v) in host::header_pairs(RESPONSE_HEADERS) {
+                match k.as_str() {
+                    ":status" => ok = v == b"200",
+                    // The bookmark's bytes are not visible in a compressed stream.
+                    "content-encoding" if !v.eq_ignore_ascii_case(b"identity") => init = WatchInit::Unmarked,
+                    _ => {}
+                }
+            }
+            if let (true, Some(info)) = (ok, info.as_ref()) {
+                let expected_bytes = match self.stats {
+                    Some(StatsLookup::Found(s)) if s.count > 0 && s.average_object_size_bytes > 0 => u64::try_from(s.count.saturating_mul(s.average_object_size_bytes)).ok(),
+                    _ => None,
+                };
+                let hold = worker::Hold {
+                    init,
+                    deadline: now.saturating_add(max_hold),
+                    last_data: now,
+                    bytes: 0,
+                    expected_bytes,
+                    info: Rc::new(info.clone()),
+                };
+                worker::with(|w| w.holds.insert(self.ctx, hold));
+                self.holding = true;
+                self.marker = (init == WatchInit::Bookmark).then(MarkerScanner::new);
+                return;
+            }
+        }
+        worker::end_watch_init(self.ctx, now, info.as_ref());
     }
 
     fn admit(&mut self, rc: Rc<Compiled>) -> Action {
@@ -64,14 +127,19 @@ impl Http {
                 host::remove_header(REQUEST_HEADERS, &h);
             }
         }
+        let stale_after = c.config.cluster_metrics.as_ref().map(|m| m.stale_after);
+        let cluster = |group: &str, resource: &str| match stale_after {
+            Some(stale_after) => worker::with(|w| w.counts.as_ref().map_or(StatsLookup::NotFound, |s| s.tracker.get(group, resource, now, stale_after))),
+            None => StatsLookup::NotFound,
+        };
         let d = {
             let _t = timing::span(Span::Digest);
-            c.digest(method, path, &input, ns_header, |info| engine::watches::interested_count(&HostStore, info))
+            c.digest(method, path, &input, ns_header, |info| engine::watches::interested_count(&HostStore, info), &cluster)
         };
         if let Some(kind) = debug::dump_kind(path) {
             if d.user.groups.iter().any(|g| c.config.debug_groups.contains(g)) {
                 let offset = host::realtime_nanos().saturating_sub(now);
-                let body = debug::render(c, &HostStore, kind, &|t| t.saturating_add(offset));
+                let body = debug::render(c, &HostStore, kind, now, &|t| t.saturating_add(offset));
                 self.local_reply = true;
                 host::send_response(200, &[("content-type", b"text/plain; charset=utf-8"), ("x-content-type-options", b"nosniff")], body.as_bytes());
                 return Action::Pause;
@@ -86,6 +154,8 @@ impl Http {
         self.is_watch = d.is_watch;
         if d.is_watch {
             self.watch_info = Some(d.info.clone());
+            self.watch_init = d.watch_init;
+            self.stats = d.stats;
         }
         let Some(slot) = worker::ensure_registered(now) else {
             log::warn!("apf: worker not registered; letting the request through");
@@ -107,6 +177,7 @@ impl Http {
         let key = level.key.clone();
         let (pl, fs_i) = (d.class.priority_level, d.class.flow_schema);
         let seats = d.work.max_seats();
+        self.seats = seats;
         metrics::observe(c, M::WorkEstimatedSeats, pl, fs_i, metrics::EXTRA_NONE, f64::from(seats));
         let local = |id, phase| Local {
             level_key: key.clone(),
@@ -149,7 +220,7 @@ impl Http {
                 metrics::observe(c, M::WaitDuration, pl, fs_i, metrics::EXECUTE_FALSE, 0.0);
                 if level.enforce {
                     self.local_reply = true;
-                    worker::send_429(c, fs_i, pl, retry_after, self.explain, reason.as_str());
+                    worker::send_429(c, fs_i, pl, retry_after, self.explain, reason.as_str(), seats);
                     Action::Pause
                 } else {
                     Action::Continue
@@ -187,20 +258,44 @@ impl HttpContext for Http {
         if self.explain {
             let waited = worker::with(|w| w.requests.get(&self.ctx).map(|l| l.waited)).unwrap_or(0);
             host::add_header(RESPONSE_HEADERS, "x-apf-queued-ms", (waited / 1_000_000).to_string().as_bytes());
+            host::add_header(RESPONSE_HEADERS, "x-apf-seats", self.seats.to_string().as_bytes());
         }
         if self.is_watch {
-            // A WATCH holds its seats only while it initializes: until the response starts.
-            // From then on it counts as an open watch for the mutating-request estimator.
-            worker::stream_ended_with(self.ctx, host::monotonic_nanos);
-            if let (Some(info), Some(slot)) = (self.watch_info.take(), worker::with(|w| w.slot)) {
-                match engine::watches::register(&HostStore, slot, &info) {
-                    Ok(Some(key)) => worker::with(|w| {
-                        w.watches.insert(self.ctx, key);
-                    }),
-                    Ok(None) => {}
-                    Err(e) => log::warn!("apf: watch registration failed: {e}"),
-                }
-            }
+            // A WATCH holds its seats while it initializes (upstream: until the storage layer
+            // signals that its initial events were sent); from then on it counts as an open
+            // watch for the mutating-request estimator.
+            let max_hold = c.config.watch_initial_events_max_hold;
+            self.start_watch(max_hold);
+        }
+        Action::Continue
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if !self.holding {
+            return Action::Continue;
+        }
+        let now = host::monotonic_nanos();
+        let Some((init, bytes, expected)) = worker::with(|w| {
+            w.holds.get_mut(&self.ctx).map(|h| {
+                h.last_data = now;
+                h.bytes = h.bytes.saturating_add(body_size as u64);
+                (h.init, h.bytes, h.expected_bytes)
+            })
+        }) else {
+            // Released meanwhile (maximum hold time, or the quiet rule on the timer).
+            self.holding = false;
+            self.marker = None;
+            return Action::Continue;
+        };
+        let ended = end_of_stream
+            || match (init, self.marker.as_mut()) {
+                (WatchInit::Bookmark, Some(m)) => host::buffer_bytes(host::BUFFER_HTTP_RESPONSE_BODY, 0, body_size).is_some_and(|chunk| m.feed(&chunk)),
+                _ => expected.is_some_and(|e| bytes >= e),
+            };
+        if ended {
+            self.holding = false;
+            self.marker = None;
+            worker::end_watch_init(self.ctx, now, None);
         }
         Action::Continue
     }

@@ -255,6 +255,63 @@ fn flush_contention() {
     CONTENTION_IDS.with(|ids| add_to_counters(&CONTENTION_METRICS, &mut ids.borrow_mut()[..], deltas.map(|d| i64::try_from(d).unwrap_or(i64::MAX))));
 }
 
+/// The filter's own counters of where LIST and WATCH costs come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Own {
+    /// Successful polls of the cluster's `/metrics`.
+    CountsRefreshes = 0,
+    /// Failed polls (unreachable, non-200, no usable line).
+    CountsRefreshFailures = 1,
+    /// Watches whose initial phase reached `watchInitialEventsMaxHold`.
+    WatchHoldTimeouts = 2,
+}
+
+pub const OWN_METRICS: [&str; 3] = [
+    "apf_wasm_object_counts_refreshes_total",
+    "apf_wasm_object_counts_refresh_failures_total",
+    "apf_wasm_watch_initial_hold_timeouts_total",
+];
+
+/// Gauges: resources whose cluster count is stale; seconds since the last successful poll.
+pub const OWN_GAUGES: [&str; 2] = ["apf_wasm_object_counts_stale_resources", "apf_wasm_object_counts_age_seconds"];
+
+thread_local! {
+    static OWN_PENDING: std::cell::Cell<[u64; 3]> = const { std::cell::Cell::new([0; 3]) };
+    static OWN_IDS: RefCell<[Option<u32>; 3]> = const { RefCell::new([None; 3]) };
+    static OWN_GAUGE_IDS: RefCell<[Option<u32>; 2]> = const { RefCell::new([None; 2]) };
+}
+
+pub fn count_own(m: Own) {
+    OWN_PENDING.with(|p| {
+        let mut v = p.get();
+        if let Some(x) = v.get_mut(m as usize) {
+            *x = x.saturating_add(1);
+        }
+        p.set(v);
+    });
+}
+
+/// Sets the cost gauges (the same value from every worker).
+pub fn set_own_gauges(stale_resources: u64, age_seconds: Option<u64>) {
+    OWN_GAUGE_IDS.with(|ids| {
+        let mut ids = ids.borrow_mut();
+        for ((name, value), slot) in OWN_GAUGES.iter().zip([Some(stale_resources), age_seconds]).zip(ids.iter_mut()) {
+            let Some(value) = value else { continue };
+            if slot.is_none() {
+                *slot = host::define_metric(host::METRIC_GAUGE, name);
+            }
+            if let Some(id) = *slot {
+                host::record_metric(id, value);
+            }
+        }
+    });
+}
+
+fn flush_own() {
+    let deltas = OWN_PENDING.with(|p| p.replace([0; 3]));
+    OWN_IDS.with(|ids| add_to_counters(&OWN_METRICS, &mut ids.borrow_mut()[..], deltas.map(|d| i64::try_from(d).unwrap_or(i64::MAX))));
+}
+
 /// Adds `deltas` to the filter's own counters `names` (their ids in `ids`, defined on the first
 /// call even at 0, so that the series exist from the start).
 pub fn add_to_counters(names: &[&str], ids: &mut [Option<u32>], deltas: impl IntoIterator<Item = i64>) {
@@ -271,6 +328,7 @@ pub fn add_to_counters(names: &[&str], ids: &mut [Option<u32>], deltas: impl Int
 /// Pushes accumulated deltas to the host.
 pub fn flush() {
     flush_contention();
+    flush_own();
     super::timing::flush();
     REG.with(|r| {
         let mut r = r.borrow_mut();

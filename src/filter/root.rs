@@ -1,6 +1,7 @@
 //! Root context: one compiled configuration, the timer and the mailbox handler.
 
 use super::host::{self, HostStore};
+use crate::engine::store::Store;
 use super::http::Http;
 use super::metrics::{self, M};
 use super::worker::{self, Phase, REAP_EVERY};
@@ -20,7 +21,14 @@ pub struct Root {
     /// The configuration document, kept when the policy comes from the cluster.
     base: Option<serde_json::Value>,
     fetch: ClusterFetch,
+    /// The poll of the cluster's `/metrics` this root has under way.
+    counts_call: Option<u32>,
 }
+
+/// How often a worker re-reads the shared object counts.
+const COUNTS_READ_EVERY: Nanos = 250_000_000;
+/// The `/metrics` response is read from the host in pieces of this size.
+const METRICS_READ_CHUNK: usize = 1 << 20;
 
 /// State of the periodic policy read from the cluster (`clusterPolicy`).
 #[derive(Default)]
@@ -35,7 +43,7 @@ struct ClusterFetch {
 
 impl Root {
     pub fn new() -> Root {
-        Root { compiled: None, base: None, fetch: ClusterFetch::default() }
+        Root { compiled: None, base: None, fetch: ClusterFetch::default(), counts_call: None }
     }
 
     fn apply(&mut self, cfg: crate::policy::config::PluginConfig, what: &str) {
@@ -132,7 +140,126 @@ fn next_generation() -> u64 {
 impl Context for Root {
     fn on_http_call_response(&mut self, token: u32, headers: usize, body_size: usize, trailers: usize) {
         let _ = (headers, trailers);
+        if self.counts_call == Some(token) {
+            self.counts_call = None;
+            self.counts_response(body_size);
+            return;
+        }
         self.call_response(token, body_size)
+    }
+}
+
+/// Re-reads the shared object counts into this worker's copy when they changed.
+fn read_counts(now: Nanos) {
+    worker::with(|w| w.counts_read = now);
+    match HostStore.get(engine::object_counts::OBJECT_COUNTS_KEY) {
+        Ok((bytes, cas)) => {
+            if worker::with(|w| w.counts_cas == cas && w.counts.is_some()) {
+                return;
+            }
+            let counts = match bytes.map(|b| engine::object_counts::SharedCounts::decode(&b)).transpose() {
+                Ok(c) => c,
+                Err(e) => {
+                    log::warn!("apf: unreadable object counts in shared data: {e}");
+                    None
+                }
+            };
+            worker::with(|w| {
+                w.counts = counts.map(Rc::new);
+                w.counts_cas = cas;
+            });
+        }
+        Err(e) => log::warn!("apf: reading the object counts failed: {e}"),
+    }
+}
+
+impl Root {
+    /// Keeps this worker's copy of the cluster's object counts fresh and, when the next poll of
+    /// the cluster's `/metrics` is due, claims it (one worker polls for all) and starts it.
+    fn poll_counts(&mut self, c: &Compiled, now: Nanos) {
+        let Some(cm) = c.config.cluster_metrics.as_ref() else { return };
+        if worker::with(|w| now.saturating_sub(w.counts_read) >= COUNTS_READ_EVERY) {
+            read_counts(now);
+        }
+        if self.counts_call.is_some() || worker::with(|w| w.counts.as_ref().is_some_and(|s| now < s.next_poll)) {
+            return;
+        }
+        let instance = worker::with(|w| w.instance);
+        match engine::object_counts::claim(&HostStore, now, instance, cm.timeout) {
+            Ok(true) => {}
+            Ok(false) => {
+                read_counts(now);
+                return;
+            }
+            Err(e) => {
+                log::warn!("apf: claiming the object counts poll failed: {e}");
+                return;
+            }
+        }
+        let bearer = cm.token.as_ref().map(|t| format!("Bearer {t}"));
+        let mut headers = vec![(":method", "GET"), (":path", cm.path.as_str()), (":authority", cm.authority.as_str()), ("accept", "text/plain")];
+        if let Some(b) = &bearer {
+            headers.push(("authorization", b.as_str()));
+        }
+        let timeout = std::time::Duration::from_nanos(u64::try_from(cm.timeout).unwrap_or(10_000_000_000));
+        match self.dispatch_http_call(&cm.cluster, headers, None, vec![], timeout) {
+            Ok(t) => self.counts_call = Some(t),
+            Err(e) => self.record_counts(Err(format!("cannot call cluster {:?}: {e:?}", cm.cluster))),
+        }
+    }
+
+    /// The `/metrics` response: scanned in pieces (only the three metrics' lines are kept).
+    fn counts_response(&mut self, body_size: usize) {
+        let status = host::header_pairs(host::HTTP_CALL_RESPONSE_HEADERS)
+            .into_iter()
+            .find(|(k, _)| k == ":status")
+            .map(|(_, v)| String::from_utf8_lossy(&v).into_owned())
+            .unwrap_or_default();
+        if status != "200" {
+            let why = if status.is_empty() { "no response (timeout or connection failure)".to_string() } else { format!("HTTP status {status}") };
+            self.record_counts(Err(why));
+            return;
+        }
+        let mut scanner = crate::digest::object_counts::MetricsScanner::new();
+        let mut at = 0usize;
+        while at < body_size {
+            match host::buffer_bytes(host::BUFFER_HTTP_CALL_RESPONSE_BODY, at, METRICS_READ_CHUNK.min(body_size - at)) {
+                Some(chunk) if !chunk.is_empty() => {
+                    at = at.saturating_add(chunk.len());
+                    scanner.feed(&chunk);
+                }
+                _ => break,
+            }
+        }
+        let scraped = scanner.finish();
+        if scraped.samples == 0 {
+            self.record_counts(Err("no apiserver_resource_objects or apiserver_storage_objects sample in the response".to_string()));
+        } else {
+            if scraped.malformed > 0 {
+                log::warn!("apf: {} malformed object count lines in the cluster's metrics", scraped.malformed);
+            }
+            self.record_counts(Ok(scraped));
+        }
+    }
+
+    fn record_counts(&mut self, outcome: Result<crate::digest::object_counts::ScrapedCounts, String>) {
+        let Some(c) = self.compiled.clone() else { return };
+        let Some(cm) = c.config.cluster_metrics.as_ref() else { return };
+        let now = host::monotonic_nanos();
+        match &outcome {
+            Ok(s) => {
+                log::debug!("apf: object counts of {} resources read from the cluster", s.entries.len());
+                metrics::count_own(metrics::Own::CountsRefreshes);
+            }
+            Err(why) => {
+                log::warn!("apf: reading object counts from the cluster's {} failed: {why}; the last counts stay in use (stale after {})", cm.path, crate::duration::format_go_duration(cm.stale_after));
+                metrics::count_own(metrics::Own::CountsRefreshFailures);
+            }
+        }
+        match engine::object_counts::record(&HostStore, now, cm.period, outcome.as_ref().map_err(String::as_str)) {
+            Ok(_) => read_counts(now),
+            Err(e) => log::warn!("apf: storing the object counts failed: {e}"),
+        }
     }
 }
 
@@ -216,6 +343,8 @@ impl RootContext for Root {
         }
         worker::route(std::mem::take(&mut notices), now);
         enforce_local_deadlines(now);
+        worker::check_watch_holds(now);
+        self.poll_counts(&c, now);
         match engine::adjust_borrowing(&c, &HostStore, now, &mut notices) {
             Ok(true) => log::debug!("apf: borrowing adjusted"),
             Ok(false) => {}
@@ -231,6 +360,13 @@ impl RootContext for Root {
             }
         });
         if flush {
+            if let Some(cm) = c.config.cluster_metrics.as_ref() {
+                let (stale, age) = worker::with(|w| match w.counts.as_ref() {
+                    Some(s) => (s.tracker.stale(now, cm.stale_after) as u64, (s.last_success > 0).then(|| u64::try_from(now.saturating_sub(s.last_success) / crate::NANOS_PER_SEC).unwrap_or(0))),
+                    None => (0, None),
+                });
+                metrics::set_own_gauges(stale, age);
+            }
             metrics::flush();
             for (i, l) in c.levels.iter().enumerate() {
                 metrics::set(&c, M::NominalLimit, i, u64::from(l.nominal));

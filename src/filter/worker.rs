@@ -95,7 +95,32 @@ pub struct Worker {
     pub rejected: HashMap<u32, (i64, &'static str)>,
     /// Open watches of this worker, by context (forgotten when the stream ends).
     pub watches: HashMap<u32, crate::digest::work_estimate::WatchKey>,
+    /// Watches of this worker holding their seats while their initial state streams, by context.
+    pub holds: HashMap<u32, Hold>,
+    /// The cluster's object counts as last read from shared data, and that value's CAS token.
+    pub counts: Option<Rc<crate::engine::object_counts::SharedCounts>>,
+    pub counts_cas: Option<u32>,
+    pub counts_read: Nanos,
 }
+
+/// A WATCH in its initial phase: it keeps its seats until the phase ends (the bookmark passed,
+/// the unmarked stream went quiet or reached its expected size) or `deadline`.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    pub init: crate::digest::work_estimate::WatchInit,
+    pub deadline: Nanos,
+    /// Response headers or the last body chunk.
+    pub last_data: Nanos,
+    pub bytes: u64,
+    /// Unmarked watches: the initial state's estimated size (count × average object size).
+    pub expected_bytes: Option<u64>,
+    /// Registered as an open watch when the phase ends.
+    pub info: Rc<crate::digest::request_info::RequestInfo>,
+}
+
+/// An unmarked initial phase ends when the stream has been quiet this long: the initial events
+/// are written back to back, live events come later.
+pub const UNMARKED_QUIET: Nanos = 250_000_000;
 
 thread_local! {
     pub static WORKER: RefCell<Worker> = RefCell::new(Worker::new());
@@ -239,7 +264,7 @@ pub fn handle(n: Notice, now: Nanos) {
                 w.rejected.insert(n.context, (retry_after, reason.as_str()));
             });
             if l.enforce && host::set_effective_context(n.context) {
-                send_429(&l.compiled, l.fs, l.pl, retry_after, l.explain, reason.as_str());
+                send_429(&l.compiled, l.fs, l.pl, retry_after, l.explain, reason.as_str(), l.seats);
             }
         }
         (NoticeKind::Reject { .. }, None) => {}
@@ -270,8 +295,9 @@ pub fn pf_headers(c: &crate::engine::Compiled, fs: usize, pl: usize, explain: bo
     h
 }
 
-pub fn send_429(c: &crate::engine::Compiled, fs: usize, pl: usize, retry_after: i64, explain: bool, reason: &str) {
+pub fn send_429(c: &crate::engine::Compiled, fs: usize, pl: usize, retry_after: i64, explain: bool, reason: &str, seats: u32) {
     let ra = retry_after.clamp(1, 32).to_string();
+    let seats = seats.to_string();
     let mut headers: Vec<(&str, &[u8])> = Vec::with_capacity(8);
     headers.push(("retry-after", ra.as_bytes()));
     headers.push(("content-type", b"text/plain; charset=utf-8"));
@@ -279,6 +305,7 @@ pub fn send_429(c: &crate::engine::Compiled, fs: usize, pl: usize, retry_after: 
     headers.extend(pf_headers(c, fs, pl, explain));
     if explain {
         headers.push(("x-apf-reject-reason", reason.as_bytes()));
+        headers.push(("x-apf-seats", seats.as_bytes()));
     }
     host::send_response(429, &headers, TOO_MANY);
 }
@@ -316,6 +343,9 @@ pub fn stream_ended_with(context: u32, now: impl FnOnce() -> Nanos) {
             w.rejected.remove(&context);
         }
         let watch = if w.watches.is_empty() { None } else { w.watches.remove(&context) };
+        if !w.holds.is_empty() {
+            w.holds.remove(&context);
+        }
         (w.requests.remove(&context), watch, w.slot)
     });
     if local.is_none() && watch.is_none() {
@@ -333,5 +363,49 @@ pub fn stream_ended_with(context: u32, now: impl FnOnce() -> Nanos) {
             Phase::Waiting => l.note_rejected_waiting(now),
         }
         release(&l.level_key, l.id, l.receipt.as_ref(), now);
+    }
+}
+
+/// A WATCH's initial phase ended (or it has none): release its seats and count it as an open
+/// watch for the mutating-request estimator (`info`, or the one its hold kept).
+pub fn end_watch_init(context: u32, now: Nanos, info: Option<&crate::digest::request_info::RequestInfo>) {
+    let (local, hold, slot) = with(|w| (w.requests.remove(&context), w.holds.remove(&context), w.slot));
+    if let Some(l) = local {
+        l.note_finished(now);
+        release(&l.level_key, l.id, l.receipt.as_ref(), now);
+    }
+    let info = info.or(hold.as_ref().map(|h| &*h.info));
+    if let (Some(info), Some(slot)) = (info, slot) {
+        match engine::watches::register(&HostStore, slot, info) {
+            Ok(Some(key)) => with(|w| {
+                w.watches.insert(context, key);
+            }),
+            Ok(None) => {}
+            Err(e) => log::warn!("apf: watch registration failed: {e}"),
+        }
+    }
+}
+
+/// Ends the initial phase of held watches past their deadline or, unmarked, quiet long enough.
+pub fn check_watch_holds(now: Nanos) {
+    let due: Vec<u32> = with(|w| {
+        if w.holds.is_empty() {
+            return Vec::new();
+        }
+        w.holds
+            .iter()
+            .filter(|(_, h)| {
+                now >= h.deadline || (h.init == crate::digest::work_estimate::WatchInit::Unmarked && now.saturating_sub(h.last_data) >= UNMARKED_QUIET)
+            })
+            .map(|(c, _)| *c)
+            .collect()
+    });
+    for ctx in due {
+        let timed_out = with(|w| w.holds.get(&ctx).is_some_and(|h| now >= h.deadline));
+        if timed_out {
+            log::info!("apf: a watch's initial phase exceeded watchInitialEventsMaxHold; releasing its seats");
+            metrics::count_own(metrics::Own::WatchHoldTimeouts);
+        }
+        end_watch_init(ctx, now, None);
     }
 }

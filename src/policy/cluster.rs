@@ -46,29 +46,31 @@ struct Raw {
     path_prefix: Option<String>,
 }
 
+/// A positive Go duration under `key` (an error naming the key otherwise), `default` if absent.
+pub fn positive_duration(key: &str, s: Option<&str>, default: Nanos, errs: &mut Vec<String>) -> Nanos {
+    match s {
+        None => default,
+        Some(s) => match parse_go_duration(s) {
+            Ok(d) if d > 0 => d,
+            Ok(_) => {
+                errs.push(format!("{key}: must be positive"));
+                default
+            }
+            Err(e) => {
+                errs.push(format!("{key}: {e}"));
+                default
+            }
+        },
+    }
+}
+
 impl ClusterPolicy {
     /// Parses the `clusterPolicy` value; errors are prefixed with the key path.
     pub fn parse(v: &Value) -> Result<ClusterPolicy, Vec<String>> {
         let raw: Raw = serde_json::from_value(v.clone()).map_err(|e| vec![format!("clusterPolicy: {e}")])?;
         let mut errs = Vec::new();
-        let mut dur = |key: &str, s: Option<String>, default: Nanos| -> Nanos {
-            match s {
-                None => default,
-                Some(s) => match parse_go_duration(&s) {
-                    Ok(d) if d > 0 => d,
-                    Ok(_) => {
-                        errs.push(format!("clusterPolicy.{key}: must be positive"));
-                        default
-                    }
-                    Err(e) => {
-                        errs.push(format!("clusterPolicy.{key}: {e}"));
-                        default
-                    }
-                },
-            }
-        };
-        let period = dur("period", raw.period, 30 * crate::NANOS_PER_SEC);
-        let timeout = dur("timeout", raw.timeout, 5 * crate::NANOS_PER_SEC);
+        let period = positive_duration("clusterPolicy.period", raw.period.as_deref(), 30 * crate::NANOS_PER_SEC, &mut errs);
+        let timeout = positive_duration("clusterPolicy.timeout", raw.timeout.as_deref(), 5 * crate::NANOS_PER_SEC, &mut errs);
         if raw.cluster.is_empty() {
             errs.push("clusterPolicy.cluster: Required value".to_string());
         }
@@ -92,6 +94,95 @@ impl ClusterPolicy {
     /// The two list paths.
     pub fn paths(&self) -> [String; 2] {
         [format!("{}/flowschemas", self.path_prefix), format!("{}/prioritylevelconfigurations", self.path_prefix)]
+    }
+}
+
+/// Where the work estimator's object counts and sizes come from: the protected kube-apiserver's
+/// own `/metrics` (`apiserver_resource_objects`, `apiserver_resource_size_estimate_bytes`,
+/// `apiserver_storage_objects`), polled through an Envoy cluster by one worker for all.
+///
+/// ```json
+/// "workEstimator": {"clusterMetrics": {"cluster": "kube-apiserver", "token": "<bearer token>",
+///                   "path": "/metrics", "period": "60s", "timeout": "10s", "staleAfter": "3m"}}
+/// ```
+/// With `clusterPolicy` set, `cluster`, `authority` and `token` default to its values and the
+/// polling is on unless `"clusterMetrics": false`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterMetrics {
+    pub cluster: String,
+    pub authority: String,
+    pub token: Option<String>,
+    pub path: String,
+    pub period: Nanos,
+    pub timeout: Nanos,
+    /// Upstream's `staleTolerationThreshold` (`object_count_tracker.go`): 3 minutes.
+    pub stale_after: Nanos,
+}
+
+pub const DEFAULT_METRICS_PERIOD: Nanos = 60 * crate::NANOS_PER_SEC;
+pub const DEFAULT_METRICS_TIMEOUT: Nanos = 10 * crate::NANOS_PER_SEC;
+pub const DEFAULT_STALE_AFTER: Nanos = 180 * crate::NANOS_PER_SEC;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawMetrics {
+    #[serde(default)]
+    cluster: Option<String>,
+    #[serde(default)]
+    authority: Option<String>,
+    #[serde(default)]
+    token: Option<String>,
+    #[serde(default)]
+    path: Option<String>,
+    #[serde(default)]
+    period: Option<String>,
+    #[serde(default)]
+    timeout: Option<String>,
+    #[serde(default)]
+    stale_after: Option<String>,
+}
+
+impl ClusterMetrics {
+    /// Resolves `workEstimator.clusterMetrics` (`v`: absent, `false`, `true` or an object) with
+    /// `clusterPolicy`'s connection as the default.
+    pub fn resolve(v: Option<&Value>, policy: Option<&ClusterPolicy>) -> Result<Option<ClusterMetrics>, Vec<String>> {
+        const KEY: &str = "workEstimator.clusterMetrics";
+        let raw = match v {
+            None | Some(Value::Null) | Some(Value::Bool(true)) => RawMetrics { cluster: None, authority: None, token: None, path: None, period: None, timeout: None, stale_after: None },
+            Some(Value::Bool(false)) => return Ok(None),
+            Some(v @ Value::Object(_)) => serde_json::from_value(v.clone()).map_err(|e| vec![format!("{KEY}: {e}")])?,
+            Some(_) => return Err(vec![format!("{KEY}: expected an object or a boolean")]),
+        };
+        let explicit = matches!(v, Some(Value::Object(_)) | Some(Value::Bool(true)));
+        let cluster = match (raw.cluster, policy) {
+            (Some(c), _) => c,
+            (None, Some(p)) => p.cluster.clone(),
+            (None, None) if explicit => return Err(vec![format!("{KEY}.cluster: Required value (or set clusterPolicy)")]),
+            (None, None) => return Ok(None),
+        };
+        let mut errs = Vec::new();
+        if cluster.is_empty() {
+            errs.push(format!("{KEY}.cluster: Required value"));
+        }
+        let path = raw.path.unwrap_or_else(|| "/metrics".to_string());
+        if !path.starts_with('/') {
+            errs.push(format!("{KEY}.path: must start with /"));
+        }
+        let period = positive_duration(&format!("{KEY}.period"), raw.period.as_deref(), DEFAULT_METRICS_PERIOD, &mut errs);
+        let timeout = positive_duration(&format!("{KEY}.timeout"), raw.timeout.as_deref(), DEFAULT_METRICS_TIMEOUT, &mut errs);
+        let stale_after = positive_duration(&format!("{KEY}.staleAfter"), raw.stale_after.as_deref(), DEFAULT_STALE_AFTER, &mut errs);
+        if !errs.is_empty() {
+            return Err(errs);
+        }
+        Ok(Some(ClusterMetrics {
+            cluster,
+            authority: raw.authority.or_else(|| policy.map(|p| p.authority.clone())).unwrap_or_else(|| "kubernetes.default.svc".to_string()),
+            token: raw.token.or_else(|| policy.and_then(|p| p.token.clone())),
+            path,
+            period,
+            timeout,
+            stale_after,
+        }))
     }
 }
 

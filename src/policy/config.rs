@@ -63,7 +63,14 @@ pub struct PluginConfig {
     pub limits: Vec<LevelLimits>,
     /// Read the policy from the protected cluster (`clusterPolicy`).
     pub cluster_policy: Option<super::cluster::ClusterPolicy>,
+    /// Read LIST/WATCH object counts from the cluster's `/metrics` (`workEstimator.clusterMetrics`).
+    pub cluster_metrics: Option<super::cluster::ClusterMetrics>,
+    /// The longest a WATCH holds its seats while its initial state streams.
+    pub watch_initial_events_max_hold: Nanos,
 }
+
+/// Default of `workEstimator.watchInitialEventsMaxHold`.
+pub const DEFAULT_WATCH_INITIAL_EVENTS_MAX_HOLD: Nanos = 30 * NANOS_PER_SEC;
 
 const KNOWN_KEYS: [&str; 13] = [
     "clusterPolicy",
@@ -100,6 +107,8 @@ impl Default for PluginConfig {
             policy,
             limits,
             cluster_policy: None,
+            cluster_metrics: None,
+            watch_initial_events_max_hold: DEFAULT_WATCH_INITIAL_EVENTS_MAX_HOLD,
         }
     }
 }
@@ -271,6 +280,20 @@ pub fn parse_plugin_config(bytes: &[u8]) -> Result<PluginConfig, Vec<String>> {
         },
     };
 
+    let cluster_metrics = match super::cluster::ClusterMetrics::resolve(work_estimator.cluster_metrics.as_ref(), cluster_policy.as_ref()) {
+        Ok(c) => c,
+        Err(e) => {
+            errs.extend(e);
+            None
+        }
+    };
+    let watch_initial_events_max_hold = super::cluster::positive_duration(
+        "workEstimator.watchInitialEventsMaxHold",
+        work_estimator.watch_initial_events_max_hold.as_deref(),
+        DEFAULT_WATCH_INITIAL_EVENTS_MAX_HOLD,
+        &mut errs,
+    );
+
     let policy_value = match m.get("policy") {
         None | Some(Value::Null) => Value::Array(Vec::new()),
         Some(v) => v.clone(),
@@ -315,6 +338,8 @@ pub fn parse_plugin_config(bytes: &[u8]) -> Result<PluginConfig, Vec<String>> {
         policy,
         limits,
         cluster_policy,
+        cluster_metrics,
+        watch_initial_events_max_hold,
     })
 }
 
