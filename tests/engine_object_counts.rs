@@ -161,3 +161,19 @@ fn cluster_metrics_configuration() {
     let errs = parse_plugin_config(br#"{"workEstimator": {"watchInitialEventsMaxHold": "0s"}}"#).unwrap_err();
     assert!(errs.iter().any(|e| e.starts_with("workEstimator.watchInitialEventsMaxHold")), "{errs:?}");
 }
+
+#[test]
+fn learned_counts_come_after_the_clusters_and_are_forgotten_not_stale() {
+    use apf_wasm::engine::object_counts::learn;
+    let store = MemStore::new();
+    let stale_after = 180 * S;
+    record(&store, 0, 60 * S, Ok(&scraped(&[("pods", 10, 100)]))).unwrap();
+    learn(&store, S, "example.com/widgets", ObjectStats { count: 40, average_object_size_bytes: 5_000 }).unwrap();
+    learn(&store, S, "pods", ObjectStats { count: 1, average_object_size_bytes: 1 }).unwrap();
+    let s = read(&store).unwrap().0.unwrap();
+    assert_eq!(s.lookup("example.com", "widgets", 2 * S, stale_after), StatsLookup::Found(ObjectStats { count: 40, average_object_size_bytes: 5_000 }));
+    assert_eq!(s.lookup("", "pods", 2 * S, stale_after), StatsLookup::Found(ObjectStats { count: 10, average_object_size_bytes: 100 }), "the cluster's count wins");
+    assert_eq!(s.lookup("", "pods", 200 * S, stale_after), StatsLookup::Stale, "a stale cluster count stays stale");
+    assert_eq!(s.lookup("example.com", "widgets", S + PRUNE_AFTER + 1, stale_after), StatsLookup::NotFound, "an old learned count is forgotten, never stale");
+    assert_eq!(SharedCounts::decode(&s.encode()).unwrap(), s);
+}

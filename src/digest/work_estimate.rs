@@ -87,6 +87,10 @@ pub struct WorkEstimatorConfig {
     /// resolved into `PluginConfig::watch_initial_events_max_hold`).
     #[serde(default)]
     pub watch_initial_events_max_hold: Option<String>,
+    /// Our extension: learn LIST costs from complete JSON LIST responses of resources with no
+    /// count from the table or the cluster (`crate::digest::list_size`).
+    #[serde(default)]
+    pub learn_from_responses: bool,
 }
 
 impl Default for WorkEstimatorConfig {
@@ -100,6 +104,7 @@ impl Default for WorkEstimatorConfig {
             mutating_enabled: true,
             cluster_metrics: None,
             watch_initial_events_max_hold: None,
+            learn_from_responses: false,
         }
     }
 }

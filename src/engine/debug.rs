@@ -176,7 +176,8 @@ fn push_exec_rows(rows: &mut Vec<RequestRow>, level: &str, queue: i64, e: &crate
 
 /// The object counts the work estimator uses: one row per resource of the configuration's
 /// `objectCounts` table (`Source` table, which wins) and of the cluster's `/metrics` (`Source`
-/// cluster, with the age of its last refresh and whether it is stale), then the polling state.
+/// cluster, with the age of its last refresh and whether it is stale) and of those learned from
+/// LIST responses (`Source` learned), then the polling state.
 pub fn render_object_counts(c: &Compiled, store: &dyn Store, now: Nanos) -> String {
     let est = &c.config.work_estimator;
     let mut text = String::from("Resource,\tObjectCount,\tAverageObjectSizeBytes,\tSource,\tAgeSeconds,\tStale\n");
@@ -200,6 +201,9 @@ pub fn render_object_counts(c: &Compiled, store: &dyn Store, now: Nanos) -> Stri
         for (k, st, at) in s.tracker.entries() {
             let stale = now.saturating_sub(at) > stale_after;
             text.push_str(&format!("{k},\t{},\t{},\tcluster,\t{},\t{stale}\n", st.count, st.average_object_size_bytes, secs(at)));
+        }
+        for (k, st, at) in s.learned.entries() {
+            text.push_str(&format!("{k},\t{},\t{},\tlearned,\t{},\tfalse\n", st.count, st.average_object_size_bytes, secs(at)));
         }
     }
     let mut out = dumps::tabwrite(&text, dumps::TAB_MINWIDTH, dumps::TAB_PADDING);

@@ -135,9 +135,29 @@ pub struct SharedCounts {
     /// Failed polls since the last success.
     pub consecutive_failures: u32,
     pub tracker: ObjectCountTracker,
+    /// Learned from complete LIST responses (`workEstimator.learnFromResponses`); never stale,
+    /// pruned like the tracker.
+    pub learned: ObjectCountTracker,
 }
 
 impl SharedCounts {
+    /// The cluster's count for (group, resource), else a learned one.
+    pub fn lookup(&self, group: &str, resource: &str, now: Nanos, stale_after: Nanos) -> StatsLookup {
+        match self.tracker.get(group, resource, now, stale_after) {
+            StatsLookup::NotFound => self.learned_lookup(group, resource, now),
+            found => found,
+        }
+    }
+
+    /// A learned count: never stale; one older than [`PRUNE_AFTER`] is forgotten (the next
+    /// complete LIST response teaches it again).
+    pub fn learned_lookup(&self, group: &str, resource: &str, now: Nanos) -> StatsLookup {
+        match self.learned.get(group, resource, now, PRUNE_AFTER) {
+            StatsLookup::Found(s) => StatsLookup::Found(s),
+            _ => StatsLookup::NotFound,
+        }
+    }
+
     pub fn decode(bytes: &[u8]) -> CodecResult<SharedCounts> {
         let mut r = Reader::new(bytes);
         if r.u8()? != VERSION {
@@ -151,11 +171,12 @@ impl SharedCounts {
             last_error: r.str()?.to_string(),
             consecutive_failures: r.u32()?,
             tracker: ObjectCountTracker::decode(&mut r)?,
+            learned: ObjectCountTracker::decode(&mut r)?,
         })
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::with_capacity(64 + 48 * self.tracker.len());
+        let mut w = Writer::with_capacity(64 + 48 * (self.tracker.len() + self.learned.len()));
         w.u8(VERSION);
         w.i64(self.next_poll);
         w.u64(self.poller);
@@ -164,6 +185,7 @@ impl SharedCounts {
         w.str(&self.last_error);
         w.u32(self.consecutive_failures);
         self.tracker.encode(&mut w);
+        self.learned.encode(&mut w);
         w.into_bytes()
     }
 }
@@ -241,5 +263,15 @@ pub fn record(store: &dyn Store, now: Nanos, period: Nanos, outcome: Result<&Scr
             }
         }
         Ok::<_, EngineError>((s.encode(), s))
+    })
+}
+
+/// Records what a complete LIST response showed of resource `key` (learned costs).
+pub fn learn(store: &dyn Store, now: Nanos, key: &str, stats: ObjectStats) -> Result<(), EngineError> {
+    update(store, OBJECT_COUNTS_KEY, MAX_CAS_TRIES, |cur| {
+        let mut s = decode_or_default(cur);
+        s.learned.set(key, stats, now);
+        s.learned.prune(now);
+        Ok::<_, EngineError>((s.encode(), ()))
     })
 }

@@ -6,6 +6,7 @@ use super::timing::{self, Span};
 use super::worker::{self, Local, Phase};
 use crate::digest::identity::IdentityInput;
 use crate::digest::initial_events::MarkerScanner;
+use crate::digest::list_size::ListBodyScanner;
 use crate::digest::work_estimate::{StatsLookup, WatchInit};
 use crate::engine::{self, debug, Compiled, Decision};
 use crate::fairqueuing::RequestTag;
@@ -35,6 +36,8 @@ pub struct Http {
     holding: bool,
     /// Looks for the initial-events-end bookmark while holding a `sendInitialEvents` watch.
     marker: Option<MarkerScanner>,
+    /// A LIST of a resource without counts whose response may teach its cost (resource key).
+    learn: Option<(String, ListBodyScanner)>,
 }
 
 impl Http {
@@ -52,6 +55,7 @@ impl Http {
             stats: None,
             holding: false,
             marker: None,
+            learn: None,
         }
     }
 
@@ -128,9 +132,11 @@ impl Http {
             }
         }
         let stale_after = c.config.cluster_metrics.as_ref().map(|m| m.stale_after);
-        let cluster = |group: &str, resource: &str| match stale_after {
-            Some(stale_after) => worker::with(|w| w.counts.as_ref().map_or(StatsLookup::NotFound, |s| s.tracker.get(group, resource, now, stale_after))),
-            None => StatsLookup::NotFound,
+        let learn = c.config.work_estimator.learn_from_responses;
+        let cluster = |group: &str, resource: &str| match (stale_after, learn) {
+            (None, false) => StatsLookup::NotFound,
+            (Some(stale_after), _) => worker::with(|w| w.counts.as_ref().map_or(StatsLookup::NotFound, |s| s.lookup(group, resource, now, stale_after))),
+            (None, true) => worker::with(|w| w.counts.as_ref().map_or(StatsLookup::NotFound, |s| s.learned_lookup(group, resource, now))),
         };
         let d = {
             let _t = timing::span(Span::Digest);
@@ -152,6 +158,9 @@ impl Http {
         self.explain = !c.config.explain_groups.is_empty() && d.user.groups.iter().any(|g| c.config.explain_groups.contains(g));
         self.class = Some((d.class.flow_schema, d.class.priority_level));
         self.is_watch = d.is_watch;
+        if learn && d.stats == Some(StatsLookup::NotFound) && learnable(&d.info) {
+            self.learn = Some((engine::object_counts::resource_key(&d.info.api_group, &d.info.resource), ListBodyScanner::new()));
+        }
         if d.is_watch {
             self.watch_info = Some(d.info.clone());
             self.watch_init = d.watch_init;
@@ -260,6 +269,9 @@ impl HttpContext for Http {
             host::add_header(RESPONSE_HEADERS, "x-apf-queued-ms", (waited / 1_000_000).to_string().as_bytes());
             host::add_header(RESPONSE_HEADERS, "x-apf-seats", self.seats.to_string().as_bytes());
         }
+        if self.learn.is_some() && !learnable_response() {
+            self.learn = None;
+        }
         if self.is_watch {
             // A WATCH holds its seats while it initializes (upstream: until the storage layer
             // signals that its initial events were sent); from then on it counts as an open
@@ -271,6 +283,9 @@ impl HttpContext for Http {
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if self.learn.is_some() {
+            self.learn_from(body_size, end_of_stream);
+        }
         if !self.holding {
             return Action::Continue;
         }
@@ -310,6 +325,53 @@ impl Drop for Http {
     fn drop(&mut self) {
         worker::stream_ended_with(self.ctx, host::monotonic_nanos);
     }
+}
+
+impl Http {
+    /// Feeds a LIST response chunk to the learning scanner; at the end, stores what it learned.
+    fn learn_from(&mut self, body_size: usize, end_of_stream: bool) {
+        let Some((_, scanner)) = self.learn.as_mut() else { return };
+        match host::buffer_bytes(host::BUFFER_HTTP_RESPONSE_BODY, 0, body_size) {
+            Some(chunk) => scanner.feed(&chunk),
+            None => {
+                self.learn = None;
+                return;
+            }
+        }
+        if !end_of_stream {
+            return;
+        }
+        let Some((key, scanner)) = self.learn.take() else { return };
+        if let Some(obs) = scanner.finish() {
+            let stats = obs.stats();
+            log::debug!("apf: learned {key}: {} objects of {} bytes from a LIST response", stats.count, stats.average_object_size_bytes);
+            if let Err(e) = engine::object_counts::learn(&HostStore, host::monotonic_nanos(), &key, stats) {
+                log::warn!("apf: storing a learned object count failed: {e}");
+            }
+        }
+    }
+}
+
+/// A LIST whose response is the whole collection: every namespace, no selector, no name, not a
+/// continued page.
+fn learnable(info: &crate::digest::request_info::RequestInfo) -> bool {
+    let q = &info.query;
+    info.verb == "list" && info.namespace.is_empty() && info.name.is_empty() && q.label_selector.is_empty() && q.field_selector.is_empty() && q.continue_token.is_empty()
+}
+
+/// A `200` uncompressed JSON response (the only kind the learning scanner reads).
+fn learnable_response() -> bool {
+    let mut ok = false;
+    let mut json = false;
+    for (k, v) in host::header_pairs(RESPONSE_HEADERS) {
+        match k.as_str() {
+            ":status" => ok = v == b"200",
+            "content-type" => json = v.windows(4).any(|w| w.eq_ignore_ascii_case(b"json")),
+            "content-encoding" if !v.eq_ignore_ascii_case(b"identity") => return false,
+            _ => {}
+        }
+    }
+    ok && json
 }
 
 /// Facts about the downstream connection that identity sources may need.

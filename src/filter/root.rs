@@ -177,10 +177,11 @@ impl Root {
     /// Keeps this worker's copy of the cluster's object counts fresh and, when the next poll of
     /// the cluster's `/metrics` is due, claims it (one worker polls for all) and starts it.
     fn poll_counts(&mut self, c: &Compiled, now: Nanos) {
-        let Some(cm) = c.config.cluster_metrics.as_ref() else { return };
-        if worker::with(|w| now.saturating_sub(w.counts_read) >= COUNTS_READ_EVERY) {
+        let learn = c.config.work_estimator.learn_from_responses;
+        if (learn || c.config.cluster_metrics.is_some()) && worker::with(|w| now.saturating_sub(w.counts_read) >= COUNTS_READ_EVERY) {
             read_counts(now);
         }
+        let Some(cm) = c.config.cluster_metrics.as_ref() else { return };
         if self.counts_call.is_some() || worker::with(|w| w.counts.as_ref().is_some_and(|s| now < s.next_poll)) {
             return;
         }
