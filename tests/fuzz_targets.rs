@@ -185,6 +185,26 @@ fn fuzz_simulate() {
     run("simulate", 2_000, 6.0);
 }
 
+#[test]
+fn fuzz_metrics_scan() {
+    run("metrics_scan", 5_000, 3.0);
+}
+
+#[test]
+fn fuzz_initial_events() {
+    run("initial_events", 5_000, 2.0);
+}
+
+#[test]
+fn fuzz_list_size() {
+    run("list_size", 3_000, 2.0);
+}
+
+#[test]
+fn fuzz_state_object_counts() {
+    run("state_object_counts", 5_000, 1.0);
+}
+
 /// Scenarios too big to simulate are rejected quickly, before any allocation in proportion to
 /// their size.
 #[test]

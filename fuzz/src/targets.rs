@@ -12,6 +12,10 @@
 //! - `duration`: a Go duration string.
 //! - `codec_reader`: a script of `Reader` operations (first byte of each step) over the rest.
 //! - `state_*`: bytes as stored in the shared key-value store.
+//! - `metrics_scan`: a kube-apiserver `/metrics` body; its first bytes also set the chunk sizes.
+//! - `initial_events`: a watch response body, fed in pieces.
+//! - `list_size`: a LIST response body, fed in pieces (learned costs).
+//! - `state_object_counts`: the shared object counts value.
 
 use apf_wasm::classify::Classifier;
 use apf_wasm::codec::{Reader, Writer};
@@ -24,6 +28,8 @@ use apf_wasm::policy::model::Policy;
 use apf_wasm::policy::default_policy;
 use apf_wasm::simulate::run_scenario;
 use std::sync::OnceLock;
+use apf_wasm::digest::initial_events::{MarkerScanner, INITIAL_EVENTS_END};
+use apf_wasm::digest::object_counts::{scan_metrics, MetricsScanner};
 use apf_wasm::digest::identity::{identify, parse_subject, service_account_namespace, IdentityConfig, IdentityInput, UserInfo};
 use apf_wasm::digest::request_info::{parse_generic, parse_request_info, RequestInfo};
 use apf_wasm::duration::{format_go_duration, parse_go_duration};
@@ -51,7 +57,13 @@ pub const TARGETS: &[Entry] = &[
     ("state_watches", state_watches, &[], 4096),
     ("queueset_ops", queueset_ops, &[], 4096),
     ("simulate", simulate, SIM_DICT, 16 * 1024),
+    ("metrics_scan", metrics_scan, METRICS_DICT, 32 * 1024),
+    ("initial_events", initial_events, MARKER_DICT, 2048),
+    ("list_size", list_size, LIST_DICT, 8 * 1024),
+    ("state_object_counts", state_object_counts, &[], 4096),
 ];
+
+pub const LIST_DICT: &[&[u8]] = &[b"\"resourceVersion\":\"", b"\"continue\":\"", b"\"continue\":\"\"", b"{\"metadata\":{", b"\"items\":["];
 
 pub fn find(name: &str) -> Option<&'static Entry> {
     TARGETS.iter().find(|e| e.0 == name)
@@ -111,6 +123,20 @@ pub const SIM_DICT: &[&[u8]] = &[
 pub const DURATION_DICT: &[&[u8]] = &[
     b"ns", b"us", b"\xc2\xb5s", b"\xce\xbcs", b"ms", b"s", b"m", b"h", b".", b"-", b"+", b"0", b"9223372036854775807",
     b"9223372036854775808", b"2562047h", b"47m", b"16.854775807s", b"1e3s", b"d",
+];
+
+pub const METRICS_DICT: &[&[u8]] = &[
+    b"apiserver_resource_objects", b"apiserver_resource_size_estimate_bytes", b"apiserver_storage_objects", b"apiserver_",
+    b"{group=\"\",resource=\"pods\"} ", b"{resource=\"pods\",group=\"\"} ", b"{group=\"apps\",resource=\"deployments\"} ",
+    b"{resource=\"deployments.apps\"} ", b"{resource=\"leases.coordination.k8s.io\"} ", b"group=\"\"", b"resource=\"\"",
+    b"le=\"0.005\"", b"_bucket{", b"\\\"", b"\\\\", b"\\n", b"\\t", b"\"", b"{", b"}", b",", b"=", b" ", b"\t", b"\n", b"\r\n",
+    b"\r", b"# HELP ", b"# TYPE ", b" gauge\n", b"50000", b"2.048e+08", b"1.234567e+06", b"-1", b"NaN", b"+Inf", b"-Inf",
+    b"1e309", b"9.3e+18", b" 1700000000000", b" -5",
+];
+
+pub const MARKER_DICT: &[&[u8]] = &[
+    b"k8s.io/initial-events-end", b"k8s.io/initial-events-en", b"k8s.io/", b"initial-events", b"-end", b"k", b"8s.io",
+    b"\"annotations\":{", b"\"true\"", b"\x0a\x19", b"\x12\x04true", b"{\"type\":\"BOOKMARK\",\"object\":",
 ];
 
 // ---------------------------------------------------------------------------------------------
@@ -783,4 +809,125 @@ pub fn state_borrow(data: &[u8]) -> bool {
 
 pub fn state_watches(data: &[u8]) -> bool {
     round_trip(data, WatchTracker::decode, WatchTracker::encode)
+}
+
+// ---------------------------------------------------------------------------------------------
+// streaming scanners of response bodies
+
+/// Feeds `data` to a fresh `MetricsScanner` in chunks of the given sizes (cycling; 0 → 1).
+fn scan_in_chunks(data: &[u8], sizes: &[usize]) -> apf_wasm::digest::object_counts::ScrapedCounts {
+    let mut s = MetricsScanner::new();
+    let mut rest = data;
+    let mut i = 0usize;
+    while !rest.is_empty() {
+        let n = sizes.get(i % sizes.len().max(1)).copied().unwrap_or(1).clamp(1, rest.len());
+        let (a, b) = rest.split_at(n);
+        s.feed(a);
+        s.feed(&[]);
+        rest = b;
+        i += 1;
+    }
+    s.finish()
+}
+
+/// The scan does not depend on how the body is cut into chunks, and its entries are sane.
+pub fn metrics_scan(data: &[u8]) -> bool {
+    let whole = scan_metrics(data);
+    assert_eq!(whole, scan_metrics(data), "scan_metrics is not deterministic");
+    let sizes: Vec<usize> = data.iter().take(8).map(|&b| usize::from(b % 97) + 1).collect();
+    assert_eq!(scan_in_chunks(data, &sizes), whole, "chunks of sizes {sizes:?} give another result");
+    assert_eq!(scan_in_chunks(data, &[1]), whole, "1-byte chunks give another result");
+    let lines = data.iter().filter(|&&b| b == b'\n').count() as u64 + 1;
+    assert!(whole.samples.saturating_add(whole.malformed) <= lines, "more samples than lines: {whole:?}");
+    assert!(whole.entries.len() as u64 <= whole.samples, "more entries than samples: {whole:?}");
+    for (k, v) in &whole.entries {
+        let mut parts = k.split('/');
+        let (first, second, third) = (parts.next(), parts.next(), parts.next());
+        assert!(first.is_some_and(|p| !p.is_empty()) && second != Some("") && third.is_none(), "bad key {k:?}");
+        assert!(v.count >= 0 && v.average_object_size_bytes >= 0, "negative stats for {k}: {v:?}");
+        assert!(v.count > 0 || v.average_object_size_bytes == 0, "an average without objects for {k}: {v:?}");
+    }
+    whole.samples > 0
+}
+
+/// Where the first marker of `d` ends, if any: a prefix `d[..n]` contains it iff `n >= end`.
+fn marker_end(d: &[u8]) -> Option<usize> {
+    d.windows(INITIAL_EVENTS_END.len()).position(|w| w == INITIAL_EVENTS_END).map(|p| p + INITIAL_EVENTS_END.len())
+}
+
+/// Fed in pieces, the scanner finds the marker iff the whole input contains it, and reports it
+/// from the first piece that completes it on.
+pub fn initial_events(data: &[u8]) -> bool {
+    let end = marker_end(data);
+    let has_marker = |n: usize| end.is_some_and(|e| n >= e);
+    let want = end.is_some();
+    let mut s = MarkerScanner::new();
+    assert_eq!(s.feed(data), want);
+    assert_eq!((s.found(), s.bytes()), (want, data.len() as u64));
+    // Two pieces: at every position of short inputs, else around the first `k`s and at
+    // input-derived positions.
+    let mut cuts: Vec<usize> = if data.len() <= 300 {
+        (0..=data.len()).collect()
+    } else {
+        let ks = data.iter().enumerate().filter(|(_, &b)| b == b'k').take(4).map(|(i, _)| i);
+        let near = ks.flat_map(|i| i.saturating_sub(2)..i + INITIAL_EVENTS_END.len() + 2);
+        near.chain(data.iter().take(32).map(|&b| usize::from(b) * data.len() / 256)).filter(|&c| c <= data.len()).collect()
+    };
+    cuts.push(data.len());
+    for at in cuts {
+        let (a, b) = data.split_at(at);
+        let mut s = MarkerScanner::new();
+        assert_eq!(s.feed(a), has_marker(a.len()), "first piece of a cut at {at}");
+        assert_eq!(s.feed(b), want, "cut at {at}");
+        assert_eq!((s.found(), s.bytes()), (want, data.len() as u64));
+    }
+    // Small pieces: the scanner turns true exactly with the piece that completes the marker.
+    for step in [1usize, 2, 3, 7, 24, 25, 26] {
+        let mut s = MarkerScanner::new();
+        for (i, piece) in data.chunks(step).enumerate() {
+            assert_eq!(s.feed(piece), has_marker(i * step + piece.len()), "pieces of {step}, piece {i}");
+        }
+        assert_eq!(s.found(), want);
+    }
+    want
+}
+
+/// A LIST body scanned in pieces gives what it gives whole; an observation, when there is one,
+/// has items and their average size consistent with the bytes.
+pub fn list_size(data: &[u8]) -> bool {
+    use apf_wasm::digest::list_size::ListBodyScanner;
+    let mut whole = ListBodyScanner::new();
+    whole.feed(data);
+    let want = whole.finish();
+    let cuts: Vec<usize> = if data.len() <= 200 { (0..=data.len()).collect() } else { data.iter().take(24).map(|&b| usize::from(b) * data.len() / 256).collect() };
+    for at in cuts {
+        let (a, b) = data.split_at(at);
+        let mut s = ListBodyScanner::new();
+        s.feed(a);
+        s.feed(b);
+        assert_eq!(s.finish(), want, "cut at {at}");
+    }
+    for step in [1usize, 2, 5, 13, 19, 20] {
+        let mut s = ListBodyScanner::new();
+        data.chunks(step).for_each(|c| s.feed(c));
+        assert_eq!(s.finish(), want, "pieces of {step}");
+    }
+    if let Some(o) = want {
+        let st = o.stats();
+        assert!(o.items > 0 && st.count == o.items && st.average_object_size_bytes * o.items <= o.bytes);
+    }
+    want.is_some()
+}
+
+/// The shared object counts decode without panicking and re-encode to what they decoded from.
+pub fn state_object_counts(data: &[u8]) -> bool {
+    use apf_wasm::engine::object_counts::SharedCounts;
+    match SharedCounts::decode(data) {
+        Ok(s) => {
+            let again = SharedCounts::decode(&s.encode()).expect("re-decode");
+            assert_eq!(again, s);
+            true
+        }
+        Err(_) => false,
+    }
 }

@@ -1,12 +1,13 @@
 //! A streaming scanner of kube-apiserver's `/metrics` body (Prometheus text format 0.0.4) for the
 //! work estimator's inputs: how many objects each resource has in storage, and how big they are.
 //!
-//! Upstream, `pkg/registry/generic/registry/store.go: startObservingCount` polls the storage's
-//! stats of every resource and hands them both to the list-cost estimator's tracker
-//! (`pkg/util/flowcontrol/request/object_count_tracker.go: objectCountTracker.Set`, read back by
-//! its `Get`) and to three gauges, declared in
+//! Upstream, `staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go:
+//! startObservingCount` polls the storage's stats of every resource and hands them both to the
+//! list-cost estimator's tracker
+//! (`staging/src/k8s.io/apiserver/pkg/util/flowcontrol/request/object_count_tracker.go:
+//! objectCountTracker.Set`, read back by its `Get`) and to three gauges, declared in
 //! `staging/src/k8s.io/apiserver/pkg/storage/etcd3/metrics/metrics.go` and set by its
-//! `UpdateStoreStats`:
+//! `UpdateStoreStats` (`UpdateObjectCount` in releases without the sizes):
 //! - `apiserver_resource_objects{group,resource}` (1.34+): the object count (`group` is `""` for
 //!   the core group);
 //! - `apiserver_resource_size_estimate_bytes{group,resource}` (1.34+, with the
@@ -55,11 +56,8 @@ enum Metric {
     StorageObjects,
 }
 
-const METRICS: [(&[u8], Metric); 3] = [
-    (RESOURCE_OBJECTS, Metric::ResourceObjects),
-    (SIZE_ESTIMATE, Metric::SizeEstimate),
-    (STORAGE_OBJECTS, Metric::StorageObjects),
-];
+const METRICS: [(&[u8], Metric); 3] =
+    [(RESOURCE_OBJECTS, Metric::ResourceObjects), (SIZE_ESTIMATE, Metric::SizeEstimate), (STORAGE_OBJECTS, Metric::StorageObjects)];
 
 /// What the first bytes of a line say about it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -431,10 +429,11 @@ fn parse_sample(metric: Metric, s: &[u8]) -> Option<(String, f64)> {
     Some((key, value))
 }
 
-/// "resource" for the core group, "group/resource" otherwise; none for an empty resource or
-/// bytes that are not UTF-8.
+/// "resource" for the core group, "group/resource" otherwise; none for an empty resource, a `/`
+/// in either part (the key would be ambiguous; upstream's names never have one) or bytes that
+/// are not UTF-8.
 fn resource_key(group: Vec<u8>, resource: Vec<u8>) -> Option<String> {
-    if resource.is_empty() {
+    if resource.is_empty() || resource.contains(&b'/') || group.contains(&b'/') {
         return None;
     }
     let resource = String::from_utf8(resource).ok()?;
