@@ -370,7 +370,7 @@ def load_generator(spec: dict, env: EnvoyProcess, wrk: str | None, workdir: Path
     return lambda n: run_python(port, n, spec["conns"], users)
 
 
-CONTENTION = ("writes", "conflicts", "decodes", "reuses", "replays", "wakeups")
+CONTENTION = ("writes", "conflicts", "decodes", "reuses", "wakeups")
 
 
 def summed_counters(env: EnvoyProcess, prefix: str, suffixes: dict[str, str]) -> dict[str, int]:
@@ -384,7 +384,7 @@ def contention_counts(env: EnvoyProcess) -> dict[str, int]:
     return summed_counters(env, "apf_wasm_", {
         "writes": "shared_state_writes_total", "conflicts": "shared_state_conflicts_total",
         "decodes": "level_state_decodes_total", "reuses": "level_state_reuses_total",
-        "replays": "level_state_replays_total", "wakeups": "cross_worker_wakeups_total"})
+        "wakeups": "cross_worker_wakeups_total"})
 
 
 TIMING_SPANS = ("request_headers", "log", "queue_ready", "digest", "admit", "shared_get",
@@ -791,7 +791,7 @@ def main() -> int:
             table += (f"\n{name}, {w} worker{'s' if w > 1 else ''}, global-state contention "
                       f"(medians per request): {m_['writes']:.2f} shared writes, CAS conflicts "
                       f"{m_['conflicts'] / updates:.1%} of updates, level states decoded "
-                      f"{m_['decodes']:.2f} / reused {m_['reuses']:.2f} / replayed {m_['replays']:.2f}, cross-worker wake-ups "
+                      f"{m_['decodes']:.2f} / reused {m_['reuses']:.2f}, cross-worker wake-ups "
                       f"{m_['wakeups']:.3f}.")
         ts = [r["timing"] for r in results.get(f"{name}|{w}", []) if "timing" in r]
         if ts:

@@ -129,49 +129,6 @@ fn bench_saturated_level() {
     println!("saturated level: {ns:.0} ns per request (2 decode + op + encode); state {} bytes, {} waiting", bytes.len(), LevelState::decode(&bytes).unwrap().qs.requests_waiting());
 }
 
-/// A miss on a saturated level (14 waiting): decoding the value vs replaying the one operation
-/// another worker applied (unseal + apply + the check encoding), as `engine::cache` does.
-#[test]
-#[ignore]
-fn bench_replay_vs_decode() {
-    use apf_wasm::codec::Writer;
-    use apf_wasm::engine::ops::{self, Op};
-    use apf_wasm::engine::LevelState;
-    use apf_wasm::fairqueuing::{QueueSetConfig, WorkEstimate};
-    let cfg = QueueSetConfig { desired_queues: 16, queue_length_limit: 100, hand_size: 4, concurrency_limit: 2 };
-    let mut st = LevelState::new(cfg, 1, 0).unwrap();
-    let tag = |i: u32| RequestTag { owner: 1 + (i % 2), context: i, flow_schema: 0, flow_hash: 42, wait_deadline: i64::MAX };
-    for i in 0..16u32 {
-        ops::apply(&mut st, &Op::Arrive { now: 0, work: WorkEstimate::ONE, tag: tag(i) }, &mut Vec::new());
-    }
-    let before = st.clone();
-    let (prev, _) = ops::seal(Writer::new(), None, None);
-    let op = Op::Arrive { now: 1_000_000, work: WorkEstimate::ONE, tag: tag(99) };
-    ops::apply(&mut st, &op, &mut Vec::new());
-    let mut w = Writer::with_capacity(1024);
-    for b in st.encode() {
-        w.u8(b);
-    }
-    let (value, _) = ops::seal(w, Some(&prev), Some(&op));
-    let n = iterations();
-    let t = Instant::now();
-    for _ in 0..n {
-        std::hint::black_box(LevelState::decode(std::hint::black_box(&value)).unwrap());
-    }
-    let decode_ns = t.elapsed().as_nanos() as f64 / f64::from(n);
-    let t = Instant::now();
-    for _ in 0..n {
-        let mut s = before.clone();
-        let v = ops::unseal(std::hint::black_box(&value)).unwrap();
-        for op in v.ops_since(ops::sealed_id(&prev).unwrap()).unwrap() {
-            ops::apply(&mut s, &op, &mut Vec::new());
-        }
-        assert!(s.encode() == v.state);
-    }
-    let replay_ns = t.elapsed().as_nanos() as f64 / f64::from(n);
-    println!("miss with 15 waiting: decode {decode_ns:.0} ns, replay (incl. a state clone) {replay_ns:.0} ns");
-}
-
 /// Encoding and decoding cost of a level's shared value by the number of waiting requests.
 #[test]
 #[ignore]
@@ -273,7 +230,6 @@ fn bench_saturated_workers() {
         running.extend(run);
         totals.writes += cont.writes;
         totals.decodes += cont.decodes;
-        totals.replays += cont.replays;
         totals.reuses += cont.reuses;
     };
     for i in 0..64u32 {
@@ -296,55 +252,54 @@ fn bench_saturated_workers() {
     }
     let per = |v: u64| v as f64 / f64::from(n);
     println!(
-        "{seats} seats, {workers} worker(s): {ns:.0} ns per request (incl. thread hand-offs); per request {:.2} writes, {:.2} decoded, {:.2} replayed, {:.2} reused",
-        per(totals.writes), per(totals.decodes), per(totals.replays), per(totals.reuses)
+        "{seats} seats, {workers} worker(s): {ns:.0} ns per request (incl. thread hand-offs); per request {:.2} writes, {:.2} decoded, {:.2} reused",
+        per(totals.writes), per(totals.decodes), per(totals.reuses)
     );
 }
 
 /// A reader one operation behind on the saturated shape (8 seats, 64 clients, 16 queues, 56
-/// waiting): replaying the operation onto its state (`engine::cache::replay`: apply + the
-/// check encoding) vs decoding the value reusing its state's unchanged queues vs decoding from
-/// scratch, as
-/// `engine::cache` may. The prior states are cloned before each timing (a clone costs more
-/// than a replay, which is why a CAS retry decodes instead of keeping a copy to replay on).
-/// `APF_BENCH_ONLY=replay|reusing|scratch` runs one (for callgrind; subtract `none`).
+/// waiting): decoding the value reusing its state's unchanged queues vs decoding from scratch,
+/// as `engine::cache` may. `APF_BENCH_ONLY=reusing|scratch` runs one (for callgrind).
 #[test]
 #[ignore]
-fn bench_replay_vs_decode_reusing() {
-    use apf_wasm::engine::ops::{self, Op};
+fn bench_decode_reusing_vs_scratch() {
     use apf_wasm::engine::LevelState;
+    use apf_wasm::fairqueuing::queueset::Arrival;
     use apf_wasm::fairqueuing::{QueueSetConfig, WorkEstimate};
     let cfg = QueueSetConfig { desired_queues: 16, queue_length_limit: 100, hand_size: 4, concurrency_limit: 8 };
     let mut st = LevelState::new(cfg, 1, 0).unwrap();
     let tag = |i: u32| RequestTag { owner: 1 + (i % 2), context: i, flow_schema: 0, flow_hash: 42 + u64::from(i % 8), wait_deadline: i64::MAX };
     let mut running = std::collections::VecDeque::new();
     let mut out = Vec::new();
-    let mut apply = |st: &mut LevelState, op: &Op, running: &mut std::collections::VecDeque<_>| {
-        out.clear();
-        if let ops::Outcome::Decision(Decision::Execute(rc)) = ops::apply(st, op, &mut out) {
+    for i in 0..64u32 {
+        if let Arrival::Executing(rc) = st.qs.arrive(0, WorkEstimate::ONE, tag(i), &mut out) {
             running.push_back(rc);
         }
-        running.extend(out.iter().map(|d| d.receipt));
-    };
-    for i in 0..64u32 {
-        apply(&mut st, &Op::Arrive { now: 0, work: WorkEstimate::ONE, tag: tag(i) }, &mut running);
     }
-    // (state before, operation, encoded state after), alternating finish and arrival.
+    // (state before, encoded state after), alternating finish and arrival.
     let n = (iterations() / 20).max(1) as usize;
     let mut steps = Vec::with_capacity(n);
     for i in 0..n {
         let now = 1_000_000 + i as i64 * 50_000;
-        let op = match i % 2 {
-            0 => Op::Finish { now, receipt: running.pop_front().unwrap() },
-            _ => Op::Arrive { now, work: WorkEstimate::ONE, tag: tag(64 + i as u32) },
-        };
         let before = st.clone();
         let _ = before.encode(); // keeps its queues' encodings, as a cached state has them
-        apply(&mut st, &op, &mut running);
-        steps.push((before, op, st.encode()));
+        out.clear();
+        match i % 2 {
+            0 => {
+                let rc = running.pop_front().unwrap();
+                st.qs.finish(now, &rc, &mut out);
+            }
+            _ => {
+                if let Arrival::Executing(rc) = st.qs.arrive(now, WorkEstimate::ONE, tag(64 + i as u32), &mut out) {
+                    running.push_back(rc);
+                }
+            }
+        }
+        running.extend(out.iter().map(|d| d.receipt));
+        steps.push((before, st.encode()));
     }
     let only = std::env::var("APF_BENCH_ONLY").unwrap_or_default();
-    type Step = (LevelState, Op, Vec<u8>);
+    type Step = (LevelState, Vec<u8>);
     let timed = |what: &str, f: &mut dyn FnMut(&Step, LevelState)| -> Option<f64> {
         if !only.is_empty() && only != what {
             return None;
@@ -356,22 +311,12 @@ fn bench_replay_vs_decode_reusing() {
         }
         Some(t.elapsed().as_nanos() as f64 / n as f64)
     };
-    let (mut out, mut buf) = (Vec::new(), Vec::with_capacity(4096));
-    let replay = timed("replay", &mut |(_, op, after), mut s| {
-        assert!(apf_wasm::engine::cache::replay(&mut s, [*op], after, &mut out, &mut buf));
-    });
-    let reusing = timed("reusing", &mut |(_, _, after), s| {
+    let reusing = timed("reusing", &mut |(_, after), s| {
         std::hint::black_box(LevelState::decode_reusing(after, Some(s)).unwrap());
     });
-    let scratch = timed("scratch", &mut |(_, _, after), _| {
+    let scratch = timed("scratch", &mut |(_, after), _| {
         std::hint::black_box(LevelState::decode(after).unwrap());
     });
     let show = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0} ns"));
-    println!(
-        "one operation behind, {} waiting: replay {}, decode reusing the prior {}, decode from scratch {}",
-        st.qs.requests_waiting(),
-        show(replay),
-        show(reusing),
-        show(scratch)
-    );
+    println!("one operation behind, {} waiting: decode reusing the prior {}, decode from scratch {}", st.qs.requests_waiting(), show(reusing), show(scratch));
 }

@@ -393,16 +393,6 @@ fn write_queueing_corpus() {
         st.qs.encode(&mut w);
         write_corpus("state_queueset", name, &w.into_bytes());
         write_corpus("state_level", &format!("{name}-busy"), &st.encode());
-        // The same with a replayable trailer (engine::ops): one more arrival.
-        {
-            use apf_wasm::engine::ops::{self, Op};
-            let (before, _) = ops::seal(st.encode_with_room(ops::TRAILER_MAX), None, None);
-            let op = Op::Arrive { now: now + 20_000_000, work: WorkEstimate::ONE, tag: RequestTag { owner: 1, context: 99, flow_schema: 0, flow_hash: 7, wait_deadline: now + 30 * S } };
-            let mut next = st.clone();
-            ops::apply(&mut next, &op, &mut Vec::new());
-            let (v, _) = ops::seal(next.encode_with_room(ops::TRAILER_MAX), Some(&before), Some(&op));
-            write_corpus("state_level", &format!("{name}-sealed"), &v);
-        }
         let mut w = Writer::new();
         QueueSet::new(cfg, now).unwrap().encode(&mut w);
         write_corpus("state_queueset", &format!("{name}-new"), &w.into_bytes());

@@ -20,15 +20,12 @@ pub struct Contention {
     pub decodes: u64,
     /// Level states taken from this thread's cache (the bytes were its own last write).
     pub reuses: u64,
-    /// Level states rebuilt from this thread's cache by replaying the one operation another
-    /// worker applied since (checked against the stored bytes).
-    pub replays: u64,
     /// Notices (dispatches, rejections) posted to another worker's mailbox.
     pub wakeups: u64,
 }
 
 thread_local! {
-    static COUNTS: Cell<Contention> = const { Cell::new(Contention { writes: 0, conflicts: 0, decodes: 0, reuses: 0, replays: 0, wakeups: 0 }) };
+    static COUNTS: Cell<Contention> = const { Cell::new(Contention { writes: 0, conflicts: 0, decodes: 0, reuses: 0, wakeups: 0 }) };
 }
 
 /// Adds one to the counter `field` picks, e.g. `count(|c| &mut c.writes)`.
@@ -77,8 +74,8 @@ mod tests {
         let cfg = QueueSetConfig { desired_queues: 8, queue_length_limit: 10, hand_size: 2, concurrency_limit: 3 };
         let st = LevelState::new(cfg, 7, 1_000).unwrap();
         let other = LevelState::new(cfg, 8, 1_000).unwrap().encode();
-        let key = "apf/v1/pl/contention-test";
-        let bytes = cache::encode(key, st, None, None);
+        let key = "apf/v2/pl/contention-test";
+        let bytes = cache::encode(key, st);
         // Our own last write: reused (once; then decoded); another worker's bytes: decoded.
         cache::decode(key, &bytes).unwrap();
         cache::decode(key, &bytes).unwrap();

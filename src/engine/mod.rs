@@ -5,11 +5,11 @@
 //!
 //! Shared keys (namespaced and versioned; Istio leaves `vm_id` empty so several plugins may share
 //! one namespace):
-//! - `apf/v1/pl/<level>`: [`LevelState`] — the level's QueueSet, seat-demand integrator and
+//! - `apf/v2/pl/<level>`: [`LevelState`] — the level's QueueSet, seat-demand integrator and
 //!   Retry-After tracker. Arrival and finish of a request are one CAS update each of this value.
-//! - `apf/v1/workers`: the [`workers::Registry`] of live worker VMs (leases).
-//! - `apf/v1/borrow`: borrowing adjustment state (last run, smoothed demand per level).
-//! - `apf/v1/watches`: open WATCH counts for the mutating-request work estimator.
+//! - `apf/v2/workers`: the [`workers::Registry`] of live worker VMs (leases).
+//! - `apf/v2/borrow`: borrowing adjustment state (last run, smoothed demand per level).
+//! - `apf/v2/watches`: open WATCH counts for the mutating-request work estimator.
 //!
 //! Operations return [`Notice`]s: requests owned by some worker that must now be resumed
 //! (dispatched) or answered 429 (timed out in queue). The caller routes a notice to the owning
@@ -18,7 +18,6 @@
 pub mod cache;
 pub mod compiled;
 pub mod contention;
-pub mod ops;
 pub mod debug;
 pub mod object_counts;
 pub mod store;
@@ -26,29 +25,28 @@ pub mod watches;
 pub mod workers;
 
 use crate::codec::{CodecError, Reader, Writer};
-use crate::fairqueuing::queueset::QueueSet;
+use crate::fairqueuing::queueset::{Arrival, QueueSet};
 use crate::fairqueuing::{Dispatched, QueueSetConfig, Receipt, RejectReason, RequestId, RequestTag, WorkEstimate};
 use crate::limits::borrowing::{update_borrowing, BorrowingLevel, SeatDemandStats};
 use crate::limits::integrator::Integrator;
 use crate::limits::retry_after::DroppedRequestsTracker;
 use crate::Nanos;
 pub use compiled::{Compiled, LevelRuntime};
-use ops::Op;
 use store::{update, Store, StoreError};
 
 /// Format version of [`LevelState`] values.
 pub const LEVEL_STATE_VERSION: u8 = 1;
 /// CAS retries before an operation gives up (the caller then fails open for that request).
 pub const MAX_CAS_TRIES: u32 = 64;
-pub const REGISTRY_KEY: &str = "apf/v1/workers";
-pub const BORROW_KEY: &str = "apf/v1/borrow";
-pub const WATCHES_KEY: &str = "apf/v1/watches";
+pub const REGISTRY_KEY: &str = "apf/v2/workers";
+pub const BORROW_KEY: &str = "apf/v2/borrow";
+pub const WATCHES_KEY: &str = "apf/v2/watches";
 
 pub fn level_key(level_name: &str) -> String {
     #[cfg(not(feature = "bench-isolated-levels"))]
-    let key = format!("apf/v1/pl/{level_name}");
+    let key = format!("apf/v2/pl/{level_name}");
     #[cfg(feature = "bench-isolated-levels")]
-    let key = format!("apf/v1/pl/{level_name}#{:016x}", isolated_suffix());
+    let key = format!("apf/v2/pl/{level_name}#{:016x}", isolated_suffix());
     key
 }
 
@@ -133,15 +131,10 @@ impl LevelState {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        self.encode_with_room(0).into_bytes()
-    }
-
-    /// The encoding in a writer with `room` bytes to spare (for the value's trailer).
-    pub fn encode_with_room(&self, room: usize) -> Writer {
         // Sized for the usual value (≈ 10 bytes per waiting request) so it is allocated once.
-        let mut w = Writer::with_capacity(128 + room + 16 * self.qs.requests_waiting() as usize);
+        let mut w = Writer::with_capacity(128 + 16 * self.qs.requests_waiting() as usize);
         self.encode_to(&mut w);
-        w
+        w.into_bytes()
     }
 
     /// Appends the encoding to `w`.
@@ -155,9 +148,7 @@ impl LevelState {
 
     /// Loads the stored state, creating it for `lvl` when absent or unreadable, and applies
     /// `lvl`'s queuing configuration if it comes from a newer generation.
-    /// Also says whether the state is the stored one unchanged (else a reader cannot replay
-    /// the next operation from the stored state: it was created or reconfigured here).
-    fn load(key: &str, bytes: Option<&[u8]>, lvl: Option<&LevelRuntime>, generation: u64, now: Nanos, out: &mut Vec<Dispatched>) -> Result<(LevelState, bool), EngineError> {
+    fn load(key: &str, bytes: Option<&[u8]>, lvl: &LevelRuntime, generation: u64, now: Nanos, out: &mut Vec<Dispatched>) -> Result<LevelState, EngineError> {
         let existing = bytes.and_then(|b| match cache::decode(key, b) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -165,29 +156,21 @@ impl LevelState {
                 None
             }
         });
-        match (existing, lvl) {
-            (Some(mut st), Some(lvl)) => {
-                if generation > st.generation {
-                    let mut cfg = lvl.qs_config;
-                    // The concurrency limit is dynamic (borrowing); keep the current one unless
-                    // the level changed between exempt / reject / queuing.
-                    let cur = st.qs.config();
-                    if (cur.desired_queues > 0) == (cfg.desired_queues > 0) && (cur.desired_queues < 0) == (cfg.desired_queues < 0) {
-                        cfg.concurrency_limit = cur.concurrency_limit.clamp(lvl.min_limit, lvl.max_limit.max(lvl.min_limit));
-                    }
-                    if cfg != cur {
-                        let d = st.qs.reconfigure(cfg, now).map_err(EngineError::Config)?;
-                        out.extend(d);
-                    }
-                    st.generation = generation;
-                    return Ok((st, false));
-                }
-                Ok((st, true))
+        let Some(mut st) = existing else { return LevelState::new(lvl.qs_config, generation, now) };
+        if generation > st.generation {
+            let mut cfg = lvl.qs_config;
+            // The concurrency limit is dynamic (borrowing); keep the current one unless the
+            // level changed between exempt / reject / queuing.
+            let cur = st.qs.config();
+            if (cur.desired_queues > 0) == (cfg.desired_queues > 0) && (cur.desired_queues < 0) == (cfg.desired_queues < 0) {
+                cfg.concurrency_limit = cur.concurrency_limit.clamp(lvl.min_limit, lvl.max_limit.max(lvl.min_limit));
             }
-            (Some(st), None) => Ok((st, true)),
-            (None, Some(lvl)) => Ok((LevelState::new(lvl.qs_config, generation, now)?, false)),
-            (None, None) => Err(EngineError::Config("unknown priority level".into())),
+            if cfg != cur {
+                out.extend(st.qs.reconfigure(cfg, now).map_err(EngineError::Config)?);
+            }
+            st.generation = generation;
         }
+        Ok(st)
     }
 
     fn note_demand(&mut self, now: Nanos) {
@@ -275,40 +258,43 @@ fn unix_secs(now: Nanos) -> i64 {
 /// Admits a classified request to priority level `level` (index into the compiled levels).
 pub fn admit(c: &Compiled, store: &dyn Store, now: Nanos, level: usize, work: WorkEstimate, tag: RequestTag, notices: &mut Vec<Notice>) -> Result<Decision, EngineError> {
     let lvl = c.levels.get(level).ok_or_else(|| EngineError::Config("level index out of range".into()))?;
-    let (decision, dispatched) = update(store, &lvl.key, MAX_CAS_TRIES, |cur| {
-        let mut out = Vec::new();
-        let (mut st, unchanged) = LevelState::load(&lvl.key, cur, Some(lvl), c.generation, now, &mut out)?;
-        let op = Op::Arrive { now, work, tag };
-        let ops::Outcome::Decision(decision) = ops::apply(&mut st, &op, &mut out) else {
-            return Err(EngineError::Config("arrival without a decision".into()));
-        };
-        Ok::<_, EngineError>((cache::encode(&lvl.key, st, cur.filter(|_| unchanged), Some(&op)), (decision, out)))
+    let r = update_level(store, now, &lvl.key, Some((lvl, c.generation)), |st, out| match st.qs.arrive(now, work, tag, out) {
+        Arrival::Executing(rc) => Decision::Execute(rc),
+        Arrival::Queued(id) => Decision::Queued(id),
+        Arrival::Rejected(reason) => {
+            st.dropped.record_dropped(unix_secs(now));
+            Decision::Rejected { reason, retry_after: st.dropped.retry_after() }
+        }
     })?;
-    notices.extend(dispatched.iter().map(|d| Notice::run(&lvl.key, d)));
-    Ok(decision)
+    let Some(decision) = r else { return Err(EngineError::Config("arrival without a decision".into())) };
+    notices.extend(decision.1.iter().map(|d| Notice::run(&lvl.key, d)));
+    Ok(decision.0)
 }
 
-/// One CAS update of a level's stored state; nothing changes when the level has no state
-/// (then `T::default()`). Decodes (from this worker's cache when the value is its own last
-/// write), applies `f`, records the seat demand and encodes (keeping the result cached).
-fn update_level<T: Default>(store: &dyn Store, now: Nanos, level_key: &str, mut f: impl FnMut(&mut LevelState) -> T) -> Result<T, EngineError> {
+/// The one write path of a level: one CAS update of its stored state. Loads the state
+/// (decoded, or this worker's own last write from [`cache`]); with `create`, a missing or
+/// unreadable state is created for that level and a newer configuration generation applied;
+/// without, nothing changes when the level has no state (then `None`). Applies `f` (which may
+/// dispatch into the list it gets), records the seat demand, encodes.
+fn update_level<T>(
+    store: &dyn Store,
+    now: Nanos,
+    level_key: &str,
+    create: Option<(&LevelRuntime, u64)>,
+    mut f: impl FnMut(&mut LevelState, &mut Vec<Dispatched>) -> T,
+) -> Result<Option<(T, Vec<Dispatched>)>, EngineError> {
     update(store, level_key, MAX_CAS_TRIES, |cur| {
-        let Some(bytes) = cur else { return Ok::<_, EngineError>((Vec::new(), T::default())) };
-        let mut st = cache::decode(level_key, bytes)?;
-        let r = f(&mut st);
+        let mut out = Vec::new();
+        let mut st = match create {
+            Some((lvl, generation)) => LevelState::load(level_key, cur, lvl, generation, now, &mut out)?,
+            None => match cur {
+                Some(bytes) => cache::decode(level_key, bytes)?,
+                None => return Ok::<_, EngineError>((Vec::new(), None)),
+            },
+        };
+        let r = f(&mut st, &mut out);
         st.note_demand(now);
-        Ok((cache::encode(level_key, st, None, None), r))
-    })
-}
-
-/// [`update_level`] for an operation other workers can replay ([`ops`]).
-fn update_level_op(store: &dyn Store, level_key: &str, op: &Op, out: &mut Vec<Dispatched>) -> Result<Option<ops::Outcome>, EngineError> {
-    update(store, level_key, MAX_CAS_TRIES, |cur| {
-        out.clear();
-        let Some(bytes) = cur else { return Ok::<_, EngineError>((Vec::new(), None)) };
-        let mut st = cache::decode(level_key, bytes)?;
-        let r = ops::apply(&mut st, op, out);
-        Ok((cache::encode(level_key, st, Some(bytes), Some(op)), Some(r)))
+        Ok((cache::encode(level_key, st), Some((r, out))))
     })
 }
 
@@ -316,10 +302,10 @@ fn update_level_op(store: &dyn Store, level_key: &str, op: &Op, out: &mut Vec<Di
 /// (after its additional latency, if any) and dispatch what fits. Returns false when the seats
 /// were already released (double finish, or the owner's lease was reaped).
 pub fn finish(store: &dyn Store, now: Nanos, level_key: &str, receipt: &Receipt, notices: &mut Vec<Notice>) -> Result<bool, EngineError> {
-    let mut dispatched = Vec::new();
-    let r = update_level_op(store, level_key, &Op::Finish { now, receipt: *receipt }, &mut dispatched)?;
+    let r = update_level(store, now, level_key, None, |st, out| st.qs.finish(now, receipt, out))?;
+    let Some((finished, dispatched)) = r else { return Ok(false) };
     notices.extend(dispatched.iter().map(|d| Notice::run(level_key, d)));
-    Ok(r == Some(ops::Outcome::Finished(true)))
+    Ok(finished)
 }
 
 /// The request's stream ended: an executing request (its receipt given) finishes; a waiting
@@ -329,17 +315,18 @@ pub fn end(store: &dyn Store, now: Nanos, level_key: &str, id: RequestId, receip
     if let Some(rc) = receipt {
         return finish(store, now, level_key, rc, notices).map(|_| ());
     }
-    update_level_op(store, level_key, &Op::Cancel { now, id }, &mut Vec::new()).map(|_| ())
+    update_level(store, now, level_key, None, |st, _| st.qs.cancel(now, id)).map(|_| ())
 }
 
 /// Gives up waiting for a queued request (its wait limit passed). Returns the Retry-After to
 /// answer with, or `None` when it was dispatched meanwhile (then it must be resumed instead).
 pub fn time_out(store: &dyn Store, now: Nanos, level_key: &str, id: RequestId) -> Result<Option<i64>, EngineError> {
-    update_level(store, now, level_key, |st| {
+    let r = update_level(store, now, level_key, None, |st, _| {
         st.qs.cancel(now, id)?;
         st.dropped.record_dropped(unix_secs(now));
         Some(st.dropped.retry_after())
-    })
+    })?;
+    Ok(r.and_then(|(ra, _)| ra))
 }
 
 /// Timer work for one level: wait deadlines and lingering seats that are due. Cheap when
@@ -352,17 +339,19 @@ pub fn expire_level(store: &dyn Store, now: Nanos, level_key: &str, notices: &mu
         Some(t) if t <= now => {}
         _ => return Ok(()),
     }
-    let (timed_out, dispatched) = update_level(store, now, level_key, |st| {
-        let mut out = Vec::new();
+    let Some((timed_out, dispatched)) = update_level(store, now, level_key, None, |st, out| {
         let mut timed = Vec::new();
-        st.qs.expire(now, &mut timed, &mut out);
+        st.qs.expire(now, &mut timed, out);
         let mut rejected = Vec::with_capacity(timed.len());
         for (id, tag) in timed {
             st.dropped.record_dropped(unix_secs(now));
             rejected.push((id, tag, st.dropped.retry_after()));
         }
-        (rejected, out)
-    })?;
+        rejected
+    })?
+    else {
+        return Ok(());
+    };
     for (id, tag, retry_after) in timed_out {
         notices.push(Notice { owner: tag.owner, context: tag.context, level_key: level_key.to_string(), id, kind: NoticeKind::Reject { reason: RejectReason::TimeOut, retry_after } });
     }
@@ -372,10 +361,9 @@ pub fn expire_level(store: &dyn Store, now: Nanos, level_key: &str, notices: &mu
 
 /// Lease expiry: drops every request of a dead worker from a level and dispatches what fits.
 pub fn purge_owner(store: &dyn Store, now: Nanos, level_key: &str, owner: u32, notices: &mut Vec<Notice>) -> Result<usize, EngineError> {
-    let (n, dispatched) = update_level(store, now, level_key, |st| {
-        let mut out = Vec::new();
-        (st.qs.remove_owner(owner, now, &mut out), out)
-    })?;
+    let Some((n, dispatched)) = update_level(store, now, level_key, None, |st, out| st.qs.remove_owner(owner, now, out))? else {
+        return Ok(0);
+    };
     notices.extend(dispatched.iter().map(|d| Notice::run(level_key, d)));
     Ok(n)
 }
@@ -499,13 +487,9 @@ pub fn adjust_borrowing(c: &Compiled, store: &dyn Store, now: Nanos, notices: &m
     // Collect each level's demand over the period.
     let mut levels = Vec::with_capacity(c.levels.len());
     for lvl in &c.levels {
-        let (results, current, dispatched) = update(store, &lvl.key, MAX_CAS_TRIES, |cur| {
-            let mut out = Vec::new();
-            let (mut st, _) = LevelState::load(&lvl.key, cur, Some(lvl), c.generation, now, &mut out)?;
-            let r = st.demand.reset(now);
-            let current = st.qs.config().concurrency_limit;
-            Ok::<_, EngineError>((st.encode(), (r, current, out)))
-        })?;
+        let Some(((results, current), dispatched)) = update_level(store, now, &lvl.key, Some((lvl, c.generation)), |st, _| (st.demand.reset(now), st.qs.config().concurrency_limit))? else {
+            continue;
+        };
         notices.extend(dispatched.iter().map(|d| Notice::run(&lvl.key, d)));
         let mut stats = prev.levels.iter().find(|(n, _, _)| n == &lvl.name).map(|(_, s, _)| *s).unwrap_or_default();
         stats.update(&results);
@@ -526,18 +510,19 @@ pub fn adjust_borrowing(c: &Compiled, store: &dyn Store, now: Nanos, notices: &m
         if lvl.exempt {
             continue;
         }
-        let dispatched = update(store, &lvl.key, MAX_CAS_TRIES, |cur| {
-            let mut out = Vec::new();
-            let (mut st, _) = LevelState::load(&lvl.key, cur, Some(lvl), c.generation, now, &mut out)?;
+        let r = update_level(store, now, &lvl.key, Some((lvl, c.generation)), |st, out| {
             let mut cfg = st.qs.config();
-            if cfg.concurrency_limit != b.current {
-                cfg.concurrency_limit = b.current;
-                out.extend(st.qs.reconfigure(cfg, now).map_err(EngineError::Config)?);
-                st.note_demand(now);
+            if cfg.concurrency_limit == b.current {
+                return Ok(());
             }
-            Ok::<_, EngineError>((st.encode(), out))
+            cfg.concurrency_limit = b.current;
+            out.extend(st.qs.reconfigure(cfg, now)?);
+            Ok(())
         })?;
-        notices.extend(dispatched.iter().map(|d| Notice::run(&lvl.key, d)));
+        if let Some((r, dispatched)) = r {
+            r.map_err(EngineError::Config)?;
+            notices.extend(dispatched.iter().map(|d| Notice::run(&lvl.key, d)));
+        }
     }
     Ok(true)
 }

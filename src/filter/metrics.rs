@@ -236,22 +236,21 @@ pub fn set(c: &Compiled, m: M, pl: usize, value: u64) {
 }
 
 /// Global-state contention counters (not upstream metrics; see [`crate::engine::contention`]).
-pub const CONTENTION_METRICS: [&str; 6] = [
+pub const CONTENTION_METRICS: [&str; 5] = [
     "apf_wasm_shared_state_writes_total",
     "apf_wasm_shared_state_conflicts_total",
     "apf_wasm_level_state_decodes_total",
     "apf_wasm_level_state_reuses_total",
-    "apf_wasm_level_state_replays_total",
     "apf_wasm_cross_worker_wakeups_total",
 ];
 
 thread_local! {
-    static CONTENTION_IDS: RefCell<[Option<u32>; 6]> = const { RefCell::new([None; 6]) };
+    static CONTENTION_IDS: RefCell<[Option<u32>; 5]> = const { RefCell::new([None; 5]) };
 }
 
 fn flush_contention() {
     let c = crate::engine::contention::take();
-    let deltas = [c.writes, c.conflicts, c.decodes, c.reuses, c.replays, c.wakeups];
+    let deltas = [c.writes, c.conflicts, c.decodes, c.reuses, c.wakeups];
     CONTENTION_IDS.with(|ids| add_to_counters(&CONTENTION_METRICS, &mut ids.borrow_mut()[..], deltas.map(|d| i64::try_from(d).unwrap_or(i64::MAX))));
 }
 
