@@ -199,6 +199,7 @@ fn bench_saturated_workers() {
         txs.push(tx);
         let (c, store, key, back) = (c.clone(), store.clone(), key.clone(), back_tx.clone());
         handles.push(std::thread::spawn(move || {
+            let store = apf_wasm::engine::store::WorkerStore::new(&*store);
             let mut notices = Vec::new();
             while let Ok(cmd) = rx.recv() {
                 notices.clear();
@@ -206,18 +207,18 @@ fn bench_saturated_workers() {
                 match cmd {
                     Cmd::Arrive(ctx, now) => {
                         let tag = RequestTag { owner: w + 1, context: ctx, flow_schema: 0, flow_hash: 42, wait_deadline: i64::MAX };
-                        if let Decision::Execute(rc) = engine::admit(&c, &*store, now, level, WorkEstimate::ONE, tag, &mut notices).unwrap() {
+                        if let Decision::Execute(rc) = engine::admit(&c, &store, now, level, WorkEstimate::ONE, tag, &mut notices).unwrap() {
                             run.push(rc);
                         }
                     }
-                    Cmd::End(rc, now) => engine::end(&*store, now, &key, rc.id, Some(&rc), &mut notices).unwrap(),
+                    Cmd::End(rc, now) => engine::end(&store, now, &key, rc.id, Some(&rc), &mut notices).unwrap(),
                     Cmd::Stop => break,
                 }
                 run.extend(notices.iter().filter_map(|n| match n.kind {
                     NoticeKind::Run { receipt, .. } => Some(receipt),
                     _ => None,
                 }));
-                back.send((run, contention::take())).unwrap();
+                back.send((run, store.state.take())).unwrap();
             }
         }));
     }

@@ -537,6 +537,8 @@ fn race_once(attempt: u64) -> (u64, u64) {
     for (t, rx) in rxs.into_iter().enumerate() {
         let (store, c, keys, clock, txs, start) = (store.clone(), c.clone(), keys.clone(), clock.clone(), txs.clone(), start.clone());
         handles.push(std::thread::spawn(move || {
+            let shared = store;
+            let store = apf_wasm::engine::store::WorkerStore::new(&*shared);
             let slot = t as u32 + 1;
             let mut rng = Rng(1000 + 100 * attempt + t as u64);
             start.wait();
@@ -552,7 +554,7 @@ fn race_once(attempt: u64) -> (u64, u64) {
                                 l.2 = Phase::Executing;
                                 l.3 = Some(receipt);
                             }
-                            (NoticeKind::Run { receipt, .. }, _) => engine::end(&*store, now, &n.level_key, n.id, Some(&receipt), &mut ns).unwrap(),
+                            (NoticeKind::Run { receipt, .. }, _) => engine::end(&store, now, &n.level_key, n.id, Some(&receipt), &mut ns).unwrap(),
                             (NoticeKind::Reject { .. }, Some(l)) if l.1 == n.id => {
                                 reqs.remove(&n.context);
                             }
@@ -576,7 +578,7 @@ fn race_once(attempt: u64) -> (u64, u64) {
                         let ctx = next_ctx;
                         next_ctx += 1;
                         let tag = RequestTag { owner: slot, context: ctx, flow_schema: 0, flow_hash: rng.below(16), wait_deadline: now + (5 + rng.below(100) as i64) * MS };
-                        match engine::admit(&c, &*store, now, lvl, WorkEstimate::ONE, tag, &mut ns).unwrap() {
+                        match engine::admit(&c, &store, now, lvl, WorkEstimate::ONE, tag, &mut ns).unwrap() {
                             Decision::Execute(rc) => drop(reqs.insert(ctx, (c.levels[lvl].key.to_string(), rc.id, Phase::Executing, Some(rc)))),
                             Decision::Queued(id) => drop(reqs.insert(ctx, (c.levels[lvl].key.to_string(), id, Phase::Waiting, None))),
                             Decision::Rejected { .. } => {}
@@ -588,13 +590,13 @@ fn race_once(attempt: u64) -> (u64, u64) {
                         if !ctxs.is_empty() {
                             let ctx = ctxs[rng.below(ctxs.len() as u64) as usize];
                             let (key, id, _, rc) = reqs.remove(&ctx).unwrap();
-                            engine::end(&*store, now, &key, id, rc.as_ref(), &mut ns).unwrap();
+                            engine::end(&store, now, &key, id, rc.as_ref(), &mut ns).unwrap();
                         }
                     }
                     _ => {
                         for k in &keys {
-                            engine::expire_level(&*store, now, k, &mut ns).unwrap();
-                            if let Some(st) = engine::read_level(&*store, k).unwrap() {
+                            engine::expire_level(&store, now, k, &mut ns).unwrap();
+                            if let Some(st) = engine::read_level(&store, k).unwrap() {
                                 if st.qs.seats_in_use() > st.qs.config().concurrency_limit {
                                     over += 1;
                                 }
@@ -604,7 +606,8 @@ fn race_once(attempt: u64) -> (u64, u64) {
                 }
                 route(ns, &mut reqs, now);
             }
-            (reqs, rx, over, apf_wasm::engine::contention::take())
+            let counts = store.state.take();
+            (reqs, rx, over, counts)
         }));
     }
     let mut workers: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();

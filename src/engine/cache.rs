@@ -6,12 +6,19 @@
 //! from here instead of being decoded again. Decoding is a pure function of the bytes, so a hit
 //! gives exactly what decoding would; a miss (another worker wrote, or a CAS failed) decodes,
 //! reusing the held state's queues whose encoding is unchanged
-//! ([`LevelState::decode_reusing`]). One entry per level key and thread, so memory is bounded
-//! by the number of levels.
+//! ([`LevelState::decode_reusing`]). One entry per level key and worker, so memory is bounded
+//! by the number of levels. The cache is part of the worker's own state, which the host passes
+//! in with its store ([`super::store::Store::worker`]); a store without one always decodes.
 
+use super::store::Store;
 use super::LevelState;
 use crate::codec::CodecError;
-use std::cell::RefCell;
+
+/// A worker's cached level states.
+#[derive(Default)]
+pub struct LevelCache {
+    entries: Vec<Entry>,
+}
 
 struct Entry {
     key: String,
@@ -24,49 +31,45 @@ struct Entry {
 /// More levels than this (a policy has a few dozen at most) evicts the oldest entry.
 const MAX_ENTRIES: usize = 128;
 
-thread_local! {
-    static CACHE: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
-}
-
 /// The state stored as `bytes` under `key`: this thread's own last write if the bytes are
 /// unchanged, else decoded (reusing the unchanged queues of the state this thread holds).
-pub fn decode(key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
-    let (own, prior) = CACHE.with(|c| {
-        let mut c = c.borrow_mut();
-        match c.iter_mut().find(|e| e.key == key) {
+pub fn decode(store: &dyn Store, key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
+    let Some(w) = store.worker() else { return LevelState::decode(bytes) };
+    let (own, prior) = {
+        let mut c = w.cache.borrow_mut();
+        match c.entries.iter_mut().find(|e| e.key == key) {
             Some(e) => (e.bytes == bytes, e.state.take()),
             None => {
-                push(&mut c, Entry { key: key.to_string(), bytes: Vec::new(), state: None });
+                push(&mut c.entries, Entry { key: key.to_string(), bytes: Vec::new(), state: None });
                 (false, None)
             }
         }
-    });
+    };
     match (own, prior) {
         (true, Some(st)) => {
-            super::contention::count(|c| &mut c.reuses);
+            w.count(|c| &mut c.reuses);
             Ok(st)
         }
         (_, prior) => {
-            super::contention::count(|c| &mut c.decodes);
+            w.count(|c| &mut c.decodes);
             LevelState::decode_reusing(bytes, prior)
         }
     }
 }
 
 /// Encodes `st` for `key` and keeps it for the next [`decode`].
-pub fn encode(key: &str, st: LevelState) -> Vec<u8> {
+pub fn encode(store: &dyn Store, key: &str, st: LevelState) -> Vec<u8> {
     let bytes = st.encode();
-    CACHE.with(|c| {
-        let mut c = c.borrow_mut();
-        match c.iter_mut().find(|e| e.key == key) {
-            Some(e) => {
-                e.bytes.clear();
-                e.bytes.extend_from_slice(&bytes);
-                e.state = Some(st);
-            }
-            None => push(&mut c, Entry { key: key.to_string(), bytes: bytes.clone(), state: Some(st) }),
+    let Some(w) = store.worker() else { return bytes };
+    let mut c = w.cache.borrow_mut();
+    match c.entries.iter_mut().find(|e| e.key == key) {
+        Some(e) => {
+            e.bytes.clear();
+            e.bytes.extend_from_slice(&bytes);
+            e.state = Some(st);
         }
-    });
+        None => push(&mut c.entries, Entry { key: key.to_string(), bytes: bytes.clone(), state: Some(st) }),
+    }
     bytes
 }
 
@@ -80,10 +83,15 @@ fn push(c: &mut Vec<Entry>, e: Entry) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::store::{MemStore, WorkerStore};
     use crate::fairqueuing::QueueSetConfig;
 
     #[test]
     fn hits_only_on_identical_bytes_and_equals_decoding() {
+        let shared = MemStore::new();
+        let w = WorkerStore::new(&shared);
+        let encode = |k: &str, st: LevelState| super::encode(&w, k, st);
+        let decode = |k: &str, b: &[u8]| super::decode(&w, k, b);
         let cfg = QueueSetConfig { desired_queues: 8, queue_length_limit: 10, hand_size: 2, concurrency_limit: 3 };
         let st = LevelState::new(cfg, 7, 1_000).unwrap();
         let bytes = encode("apf/v2/pl/x", st.clone());

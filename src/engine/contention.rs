@@ -1,13 +1,11 @@
-//! What the global state costs this thread: counters of shared-state writes, CAS conflicts
+//! What the global state costs one worker: counters of shared-state writes, CAS conflicts
 //! (another worker wrote between our read and our write, so the update was redone), level
 //! states decoded versus reused from [`super::cache`], and wake-ups posted to other workers.
 //!
-//! Counted per thread (one Envoy worker's VM, or a native thread) and taken as deltas by the
-//! host glue, which exports them as `apf_wasm_*_total` counters. With one worker conflicts,
-//! decodes after the first and wake-ups stay at 0; with several they measure how much the
-//! workers get in each other's way.
-
-use std::cell::Cell;
+//! Counted in the worker's own state ([`super::store::WorkerState`], which the host passes in
+//! with its store) and taken as deltas by the host glue, which exports them as diagnostics
+//! (`apf_wasm_*_total`). With one worker conflicts, decodes after the first and wake-ups stay
+//! at 0; with several they measure how much the workers get in each other's way.
 
 /// Counter values (or deltas, from [`take`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -24,64 +22,57 @@ pub struct Contention {
     pub wakeups: u64,
 }
 
-thread_local! {
-    static COUNTS: Cell<Contention> = const { Cell::new(Contention { writes: 0, conflicts: 0, decodes: 0, reuses: 0, wakeups: 0 }) };
-}
-
-/// Adds one to the counter `field` picks, e.g. `count(|c| &mut c.writes)`.
-pub fn count(field: fn(&mut Contention) -> &mut u64) {
-    COUNTS.with(|c| {
-        let mut v = c.get();
-        let n = field(&mut v);
-        *n = n.wrapping_add(1);
-        c.set(v);
-    });
-}
-
-/// This thread's counts since the last call (and resets them).
-pub fn take() -> Contention {
-    COUNTS.with(|c| c.replace(Contention::default()))
+/// Adds one to the counter `field` picks in the calling worker's state (if the store has one),
+/// e.g. `count(store, |c| &mut c.writes)`.
+pub fn count(store: &dyn super::store::Store, field: fn(&mut Contention) -> &mut u64) {
+    if let Some(w) = store.worker() {
+        w.count(field);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::store::{update, MemStore, Store, StoreError};
+    use crate::engine::store::{update, MemStore, Store, StoreError, WorkerStore};
     use crate::engine::{cache, LevelState};
     use crate::fairqueuing::QueueSetConfig;
 
     #[test]
     fn counts_writes_conflicts_decodes_and_reuses() {
-        let _ = take();
-        let s = MemStore::new();
-        s.set("k", b"v0", None).unwrap();
+        let shared = MemStore::new();
+        let s = WorkerStore::new(&shared);
+        shared.set("k", b"v0", None).unwrap();
         // The first attempt's write loses to another writer (as another worker would), the
         // second one wins: one conflict, one write.
         let mut calls = 0;
         update::<_, StoreError>(&s, "k", 4, |_| {
             calls += 1;
             if calls == 1 {
-                s.set("k", b"other", None).unwrap();
+                shared.set("k", b"other", None).unwrap();
             }
             Ok((b"mine".to_vec(), ()))
         })
         .unwrap();
         assert_eq!(calls, 2);
-        let c = take();
+        let c = s.state.take();
         assert_eq!((c.writes, c.conflicts), (1, 1));
-        assert_eq!(take(), Contention::default(), "take resets");
+        assert_eq!(s.state.take(), Contention::default(), "take resets");
 
         let cfg = QueueSetConfig { desired_queues: 8, queue_length_limit: 10, hand_size: 2, concurrency_limit: 3 };
         let st = LevelState::new(cfg, 7, 1_000).unwrap();
         let other = LevelState::new(cfg, 8, 1_000).unwrap().encode();
         let key = "apf/v2/pl/contention-test";
-        let bytes = cache::encode(key, st);
+        let bytes = cache::encode(&s, key, st);
         // Our own last write: reused (once; then decoded); another worker's bytes: decoded.
-        cache::decode(key, &bytes).unwrap();
-        cache::decode(key, &bytes).unwrap();
-        cache::decode(key, &other).unwrap();
-        count(|c| &mut c.wakeups);
-        let c = take();
+        cache::decode(&s, key, &bytes).unwrap();
+        cache::decode(&s, key, &bytes).unwrap();
+        cache::decode(&s, key, &other).unwrap();
+        count(&s, |c| &mut c.wakeups);
+        let c = s.state.take();
         assert_eq!((c.reuses, c.decodes, c.wakeups), (1, 2, 1));
+        // A store without a worker state counts nothing and caches nothing.
+        cache::decode(&shared, key, &bytes).unwrap();
+        count(&shared, |c| &mut c.wakeups);
+        assert_eq!(s.state.take(), Contention::default());
     }
 }

@@ -42,27 +42,11 @@ pub const REGISTRY_KEY: &str = "apf/v2/workers";
 pub const BORROW_KEY: &str = "apf/v2/borrow";
 pub const WATCHES_KEY: &str = "apf/v2/watches";
 
-pub fn level_key(level_name: &str) -> String {
-    #[cfg(not(feature = "bench-isolated-levels"))]
-    let key = format!("apf/v2/pl/{level_name}");
-    #[cfg(feature = "bench-isolated-levels")]
-    let key = format!("apf/v2/pl/{level_name}#{:016x}", isolated_suffix());
-    key
-}
+/// Prefix of the level state keys.
+pub const LEVEL_KEY_PREFIX: &str = "apf/v2/pl/";
 
-/// Benchmark control only (feature `bench-isolated-levels`, never in a release module): each
-/// VM (worker) keys its levels apart, so every worker runs the same code on a level of its own
-/// and no state is shared. Measured beside the real module, it isolates what sharing costs.
-#[cfg(feature = "bench-isolated-levels")]
-fn isolated_suffix() -> u64 {
-    thread_local! {
-        static SUFFIX: u64 = {
-            let mut b = [0u8; 8];
-            let _ = getrandom::getrandom(&mut b);
-            u64::from_le_bytes(b)
-        };
-    }
-    SUFFIX.with(|s| *s)
+pub fn level_key(level_name: &str) -> String {
+    format!("{LEVEL_KEY_PREFIX}{level_name}")
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,8 +132,8 @@ impl LevelState {
 
     /// Loads the stored state, creating it for `lvl` when absent or unreadable, and applies
     /// `lvl`'s queuing configuration if it comes from a newer generation.
-    fn load(key: &str, bytes: Option<&[u8]>, lvl: &LevelRuntime, generation: u64, now: Nanos, out: &mut Vec<Dispatched>) -> Result<LevelState, EngineError> {
-        let existing = bytes.and_then(|b| match cache::decode(key, b) {
+    fn load(store: &dyn Store, key: &str, bytes: Option<&[u8]>, lvl: &LevelRuntime, generation: u64, now: Nanos, out: &mut Vec<Dispatched>) -> Result<LevelState, EngineError> {
+        let existing = bytes.and_then(|b| match cache::decode(store, key, b) {
             Ok(s) => Some(s),
             Err(e) => {
                 log::error!("apf: discarding unreadable level state ({e})");
@@ -286,15 +270,15 @@ fn update_level<T>(
     update(store, level_key, MAX_CAS_TRIES, |cur| {
         let mut out = Vec::new();
         let mut st = match create {
-            Some((lvl, generation)) => LevelState::load(level_key, cur, lvl, generation, now, &mut out)?,
+            Some((lvl, generation)) => LevelState::load(store, level_key, cur, lvl, generation, now, &mut out)?,
             None => match cur {
-                Some(bytes) => cache::decode(level_key, bytes)?,
+                Some(bytes) => cache::decode(store, level_key, bytes)?,
                 None => return Ok::<_, EngineError>((Vec::new(), None)),
             },
         };
         let r = f(&mut st, &mut out);
         st.note_demand(now);
-        Ok((cache::encode(level_key, st), Some((r, out))))
+        Ok((cache::encode(store, level_key, st), Some((r, out))))
     })
 }
 

@@ -33,6 +33,64 @@ pub trait Store {
     fn get(&self, key: &str) -> Result<(Option<Vec<u8>>, Option<u32>), StoreError>;
     /// Writes `value` if `cas` is `None` or matches the stored token.
     fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<SetOutcome, StoreError>;
+    /// The calling worker's own state, when the host keeps one for it: the level states it
+    /// wrote last ([`super::cache`]) and its contention counters. Without it every read decodes.
+    fn worker(&self) -> Option<&WorkerState> {
+        None
+    }
+}
+
+/// What one worker keeps for itself between engine calls (never shared): its decoded-state
+/// cache and contention counters. The host owns one per worker and hands it to the engine with
+/// its store ([`Store::worker`]); the engine keeps no per-thread state of its own.
+#[derive(Default)]
+pub struct WorkerState {
+    pub(crate) cache: std::cell::RefCell<super::cache::LevelCache>,
+    counts: std::cell::Cell<super::contention::Contention>,
+}
+
+impl WorkerState {
+    pub fn new() -> WorkerState {
+        WorkerState::default()
+    }
+
+    /// Adds one to the counter `field` picks.
+    pub fn count(&self, field: fn(&mut super::contention::Contention) -> &mut u64) {
+        let mut v = self.counts.get();
+        let n = field(&mut v);
+        *n = n.wrapping_add(1);
+        self.counts.set(v);
+    }
+
+    /// The counts since the last call (and resets them).
+    pub fn take(&self) -> super::contention::Contention {
+        self.counts.replace(super::contention::Contention::default())
+    }
+}
+
+/// A worker's view of a shared store: the shared values plus this worker's own state (for
+/// native hosts: tests, the simulator, one per simulated worker or thread).
+pub struct WorkerStore<'a> {
+    pub shared: &'a dyn Store,
+    pub state: WorkerState,
+}
+
+impl<'a> WorkerStore<'a> {
+    pub fn new(shared: &'a dyn Store) -> WorkerStore<'a> {
+        WorkerStore { shared, state: WorkerState::new() }
+    }
+}
+
+impl Store for WorkerStore<'_> {
+    fn get(&self, key: &str) -> Result<(Option<Vec<u8>>, Option<u32>), StoreError> {
+        self.shared.get(key)
+    }
+    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<SetOutcome, StoreError> {
+        self.shared.set(key, value, cas)
+    }
+    fn worker(&self) -> Option<&WorkerState> {
+        Some(&self.state)
+    }
 }
 
 #[derive(Default)]
@@ -128,10 +186,10 @@ pub fn update<T, E: From<StoreError>>(
         let (new, out) = f(cur.as_deref())?;
         match store.set(key, &new, Some(token))? {
             SetOutcome::Written => {
-                super::contention::count(|c| &mut c.writes);
+                super::contention::count(store, |c| &mut c.writes);
                 return Ok(out);
             }
-            SetOutcome::CasMismatch => super::contention::count(|c| &mut c.conflicts),
+            SetOutcome::CasMismatch => super::contention::count(store, |c| &mut c.conflicts),
         }
     }
     Err(E::from(StoreError(format!("too much contention on {key}"))))

@@ -120,10 +120,63 @@ pub fn realtime_nanos() -> i64 {
     i64::try_from(t).unwrap_or(i64::MAX)
 }
 
-pub struct HostStore;
+/// Envoy's shared data, with this worker's own engine state ([`WorkerState`]).
+pub struct HostStore {
+    state: crate::engine::store::WorkerState,
+    /// Benchmark control only (feature `bench-isolated-levels`, never in a release module):
+    /// this VM's suffix for level keys, so that every worker runs the same code on levels of
+    /// its own and nothing is shared. Measured beside the real module, it isolates what sharing
+    /// costs.
+    #[cfg(feature = "bench-isolated-levels")]
+    isolated: String,
+}
+
+impl HostStore {
+    fn new() -> HostStore {
+        HostStore {
+            state: crate::engine::store::WorkerState::new(),
+            #[cfg(feature = "bench-isolated-levels")]
+            isolated: {
+                let mut b = [0u8; 8];
+                let _ = getrandom::getrandom(&mut b);
+                format!("#{:016x}", u64::from_le_bytes(b))
+            },
+        }
+    }
+
+    /// This worker's engine state (contention counters, cached level states).
+    pub fn state(&self) -> &crate::engine::store::WorkerState {
+        &self.state
+    }
+
+    /// The key as stored (level keys apart per VM for the isolated-levels benchmark control).
+    fn key<'a>(&self, key: &'a str) -> std::borrow::Cow<'a, str> {
+        #[cfg(feature = "bench-isolated-levels")]
+        if key.starts_with(crate::engine::LEVEL_KEY_PREFIX) {
+            return std::borrow::Cow::Owned(format!("{key}{}", self.isolated));
+        }
+        std::borrow::Cow::Borrowed(key)
+    }
+}
+
+thread_local! {
+    /// One per VM (an Envoy worker), for the VM's life.
+    static STORE: &'static HostStore = Box::leak(Box::new(HostStore::new()));
+}
+
+/// This worker's view of the shared store.
+pub fn store() -> &'static HostStore {
+    STORE.with(|s| *s)
+}
 
 impl Store for HostStore {
+    fn worker(&self) -> Option<&crate::engine::store::WorkerState> {
+        Some(&self.state)
+    }
+
     fn get(&self, key: &str) -> Result<(Option<Vec<u8>>, Option<u32>), StoreError> {
+        let key = self.key(key);
+        let key = key.as_ref();
         let mut data: *mut u8 = null_mut();
         let mut size: usize = 0;
         let mut cas: u32 = 0;
@@ -141,6 +194,8 @@ impl Store for HostStore {
     }
 
     fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<SetOutcome, StoreError> {
+        let key = self.key(key);
+        let key = key.as_ref();
         let _t = super::timing::span(super::timing::Span::SharedSet);
         // SAFETY: pointers into live slices.
         let st = unsafe { proxy_set_shared_data(key.as_ptr(), key.len(), value.as_ptr(), value.len(), cas.unwrap_or(0)) };

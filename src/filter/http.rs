@@ -1,6 +1,6 @@
 //! HTTP context: digest, classify, admit / queue / reject, and release at the end.
 
-use super::host::{self, HostStore, REQUEST_HEADERS, RESPONSE_HEADERS};
+use super::host::{self, REQUEST_HEADERS, RESPONSE_HEADERS};
 use super::metrics::{self, M};
 use super::timing::{self, Span};
 use super::worker::{self, Local, Phase};
@@ -140,12 +140,12 @@ impl Http {
         };
         let d = {
             let _t = timing::span(Span::Digest);
-            c.digest(method, path, &input, ns_header, |info| engine::watches::interested_count(&HostStore, info), &cluster)
+            c.digest(method, path, &input, ns_header, |info| engine::watches::interested_count(host::store(), info), &cluster)
         };
         if let Some(kind) = debug::dump_kind(path) {
             if d.user.groups.iter().any(|g| c.config.debug_groups.contains(g)) {
                 let offset = host::realtime_nanos().saturating_sub(now);
-                let body = debug::render(c, &HostStore, kind, now, &|t| t.saturating_add(offset));
+                let body = debug::render(c, host::store(), kind, now, &|t| t.saturating_add(offset));
                 self.local_reply = true;
                 host::send_response(200, &[("content-type", b"text/plain; charset=utf-8"), ("x-content-type-options", b"nosniff")], body.as_bytes());
                 return Action::Pause;
@@ -181,7 +181,7 @@ impl Http {
         let mut notices = Vec::new();
         let decision = {
             let _t = timing::span(Span::Admit);
-            engine::admit(c, &HostStore, now, d.class.priority_level, d.work, tag, &mut notices)
+            engine::admit(c, host::store(), now, d.class.priority_level, d.work, tag, &mut notices)
         };
         let key = level.key.clone();
         let (pl, fs_i) = (d.class.priority_level, d.class.flow_schema);
@@ -345,7 +345,7 @@ impl Http {
         if let Some(obs) = scanner.finish() {
             let stats = obs.stats();
             log::debug!("apf: learned {key}: {} objects of {} bytes from a LIST response", stats.count, stats.average_object_size_bytes);
-            if let Err(e) = engine::object_counts::learn(&HostStore, host::monotonic_nanos(), &key, stats) {
+            if let Err(e) = engine::object_counts::learn(host::store(), host::monotonic_nanos(), &key, stats) {
                 log::warn!("apf: storing a learned object count failed: {e}");
             }
         }

@@ -249,7 +249,7 @@ thread_local! {
 }
 
 fn flush_contention() {
-    let c = crate::engine::contention::take();
+    let c = host::store().state().take();
     let deltas = [c.writes, c.conflicts, c.decodes, c.reuses, c.wakeups];
     CONTENTION_IDS.with(|ids| add_to_counters(&CONTENTION_METRICS, &mut ids.borrow_mut()[..], deltas.map(|d| i64::try_from(d).unwrap_or(i64::MAX))));
 }

@@ -1,6 +1,6 @@
 //! Root context: one compiled configuration, the timer and the mailbox handler.
 
-use super::host::{self, HostStore};
+use super::host;
 use crate::engine::store::Store;
 use super::http::Http;
 use super::metrics::{self, M};
@@ -125,7 +125,7 @@ impl Root {
 }
 
 fn next_generation() -> u64 {
-    engine::store::update::<u64, engine::EngineError>(&HostStore, GENERATION_KEY, engine::MAX_CAS_TRIES, |cur| {
+    engine::store::update::<u64, engine::EngineError>(host::store(), GENERATION_KEY, engine::MAX_CAS_TRIES, |cur| {
         let g = cur.and_then(|b| b.get(..8)).map(|b| {
             let mut a = [0u8; 8];
             a.copy_from_slice(b);
@@ -152,7 +152,7 @@ impl Context for Root {
 /// Re-reads the shared object counts into this worker's copy when they changed.
 fn read_counts(now: Nanos) {
     worker::with(|w| w.counts_read = now);
-    match HostStore.get(engine::object_counts::OBJECT_COUNTS_KEY) {
+    match host::store().get(engine::object_counts::OBJECT_COUNTS_KEY) {
         Ok((bytes, cas)) => {
             if worker::with(|w| w.counts_cas == cas && w.counts.is_some()) {
                 return;
@@ -186,7 +186,7 @@ impl Root {
             return;
         }
         let instance = worker::with(|w| w.instance);
-        match engine::object_counts::claim(&HostStore, now, instance, cm.timeout) {
+        match engine::object_counts::claim(host::store(), now, instance, cm.timeout) {
             Ok(true) => {}
             Ok(false) => {
                 read_counts(now);
@@ -257,7 +257,7 @@ impl Root {
                 metrics::count_own(metrics::Own::CountsRefreshFailures);
             }
         }
-        match engine::object_counts::record(&HostStore, now, cm.period, outcome.as_ref().map_err(String::as_str)) {
+        match engine::object_counts::record(host::store(), now, cm.period, outcome.as_ref().map_err(String::as_str)) {
             Ok(_) => read_counts(now),
             Err(e) => log::warn!("apf: storing the object counts failed: {e}"),
         }
@@ -338,7 +338,7 @@ impl RootContext for Root {
         });
         let mut notices = Vec::new();
         for k in &keys {
-            if let Err(e) = engine::expire_level(&HostStore, now, k, &mut notices) {
+            if let Err(e) = engine::expire_level(host::store(), now, k, &mut notices) {
                 log::warn!("apf: expiry on {k} failed: {e}");
             }
         }
@@ -346,7 +346,7 @@ impl RootContext for Root {
         enforce_local_deadlines(now);
         worker::check_watch_holds(now);
         self.poll_counts(&c, now);
-        match engine::adjust_borrowing(&c, &HostStore, now, &mut notices) {
+        match engine::adjust_borrowing(&c, host::store(), now, &mut notices) {
             Ok(true) => log::debug!("apf: borrowing adjusted"),
             Ok(false) => {}
             Err(e) => log::warn!("apf: borrowing adjustment failed: {e}"),
@@ -373,7 +373,7 @@ impl RootContext for Root {
                 metrics::set(&c, M::NominalLimit, i, u64::from(l.nominal));
                 metrics::set(&c, M::LowerLimit, i, u64::from(l.min_limit));
                 metrics::set(&c, M::UpperLimit, i, u64::from(l.max_limit));
-                if let Ok(Some(st)) = engine::read_level(&HostStore, &l.key) {
+                if let Ok(Some(st)) = engine::read_level(host::store(), &l.key) {
                     metrics::set(&c, M::CurrentLimit, i, u64::from(st.qs.config().concurrency_limit));
                 }
             }
@@ -387,7 +387,7 @@ impl RootContext for Root {
             }
         });
         if reap {
-            match engine::reap_dead_workers(&HostStore, now, worker::LEASE_TTL, &keys, &mut notices) {
+            match engine::reap_dead_workers(host::store(), now, worker::LEASE_TTL, &keys, &mut notices) {
                 Ok(dead) => {
                     for d in dead {
                         log::warn!("apf: reaped worker slot {} (lease expired); its seats were released", d.slot);
@@ -425,7 +425,7 @@ fn enforce_local_deadlines(now: Nanos) {
             .collect()
     });
     for (ctx, l) in overdue {
-        match engine::time_out(&HostStore, now, &l.level_key, l.id) {
+        match engine::time_out(host::store(), now, &l.level_key, l.id) {
             Ok(Some(retry_after)) => worker::handle(
                 Notice { owner: 0, context: ctx, level_key: l.level_key.to_string(), id: l.id, kind: NoticeKind::Reject { reason: crate::fairqueuing::RejectReason::TimeOut, retry_after } },
                 now,

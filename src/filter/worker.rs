@@ -1,6 +1,6 @@
 //! Per-VM (per Envoy worker) state: lease, mailbox, and the table of this worker's requests.
 
-use super::host::{self, HostStore};
+use super::host;
 use super::metrics::{self, EXTRA_NONE, M};
 use crate::engine::{self, Notice, NoticeKind};
 use crate::fairqueuing::RequestId;
@@ -153,7 +153,7 @@ pub fn ensure_registered(now: Nanos) -> Option<u32> {
     if slot.is_some() && now.saturating_sub(last) < HEARTBEAT_EVERY {
         return slot;
     }
-    match engine::heartbeat(&HostStore, instance, now) {
+    match engine::heartbeat(host::store(), instance, now) {
         Ok(s) => {
             with(|w| {
                 w.slot = Some(s);
@@ -207,7 +207,7 @@ fn post(n: Notice, now: Nanos) {
     let mut delivered = cached.is_some_and(|q| host::enqueue(q, &msg).is_ok());
     if !delivered {
         with(|w| w.slot_mailboxes.remove(&n.owner));
-        if let Ok(Some(instance)) = engine::instance_of(&HostStore, n.owner) {
+        if let Ok(Some(instance)) = engine::instance_of(host::store(), n.owner) {
             if let Ok(Some(q)) = host::resolve_queue(&host::mailbox_name(instance)) {
                 delivered = host::enqueue(q, &msg).is_ok();
                 if delivered {
@@ -217,13 +217,13 @@ fn post(n: Notice, now: Nanos) {
         }
     }
     if delivered {
-        engine::contention::count(|c| &mut c.wakeups);
+        host::store().state().count(|c| &mut c.wakeups);
     } else {
         // The owner is gone (its lease will be reaped): release what we dispatched to it.
         log::warn!("apf: cannot deliver notice to worker {}; releasing request {}", n.owner, n.id);
         if let NoticeKind::Run { receipt, .. } = n.kind {
             let mut more = Vec::new();
-            if let Err(e) = engine::finish(&HostStore, now, &n.level_key, &receipt, &mut more) {
+            if let Err(e) = engine::finish(host::store(), now, &n.level_key, &receipt, &mut more) {
                 log::warn!("apf: release failed: {e}");
             }
             route(more, now);
@@ -273,7 +273,7 @@ pub fn handle(n: Notice, now: Nanos) {
 
 fn release(level_key: &str, id: RequestId, receipt: Option<&crate::fairqueuing::Receipt>, now: Nanos) {
     let mut more = Vec::new();
-    if let Err(e) = engine::end(&HostStore, now, level_key, id, receipt, &mut more) {
+    if let Err(e) = engine::end(host::store(), now, level_key, id, receipt, &mut more) {
         log::warn!("apf: release of request {id} failed: {e}");
     }
     route(more, now);
@@ -353,7 +353,7 @@ pub fn stream_ended_with(context: u32, now: impl FnOnce() -> Nanos) {
     }
     let now = now();
     if let (Some(key), Some(slot)) = (watch, slot) {
-        if let Err(e) = engine::watches::forget(&HostStore, slot, &key) {
+        if let Err(e) = engine::watches::forget(host::store(), slot, &key) {
             log::warn!("apf: forgetting a watch failed: {e}");
         }
     }
@@ -376,7 +376,7 @@ pub fn end_watch_init(context: u32, now: Nanos, info: Option<&crate::digest::req
     }
     let info = info.or(hold.as_ref().map(|h| &*h.info));
     if let (Some(info), Some(slot)) = (info, slot) {
-        match engine::watches::register(&HostStore, slot, info) {
+        match engine::watches::register(host::store(), slot, info) {
             Ok(Some(key)) => with(|w| {
                 w.watches.insert(context, key);
             }),
