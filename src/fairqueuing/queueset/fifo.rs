@@ -1,0 +1,121 @@
+//! One queue's FIFO of waiting requests, owning its sums (upstream `fifo_list.go` with the
+//! queue's `requestsWaiting`, `nextDispatchR`, `seatsInUse` and the waiting requests' seat and
+//! work sums, `queueset.go: queue`), plus each queue's encoded segment kept with its requests.
+
+use std::collections::VecDeque;
+
+use super::codec::encode_segment;
+use super::QueueSet;
+use crate::codec::Writer;
+use crate::fairqueuing::{RequestId, RequestTag, WorkEstimate};
+use crate::Nanos;
+
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Waiting {
+    pub(super) id: RequestId,
+    pub(super) tag: RequestTag,
+    pub(super) work: WorkEstimate,
+    pub(super) arrival_r: u64,
+    pub(super) arrival: Nanos,
+    /// Times a later request of this queue was dispatched before it (owner affinity).
+    pub(super) skips: u8,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Queue {
+    pub(super) index: u32,
+    pub(super) next_dispatch_r: u64,
+    pub(super) waiting: WaitList,
+    // Derived sums (recomputed on decode).
+    pub(super) initial_seats_sum: u64,
+    pub(super) max_seats_sum: u64,
+    pub(super) total_work_sum: u64,
+    /// MaxSeats of executing + lingering requests.
+    pub(super) seats_in_use: u64,
+    /// Executing (not lingering) requests.
+    pub(super) requests_executing: u32,
+    /// Lingering entries of this queue.
+    pub(super) lingering: u32,
+}
+
+/// A queue's waiting requests, with their encoding ([`encode_segment`]) kept once computed:
+/// each queue's requests are stored as a self-contained segment of the level's value, so an
+/// operation re-encodes only the queues it changed and a reader decodes only the segments that
+/// differ from the state it already holds ([`QueueSet::decode_reusing`]). Read access derefs to
+/// the requests; every change goes through [`WaitList::edit`], which drops the encoding, so
+/// the kept encoding is always exactly the requests'.
+#[derive(Clone, Default)]
+pub(super) struct WaitList {
+    pub(super) reqs: VecDeque<Waiting>,
+    pub(super) enc: std::cell::OnceCell<Vec<u8>>,
+}
+
+impl WaitList {
+    pub(super) fn edit(&mut self) -> &mut VecDeque<Waiting> {
+        self.enc.take();
+        &mut self.reqs
+    }
+
+    /// The segment: the requests' encoding (computed on first use after a change).
+    pub(super) fn encoded(&self) -> &[u8] {
+        self.enc.get_or_init(|| encode_segment(&self.reqs))
+    }
+
+    /// Appends `w`, extending a kept encoding by its entry.
+    pub(super) fn push_back(&mut self, w: Waiting) {
+        if let Some(enc) = self.enc.get_mut() {
+            let mut wr = Writer { buf: std::mem::take(enc) };
+            QueueSet::encode_waiting(&mut wr, &w, self.reqs.back());
+            *enc = wr.buf;
+        }
+        self.reqs.push_back(w);
+    }
+
+    /// Removes the head (a kept encoding is dropped: the first entry of a segment is absolute).
+    pub(super) fn pop_front(&mut self) -> Option<Waiting> {
+        self.enc.take();
+        self.reqs.pop_front()
+    }
+}
+
+impl std::ops::Deref for WaitList {
+    type Target = VecDeque<Waiting>;
+    fn deref(&self) -> &VecDeque<Waiting> {
+        &self.reqs
+    }
+}
+
+impl PartialEq for WaitList {
+    fn eq(&self, other: &Self) -> bool {
+        self.reqs == other.reqs
+    }
+}
+
+impl std::fmt::Debug for WaitList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.reqs.fmt(f)
+    }
+}
+
+impl Queue {
+    pub(super) fn new(index: u32) -> Queue {
+        Queue {
+            index,
+            next_dispatch_r: 0,
+            waiting: WaitList::default(),
+            initial_seats_sum: 0,
+            max_seats_sum: 0,
+            total_work_sum: 0,
+            seats_in_use: 0,
+            requests_executing: 0,
+            lingering: 0,
+        }
+    }
+    pub(super) fn is_stored_idle(&self) -> bool {
+        self.waiting.is_empty() && self.requests_executing == 0 && self.lingering == 0
+    }
+    pub(super) fn is_active(&self) -> bool {
+        !self.waiting.is_empty() || self.requests_executing > 0
+    }
+}
+

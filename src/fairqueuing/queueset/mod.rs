@@ -1,0 +1,817 @@
+//! The QueueSet of one priority level: upstream's "fair queuing for server requests"
+//! (`pkg/util/flowcontrol/fairqueuing/queueset/queueset.go`, reference §5), as a plain value
+//! driven with explicit times (`now`), so that it can live in a shared key-value store
+//! (`encode`/`decode`) and be replayed by the simulator.
+//!
+//! Semantics follow upstream exactly: virtual time R advancing at `min(seatsRequested, C)/NEQ`
+//! (§5.3) with epoch advance, queue choice by least waiting work in the shuffle-sharded hand with
+//! the `enqueues mod handSize` rotation (§5.5), reject iff `seatsInUse ≥ C ∧ len ≥ QLL` (§5.6),
+//! global-minimum virtual-finish dispatch in round-robin tie order with strict head-of-line
+//! blocking, "too wide runs alone" and final-seats narrowing (§5.7), finish correction with the
+//! actual service time and `AdditionalLatency` lingering on MaxSeats (§5.8), anti-windup (§5.9),
+//! cancellation without dispatch (§5.10), reconfiguration (§5.11), exempt levels (§5.12).
+//!
+//! Storage is sparse: only non-idle queues (waiting, executing or lingering requests) are kept,
+//! in a vector sorted by queue index. Upstream resets an idle queue's `nextDispatchR` to R on its
+//! next arrival and never reads it otherwise, and scanning the sorted active indices in cyclic
+//! order after `robinIndex` visits them in the same order as scanning all queues, so this is
+//! exact. Memory is proportional to queued requests plus distinct (owner, queue) pairs of
+//! executing requests, never to flows seen.
+//!
+//! Executing requests are not stored: each dispatch hands out a [`Receipt`] (in
+//! [`Arrival::Executing`] or [`Dispatched::receipt`]) that the owner keeps and gives back to
+//! [`QueueSet::finish`], which applies upstream's finish from it. The QueueSet keeps only, per
+//! (owner, queue), the number of executing requests and their seats (so that a lease expiry
+//! releases a dead owner's seats, and a finish after that, or a second finish, changes
+//! nothing), and the lingering seats (`AdditionalLatency`) with their release time.
+//!
+//! Deviation: when a reconfiguration shrinks the number of queues, upstream removes excess
+//! queues when they become empty and shifts the indices of later queues down; here indices are
+//! stable (queues at indices ≥ DesiredNumQueues receive no new requests and disappear when
+//! drained).
+//!
+//! Deviation: time never runs backwards: an operation with `now` earlier than the last one
+//! advances R by nothing (upstream's clock is monotonic; shared-state workers may race).
+//!
+//! Deviation: when a dispatched request's final seats are narrowed to C, upstream subtracts the
+//! *narrowed* MaxSeats from `totSeatsWaiting` (letting that gauge drift); here the seats the
+//! request was counted with are subtracted.
+//!
+//! Deviation: wait deadlines are data (`RequestTag::wait_deadline`) instead of contexts; the
+//! caller must call [`QueueSet::expire`] at (or before any other operation after) the times
+//! given by [`QueueSet::next_event`].
+//!
+//! Deviation (owner affinity): a worker that dispatches may take its own request among
+//! equivalent ones of a queue, or a queue within one request's work in virtual time (`affinity`).
+//!
+//! Deviation: a lease expiry ([`QueueSet::remove_owner`]) releases the dead owner's executing
+//! seats without the service-time correction of the queues' virtual finish (its requests'
+//! start times are not stored); upstream has no lease expiry.
+
+use std::collections::VecDeque;
+
+use serde::Serialize;
+
+use super::seat_seconds::{duration_per_seat, seats_times_duration, SeatSeconds};
+use super::shuffle_sharding::Dealer;
+use super::{Dispatched, QueueSetConfig, Receipt, RejectReason, RequestId, RequestTag, WorkEstimate};
+use crate::Nanos;
+
+mod affinity;
+mod codec;
+mod executing;
+mod fifo;
+mod snapshot;
+#[cfg(test)]
+mod tests;
+
+pub use affinity::MAX_SKIPS;
+use affinity::affinity_pick;
+use executing::{Linger, OwnerExec};
+use fifo::{Queue, Waiting};
+pub use snapshot::{ExecutingByOwner, LingeringSnapshot, QueueSetSnapshot, QueueSnapshot, WaitingSnapshot};
+
+/// G: the estimated service duration used for the initial work guess (upstream: 3 ms).
+pub const ESTIMATED_SERVICE_DURATION: Nanos = 3_000_000;
+/// Amount by which R is wound back on an epoch advance.
+pub const R_DECREMENT: u64 = u64::MAX / 2;
+/// Threshold that triggers an epoch advance.
+pub const HIGH_R: u64 = R_DECREMENT + R_DECREMENT / 2;
+
+/// Largest queue index that can exist (the Dealer's maximum deck size).
+const MAX_QUEUES: u32 = 1 << 26;
+
+/// Outcome of [`QueueSet::arrive`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrival {
+    /// Dispatched immediately; call `finish` with this receipt when the handler returns.
+    Executing(Receipt),
+    /// Waiting in a queue; it shows up later in some `out` list, or is removed by
+    /// `cancel`/`expire`/`remove_owner`.
+    Queued(RequestId),
+    Rejected(RejectReason),
+}
+
+/// Totals kept for dumps and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Counters {
+    /// Requests that started executing (queued or not).
+    pub dispatched: u64,
+    pub rejected_queue_full: u64,
+    pub rejected_concurrency_limit: u64,
+    /// Waiting requests removed by cancel, wait deadline or lease expiry (reason `time-out`).
+    pub timed_out: u64,
+    /// Epoch advances without detected underflow (`epoch_advance_total{success="true"}`).
+    pub epoch_advances: u64,
+    /// Epoch advances with an underflow (`success="false"`).
+    pub epoch_advance_failures: u64,
+    /// `request_dispatch_no_accommodation_total`.
+    pub no_accommodation: u64,
+}
+
+/// Key of a queue in receipts, aggregates and lingers (indices are below 2^26).
+fn qkey(index: u32) -> i32 {
+    i32::try_from(index).unwrap_or(i32::MAX)
+}
+
+/// Final work and total work of a request (upstream `completeWorkEstimate`).
+pub fn request_work(we: &WorkEstimate, g: Nanos) -> (SeatSeconds, SeatSeconds) {
+    let final_work = seats_times_duration(we.final_seats as f64, we.additional_latency);
+    let initial = seats_times_duration(we.initial_seats as f64, g);
+    (final_work, initial.wrapping_add(final_work))
+}
+
+/// The fair-queuing state of one priority level.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueSet {
+    cfg: QueueSetConfig,
+    g: Nanos,
+    current_r: u64,
+    last_real_time: Nanos,
+    robin_index: u32,
+    enqueues: u64,
+    next_id: u64,
+    queues: Vec<Queue>,
+    /// Executing requests per (owner, queue), sorted by (owner, queue).
+    execs: Vec<OwnerExec>,
+    /// Lingering seats.
+    lingers: Vec<Linger>,
+    counters: Counters,
+    // Derived totals.
+    tot_requests_waiting: u32,
+    tot_requests_executing: u32,
+    tot_seats_in_use: u64,
+    tot_seats_waiting: u64,
+}
+
+fn check_config(cfg: &QueueSetConfig) -> Result<(), String> {
+    if cfg.desired_queues > 0 {
+        // Cheap sufficient condition for `Dealer::new` to succeed (it is checked on every
+        // decode): 0 < hand ≤ deck ≤ 2^26 and hand·⌈log2 deck⌉ ≤ 60 imply
+        // ⌈log2(deck)·hand⌉ ≤ 60 (the float log2 of an integer never exceeds its ceiling).
+        let deck = cfg.desired_queues as u32;
+        let hand = cfg.hand_size;
+        if hand > 0 && hand <= deck && deck <= MAX_QUEUES && hand.saturating_mul(deck.next_power_of_two().trailing_zeros()) <= 60 {
+            return Ok(());
+        }
+        Dealer::new(cfg.desired_queues, cfg.hand_size.min(i32::MAX as u32) as i32).map_err(|e| {
+            format!("the QueueSetConfig implies an invalid shuffle sharding config (DesiredNumQueues is deckSize): {e}")
+        })?;
+    }
+    Ok(())
+}
+
+fn sat_u32(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
+impl QueueSet {
+    /// Upstream `BeginConstruction` + `Complete`.
+    pub fn new(cfg: QueueSetConfig, now: Nanos) -> Result<QueueSet, String> {
+        check_config(&cfg)?;
+        Ok(QueueSet {
+            cfg,
+            g: ESTIMATED_SERVICE_DURATION,
+            current_r: 0,
+            last_real_time: now,
+            robin_index: 0,
+            enqueues: 0,
+            next_id: 1,
+            queues: Vec::new(),
+            execs: Vec::new(),
+            lingers: Vec::new(),
+            counters: Counters::default(),
+            tot_requests_waiting: 0,
+            tot_requests_executing: 0,
+            tot_seats_in_use: 0,
+            tot_seats_waiting: 0,
+        })
+    }
+
+    /// Test hook: upstream white-box tests use other values of G. Not encoded.
+    #[doc(hidden)]
+    pub fn set_estimated_service_duration(&mut self, g: Nanos) {
+        self.g = g;
+    }
+
+    pub fn config(&self) -> QueueSetConfig {
+        self.cfg
+    }
+
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// Current reading of the progress meter R.
+    pub fn current_r(&self) -> SeatSeconds {
+        SeatSeconds(self.current_r)
+    }
+
+    /// Upstream `BeginConfigChange` + `Complete`: applies the new configuration and dispatches as
+    /// much as possible (returned).
+    pub fn reconfigure(&mut self, cfg: QueueSetConfig, now: Nanos) -> Result<Vec<Dispatched>, String> {
+        check_config(&cfg)?;
+        self.sync_time(now);
+        let mut cfg = cfg;
+        if cfg.desired_queues <= 0 {
+            cfg.queue_length_limit = self.cfg.queue_length_limit;
+            cfg.hand_size = self.cfg.hand_size;
+        }
+        self.cfg = cfg;
+        let mut out = Vec::new();
+        self.dispatch_as_much_as_possible(now, &mut out);
+        Ok(out)
+    }
+
+    pub fn seats_in_use(&self) -> u32 {
+        sat_u32(self.tot_seats_in_use)
+    }
+    pub fn seats_waiting(&self) -> u32 {
+        sat_u32(self.tot_seats_waiting)
+    }
+    pub fn requests_waiting(&self) -> u32 {
+        self.tot_requests_waiting
+    }
+    pub fn requests_executing(&self) -> u32 {
+        self.tot_requests_executing
+    }
+    pub fn seat_demand(&self) -> u32 {
+        sat_u32(self.tot_seats_in_use.saturating_add(self.tot_seats_waiting))
+    }
+    /// Upstream `isIdleLocked`: nothing waiting and nothing executing (lingering seats do not
+    /// count).
+    pub fn is_idle(&self) -> bool {
+        self.tot_requests_waiting == 0 && self.tot_requests_executing == 0
+    }
+    /// True when the state holds no request at all (not even lingering seats).
+    pub fn is_empty(&self) -> bool {
+        self.queues.is_empty() && self.execs.is_empty() && self.lingers.is_empty()
+    }
+
+    fn new_id(&mut self) -> RequestId {
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1).max(1);
+        id
+    }
+
+    // ---------------------------------------------------------------- virtual time
+
+    fn virtual_time_ratio(&self) -> f64 {
+        let mut active = 0u64;
+        let mut seats_requested = 0u64;
+        for q in &self.queues {
+            seats_requested = seats_requested.saturating_add(q.seats_in_use.saturating_add(q.max_seats_sum));
+            if q.is_active() {
+                active += 1;
+            }
+        }
+        if active == 0 {
+            return 0.0;
+        }
+        (seats_requested as f64).min(self.cfg.concurrency_limit as f64) / active as f64
+    }
+
+    /// Upstream `syncTimeLocked`.
+    fn sync_time(&mut self, now: Nanos) {
+        let dt = if now > self.last_real_time { now.saturating_sub(self.last_real_time) } else { 0 };
+        if now > self.last_real_time {
+            self.last_real_time = now;
+        }
+        if dt == 0 {
+            return;
+        }
+        let prev = self.current_r;
+        let incr = seats_times_duration(self.virtual_time_ratio(), dt).0;
+        self.current_r = prev.wrapping_add(incr);
+        if prev > self.current_r {
+            log::error!("queueset: currentR overflow (prevR {prev}, incrR {incr})");
+        } else if self.current_r >= HIGH_R {
+            self.advance_epoch();
+        }
+    }
+
+    fn advance_epoch(&mut self) {
+        self.current_r = self.current_r.wrapping_sub(R_DECREMENT);
+        let mut success = true;
+        for q in &mut self.queues {
+            if !q.is_active() {
+                q.next_dispatch_r = 0;
+                continue;
+            }
+            let old = q.next_dispatch_r;
+            q.next_dispatch_r = old.wrapping_sub(R_DECREMENT);
+            if q.next_dispatch_r > old {
+                success = false;
+            }
+            for w in q.waiting.edit() {
+                let old = w.arrival_r;
+                w.arrival_r = old.wrapping_sub(R_DECREMENT);
+                if w.arrival_r > old {
+                    success = false;
+                }
+            }
+        }
+        if success {
+            self.counters.epoch_advances = self.counters.epoch_advances.saturating_add(1);
+        } else {
+            self.counters.epoch_advance_failures = self.counters.epoch_advance_failures.saturating_add(1);
+        }
+    }
+
+    // ---------------------------------------------------------------- arrival
+
+    fn can_accommodate(&self, seats: u32) -> bool {
+        let c = self.cfg.concurrency_limit as u64;
+        let seats = seats as u64;
+        if self.cfg.desired_queues < 0 {
+            return true;
+        }
+        if seats > c {
+            return self.tot_requests_executing == 0;
+        }
+        self.tot_seats_in_use.saturating_add(seats) <= c
+    }
+
+    fn queue_pos(&self, index: u32) -> Result<usize, usize> {
+        self.queues.binary_search_by_key(&index, |q| q.index)
+    }
+
+    fn waiting_work_of(&self, index: u32) -> u64 {
+        match self.queue_pos(index) {
+            Ok(p) => self.queues.get(p).map(|q| q.total_work_sum).unwrap_or(0),
+            Err(_) => 0,
+        }
+    }
+
+    /// Upstream `shuffleShardLocked`.
+    fn shuffle_shard(&mut self, hash: u64) -> u32 {
+        let Ok(dealer) = Dealer::new(self.cfg.desired_queues, self.cfg.hand_size.min(i32::MAX as u32) as i32) else {
+            return 0;
+        };
+        let (hand, n) = dealer.deal_array(hash);
+        let hand = hand.get(..n).unwrap_or(&[]);
+        if hand.is_empty() {
+            return 0;
+        }
+        let offset = (self.enqueues % hand.len() as u64) as usize;
+        self.enqueues = self.enqueues.wrapping_add(1);
+        let mut best: Option<u32> = None;
+        let mut min_work = u64::MAX;
+        let first = hand.get(offset).copied().unwrap_or(0);
+        for i in 0..hand.len() {
+            let idx = hand.get((offset + i) % hand.len()).copied().unwrap_or(0);
+            let w = self.waiting_work_of(idx);
+            if w < min_work {
+                min_work = w;
+                best = Some(idx);
+            }
+        }
+        best.unwrap_or(first)
+    }
+
+    /// Upstream `StartRequest`. `out` receives the requests dispatched as a consequence (not
+    /// including this one when the result is `Executing`).
+    pub fn arrive(&mut self, now: Nanos, work: WorkEstimate, tag: RequestTag, out: &mut Vec<Dispatched>) -> Arrival {
+        self.sync_time(now);
+        if self.cfg.desired_queues < 1 {
+            if !self.can_accommodate(work.max_seats()) {
+                self.counters.rejected_concurrency_limit = self.counters.rejected_concurrency_limit.saturating_add(1);
+                return Arrival::Rejected(RejectReason::ConcurrencyLimit);
+            }
+            let id = self.new_id();
+            let seats = work.max_seats();
+            self.add_executing(tag.owner, -1, seats);
+            return Arrival::Executing(Receipt {
+                id,
+                queue: -1,
+                owner: tag.owner,
+                initial_seats: work.initial_seats,
+                max_seats: seats,
+                start: now,
+                additional_latency: work.additional_latency,
+            });
+        }
+        let qidx = self.shuffle_shard(tag.flow_hash);
+        let pos = match self.queue_pos(qidx) {
+            Ok(p) => p,
+            Err(p) => {
+                self.queues.insert(p, Queue::new(qidx));
+                p
+            }
+        };
+        let reject = match self.queues.get(pos) {
+            Some(q) => {
+                self.tot_seats_in_use >= self.cfg.concurrency_limit as u64
+                    && q.waiting.len() as u64 >= self.cfg.queue_length_limit as u64
+            }
+            None => true,
+        };
+        if reject {
+            if self.queues.get(pos).is_some_and(|q| q.is_stored_idle()) {
+                self.queues.remove(pos);
+            }
+            self.counters.rejected_queue_full = self.counters.rejected_queue_full.saturating_add(1);
+            return Arrival::Rejected(RejectReason::QueueFull);
+        }
+        let id = self.new_id();
+        let g = self.g;
+        let r = self.current_r;
+        let (_, total_work) = request_work(&work, g);
+        if let Some(receipt) = self.try_dispatch_directly(pos, id, tag, work, now) {
+            return Arrival::Executing(receipt);
+        }
+        if let Some(q) = self.queues.get_mut(pos) {
+            if q.waiting.is_empty() && q.requests_executing == 0 {
+                q.next_dispatch_r = r;
+            }
+            q.waiting.push_back(Waiting { id, tag, work, arrival_r: r, arrival: now, skips: 0 });
+            q.initial_seats_sum = q.initial_seats_sum.saturating_add(work.initial_seats as u64);
+            q.max_seats_sum = q.max_seats_sum.saturating_add(work.max_seats() as u64);
+            q.total_work_sum = q.total_work_sum.wrapping_add(total_work.0);
+            bound_next_dispatch(q);
+        }
+        self.tot_requests_waiting += 1;
+        self.tot_seats_waiting = self.tot_seats_waiting.saturating_add(work.max_seats() as u64);
+        let before = out.len();
+        self.dispatch_preferring(now, out, Some(tag.owner));
+        let mut found = None;
+        for (i, d) in out.iter().enumerate().skip(before) {
+            if d.id == id {
+                found = Some(i);
+                break;
+            }
+        }
+        match found {
+            Some(i) => Arrival::Executing(out.remove(i).receipt),
+            None => Arrival::Queued(id),
+        }
+    }
+
+    /// The uncontended arrival, without the round trip through the queue: when nothing else
+    /// waits, enqueuing the request and dispatching as much as possible would pick exactly this
+    /// request (the only queue head) if it fits. Applies the same net state change as
+    /// enqueue + [`Self::dispatch_one`] and returns the receipt; returns None (changing
+    /// nothing) when the request would not be dispatched right away.
+    fn try_dispatch_directly(&mut self, pos: usize, id: RequestId, tag: RequestTag, work: WorkEstimate, now: Nanos) -> Option<Receipt> {
+        #[cfg(test)]
+        if !DIRECT_DISPATCH.with(|d| d.get()) {
+            return None;
+        }
+        if self.tot_requests_waiting != 0 || self.tot_seats_in_use >= self.cfg.concurrency_limit as u64 {
+            return None;
+        }
+        let c = self.cfg.concurrency_limit;
+        let g = self.g;
+        let r = self.current_r;
+        let (final_work, total_work) = request_work(&work, g);
+        let q = self.queues.get(pos)?;
+        if !q.waiting.is_empty() {
+            return None;
+        }
+        // next_dispatch_r after the enqueue (idle reset, then anti-windup against the arrival R).
+        let ndr = if q.requests_executing == 0 { r } else { q.next_dispatch_r };
+        let ndr = ndr.max(r);
+        // `find_dispatch_queue`: the head's virtual finish must be below the initial minimum.
+        if ndr.wrapping_add(total_work.0) == u64::MAX || !self.can_accommodate(work.max_seats()) {
+            return None;
+        }
+        let mut work = work;
+        if work.final_seats > c {
+            work.additional_latency = duration_per_seat(final_work, c as f64);
+            work.final_seats = c;
+        }
+        let seats = work.max_seats();
+        let q = self.queues.get_mut(pos)?;
+        q.next_dispatch_r = ndr.wrapping_add(total_work.0);
+        q.seats_in_use = q.seats_in_use.saturating_add(seats as u64);
+        q.requests_executing = q.requests_executing.saturating_add(1);
+        let index = q.index;
+        self.robin_index = index;
+        self.add_executing(tag.owner, qkey(index), seats);
+        Some(Receipt {
+            id,
+            queue: qkey(index),
+            owner: tag.owner,
+            initial_seats: work.initial_seats,
+            max_seats: seats,
+            start: now,
+            additional_latency: work.additional_latency,
+        })
+    }
+
+    // ---------------------------------------------------------------- dispatch
+
+    fn dispatch_as_much_as_possible(&mut self, now: Nanos, out: &mut Vec<Dispatched>) {
+        self.dispatch_preferring(now, out, None)
+    }
+
+    /// [`Self::dispatch_as_much_as_possible`], preferring `owner`'s requests within each chosen
+    /// queue (owner affinity).
+    fn dispatch_preferring(&mut self, now: Nanos, out: &mut Vec<Dispatched>, owner: Option<u32>) {
+        while self.tot_requests_waiting != 0
+            && self.tot_seats_in_use < self.cfg.concurrency_limit as u64
+            && self.dispatch_one(now, out, owner)
+        {}
+    }
+
+    /// Virtual finish R of `q`'s head (what fair queuing orders queues by).
+    fn head_finish(&self, q: &Queue) -> Option<u64> {
+        let head = q.waiting.front()?;
+        Some(q.next_dispatch_r.wrapping_add(request_work(&head.work, self.g).1 .0))
+    }
+
+    /// Upstream `findDispatchQueueToBoundLocked`: position of the queue whose head has the
+    /// minimal virtual finish R (round-robin order after `robinIndex` breaks ties), if that head
+    /// can be accommodated now.
+    fn find_dispatch_queue(&mut self) -> Option<usize> {
+        let n = self.queues.len();
+        let start = self.queues.partition_point(|q| q.index <= self.robin_index);
+        let mut min_finish = u64::MAX;
+        let mut min_pos = None;
+        for pos in (start..n).chain(0..start) {
+            let Some(q) = self.queues.get(pos) else { continue };
+            let Some(finish) = self.head_finish(q) else { continue };
+            if finish < min_finish {
+                min_finish = finish;
+                min_pos = Some(pos);
+            }
+        }
+        let pos = min_pos?;
+        let seats = self.queues.get(pos)?.waiting.front()?.work.max_seats();
+        if !self.can_accommodate(seats) {
+            self.counters.no_accommodation = self.counters.no_accommodation.saturating_add(1);
+            return None;
+        }
+        Some(pos)
+    }
+
+    /// Upstream `dispatchLocked`, except for owner affinity: the queue is upstream's choice or,
+    /// when that one has nothing of `owner` to offer, a queue headed by `owner` that finishes
+    /// within one request's work of it (see [`Self::affinity_queue`]); within it a request of
+    /// `owner` with the same work as the head may be dispatched instead of the head (see
+    /// [`affinity_pick`]).
+    fn dispatch_one(&mut self, now: Nanos, out: &mut Vec<Dispatched>, owner: Option<u32>) -> bool {
+        let Some(pos) = self.find_dispatch_queue() else { return false };
+        #[cfg(test)]
+        let owner = owner.filter(|_| AFFINITY.with(|a| a.get()));
+        let pos = match owner {
+            Some(o) => self.affinity_queue(pos, o),
+            None => pos,
+        };
+        let c = self.cfg.concurrency_limit;
+        let g = self.g;
+        let Some(q) = self.queues.get_mut(pos) else { return false };
+        let pick = owner.map_or(0, |o| affinity_pick(&q.waiting, o));
+        let taken = if pick == 0 {
+            q.waiting.pop_front()
+        } else {
+            // The overtaken requests move up one place in R terms: each takes the arrival R of
+            // the request behind it, so the queue's arrival Rs (what anti-windup reads from the
+            // head) are exactly those upstream's queue has after dispatching its head.
+            let waiting = q.waiting.edit();
+            for j in 0..pick {
+                let next_r = waiting.get(j + 1).map(|w| w.arrival_r);
+                if let (Some(w), Some(r)) = (waiting.get_mut(j), next_r) {
+                    w.skips = w.skips.saturating_add(1);
+                    w.arrival_r = r;
+                }
+            }
+            waiting.remove(pick)
+        };
+        let Some(req) = taken else { return false };
+        let (final_work, total_work) = request_work(&req.work, g);
+        q.initial_seats_sum = q.initial_seats_sum.saturating_sub(req.work.initial_seats as u64);
+        q.max_seats_sum = q.max_seats_sum.saturating_sub(req.work.max_seats() as u64);
+        q.total_work_sum = q.total_work_sum.wrapping_sub(total_work.0);
+        let mut work = req.work;
+        if work.final_seats > c {
+            work.additional_latency = duration_per_seat(final_work, c as f64);
+            work.final_seats = c;
+        }
+        let seats = work.max_seats();
+        q.seats_in_use = q.seats_in_use.saturating_add(seats as u64);
+        q.requests_executing = q.requests_executing.saturating_add(1);
+        q.next_dispatch_r = q.next_dispatch_r.wrapping_add(total_work.0);
+        bound_next_dispatch(q);
+        let index = q.index;
+        self.robin_index = index;
+        self.tot_requests_waiting = self.tot_requests_waiting.saturating_sub(1);
+        self.tot_seats_waiting = self.tot_seats_waiting.saturating_sub(req.work.max_seats() as u64);
+        self.add_executing(req.tag.owner, qkey(index), seats);
+        let receipt = Receipt {
+            id: req.id,
+            queue: qkey(index),
+            owner: req.tag.owner,
+            initial_seats: work.initial_seats,
+            max_seats: seats,
+            start: now,
+            additional_latency: work.additional_latency,
+        };
+        out.push(Dispatched { id: req.id, tag: req.tag, waited: now.saturating_sub(req.arrival), seats, receipt });
+        true
+    }
+
+    // ---------------------------------------------------------------- finish
+
+    /// Upstream `finishRequestAndDispatchAsMuchAsPossible`: the handler of the executing request
+    /// of `receipt` returned at `now`. Applies the service-time correction to the receipt's
+    /// queue, lingers on (or releases) its MaxSeats and dispatches. Returns false, changing
+    /// nothing, when its (owner, queue) has no executing request left (the owner's lease was
+    /// reaped and its seats released, or a second finish).
+    pub fn finish(&mut self, now: Nanos, receipt: &Receipt, out: &mut Vec<Dispatched>) -> bool {
+        if self.exec_pos(receipt.owner, receipt.queue).is_err() {
+            return false;
+        }
+        self.sync_time(now);
+        if !self.finish_locked(now, receipt) {
+            return false;
+        }
+        self.dispatch_preferring(now, out, Some(receipt.owner));
+        true
+    }
+
+    fn finish_locked(&mut self, now: Nanos, rc: &Receipt) -> bool {
+        let Ok(p) = self.exec_pos(rc.owner, rc.queue) else { return false };
+        let Some(e) = self.execs.get_mut(p) else { return false };
+        if e.executing == 0 {
+            return false;
+        }
+        e.executing -= 1;
+        // The seats counted for this request (all that is left with the last one, so that the
+        // aggregate always drains to zero whatever the receipts say).
+        let seats = if e.executing == 0 { e.seats } else { e.seats.min(rc.max_seats as u64) };
+        e.seats = e.seats.saturating_sub(seats);
+        if e.executing == 0 {
+            self.execs.remove(p);
+        }
+        self.tot_requests_executing = self.tot_requests_executing.saturating_sub(1);
+        let linger = rc.additional_latency > 0;
+        if linger {
+            self.lingers.push(Linger { until: now.saturating_add(rc.additional_latency), queue: rc.queue, owner: rc.owner, seats });
+        } else {
+            self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(seats);
+        }
+        let g = self.g;
+        if let Some(pos) = u32::try_from(rc.queue).ok().and_then(|i| self.queue_pos(i).ok()) {
+            let Some(q) = self.queues.get_mut(pos) else { return true };
+            q.requests_executing = q.requests_executing.saturating_sub(1);
+            let actual = now.saturating_sub(rc.start);
+            let corr = seats_times_duration(rc.initial_seats as f64, g.saturating_sub(actual));
+            q.next_dispatch_r = q.next_dispatch_r.wrapping_sub(corr.0);
+            bound_next_dispatch(q);
+            if linger {
+                q.lingering = q.lingering.saturating_add(1);
+            } else {
+                q.seats_in_use = q.seats_in_use.saturating_sub(seats);
+                if q.is_stored_idle() {
+                    self.queues.remove(pos);
+                }
+            }
+        }
+        true
+    }
+
+    // ---------------------------------------------------------------- removal of waiting requests
+
+    fn remove_waiting_where(&mut self, pred: impl Fn(&Waiting) -> bool, removed: &mut Vec<(RequestId, RequestTag)>) {
+        let g = self.g;
+        let mut n = 0u32;
+        let mut seats = 0u64;
+        for q in &mut self.queues {
+            let before = q.waiting.len();
+            if !q.waiting.iter().any(&pred) {
+                continue;
+            }
+            let mut kept = VecDeque::with_capacity(before);
+            for w in q.waiting.edit().drain(..) {
+                if pred(&w) {
+                    let (_, tw) = request_work(&w.work, g);
+                    q.initial_seats_sum = q.initial_seats_sum.saturating_sub(w.work.initial_seats as u64);
+                    q.max_seats_sum = q.max_seats_sum.saturating_sub(w.work.max_seats() as u64);
+                    q.total_work_sum = q.total_work_sum.wrapping_sub(tw.0);
+                    seats = seats.saturating_add(w.work.max_seats() as u64);
+                    n += 1;
+                    removed.push((w.id, w.tag));
+                } else {
+                    kept.push_back(w);
+                }
+            }
+            *q.waiting.edit() = kept;
+            if q.waiting.len() != before {
+                bound_next_dispatch(q);
+            }
+        }
+        self.tot_requests_waiting = self.tot_requests_waiting.saturating_sub(n);
+        self.tot_seats_waiting = self.tot_seats_waiting.saturating_sub(seats);
+        self.counters.timed_out += n as u64;
+        self.queues.retain(|q| !q.is_stored_idle());
+    }
+
+    /// A waiting request gave up (client gone / wait limit): removed and counted as `time-out`;
+    /// no dispatch is attempted (upstream behaviour). Returns its tag, or None if it is not
+    /// waiting.
+    pub fn cancel(&mut self, now: Nanos, id: RequestId) -> Option<RequestTag> {
+        self.sync_time(now);
+        let mut removed = Vec::new();
+        // Ids are unique (arrivals number them; decoding rejects duplicates).
+        self.remove_waiting_where(|w| w.id == id, &mut removed);
+        removed.first().map(|(_, t)| *t)
+    }
+
+    /// Earliest wait deadline of a waiting request or end of a lingering period.
+    pub fn next_event(&self) -> Option<Nanos> {
+        let mut best: Option<Nanos> = self.lingers.iter().map(|l| l.until).min();
+        for q in &self.queues {
+            for w in q.waiting.iter() {
+                if w.tag.wait_deadline != Nanos::MAX && best.is_none_or(|b| w.tag.wait_deadline < b) {
+                    best = Some(w.tag.wait_deadline);
+                }
+            }
+        }
+        best
+    }
+
+    /// Processes every due event (`<= now`) in time order: waiting requests whose deadline
+    /// passed are removed (reason `time-out`, no dispatch after those removals) and reported in
+    /// `timed_out`; lingering seats whose time is up are released, then as much as possible is
+    /// dispatched.
+    pub fn expire(&mut self, now: Nanos, timed_out: &mut Vec<(RequestId, RequestTag)>, out: &mut Vec<Dispatched>) {
+        // Bounded: each iteration removes at least one event.
+        while let Some(t) = self.next_event() {
+            if t > now {
+                break;
+            }
+            self.sync_time(t);
+            let before = timed_out.len();
+            self.remove_waiting_where(|w| w.tag.wait_deadline <= t, timed_out);
+            let released = self.release_lingering(t);
+            if released {
+                self.dispatch_as_much_as_possible(t, out);
+            }
+            if timed_out.len() == before && !released {
+                break;
+            }
+        }
+    }
+
+    /// Lease expiry: drops every waiting request of `owner` (counted as time-out) and releases
+    /// the seats of its executing requests (without the service-time correction: their start
+    /// times are not kept) and of its lingering ones, then dispatches. A later `finish` with a
+    /// receipt of that owner returns false. Returns the number of requests removed (waiting,
+    /// executing and lingering).
+    pub fn remove_owner(&mut self, owner: u32, now: Nanos, out: &mut Vec<Dispatched>) -> usize {
+        self.sync_time(now);
+        let mut removed = Vec::new();
+        self.remove_waiting_where(|w| w.tag.owner == owner, &mut removed);
+        let mut count = removed.len();
+        let lo = self.execs.partition_point(|e| e.owner < owner);
+        let hi = self.execs.partition_point(|e| e.owner <= owner);
+        let gone: Vec<OwnerExec> = self.execs.drain(lo..hi.max(lo)).collect();
+        for e in gone {
+            count = count.saturating_add(e.executing as usize);
+            self.tot_requests_executing = self.tot_requests_executing.saturating_sub(e.executing);
+            self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(e.seats);
+            if let Some(pos) = u32::try_from(e.queue).ok().and_then(|i| self.queue_pos(i).ok()) {
+                if let Some(q) = self.queues.get_mut(pos) {
+                    q.requests_executing = q.requests_executing.saturating_sub(e.executing);
+                    q.seats_in_use = q.seats_in_use.saturating_sub(e.seats);
+                }
+            }
+        }
+        let mut i = 0;
+        while let Some(l) = self.lingers.get(i).copied() {
+            if l.owner == owner {
+                self.lingers.swap_remove(i);
+                self.release_linger(&l);
+                count = count.saturating_add(1);
+            } else {
+                i += 1;
+            }
+        }
+        self.queues.retain(|q| !q.is_stored_idle());
+        self.dispatch_as_much_as_possible(now, out);
+        count
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test switch: false forces arrivals through the general enqueue + dispatch path.
+    static DIRECT_DISPATCH: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+    /// Test switch: false turns owner affinity off (upstream's queue choice and FIFO order).
+    static AFFINITY: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+    /// Test record of cross-queue affinity: how many dispatches took another queue than fair
+    /// queuing's choice, and the most by which one's virtual finish exceeded the bound (the
+    /// chosen head's finish plus that head's work): must stay 0.
+    static CROSS_QUEUE: std::cell::Cell<(u32, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// Upstream `boundNextDispatchLocked` (anti-windup).
+fn bound_next_dispatch(q: &mut Queue) {
+    if let Some(head) = q.waiting.front() {
+        if q.next_dispatch_r < head.arrival_r {
+            q.next_dispatch_r = head.arrival_r;
+        }
+    }
+}
+

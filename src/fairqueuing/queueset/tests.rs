@@ -1,0 +1,938 @@
+//! White-box tests of the QueueSet (upstream's `queueset_test.go` vectors and our properties).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+use super::affinity::{AFFINITY_SCAN, MAX_SKIPS};
+use super::codec::{encode_segment, IdSet};
+use super::fifo::Waiting;
+use super::*;
+use crate::codec::{Reader, Writer};
+use crate::NANOS_PER_SEC;
+
+const SEC: Nanos = NANOS_PER_SEC;
+const MS: Nanos = 1_000_000;
+
+fn cfg(q: i32, qll: u32, hand: u32, c: u32) -> QueueSetConfig {
+    QueueSetConfig { desired_queues: q, queue_length_limit: qll, hand_size: hand, concurrency_limit: c }
+}
+fn tag(hash: u64) -> RequestTag {
+    RequestTag { owner: 1, context: hash as u32, flow_schema: 0, flow_hash: hash, wait_deadline: Nanos::MAX }
+}
+fn one() -> WorkEstimate {
+    WorkEstimate { initial_seats: 1, final_seats: 0, additional_latency: 0 }
+}
+fn ss(secs: f64) -> u64 {
+    seats_times_duration(1.0, (secs * 1e9) as Nanos).0
+}
+
+/// Builds a queue with one waiting request of `seats` seats.
+fn queue_with_head(qs: &mut QueueSet, index: u32, next_r: u64, seats: u32) {
+    let mut q = Queue::new(index);
+    q.next_dispatch_r = next_r;
+    let work = WorkEstimate { initial_seats: seats, final_seats: 0, additional_latency: 0 };
+    q.max_seats_sum = seats as u64;
+    q.initial_seats_sum = seats as u64;
+    q.total_work_sum = request_work(&work, qs.g).1 .0;
+    let id = qs.new_id();
+    q.waiting.edit().push_back(Waiting { id, tag: tag(index as u64), work, arrival_r: 0, arrival: 0, skips: 0 });
+    qs.tot_requests_waiting += 1;
+    qs.tot_seats_waiting += seats as u64;
+    qs.queues.push(q);
+}
+
+fn find_case(c: u32, in_use: u64, robin_minus_one_of: u32, queues: &[(u64, u32)]) -> QueueSet {
+    let mut qs = QueueSet::new(cfg(queues.len() as i32, 8, 1, c), 0).unwrap();
+    // robinIndex −1 ≡ nq−1 (mod nq): the scan starts at queue 0.
+    qs.robin_index = robin_minus_one_of - 1;
+    qs.tot_seats_in_use = in_use;
+    for (i, (r, seats)) in queues.iter().enumerate() {
+        queue_with_head(&mut qs, i as u32, *r, *seats);
+    }
+    qs
+}
+
+fn picked(qs: &mut QueueSet) -> Option<u32> {
+    qs.find_dispatch_queue().map(|p| {
+        let idx = qs.queues[p].index;
+        // upstream sets robinIndex inside findDispatchQueueToBoundLocked
+        qs.robin_index = idx;
+        idx
+    })
+}
+
+#[test]
+fn find_dispatch_queue_vectors() {
+    // 1. seats available, the queue with less virtual start wins
+    let mut qs = find_case(1, 0, 2, &[(ss(200.0), 1), (ss(100.0), 1)]);
+    assert_eq!(picked(&mut qs), Some(1));
+    assert_eq!(qs.robin_index, 1);
+    // 2. all seats occupied
+    let mut qs = find_case(1, 1, 1, &[(ss(200.0), 1)]);
+    assert_eq!(picked(&mut qs), None);
+    assert_eq!(qs.robin_index, 0);
+    // 3. wide requests, fits
+    let mut qs = find_case(50, 25, 2, &[(ss(200.0), 50), (ss(100.0), 25)]);
+    assert_eq!(picked(&mut qs), Some(1));
+    assert_eq!(qs.robin_index, 1);
+    // 4. minimal finish does not fit; the other would but is not chosen
+    let mut qs = find_case(50, 26, 2, &[(ss(200.0), 10), (ss(100.0), 25)]);
+    for _ in 0..3 {
+        assert_eq!(picked(&mut qs), None);
+        assert_eq!(qs.robin_index, 1);
+    }
+    assert_eq!(qs.counters.no_accommodation, 3);
+    // 5. seats become available before the 3rd attempt
+    let mut qs = find_case(50, 26, 2, &[(ss(200.0), 10), (ss(100.0), 25)]);
+    assert_eq!(picked(&mut qs), None);
+    assert_eq!(qs.robin_index, 1);
+    assert_eq!(picked(&mut qs), None);
+    assert_eq!(qs.robin_index, 1);
+    qs.tot_seats_in_use = 25;
+    assert_eq!(picked(&mut qs), Some(1));
+    assert_eq!(qs.robin_index, 1);
+}
+
+#[test]
+fn finish_request_vectors() {
+    for work in [
+        WorkEstimate { initial_seats: 1, final_seats: 10, additional_latency: 60 * SEC },
+        WorkEstimate { initial_seats: 10, final_seats: 0, additional_latency: 0 },
+    ] {
+        let mut qs = QueueSet::new(cfg(1, 8, 1, 1000), 0).unwrap();
+        qs.set_estimated_service_duration(SEC);
+        let max = work.max_seats();
+        let mut q = Queue::new(0);
+        q.requests_executing = 2;
+        q.seats_in_use = 22;
+        qs.queues.push(q);
+        // Request 1 (owner 1) under test; another one of owner 2 holds the other seats.
+        qs.execs = vec![
+            OwnerExec { owner: 1, queue: 0, executing: 1, seats: max as u64 },
+            OwnerExec { owner: 2, queue: 0, executing: 1, seats: 22 - max as u64 },
+        ];
+        qs.tot_requests_executing = 111;
+        qs.tot_seats_in_use = 222;
+        let rc = Receipt {
+            id: 1,
+            queue: 0,
+            owner: 1,
+            initial_seats: work.initial_seats,
+            max_seats: max,
+            start: 0,
+            additional_latency: work.additional_latency,
+        };
+        let mut out = Vec::new();
+        assert!(qs.finish(0, &rc, &mut out));
+        // Service-time correction: G − (now − start) = 1 s at InitialSeats.
+        assert_eq!(qs.queues[0].next_dispatch_r, 0u64.wrapping_sub(seats_times_duration(work.initial_seats as f64, SEC).0));
+        let before = qs.clone();
+        assert!(!qs.finish(0, &rc, &mut out), "second finish of the same request");
+        assert!(!qs.finish(0, &Receipt { owner: 3, ..rc }, &mut out), "unknown owner");
+        assert_eq!(qs, before, "a refused finish changes nothing");
+        let mut to = Vec::new();
+        qs.expire(work.additional_latency, &mut to, &mut out);
+        assert_eq!(qs.tot_requests_executing, 110);
+        assert_eq!(qs.tot_seats_in_use, 222 - max as u64);
+        assert_eq!(qs.queues[0].seats_in_use, 22 - max as u64);
+        assert_eq!(qs.queues[0].requests_executing, 1);
+        assert_eq!(qs.execs, vec![OwnerExec { owner: 2, queue: 0, executing: 1, seats: 22 - max as u64 }]);
+        assert!(qs.lingers.is_empty());
+        assert!(out.is_empty() && to.is_empty());
+    }
+}
+
+#[test]
+fn request_work_and_seats() {
+    let w = WorkEstimate { initial_seats: 3, final_seats: 50, additional_latency: 70 * SEC };
+    let (_, total) = request_work(&w, 2 * SEC);
+    assert_eq!(
+        total,
+        seats_times_duration(3.0, 2 * SEC).wrapping_add(seats_times_duration(50.0, 70 * SEC))
+    );
+    assert_eq!(total.to_string(), "3506.00000000ss");
+    let seats = |i, f| WorkEstimate { initial_seats: i, final_seats: f, additional_latency: 0 }.max_seats();
+    assert_eq!(seats(3, 3), 3);
+    assert_eq!(seats(1, 3), 3);
+    assert_eq!(seats(3, 1), 3);
+}
+
+fn ndr(qs: &QueueSet, index: u32) -> u64 {
+    qs.queues.iter().find(|q| q.index == index).map(|q| q.next_dispatch_r).unwrap()
+}
+
+/// Reference §5.13.
+#[test]
+fn worked_example() {
+    let mut qs = QueueSet::new(cfg(2, 8, 1, 1), 0).unwrap();
+    let mut out = Vec::new();
+    // Dealer(2,1): hash mod 2 → X (hash 0) uses q0, Y (hash 1) uses q1.
+    let x1 = qs.arrive(0, one(), tag(0), &mut out);
+    assert!(matches!(x1, Arrival::Executing(_)));
+    assert_eq!(ndr(&qs, 0), ss(0.003));
+    assert_eq!(qs.robin_index, 0);
+    let y1 = qs.arrive(0, one(), tag(1), &mut out);
+    let x2 = qs.arrive(0, one(), tag(0), &mut out);
+    let (Arrival::Executing(x1), Arrival::Queued(y1), Arrival::Queued(x2)) = (x1, y1, x2) else { panic!() };
+    assert!(out.is_empty());
+    assert_eq!(qs.virtual_time_ratio(), 0.5);
+    assert_eq!((x1.queue, x1.owner, x1.start, x1.max_seats), (0, 1, 0, 1));
+    assert!(qs.finish(100 * MS, &x1, &mut out));
+    assert_eq!(qs.current_r, ss(0.05));
+    assert_eq!(ndr(&qs, 0), ss(0.1));
+    assert_eq!(out.iter().map(|d| d.id).collect::<Vec<_>>(), vec![y1]);
+    assert_eq!(out[0].waited, 100 * MS);
+    assert_eq!(ndr(&qs, 1), ss(0.003));
+    assert_eq!(qs.robin_index, 1);
+    let y1 = out[0].receipt;
+    assert_eq!((y1.queue, y1.start), (1, 100 * MS));
+    out.clear();
+    assert!(qs.finish(200 * MS, &y1, &mut out));
+    assert_eq!(qs.current_r, ss(0.1));
+    assert_eq!(out.iter().map(|d| d.id).collect::<Vec<_>>(), vec![x2]);
+    assert_eq!(ndr(&qs, 0), ss(0.103));
+    // q1 became idle and is no longer stored.
+    assert_eq!(qs.queues.len(), 1);
+    let x2 = out[0].receipt;
+    out.clear();
+    assert!(qs.finish(300 * MS, &x2, &mut out));
+    assert!(qs.is_idle() && qs.is_empty());
+}
+
+/// TestContextCancel: the cancelled waiting request never executes; no dispatch attempt.
+#[test]
+fn context_cancel() {
+    let mut qs = QueueSet::new(cfg(11, 11, 1, 1), 0).unwrap();
+    let mut out = Vec::new();
+    let Arrival::Executing(r1) = qs.arrive(0, one(), tag(1), &mut out) else { panic!() };
+    let Arrival::Queued(r2) = qs.arrive(0, one(), tag(2), &mut out) else { panic!() };
+    assert_eq!(qs.cancel(SEC, r2), Some(tag(2)));
+    assert_eq!(qs.cancel(SEC, r2), None);
+    assert_eq!(qs.counters.timed_out, 1);
+    assert!(!qs.is_idle());
+    assert!(qs.finish(SEC, &r1, &mut out));
+    assert!(out.is_empty());
+    assert!(qs.is_idle() && qs.is_empty());
+}
+
+#[test]
+fn wait_deadline_expiry_and_next_event() {
+    let mut qs = QueueSet::new(cfg(4, 10, 1, 1), 0).unwrap();
+    let mut out = Vec::new();
+    let Arrival::Executing(r1) = qs.arrive(0, one(), tag(1), &mut out) else { panic!() };
+    let mut t = tag(2);
+    t.wait_deadline = 5 * SEC;
+    let Arrival::Queued(r2) = qs.arrive(0, one(), t, &mut out) else { panic!() };
+    assert_eq!(qs.next_event(), Some(5 * SEC));
+    let mut to = Vec::new();
+    qs.expire(4 * SEC, &mut to, &mut out);
+    assert!(to.is_empty());
+    qs.expire(6 * SEC, &mut to, &mut out);
+    assert_eq!(to, vec![(r2, t)]);
+    assert!(out.is_empty());
+    assert_eq!(qs.next_event(), None);
+    assert!(qs.finish(7 * SEC, &r1, &mut out));
+    assert!(qs.is_empty());
+}
+
+#[test]
+fn reject_levels_and_exempt() {
+    let mut qs = QueueSet::new(cfg(0, 0, 0, 2), 0).unwrap();
+    let mut out = Vec::new();
+    let w2 = WorkEstimate { initial_seats: 2, final_seats: 0, additional_latency: 0 };
+    assert!(matches!(qs.arrive(0, one(), tag(1), &mut out), Arrival::Executing(_)));
+    assert_eq!(qs.arrive(0, w2, tag(1), &mut out), Arrival::Rejected(RejectReason::ConcurrencyLimit));
+    assert_eq!(qs.counters.rejected_concurrency_limit, 1);
+    let mut ex = QueueSet::new(cfg(-1, 0, 0, 0), 0).unwrap();
+    for _ in 0..5 {
+        assert!(matches!(ex.arrive(0, w2, tag(1), &mut out), Arrival::Executing(_)));
+    }
+    assert_eq!(ex.seats_in_use(), 10);
+    // too wide runs alone
+    let mut qs = QueueSet::new(cfg(4, 10, 1, 2), 0).unwrap();
+    let w3 = WorkEstimate { initial_seats: 3, final_seats: 0, additional_latency: 0 };
+    let Arrival::Executing(a) = qs.arrive(0, one(), tag(0), &mut out) else { panic!() };
+    let Arrival::Queued(b) = qs.arrive(0, w3, tag(1), &mut out) else { panic!() };
+    assert!(qs.finish(SEC, &a, &mut out));
+    assert_eq!(out.iter().map(|d| (d.id, d.seats)).collect::<Vec<_>>(), vec![(b, 3)]);
+    assert_eq!(qs.seats_in_use(), 3);
+}
+
+#[test]
+fn final_seats_narrowing_and_linger() {
+    let mut qs = QueueSet::new(cfg(4, 10, 1, 4), 0).unwrap();
+    let mut out = Vec::new();
+    let w = WorkEstimate { initial_seats: 1, final_seats: 8, additional_latency: SEC };
+    // MaxSeats 8 > C: runs alone; final seats narrowed to 4, latency doubled.
+    let r = qs.arrive(0, w, tag(0), &mut out);
+    let Arrival::Executing(id) = r else { panic!("{r:?}") };
+    assert_eq!(qs.seats_in_use(), 4);
+    assert!(qs.finish(SEC, &id, &mut out));
+    assert!(qs.is_idle());
+    assert_eq!(qs.seats_in_use(), 4);
+    assert_eq!(qs.next_event(), Some(3 * SEC));
+    let mut to = Vec::new();
+    qs.expire(3 * SEC, &mut to, &mut out);
+    assert_eq!(qs.seats_in_use(), 0);
+    assert!(qs.is_empty());
+}
+
+#[test]
+fn reconfigure_and_remove_owner() {
+    let mut qs = QueueSet::new(cfg(8, 10, 2, 1), 0).unwrap();
+    let mut out = Vec::new();
+    let Arrival::Executing(_a) = qs.arrive(0, one(), tag(5), &mut out) else { panic!() };
+    let mut t = tag(6);
+    t.owner = 2;
+    let Arrival::Queued(_b) = qs.arrive(0, one(), t, &mut out) else { panic!() };
+    let Arrival::Queued(c) = qs.arrive(0, one(), tag(7), &mut out) else { panic!() };
+    assert!(qs.reconfigure(cfg(512, 8, 8, 1), SEC).unwrap_err().contains("required entropy bits"));
+    // owner 1 gone: its executing request releases its seat, its... c is owner 1 too
+    let n = qs.remove_owner(2, SEC, &mut out);
+    assert_eq!(n, 1);
+    assert!(out.is_empty());
+    let d = qs.reconfigure(cfg(4, 10, 1, 2), 2 * SEC).unwrap();
+    assert_eq!(d.iter().map(|d| d.id).collect::<Vec<_>>(), vec![c]);
+    assert_eq!(qs.remove_owner(1, 3 * SEC, &mut out), 2);
+    assert!(qs.is_empty());
+    // Reject level keeps old QLL / hand.
+    qs.reconfigure(cfg(0, 0, 0, 3), 3 * SEC).unwrap();
+    assert_eq!(qs.config(), cfg(0, 10, 1, 3));
+}
+
+/// Lease expiry releases executing and lingering seats of the owner; its receipts are
+/// refused afterwards; other owners are untouched.
+#[test]
+fn remove_owner_releases_aggregates_and_lingers() {
+    let mut qs = QueueSet::new(cfg(4, 10, 1, 10), 0).unwrap();
+    let mut out = Vec::new();
+    let lw = WorkEstimate { initial_seats: 2, final_seats: 3, additional_latency: SEC };
+    let mut t7 = tag(0);
+    t7.owner = 7;
+    let Arrival::Executing(a) = qs.arrive(0, lw, t7, &mut out) else { panic!() };
+    let Arrival::Executing(b) = qs.arrive(0, one(), t7, &mut out) else { panic!() };
+    let Arrival::Executing(c) = qs.arrive(0, one(), tag(0), &mut out) else { panic!() };
+    assert_eq!((a.queue, b.queue, c.queue), (0, 0, 0));
+    assert_eq!(qs.execs.len(), 2, "one aggregate per (owner, queue)");
+    assert!(qs.finish(MS, &a, &mut out));
+    assert_eq!(qs.seats_in_use(), 5, "a lingers on 3 seats");
+    assert_eq!(qs.remove_owner(7, 2 * MS, &mut out), 2);
+    assert_eq!((qs.seats_in_use(), qs.requests_executing()), (1, 1));
+    assert!(qs.lingers.is_empty() && qs.next_event().is_none());
+    assert!(!qs.finish(3 * MS, &b, &mut out), "reaped");
+    assert_eq!(qs.snapshot().queues[0].executing_by_owner, vec![ExecutingByOwner { owner: 1, executing: 1, seats: 1 }]);
+    assert!(qs.finish(3 * MS, &c, &mut out));
+    assert!(!qs.finish(3 * MS, &c, &mut out), "double finish");
+    assert!(qs.is_empty());
+}
+
+/// State size depends on distinct (owner, queue) pairs, not on executing requests.
+#[test]
+fn executing_requests_do_not_grow_the_state() {
+    let size = |qs: &QueueSet| {
+        let mut w = Writer::new();
+        qs.encode(&mut w);
+        w.buf.len()
+    };
+    let mut qs = QueueSet::new(cfg(-1, 0, 0, 0), SEC).unwrap();
+    let mut out = Vec::new();
+    qs.arrive(SEC, one(), tag(1), &mut out);
+    let one_size = size(&qs);
+    for i in 0..500 {
+        qs.arrive(SEC + i, one(), tag(1), &mut out);
+    }
+    // Only varints grow (counters, next id, the aggregate's count and seats).
+    assert!(size(&qs) <= one_size + 8, "{} vs {one_size}", size(&qs));
+    assert_eq!(qs.requests_executing(), 501);
+    let back = QueueSet::decode(&mut Reader::new(&{
+        let mut w = Writer::new();
+        qs.encode(&mut w);
+        w.buf
+    }))
+    .unwrap();
+    assert_eq!(back, qs);
+}
+
+#[test]
+fn decode_rejects_inconsistent_aggregates() {
+    let enc = |qs: &QueueSet| {
+        let mut w = Writer::new();
+        qs.encode(&mut w);
+        w.buf
+    };
+    let mut qs = QueueSet::new(cfg(4, 10, 1, 10), 0).unwrap();
+    let mut out = Vec::new();
+    qs.arrive(0, one(), tag(0), &mut out);
+    assert!(QueueSet::decode(&mut Reader::new(&enc(&qs))).is_ok());
+    // Seats held in a queue that is not stored.
+    let mut bad = qs.clone();
+    bad.execs[0].queue = 3;
+    assert!(QueueSet::decode(&mut Reader::new(&enc(&bad))).is_err());
+    bad = qs.clone();
+    bad.lingers.push(Linger { until: 5, queue: 2, owner: 1, seats: 1 });
+    assert!(QueueSet::decode(&mut Reader::new(&enc(&bad))).is_err());
+    // Duplicate / unsorted aggregates, empty aggregate.
+    bad = qs.clone();
+    bad.execs.push(bad.execs[0]);
+    assert!(QueueSet::decode(&mut Reader::new(&enc(&bad))).is_err());
+    bad = qs.clone();
+    bad.execs[0].executing = 0;
+    assert!(QueueSet::decode(&mut Reader::new(&enc(&bad))).is_err());
+    // A stored queue with nothing in it.
+    bad = qs.clone();
+    bad.execs.clear();
+    assert!(QueueSet::decode(&mut Reader::new(&enc(&bad))).is_err());
+    // Overflowing totals.
+    bad = qs.clone();
+    bad.execs.push(OwnerExec { owner: 9, queue: -1, executing: 1, seats: u64::MAX });
+    assert!(QueueSet::decode(&mut Reader::new(&enc(&bad))).is_err());
+}
+
+fn busy_state() -> QueueSet {
+    let mut qs = QueueSet::new(cfg(64, 50, 8, 3), 1_000_000_000_000).unwrap();
+    let mut out = Vec::new();
+    let mut now = 1_000_000_000_000;
+    let mut running = Vec::new();
+    for i in 0..40u64 {
+        now += 1_234_567;
+        let mut t = tag(i.wrapping_mul(0x9E3779B97F4A7C15));
+        if i % 3 == 0 {
+            t.wait_deadline = now + 15 * SEC;
+        }
+        let w = WorkEstimate { initial_seats: 1 + (i % 2) as u32, final_seats: (i % 5) as u32, additional_latency: (i % 4) as i64 * MS };
+        if let Arrival::Executing(rc) = qs.arrive(now, w, t, &mut out) {
+            running.push(rc);
+        }
+    }
+    // Two finish (one of them lingers: additional latency), the third keeps executing.
+    for rc in running.iter().skip(1) {
+        now += MS / 2;
+        assert!(qs.finish(now, rc, &mut out));
+    }
+    assert!(!qs.lingers.is_empty() && !qs.execs.is_empty());
+    qs
+}
+
+#[test]
+fn encode_roundtrip() {
+    let qs = busy_state();
+    assert!(qs.requests_waiting() > 10);
+    let mut w = Writer::new();
+    qs.encode(&mut w);
+    let bytes = w.into_bytes();
+    let back = QueueSet::decode(&mut Reader::new(&bytes)).unwrap();
+    assert_eq!(back, qs);
+    assert_eq!(back.snapshot(), qs.snapshot());
+    // Common case: one executing request.
+    let mut qs = QueueSet::new(cfg(128, 50, 6, 100), 123_456_789_000_000).unwrap();
+    let mut out = Vec::new();
+    let mut t = tag(17644606172554983095);
+    t.wait_deadline = 123_456_789_000_000 + 15 * SEC;
+    qs.arrive(123_456_789_000_000, one(), t, &mut out);
+    let mut w = Writer::new();
+    qs.encode(&mut w);
+    let n = w.buf.len();
+    assert!(n < 54, "{n} bytes");
+    assert_eq!(QueueSet::decode(&mut Reader::new(&w.buf)).unwrap(), qs);
+}
+
+#[test]
+fn direct_dispatch_matches_enqueue_then_dispatch() {
+    let mut rnd = xorshift(0x2545_f491_4f6c_dd1d);
+    let slow = |f: &mut dyn FnMut()| {
+        DIRECT_DISPATCH.with(|d| d.set(false));
+        f();
+        DIRECT_DISPATCH.with(|d| d.set(true));
+    };
+    let mut direct = 0;
+    for case in 0..300 {
+        let queues = 1 + rnd(8) as i32;
+        let hand = 1 + rnd(queues as u64) as u32;
+        let c = 1 + rnd(6) as u32;
+        let mut a = QueueSet::new(cfg(queues, rnd(4) as u32, hand, c), 1_000 * SEC).unwrap();
+        if case % 7 == 0 {
+            a.current_r = u64::MAX - rnd(1 << 40);
+        }
+        let mut b = a.clone();
+        let mut now = 1_000 * SEC;
+        // Waiting (None) or executing (its receipt) requests.
+        let mut ids: Vec<(RequestId, Option<Receipt>)> = Vec::new();
+        let note = |ids: &mut Vec<(RequestId, Option<Receipt>)>, out: &[Dispatched]| {
+            for d in out {
+                for e in ids.iter_mut().filter(|e| e.0 == d.id) {
+                    e.1 = Some(d.receipt);
+                }
+            }
+        };
+        for _ in 0..200 {
+            now += rnd(5) as i64 * MS;
+            match rnd(10) {
+                0..=4 => {
+                    let w = WorkEstimate {
+                        initial_seats: 1 + rnd(3) as u32 + if rnd(10) == 0 { c } else { 0 },
+                        final_seats: rnd(4) as u32 + if rnd(10) == 0 { 2 * c } else { 0 },
+                        additional_latency: rnd(3) as i64 * MS,
+                    };
+                    let mut t = tag(rnd(u64::MAX));
+                    t.wait_deadline = now + rnd(50) as i64 * MS;
+                    let (mut oa, mut ob) = (Vec::new(), Vec::new());
+                    let ra = a.arrive(now, w, t, &mut oa);
+                    let mut rb = Arrival::Rejected(RejectReason::QueueFull);
+                    slow(&mut || rb = b.arrive(now, w, t, &mut ob));
+                    assert_eq!(ra, rb);
+                    assert_eq!(oa, ob);
+                    note(&mut ids, &oa);
+                    match ra {
+                        Arrival::Executing(rc) => {
+                            assert_eq!((rc.owner, rc.start, rc.initial_seats), (t.owner, now, w.initial_seats));
+                            direct += 1;
+                            ids.push((rc.id, Some(rc)))
+                        }
+                        Arrival::Queued(id) => ids.push((id, None)),
+                        Arrival::Rejected(_) => {}
+                    }
+                }
+                5..=7 if !ids.is_empty() => {
+                    let (id, rc) = ids.swap_remove(rnd(ids.len() as u64) as usize);
+                    let (mut oa, mut ob) = (Vec::new(), Vec::new());
+                    if let Some(rc) = rc {
+                        let fa = a.finish(now, &rc, &mut oa);
+                        let mut fb = false;
+                        slow(&mut || fb = b.finish(now, &rc, &mut ob));
+                        assert!(fa);
+                        assert_eq!((fa, &oa), (fb, &ob));
+                        note(&mut ids, &oa);
+                    } else {
+                        assert_eq!(a.cancel(now, id), b.cancel(now, id));
+                    }
+                }
+                _ => {
+                    let (mut ta, mut tb, mut oa, mut ob) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+                    a.expire(now, &mut ta, &mut oa);
+                    slow(&mut || b.expire(now, &mut tb, &mut ob));
+                    assert_eq!((&ta, &oa), (&tb, &ob));
+                    note(&mut ids, &oa);
+                    ids.retain(|e| !ta.iter().any(|(id, _)| *id == e.0));
+                }
+            }
+            assert_eq!(a, b, "case {case}");
+        }
+    }
+    assert!(direct > 1000, "{direct}");
+}
+
+#[test]
+fn config_fast_check_agrees_with_dealer() {
+    for deck in (1..=300).chain([1 << 10, (1 << 26) - 1, 1 << 26, (1 << 26) + 1, i32::MAX]) {
+        for hand in (0..=20).chain([deck as u32, u32::MAX]) {
+            let c = cfg(deck, 10, hand, 5);
+            let want = Dealer::new(deck, hand.min(i32::MAX as u32) as i32).is_ok();
+            assert_eq!(check_config(&c).is_ok(), want, "deck {deck} hand {hand}");
+        }
+    }
+}
+
+#[test]
+fn id_set_finds_duplicates() {
+    for n in [0usize, 1, 2, 15, 16, 17, 40] {
+        // Close ids (bitmap) and spread ones (sorting).
+        for spread in [1u64, 3, IdSet::WINDOW - 1, IdSet::WINDOW, 1 << 40] {
+            let id = |i: usize| 7 + i as u64 * spread;
+            let mut s = IdSet::default();
+            for i in 0..n {
+                s.ids.push(id(i));
+            }
+            assert!(!s.has_duplicates(), "{n} {spread}");
+            for dup in 0..n {
+                let mut s = IdSet::default();
+                for i in 0..n {
+                    s.ids.push(id(i));
+                }
+                s.ids.push(id(dup));
+                assert!(s.has_duplicates(), "{n} {dup} {spread}");
+            }
+        }
+    }
+}
+
+/// Decoding rejects a request id that appears twice, within one queue or across queues,
+/// and accepts every state `encode` writes.
+#[test]
+fn decode_rejects_duplicate_ids() {
+    let roundtrip = |qs: &QueueSet| {
+        let mut w = Writer::new();
+        qs.encode(&mut w);
+        let b = w.into_bytes();
+        QueueSet::decode(&mut Reader::new(&b))
+    };
+    // One queue (one flow), several waiting.
+    let mut one = QueueSet::new(cfg(4, 50, 1, 1), 0).unwrap();
+    let mut out = Vec::new();
+    for _ in 0..6 {
+        let _ = one.arrive(1, WorkEstimate::ONE, tag(7), &mut out);
+    }
+    assert_eq!(one.queues.iter().filter(|q| !q.waiting.is_empty()).count(), 1);
+    assert!(roundtrip(&one).is_ok());
+    for (a, b) in [(0usize, 1usize), (1, 3), (0, 4)] {
+        let mut bad = one.clone();
+        let q = bad.queues.iter_mut().find(|q| !q.waiting.is_empty()).unwrap();
+        let a_id = q.waiting[a].id;
+        q.waiting.edit()[b].id = a_id;
+        assert!(roundtrip(&bad).is_err(), "{a} {b}");
+    }
+    // Several queues.
+    let qs = busy_state();
+    assert!(qs.queues.iter().filter(|q| !q.waiting.is_empty()).count() > 1);
+    assert!(roundtrip(&qs).is_ok());
+    let mut bad = qs.clone();
+    let first = bad.queues.iter().find(|q| !q.waiting.is_empty()).unwrap().waiting[0].id;
+    let other = bad.queues.iter_mut().filter(|q| !q.waiting.is_empty()).nth(1).unwrap();
+    let last = other.waiting.len() - 1;
+    other.waiting.edit()[last].id = first;
+    assert!(roundtrip(&bad).is_err());
+    // Decoding with a prior state whose queues are taken unchanged: a request decoded here
+    // that repeats a kept request's id, or another decoded request's, is rejected too.
+    let encode = |qs: &QueueSet| {
+        let mut w = Writer::new();
+        qs.encode(&mut w);
+        w.into_bytes()
+    };
+    let with_prior = |qs: &QueueSet, prior: &QueueSet| QueueSet::decode_reusing(&mut Reader::new(&encode(qs)), Some(prior.clone()));
+    let mut prior = qs.clone();
+    prior.queues.iter_mut().for_each(|q| {
+        q.waiting.encoded();
+    });
+    assert_eq!(with_prior(&qs, &prior).unwrap(), qs);
+    let nonempty: Vec<usize> = (0..qs.queues.len()).filter(|&i| !qs.queues[i].waiting.is_empty()).collect();
+    let (qa, qb) = (nonempty[0], nonempty[1]);
+    let kept_id = qs.queues[qa].waiting[0].id;
+    let appended = |qs: &mut QueueSet, q: usize, id: RequestId| {
+        let mut w = qs.queues[q].waiting.back().unwrap().clone();
+        w.id = id;
+        qs.queues[q].waiting.push_back(w);
+        qs.next_id = qs.next_id.max(id + 1);
+    };
+    // Appended with a fresh id: accepted (and decoded from the prior's queues).
+    let mut ok = qs.clone();
+    appended(&mut ok, qb, qs.next_id);
+    assert_eq!(with_prior(&ok, &prior).unwrap(), QueueSet::decode(&mut Reader::new(&encode(&ok))).unwrap());
+    // Appended with the id of a request of another queue the prior holds unchanged.
+    let mut dup = qs.clone();
+    appended(&mut dup, qb, kept_id);
+    assert!(with_prior(&dup, &prior).is_err());
+    // Two appended requests with the same fresh id.
+    let mut dup = qs.clone();
+    appended(&mut dup, qa, qs.next_id + 3);
+    appended(&mut dup, qb, qs.next_id + 3);
+    assert!(with_prior(&dup, &prior).is_err());
+    // A fresh id at or above the state's next id.
+    let mut bad = ok.clone();
+    bad.next_id = qs.next_id;
+    assert!(with_prior(&bad, &prior).is_err());
+}
+
+#[test]
+fn garbage_decode_never_panics() {
+    let qs = busy_state();
+    let mut w = Writer::new();
+    qs.encode(&mut w);
+    let good = w.into_bytes();
+    for cut in 0..good.len() {
+        assert!(QueueSet::decode(&mut Reader::new(&good[..cut])).is_err());
+    }
+    let mut x: u64 = 88172645463325252;
+    for round in 0..3000 {
+        let mut b = good.clone();
+        for _ in 0..(1 + round % 4) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let i = (x % b.len() as u64) as usize;
+            b[i] = (x >> 20) as u8;
+        }
+        if let Ok(mut q) = QueueSet::decode(&mut Reader::new(&b)) {
+            // whatever decoded must be usable without panics
+            let mut out = Vec::new();
+            let mut to = Vec::new();
+            q.arrive(q.last_real_time + SEC, one(), tag(x), &mut out);
+            q.expire(q.last_real_time + 100 * SEC, &mut to, &mut out);
+            let _ = q.snapshot();
+        }
+        let rnd: Vec<u8> = (0..(round % 64)).map(|k| (x >> (k % 57)) as u8).collect();
+        let _ = QueueSet::decode(&mut Reader::new(&rnd));
+    }
+}
+
+fn owned(owner: u32, ctx: u32) -> RequestTag {
+    // One flow: every request lands in the same queue (hand size 1, one queue).
+    RequestTag { owner, context: ctx, flow_schema: 0, flow_hash: 7, wait_deadline: Nanos::MAX }
+}
+
+/// Owner affinity: a finishing owner resumes its own request of the chosen queue instead of
+/// another owner's head, a head is overtaken at most MAX_SKIPS times, and with one owner the
+/// order is plain FIFO.
+#[test]
+fn owner_affinity_prefers_the_dispatching_owner_within_bounds() {
+    let mut qs = QueueSet::new(cfg(1, 100, 1, 1), 0).unwrap();
+    let mut out = Vec::new();
+    // Owner 1 runs one request; owner 2 queues the head, then owner 1 queues many.
+    let Arrival::Executing(mut rc) = qs.arrive(0, one(), owned(1, 100), &mut out) else { panic!("first runs") };
+    let Arrival::Queued(head) = qs.arrive(MS, one(), owned(2, 200), &mut out) else { panic!("queued") };
+    let mut mine = Vec::new();
+    for k in 0..(MAX_SKIPS as u32 + 3) {
+        let Arrival::Queued(id) = qs.arrive(2 * MS, one(), owned(1, 101 + k), &mut out) else { panic!("queued") };
+        mine.push(id);
+    }
+    // Each finish of owner 1 dispatches owner 1's next request, until the head has been
+    // overtaken MAX_SKIPS times; then the head goes (to owner 2).
+    let mut t = 10 * MS;
+    for &expected in mine.iter().take(MAX_SKIPS as usize) {
+        out.clear();
+        assert!(qs.finish(t, &rc, &mut out));
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].id, expected, "owner 1's own request, in its FIFO order");
+        assert_eq!(out[0].tag.owner, 1);
+        rc = out[0].receipt;
+        t += MS;
+    }
+    out.clear();
+    assert!(qs.finish(t, &rc, &mut out));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].id, head, "the head, overtaken MAX_SKIPS times, goes next");
+    assert_eq!(out[0].tag.owner, 2);
+    // The encoded state keeps the skip counts.
+    let mut w = Writer::with_capacity(64);
+    qs.encode(&mut w);
+    let back = QueueSet::decode(&mut Reader::new(&w.into_bytes())).unwrap();
+    assert_eq!(back, qs);
+}
+
+#[test]
+fn owner_affinity_never_swaps_different_work_or_beyond_the_scan() {
+    let two = WorkEstimate { initial_seats: 2, final_seats: 0, additional_latency: 0 };
+    let mut qs = QueueSet::new(cfg(1, 100, 1, 2), 0).unwrap();
+    let mut out = Vec::new();
+    let Arrival::Executing(rc) = qs.arrive(0, two, owned(1, 1), &mut out) else { panic!("runs") };
+    let Arrival::Queued(head) = qs.arrive(MS, one(), owned(2, 2), &mut out) else { panic!("queued") };
+    // Owner 1's request has different work: the head goes.
+    let _ = qs.arrive(MS, two, owned(1, 3), &mut out);
+    out.clear();
+    assert!(qs.finish(5 * MS, &rc, &mut out));
+    assert_eq!(out.first().map(|d| d.id), Some(head));
+
+    // Owner 1's request beyond the first AFFINITY_SCAN positions is not looked at.
+    let mut qs = QueueSet::new(cfg(1, 100, 1, 1), 0).unwrap();
+    let Arrival::Executing(rc) = qs.arrive(0, one(), owned(1, 1), &mut out) else { panic!("runs") };
+    let mut others = Vec::new();
+    for k in 0..AFFINITY_SCAN as u32 {
+        let Arrival::Queued(id) = qs.arrive(MS, one(), owned(2, 10 + k), &mut out) else { panic!("queued") };
+        others.push(id);
+    }
+    let _ = qs.arrive(MS, one(), owned(1, 99), &mut out);
+    out.clear();
+    assert!(qs.finish(5 * MS, &rc, &mut out));
+    assert_eq!(out.first().map(|d| d.id), Some(others[0]));
+}
+
+#[test]
+fn single_owner_order_is_fifo() {
+    let mut qs = QueueSet::new(cfg(1, 100, 1, 1), 0).unwrap();
+    let mut out = Vec::new();
+    let Arrival::Executing(mut rc) = qs.arrive(0, one(), owned(1, 1), &mut out) else { panic!("runs") };
+    let ids: Vec<RequestId> = (0..5)
+        .map(|k| match qs.arrive(MS, one(), owned(1, 10 + k), &mut out) {
+            Arrival::Queued(id) => id,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let mut got = Vec::new();
+    for k in 0..5 {
+        out.clear();
+        assert!(qs.finish((10 + k) * MS, &rc, &mut out));
+        rc = out[0].receipt;
+        got.push(out[0].id);
+    }
+    assert_eq!(got, ids);
+}
+
+/// Decoding with a prior state gives exactly what decoding alone gives, whatever the prior
+/// (an older state, a newer one, one of another configuration), and every kept queue
+/// encoding is exactly its requests' encoding: random arrivals, finishes, cancellations,
+/// time-outs and owner purges from 3 owners, decoding each state with earlier ones.
+#[test]
+fn decoding_with_a_prior_state_equals_decoding() {
+    let mut rnd = xorshift(0x9E37_79B9_7F4A_7C15);
+    let mut qs = QueueSet::new(cfg(8, 20, 2, 3), 0).unwrap();
+    let mut now: Nanos = 0;
+    let mut executing: Vec<Receipt> = Vec::new();
+    let mut history: Vec<(Vec<u8>, QueueSet)> = Vec::new();
+    let mut out = Vec::new();
+    let mut reused = 0;
+    for step in 0..4000u32 {
+        now += rnd(3 * MS as u64) as Nanos;
+        out.clear();
+        match rnd(20) {
+            0 => {
+                let _ = qs.cancel(now, qs.next_id.saturating_sub(1 + rnd(8)));
+            }
+            1 => {
+                qs.expire(now, &mut Vec::new(), &mut out);
+            }
+            2 if step % 500 == 0 => {
+                let _ = qs.remove_owner(1 + rnd(3) as u32, now, &mut out);
+            }
+            k if k < 12 => {
+                let mut tag = RequestTag { owner: 1 + rnd(3) as u32, context: step, flow_schema: rnd(2) as u16, flow_hash: rnd(6), wait_deadline: Nanos::MAX };
+                if rnd(3) == 0 {
+                    tag.wait_deadline = now + rnd(40 * MS as u64) as Nanos;
+                }
+                let work = WorkEstimate { initial_seats: 1 + rnd(2) as u32, final_seats: rnd(2) as u32, additional_latency: rnd(2) as Nanos * MS };
+                if let Arrival::Executing(rc) = qs.arrive(now, work, tag, &mut out) {
+                    executing.push(rc);
+                }
+            }
+            _ if !executing.is_empty() => {
+                let rc = executing.remove(rnd(executing.len() as u64) as usize);
+                let _ = qs.finish(now, &rc, &mut out);
+            }
+            _ => {}
+        }
+        executing.extend(out.iter().map(|d| d.receipt));
+        executing.retain(|rc| qs.execs.iter().any(|e| e.owner == rc.owner));
+        let mut w = Writer::new();
+        qs.encode(&mut w);
+        let bytes = w.into_bytes();
+        for q in &qs.queues {
+            if let Some(enc) = q.waiting.enc.get() {
+                assert_eq!(*enc, encode_segment(&q.waiting), "step {step}: a kept queue encoding is stale");
+            }
+        }
+        let plain = QueueSet::decode(&mut Reader::new(&bytes)).unwrap();
+        assert_eq!(plain, qs);
+        for back in [1usize, 2, 7] {
+            let Some((_, prior)) = history.len().checked_sub(back).and_then(|i| history.get(i)) else { continue };
+            let got = QueueSet::decode_reusing(&mut Reader::new(&bytes), Some(prior.clone())).unwrap();
+            assert_eq!(got, plain, "step {step}: decoding with the state {back} steps back differs");
+            reused += got.queues.iter().zip(&prior.queues).filter(|(a, b)| a.index == b.index && a.waiting.enc == b.waiting.enc && !a.waiting.is_empty()).count();
+            let mut w = Writer::new();
+            got.encode(&mut w);
+            assert_eq!(w.into_bytes(), bytes, "step {step}: re-encoding differs");
+        }
+        // A prior newer than the value, and one of another configuration.
+        if let Some((old, _)) = history.get(history.len().saturating_sub(5)) {
+            assert_eq!(QueueSet::decode_reusing(&mut Reader::new(old), Some(qs.clone())).unwrap(), QueueSet::decode(&mut Reader::new(old)).unwrap());
+        }
+        history.push((bytes, plain));
+    }
+    assert!(reused > 1000, "queues were reused only {reused} times");
+    assert!(history.iter().any(|(_, q)| q.requests_waiting() > 10), "never saturated");
+}
+
+/// A deterministic generator for the randomized tests: `rnd(n)` is in `0..n` (0 for n = 0).
+fn xorshift(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut x = seed;
+    move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n.max(1)
+    }
+}
+
+/// Owner affinity bounds its reordering and loses nothing: no request is overtaken by more
+/// than MAX_SKIPS later requests of its own queue, no dispatch from another queue than fair
+/// queuing's choice finishes (in virtual time) more than one request's work after that
+/// choice, every arrival is dispatched, rejected or still waiting; with one owner (one
+/// worker, the simulator) the dispatch sequence and the rejections are exactly upstream's.
+#[test]
+fn owner_affinity_bounds_reordering_and_loses_nothing() {
+    type Trace = (Vec<(Nanos, i32, u32)>, Vec<u8>, u32);
+    fn run(seed: u64, affinity: bool, owners: u64) -> Trace {
+        AFFINITY.with(|a| a.set(affinity));
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n.max(1)
+        };
+        let two = WorkEstimate { initial_seats: 2, final_seats: 0, additional_latency: 0 };
+        let mut qs = QueueSet::new(cfg(8, 50, 2, 3), 0).unwrap();
+        let mut now: Nanos = 0;
+        let mut executing: Vec<Receipt> = Vec::new();
+        let mut out = Vec::new();
+        let mut dispatches = Vec::new();
+        let mut outcomes = Vec::new();
+        // Per queue: waiting ids in arrival order (for the overtaking bound).
+        let mut order: std::collections::HashMap<i32, Vec<RequestId>> = std::collections::HashMap::new();
+        let mut max_overtaken = 0u32;
+        let mut overtaken: std::collections::HashMap<RequestId, u32> = std::collections::HashMap::new();
+        for step in 0..3000u32 {
+            now += rnd(2_000_000) as Nanos;
+            out.clear();
+            if rnd(10) < 6 {
+                let flow = rnd(12);
+                let tag = RequestTag { owner: 1 + rnd(owners) as u32, context: step, flow_schema: 0, flow_hash: flow, wait_deadline: Nanos::MAX };
+                let work = if rnd(5) == 0 { two } else { one() };
+                match qs.arrive(now, work, tag, &mut out) {
+                    Arrival::Executing(rc) => {
+                        outcomes.push(0);
+                        out.push(Dispatched { id: 0, tag, waited: 0, seats: rc.max_seats, receipt: rc });
+                    }
+                    Arrival::Queued(_) => outcomes.push(0),
+                    Arrival::Rejected(_) => outcomes.push(2),
+                }
+            } else if !executing.is_empty() {
+                let k = rnd(executing.len() as u64) as usize;
+                let rc = executing.remove(k);
+                assert!(qs.finish(now, &rc, &mut out));
+            }
+            // Overtaking, in dispatch order: the requests of the same queue that arrived earlier
+            // and still wait (an arrival that runs at once comes last in `out`).
+            for d in &out {
+                let q = order.entry(d.receipt.queue).or_default();
+                let pos = q.iter().position(|&i| i == d.id).unwrap_or(q.len());
+                for earlier in q.iter().take(pos) {
+                    let n = overtaken.entry(*earlier).or_insert(0);
+                    *n += 1;
+                    max_overtaken = max_overtaken.max(*n);
+                }
+                if pos < q.len() {
+                    q.remove(pos);
+                }
+            }
+            // Requests started by one operation, in a canonical order (which of two equivalent
+            // requests of a queue runs is exactly what affinity may change).
+            out.sort_by_key(|d| (d.receipt.queue, d.seats));
+            for d in &out {
+                dispatches.push((now, d.receipt.queue, d.seats));
+                executing.push(d.receipt);
+            }
+            // Newly queued requests join their queue's arrival order (queues are appended
+            // to at the back, so the snapshot's order among unseen ids is arrival order).
+            for q in &qs.queues {
+                let known = order.entry(qkey(q.index)).or_default();
+                for w in q.waiting.iter().skip(known.len()) {
+                    known.push(w.id);
+                }
+            }
+        }
+        AFFINITY.with(|a| a.set(true));
+        let rejected = outcomes.iter().filter(|&&o| o == 2).count();
+        assert_eq!(outcomes.len(), dispatches.len() + rejected + qs.tot_requests_waiting as usize, "seed {seed}: a request was lost");
+        (dispatches, outcomes, max_overtaken)
+    }
+    let mut reordered = false;
+    CROSS_QUEUE.with(|c| c.set((0, 0)));
+    for seed in 1..=8u64 {
+        let (_, _, max_on) = run(seed, true, 3);
+        let (_, _, max_off) = run(seed, false, 3);
+        assert_eq!(max_off, 0, "without affinity every queue is FIFO");
+        assert!(max_on <= u32::from(MAX_SKIPS), "seed {seed}: a request was overtaken {max_on} times");
+        reordered |= max_on > 0;
+        let (d_one, o_one, max_one) = run(seed, true, 1);
+        let (d_up, o_up, _) = run(seed, false, 1);
+        assert_eq!((d_one, o_one, max_one), (d_up, o_up, 0), "seed {seed}: one owner differs from upstream");
+    }
+    let (cross, excess) = CROSS_QUEUE.with(|c| c.get());
+    assert!(cross > 0, "the scenario exercises affinity across queues");
+    assert_eq!(excess, 0, "a dispatch from another queue finished beyond one request's work after fair queuing's choice");
+    assert!(reordered, "the scenario exercises the affinity");
+}
