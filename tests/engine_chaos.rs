@@ -12,15 +12,16 @@
 //! vice versa; requests of dead workers only linger until their lease is reaped). At the end,
 //! after everyone has ended or been reaped: every level has 0 seats in use and 0 waiting.
 //!
-//! Notice routing mirrors `filter::worker::{route, post, handle}`: a notice for a live worker is
-//! handled by it; for a dead worker that is still registered it is lost in its mailbox; for an
-//! unregistered (reaped) owner a dispatched request is released with `finish` by the sender.
+//! Each simulated worker keeps its requests in the engine's own table (`engine::requests`, the
+//! one the filter uses) with a test host: a notice for a live worker is delivered to it; for a
+//! dead worker that is still registered it is lost in its mailbox; for an unregistered (reaped)
+//! owner the post fails and the table releases a dispatched request itself.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::HashMap;
 
+use apf_wasm::engine::requests::{Entry, Host, Phase, Requests};
 use apf_wasm::engine::store::MemStore;
-use apf_wasm::engine::{self, Compiled, Decision, Notice, NoticeKind};
+use apf_wasm::engine::{self, Compiled, Decision, Notice};
 use apf_wasm::fairqueuing::{RequestId, RequestTag, WorkEstimate};
 use apf_wasm::policy::config::parse_plugin_config;
 use apf_wasm::{Nanos, NANOS_PER_SEC};
@@ -86,22 +87,45 @@ fn level_index(c: &Compiled, name: &str) -> usize {
     c.levels.iter().position(|l| l.name == name).unwrap()
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Waiting,
-    Executing,
-    /// The handler returned (`finish`); the stream is still open.
-    Finished,
+/// The test host of one worker's request table: notices for other workers go to `outbox`
+/// (live owners) or are lost (dead but still registered owners); posting to a reaped owner
+/// fails, so the table releases the request itself.
+struct TestHost<'a> {
+    slot: u32,
+    live: &'a [u32],
+    store: &'a MemStore,
+    outbox: Vec<Notice>,
+    counts: &'a mut Counts,
 }
 
-#[derive(Debug, Clone)]
-struct Local {
-    key: String,
-    id: RequestId,
-    phase: Phase,
-    wait_deadline: Nanos,
-    /// Set while executing (consumed by finish).
-    receipt: Option<apf_wasm::fairqueuing::Receipt>,
+impl Host<()> for TestHost<'_> {
+    fn slot(&self) -> Option<u32> {
+        Some(self.slot)
+    }
+    fn resume(&mut self, _context: u32, _e: &Entry<()>) -> bool {
+        true
+    }
+    fn reject(&mut self, _context: u32, _e: &Entry<()>, _reason: apf_wasm::fairqueuing::RejectReason, _retry_after: i64) {
+        self.counts.timed_out += 1;
+    }
+    fn post(&mut self, n: &Notice) -> bool {
+        if self.live.contains(&n.owner) {
+            self.outbox.push(n.clone());
+            true
+        } else if engine::instance_of(self.store, n.owner).unwrap().is_some() {
+            // Posted to a dead VM's mailbox: lost; its lease reaping cleans up.
+            self.counts.lost_notices += 1;
+            true
+        } else {
+            false
+        }
+    }
+    fn dispatched(&mut self, _e: &Entry<()>) {
+        self.counts.dispatched += 1;
+    }
+    fn failed(&mut self, what: &str, e: &engine::EngineError) {
+        panic!("{what} failed: {e}");
+    }
 }
 
 /// One simulated worker VM.
@@ -111,7 +135,7 @@ struct Worker {
     alive: bool,
     compiled: usize,
     next_ctx: u32,
-    requests: HashMap<u32, Local>,
+    requests: Requests<()>,
     last_heartbeat: Nanos,
     last_reap: Nanos,
     next_tick: Nanos,
@@ -157,58 +181,46 @@ impl Sim {
         let instance = self.rng.next() | 1;
         let slot = engine::heartbeat(&self.store, instance, self.now).unwrap();
         let compiled = self.workers.iter().filter(|w| w.alive).map(|w| w.compiled).max().unwrap_or(0);
-        self.workers.push(Worker { instance, slot, alive: true, compiled, next_ctx: 1, requests: HashMap::new(), last_heartbeat: self.now, last_reap: self.now, next_tick: self.now + TICK });
+        self.workers.push(Worker { instance, slot, alive: true, compiled, next_ctx: 1, requests: Requests::new(), last_heartbeat: self.now, last_reap: self.now, next_tick: self.now + TICK });
     }
 
     fn worker_by_slot(&self, slot: u32) -> Option<usize> {
         self.workers.iter().position(|w| w.slot == slot)
     }
 
-    /// `filter::worker::route` + `post` + `handle`, done synchronously.
-    fn route(&mut self, mut notices: Vec<Notice>) {
+    /// Routes notices from worker `w` (as `filter::worker::route`), delivering posts to their
+    /// live owners synchronously until nothing moves.
+    fn route_from(&mut self, w: usize, notices: Vec<Notice>) {
+        let mut pending = vec![(w, notices)];
         let mut guard = 0;
-        while let Some(n) = notices.pop() {
+        while let Some((w, notices)) = pending.pop() {
             guard += 1;
             assert!(guard < 100_000, "notice storm");
-            let owner = self.worker_by_slot(n.owner);
-            match owner {
-                Some(w) if self.workers[w].alive => self.handle(w, n, &mut notices),
-                _ => {
-                    if engine::instance_of(&self.store, n.owner).unwrap().is_some() {
-                        // Posted to a dead VM's mailbox: lost; its lease reaping cleans up.
-                        self.counts.lost_notices += 1;
-                    } else if let NoticeKind::Run { receipt, .. } = n.kind {
-                        engine::finish(&self.store, self.now, &n.level_key, &receipt, &mut notices).unwrap();
-                    }
-                }
+            let live: Vec<u32> = self.workers.iter().filter(|w| w.alive).map(|w| w.slot).collect();
+            let Sim { store, workers, counts, now, .. } = self;
+            let wk = &mut workers[w];
+            let mut host = TestHost { slot: wk.slot, live: &live, store, outbox: Vec::new(), counts };
+            wk.requests.route(store, &mut host, notices, *now);
+            for n in host.outbox {
+                let o = self.worker_by_slot(n.owner).unwrap();
+                pending.push((o, vec![n]));
             }
         }
     }
 
-    fn handle(&mut self, w: usize, n: Notice, more: &mut Vec<Notice>) {
-        let now = self.now;
-        let wk = &mut self.workers[w];
-        let matches = wk.requests.get(&n.context).is_some_and(|l| l.id == n.id && l.key == n.level_key);
-        match n.kind {
-            NoticeKind::Run { receipt, .. } => {
-                if matches {
-                    let l = wk.requests.get_mut(&n.context).unwrap();
-                    if l.phase == Phase::Waiting {
-                        l.phase = Phase::Executing;
-                        l.receipt = Some(receipt);
-                        self.counts.dispatched += 1;
-                    }
-                } else {
-                    engine::end(&self.store, now, &n.level_key, n.id, Some(&receipt), more).unwrap();
-                }
-            }
-            NoticeKind::Reject { .. } => {
-                if matches && wk.requests.get(&n.context).unwrap().phase == Phase::Waiting {
-                    wk.requests.remove(&n.context);
-                    self.counts.timed_out += 1;
-                }
-            }
+    /// Runs `f` on worker `w`'s table with its host, then routes what it posted.
+    fn with_table<T>(&mut self, w: usize, f: impl FnOnce(&mut Requests<()>, &MemStore, &mut TestHost, Nanos) -> T) -> T {
+        let live: Vec<u32> = self.workers.iter().filter(|w| w.alive).map(|w| w.slot).collect();
+        let Sim { store, workers, counts, now, .. } = self;
+        let wk = &mut workers[w];
+        let mut host = TestHost { slot: wk.slot, live: &live, store, outbox: Vec::new(), counts };
+        let r = f(&mut wk.requests, store, &mut host, *now);
+        let outbox = host.outbox;
+        for n in outbox {
+            let o = self.worker_by_slot(n.owner).unwrap();
+            self.route_from(o, vec![n]);
         }
+        r
     }
 
     fn live(&mut self) -> Option<usize> {
@@ -228,6 +240,7 @@ impl Sim {
             16..=17 => WorkEstimate { initial_seats: 2, final_seats: 0, additional_latency: 0 },
             _ => WorkEstimate { initial_seats: 1, final_seats: 2, additional_latency: (1 + self.rng.below(100) as i64) * MS },
         };
+        let key: std::sync::Arc<str> = key.into();
         let ctx = self.workers[w].next_ctx;
         self.workers[w].next_ctx += 1;
         let wait_deadline = self.now + (10 + self.rng.below(800) as i64) * MS;
@@ -237,24 +250,24 @@ impl Sim {
         match engine::admit(c, &self.store, self.now, lvl, work, tag, &mut notices).unwrap() {
             Decision::Execute(rc) => {
                 self.counts.executed += 1;
-                self.workers[w].requests.insert(ctx, Local { key, id: rc.id, phase: Phase::Executing, wait_deadline, receipt: Some(rc) });
+                self.workers[w].requests.insert(ctx, entry(key, rc.id, Phase::Executing, self.now, wait_deadline, Some(rc)));
             }
             Decision::Queued(id) => {
                 self.counts.queued += 1;
-                self.workers[w].requests.insert(ctx, Local { key, id, phase: Phase::Waiting, wait_deadline, receipt: None });
+                self.workers[w].requests.insert(ctx, entry(key, id, Phase::Waiting, self.now, wait_deadline, None));
             }
             Decision::Rejected { .. } => self.counts.rejected += 1,
         }
-        self.route(notices);
+        self.route_from(w, notices);
     }
 
     /// A random request of worker `w`; mostly an executing one (responses complete more often
     /// than clients give up).
     fn pick_request(&mut self, w: usize) -> Option<u32> {
         let running = self.rng.chance(75);
-        let mut ctxs: Vec<u32> = self.workers[w].requests.iter().filter(|(_, l)| !running || l.phase != Phase::Waiting).map(|(c, _)| *c).collect();
+        let mut ctxs: Vec<u32> = self.workers[w].requests.iter().filter(|(_, l)| !running || l.phase != Phase::Waiting).map(|(c, _)| c).collect();
         if ctxs.is_empty() {
-            ctxs = self.workers[w].requests.keys().copied().collect();
+            ctxs = self.workers[w].requests.iter().map(|(c, _)| c).collect();
         }
         if ctxs.is_empty() {
             return None;
@@ -265,25 +278,17 @@ impl Sim {
 
     /// `filter::worker::stream_ended`: client abort, reset, or response complete.
     fn end_stream(&mut self, w: usize, ctx: u32) {
-        let Some(l) = self.workers[w].requests.remove(&ctx) else { return };
-        let mut notices = Vec::new();
-        engine::end(&self.store, self.now, &l.key, l.id, l.receipt.as_ref(), &mut notices).unwrap();
-        self.counts.ended += 1;
-        self.route(notices);
+        if self.with_table(w, |t, store, host, now| t.end(store, host, ctx, now)).is_some() {
+            self.counts.ended += 1;
+        }
     }
 
-    /// The handler returned but the stream stays open (e.g. a WATCH that finished initializing).
+    /// The handler returned but the stream stays open (a WATCH that finished initializing:
+    /// `filter::worker::end_watch_init`): the request gives its seats back now.
     fn finish(&mut self, w: usize, ctx: u32) {
-        let Some(l) = self.workers[w].requests.get_mut(&ctx) else { return };
-        if l.phase != Phase::Executing {
-            return;
+        if self.workers[w].requests.get(ctx).is_some_and(|l| l.phase == Phase::Executing) {
+            self.with_table(w, |t, store, host, now| t.end(store, host, ctx, now));
         }
-        l.phase = Phase::Finished;
-        let key = l.key.clone();
-        let rc = l.receipt.take().expect("an executing request has its receipt");
-        let mut notices = Vec::new();
-        assert!(engine::finish(&self.store, self.now, &key, &rc, &mut notices).unwrap(), "finish of an executing request must know it");
-        self.route(notices);
     }
 
     /// `filter::root` timer: expiry of every level, borrowing, heartbeat, reaping, local back-stop.
@@ -294,7 +299,7 @@ impl Sim {
             engine::expire_level(&self.store, now, k, &mut notices).unwrap();
         }
         engine::adjust_borrowing(&self.configs[self.workers[w].compiled], &self.store, now, &mut notices).unwrap();
-        self.route(std::mem::take(&mut notices));
+        self.route_from(w, std::mem::take(&mut notices));
         if now - self.workers[w].last_heartbeat >= HEARTBEAT_EVERY {
             let slot = engine::heartbeat(&self.store, self.workers[w].instance, now).unwrap();
             assert_eq!(slot, self.workers[w].slot, "a live worker keeps its slot");
@@ -308,23 +313,10 @@ impl Sim {
                 assert!(!self.workers[i].alive, "a live worker (slot {}) was reaped", d.slot);
                 self.counts.reaped += 1;
             }
-            self.route(std::mem::take(&mut notices));
+            self.route_from(w, std::mem::take(&mut notices));
         }
         // enforce_local_deadlines
-        let overdue: Vec<(u32, Local)> = {
-            let mut v: Vec<_> = self.workers[w].requests.iter().filter(|(_, l)| l.phase == Phase::Waiting && l.wait_deadline + GRACE <= now).map(|(c, l)| (*c, l.clone())).collect();
-            v.sort_by_key(|(c, _)| *c);
-            v
-        };
-        for (ctx, l) in overdue {
-            let kind = match engine::time_out(&self.store, now, &l.key, l.id).unwrap() {
-                Some(retry_after) => NoticeKind::Reject { reason: apf_wasm::fairqueuing::RejectReason::TimeOut, retry_after },
-                // Dispatched meanwhile: its wake-up notice (with the receipt) is on its way.
-                None => continue,
-            };
-            let slot = self.workers[w].slot;
-            self.route(vec![Notice { owner: slot, context: ctx, level_key: l.key.clone(), id: l.id, kind }]);
-        }
+        self.with_table(w, |t, store, host, now| t.time_out_overdue(store, host, now, GRACE));
         self.workers[w].next_tick = now + TICK;
     }
 
@@ -365,14 +357,13 @@ impl Sim {
             let mut lw = Vec::new();
             let mut lx: std::collections::BTreeMap<u32, u32> = std::collections::BTreeMap::new();
             for wk in self.workers.iter().filter(|w| w.alive) {
-                for (ctx, l) in &wk.requests {
-                    if &l.key != k {
+                for (ctx, l) in wk.requests.iter() {
+                    if *l.level_key != **k {
                         continue;
                     }
                     match l.phase {
-                        Phase::Waiting => lw.push((wk.slot, *ctx, l.id)),
+                        Phase::Waiting => lw.push((wk.slot, ctx, l.id)),
                         Phase::Executing => *lx.entry(wk.slot).or_default() += 1,
-                        Phase::Finished => {}
                     }
                 }
             }
@@ -426,7 +417,7 @@ impl Sim {
                 // A worker dies (keeps at least one alive) and a fresh one starts later.
                 if self.workers.iter().filter(|w| w.alive).count() > 1 {
                     self.workers[w].alive = false;
-                    self.workers[w].requests.clear();
+                    self.workers[w].requests = Requests::new();
                     self.counts.deaths += 1;
                 }
                 if self.rng.chance(70) {
@@ -443,7 +434,7 @@ impl Sim {
             if !self.workers[w].alive {
                 continue;
             }
-            let mut ctxs: Vec<u32> = self.workers[w].requests.keys().copied().collect();
+            let mut ctxs: Vec<u32> = self.workers[w].requests.iter().map(|(c, _)| c).collect();
             ctxs.sort_unstable();
             for ctx in ctxs {
                 self.end_stream(w, ctx);
@@ -455,7 +446,7 @@ impl Sim {
             for w in live {
                 self.tick(w);
                 // Whatever got dispatched to us meanwhile ends too.
-                let mut ctxs: Vec<u32> = self.workers[w].requests.keys().copied().collect();
+                let mut ctxs: Vec<u32> = self.workers[w].requests.iter().map(|(c, _)| c).collect();
                 ctxs.sort_unstable();
                 for ctx in ctxs {
                     self.end_stream(w, ctx);
@@ -464,6 +455,32 @@ impl Sim {
         }
         self.check(&self.seats(), usize::MAX);
     }
+}
+
+/// A thread worker's host: notices for other workers go to their channel (mailbox).
+struct ChannelHost {
+    slot: u32,
+    txs: Vec<std::sync::mpsc::Sender<Notice>>,
+}
+
+impl Host<()> for ChannelHost {
+    fn slot(&self) -> Option<u32> {
+        Some(self.slot)
+    }
+    fn resume(&mut self, _context: u32, _e: &Entry<()>) -> bool {
+        true
+    }
+    fn reject(&mut self, _context: u32, _e: &Entry<()>, _reason: apf_wasm::fairqueuing::RejectReason, _retry_after: i64) {}
+    fn post(&mut self, n: &Notice) -> bool {
+        self.txs[(n.owner - 1) as usize].send(n.clone()).is_ok()
+    }
+    fn failed(&mut self, what: &str, e: &engine::EngineError) {
+        panic!("{what} failed: {e}");
+    }
+}
+
+fn entry(level_key: std::sync::Arc<str>, id: RequestId, phase: Phase, now: Nanos, wait_deadline: Nanos, receipt: Option<apf_wasm::fairqueuing::Receipt>) -> Entry<()> {
+    Entry { level_key, id, phase, arrived: now, wait_deadline, waited: 0, started: now, receipt, extra: () }
 }
 
 fn assert_empty(store: &MemStore, keys: &[String]) {
@@ -542,29 +559,10 @@ fn race_once(attempt: u64) -> (u64, u64) {
             let slot = t as u32 + 1;
             let mut rng = Rng(1000 + 100 * attempt + t as u64);
             start.wait();
-            let mut reqs: HashMap<u32, (String, RequestId, Phase, Option<apf_wasm::fairqueuing::Receipt>)> = HashMap::new();
+            let mut reqs: Requests<()> = Requests::new();
+            let mut host = ChannelHost { slot, txs: txs.clone() };
             let mut next_ctx = 1u32;
             let mut over = 0u32;
-            let route = |ns: Vec<Notice>, reqs: &mut HashMap<u32, (String, RequestId, Phase, Option<apf_wasm::fairqueuing::Receipt>)>, now: Nanos| {
-                let mut ns = ns;
-                while let Some(n) = ns.pop() {
-                    if n.owner == slot {
-                        match (n.kind, reqs.get_mut(&n.context)) {
-                            (NoticeKind::Run { receipt, .. }, Some(l)) if l.1 == n.id => {
-                                l.2 = Phase::Executing;
-                                l.3 = Some(receipt);
-                            }
-                            (NoticeKind::Run { receipt, .. }, _) => engine::end(&store, now, &n.level_key, n.id, Some(&receipt), &mut ns).unwrap(),
-                            (NoticeKind::Reject { .. }, Some(l)) if l.1 == n.id => {
-                                reqs.remove(&n.context);
-                            }
-                            _ => {}
-                        }
-                    } else {
-                        txs[(n.owner - 1) as usize].send(n).unwrap();
-                    }
-                }
-            };
             for i in 0..4000 {
                 if i % 8 == 0 {
                     // Sharing a core, threads then interleave instead of running in turns.
@@ -578,19 +576,19 @@ fn race_once(attempt: u64) -> (u64, u64) {
                         let ctx = next_ctx;
                         next_ctx += 1;
                         let tag = RequestTag { owner: slot, context: ctx, flow_schema: 0, flow_hash: rng.below(16), wait_deadline: now + (5 + rng.below(100) as i64) * MS };
+                        let key = c.levels[lvl].key.clone();
                         match engine::admit(&c, &store, now, lvl, WorkEstimate::ONE, tag, &mut ns).unwrap() {
-                            Decision::Execute(rc) => drop(reqs.insert(ctx, (c.levels[lvl].key.to_string(), rc.id, Phase::Executing, Some(rc)))),
-                            Decision::Queued(id) => drop(reqs.insert(ctx, (c.levels[lvl].key.to_string(), id, Phase::Waiting, None))),
+                            Decision::Execute(rc) => reqs.insert(ctx, entry(key, rc.id, Phase::Executing, now, tag.wait_deadline, Some(rc))),
+                            Decision::Queued(id) => reqs.insert(ctx, entry(key, id, Phase::Waiting, now, tag.wait_deadline, None)),
                             Decision::Rejected { .. } => {}
                         }
                     }
                     5..=8 => {
-                        let mut ctxs: Vec<u32> = reqs.keys().copied().collect();
+                        let mut ctxs: Vec<u32> = reqs.iter().map(|(c, _)| c).collect();
                         ctxs.sort_unstable();
                         if !ctxs.is_empty() {
                             let ctx = ctxs[rng.below(ctxs.len() as u64) as usize];
-                            let (key, id, _, rc) = reqs.remove(&ctx).unwrap();
-                            engine::end(&store, now, &key, id, rc.as_ref(), &mut ns).unwrap();
+                            reqs.end(&store, &mut host, ctx, now).unwrap();
                         }
                     }
                     _ => {
@@ -604,7 +602,7 @@ fn race_once(attempt: u64) -> (u64, u64) {
                         }
                     }
                 }
-                route(ns, &mut reqs, now);
+                reqs.route(&store, &mut host, ns, now);
             }
             let counts = store.state.take();
             (reqs, rx, over, counts)
@@ -621,21 +619,14 @@ fn race_once(attempt: u64) -> (u64, u64) {
         let mut moved = false;
         for (t, w) in workers.iter_mut().enumerate() {
             let slot = t as u32 + 1;
-            let mut ns: Vec<Notice> = w.1.try_iter().collect();
+            let ns: Vec<Notice> = w.1.try_iter().collect();
             moved |= !ns.is_empty() || !w.0.is_empty();
-            for (_, (key, id, _, rc)) in w.0.drain() {
-                engine::end(&*store, now, &key, id, rc.as_ref(), &mut ns).unwrap();
-            }
-            while let Some(n) = ns.pop() {
-                if n.owner == slot {
-                    let rc = match n.kind {
-                        NoticeKind::Run { receipt, .. } => Some(receipt),
-                        NoticeKind::Reject { .. } => None,
-                    };
-                    engine::end(&*store, now, &n.level_key, n.id, rc.as_ref(), &mut ns).unwrap();
-                } else {
-                    txs[(n.owner - 1) as usize].send(n).unwrap();
-                }
+            let mut host = ChannelHost { slot, txs: txs.clone() };
+            w.0.route(&*store, &mut host, ns, now);
+            let mut ctxs: Vec<u32> = w.0.iter().map(|(c, _)| c).collect();
+            ctxs.sort_unstable();
+            for ctx in ctxs {
+                w.0.end(&*store, &mut host, ctx, now);
             }
         }
         for k in &keys {

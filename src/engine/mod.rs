@@ -20,6 +20,7 @@ pub mod compiled;
 pub mod contention;
 pub mod debug;
 pub mod object_counts;
+pub mod requests;
 pub mod store;
 pub mod watches;
 pub mod workers;

@@ -3,7 +3,8 @@
 use super::host::{self, REQUEST_HEADERS, RESPONSE_HEADERS};
 use super::metrics::{self, M};
 use super::timing::{self, Span};
-use super::worker::{self, Local, Phase};
+use super::worker::{self, Extra, Local};
+use crate::engine::requests::Phase;
 use crate::digest::identity::IdentityInput;
 use crate::digest::initial_events::MarkerScanner;
 use crate::digest::list_size::ListBodyScanner;
@@ -64,7 +65,7 @@ impl Http {
     fn start_watch(&mut self, max_hold: crate::Nanos) {
         let now = host::monotonic_nanos();
         let info = self.watch_info.take();
-        let executing = worker::with(|w| w.requests.get(&self.ctx).is_some_and(|l| l.phase == Phase::Executing));
+        let executing = worker::requests(|r| r.get(self.ctx).is_some_and(|l| l.phase == Phase::Executing));
         let mut init = self.watch_init;
         if init != WatchInit::None && executing {
             let mut ok = false;
@@ -194,29 +195,23 @@ impl Http {
             phase,
             arrived: now,
             wait_deadline: tag.wait_deadline,
-            explain: self.explain,
             waited: 0,
-            enforce: level.enforce,
-            compiled: rc.clone(),
-            pl,
-            fs: fs_i,
-            seats,
             started: now,
-            is_watch: d.is_watch,
             receipt: None,
+            extra: Extra { explain: self.explain, enforce: level.enforce, compiled: rc.clone(), pl, fs: fs_i, seats, is_watch: d.is_watch },
         };
         let action = match decision {
             Ok(Decision::Execute(rc)) => {
                 let mut l = local(rc.id, Phase::Executing);
                 l.receipt = Some(rc);
-                l.note_dispatched(0, false);
-                worker::with(|w| w.requests.insert(self.ctx, l));
+                worker::note_dispatched(&l, false);
+                worker::requests(|r| r.insert(self.ctx, l));
                 Action::Continue
             }
             Ok(Decision::Queued(id)) => {
                 metrics::add(c, M::InqueueRequests, pl, fs_i, metrics::EXTRA_NONE, 1);
                 metrics::add(c, M::InqueueSeats, pl, fs_i, metrics::EXTRA_NONE, i64::from(seats));
-                worker::with(|w| w.requests.insert(self.ctx, local(id, Phase::Waiting)));
+                worker::requests(|r| r.insert(self.ctx, local(id, Phase::Waiting)));
                 // Dry run: account it as queued but let it through.
                 if level.enforce {
                     Action::Pause
@@ -265,7 +260,7 @@ impl HttpContext for Http {
             host::add_header(RESPONSE_HEADERS, k, v);
         }
         if self.explain {
-            let waited = worker::with(|w| w.requests.get(&self.ctx).map(|l| l.waited)).unwrap_or(0);
+            let waited = worker::requests(|r| r.get(self.ctx).map(|l| l.waited)).unwrap_or(0);
             host::add_header(RESPONSE_HEADERS, "x-apf-queued-ms", (waited / 1_000_000).to_string().as_bytes());
             host::add_header(RESPONSE_HEADERS, "x-apf-seats", self.seats.to_string().as_bytes());
         }

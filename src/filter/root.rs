@@ -4,8 +4,8 @@ use super::host;
 use crate::engine::store::Store;
 use super::http::Http;
 use super::metrics::{self, M};
-use super::worker::{self, Phase, REAP_EVERY};
-use crate::engine::{self, Compiled, Notice, NoticeKind};
+use super::worker::{self, REAP_EVERY};
+use crate::engine::{self, Compiled};
 use crate::policy::config::parse_plugin_config;
 use crate::Nanos;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -343,7 +343,7 @@ impl RootContext for Root {
             }
         }
         worker::route(std::mem::take(&mut notices), now);
-        enforce_local_deadlines(now);
+        worker::enforce_local_deadlines(now);
         worker::check_watch_holds(now);
         self.poll_counts(&c, now);
         match engine::adjust_borrowing(&c, host::store(), now, &mut notices) {
@@ -410,29 +410,5 @@ impl RootContext for Root {
 
     fn get_type(&self) -> Option<ContextType> {
         Some(ContextType::HttpContext)
-    }
-}
-
-/// Backstop for the wait limit: a queued request of ours whose deadline passed (and that no
-/// worker's expiry has answered yet) is timed out here.
-fn enforce_local_deadlines(now: Nanos) {
-    const GRACE: Nanos = 100_000_000;
-    let overdue: Vec<(u32, worker::Local)> = worker::with(|w| {
-        w.requests
-            .iter()
-            .filter(|(_, l)| l.phase == Phase::Waiting && l.wait_deadline.saturating_add(GRACE) <= now)
-            .map(|(c, l)| (*c, l.clone()))
-            .collect()
-    });
-    for (ctx, l) in overdue {
-        match engine::time_out(host::store(), now, &l.level_key, l.id) {
-            Ok(Some(retry_after)) => worker::handle(
-                Notice { owner: 0, context: ctx, level_key: l.level_key.to_string(), id: l.id, kind: NoticeKind::Reject { reason: crate::fairqueuing::RejectReason::TimeOut, retry_after } },
-                now,
-            ),
-            // Dispatched meanwhile: its wake-up notice (with the receipt) is on its way.
-            Ok(None) => {}
-            Err(e) => log::warn!("apf: time-out of request {} failed: {e}", l.id),
-        }
     }
 }

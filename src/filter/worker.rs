@@ -2,8 +2,8 @@
 
 use super::host;
 use super::metrics::{self, EXTRA_NONE, M};
-use crate::engine::{self, Notice, NoticeKind};
-use crate::fairqueuing::RequestId;
+use crate::engine::requests::{Entry, Host, Requests};
+use crate::engine::{self, Notice};
 use crate::Nanos;
 use std::cell::RefCell;
 use hashbrown::HashMap;
@@ -14,66 +14,55 @@ pub const LEASE_TTL: Nanos = 5 * crate::NANOS_PER_SEC;
 pub const HEARTBEAT_EVERY: Nanos = crate::NANOS_PER_SEC;
 pub const REAP_EVERY: Nanos = 2 * crate::NANOS_PER_SEC;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    Waiting,
-    Executing,
-}
-
-/// One of this worker's requests that is queued or holds seats.
+/// The filter's own data of one of this worker's requests (the engine's [`Entry::extra`]).
 #[derive(Clone)]
-pub struct Local {
-    pub level_key: std::sync::Arc<str>,
-    pub id: RequestId,
-    pub phase: Phase,
-    pub arrived: Nanos,
-    pub wait_deadline: Nanos,
+pub struct Extra {
     /// The caller asked for explanations (adds `x-apf-reject-reason`).
     pub explain: bool,
-    pub waited: Nanos,
     pub enforce: bool,
     /// The configuration the request was admitted under (metric labels).
     pub compiled: Rc<crate::engine::Compiled>,
     pub pl: usize,
     pub fs: usize,
     pub seats: u32,
-    pub started: Nanos,
     pub is_watch: bool,
-    /// Set once it executes: what the QueueSet needs back to finish it.
-    pub receipt: Option<crate::fairqueuing::Receipt>,
 }
 
-impl Local {
-    fn metric(&self, m: M, extra: u8, delta: i64) {
-        metrics::add(&self.compiled, m, self.pl, self.fs, extra, delta);
+pub type Local = Entry<Extra>;
+
+fn metric(e: &Local, m: M, extra: u8, delta: i64) {
+    metrics::add(&e.extra.compiled, m, e.extra.pl, e.extra.fs, extra, delta);
+}
+
+fn left_queue(e: &Local) {
+    metric(e, M::InqueueRequests, EXTRA_NONE, -1);
+    metric(e, M::InqueueSeats, EXTRA_NONE, -i64::from(e.extra.seats));
+}
+
+/// Bookkeeping when a request starts executing (`from_queue`: it waited in a queue).
+pub fn note_dispatched(e: &Local, from_queue: bool) {
+    if from_queue {
+        left_queue(e);
     }
-    fn left_queue(&self) {
-        self.metric(M::InqueueRequests, EXTRA_NONE, -1);
-        self.metric(M::InqueueSeats, EXTRA_NONE, -i64::from(self.seats));
-    }
-    /// Bookkeeping when a waiting request starts executing.
-    pub fn note_dispatched(&self, waited: Nanos, from_queue: bool) {
-        if from_queue {
-            self.left_queue();
-        }
-        self.metric(M::Dispatched, EXTRA_NONE, 1);
-        self.metric(M::ExecutingRequests, EXTRA_NONE, 1);
-        self.metric(M::ExecutingSeats, EXTRA_NONE, i64::from(self.seats));
-        metrics::observe(&self.compiled, M::WaitDuration, self.pl, self.fs, metrics::EXECUTE_TRUE, waited as f64 / 1e9);
-    }
-    /// Bookkeeping when a waiting request is rejected (time-out or client gone).
-    pub fn note_rejected_waiting(&self, now: Nanos) {
-        self.left_queue();
-        self.metric(M::Rejected, metrics::reason_extra(crate::fairqueuing::RejectReason::TimeOut), 1);
-        metrics::observe(&self.compiled, M::WaitDuration, self.pl, self.fs, metrics::EXECUTE_FALSE, now.saturating_sub(self.arrived) as f64 / 1e9);
-    }
-    /// Bookkeeping when an executing request finishes.
-    pub fn note_finished(&self, now: Nanos) {
-        self.metric(M::ExecutingRequests, EXTRA_NONE, -1);
-        self.metric(M::ExecutingSeats, EXTRA_NONE, -i64::from(self.seats));
-        let t = if self.is_watch { metrics::TYPE_WATCH } else { metrics::TYPE_REGULAR };
-        metrics::observe(&self.compiled, M::ExecutionDuration, self.pl, self.fs, t, now.saturating_sub(self.started) as f64 / 1e9);
-    }
+    metric(e, M::Dispatched, EXTRA_NONE, 1);
+    metric(e, M::ExecutingRequests, EXTRA_NONE, 1);
+    metric(e, M::ExecutingSeats, EXTRA_NONE, i64::from(e.extra.seats));
+    metrics::observe(&e.extra.compiled, M::WaitDuration, e.extra.pl, e.extra.fs, metrics::EXECUTE_TRUE, e.waited as f64 / 1e9);
+}
+
+/// Bookkeeping when a waiting request is rejected (time-out or client gone).
+fn note_rejected_waiting(e: &Local, now: Nanos) {
+    left_queue(e);
+    metric(e, M::Rejected, metrics::reason_extra(crate::fairqueuing::RejectReason::TimeOut), 1);
+    metrics::observe(&e.extra.compiled, M::WaitDuration, e.extra.pl, e.extra.fs, metrics::EXECUTE_FALSE, now.saturating_sub(e.arrived) as f64 / 1e9);
+}
+
+/// Bookkeeping when an executing request finishes.
+fn note_finished(e: &Local, now: Nanos) {
+    metric(e, M::ExecutingRequests, EXTRA_NONE, -1);
+    metric(e, M::ExecutingSeats, EXTRA_NONE, -i64::from(e.extra.seats));
+    let t = if e.extra.is_watch { metrics::TYPE_WATCH } else { metrics::TYPE_REGULAR };
+    metrics::observe(&e.extra.compiled, M::ExecutionDuration, e.extra.pl, e.extra.fs, t, now.saturating_sub(e.started) as f64 / 1e9);
 }
 
 #[derive(Default)]
@@ -81,7 +70,6 @@ pub struct Worker {
     pub instance: u64,
     pub slot: Option<u32>,
     pub mailbox: Option<u32>,
-    pub requests: HashMap<u32, Local>,
     /// Shared-state keys of every level this VM has used (so removed levels still drain).
     pub known_levels: Vec<String>,
     pub noted_generation: Option<u64>,
@@ -124,6 +112,48 @@ pub const UNMARKED_QUIET: Nanos = 250_000_000;
 
 thread_local! {
     pub static WORKER: RefCell<Worker> = RefCell::new(Worker::new());
+    /// This worker's requests (apart from [`WORKER`]: the engine calls the host while it
+    /// holds them).
+    static REQUESTS: RefCell<Requests<Extra>> = RefCell::new(Requests::new());
+}
+
+/// This worker's requests (the engine's table).
+pub fn requests<T>(f: impl FnOnce(&mut Requests<Extra>) -> T) -> T {
+    REQUESTS.with(|r| f(&mut r.borrow_mut()))
+}
+
+/// The filter as the engine's host for this worker's requests.
+struct FilterHost;
+
+impl Host<Extra> for FilterHost {
+    fn slot(&self) -> Option<u32> {
+        with(|w| w.slot)
+    }
+    fn resume(&mut self, context: u32, e: &Local) -> bool {
+        // Dry run: the request never stopped; it only takes its seats now.
+        !e.extra.enforce || (host::set_effective_context(context) && host::resume_request())
+    }
+    fn reject(&mut self, context: u32, e: &Local, reason: crate::fairqueuing::RejectReason, retry_after: i64) {
+        with(|w| w.rejected.insert(context, (retry_after, reason.as_str())));
+        if e.extra.enforce && host::set_effective_context(context) {
+            send_429(&e.extra.compiled, e.extra.fs, e.extra.pl, retry_after, e.extra.explain, reason.as_str(), e.extra.seats);
+        }
+    }
+    fn post(&mut self, n: &Notice) -> bool {
+        post(n)
+    }
+    fn left_queue(&mut self, e: &Local, now: Nanos) {
+        note_rejected_waiting(e, now);
+    }
+    fn dispatched(&mut self, e: &Local) {
+        note_dispatched(e, true);
+    }
+    fn finished(&mut self, e: &Local, now: Nanos) {
+        note_finished(e, now);
+    }
+    fn failed(&mut self, what: &str, e: &engine::EngineError) {
+        log::warn!("apf: {what} failed: {e}");
+    }
 }
 
 impl Worker {
@@ -189,17 +219,12 @@ pub fn route(notices: Vec<Notice>, now: Nanos) {
     if notices.is_empty() {
         return;
     }
-    let me = with(|w| w.slot);
-    for n in notices {
-        if Some(n.owner) == me {
-            handle(n, now);
-        } else {
-            post(n, now);
-        }
-    }
+    requests(|r| r.route(host::store(), &mut FilterHost, notices, now));
 }
 
-fn post(n: Notice, now: Nanos) {
+/// Posts a notice to its owner's mailbox; false when it cannot be delivered (the owner is gone:
+/// its lease will be reaped).
+fn post(n: &Notice) -> bool {
     let msg = n.encode();
     // The owner's mailbox queue id is looked up once (registry, then the host's queue table);
     // an enqueue that fails drops the cached id and looks it up again.
@@ -219,64 +244,16 @@ fn post(n: Notice, now: Nanos) {
     if delivered {
         host::store().state().count(|c| &mut c.wakeups);
     } else {
-        // The owner is gone (its lease will be reaped): release what we dispatched to it.
         log::warn!("apf: cannot deliver notice to worker {}; releasing request {}", n.owner, n.id);
-        if let NoticeKind::Run { receipt, .. } = n.kind {
-            let mut more = Vec::new();
-            if let Err(e) = engine::finish(host::store(), now, &n.level_key, &receipt, &mut more) {
-                log::warn!("apf: release failed: {e}");
-            }
-            route(more, now);
-        }
     }
+    delivered
 }
 
-/// Handles a notice for one of our own requests.
-pub fn handle(n: Notice, now: Nanos) {
-    let local = with(|w| match w.requests.get(&n.context) {
-        Some(l) if l.id == n.id && &*l.level_key == n.level_key.as_str() => Some(l.clone()),
-        _ => None,
-    });
-    match (n.kind, local) {
-        (NoticeKind::Run { waited, receipt }, Some(l)) if l.phase == Phase::Waiting => {
-            l.note_dispatched(waited, true);
-            with(|w| {
-                if let Some(r) = w.requests.get_mut(&n.context) {
-                    r.phase = Phase::Executing;
-                    r.waited = waited;
-                    r.started = now;
-                    r.receipt = Some(receipt);
-                }
-            });
-            // Dry run: the request never stopped; it only takes its seats now.
-            if l.enforce && !(host::set_effective_context(n.context) && host::resume_request()) {
-                // Stream gone between dispatch and wake-up: give the seats back.
-                stream_ended(n.context, now);
-            }
-        }
-        (NoticeKind::Run { .. }, Some(_)) => {}
-        // The stream is gone (or was answered) before its wake-up arrived: give the seats back.
-        (NoticeKind::Run { receipt, .. }, None) => release(&n.level_key, n.id, Some(&receipt), now),
-        (NoticeKind::Reject { reason, retry_after }, Some(l)) => {
-            l.note_rejected_waiting(now);
-            with(|w| {
-                w.requests.remove(&n.context);
-                w.rejected.insert(n.context, (retry_after, reason.as_str()));
-            });
-            if l.enforce && host::set_effective_context(n.context) {
-                send_429(&l.compiled, l.fs, l.pl, retry_after, l.explain, reason.as_str(), l.seats);
-            }
-        }
-        (NoticeKind::Reject { .. }, None) => {}
-    }
-}
-
-fn release(level_key: &str, id: RequestId, receipt: Option<&crate::fairqueuing::Receipt>, now: Nanos) {
-    let mut more = Vec::new();
-    if let Err(e) = engine::end(host::store(), now, level_key, id, receipt, &mut more) {
-        log::warn!("apf: release of request {id} failed: {e}");
-    }
-    route(more, now);
+/// Backstop for the wait limit: a queued request of ours whose deadline passed (and that no
+/// worker's expiry has answered yet) is timed out here.
+pub fn enforce_local_deadlines(now: Nanos) {
+    const GRACE: Nanos = 100_000_000;
+    requests(|r| r.time_out_overdue(host::store(), &mut FilterHost, now, GRACE));
 }
 
 pub const TOO_MANY: &[u8] = b"Too many requests, please try again later.\n";
@@ -330,15 +307,11 @@ pub fn drain_mailbox(now: Nanos, limit: usize) {
     }
 }
 
-/// The stream of `context` ended (client gone, response done, or reset): release what it holds.
-pub fn stream_ended(context: u32, now: Nanos) {
-    stream_ended_with(context, || now)
-}
-
-/// [`stream_ended`], reading the clock only when something is held (a host call saved on the
+/// The stream of `context` ended (client gone, response done, or reset): release what it
+/// holds, reading the clock only when something is held (a host call saved on the
 /// common path where `on_log` already released everything before the context is dropped).
 pub fn stream_ended_with(context: u32, now: impl FnOnce() -> Nanos) {
-    let (local, watch, slot) = with(|w| {
+    let (watch, slot) = with(|w| {
         if !w.rejected.is_empty() {
             w.rejected.remove(&context);
         }
@@ -346,9 +319,10 @@ pub fn stream_ended_with(context: u32, now: impl FnOnce() -> Nanos) {
         if !w.holds.is_empty() {
             w.holds.remove(&context);
         }
-        (w.requests.remove(&context), watch, w.slot)
+        (watch, w.slot)
     });
-    if local.is_none() && watch.is_none() {
+    let held = requests(|r| r.get(context).is_some());
+    if !held && watch.is_none() {
         return;
     }
     let now = now();
@@ -357,23 +331,16 @@ pub fn stream_ended_with(context: u32, now: impl FnOnce() -> Nanos) {
             log::warn!("apf: forgetting a watch failed: {e}");
         }
     }
-    if let Some(l) = local {
-        match l.phase {
-            Phase::Executing => l.note_finished(now),
-            Phase::Waiting => l.note_rejected_waiting(now),
-        }
-        release(&l.level_key, l.id, l.receipt.as_ref(), now);
+    if held {
+        requests(|r| r.end(host::store(), &mut FilterHost, context, now));
     }
 }
 
 /// A WATCH's initial phase ended (or it has none): release its seats and count it as an open
 /// watch for the mutating-request estimator (`info`, or the one its hold kept).
 pub fn end_watch_init(context: u32, now: Nanos, info: Option<&crate::digest::request_info::RequestInfo>) {
-    let (local, hold, slot) = with(|w| (w.requests.remove(&context), w.holds.remove(&context), w.slot));
-    if let Some(l) = local {
-        l.note_finished(now);
-        release(&l.level_key, l.id, l.receipt.as_ref(), now);
-    }
+    let (hold, slot) = with(|w| (w.holds.remove(&context), w.slot));
+    requests(|r| r.end(host::store(), &mut FilterHost, context, now));
     let info = info.or(hold.as_ref().map(|h| &*h.info));
     if let (Some(info), Some(slot)) = (info, slot) {
         match engine::watches::register(host::store(), slot, info) {

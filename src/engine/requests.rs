@@ -1,0 +1,206 @@
+//! One worker's requests: the table of those queued or holding seats, and what the worker does
+//! with the [`Notice`]s the engine returns. A request is only ever resumed or answered by the
+//! worker that owns its stream, so a notice for another worker goes to that worker (the host's
+//! mailbox); a notice for a request whose stream is gone gives its seats back at once.
+//!
+//! The host (the proxy-wasm filter, the simulator, native tests) implements [`Host`]: resume or
+//! answer a paused stream, post a notice to another worker, and its bookkeeping hooks
+//! (metrics). Everything else — which notice means what, when seats are released — is here,
+//! so every host behaves alike.
+
+use super::store::Store;
+use super::{EngineError, Notice, NoticeKind};
+use crate::fairqueuing::{Receipt, RejectReason, RequestId};
+use crate::Nanos;
+use hashbrown::HashMap;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Waiting,
+    Executing,
+}
+
+/// One of this worker's requests that is queued or holds seats; `extra` is the host's own data.
+#[derive(Debug, Clone)]
+pub struct Entry<X> {
+    pub level_key: std::sync::Arc<str>,
+    pub id: RequestId,
+    pub phase: Phase,
+    pub arrived: Nanos,
+    pub wait_deadline: Nanos,
+    /// How long it waited in a queue (set when it starts executing).
+    pub waited: Nanos,
+    /// When it started executing.
+    pub started: Nanos,
+    /// Set once it executes: what the QueueSet needs back to finish it.
+    pub receipt: Option<Receipt>,
+    pub extra: X,
+}
+
+/// What the engine needs from the host for one worker's requests.
+pub trait Host<X> {
+    /// This worker's slot (its lease), to tell its notices from other workers'.
+    fn slot(&self) -> Option<u32>;
+    /// Resumes the paused stream of `context`, which now holds seats; false when the stream is
+    /// gone (its seats are then given back).
+    fn resume(&mut self, context: u32, entry: &Entry<X>) -> bool;
+    /// Answers the waiting request of `context` with 429 (it left its queue).
+    fn reject(&mut self, context: u32, entry: &Entry<X>, reason: RejectReason, retry_after: i64);
+    /// Delivers a notice to its owner, another worker; false when it cannot be delivered.
+    fn post(&mut self, notice: &Notice) -> bool;
+    /// A waiting request left its queue without running (stream gone, deadline, lease expiry).
+    fn left_queue(&mut self, _entry: &Entry<X>, _now: Nanos) {}
+    /// A waiting request starts executing (after `entry.waited`).
+    fn dispatched(&mut self, _entry: &Entry<X>) {}
+    /// An executing request gives its seats back.
+    fn finished(&mut self, _entry: &Entry<X>, _now: Nanos) {}
+    /// An engine operation failed (the filter logs it; seats stay with their lease).
+    fn failed(&mut self, _what: &str, _e: &EngineError) {}
+}
+
+/// This worker's requests, by stream context.
+#[derive(Debug, Clone)]
+pub struct Requests<X> {
+    map: HashMap<u32, Entry<X>>,
+}
+
+impl<X> Default for Requests<X> {
+    fn default() -> Self {
+        Requests { map: HashMap::new() }
+    }
+}
+
+impl<X> Requests<X> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn insert(&mut self, context: u32, entry: Entry<X>) {
+        self.map.insert(context, entry);
+    }
+
+    pub fn get(&self, context: u32) -> Option<&Entry<X>> {
+        if self.map.is_empty() {
+            return None;
+        }
+        self.map.get(&context)
+    }
+
+    pub fn get_mut(&mut self, context: u32) -> Option<&mut Entry<X>> {
+        self.map.get_mut(&context)
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &Entry<X>)> {
+        self.map.iter().map(|(c, e)| (*c, e))
+    }
+
+    /// Delivers notices: this worker's are handled here, others posted to their owner; one
+    /// that cannot be delivered gives its seats back (its owner is gone).
+    pub fn route(&mut self, store: &dyn Store, host: &mut dyn Host<X>, notices: Vec<Notice>, now: Nanos) {
+        let me = host.slot();
+        let mut pending = notices;
+        while let Some(n) = pending.pop() {
+            if Some(n.owner) == me {
+                self.handle(store, host, n, now, &mut pending);
+            } else if !host.post(&n) {
+                if let NoticeKind::Run { receipt, .. } = n.kind {
+                    if let Err(e) = super::finish(store, now, &n.level_key, &receipt, &mut pending) {
+                        host.failed("release of an undeliverable dispatch", &e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Handles a notice for one of this worker's requests (further notices go to `more`).
+    pub fn handle(&mut self, store: &dyn Store, host: &mut dyn Host<X>, n: Notice, now: Nanos, more: &mut Vec<Notice>) {
+        let known = self.map.get(&n.context).is_some_and(|e| e.id == n.id && *e.level_key == *n.level_key);
+        match n.kind {
+            NoticeKind::Run { waited, receipt } => {
+                if !known {
+                    // The stream is gone (or was answered) before its wake-up arrived.
+                    release(store, host, &n.level_key, n.id, Some(&receipt), now, more);
+                    return;
+                }
+                let Some(e) = self.map.get_mut(&n.context) else { return };
+                if e.phase != Phase::Waiting {
+                    return;
+                }
+                e.phase = Phase::Executing;
+                e.waited = waited;
+                e.started = now;
+                e.receipt = Some(receipt);
+                host.dispatched(e);
+                if !host.resume(n.context, e) {
+                    // Stream gone between dispatch and wake-up: give the seats back.
+                    self.end_into(store, host, n.context, now, more);
+                }
+            }
+            NoticeKind::Reject { reason, retry_after } => {
+                if !known {
+                    return;
+                }
+                if let Some(e) = self.map.remove(&n.context) {
+                    host.left_queue(&e, now);
+                    host.reject(n.context, &e, reason, retry_after);
+                }
+            }
+        }
+    }
+
+    /// The stream of `context` ended (client gone, response done, reset): releases what it
+    /// holds. Returns its entry, if it had one.
+    pub fn end(&mut self, store: &dyn Store, host: &mut dyn Host<X>, context: u32, now: Nanos) -> Option<Entry<X>> {
+        let mut more = Vec::new();
+        let e = self.end_into(store, host, context, now, &mut more);
+        self.route(store, host, more, now);
+        e
+    }
+
+    fn end_into(&mut self, store: &dyn Store, host: &mut dyn Host<X>, context: u32, now: Nanos, more: &mut Vec<Notice>) -> Option<Entry<X>> {
+        let e = self.map.remove(&context)?;
+        match e.phase {
+            Phase::Executing => host.finished(&e, now),
+            Phase::Waiting => host.left_queue(&e, now),
+        }
+        release(store, host, &e.level_key, e.id, e.receipt.as_ref(), now, more);
+        Some(e)
+    }
+
+    /// Backstop for the wait limit: this worker's waiting requests whose deadline passed
+    /// `grace` ago and that no expiry has answered yet are timed out here.
+    pub fn time_out_overdue(&mut self, store: &dyn Store, host: &mut dyn Host<X>, now: Nanos, grace: Nanos) {
+        let overdue: Vec<(u32, std::sync::Arc<str>, RequestId)> = self
+            .map
+            .iter()
+            .filter(|(_, e)| e.phase == Phase::Waiting && e.wait_deadline.saturating_add(grace) <= now)
+            .map(|(c, e)| (*c, e.level_key.clone(), e.id))
+            .collect();
+        for (context, key, id) in overdue {
+            match super::time_out(store, now, &key, id) {
+                Ok(Some(retry_after)) => {
+                    let owner = host.slot().unwrap_or(0);
+                    let n = Notice { owner, context, level_key: key.to_string(), id, kind: NoticeKind::Reject { reason: RejectReason::TimeOut, retry_after } };
+                    self.handle(store, host, n, now, &mut Vec::new());
+                }
+                // Dispatched meanwhile: its wake-up notice (with the receipt) is on its way.
+                Ok(None) => {}
+                Err(e) => host.failed("time-out of a waiting request", &e),
+            }
+        }
+    }
+}
+
+fn release<X>(store: &dyn Store, host: &mut dyn Host<X>, level_key: &str, id: RequestId, receipt: Option<&Receipt>, now: Nanos, more: &mut Vec<Notice>) {
+    if let Err(e) = super::end(store, now, level_key, id, receipt, more) {
+        host.failed("release", &e);
+    }
+}
