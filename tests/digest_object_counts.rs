@@ -5,54 +5,12 @@
 use apf_wasm::digest::initial_events::{MarkerScanner, INITIAL_EVENTS_END};
 use apf_wasm::digest::object_counts::{scan_metrics, MetricsScanner, ScrapedCounts, MAX_LINE};
 use apf_wasm::digest::work_estimate::ObjectStats;
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::collections::BTreeMap;
 
-// ---------------------------------------------------------------------------------------------
-// A per-thread counting allocator: the scanner keeps only the current line.
-
-struct Counting;
-
-thread_local! {
-    static LIVE: Cell<usize> = const { Cell::new(0) };
-    static PEAK: Cell<usize> = const { Cell::new(0) };
-}
-
-fn on_alloc(n: usize) {
-    let _ = LIVE.try_with(|l| {
-        let v = l.get().saturating_add(n);
-        l.set(v);
-        let _ = PEAK.try_with(|p| p.set(p.get().max(v)));
-    });
-}
-
-fn on_free(n: usize) {
-    let _ = LIVE.try_with(|l| l.set(l.get().saturating_sub(n)));
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        on_alloc(layout.size());
-        System.alloc(layout)
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        on_alloc(layout.size());
-        System.alloc_zeroed(layout)
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        on_free(layout.size());
-        System.dealloc(ptr, layout)
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        on_free(layout.size());
-        on_alloc(new_size);
-        System.realloc(ptr, layout, new_size)
-    }
-}
-
-#[global_allocator]
-static ALLOC: Counting = Counting;
+#[path = "common/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::{LIVE, PEAK};
 
 /// Runs `f` and returns its result with the peak of live heap it added on this thread.
 fn peak_heap<T>(f: impl FnOnce() -> T) -> (T, usize) {

@@ -149,6 +149,15 @@ impl Context for Root {
     }
 }
 
+/// The `:status` of the HTTP call response being delivered ("" if none).
+fn call_status() -> String {
+    host::header_pairs(host::HTTP_CALL_RESPONSE_HEADERS)
+        .into_iter()
+        .find(|(k, _)| k == ":status")
+        .map(|(_, v)| String::from_utf8_lossy(&v).into_owned())
+        .unwrap_or_default()
+}
+
 /// Re-reads the shared object counts into this worker's copy when they changed.
 fn read_counts(now: Nanos) {
     worker::with(|w| w.counts_read = now);
@@ -211,11 +220,7 @@ impl Root {
 
     /// The `/metrics` response: scanned in pieces (only the three metrics' lines are kept).
     fn counts_response(&mut self, body_size: usize) {
-        let status = host::header_pairs(host::HTTP_CALL_RESPONSE_HEADERS)
-            .into_iter()
-            .find(|(k, _)| k == ":status")
-            .map(|(_, v)| String::from_utf8_lossy(&v).into_owned())
-            .unwrap_or_default();
+        let status = call_status();
         if status != "200" {
             let why = if status.is_empty() { "no response (timeout or connection failure)".to_string() } else { format!("HTTP status {status}") };
             self.record_counts(Err(why));
@@ -271,11 +276,7 @@ impl Root {
         if let Some(t) = self.fetch.tokens.get_mut(i) {
             *t = None;
         }
-        let status = host::header_pairs(host::HTTP_CALL_RESPONSE_HEADERS)
-            .into_iter()
-            .find(|(k, _)| k == ":status")
-            .map(|(_, v)| String::from_utf8_lossy(&v).into_owned())
-            .unwrap_or_default();
+        let status = call_status();
         if status != "200" {
             log::warn!("apf: reading the cluster policy failed: HTTP status {status:?}; keeping the current one");
             self.fetch.failed = true;
