@@ -13,7 +13,7 @@ commands:
   check    [--config FILE]                         validate a plugin configuration and print the effective policy
   classify [--config FILE] --method M --path P [--user U] [--group G]... [--header 'N: v']...
                                                    classify one request and print the decision as JSON
-  simulate SCENARIO.json                           run the deterministic fair-queuing simulator
+  simulate [--workers N] SCENARIO.json             run the deterministic fair-queuing simulator
 ";
 
 pub fn main_with(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {

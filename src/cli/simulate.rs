@@ -1,14 +1,76 @@
-//! `apf simulate SCENARIO.json` (or `-` for stdin): runs the deterministic fair-queuing
-//! simulator (`crate::simulate`) and prints its result as one line of JSON.
+//! `apf simulate [--workers N] SCENARIO.json` (or `-` for stdin): runs the deterministic
+//! fair-queuing simulator (`crate::simulate`) — the filter's admission path with N simulated
+//! Envoy workers — and prints its result as one line of JSON.
 use std::io::{Read, Write};
 
+pub const HELP: &str = "usage: apf simulate [--workers N] SCENARIO.json   (use - for stdin)
+
+Runs a scenario through the filter's admission path (the engine over a shared store, as in
+Envoy) on a virtual clock and prints one line of JSON: per client the time-weighted seats
+executing over the evaluation window (averageSeats, and per half), calls executed and
+rejected (by reason), throughput (calls completed in the window per second) and queueWait
+(p50, p90, max in seconds, of the calls started in the window).
+
+  --workers N   simulated Envoy workers (1-64), overriding the scenario's \"workers\"; thread j
+                of client i runs on worker (i + j) mod N
+
+Scenario (JSON; durations as Go durations such as \"50ms\" or integer nanoseconds):
+  priorityLevel      concurrencyLimit, queues, queueLengthLimit, handSize, exempt
+  evalDuration       the evaluation window
+  clients[]          hash (flow hash, decimal uint64), threads, calls (per thread), exec,
+                     and one of:
+                       think      next call exec + think after the previous one was dispatched
+                                  (upstream's uniformScenario harness)
+                       roundTrip  next call this long after the previous one's response
+                                  (a real closed-loop client)
+                     serviceJitter  j: each call's exec drawn uniformly from
+                                  [exec*(1-j), exec*(1+j)] (deterministic, see seed)
+                     initialSeats, finalSeats (default 1), additionalLatency, split
+  workers            simulated Envoy workers (default 1)
+  seed               seed of the serviceJitter draws (default 1)
+  requestWaitLimit   queue wait limit of every request (default none)
+  startTime          absolute start of the scenario (default 0)
+  engine             false: drive the bare QueueSet as upstream's harness does (1 worker)
+
+With think 0 a call is waiting when its predecessor's seat is released and takes it back; a
+real client (roundTrip) arrives after its response, when a waiting request of another flow
+has already taken the seat. With a constant exec the seats then free at the same phases
+cycle after cycle and such a client waits for the next one (up to a whole exec): see the
+simulate module documentation, \"Phase locking\".
+";
+
 pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let path = match args {
-        [p] => p.as_str(),
-        _ => {
-            let _ = writeln!(err, "usage: apf simulate SCENARIO.json   (use - for stdin)");
-            return 2;
+    let mut workers = None;
+    let mut path = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let value = match a.as_str() {
+            "-h" | "--help" => {
+                let _ = out.write_all(HELP.as_bytes());
+                return 0;
+            }
+            "--workers" => it.next().map(String::as_str),
+            s if s.starts_with("--workers=") => s.strip_prefix("--workers="),
+            s if path.is_none() && (s == "-" || !s.starts_with('-')) => {
+                path = Some(s);
+                continue;
+            }
+            _ => {
+                let _ = write!(err, "apf simulate: unexpected argument {a:?}\n{HELP}");
+                return 2;
+            }
+        };
+        match value.and_then(|v| v.parse::<u32>().ok()) {
+            Some(n) => workers = Some(n),
+            None => {
+                let _ = writeln!(err, "apf simulate: --workers needs a number of workers");
+                return 2;
+            }
         }
+    }
+    let Some(path) = path else {
+        let _ = write!(err, "{HELP}");
+        return 2;
     };
     let data = if path == "-" {
         let mut v = Vec::new();
@@ -28,9 +90,10 @@ pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
             }
         }
     };
-    match crate::simulate::run_scenario(&data) {
+    let opts = crate::simulate::Options { workers, ..crate::simulate::Options::default() };
+    match crate::simulate::run_scenario_with(&data, &opts) {
         Ok(r) => {
-            let _ = writeln!(out, "{}", r.to_json());
+            let _ = writeln!(out, "{}", r.result.to_json());
             0
         }
         Err(e) => {

@@ -105,18 +105,21 @@ impl<X> Requests<X> {
     /// Delivers notices: this worker's are handled here, others posted to their owner; one
     /// that cannot be delivered gives its seats back (its owner is gone).
     pub fn route(&mut self, store: &dyn Store, host: &mut dyn Host<X>, notices: Vec<Notice>, now: Nanos) {
+        // In the order the engine gave them (its dispatch order), and then what they caused.
         let me = host.slot();
-        let mut pending = notices;
-        while let Some(n) = pending.pop() {
+        let mut pending: std::collections::VecDeque<Notice> = notices.into();
+        let mut more = Vec::new();
+        while let Some(n) = pending.pop_front() {
             if Some(n.owner) == me {
-                self.handle(store, host, n, now, &mut pending);
+                self.handle(store, host, n, now, &mut more);
             } else if !host.post(&n) {
                 if let NoticeKind::Run { receipt, .. } = n.kind {
-                    if let Err(e) = super::finish(store, now, &n.level_key, &receipt, &mut pending) {
+                    if let Err(e) = super::finish(store, now, &n.level_key, &receipt, &mut more) {
                         host.failed("release of an undeliverable dispatch", &e);
                     }
                 }
             }
+            pending.extend(more.drain(..));
         }
     }
 

@@ -1,511 +1,199 @@
 //! Deterministic discrete-event simulator behind `apf simulate`: upstream's `uniformScenario`
-//! harness (`queueset_test.go`, reference §10.2) driving the very same [`QueueSet`] as the
-//! filter.
+//! harness (`queueset_test.go`) driving the filter's admission path — the engine
+//! (`crate::engine`: `admit`, `finish`, `expire_level` over a store with the semantics of
+//! Envoy's shared data) with `workers` simulated Envoy workers — on a virtual clock.
 //!
-//! Clients have threads that each make `calls` synchronous calls. Thread `j` of client `i` starts
-//! at `90·j + 20·i` ns (split clients start their second half of threads at `evalDuration/2`
-//! with half the calls). Call `k+1` is issued `exec + think` after call `k` was dispatched; the
-//! call's handler runs `exec`, then returns (the request may keep its seats for
-//! `additionalLatency`). A rejected or timed-out thread stops. The measured quantity is the
-//! time-weighted number of *initial* seats executing per client over `[0, evalDuration]` and its
-//! two halves, exactly as the upstream harness integrates it.
+//! # Scenario
+//! ```json
+//! {"priorityLevel": {"concurrencyLimit": 18, "queues": 64, "queueLengthLimit": 50, "handSize": 8},
+//!  "evalDuration": "20s", "workers": 2, "seed": 7,
+//!  "clients": [{"hash": "1001", "threads": 4, "calls": 400, "exec": "50ms", "roundTrip": "300us",
+//!               "serviceJitter": 0.2}]}
+//! ```
+//! Level: `concurrencyLimit`, `queues`, `queueLengthLimit`, `handSize` (0 queues: a Reject
+//! level), `exempt`. Clients: `hash` (the flow hash, decimal uint64), `threads`, `calls` per
+//! thread, `exec`, `think` or `roundTrip` (one of the two), `serviceJitter`, `initialSeats`,
+//! `finalSeats` (default 1 each), `additionalLatency`, `split`. Durations are Go durations
+//! (`"1s"`, `"999999999ns"`) or integer nanoseconds. Also `requestWaitLimit` (each request's
+//! queue wait limit, as the filter derives it from the request deadline), `startTime` (absolute
+//! time of the scenario start, to exercise large clock values), `workers` (default 1), `seed`
+//! (default 1) and `engine` (default true; false runs the bare QueueSet, see below).
+//!
+//! # Clients
+//! Thread `j` of client `i` starts at `90·j + 20·i` ns (a `split` client starts its second half
+//! of threads at `evalDuration/2` with half the calls) and makes `calls` synchronous calls; a
+//! rejected or timed-out call stops its thread. A call's handler runs `exec`, then returns
+//! (the request may keep its seats for `additionalLatency`). The next call is issued
+//! - with `think` (upstream `uniformClient`): `exec + think` after the previous call was
+//!   *dispatched* — queueing delay shortens the think time, and with `think` 0 the next call
+//!   arrives at the very instant its predecessor's seat is released, just before it is;
+//! - with `roundTrip` (a real closed-loop client): `roundTrip` after the previous call's
+//!   handler *returned*, i.e. after its response (say the loopback round trip through Envoy).
+//!
+//! The flow hash is used as is, as upstream's harness does. The shuffle-sharding dealer reads
+//! it as digits (in bases `queues`, `queues − 1`, …), so a small hash (such as upstream's
+//! `1001001001`) deals a hand whose last cards are the lowest queues: with 64 queues and hands of 8, `1001001001` and
+//! `2002002002` share 4 queues. Real flow hashes are 64-bit; use such hashes to model
+//! independent flows.
+//!
+//! `serviceJitter` j draws each call's exec uniformly from `[exec·(1−j), exec·(1+j)]` by a hash
+//! of `seed`, the thread and the call number (the same call gets the same service time whatever
+//! the dispatch order, so runs with different worker counts serve the same work). Without it
+//! every call takes exactly `exec`.
+//!
+//! # Workers
+//! Thread `j` of client `i` is a connection to worker `(i + j) mod workers`: client `i`'s
+//! threads go round-robin over the workers, starting at worker `i mod workers`. Each worker
+//! registers with `engine::heartbeat` (its slot is the owner of its requests), reaches the
+//! store through its own `WorkerStore` (its own cache of decoded level states) and keeps its
+//! requests in a table by stream context; the engine's notices are routed to their owner's
+//! table as the filter's `worker::{route, handle}` do. With one worker the dispatch order,
+//! times and rejections are exactly the bare QueueSet's (upstream's harness, `"engine":
+//! false`; tests/simulate_engine.rs compares them event by event on every fixture). With
+//! several, a dispatching worker may resume a request of its own before an equivalent one of
+//! another worker's (owner affinity, `QueueSet::affinity_pick` / `affinity_queue`, a bounded
+//! reordering). Not modelled: borrowing between levels (upstream's harness has none), mailbox
+//! latency (a notice for another worker is handled at once), CAS conflicts (workers take
+//! turns), lease expiry (workers never die).
+//!
+//! [`run_scenario`] runs a scenario as written; [`run_scenario_with`] takes [`Options`]: the
+//! number of workers (`apf simulate --workers N`), the bare QueueSet instead of the engine, and
+//! the recording of the seat trace ([`SeatTrace`]) and of every call's events ([`CallEvent`]).
+//!
+//! # Results
+//! Per client: the time-weighted number of *initial* seats executing over
+//! `[start, start + evalDuration]` and its two halves, exactly as the upstream harness integrates
+//! it (from exact integer integrals, seat·ns); calls executed and rejected (whole run, which
+//! continues past the window until every thread is done); `throughput`, calls whose handler
+//! returned inside the window per second; `queueWait` p50 / p90 / max (seconds, nearest rank)
+//! of the calls that started inside the window.
 //!
 //! Time is virtual. Upstream's fake event clock runs all events due at one instant concurrently
 //! (in an unspecified order) before advancing; here events are processed in (time, scheduling
-//! order) which is one of those orders, so the result is deterministic: same input, same bytes.
-//! Averages are computed from exact integer integrals (seat·ns), not from a running float sum.
+//! order), which is one of those orders, so the result is deterministic: same input, same bytes.
 //!
-//! Optional knobs beyond the upstream harness: `requestWaitLimit` (each request's queue wait
-//! limit, as the APF filter derives from the request deadline, §1 step 6) and `startTime`
-//! (absolute time of the scenario start, to exercise large clock values).
+//! # Phase locking
+//! A closed-loop client (`roundTrip`) beside a heavier flow that always has requests waiting
+//! gets less than its fair share when the service time is constant — upstream's behaviour,
+//! which the filter shares, and which upstream's harness hides:
+//! - When a call returns, the QueueSet gives its seat at once to the waiting request with the
+//!   earliest virtual finish. The client's next call is not waiting yet: it arrives a round
+//!   trip later, so the seat goes to a heavy request.
+//! - As long as heavy requests wait, no seat ever idles: each is re-filled the instant it
+//!   frees, so with a constant service time the seats free at the same phases of the service
+//!   period, cycle after cycle (phase-locked).
+//! - The client's call waits for the next seat to free after it arrived. Fair queuing puts it
+//!   first in line (its queue's virtual finish is the earliest, as long as its hand's queues
+//!   are not shared with the heavy flow), so it waits at most one period; but when the phases
+//!   are bunched (clients started together), the next free seat is a whole period away, less
+//!   the round trip, and the client then holds the seat it got until that bunch frees again.
+//!
+//! In real Envoy (18 seats, a quiet client with 4 threads beside a heavy one with 40, 50 ms
+//! service, 0.3 ms round trip) the quiet client kept 67–72 % of its standalone throughput: its
+//! median queue wait was ≈ 1 ms (its call caught a later seat of the same bunch) but p90 ≈ 49
+//! ms (it had reached the bunch's end and waited for the next one). With ±20 % service jitter
+//! the phases spread over the period, the next free seat is a fraction of a period away, and
+//! it kept 91–94 % (median ≈ 2 ms, p90 ≈ 7 ms). Upstream's harness (`think`) does not show
+//! this: with `think` 0 the next call is already waiting when its predecessor's seat is
+//! released, takes it back, and the quiet client keeps ≈ 4 of its 4 seats.
+//!
+//! The simulator predicts the jittered case (94 %, median 2.1 ms, p90 6.9 ms). An exactly
+//! constant service time is the limit of a perfect lock: the threads start 90 ns apart, so all
+//! 18 seats free within microseconds of each other forever and every quiet call waits 49.7 ms
+//! (50 %); a real upstream is not constant to the microsecond, and timer-scale noise
+//! (`serviceJitter` 0.0005, ±25 µs) spreads the bunch enough to give Envoy's figures after
+//! 20 s (70 %, median 0.1 ms, p90 49.7 ms), though that figure grows with the noise and the
+//! run length (tests/simulate_closed_loop.rs).
 
-use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap};
+mod admission;
+mod engine_level;
+mod event_loop;
+mod jitter;
+mod results;
+mod scenario;
 
-use serde::{Deserialize, Serialize};
+pub use results::{CallEvent, CallKind, ClientResult, QueueWait, Rejections, SeatChange, SeatTrace, SimulationResult};
 
-use crate::duration::parse_go_duration;
-use crate::fairqueuing::queueset::{Arrival, QueueSet};
-use crate::fairqueuing::{Dispatched, QueueSetConfig, Receipt, RejectReason, RequestId, RequestTag, WorkEstimate};
-use crate::Nanos;
+use admission::{Admission, BareQueueSet};
+use crate::engine::store::MemStore;
+use engine_level::EngineLevel;
+use event_loop::EventLoop;
+use results::Accounts;
+use scenario::Scenario;
 
 /// Upper bound on the total number of calls (Σ threads × calls).
 pub const MAX_TOTAL_CALLS: i64 = 1_000_000;
 /// Bound on the threads of all clients together (each thread is simulated state).
 pub const MAX_TOTAL_THREADS: i64 = 100_000;
-const MAX_SEATS: i64 = 1_000_000;
-const MAX_EVENTS: u64 = 50_000_000;
+/// Bound on the simulated Envoy workers.
+pub const MAX_WORKERS: u32 = 64;
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum DurationIn {
-    Str(String),
-    Nanos(i64),
+/// How to run a scenario ([`run_scenario_with`]); the default runs it as written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Options {
+    /// Overrides the scenario's `workers` (`apf simulate --workers N`).
+    pub workers: Option<u32>,
+    /// Overrides the scenario's `engine`: false drives the bare QueueSet as upstream's harness
+    /// does (one owner, no store), for comparison with the engine path.
+    pub engine: Option<bool>,
+    /// Records every change of a client's executing seats ([`Run::trace`]).
+    pub trace: bool,
+    /// Records every call's arrival, start, end and rejection ([`Run::calls`]).
+    pub record_calls: bool,
 }
 
-impl DurationIn {
-    fn get(&self, what: &str) -> Result<Nanos, String> {
-        match self {
-            DurationIn::Str(s) => parse_go_duration(s).map_err(|e| format!("{what}: {e}")),
-            DurationIn::Nanos(n) => Ok(*n),
-        }
-    }
+/// The outcome of [`run_scenario_with`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Run {
+    pub result: SimulationResult,
+    /// Empty `changes` unless [`Options::trace`].
+    pub trace: SeatTrace,
+    /// Empty unless [`Options::record_calls`]; in processing order (times never decrease).
+    pub calls: Vec<CallEvent>,
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum HashIn {
-    Str(String),
-    Num(u64),
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct LevelIn {
-    concurrency_limit: i64,
-    #[serde(default)]
-    queues: i64,
-    #[serde(default)]
-    queue_length_limit: i64,
-    #[serde(default)]
-    hand_size: i64,
-    #[serde(default)]
-    exempt: bool,
-}
-
-fn one() -> i64 {
-    1
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct ClientIn {
-    hash: HashIn,
-    threads: i64,
-    calls: i64,
-    exec: DurationIn,
-    think: DurationIn,
-    #[serde(default = "one")]
-    initial_seats: i64,
-    #[serde(default = "one")]
-    final_seats: i64,
-    #[serde(default)]
-    additional_latency: Option<DurationIn>,
-    #[serde(default)]
-    split: bool,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct ScenarioIn {
-    priority_level: LevelIn,
-    eval_duration: DurationIn,
-    clients: Vec<ClientIn>,
-    #[serde(default)]
-    request_wait_limit: Option<DurationIn>,
-    #[serde(default)]
-    start_time: Option<DurationIn>,
-}
-
-/// Rejections of one client by reason.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-pub struct Rejections {
-    #[serde(rename = "queue-full")]
-    pub queue_full: u64,
-    #[serde(rename = "concurrency-limit")]
-    pub concurrency_limit: u64,
-    #[serde(rename = "time-out")]
-    pub time_out: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ClientResult {
-    /// Time-weighted initial seats executing over `[0, evalDuration]`.
-    pub average_seats: f64,
-    /// The same over `[0, evalDuration/2]` and `[evalDuration/2, evalDuration]`.
-    pub average_seats_halves: [f64; 2],
-    /// Calls that executed (over the whole run, which continues past evalDuration until every
-    /// thread is done).
-    pub executed: u64,
-    pub rejected: Rejections,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SimulationResult {
-    pub clients: Vec<ClientResult>,
-    /// Successful epoch advances of the QueueSet's progress meter.
-    pub epoch_advances: u64,
-}
-
-/// One change of a client's executing (initial) seats, for [`run_scenario_traced`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SeatChange {
-    /// Virtual time (the scenario starts at `startTime`, default 0).
-    pub t: Nanos,
-    /// Client index (scenario order).
-    pub client: u32,
-    /// The client's executing seats from `t` on.
-    pub seats: i64,
-}
-
-/// The time series [`run_scenario_traced`] records besides the result.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct SeatTrace {
-    /// Scenario start and end of the evaluation window (`start + evalDuration`).
-    pub start: Nanos,
-    pub eval_end: Nanos,
-    /// The priority level's concurrency limit (seats).
-    pub concurrency_limit: u32,
-    /// Every change of a client's executing seats, in time order (the run continues past
-    /// `eval_end` until every thread is done).
-    pub changes: Vec<SeatChange>,
-}
-
-impl SimulationResult {
-    pub fn to_json(&self) -> String {
-        serde_json::to_string(self).unwrap_or_else(|_| String::from("{}"))
-    }
-}
-
-struct Client {
-    hash: u64,
-    threads: u32,
-    calls: u32,
-    exec: Nanos,
-    think: Nanos,
-    work: WorkEstimate,
-    split: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Ev {
-    Call { thread: u32, k: u32 },
-    ExecEnd { thread: u32, id: RequestId },
-    Timer,
-}
-
-struct Thread {
-    client: usize,
-    calls: u32,
-}
-
-/// Exact integral of a client's executing seats over the two halves.
-struct Integrator {
-    seats: i64,
-    last: Nanos,
-    halves: [i128; 2],
-}
-
-struct Sim {
-    qs: QueueSet,
-    clients: Vec<Client>,
-    threads: Vec<Thread>,
-    events: BinaryHeap<Reverse<(Nanos, u64, Ev)>>,
-    seq: u64,
-    timers: BTreeSet<Nanos>,
-    pending: HashMap<RequestId, (u32, u32)>,
-    /// Receipts of the executing calls (handed back to `QueueSet::finish`).
-    running: HashMap<RequestId, Receipt>,
-    integ: Vec<Integrator>,
-    results: Vec<ClientResult>,
-    wait_limit: Option<Nanos>,
-    bounds: [Nanos; 3],
-    processed: u64,
-    trace: Option<Vec<SeatChange>>,
-}
-
-fn checked_time(a: Nanos, b: Nanos) -> Result<Nanos, String> {
-    a.checked_add(b).ok_or_else(|| String::from("scenario times overflow the clock"))
-}
-
-impl Sim {
-    fn schedule(&mut self, t: Nanos, ev: Ev) {
-        self.seq += 1;
-        self.events.push(Reverse((t, self.seq, ev)));
-    }
-
-    fn add_seats(&mut self, client: usize, now: Nanos, delta: i64) {
-        let bounds = self.bounds;
-        let Some(ig) = self.integ.get_mut(client) else { return };
-        for (h, w) in bounds.windows(2).enumerate() {
-            let (a, b) = match *w {
-                [a, b] => (a, b),
-                _ => continue,
-            };
-            let lo = ig.last.max(a);
-            let hi = now.min(b);
-            if hi > lo {
-                if let Some(x) = ig.halves.get_mut(h) {
-                    *x += ig.seats as i128 * (hi as i128 - lo as i128);
-                }
-            }
-        }
-        ig.last = now;
-        ig.seats += delta;
-        if let (Some(tr), true) = (self.trace.as_mut(), delta != 0) {
-            tr.push(SeatChange { t: now, client: u32::try_from(client).unwrap_or(u32::MAX), seats: ig.seats });
-        }
-    }
-
-    fn started(&mut self, now: Nanos, thread: u32, k: u32, receipt: Receipt) -> Result<(), String> {
-        let id = receipt.id;
-        let Some(th) = self.threads.get(thread as usize) else { return Ok(()) };
-        let ci = th.client;
-        let Some(c) = self.clients.get(ci) else { return Ok(()) };
-        let (exec, think, seats) = (c.exec, c.think, c.work.initial_seats as i64);
-        if let Some(r) = self.results.get_mut(ci) {
-            r.executed += 1;
-        }
-        self.add_seats(ci, now, seats);
-        let next = checked_time(now, checked_time(exec, think)?)?.max(now);
-        self.schedule(next, Ev::Call { thread, k: k + 1 });
-        let end = checked_time(now, exec)?.max(now);
-        self.running.insert(id, receipt);
-        self.schedule(end, Ev::ExecEnd { thread, id });
-        Ok(())
-    }
-
-    fn dispatched(&mut self, now: Nanos, out: &mut Vec<Dispatched>) -> Result<(), String> {
-        for d in std::mem::take(out) {
-            if let Some((thread, k)) = self.pending.remove(&d.id) {
-                self.started(now, thread, k, d.receipt)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn arm_timer(&mut self) {
-        if let Some(t) = self.qs.next_event() {
-            if self.timers.insert(t) {
-                self.schedule(t, Ev::Timer);
-            }
-        }
-    }
-
-    fn reject(&mut self, thread: u32, reason: RejectReason) {
-        let Some(th) = self.threads.get(thread as usize) else { return };
-        if let Some(r) = self.results.get_mut(th.client) {
-            match reason {
-                RejectReason::QueueFull => r.rejected.queue_full += 1,
-                RejectReason::ConcurrencyLimit => r.rejected.concurrency_limit += 1,
-                RejectReason::TimeOut => r.rejected.time_out += 1,
-            }
-        }
-    }
-
-    fn step(&mut self, now: Nanos, ev: Ev) -> Result<(), String> {
-        let mut out = Vec::new();
-        match ev {
-            Ev::Call { thread, k } => {
-                let Some(th) = self.threads.get(thread as usize) else { return Ok(()) };
-                if k >= th.calls {
-                    return Ok(());
-                }
-                let ci = th.client;
-                let Some(c) = self.clients.get(ci) else { return Ok(()) };
-                let wait_deadline = match self.wait_limit {
-                    Some(l) => now.saturating_add(l),
-                    None => Nanos::MAX,
-                };
-                let tag = RequestTag {
-                    owner: 0,
-                    context: thread,
-                    flow_schema: u16::try_from(ci).unwrap_or(u16::MAX),
-                    flow_hash: c.hash,
-                    wait_deadline,
-                };
-                let work = c.work;
-                match self.qs.arrive(now, work, tag, &mut out) {
-                    Arrival::Executing(receipt) => self.started(now, thread, k, receipt)?,
-                    Arrival::Queued(id) => {
-                        self.pending.insert(id, (thread, k));
-                    }
-                    Arrival::Rejected(reason) => self.reject(thread, reason),
-                }
-            }
-            Ev::ExecEnd { thread, id } => {
-                if let Some(th) = self.threads.get(thread as usize) {
-                    let ci = th.client;
-                    let seats = self.clients.get(ci).map(|c| c.work.initial_seats as i64).unwrap_or(0);
-                    self.add_seats(ci, now, -seats);
-                }
-                if let Some(receipt) = self.running.remove(&id) {
-                    self.qs.finish(now, &receipt, &mut out);
-                }
-            }
-            Ev::Timer => {
-                self.timers.remove(&now);
-                let mut timed_out = Vec::new();
-                self.qs.expire(now, &mut timed_out, &mut out);
-                for (id, _) in timed_out {
-                    if let Some((thread, _)) = self.pending.remove(&id) {
-                        self.reject(thread, RejectReason::TimeOut);
-                    }
-                }
-            }
-        }
-        self.dispatched(now, &mut out)?;
-        self.arm_timer();
-        Ok(())
-    }
-}
-
-fn parse_hash(h: &HashIn) -> Result<u64, String> {
-    match h {
-        HashIn::Num(n) => Ok(*n),
-        HashIn::Str(s) => s.trim().parse::<u64>().map_err(|_| format!("client hash {s:?} is not a decimal uint64")),
-    }
-}
-
-fn ranged(v: i64, lo: i64, hi: i64, what: &str) -> Result<u32, String> {
-    if v < lo || v > hi {
-        return Err(format!("{what} must be in [{lo}, {hi}], got {v}"));
-    }
-    u32::try_from(v).map_err(|_| format!("{what} out of range"))
-}
-
-/// Runs one scenario (JSON, see module doc) to completion.
+/// Runs one scenario (JSON, see the module documentation) to completion.
 pub fn run_scenario(json: &[u8]) -> Result<SimulationResult, String> {
-    run(json, false).map(|(r, _)| r)
+    run_scenario_with(json, &Options::default()).map(|r| r.result)
 }
 
 /// Like [`run_scenario`], also recording every client's executing seats over time.
 pub fn run_scenario_traced(json: &[u8]) -> Result<(SimulationResult, SeatTrace), String> {
-    run(json, true)
+    run_scenario_with(json, &Options { trace: true, ..Options::default() }).map(|r| (r.result, r.trace))
 }
 
-fn run(json: &[u8], traced: bool) -> Result<(SimulationResult, SeatTrace), String> {
-    let sc: ScenarioIn = serde_json::from_slice(json).map_err(|e| format!("bad scenario: {e}"))?;
-    let pl = &sc.priority_level;
-    let c = ranged(pl.concurrency_limit, 0, MAX_SEATS, "priorityLevel.concurrencyLimit")?;
-    let cfg = if pl.exempt {
-        QueueSetConfig { desired_queues: -1, queue_length_limit: 0, hand_size: 0, concurrency_limit: c }
+/// Runs one scenario with [`Options`].
+pub fn run_scenario_with(json: &[u8], opts: &Options) -> Result<Run, String> {
+    let mut sc = Scenario::parse(json)?;
+    if let Some(w) = opts.workers {
+        if !(1..=MAX_WORKERS).contains(&w) {
+            return Err(format!("workers must be in [1, {MAX_WORKERS}], got {w}"));
+        }
+        sc.workers = w;
+    }
+    if let Some(e) = opts.engine {
+        sc.engine = e;
+    }
+    if !sc.engine && sc.workers != 1 {
+        return Err(String::from("workers: the bare QueueSet (\"engine\": false) has one worker"));
+    }
+    let checked = |a: crate::Nanos, b: crate::Nanos| a.checked_add(b).ok_or_else(|| String::from("scenario times overflow the clock"));
+    let bounds = [sc.start, checked(sc.start, sc.eval / 2)?, checked(sc.start, sc.eval)?];
+    let acc = Accounts::new(sc.clients.len(), bounds, opts.trace);
+    let shared = MemStore::new();
+    let adm: Box<dyn Admission> = if sc.engine {
+        Box::new(EngineLevel::new(&shared, sc.cfg, sc.exempt, sc.start, sc.workers, sc.has_timers())?)
     } else {
-        QueueSetConfig {
-            desired_queues: ranged(pl.queues, 0, 1 << 26, "priorityLevel.queues")? as i32,
-            queue_length_limit: ranged(pl.queue_length_limit, 0, MAX_SEATS, "priorityLevel.queueLengthLimit")?,
-            hand_size: ranged(pl.hand_size, 0, 1 << 26, "priorityLevel.handSize")?,
-            concurrency_limit: c,
-        }
+        Box::new(BareQueueSet::new(sc.cfg, sc.start)?)
     };
-    let eval = sc.eval_duration.get("evalDuration")?;
-    if eval <= 0 {
-        return Err(format!("evalDuration must be positive, got {eval}ns"));
-    }
-    let start = match &sc.start_time {
-        Some(d) => d.get("startTime")?,
-        None => 0,
-    };
-    let wait_limit = match &sc.request_wait_limit {
-        Some(d) => {
-            let l = d.get("requestWaitLimit")?;
-            if l < 0 {
-                return Err(String::from("requestWaitLimit must not be negative"));
-            }
-            Some(l)
-        }
-        None => None,
-    };
-    if sc.clients.len() > u16::MAX as usize {
-        return Err(String::from("too many clients"));
-    }
-    let qs = QueueSet::new(cfg, start)?;
-    let mut clients = Vec::with_capacity(sc.clients.len());
-    let mut total_calls: i64 = 0;
-    let mut total_threads: i64 = 0;
-    for (i, ci) in sc.clients.iter().enumerate() {
-        let what = |f: &str| format!("clients[{i}].{f}");
-        let threads = ranged(ci.threads, 0, MAX_TOTAL_CALLS, &what("threads"))?;
-        let calls = ranged(ci.calls, 0, MAX_TOTAL_CALLS, &what("calls"))?;
-        total_calls = total_calls.saturating_add((threads as i64).saturating_mul(calls as i64));
-        total_threads = total_threads.saturating_add(threads as i64);
-        if total_threads > MAX_TOTAL_THREADS {
-            return Err(format!("too many threads in total (summed over clients > {MAX_TOTAL_THREADS})"));
-        }
-        if total_calls > MAX_TOTAL_CALLS {
-            return Err(format!("too many calls in total (threads × calls summed over clients > {MAX_TOTAL_CALLS})"));
-        }
-        let exec = ci.exec.get(&what("exec"))?;
-        if exec < 0 {
-            return Err(format!("{} must not be negative", what("exec")));
-        }
-        let think = ci.think.get(&what("think"))?;
-        let additional_latency = match &ci.additional_latency {
-            Some(d) => d.get(&what("additionalLatency"))?,
-            None => 0,
-        };
-        clients.push(Client {
-            hash: parse_hash(&ci.hash)?,
-            threads,
-            calls,
-            exec,
-            think,
-            work: WorkEstimate {
-                initial_seats: ranged(ci.initial_seats, 0, MAX_SEATS, &what("initialSeats"))?,
-                final_seats: ranged(ci.final_seats, 0, MAX_SEATS, &what("finalSeats"))?,
-                additional_latency,
-            },
-            split: ci.split,
-        });
-    }
-    let half = eval / 2;
-    let bounds = [start, checked_time(start, half)?, checked_time(start, eval)?];
-    let mut sim = Sim {
-        qs,
-        threads: Vec::new(),
-        events: BinaryHeap::new(),
-        seq: 0,
-        timers: BTreeSet::new(),
-        pending: HashMap::new(),
-        running: HashMap::new(),
-        integ: clients.iter().map(|_| Integrator { seats: 0, last: start, halves: [0, 0] }).collect(),
-        results: clients
-            .iter()
-            .map(|_| ClientResult { average_seats: 0.0, average_seats_halves: [0.0, 0.0], executed: 0, rejected: Rejections::default() })
-            .collect(),
-        wait_limit,
-        bounds,
-        processed: 0,
-        clients: Vec::new(),
-        trace: if traced { Some(Vec::new()) } else { None },
-    };
-    for (i, c) in clients.iter().enumerate() {
-        for j in 0..c.threads {
-            let mut delay = 90 * j as i64 + 20 * i as i64;
-            let mut calls = c.calls;
-            if c.split && j >= c.threads / 2 {
-                delay += half;
-                calls /= 2;
-            }
-            let thread = u32::try_from(sim.threads.len()).map_err(|_| String::from("too many threads"))?;
-            sim.threads.push(Thread { client: i, calls });
-            sim.schedule(checked_time(start, delay)?, Ev::Call { thread, k: 0 });
-        }
-    }
-    sim.clients = clients;
-    while let Some(Reverse((t, _, ev))) = sim.events.pop() {
-        sim.processed += 1;
-        if sim.processed > MAX_EVENTS {
-            return Err(String::from("simulation exceeded its event budget"));
-        }
-        sim.step(t, ev)?;
-    }
-    // Close the integrals at the end of the evaluation window.
-    let end = bounds[2];
-    for i in 0..sim.integ.len() {
-        let last = sim.integ.get(i).map(|g| g.last).unwrap_or(end);
-        sim.add_seats(i, end.max(last), 0);
-    }
-    let dur = [(bounds[1] - bounds[0]) as f64, (bounds[2] - bounds[1]) as f64];
-    for (r, ig) in sim.results.iter_mut().zip(sim.integ.iter()) {
-        let [a, b] = ig.halves;
-        r.average_seats = (a + b) as f64 / eval as f64;
-        r.average_seats_halves = [if dur[0] > 0.0 { a as f64 / dur[0] } else { 0.0 }, b as f64 / dur[1]];
-    }
-    let trace = SeatTrace { start, eval_end: end, concurrency_limit: c, changes: sim.trace.take().unwrap_or_default() };
-    Ok((SimulationResult { clients: sim.results, epoch_advances: sim.qs.counters().epoch_advances }, trace))
+    let mut lp = EventLoop::new(&sc, adm, acc, opts.record_calls)?;
+    lp.run()?;
+    let epoch_advances = lp.epoch_advances()?;
+    let calls = lp.calls.take().unwrap_or_default();
+    let (clients, changes) = lp.acc.finish();
+    let [start, _, eval_end] = bounds;
+    let trace = SeatTrace { start, eval_end, concurrency_limit: sc.cfg.concurrency_limit, changes: changes.unwrap_or_default() };
+    Ok(Run { result: SimulationResult { clients, epoch_advances, workers: sc.workers }, trace, calls })
 }
 
 /// Upstream test helper `fairAlloc`: max-min fair allocation of `capacity` to `demands`.
@@ -586,6 +274,39 @@ mod tests {
         let huge = r#"{"priorityLevel":{"concurrencyLimit":1},"evalDuration":"2562047h","clients":[{"hash":1,"threads":1,"calls":3,"exec":"2562047h","think":"1s"}]}"#;
         assert!(run_scenario(huge.as_bytes()).is_err());
         assert!(run_scenario(b"garbage").is_err());
+        // Pacing, jitter, workers.
+        let client = |extra: &str| {
+            format!(r#"{{"priorityLevel":{{"concurrencyLimit":1,"queues":4,"queueLengthLimit":2,"handSize":1}},"evalDuration":"1s","clients":[{{"hash":1,"threads":1,"calls":2,"exec":"1s"{extra}}}]}}"#)
+        };
+        assert!(run_scenario(client(r#","roundTrip":"1ms","serviceJitter":0.5"#).as_bytes()).is_ok());
+        for (extra, want) in [
+            ("", "one of think and roundTrip"),
+            (r#","think":"0s","roundTrip":"1ms""#, "exclude"),
+            (r#","roundTrip":"-1ms""#, "roundTrip must not be negative"),
+            (r#","think":"0s","serviceJitter":1.5"#, "serviceJitter"),
+            (r#","think":"0s","serviceJitter":-0.1"#, "serviceJitter"),
+        ] {
+            let e = run_scenario(client(extra).as_bytes()).unwrap_err();
+            assert!(e.contains(want), "{extra}: {e}");
+        }
+        let e = run_scenario_with(client(r#","think":"0s""#).as_bytes(), &Options { workers: Some(MAX_WORKERS + 1), ..Options::default() }).unwrap_err();
+        assert!(e.contains("workers"), "{e}");
+    }
+
+    #[test]
+    fn round_trip_paces_after_the_response() {
+        // One thread, 1 s calls, 100 ms round trip: calls start at 0, 1.1, 2.2, … s.
+        let s = br#"{"priorityLevel":{"concurrencyLimit":1,"queues":4,"queueLengthLimit":2,"handSize":1},"evalDuration":"10s",
+            "clients":[{"hash":1,"threads":1,"calls":20,"exec":"1s","roundTrip":"100ms"}]}"#;
+        let run = run_scenario_with(s, &Options { record_calls: true, ..Options::default() }).unwrap();
+        let starts: Vec<_> = run.calls.iter().filter(|c| matches!(c.kind, CallKind::Start { .. })).map(|c| c.t).collect();
+        assert_eq!(starts.len(), 20);
+        assert!(starts.iter().enumerate().all(|(k, t)| *t == k as i64 * 1_100_000_000), "{starts:?}");
+        let c = &run.result.clients[0];
+        // Handlers returning in [0, 10 s]: at 1, 2.1, …, 9.8 s.
+        assert_eq!(c.throughput, 0.9);
+        assert_eq!((c.queue_wait.p50, c.queue_wait.max), (0.0, 0.0));
+        assert!((c.average_seats - 9.1 / 10.0).abs() < 1e-12, "{}", c.average_seats);
     }
 
     #[test]

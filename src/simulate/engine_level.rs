@@ -1,0 +1,221 @@
+//! The filter's admission path: the engine (`crate::engine`) over a [`MemStore`] (the semantics
+//! of Envoy's shared data), driven by simulated Envoy workers the way `crate::filter` drives it.
+//!
+//! Each worker registers with [`engine::heartbeat`] and gets its slot (the owner recorded with
+//! its requests), and keeps a table of its requests by stream context, as
+//! `filter::worker::Worker::requests`: the request id, whether it waits or executes, and the
+//! receipt that finishes it. An arrival is [`engine::admit`] (the filter's
+//! `on_http_request_headers`); a handler return is [`engine::finish`] with the receipt (the
+//! filter's `stream_ended` → `engine::end`); timer work is [`engine::expire_level`] when the
+//! stored level's `QueueSet::next_event` is due (every worker's tick calls it in Envoy; whoever
+//! comes first does the work, so which worker calls it does not matter).
+//!
+//! Notices are routed to their owner's table as `filter::worker::{route, handle}` do: `Run` for
+//! a waiting request starts it (the filter resumes the paused stream) and keeps the receipt;
+//! `Reject` answers 429; a `Run` for a request its owner no longer waits for releases the seats
+//! again. Delivery is immediate: in Envoy a notice for another worker goes through that
+//! worker's mailbox and arrives a few microseconds later, which the simulator does not model.
+//!
+//! Each worker reaches the shared store through its own [`WorkerStore`], so it keeps its own
+//! cache of the level state it wrote last ([`crate::engine::cache`]) as an Envoy worker VM does:
+//! with one worker every operation reuses its own last state; with several, a worker reading
+//! another's write decodes. A cache hit gives exactly what decoding gives, so this changes
+//! costs, not results.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use super::admission::{Admission, Call, CallId, Outcome};
+use crate::engine::store::{MemStore, Store, WorkerStore};
+use crate::engine::{self, Compiled, Decision, LevelRuntime, LevelState, Notice, NoticeKind};
+use crate::fairqueuing::{QueueSetConfig, Receipt, RequestId, RequestTag};
+use crate::policy::config::PluginConfig;
+use crate::policy::model::Policy;
+use crate::Nanos;
+
+/// Name of the simulated priority level (its store key is `engine::level_key(LEVEL_NAME)`).
+pub const LEVEL_NAME: &str = "sim";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Waiting,
+    Executing,
+}
+
+/// One of a worker's requests that waits or holds seats (`filter::worker::Local`).
+struct Local {
+    call: CallId,
+    id: RequestId,
+    phase: Phase,
+    receipt: Option<Receipt>,
+}
+
+/// One simulated Envoy worker (VM).
+struct Worker<'a> {
+    /// The shared store as this worker sees it (with its own cache).
+    store: WorkerStore<'a>,
+    slot: u32,
+    next_context: u32,
+    /// By stream context.
+    requests: HashMap<u32, Local>,
+    /// The context of each call in flight.
+    by_call: HashMap<CallId, u32>,
+}
+
+pub struct EngineLevel<'a> {
+    compiled: Compiled,
+    key: Arc<str>,
+    workers: Vec<Worker<'a>>,
+    /// Worker index by slot.
+    by_slot: HashMap<u32, usize>,
+    timers: bool,
+}
+
+fn err(e: engine::EngineError) -> String {
+    e.to_string()
+}
+
+/// A compiled configuration whose only level (index 0) is the scenario's: `cfg`, exempt or
+/// not, enforced, its limits pinned to the concurrency limit (no borrowing is simulated).
+fn compiled(cfg: QueueSetConfig, exempt: bool) -> Compiled {
+    // The classifier is never consulted: requests arrive classified.
+    let config = PluginConfig { policy: Policy::default(), limits: Vec::new(), ..PluginConfig::default() };
+    let mut c = Compiled::new(config, 1);
+    let limit = cfg.concurrency_limit;
+    c.levels = vec![LevelRuntime {
+        name: LEVEL_NAME.to_string(),
+        uid: String::new(),
+        key: engine::level_key(LEVEL_NAME).into(),
+        qs_config: cfg,
+        exempt,
+        max_seats: None,
+        nominal: limit,
+        min_limit: limit,
+        max_limit: limit,
+        enforce: true,
+    }];
+    c
+}
+
+impl<'a> EngineLevel<'a> {
+    /// The level's state as of `start` in `store` (a fresh one), and `workers` registered
+    /// workers. `timers`: whether the level can have timer events (else
+    /// [`Admission::next_event`] skips reading the stored level).
+    pub fn new(store: &'a MemStore, cfg: QueueSetConfig, exempt: bool, start: Nanos, workers: u32, timers: bool) -> Result<EngineLevel<'a>, String> {
+        let compiled = compiled(cfg, exempt);
+        let key = compiled.levels.first().map(|l| l.key.clone()).ok_or_else(|| String::from("no level"))?;
+        // The level exists from the scenario start (as the bare QueueSet), not from the first
+        // arrival; same generation as the configuration, so admission does not reconfigure it.
+        let state = LevelState::new(cfg, compiled.generation, start).map_err(err)?;
+        store.set(&key, &state.encode(), None).map_err(|e| e.to_string())?;
+        let mut ws = Vec::with_capacity(workers as usize);
+        let mut by_slot = HashMap::new();
+        for w in 0..workers {
+            let store = WorkerStore::new(store);
+            let slot = engine::heartbeat(&store, u64::from(w) + 1, start).map_err(err)?;
+            by_slot.insert(slot, ws.len());
+            ws.push(Worker { store, slot, next_context: 1, requests: HashMap::new(), by_call: HashMap::new() });
+        }
+        if ws.is_empty() {
+            return Err(String::from("no workers"));
+        }
+        Ok(EngineLevel { compiled, key, workers: ws, by_slot, timers })
+    }
+
+    /// `filter::worker::route` + `handle`, synchronously: every notice goes to its owner's
+    /// table; a `Run` nobody waits for is released by the owner (or, for an unknown owner, by
+    /// worker `by`, as `filter::worker::post` does), and what that dispatches is routed in turn.
+    fn route(&mut self, now: Nanos, by: usize, notices: Vec<Notice>, out: &mut Vec<Outcome>) -> Result<(), String> {
+        let mut queue: VecDeque<Notice> = notices.into();
+        while let Some(n) = queue.pop_front() {
+            let owner = self.by_slot.get(&n.owner).copied();
+            let key = &self.key;
+            let local = owner.and_then(|w| self.workers.get_mut(w)).and_then(|w| {
+                let matches = w.requests.get(&n.context).is_some_and(|l| l.id == n.id && *n.level_key == **key);
+                matches.then_some(w)
+            });
+            match (n.kind, local) {
+                (NoticeKind::Run { waited, receipt }, Some(w)) => {
+                    let Some(l) = w.requests.get_mut(&n.context) else { continue };
+                    if l.phase == Phase::Waiting {
+                        l.phase = Phase::Executing;
+                        l.receipt = Some(receipt);
+                        out.push(Outcome::Started { call: l.call, waited });
+                    }
+                }
+                (NoticeKind::Run { receipt, .. }, None) => {
+                    let Some(w) = self.workers.get(owner.unwrap_or(by)).or_else(|| self.workers.get(by)) else { continue };
+                    let mut more = Vec::new();
+                    engine::end(&w.store, now, &n.level_key, n.id, Some(&receipt), &mut more).map_err(err)?;
+                    queue.extend(more);
+                }
+                (NoticeKind::Reject { reason, .. }, Some(w)) => {
+                    if let Some(l) = w.requests.remove(&n.context) {
+                        w.by_call.remove(&l.call);
+                        out.push(Outcome::Rejected { call: l.call, reason });
+                    }
+                }
+                (NoticeKind::Reject { .. }, None) => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+impl EngineLevel<'_> {
+    /// The store as worker 0 sees it: timer work and reads (in Envoy every worker's tick runs
+    /// the timer work; whoever comes first does it).
+    fn timer_store(&self) -> Result<&WorkerStore<'_>, String> {
+        self.workers.first().map(|w| &w.store).ok_or_else(|| String::from("no workers"))
+    }
+}
+
+impl Admission for EngineLevel<'_> {
+    fn arrive(&mut self, now: Nanos, call: &Call, out: &mut Vec<Outcome>) -> Result<(), String> {
+        let w = self.workers.get_mut(call.worker as usize).ok_or_else(|| String::from("no such worker"))?;
+        let context = w.next_context;
+        w.next_context = w.next_context.wrapping_add(1).max(1);
+        let tag = RequestTag { owner: w.slot, context, flow_schema: call.flow_schema, flow_hash: call.flow_hash, wait_deadline: call.wait_deadline };
+        let mut notices = Vec::new();
+        let decision = engine::admit(&self.compiled, &w.store, now, 0, call.work, tag, &mut notices).map_err(err)?;
+        let local = |id, phase, receipt| Local { call: call.id, id, phase, receipt };
+        match decision {
+            Decision::Execute(rc) => {
+                w.requests.insert(context, local(rc.id, Phase::Executing, Some(rc)));
+                w.by_call.insert(call.id, context);
+                out.push(Outcome::Started { call: call.id, waited: 0 });
+            }
+            Decision::Queued(id) => {
+                w.requests.insert(context, local(id, Phase::Waiting, None));
+                w.by_call.insert(call.id, context);
+            }
+            Decision::Rejected { reason, .. } => out.push(Outcome::Rejected { call: call.id, reason }),
+        }
+        self.route(now, call.worker as usize, notices, out)
+    }
+
+    fn finish(&mut self, now: Nanos, call: CallId, worker: u32, out: &mut Vec<Outcome>) -> Result<(), String> {
+        let Some(w) = self.workers.get_mut(worker as usize) else { return Ok(()) };
+        let Some(l) = w.by_call.remove(&call).and_then(|ctx| w.requests.remove(&ctx)) else { return Ok(()) };
+        let mut notices = Vec::new();
+        engine::end(&w.store, now, &self.key, l.id, l.receipt.as_ref(), &mut notices).map_err(err)?;
+        self.route(now, worker as usize, notices, out)
+    }
+
+    fn next_event(&self) -> Result<Option<Nanos>, String> {
+        if !self.timers {
+            return Ok(None);
+        }
+        Ok(engine::read_level(self.timer_store()?, &self.key).map_err(err)?.and_then(|st| st.qs.next_event()))
+    }
+
+    fn expire(&mut self, now: Nanos, out: &mut Vec<Outcome>) -> Result<(), String> {
+        let mut notices = Vec::new();
+        engine::expire_level(self.timer_store()?, now, &self.key, &mut notices).map_err(err)?;
+        self.route(now, 0, notices, out)
+    }
+
+    fn epoch_advances(&self) -> Result<u64, String> {
+        Ok(engine::read_level(self.timer_store()?, &self.key).map_err(err)?.map(|st| st.qs.counters().epoch_advances).unwrap_or(0))
+    }
+}

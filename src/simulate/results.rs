@@ -1,0 +1,269 @@
+//! What a run reports: per-client results ([`ClientResult`]), the optional time series
+//! ([`SeatTrace`], [`CallEvent`]) and the accounting that produces them (exact seat integrals,
+//! completions and queue waits inside the evaluation window).
+
+use serde::Serialize;
+
+use crate::fairqueuing::RejectReason;
+use crate::Nanos;
+
+/// Rejections of one client by reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Rejections {
+    #[serde(rename = "queue-full")]
+    pub queue_full: u64,
+    #[serde(rename = "concurrency-limit")]
+    pub concurrency_limit: u64,
+    #[serde(rename = "time-out")]
+    pub time_out: u64,
+}
+
+/// Queue-wait percentiles (seconds) of the calls that started executing inside the evaluation
+/// window (a call that executed at once waited 0). Nearest rank: `p50` is the smallest wait
+/// that at least half of those calls did not exceed. All 0 when no call started.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct QueueWait {
+    pub p50: f64,
+    pub p90: f64,
+    pub max: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientResult {
+    /// Time-weighted initial seats executing over `[0, evalDuration]`.
+    pub average_seats: f64,
+    /// The same over `[0, evalDuration/2]` and `[evalDuration/2, evalDuration]`.
+    pub average_seats_halves: [f64; 2],
+    /// Calls that executed (over the whole run, which continues past evalDuration until every
+    /// thread is done).
+    pub executed: u64,
+    pub rejected: Rejections,
+    /// Calls whose handler returned inside the evaluation window, per second of it.
+    pub throughput: f64,
+    pub queue_wait: QueueWait,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SimulationResult {
+    pub clients: Vec<ClientResult>,
+    /// Successful epoch advances of the QueueSet's progress meter.
+    pub epoch_advances: u64,
+    /// Simulated Envoy workers the run used.
+    pub workers: u32,
+}
+
+impl SimulationResult {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| String::from("{}"))
+    }
+}
+
+/// One change of a client's executing (initial) seats, for [`super::run_scenario_traced`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeatChange {
+    /// Virtual time (the scenario starts at `startTime`, default 0).
+    pub t: Nanos,
+    /// Client index (scenario order).
+    pub client: u32,
+    /// The client's executing seats from `t` on.
+    pub seats: i64,
+}
+
+/// The time series [`super::run_scenario_traced`] records besides the result.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SeatTrace {
+    /// Scenario start and end of the evaluation window (`start + evalDuration`).
+    pub start: Nanos,
+    pub eval_end: Nanos,
+    /// The priority level's concurrency limit (seats).
+    pub concurrency_limit: u32,
+    /// Every change of a client's executing seats, in time order (the run continues past
+    /// `eval_end` until every thread is done).
+    pub changes: Vec<SeatChange>,
+}
+
+/// What happened to one call, for [`super::Options::record_calls`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallKind {
+    /// The call was issued (reached the filter).
+    Arrive,
+    /// It started executing after waiting this long in its queue (0: at once).
+    Start { waited: Nanos },
+    /// Its handler returned.
+    End,
+    /// It was answered 429.
+    Reject(RejectReason),
+}
+
+/// One step of one call: thread `thread` (numbered over all clients in scenario order), call
+/// `call` of that thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallEvent {
+    pub t: Nanos,
+    pub client: u32,
+    pub thread: u32,
+    pub call: u32,
+    pub kind: CallKind,
+}
+
+/// Exact integral of a client's executing seats over the two halves of the window.
+struct Integrator {
+    seats: i64,
+    last: Nanos,
+    halves: [i128; 2],
+}
+
+/// Per-client accounting of a run.
+pub struct Accounts {
+    /// Window start, middle and end.
+    bounds: [Nanos; 3],
+    integ: Vec<Integrator>,
+    pub results: Vec<ClientResult>,
+    completed: Vec<u64>,
+    waits: Vec<Vec<Nanos>>,
+    trace: Option<Vec<SeatChange>>,
+}
+
+impl Accounts {
+    pub fn new(clients: usize, bounds: [Nanos; 3], traced: bool) -> Accounts {
+        let [start, ..] = bounds;
+        Accounts {
+            bounds,
+            integ: (0..clients).map(|_| Integrator { seats: 0, last: start, halves: [0, 0] }).collect(),
+            results: (0..clients)
+                .map(|_| ClientResult {
+                    average_seats: 0.0,
+                    average_seats_halves: [0.0, 0.0],
+                    executed: 0,
+                    rejected: Rejections::default(),
+                    throughput: 0.0,
+                    queue_wait: QueueWait::default(),
+                })
+                .collect(),
+            completed: vec![0; clients],
+            waits: vec![Vec::new(); clients],
+            trace: traced.then(Vec::new),
+        }
+    }
+
+    fn in_window(&self, t: Nanos) -> bool {
+        let [start, _, end] = self.bounds;
+        t >= start && t <= end
+    }
+
+    /// The client's executing seats change by `delta` at `now`.
+    pub fn add_seats(&mut self, client: usize, now: Nanos, delta: i64) {
+        let bounds = self.bounds;
+        let Some(ig) = self.integ.get_mut(client) else { return };
+        for (h, w) in bounds.windows(2).enumerate() {
+            let (a, b) = match *w {
+                [a, b] => (a, b),
+                _ => continue,
+            };
+            let lo = ig.last.max(a);
+            let hi = now.min(b);
+            if hi > lo {
+                if let Some(x) = ig.halves.get_mut(h) {
+                    *x += ig.seats as i128 * (hi as i128 - lo as i128);
+                }
+            }
+        }
+        ig.last = now;
+        ig.seats += delta;
+        if let (Some(tr), true) = (self.trace.as_mut(), delta != 0) {
+            tr.push(SeatChange { t: now, client: u32::try_from(client).unwrap_or(u32::MAX), seats: ig.seats });
+        }
+    }
+
+    /// A call of the client started executing at `now` after waiting `waited`.
+    pub fn started(&mut self, client: usize, now: Nanos, waited: Nanos, seats: i64) {
+        if let Some(r) = self.results.get_mut(client) {
+            r.executed += 1;
+        }
+        if self.in_window(now) {
+            if let Some(w) = self.waits.get_mut(client) {
+                w.push(waited);
+            }
+        }
+        self.add_seats(client, now, seats);
+    }
+
+    /// A call of the client returned from its handler at `now`.
+    pub fn ended(&mut self, client: usize, now: Nanos, seats: i64) {
+        if self.in_window(now) {
+            if let Some(c) = self.completed.get_mut(client) {
+                *c += 1;
+            }
+        }
+        self.add_seats(client, now, -seats);
+    }
+
+    pub fn rejected(&mut self, client: usize, reason: RejectReason) {
+        if let Some(r) = self.results.get_mut(client) {
+            match reason {
+                RejectReason::QueueFull => r.rejected.queue_full += 1,
+                RejectReason::ConcurrencyLimit => r.rejected.concurrency_limit += 1,
+                RejectReason::TimeOut => r.rejected.time_out += 1,
+            }
+        }
+    }
+
+    /// Closes the integrals at the end of the window and computes the averages, throughputs
+    /// and wait percentiles.
+    pub fn finish(mut self) -> (Vec<ClientResult>, Option<Vec<SeatChange>>) {
+        let [start, mid, end] = self.bounds;
+        for i in 0..self.integ.len() {
+            let last = self.integ.get(i).map(|g| g.last).unwrap_or(end);
+            self.add_seats(i, end.max(last), 0);
+        }
+        let eval = end - start;
+        let dur = [(mid - start) as f64, (end - mid) as f64];
+        let secs = eval as f64 / crate::NANOS_PER_SEC as f64;
+        for (i, (r, ig)) in self.results.iter_mut().zip(self.integ.iter()).enumerate() {
+            let [a, b] = ig.halves;
+            r.average_seats = (a + b) as f64 / eval as f64;
+            r.average_seats_halves = [if dur[0] > 0.0 { a as f64 / dur[0] } else { 0.0 }, b as f64 / dur[1]];
+            r.throughput = self.completed.get(i).copied().unwrap_or(0) as f64 / secs;
+            if let Some(w) = self.waits.get_mut(i) {
+                r.queue_wait = percentiles(w);
+            }
+        }
+        (self.results, self.trace)
+    }
+}
+
+/// Nearest-rank percentiles of `waits` (sorted in place), in seconds.
+fn percentiles(waits: &mut [Nanos]) -> QueueWait {
+    waits.sort_unstable();
+    let n = waits.len();
+    let rank = |p: usize| {
+        // The smallest index i with (i + 1) ≥ p·n/100.
+        let i = (n * p).div_ceil(100).max(1) - 1;
+        waits.get(i).copied().unwrap_or(0) as f64 / crate::NANOS_PER_SEC as f64
+    };
+    if n == 0 {
+        return QueueWait::default();
+    }
+    QueueWait { p50: rank(50), p90: rank(90), max: rank(100) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        assert_eq!(percentiles(&mut []), QueueWait::default());
+        let ms = |x: f64| x / 1000.0;
+        let mut one = [5_000_000];
+        assert_eq!(percentiles(&mut one), QueueWait { p50: ms(5.0), p90: ms(5.0), max: ms(5.0) });
+        // 1..=10 ms: p50 is the 5th, p90 the 9th.
+        let mut ten: Vec<Nanos> = (1..=10).rev().map(|i| i * 1_000_000).collect();
+        assert_eq!(percentiles(&mut ten), QueueWait { p50: ms(5.0), p90: ms(9.0), max: ms(10.0) });
+        let mut three = [3, 1, 2];
+        let q = percentiles(&mut three);
+        assert_eq!((q.p50, q.p90, q.max), (2e-9, 3e-9, 3e-9));
+    }
+}

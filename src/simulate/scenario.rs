@@ -1,0 +1,252 @@
+//! The scenario document (JSON, see the module documentation of [`super`]) and its validation
+//! into the [`Scenario`] the event loop runs.
+
+use serde::Deserialize;
+
+use crate::duration::parse_go_duration;
+use crate::fairqueuing::{QueueSetConfig, WorkEstimate};
+use crate::Nanos;
+
+use super::{MAX_TOTAL_CALLS, MAX_TOTAL_THREADS, MAX_WORKERS};
+
+const MAX_SEATS: i64 = 1_000_000;
+/// Seed of the service-time draws when the scenario gives none.
+pub const DEFAULT_SEED: u64 = 1;
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum DurationIn {
+    Str(String),
+    Nanos(i64),
+}
+
+impl DurationIn {
+    fn get(&self, what: &str) -> Result<Nanos, String> {
+        match self {
+            DurationIn::Str(s) => parse_go_duration(s).map_err(|e| format!("{what}: {e}")),
+            DurationIn::Nanos(n) => Ok(*n),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum HashIn {
+    Str(String),
+    Num(u64),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct LevelIn {
+    concurrency_limit: i64,
+    #[serde(default)]
+    queues: i64,
+    #[serde(default)]
+    queue_length_limit: i64,
+    #[serde(default)]
+    hand_size: i64,
+    #[serde(default)]
+    exempt: bool,
+}
+
+fn one() -> i64 {
+    1
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ClientIn {
+    hash: HashIn,
+    threads: i64,
+    calls: i64,
+    exec: DurationIn,
+    #[serde(default)]
+    think: Option<DurationIn>,
+    #[serde(default)]
+    round_trip: Option<DurationIn>,
+    #[serde(default)]
+    service_jitter: Option<f64>,
+    #[serde(default = "one")]
+    initial_seats: i64,
+    #[serde(default = "one")]
+    final_seats: i64,
+    #[serde(default)]
+    additional_latency: Option<DurationIn>,
+    #[serde(default)]
+    split: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ScenarioIn {
+    priority_level: LevelIn,
+    eval_duration: DurationIn,
+    clients: Vec<ClientIn>,
+    #[serde(default)]
+    request_wait_limit: Option<DurationIn>,
+    #[serde(default)]
+    start_time: Option<DurationIn>,
+    #[serde(default)]
+    workers: Option<i64>,
+    #[serde(default)]
+    seed: Option<u64>,
+    #[serde(default)]
+    engine: Option<bool>,
+}
+
+/// When a thread issues its next call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pacing {
+    /// Upstream's `uniformClient`: `exec + think` after the previous call was dispatched.
+    AfterDispatch { think: Nanos },
+    /// A real closed-loop client: `round_trip` after the previous call's handler returned.
+    AfterResponse { round_trip: Nanos },
+}
+
+/// One client, validated.
+#[derive(Debug, Clone)]
+pub struct Client {
+    pub hash: u64,
+    pub threads: u32,
+    pub calls: u32,
+    /// Nominal service time of a call (before jitter).
+    pub exec: Nanos,
+    /// Half-width of the service-time jitter: each call's exec is drawn uniformly from
+    /// `[exec − jitter, exec + jitter]` (0: every call takes exactly `exec`).
+    pub jitter: Nanos,
+    pub pacing: Pacing,
+    pub work: WorkEstimate,
+    pub split: bool,
+}
+
+/// A validated scenario.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub cfg: QueueSetConfig,
+    pub exempt: bool,
+    pub eval: Nanos,
+    pub start: Nanos,
+    pub wait_limit: Option<Nanos>,
+    pub clients: Vec<Client>,
+    pub workers: u32,
+    pub seed: u64,
+    /// False: the bare QueueSet instead of the engine (`"engine": false`).
+    pub engine: bool,
+}
+
+fn parse_hash(h: &HashIn) -> Result<u64, String> {
+    match h {
+        HashIn::Num(n) => Ok(*n),
+        HashIn::Str(s) => s.trim().parse::<u64>().map_err(|_| format!("client hash {s:?} is not a decimal uint64")),
+    }
+}
+
+fn ranged(v: i64, lo: i64, hi: i64, what: &str) -> Result<u32, String> {
+    if v < lo || v > hi {
+        return Err(format!("{what} must be in [{lo}, {hi}], got {v}"));
+    }
+    u32::try_from(v).map_err(|_| format!("{what} out of range"))
+}
+
+fn non_negative(d: &DurationIn, what: &str) -> Result<Nanos, String> {
+    let v = d.get(what)?;
+    if v < 0 {
+        return Err(format!("{what} must not be negative"));
+    }
+    Ok(v)
+}
+
+impl Scenario {
+    pub fn parse(json: &[u8]) -> Result<Scenario, String> {
+        let sc: ScenarioIn = serde_json::from_slice(json).map_err(|e| format!("bad scenario: {e}"))?;
+        let pl = &sc.priority_level;
+        let c = ranged(pl.concurrency_limit, 0, MAX_SEATS, "priorityLevel.concurrencyLimit")?;
+        let cfg = if pl.exempt {
+            QueueSetConfig { desired_queues: -1, queue_length_limit: 0, hand_size: 0, concurrency_limit: c }
+        } else {
+            QueueSetConfig {
+                desired_queues: ranged(pl.queues, 0, 1 << 26, "priorityLevel.queues")? as i32,
+                queue_length_limit: ranged(pl.queue_length_limit, 0, MAX_SEATS, "priorityLevel.queueLengthLimit")?,
+                hand_size: ranged(pl.hand_size, 0, 1 << 26, "priorityLevel.handSize")?,
+                concurrency_limit: c,
+            }
+        };
+        // The QueueSet's own checks (entropy of the hand, …) fail early with its message.
+        crate::fairqueuing::queueset::QueueSet::new(cfg, 0)?;
+        let eval = sc.eval_duration.get("evalDuration")?;
+        if eval <= 0 {
+            return Err(format!("evalDuration must be positive, got {eval}ns"));
+        }
+        let start = match &sc.start_time {
+            Some(d) => d.get("startTime")?,
+            None => 0,
+        };
+        let wait_limit = match &sc.request_wait_limit {
+            Some(d) => Some(non_negative(d, "requestWaitLimit")?),
+            None => None,
+        };
+        if sc.clients.len() > u16::MAX as usize {
+            return Err(String::from("too many clients"));
+        }
+        let workers = ranged(sc.workers.unwrap_or(1), 1, MAX_WORKERS as i64, "workers")?;
+        let engine = sc.engine.unwrap_or(true);
+        if !engine && workers != 1 {
+            return Err(String::from("workers: the bare QueueSet (\"engine\": false) has one worker"));
+        }
+        let mut clients = Vec::with_capacity(sc.clients.len());
+        let mut total_calls: i64 = 0;
+        let mut total_threads: i64 = 0;
+        for (i, ci) in sc.clients.iter().enumerate() {
+            let what = |f: &str| format!("clients[{i}].{f}");
+            let threads = ranged(ci.threads, 0, MAX_TOTAL_CALLS, &what("threads"))?;
+            let calls = ranged(ci.calls, 0, MAX_TOTAL_CALLS, &what("calls"))?;
+            total_calls = total_calls.saturating_add((threads as i64).saturating_mul(calls as i64));
+            total_threads = total_threads.saturating_add(threads as i64);
+            if total_threads > MAX_TOTAL_THREADS {
+                return Err(format!("too many threads in total (summed over clients > {MAX_TOTAL_THREADS})"));
+            }
+            if total_calls > MAX_TOTAL_CALLS {
+                return Err(format!("too many calls in total (threads × calls summed over clients > {MAX_TOTAL_CALLS})"));
+            }
+            let exec = non_negative(&ci.exec, &what("exec"))?;
+            let pacing = match (&ci.think, &ci.round_trip) {
+                (Some(t), None) => Pacing::AfterDispatch { think: t.get(&what("think"))? },
+                (None, Some(r)) => Pacing::AfterResponse { round_trip: non_negative(r, &what("roundTrip"))? },
+                (None, None) => return Err(format!("{}: one of think and roundTrip is required", what("think"))),
+                (Some(_), Some(_)) => return Err(format!("{}: think and roundTrip exclude each other", what("roundTrip"))),
+            };
+            let jitter = match ci.service_jitter {
+                None => 0,
+                Some(j) if (0.0..=1.0).contains(&j) => (exec as f64 * j).floor() as Nanos,
+                Some(j) => return Err(format!("{} must be in [0, 1], got {j}", what("serviceJitter"))),
+            };
+            let additional_latency = match &ci.additional_latency {
+                Some(d) => d.get(&what("additionalLatency"))?,
+                None => 0,
+            };
+            clients.push(Client {
+                hash: parse_hash(&ci.hash)?,
+                threads,
+                calls,
+                exec,
+                jitter,
+                pacing,
+                work: WorkEstimate {
+                    initial_seats: ranged(ci.initial_seats, 0, MAX_SEATS, &what("initialSeats"))?,
+                    final_seats: ranged(ci.final_seats, 0, MAX_SEATS, &what("finalSeats"))?,
+                    additional_latency,
+                },
+                split: ci.split,
+            });
+        }
+        Ok(Scenario { cfg, exempt: pl.exempt, eval, start, wait_limit, clients, workers, seed: sc.seed.unwrap_or(DEFAULT_SEED), engine })
+    }
+
+    /// Whether the level can ever have a timer event (`QueueSet::next_event`: a wait deadline,
+    /// or seats lingering for an additional latency): only then does the event loop read the
+    /// level's next event after each step.
+    pub fn has_timers(&self) -> bool {
+        self.wait_limit.is_some() || self.clients.iter().any(|c| c.work.additional_latency != 0)
+    }
+}
