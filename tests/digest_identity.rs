@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Identity sources, trust, group completion, header stripping, robustness.
-use apf_wasm::digest::identity::{identify, parse_subject, IdentityConfig, IdentityInput, UserInfo};
+use apf_wasm::digest::identity::{identify, parse_subject, FrontProxyHeaders, IdentityConfig, IdentityInput, UserInfo};
 use std::net::IpAddr;
 
 fn cfg(j: &str) -> IdentityConfig {
@@ -162,6 +162,7 @@ fn header_names_and_stripping() {
 #[test]
 fn never_panics() {
     let c = cfg(r#"{"sources":[{"type":"frontProxy"},{"type":"impersonation"},{"type":"clientCertificate"},{"type":"jwt"}]}"#);
+    let cf = cfg(r#"{"setFrontProxyHeaders":true,"sources":[{"type":"frontProxy","trustedSourceCidrs":["0.0.0.0/0"]},{"type":"clientCertificate"},{"type":"jwt"}]}"#);
     let mut s: u64 = 88172645463325252;
     let mut next = || {
         s ^= s << 13;
@@ -183,7 +184,196 @@ fn never_panics() {
         let u = identify(&c, &inp);
         assert!(!u.name.is_empty());
         let _ = c.headers_to_strip(&inp);
+        let fwd = cf.front_proxy_headers(&inp, hs.iter().map(|(n, _)| n.as_str()));
+        for (n, v) in &fwd.add {
+            assert!(n.starts_with("x-remote-"));
+            assert!(!v.is_empty() && !v.bytes().any(|b| b < 0x20 || b == 0x7f) && v.trim() == v, "{v:?}");
+        }
     }
     let hs = vec![("x-remote-user".to_string(), vec![0xff, 0xfe])];
     assert_eq!(identify(&c, &IdentityInput { headers: &hs, ..Default::default() }).name, "system:anonymous");
+}
+
+// --- setFrontProxyHeaders ------------------------------------------------------------------------
+
+fn fwd(c: &IdentityConfig, inp: &IdentityInput) -> FrontProxyHeaders {
+    c.front_proxy_headers(inp, inp.headers.iter().map(|(n, _)| n.as_str()))
+}
+fn adds(v: &[(&str, &str)]) -> Vec<(String, String)> {
+    v.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect()
+}
+
+const SPOOF: &[(&str, &str)] = &[
+    ("x-remote-user", "system:admin"),
+    ("x-remote-group", "system:masters"),
+    ("X-Remote-Group", "other"),
+    ("x-remote-extra-scopes", "all"),
+    ("x-remote-uid", "0"),
+    ("impersonate-user", "system:admin"),
+    ("impersonate-group", "system:masters"),
+    ("accept", "application/json"),
+];
+
+#[test]
+fn set_front_proxy_headers_off_changes_nothing() {
+    let c = cfg(r#"{"sources":[{"type":"clientCertificate"}]}"#);
+    assert!(!c.set_front_proxy_headers);
+    let hs = h(SPOOF);
+    let inp = IdentityInput { headers: &hs, mtls: true, cert_subject: Some("CN=alice,O=dev"), ..Default::default() };
+    assert_eq!(fwd(&c, &inp), FrontProxyHeaders::default());
+    let c = cfg(r#"{"sources":[{"type":"clientCertificate"}],"setFrontProxyHeaders":false}"#);
+    assert_eq!(fwd(&c, &inp), FrontProxyHeaders::default());
+}
+
+#[test]
+fn set_front_proxy_headers_from_client_certificate() {
+    let c = cfg(r#"{"sources":[{"type":"clientCertificate"}],"setFrontProxyHeaders":true}"#);
+    assert!(c.validate().is_empty());
+    let hs = h(SPOOF);
+    // Verified certificate: every client-supplied X-Remote-* goes (whatever its case, uid
+    // included); the certificate's CN and O are written, one group header per O, in order,
+    // duplicates once, without the groups kube-apiserver adds itself (system:authenticated).
+    let inp = IdentityInput { headers: &hs, mtls: true, cert_subject: Some("CN=alice,O=dev,O=ops,O=dev"), ..Default::default() };
+    let f = fwd(&c, &inp);
+    assert_eq!(f.remove, vec!["x-remote-user", "x-remote-group", "x-remote-extra-scopes", "x-remote-uid"]);
+    assert_eq!(f.add, adds(&[("x-remote-user", "alice"), ("x-remote-group", "dev"), ("x-remote-group", "ops")]));
+    // Classification agrees on user and groups (plus the completed system:authenticated).
+    assert_eq!(identify(&c, &inp), UserInfo { name: "alice".into(), groups: g(&["dev", "ops", "dev", "system:authenticated"]) });
+    // Impersonate-* is not touched (kube-apiserver authorizes it for the forwarded user).
+    assert!(!f.remove.iter().any(|n| n.starts_with("impersonate-")));
+    // A certificate without groups: the user alone.
+    let inp = IdentityInput { headers: &hs, mtls: true, cert_subject: Some("CN=bob"), ..Default::default() };
+    assert_eq!(fwd(&c, &inp).add, adds(&[("x-remote-user", "bob")]));
+    // system:masters from a verified certificate is forwarded as such.
+    let inp = IdentityInput { mtls: true, cert_subject: Some("CN=admin,O=system:masters"), ..Default::default() };
+    assert_eq!(fwd(&c, &inp), FrontProxyHeaders { remove: vec![], add: adds(&[("x-remote-user", "admin"), ("x-remote-group", "system:masters")]) });
+    // A service-account-looking CN gets no service-account groups (kube-apiserver's x509
+    // authenticator gives none; forwarding them would grant more than the certificate does).
+    let inp = IdentityInput { mtls: true, cert_subject: Some("CN=system:serviceaccount:kube-system:x"), ..Default::default() };
+    assert_eq!(fwd(&c, &inp).add, adds(&[("x-remote-user", "system:serviceaccount:kube-system:x")]));
+}
+
+#[test]
+fn set_front_proxy_headers_anonymous_forwards_no_identity() {
+    let c = cfg(r#"{"sources":[{"type":"clientCertificate"}],"setFrontProxyHeaders":true}"#);
+    let hs = h(SPOOF);
+    for inp in [
+        // no certificate
+        IdentityInput { headers: &hs, ..Default::default() },
+        // a subject without a verified connection is not believed
+        IdentityInput { headers: &hs, mtls: false, cert_subject: Some("CN=admin,O=system:masters"), ..Default::default() },
+        // verified, but no CN
+        IdentityInput { headers: &hs, mtls: true, cert_subject: Some("O=system:masters"), ..Default::default() },
+    ] {
+        let f = fwd(&c, &inp);
+        assert_eq!(f.remove, vec!["x-remote-user", "x-remote-group", "x-remote-extra-scopes", "x-remote-uid"]);
+        assert!(f.add.is_empty(), "{f:?}");
+        assert_eq!(identify(&c, &inp), UserInfo::anonymous());
+    }
+    // No sources at all: everyone is anonymous, the headers still go.
+    let c = cfg(r#"{"setFrontProxyHeaders":true}"#);
+    let inp = IdentityInput { headers: &hs, ..Default::default() };
+    assert_eq!(fwd(&c, &inp).remove.len(), 4);
+    assert!(fwd(&c, &inp).add.is_empty());
+    // Nothing to remove, nothing to add.
+    let hs = h(&[("accept", "*/*"), ("remote-user", "x"), ("x-remote", "y")]);
+    assert_eq!(fwd(&c, &IdentityInput { headers: &hs, ..Default::default() }), FrontProxyHeaders::default());
+}
+
+#[test]
+fn set_front_proxy_headers_from_jwt() {
+    let c = cfg(r#"{"setFrontProxyHeaders":true,"sources":[{"type":"clientCertificate"},{"type":"jwt","userPrefix":"oidc:","groupsPrefix":"oidc:"}]}"#);
+    assert!(c.validate().is_empty());
+    let claims = serde_json::json!({"sub":"carol","groups":["a","b"]});
+    let hs = h(SPOOF);
+    let inp = IdentityInput { headers: &hs, jwt_claims: Some(&claims), ..Default::default() };
+    let f = fwd(&c, &inp);
+    assert_eq!(f.add, adds(&[("x-remote-user", "oidc:carol"), ("x-remote-group", "oidc:a"), ("x-remote-group", "oidc:b")]));
+    assert_eq!(f.remove.len(), 4);
+    // The certificate (first source) wins when both are present, as in identify().
+    let inp = IdentityInput { headers: &hs, mtls: true, cert_subject: Some("CN=alice"), jwt_claims: Some(&claims), ..Default::default() };
+    assert_eq!(fwd(&c, &inp).add, adds(&[("x-remote-user", "alice")]));
+    assert_eq!(identify(&c, &inp).name, "alice");
+}
+
+#[test]
+fn set_front_proxy_headers_from_a_trusted_front_proxy() {
+    // A chained authenticating proxy at 10.0.0.0/8 (custom header names) in front of the
+    // gateway; everyone else by certificate.
+    let c = cfg(r#"{"setFrontProxyHeaders":true,"sources":[
+        {"type":"frontProxy","userHeader":"X-Auth-User","groupHeader":"X-Auth-Group","extraHeaderPrefix":"X-Auth-Extra-","trustedSourceCidrs":["10.0.0.0/8"]},
+        {"type":"clientCertificate"}]}"#);
+    assert!(c.validate().is_empty());
+    let hs = h(&[
+        ("x-auth-user", "dave"),
+        ("x-auth-group", "g1, g2"),
+        ("x-auth-group", "g3"),
+        ("x-auth-extra-scopes", "openid"),
+        ("x-auth-extra-scopes", "email"),
+        ("x-auth-extra-bad%20key", " padded"),
+        ("x-remote-user", "system:admin"),
+        ("x-remote-group", "system:masters"),
+    ]);
+    let inp = IdentityInput { headers: &hs, peer: ip("10.1.1.1"), ..Default::default() };
+    let f = fwd(&c, &inp);
+    // The proxy's own headers go too (the upstream must only see the x-remote-* written here).
+    assert_eq!(f.remove, vec!["x-auth-user", "x-auth-group", "x-auth-extra-scopes", "x-auth-extra-bad%20key", "x-remote-user", "x-remote-group"]);
+    assert_eq!(
+        f.add,
+        adds(&[
+            ("x-remote-user", "dave"),
+            ("x-remote-group", "g1"),
+            ("x-remote-group", "g2"),
+            ("x-remote-group", "g3"),
+            ("x-remote-extra-scopes", "openid"),
+            ("x-remote-extra-scopes", "email"),
+        ])
+    );
+    // From an untrusted peer the proxy's headers are not believed: next source, the certificate.
+    let inp = IdentityInput { headers: &hs, peer: ip("192.168.1.1"), mtls: true, cert_subject: Some("CN=eve,O=dev"), ..Default::default() };
+    let f = fwd(&c, &inp);
+    assert_eq!(f.remove.len(), 6);
+    assert_eq!(f.add, adds(&[("x-remote-user", "eve"), ("x-remote-group", "dev")]));
+    // Untrusted and no certificate: anonymous, nothing written.
+    let inp = IdentityInput { headers: &hs, peer: ip("192.168.1.1"), ..Default::default() };
+    assert!(fwd(&c, &inp).add.is_empty());
+}
+
+#[test]
+fn set_front_proxy_headers_refuses_values_a_header_cannot_carry() {
+    let c = cfg(r#"{"sources":[{"type":"clientCertificate"}],"setFrontProxyHeaders":true}"#);
+    let hs = h(&[("x-remote-user", "x")]);
+    // A user name with a line break (RFC 2253 hex escape), a control character, or edge
+    // whitespace forwards no identity at all (never a header injection, never a trimmed name).
+    for subject in ["CN=ali\\0Ace,O=dev", "CN=a\\00b", "CN=\\20admin,O=dev", "CN=admin\\20,O=dev", "CN=a\\7Fb"] {
+        let inp = IdentityInput { headers: &hs, mtls: true, cert_subject: Some(subject), ..Default::default() };
+        let f = fwd(&c, &inp);
+        assert_eq!(f.remove, vec!["x-remote-user"], "{subject}");
+        assert!(f.add.is_empty(), "{subject}: {f:?}");
+    }
+    // Such a group is dropped (" system:masters" must not become "system:masters"); the rest stays.
+    let inp = IdentityInput { mtls: true, cert_subject: Some("CN=alice,O=\\20system:masters,O=a\\0D\\0Ab,O=\\09x,O=dev,O="), ..Default::default() };
+    assert_eq!(fwd(&c, &inp).add, adds(&[("x-remote-user", "alice"), ("x-remote-group", "dev")]));
+    // Inner spaces and non-ASCII are fine.
+    let inp = IdentityInput { mtls: true, cert_subject: Some("CN=J\\C3\\A9r\\C3\\B4me Dupont,O=team a"), ..Default::default() };
+    assert_eq!(fwd(&c, &inp).add, adds(&[("x-remote-user", "Jérôme Dupont"), ("x-remote-group", "team a")]));
+}
+
+#[test]
+fn set_front_proxy_headers_config_errors() {
+    // Forwarding an identity nobody verified is refused.
+    let c = cfg(r#"{"setFrontProxyHeaders":true,"sources":[{"type":"impersonation","trustedSourceCidrs":["10.0.0.0/8"]}]}"#);
+    let e = c.validate();
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("identity.sources[0]") && e[0].contains("impersonation"), "{e:?}");
+    let c = cfg(r#"{"setFrontProxyHeaders":true,"sources":[{"type":"clientCertificate"},{"type":"frontProxy","requireMtls":true}]}"#);
+    let e = c.validate();
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("identity.sources[1]") && e[0].contains("trustedSourceCidrs"), "{e:?}");
+    // Without the option the same sources are valid (as before).
+    assert!(cfg(r#"{"sources":[{"type":"impersonation"},{"type":"frontProxy"}]}"#).validate().is_empty());
+    // Type errors.
+    for bad in [r#"{"setFrontProxyHeaders":"yes"}"#, r#"{"setFrontProxyHeaders":1}"#, r#"{"setFrontproxyHeaders":true}"#] {
+        assert!(serde_json::from_str::<IdentityConfig>(bad).is_err(), "{bad}");
+    }
 }

@@ -10,6 +10,12 @@
 //! any peer; `requireMtls`); with `stripUntrusted` its headers are removed from requests from
 //! untrusted peers (see [`IdentityConfig::headers_to_strip`]).
 //!
+//! With `setFrontProxyHeaders` the filter is the authenticating front proxy itself: every
+//! client-supplied `X-Remote-*` header is removed and the identity derived here (from what Envoy
+//! verified) is written as `X-Remote-User` / `X-Remote-Group` / `X-Remote-Extra-*` for the
+//! upstream kube-apiserver's request-header authenticator (see
+//! [`IdentityConfig::front_proxy_headers`]).
+//!
 //! Groups are completed as kube-apiserver does: authenticated users get `system:authenticated`
 //! (unless they already carry it or `system:unauthenticated`); service accounts
 //! `system:serviceaccount:<ns>:<name>` get `system:serviceaccounts` and
@@ -38,6 +44,11 @@ pub const ALL_SERVICE_ACCOUNTS: &str = "system:serviceaccounts";
 pub struct IdentityConfig {
     #[serde(default)]
     pub sources: Vec<IdentitySource>,
+    /// Act as kube-apiserver's authenticating front proxy: remove every client-supplied
+    /// `X-Remote-*` header and write the identity derived here as `X-Remote-User`,
+    /// `X-Remote-Group` (one header per group) and `X-Remote-Extra-*`, on every request.
+    #[serde(default)]
+    pub set_front_proxy_headers: bool,
 }
 
 /// A CIDR block (IPv4 or IPv6). A bare address means a single host.
@@ -394,19 +405,27 @@ fn hex(b: u8) -> Option<u8> {
     }
 }
 
-fn from_source(src: &IdentitySource, input: &IdentityInput) -> Option<UserInfo> {
+/// What one source says about the caller, before group completion.
+struct Stated {
+    name: String,
+    groups: Vec<String>,
+    /// Service-account groups are added on completion (not for impersonation with groups).
+    add_sa_groups: bool,
+}
+
+fn raw_from_source(src: &IdentitySource, input: &IdentityInput) -> Option<Stated> {
     match src {
         IdentitySource::FrontProxy { user_header, group_header, .. } => {
             // Header names are compared ignoring ASCII case: no need to lowercase them.
             let name = first_non_empty(input, user_header)?;
             let groups = groups_from(input, group_header);
-            Some(finalize(name, groups, true))
+            Some(Stated { name, groups, add_sa_groups: true })
         }
         IdentitySource::Impersonation { .. } => {
             let name = first_non_empty(input, IMPERSONATE_USER)?;
             let groups = groups_from(input, IMPERSONATE_GROUP);
             let specified = !groups.is_empty();
-            Some(finalize(name, groups, !specified))
+            Some(Stated { name, groups, add_sa_groups: !specified })
         }
         IdentitySource::ClientCertificate { .. } => {
             if !input.mtls {
@@ -420,7 +439,7 @@ fn from_source(src: &IdentitySource, input: &IdentityInput) -> Option<UserInfo> 
             }
             let groups =
                 subject.iter().filter(|(k, _)| is(k, "O", "2.5.4.10")).map(|(_, v)| v.clone()).collect();
-            Some(finalize(name, groups, true))
+            Some(Stated { name, groups, add_sa_groups: true })
         }
         IdentitySource::Jwt { user_claim, groups_claim, user_prefix, groups_prefix, .. } => {
             let claims = input.jwt_claims?;
@@ -438,22 +457,52 @@ fn from_source(src: &IdentitySource, input: &IdentityInput) -> Option<UserInfo> 
                 }
                 _ => {}
             }
-            Some(finalize(format!("{user_prefix}{user}"), groups, true))
+            Some(Stated { name: format!("{user_prefix}{user}"), groups, add_sa_groups: true })
         }
     }
 }
 
+/// The first trusted source that yields a user, with what it said (before group completion).
+fn first_source<'c>(cfg: &'c IdentityConfig, input: &IdentityInput) -> Option<(&'c IdentitySource, Stated)> {
+    cfg.sources.iter().filter(|s| s.trusted(input)).find_map(|s| raw_from_source(s, input).map(|r| (s, r)))
+}
+
 /// The caller's identity: the first trusted source yielding a user wins; else anonymous.
 pub fn identify(cfg: &IdentityConfig, input: &IdentityInput) -> UserInfo {
-    for src in &cfg.sources {
-        if !src.trusted(input) {
-            continue;
-        }
-        if let Some(u) = from_source(src, input) {
-            return u;
-        }
+    match first_source(cfg, input) {
+        Some((_, st)) => finalize(st.name, st.groups, st.add_sa_groups),
+        None => UserInfo::anonymous(),
     }
-    UserInfo::anonymous()
+}
+
+/// The front-proxy header names `setFrontProxyHeaders` writes (kubeadm's
+/// `--requestheader-username-headers`, `--requestheader-group-headers`,
+/// `--requestheader-extra-headers-prefix`).
+pub const FORWARD_USER_HEADER: &str = "x-remote-user";
+pub const FORWARD_GROUP_HEADER: &str = "x-remote-group";
+pub const FORWARD_EXTRA_PREFIX: &str = "x-remote-extra-";
+/// Every client-supplied header with this prefix is removed by `setFrontProxyHeaders` (user,
+/// group, extra, and `X-Remote-Uid`, which kube-apiserver reads with `--requestheader-uid-headers`).
+pub const FORWARD_STRIP_PREFIX: &str = "x-remote-";
+
+/// Request-header changes that make the upstream see exactly the identity the filter derived
+/// (see [`IdentityConfig::front_proxy_headers`]): remove first, then add.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FrontProxyHeaders {
+    /// Lowercase names of request headers to remove (every value of each).
+    pub remove: Vec<String>,
+    /// Headers to add, in order (one `x-remote-group` per group).
+    pub add: Vec<(String, String)>,
+}
+
+/// Whether `v` can travel as one header value unchanged: not empty, no control character (CR, LF,
+/// NUL, …) and no leading or trailing whitespace (which an HTTP parser would trim, turning e.g.
+/// `" system:masters"` into `"system:masters"`).
+fn forwardable(v: &str) -> bool {
+    !v.is_empty()
+        && !v.bytes().any(|b| b < 0x20 || b == 0x7f)
+        && !v.starts_with([' ', '\t'])
+        && !v.ends_with([' ', '\t'])
 }
 
 impl IdentityConfig {
@@ -502,10 +551,80 @@ impl IdentityConfig {
         out
     }
 
+    /// With `setFrontProxyHeaders`: the header changes for one request. Removed: every header in
+    /// `request_header_names` starting with `x-remote-`, and any header a `frontProxy` source
+    /// reads under another name. Added: the identity of the first trusted source yielding a user
+    /// (the one [`identify`] picks) as the source stated it, before group completion — the user as
+    /// `x-remote-user`, each group once as its own `x-remote-group`, and, from a `frontProxy`
+    /// source, its extra headers as `x-remote-extra-<key>` (key as received, so still escaped).
+    /// Group completion is left to kube-apiserver, which adds `system:authenticated` itself, so it
+    /// sees the same user and groups as if the client had presented the credential directly
+    /// (upstream `x509.CommonNameUserConversion`, `headerrequest.requestHeaderAuthRequestHandler`,
+    /// client-go `transport.SetAuthProxyHeaders`). No user (anonymous) → nothing is added: the
+    /// request reaches kube-apiserver without front-proxy identity. A user name that cannot travel
+    /// as a header value unchanged forwards no identity at all; such a group or extra value is
+    /// dropped. Without the option: nothing to do.
+    pub fn front_proxy_headers<'n>(&self, input: &IdentityInput, request_header_names: impl IntoIterator<Item = &'n str>) -> FrontProxyHeaders {
+        let mut out = FrontProxyHeaders::default();
+        if !self.set_front_proxy_headers {
+            return out;
+        }
+        let proxy_sources: Vec<&IdentitySource> =
+            self.sources.iter().filter(|s| matches!(s, IdentitySource::FrontProxy { .. })).collect();
+        for name in request_header_names {
+            let lname = name.to_ascii_lowercase();
+            if out.remove.contains(&lname) {
+                continue;
+            }
+            if lname.starts_with(FORWARD_STRIP_PREFIX) || proxy_sources.iter().any(|s| s.reads(&lname)) {
+                out.remove.push(lname);
+            }
+        }
+        let Some((src, Stated { name, groups, .. })) = first_source(self, input) else { return out };
+        if !forwardable(&name) {
+            return out;
+        }
+        out.add.push((FORWARD_USER_HEADER.to_string(), name));
+        let mut seen: Vec<&str> = Vec::new();
+        for g in &groups {
+            if forwardable(g) && !seen.contains(&g.as_str()) {
+                seen.push(g);
+                out.add.push((FORWARD_GROUP_HEADER.to_string(), g.clone()));
+            }
+        }
+        if let IdentitySource::FrontProxy { extra_header_prefix, .. } = src {
+            let prefix = extra_header_prefix.to_ascii_lowercase();
+            if !prefix.is_empty() {
+                for (n, v) in input.headers {
+                    let lname = n.to_ascii_lowercase();
+                    let Some(key) = lname.strip_prefix(prefix.as_str()) else { continue };
+                    let Ok(v) = std::str::from_utf8(v) else { continue };
+                    if is_token(key) && forwardable(v) {
+                        out.add.push((format!("{FORWARD_EXTRA_PREFIX}{key}"), v.to_string()));
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Configuration problems (CIDRs are already checked while deserializing).
     pub fn validate(&self) -> Vec<String> {
         let mut errs = Vec::new();
         for (i, s) in self.sources.iter().enumerate() {
+            if self.set_front_proxy_headers {
+                match s {
+                    // Forwarding what Impersonate-* claims as the authenticated user would let any
+                    // client become anyone: kube-apiserver authorizes impersonation itself.
+                    IdentitySource::Impersonation { .. } => errs.push(format!(
+                        "identity.sources[{i}]: an impersonation source cannot be used with setFrontProxyHeaders (the impersonated user would be forwarded as authenticated; kube-apiserver authorizes Impersonate-* headers itself, which reach it unchanged)"
+                    )),
+                    IdentitySource::FrontProxy { trusted_source_cidrs, .. } if trusted_source_cidrs.is_empty() => errs.push(format!(
+                        "identity.sources[{i}]: a frontProxy source used with setFrontProxyHeaders needs trustedSourceCidrs (the authenticating hop's addresses); otherwise any client's X-Remote-* headers would be forwarded as its identity"
+                    )),
+                    _ => {}
+                }
+            }
             match s {
                 IdentitySource::FrontProxy { user_header, group_header, .. } => {
                     if !is_token(user_header) {

@@ -132,6 +132,17 @@ impl Http {
                 host::remove_header(REQUEST_HEADERS, &h);
             }
         }
+        // setFrontProxyHeaders: the upstream sees only the identity derived here, on every
+        // request this filter sees (before any early return: exempt, long-running, debug paths).
+        if c.config.identity.set_front_proxy_headers {
+            let fwd = c.config.identity.front_proxy_headers(&input, headers.iter().map(|(k, _)| *k));
+            for h in &fwd.remove {
+                host::remove_header(REQUEST_HEADERS, h);
+            }
+            for (k, v) in &fwd.add {
+                host::add_header(REQUEST_HEADERS, k, v.as_bytes());
+            }
+        }
         let stale_after = c.config.cluster_metrics.as_ref().map(|m| m.stale_after);
         let learn = c.config.work_estimator.learn_from_responses;
         let cluster = |group: &str, resource: &str| match (stale_after, learn) {

@@ -1,0 +1,422 @@
+"""The shipped envoy/kube-apiserver.yaml, run as is in a real Envoy: it authenticates every caller
+and nobody can be someone else — to apf-wasm or to the apiserver behind it.
+
+What the test rewrites in a copy of the file (nothing else; comment lines are left alone and
+every rewrite must match exactly as often as stated, so a changed example fails loudly):
+  - the admin and listener addresses → 127.0.0.1, port 0 (a free port);
+  - the kube-apiserver endpoint `kubernetes.default.svc:443` → 127.0.0.1:<stand-in port>;
+  - the file paths: the module (`/etc/envoy/apf_wasm.wasm`), `/etc/envoy/tls/` and
+    `/etc/kubernetes/pki/` → test files;
+  - the plugin configuration gains two keys the shipped one lacks (asserted): `explainGroups`
+    (so the test can read the classification from the `x-apf-*` headers) and `policy` (one level
+    and one FlowSchema for group `dev`'s pods in namespace `default`, to compare what apf-wasm
+    classifies with the path the apiserver receives). Every shipped key is kept as is.
+The upstream cluster keeps its TLS transport socket: the stand-in apiserver is the test upstream
+(tests/e2e/upstream.py, which records the headers it receives) behind a TLS listener that serves
+a certificate for `kubernetes.default.svc` from the cluster CA and REQUIRES a client certificate
+from the front-proxy CA, so the example's upstream TLS (SNI, SAN check, front-proxy client
+certificate) is exercised too.
+
+Test PKI (openssl): cluster CA (signs client certificates — the listener's client CA — and the
+apiserver's serving certificate), front-proxy CA (signs `front-proxy-client`), the gateway's
+serving certificate, clients alice (O=dev, O=qa) and admin (O=system:masters), and two rogue
+`admin`s in `system:masters`: self-signed, and signed by an unknown CA."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from apf_policy import flow_schema, priority_level
+from envoyproc import REPO, EnvoyProcess, validate_config, wait_until
+from pki import have_openssl, issue, make_ca, self_signed, subject
+from upstream import Upstream
+
+pytestmark = pytest.mark.apf
+
+SHIPPED = REPO / "envoy" / "kube-apiserver.yaml"
+LISTENER = "apiserver_gateway"
+PODS = "/api/v1/namespaces/default/pods"
+DUMP = "/debug/api_priority_and_fairness/dump_priority_levels"
+SPOOF = [("X-Remote-User", "system:admin"), ("X-Remote-Group", "system:masters"),
+         ("x-remote-group", "system:authenticated"), ("X-Remote-Extra-Scopes", "everything"),
+         ("X-Remote-Uid", "0"), ("Impersonate-User", "system:admin"),
+         ("Impersonate-Group", "system:masters")]
+
+# Test-only additions to the plugin configuration.
+DEV_FS = "dev-default-pods"
+DEV_PL = "dev-level"
+TEST_KEYS = {
+    "explainGroups": ["system:authenticated"],
+    "policy": [
+        priority_level(DEV_PL, 10),
+        flow_schema(DEV_FS, DEV_PL, precedence=500, groups=["dev"], non_resource_rules=[],
+                    resource_rules=[{"verbs": ["*"], "apiGroups": [""], "resources": ["pods"],
+                                     "namespaces": ["default"]}]),
+    ],
+}
+
+
+# -- the rewrite ------------------------------------------------------------------------------
+
+def _sub_code(text: str, old: str, new: str, count: int, what: str) -> str:
+    """Replace `old` by `new` on non-comment lines; exactly `count` occurrences must exist."""
+    lines = text.split("\n")
+    seen = 0
+    for i, ln in enumerate(lines):
+        if ln.lstrip().startswith("#"):
+            continue
+        n = ln.count(old)
+        if n:
+            seen += n
+            lines[i] = ln.replace(old, new)
+    assert seen == count, f"rewrite {what!r}: {old!r} found {seen}× in {SHIPPED.name}, expected {count}"
+    return "\n".join(lines)
+
+
+def _plugin_config(text: str, add: dict) -> tuple[str, dict]:
+    """The JSON plugin configuration (the `value: |` block of the wasm filter) with `add`'s keys
+    added; returns the new text and the shipped configuration."""
+    m = re.search(r"^(?P<ind> +)value: \|\n(?P<body>(?:(?P=ind) +.*\n)+)", text, re.M)
+    assert m, "no plugin configuration block (value: |) in the example"
+    shipped = json.loads(m.group("body"))
+    clash = set(add) & set(shipped)
+    assert not clash, f"the shipped plugin configuration already sets {clash}: adapt the test"
+    body_ind = re.match(r" *", m.group("body")).group(0)
+    new = {**shipped, **add}
+    block = f"{m.group('ind')}value: |\n{body_ind}{json.dumps(new)}\n"
+    return text[:m.start()] + block + text[m.end():], shipped
+
+
+def localize(text: str, *, module: str, kube_pki: Path, envoy_tls: Path, apiserver_port: int) -> tuple[str, dict]:
+    text = _sub_code(text, "socket_address: { address: 127.0.0.1, port_value: 9901 }",
+                     "socket_address: { address: 127.0.0.1, port_value: 0 }", 1, "admin address")
+    text = _sub_code(text, "socket_address: { address: 0.0.0.0, port_value: 16443 }",
+                     "socket_address: { address: 127.0.0.1, port_value: 0 }", 1, "listener address")
+    text = _sub_code(text, "socket_address: { address: kubernetes.default.svc, port_value: 443 }",
+                     f"socket_address: {{ address: 127.0.0.1, port_value: {apiserver_port} }}", 1,
+                     "kube-apiserver endpoint")
+    text = _sub_code(text, "/etc/envoy/apf_wasm.wasm", module, 1, "module path")
+    text = _sub_code(text, "/etc/envoy/tls/", f"{envoy_tls}/", 2, "gateway certificate")
+    text = _sub_code(text, "/etc/kubernetes/pki/", f"{kube_pki}/", 4, "cluster PKI")
+    return _plugin_config(text, TEST_KEYS)
+
+
+# -- fixtures ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory) -> Path:
+    if not have_openssl():
+        pytest.skip("openssl is not installed (.ci/run installs it)")
+    d = tmp_path_factory.mktemp("secure-pki")
+    kube, tls = d / "kubernetes-pki", d / "envoy-tls"
+    kube.mkdir()
+    tls.mkdir()
+    make_ca(d, "ca", "kubernetes")
+    make_ca(d, "front-proxy-ca", "front-proxy-ca")
+    make_ca(d, "rogue-ca", "kubernetes")  # same name, other key
+    issue(d, "apiserver", "ca", "/CN=kube-apiserver", usage="serverAuth",
+          sans="DNS:kubernetes.default.svc,DNS:kubernetes")
+    issue(d, "gateway", "ca", "/CN=apf-gateway", usage="serverAuth", sans="IP:127.0.0.1,DNS:localhost")
+    issue(d, "front-proxy-client", "front-proxy-ca", "/CN=front-proxy-client")
+    issue(d, "alice", "ca", subject("alice", ("dev", "qa")))
+    issue(d, "admin", "ca", subject("admin", ("system:masters",)))
+    issue(d, "rogue-admin", "rogue-ca", subject("admin", ("system:masters",)))
+    self_signed(d, "selfsigned-admin", subject("admin", ("system:masters",)))
+    for src, dst in [("ca.crt", kube / "ca.crt"),
+                     ("front-proxy-client.crt", kube / "front-proxy-client.crt"),
+                     ("front-proxy-client.key", kube / "front-proxy-client.key"),
+                     ("gateway.crt", tls / "gateway.crt"), ("gateway.key", tls / "gateway.key")]:
+        dst.write_bytes((d / src).read_bytes())
+    return d
+
+
+class TlsApiserver:
+    """The test upstream behind TLS as kube-apiserver with request-header authentication:
+    serves `apiserver.crt`, requires a client certificate from the front-proxy CA and records
+    the subject of every client certificate presented."""
+
+    def __init__(self, pki: Path) -> None:
+        self.up = Upstream()
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(str(pki / "apiserver.crt"), str(pki / "apiserver.key"))
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.load_verify_locations(str(pki / "front-proxy-ca.crt"))
+        self.peers: list[dict] = []
+        srv = self.up.server
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+        accept = srv.get_request
+
+        def get_request():
+            sock, addr = accept()  # the TLS handshake happens here
+            self.peers.append(dict(x[0] for x in sock.getpeercert().get("subject", ())))
+            return sock, addr
+        srv.get_request = get_request  # type: ignore[method-assign]
+        self.port = self.up.port
+
+    def start(self) -> "TlsApiserver":
+        self.up.start()
+        return self
+
+    def stop(self) -> None:
+        self.up.stop()
+
+
+@dataclass
+class Resp:
+    status: int | None
+    headers: dict[str, list[str]] = field(default_factory=dict)
+    body: bytes = b""
+    error: str | None = None
+
+    def h(self, name: str) -> str | None:
+        v = self.headers.get(name.lower())
+        return v[0] if v else None
+
+
+def call(port: int, pki: Path, path: str, *, cert: str | None = None,
+         headers: list[tuple[str, str]] | None = None) -> Resp:
+    """One GET over TLS (the gateway verified with the cluster CA), presenting client
+    certificate `cert` (a stem in the PKI directory) if given. Never raises."""
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    if cert:
+        ctx.load_cert_chain(str(pki / f"{cert}.crt"), str(pki / f"{cert}.key"))
+    c = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=10)
+    try:
+        c.putrequest("GET", path, skip_accept_encoding=True)
+        for k, v in headers or []:
+            c.putheader(k, v)
+        c.endheaders()
+        r = c.getresponse()
+        body = r.read()
+        hs: dict[str, list[str]] = {}
+        for k, v in r.getheaders():
+            hs.setdefault(k.lower(), []).append(v)
+        return Resp(r.status, hs, body)
+    except (OSError, http.client.HTTPException) as e:
+        return Resp(None, error=f"{type(e).__name__}: {e}")
+    finally:
+        c.close()
+
+
+@dataclass
+class Secure:
+    envoy: EnvoyProcess
+    apiserver: TlsApiserver
+    pki: Path
+    shipped_plugin_config: dict
+
+    @property
+    def port(self) -> int:
+        return self.envoy.ports[LISTENER]
+
+    @property
+    def upstream(self) -> Upstream:
+        return self.apiserver.up
+
+    def get(self, path: str, cert: str | None = None, headers=None) -> Resp:
+        return call(self.port, self.pki, path, cert=cert, headers=headers)
+
+
+@pytest.fixture(scope="module")
+def secure(pki, wasm_module, envoy_bin, tmp_path_factory):
+    api = TlsApiserver(pki).start()
+    work = tmp_path_factory.mktemp("secure-example")
+    text, shipped = localize(SHIPPED.read_text(), module=wasm_module, kube_pki=pki / "kubernetes-pki",
+                             envoy_tls=pki / "envoy-tls", apiserver_port=api.port)
+    (work / "kube-apiserver.yaml").write_text(text)
+    v = validate_config(envoy_bin, str(work / "kube-apiserver.yaml"))
+    assert v.returncode == 0, f"rewritten example invalid:\n{v.stdout[-3000:]}\n{v.stderr[-3000:]}"
+    env = EnvoyProcess(text, work / "run", envoy_bin=envoy_bin, name="secure")
+    s = Secure(env, api, pki, shipped)
+    try:
+        env.start().wait_ready(timeout=40)
+        wait_until(lambda: s.get("/healthz", cert="alice").status == 200, timeout=30,
+                   what="a request through the example gateway")
+        yield s
+    except Exception:
+        print(env.log_tail(80))
+        raise
+    finally:
+        env.stop()
+        api.stop()
+
+
+def received_identity(hdrs: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The X-Remote-* headers the apiserver received (group order is the certificate's subject as
+    Envoy prints it, RFC 2253 = reversed; kube-apiserver does not care)."""
+    return {k: sorted(v) for k, v in hdrs.items() if k.startswith("x-remote-")}
+
+
+# -- tests ------------------------------------------------------------------------------------
+
+def test_the_example_is_secure_as_shipped(secure):
+    """The properties the test relies on are in the shipped file (not added by the rewrite)."""
+    cfg = secure.shipped_plugin_config
+    assert cfg["identity"] == {"sources": [{"type": "clientCertificate"}], "setFrontProxyHeaders": True}
+    assert cfg.get("debugGroups", ["system:masters"]) == ["system:masters"]
+    text = SHIPPED.read_text()
+    for needle in ("require_client_certificate: true", "failure_policy: FAIL_CLOSED",
+                   "normalize_path: true", "merge_slashes: true",
+                   "path_with_escaped_slashes_action: UNESCAPE_AND_REDIRECT"):
+        assert needle in text, needle
+
+
+@pytest.mark.parametrize("cert", [None, "selfsigned-admin", "rogue-admin"])
+def test_unverified_client_cannot_get_in(secure, cert):
+    """No certificate, a self-signed one, one from an unknown CA (all claiming admin in
+    system:masters, with spoofed identity headers): the TLS handshake fails; nothing reaches the
+    apiserver, not the request, not the headers, not a debug dump."""
+    secure.upstream.reset()
+    for path in (PODS, DUMP):
+        r = secure.get(path, cert=cert, headers=SPOOF)
+        assert r.status is None, f"{cert}: {path} answered {r.status} {r.headers} {r.body[:200]!r}"
+        assert "SSL" in (r.error or "") or "reset" in (r.error or "").lower() \
+            or "Broken pipe" in (r.error or "") or "closed" in (r.error or "").lower(), r.error
+    assert secure.upstream.received() == []
+
+
+def test_plain_http_is_refused(secure):
+    c = http.client.HTTPConnection("127.0.0.1", secure.port, timeout=5)
+    secure.upstream.reset()
+    try:
+        c.request("GET", PODS, headers=dict(SPOOF[:2]))
+        status = c.getresponse().status
+    except (OSError, http.client.HTTPException):
+        status = None
+    finally:
+        c.close()
+    assert status is None or status >= 400
+    assert secure.upstream.received() == []
+
+
+def test_verified_client_is_who_its_certificate_says(secure):
+    """alice (O=dev, O=qa) spoofing system:admin / system:masters in every identity header:
+    classified as alice (her FlowSchema and level, not exempt); the apiserver sees exactly the
+    verified X-Remote-User / X-Remote-Group, one header per group, and no other X-Remote-*."""
+    secure.upstream.reset()
+    r = secure.get(PODS, cert="alice", headers=SPOOF)
+    assert r.status == 200, r
+    assert r.h("x-apf-flowschema") == DEV_FS, r.headers
+    assert r.h("x-apf-prioritylevel") == DEV_PL, r.headers
+    got = secure.upstream.received(PODS)
+    assert len(got) == 1, got
+    hdrs = got[0][1]
+    assert received_identity(hdrs) == {"x-remote-user": ["alice"], "x-remote-group": ["dev", "qa"]}, hdrs
+    # Impersonate-* travels on: kube-apiserver authorizes impersonation for the verified user
+    # (alice may not impersonate system:admin there); apf-wasm did not read it (alice's level).
+    assert hdrs.get("impersonate-user") == ["system:admin"], hdrs
+    # The gateway connected to the apiserver with the front-proxy client certificate.
+    assert secure.apiserver.peers and all(p.get("commonName") == "front-proxy-client"
+                                          for p in secure.apiserver.peers), secure.apiserver.peers
+
+    # Without spoofing, the same.
+    secure.upstream.reset()
+    r = secure.get(PODS, cert="alice")
+    assert r.status == 200 and r.h("x-apf-flowschema") == DEV_FS, r.headers
+    assert received_identity(secure.upstream.received(PODS)[0][1]) == {
+        "x-remote-user": ["alice"], "x-remote-group": ["dev", "qa"]}
+
+
+def test_exempt_and_debug_dumps_only_for_verified_masters(secure):
+    # admin in system:masters (verified): exempt, and gets the dumps from apf-wasm itself.
+    secure.upstream.reset()
+    a = secure.get(PODS, cert="admin")
+    assert a.status == 200, a
+    assert a.h("x-apf-prioritylevel") == "exempt" and a.h("x-apf-flowschema") == "exempt", a.headers
+    assert received_identity(secure.upstream.received(PODS)[0][1]) == {
+        "x-remote-user": ["admin"], "x-remote-group": ["system:masters"]}
+    d = secure.get(DUMP, cert="admin")
+    assert d.status == 200 and b"PriorityLevelName" in d.body, (d, d.body[:300])
+    assert secure.upstream.received("/debug/") == []
+
+    # alice claiming system:masters: not exempt (level UID differs from admin's), no dump from
+    # apf-wasm; the dump request goes to the apiserver as alice.
+    r = secure.get(PODS, cert="alice", headers=SPOOF)
+    assert r.h("x-kubernetes-pf-prioritylevel-uid") and a.h("x-kubernetes-pf-prioritylevel-uid")
+    assert r.h("x-kubernetes-pf-prioritylevel-uid") != a.h("x-kubernetes-pf-prioritylevel-uid"), r.headers
+    assert r.h("x-apf-prioritylevel") != "exempt", r.headers
+    secure.upstream.reset()
+    d = secure.get(DUMP, cert="alice", headers=SPOOF)
+    assert d.status == 200 and b"PriorityLevelName" not in d.body, d.body[:300]
+    assert b'"kind": "Status"' in d.body, d.body[:300]
+    got = secure.upstream.received("/debug/")
+    assert [p for p, _ in got] == [DUMP], got
+    assert received_identity(got[0][1]) == {"x-remote-user": ["alice"], "x-remote-group": ["dev", "qa"]}
+
+
+@pytest.mark.parametrize("path", [
+    "//api//v1/namespaces/default/pods",
+    "/api/v1/namespaces/x/../default/pods",
+    "/api/v1/namespaces/default/./pods",
+    "/api/v1//namespaces/default/pods/",
+    "/api/v1/namespaces/x/%2e%2e/default/pods",   # encoded dot segment
+    "/api/v1/namespaces/default/%70ods",           # encoded unreserved character
+])
+def test_classified_path_is_the_served_path(secure, path):
+    """Envoy normalizes before apf-wasm: the FlowSchema that matches only pods in `default`
+    applies exactly when the apiserver receives a path for pods in `default`."""
+    secure.upstream.reset()
+    r = secure.get(path, cert="alice")
+    assert r.status == 200, r
+    got = secure.upstream.received()
+    assert len(got) == 1, got
+    served = got[0][0]
+    assert served.rstrip("/") == PODS, (path, served)
+    assert r.h("x-apf-flowschema") == DEV_FS, (path, served, r.headers)
+
+
+@pytest.mark.parametrize("path", ["/api/v1/namespaces/default%2Fpods",
+                                  "/api/v1/namespaces/default%2fpods",
+                                  "/api/v1/namespaces/default%5Cpods",
+                                  "/api/v1/namespaces/kube-system%2F..%2Fdefault/pods"])
+def test_escaped_slash_is_redirected_to_the_served_path(secure, path):
+    """`%2F` / `%5C` in the path: Envoy answers 307 to the unescaped, normalized path (nothing
+    reaches the apiserver or apf-wasm); the client following it is classified as the path the
+    apiserver receives."""
+    secure.upstream.reset()
+    r = secure.get(path, cert="alice")
+    assert r.status in (301, 302, 307, 308), r
+    loc = r.h("location") or ""
+    assert loc.endswith(PODS), r.headers
+    assert r.h("x-apf-flowschema") is None, r.headers
+    assert secure.upstream.received() == []
+    follow = loc[loc.index("/api/"):]
+    r = secure.get(follow, cert="alice")
+    assert r.status == 200 and r.h("x-apf-flowschema") == DEV_FS, r.headers
+    assert [p for p, _ in secure.upstream.received()] == [PODS]
+
+
+def test_other_namespace_is_not_the_dev_schema(secure):
+    """Control: the FlowSchema really is specific (another namespace, a dot-segment that ends
+    elsewhere)."""
+    for path, served in [("/api/v1/namespaces/other/pods", "/api/v1/namespaces/other/pods"),
+                         ("/api/v1/namespaces/default/../other/pods", "/api/v1/namespaces/other/pods")]:
+        secure.upstream.reset()
+        r = secure.get(path, cert="alice")
+        assert r.status == 200, r
+        assert [p for p, _ in secure.upstream.received()] == [served]
+        assert r.h("x-apf-flowschema") not in (None, DEV_FS), r.headers
+
+
+@pytest.mark.parametrize("path", [
+    "/api/v1/namespaces/default/pods/p/exec?command=ls",            # long-running: not queued
+    "/api/v1/namespaces/default/pods/p/log?follow=true",            # long-running: not queued
+    "/api/v1/namespaces/default/pods?watch=true&resourceVersion=1&timeoutSeconds=1",  # a watch
+    "/version",                                                      # non-resource
+])
+def test_every_request_carries_only_the_verified_identity(secure, path):
+    """Requests apf-wasm does not queue (long-running) or holds differently (watches) get the
+    same treatment: the apiserver sees the verified identity and nothing the client claimed."""
+    secure.upstream.reset()
+    r = secure.get(path, cert="alice", headers=SPOOF)
+    assert r.status == 200, r
+    got = secure.upstream.received(path.split("?")[0])
+    assert len(got) == 1, got
+    assert received_identity(got[0][1]) == {"x-remote-user": ["alice"], "x-remote-group": ["dev", "qa"]}, got
