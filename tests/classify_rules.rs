@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-//! Reference §3.2 literal vectors, §3.3 hash vectors, default-policy classification.
+//! Upstream `match_test.go: TestLiterals` vectors, `apf_controller.go: hashFlowID` vectors
+//! (derived), default-policy classification.
 use apf_wasm::classify::{flow_hash, matches, Classifier};
 use apf_wasm::digest::identity::UserInfo;
 use apf_wasm::digest::request_info::{parse_generic, parse_request_info, RequestInfo};

@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-//! Reference §2.1 / §2.2 vectors for `parse_request_info`, plus odd-input robustness.
+//! Upstream `requestinfo_test.go` vectors (`TestGetAPIRequestInfo`, `TestGetNonAPIRequestInfo`,
+//! `TestSelectorParsing`) for `parse_request_info`, plus odd-input robustness.
 use apf_wasm::digest::request_info::{parse_generic, parse_request_info, RequestInfo};
 
 fn p(m: &str, u: &str) -> RequestInfo {

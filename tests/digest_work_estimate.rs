@@ -1,5 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-//! Reference §6.4.1, §6.4.2 and §6.5 vectors.
+//! Upstream vectors of `width_test.go: TestWorkEstimator`, `list_work_estimator_test.go:
+//! TestListWorkEstimator` and `watch_tracker_test.go` (`TestRegisterWatch`,
+//! `TestGetInterestedWatchCount`, `TestGetInterestedWatchCountWithIndex`).
 use apf_wasm::codec::{Reader, Writer};
 use apf_wasm::digest::request_info::{parse_request_info, RequestInfo};
 use apf_wasm::digest::work_estimate::*;
@@ -15,7 +17,8 @@ fn list(uri: &str) -> RequestInfo {
     i
 }
 
-/// §6.4.1 rows 3–54 (row 1, RequestInfo absent, cannot occur here: we always parse one).
+/// `width_test.go: TestWorkEstimator`, LIST / WATCH cases (the first case, RequestInfo absent,
+/// cannot occur here: we always parse one).
 #[test]
 fn width_test_list_rows() {
     let cfg = WorkEstimatorConfig::default();
@@ -131,7 +134,7 @@ fn width_test_dispatch_and_config_stats() {
     assert!(cfg.validate().is_empty());
 }
 
-/// §6.4.1 rows 56–68 (mutating).
+/// `width_test.go: TestWorkEstimator`, mutating cases (create / update / patch / delete).
 #[test]
 fn width_test_mutating_rows() {
     let cfg = WorkEstimatorConfig::default();
@@ -163,7 +166,8 @@ fn width_test_mutating_rows() {
     assert_eq!(estimate(&off, &info, Some(3), 70), WorkEstimate::ONE);
 }
 
-/// §6.4.2 raw formulas.
+/// `list_work_estimator_test.go: TestListWorkEstimator`: the raw `seatsBasedOnObjectCount` /
+/// `seatsBasedOnObjectSize` formulas.
 #[test]
 fn list_work_estimator_raw_formulas() {
     // (total, count, limit, selector, fromCache, single, count-based, size-based)

@@ -1,4 +1,4 @@
-//! Randomized chaos over the engine's global state (issue 6, item 3: leases): several simulated
+//! Randomized chaos over the engine's global state and worker leases: several simulated
 //! worker VMs share one `MemStore` (Envoy shared-data CAS semantics) and perform random
 //! operations the way `src/filter` does — admit, stream end (client abort or response done),
 //! handler finish, worker-local wait-limit back-stop (`time_out`), timer expiry

@@ -1,4 +1,4 @@
-//! Scale (issue 6, item 5): the global state of a level holds queued and executing requests and
+//! Scale: the global state of a level holds queued and executing requests and
 //! the (bounded) set of non-idle queues — never anything per flow ever seen. 100,000 distinct
 //! users (flows, hashed as the filter does with `classify::flow_hash`) arrive and finish in one
 //! level, uncontended and contended; the encoded `LevelState` stays within a bound linear in the

@@ -1,5 +1,5 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-//! Minimal inputs of fuzzing findings (issue 6). A finding in code owned by another module is
+//! Minimal inputs of fuzzing findings. A finding in code owned by another module is
 //! kept here as an `#[ignore = "bug: ..."]` test until that module is fixed; then the `ignore`
 //! goes and the test guards against regressions. Found with `tests/fuzz_targets.rs`.
 

@@ -1,5 +1,5 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-//! Short, deterministic fuzzing of every input an attacker or a broken operator controls (issue 6):
+//! Short, deterministic fuzzing of every input an attacker or a broken operator controls:
 //! the `cargo fuzz` targets of `fuzz/src/targets.rs`, driven by the mutation fuzzer of
 //! `fuzz/src/harness.rs` over the seed corpora in `fuzz/corpus/<target>/`.
 //!

@@ -1,4 +1,4 @@
-//! Borrowing vectors of reference §7.6: upstream `TestUpdateBorrowing` (exempt borrowing,
+//! Borrowing vectors: upstream `exempt_borrowing_test.go: TestUpdateBorrowing` (exempt borrowing,
 //! driven through integrators with a fake clock advanced 10 s before each adjustment), the
 //! default configuration's "idle CurrentCL" at ServerCL 600, and the steady state of upstream
 //! `TestBorrowing` (both cases end with PL0 at 12 + 4 = 16).
@@ -88,7 +88,8 @@ fn update_borrowing_exempt_sequence() {
     assert_eq!(out.fair_frac, 0.0);
 }
 
-/// Reference §7.6 default configuration at ServerCL 600 (nominalCLSum 602), zero demand.
+/// Default configuration at ServerCL 600 (nominalCLSum 602), zero demand; expected values derived
+/// by hand from `apf_controller.go: updateBorrowingLocked`.
 #[test]
 fn default_config_idle_current_cl_600() {
     // exempt, catch-all, system, node-high, leader-election, workload-high, workload-low, global-default
@@ -131,7 +132,8 @@ fn borrowing_test_steady_state() {
             h.step_and_adjust();
         }
         let c = h.currents();
-        // Derived with §7.5: PL0 = 16 (fairProp 2/3 × target 24, resp. its MaxCL 16), PL1 = 8.
+        // Derived with `conc_alloc.go: computeConcurrencyAllocation`: PL0 = 16 (fairProp 2/3 ×
+        // target 24, resp. its MaxCL 16), PL1 = 8.
         assert_eq!(c, vec![0, 1, 16, 8], "{case}");
     }
 }

@@ -1,4 +1,4 @@
-//! Debug dump formats (reference §9.4). Expected strings are derived by hand from Go's
+//! Debug dump formats (`apf_controller_debug.go`). Expected strings are derived by hand from Go's
 //! tabwriter rules (minwidth 8, padding 1): each column is as wide as its widest cell + 1
 //! (at least 8); the last cell of each line is not padded.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-//! Built-in configuration (§8.1, §8.2) and effective-policy assembly (§3.1).
+//! Built-in configuration (`pkg/apis/flowcontrol/bootstrap/default.go`) and effective-policy
+//! assembly (`apf_controller.go: digestConfigObjects`, `digestFlowSchemasLocked`).
 use apf_wasm::policy::model::{Distinguisher, LimitResponse, PriorityLevelSpec, Subject};
 use apf_wasm::policy::{default_policy, effective_policy, policy_from_json};
 

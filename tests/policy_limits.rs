@@ -1,5 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-//! Static limits (§7.2, §6.3) against the §7.6 tables.
+//! Static limits and max seats (`apf_controller.go: finishQueueSetReconfigsLocked`) for the default
+//! configuration at several ServerCL values (derived by hand from that function) and for the levels
+//! of `exempt_borrowing_test.go: TestUpdateBorrowing` and `borrowing_test.go: TestBorrowing`.
 use apf_wasm::limits::static_limits::compute_limits;
 use apf_wasm::policy::default_policy;
 use apf_wasm::policy::model::{LimitResponse, PriorityLevel, PriorityLevelSpec, Queuing};

@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-//! Parsing of API objects in every version and input form, and defaulting (§11.1, §11.2).
+//! Parsing of API objects in every version and input form, and defaulting
+//! (`flowcontrol/*/types.go`, `pkg/apis/flowcontrol/v1*/defaults.go`).
 use apf_wasm::policy::model::{LimitResponse, PriorityLevelSpec, Queuing};
 use apf_wasm::policy::objects::{parse_objects, parse_objects_json, ApiObject, ApiVersion};
 use apf_wasm::policy::{policy_from_json, policy_from_value};

@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-//! One failing case per validation rule of §11.3, asserting the field path and wording.
+//! One failing case per validation rule of `pkg/apis/flowcontrol/validation/validation.go`,
+//! asserting the field path and wording.
 use apf_wasm::policy::policy_from_value;
 use serde_json::{json, Value};
 

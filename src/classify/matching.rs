@@ -1,4 +1,5 @@
-//! FlowSchema matching rules (`pkg/util/flowcontrol/rule.go`, reference §3.2), in a plain form
+//! FlowSchema matching rules (`pkg/util/flowcontrol/rule.go`: `matchesFlowSchema`,
+//! `matchesPolicyRule` and the `matches*` / `matchPolicyRule*` helpers), in a plain form
 //! ([`matches`]) and a precompiled form used by the classifier. Neither allocates.
 
 use crate::digest::identity::{UserInfo, SA_PREFIX};
@@ -185,7 +186,7 @@ pub(crate) struct CompiledSchema {
     pub(crate) name: String,
     pub(crate) level: usize,
     pub(crate) distinguisher: Option<Distinguisher>,
-    /// Level is non-exempt, queues, with more than one queue (§3.3).
+    /// Level is non-exempt, queues, with more than one queue (`apf_controller.go: startRequest`).
     pub(crate) hashes: bool,
     /// When every subject is a literal User or Group: their keys. A user with none of these
     /// keys cannot match, so the full check is skipped (exact: hash collisions only cost the

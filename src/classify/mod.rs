@@ -1,11 +1,14 @@
-//! Classification: FlowSchema matching, flow distinguisher and flow hash (reference §3).
+//! Classification: FlowSchema matching, flow distinguisher and flow hash (upstream `rule.go`;
+//! `apf_controller.go: startRequest`, `computeFlowDistinguisher`, `hashFlowID`).
 //!
 //! The FlowSchemas of the effective policy are already in matching order (precedence, then
 //! name); the first that matches wins, and a request that matches nothing is given to
-//! `catch-all` (§3.1). Matching follows `pkg/util/flowcontrol/rule.go` exactly (§3.2): `"*"` is a
+//! `catch-all` (`apf_controller.go: digestFlowSchemasLocked`, `startRequest`). Matching follows
+//! `pkg/util/flowcontrol/rule.go` exactly (`matchesFlowSchema`, `containsString`): `"*"` is a
 //! wildcard only as the sole element of a list, namespace-less resource requests need
 //! `clusterScope`, non-resource URLs match sub-paths. The distinguisher and flow hash are only
-//! computed for non-exempt levels that queue with more than one queue (§3.3).
+//! computed for non-exempt levels that queue with more than one queue (`apf_controller.go:
+//! startRequest`, `computeFlowDistinguisher`, `hashFlowID`).
 //!
 //! [`Classifier`] precompiles the policy (per-list wildcard flags, level indices) so that
 //! matching allocates nothing; only the distinguisher string is built for queuing levels.

@@ -1,8 +1,9 @@
 //! `apf check [--config FILE]`: validate a plugin configuration and print the effective policy —
-//! priority levels with their static limits (reference §7.2, §6.3) and FlowSchemas in matching
-//! order (§3.1) — plus warnings. Without `--config` the built-in defaults (600 seats) are shown;
-//! `--config -` reads standard input. Exit 0 when valid, 1 with every error on stderr otherwise,
-//! 2 on usage errors.
+//! priority levels with their static limits and max seats
+//! (`apf_controller.go: finishQueueSetReconfigsLocked`) and FlowSchemas in matching order
+//! (`apf_controller.go: digestFlowSchemasLocked`) — plus warnings. Without `--config` the built-in
+//! defaults (600 seats) are shown; `--config -` reads standard input. Exit 0 when valid, 1 with
+//! every error on stderr otherwise, 2 on usage errors.
 use std::io::{Read, Write};
 
 use crate::policy::config::{parse_plugin_config, PluginConfig};

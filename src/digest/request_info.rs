@@ -1,6 +1,8 @@
 //! RequestInfo: what kube-apiserver's `RequestInfoFactory` learns from the method and the request
-//! target (reference §2), plus the query-derived list options the work estimator (§6.4) and the
-//! wait limit (§1 step 6) need, and the long-running check (§1 step 3).
+//! target (`requestinfo.go: RequestInfoFactory.NewRequestInfo`), plus the query-derived list
+//! options the work estimator (`list_work_estimator.go: estimate`) and the wait limit
+//! (`priority-and-fairness.go: getRequestWaitContext`) need, and the long-running check
+//! (`longrunning.go: BasicLongRunningRequestCheck`).
 //!
 //! Parsing follows upstream exactly (APIPrefixes {api, apis}, GrouplessAPIPrefixes {api},
 //! special verbs {proxy, watch}, namespace subresources {status, finalize}, `?watch=` with the
@@ -42,7 +44,8 @@ pub struct ListQuery {
     /// `?timeout=` present but not a valid Go duration (upstream answers 400).
     pub timeout_invalid: bool,
     /// Converting the query into `metav1.ListOptions` failed (`limit` / `timeoutSeconds` not an
-    /// int64). The LIST estimator then returns max seats (§6.4 step 3).
+    /// int64). The LIST estimator then returns max seats (`list_work_estimator.go:
+    /// estimate`).
     pub options_error: bool,
     /// The field or label selector does not parse (internal ListOptions decoding fails).
     pub selector_error: bool,
@@ -95,9 +98,9 @@ impl RequestInfo {
         let rest = self.path.get(at..at.saturating_add(len)).unwrap_or_default();
         Segments { rest, len: count }.to_vec()
     }
-    /// kube-apiserver's `LongRunningFunc` (§1 step 3): verbs {watch, proxy}; subresources
-    /// {attach, exec, proxy, log, portforward} of resource requests; non-resource paths under
-    /// `/debug/pprof/`.
+    /// kube-apiserver's `LongRunningFunc` (`longrunning.go: BasicLongRunningRequestCheck`): verbs
+    /// {watch, proxy}; subresources {attach, exec, proxy, log, portforward} of resource requests;
+    /// non-resource paths under `/debug/pprof/`.
     pub fn is_long_running(&self) -> bool {
         if LONG_RUNNING_VERBS.contains(&self.verb.as_str()) {
             return true;
@@ -365,7 +368,7 @@ fn method_verb(method: &str) -> &'static str {
     }
 }
 
-/// kube-apiserver's `RequestInfoFactory.NewRequestInfo` (§2).
+/// kube-apiserver's `RequestInfoFactory.NewRequestInfo` (`requestinfo.go`).
 ///
 /// Works on borrowed path segments and allocates only the final fields.
 pub fn parse_request_info(method: &str, path_and_query: &[u8]) -> RequestInfo {

@@ -1,20 +1,23 @@
-//! Work estimation: how many seats a request occupies (reference §6), with upstream's defaults
-//! (`DefaultWorkEstimatorConfig`, `WatchList` gate on, `SizeBasedListCostEstimate` on ⇒ LIST
-//! max 100 seats, mutating max 10).
+//! Work estimation: how many seats a request occupies (upstream `request/width.go`), with
+//! upstream's defaults (`DefaultWorkEstimatorConfig`, `WatchList` gate on,
+//! `SizeBasedListCostEstimate` on ⇒ LIST max 100 seats, mutating max 10).
 //!
-//! Dispatch by verb (§6.2): `list` → LIST estimator (§6.4); `watch` → LIST estimator (WatchList
-//! gate on); `create`/`update`/`patch`/`delete` → mutating estimator (§6.5); anything else → 1.
+//! Dispatch by verb (`width.go: workEstimator.estimate`): `list` → LIST estimator
+//! (`list_work_estimator.go: estimate`); `watch` → LIST estimator (WatchList gate on);
+//! `create`/`update`/`patch`/`delete` → mutating estimator
+//! (`mutating_work_estimator.go: estimate`); anything else → 1.
 //!
-//! A proxy cannot see the apiserver's object-count tracker (§6.6), so object counts and average
-//! sizes come from the `objectCounts` table of the configuration, keyed `resource` (core group)
-//! or `group/resource`. A resource absent from the table behaves like upstream's
-//! `ObjectCountNotFoundErr` ⇒ 1 seat. The stale / tracker-error branches exist in
+//! A proxy cannot see the apiserver's object-count tracker (`object_count_tracker.go`), so object
+//! counts and average sizes come from the `objectCounts` table of the configuration, keyed
+//! `resource` (core group) or `group/resource`. A resource absent from the table behaves like
+//! upstream's `ObjectCountNotFoundErr` ⇒ 1 seat. The stale / tracker-error branches exist in
 //! [`estimate_list_with_stats`] for fidelity but the configuration cannot produce them.
 //!
-//! Serving from cache or storage follows `ShouldDelegateListMeta` with
-//! `CacheWithoutSnapshots` (§6.4 step 5); whether consistent reads (`resourceVersion=""`) are
-//! served from the watch cache (etcd supports `RequestWatchProgress`) is the knob
-//! `consistentReadsFromCache` (default false, as in upstream's unit tests).
+//! Serving from cache or storage follows `ShouldDelegateListMeta` with `CacheWithoutSnapshots`
+//! (`delegator/interface.go`, as called from `list_work_estimator.go: estimate`); whether
+//! consistent reads (`resourceVersion=""`) are served from the watch cache (etcd supports
+//! `RequestWatchProgress`) is the knob `consistentReadsFromCache` (default false, as in upstream's
+//! unit tests).
 
 use crate::codec::{CodecError, CodecResult, Reader, Writer};
 use crate::digest::request_info::{selectors, RequestInfo};
@@ -263,7 +266,7 @@ pub fn list_from_storage(info: &RequestInfo, consistent_reads_from_cache: bool) 
     false
 }
 
-/// LIST estimator (§6.4) with an explicit stats lookup result.
+/// LIST estimator (`list_work_estimator.go: estimate`) with an explicit stats lookup result.
 pub fn estimate_list_with_stats(
     cfg: &WorkEstimatorConfig,
     info: &RequestInfo,
@@ -351,7 +354,7 @@ pub fn seats_based_on_object_size(mut stats: ObjectStats, limit: i64, has_select
     ceil_div_f64(bytes as f64, BYTES_PER_SEAT as f64)
 }
 
-/// Mutating estimator (§6.5).
+/// Mutating estimator (`mutating_work_estimator.go: estimate`).
 pub fn estimate_mutating(cfg: &WorkEstimatorConfig, info: &RequestInfo, pl_max_seats: Option<u32>, watch_count: u32) -> WorkEstimate {
     let mut out = WorkEstimate { initial_seats: MINIMUM_SEATS, final_seats: 0, additional_latency: 0 };
     if !cfg.mutating_enabled {
@@ -375,7 +378,7 @@ pub fn estimate_mutating(cfg: &WorkEstimatorConfig, info: &RequestInfo, pl_max_s
 }
 
 // ---------------------------------------------------------------------------------------------
-// WatchTracker (§6.5)
+// WatchTracker (`watch_tracker.go`: `RegisterWatch`, `GetInterestedWatchCount`)
 
 /// Identifies one registered watch (returned by [`WatchTracker::register`], passed to `forget`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -1,5 +1,6 @@
-//! The debug dumps of upstream's `/debug/api_priority_and_fairness/*` endpoints (§9.4), built
-//! from the global shared state so every worker answers with the whole gateway's view.
+//! The debug dumps of upstream's `/debug/api_priority_and_fairness/*` endpoints
+//! (`apf_controller_debug.go`), built from the global shared state so every worker answers with the
+//! whole gateway's view.
 //!
 //! Deviation: requests in shared state carry their flow hash, not the distinguisher string (to
 //! keep shared values small), so `FlowDistingsher` shows `hash:<16 hex digits>`; with

@@ -448,9 +448,9 @@ impl BorrowState {
     }
 }
 
-/// The periodic CurrentCL adjustment (§7.4), run by whichever worker claims it first: every
-/// `BORROWING_PERIOD`, and right away when a newer configuration generation appears. Returns
-/// whether this call ran it.
+/// The periodic CurrentCL adjustment (`apf_controller.go: updateBorrowingLocked`), run by whichever
+/// worker claims it first: every `BORROWING_PERIOD`, and right away when a newer configuration
+/// generation appears. Returns whether this call ran it.
 pub fn adjust_borrowing(c: &Compiled, store: &dyn Store, now: Nanos, notices: &mut Vec<Notice>) -> Result<bool, EngineError> {
     let (cur, _) = store.get(BORROW_KEY)?;
     let st = BorrowState::decode(cur.as_deref()).unwrap_or_default();

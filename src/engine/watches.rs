@@ -1,4 +1,5 @@
-//! Open WATCH counts for the mutating-request work estimator (§6.5). Watches pass through the
+//! Open WATCH counts for the mutating-request work estimator (`watch_tracker.go`,
+//! `mutating_work_estimator.go: estimate`). Watches pass through the
 //! gateway, so the engine counts them itself: one [`WatchTracker`] per worker slot, all in one
 //! shared value, so that a dead worker's watches disappear with its lease.
 

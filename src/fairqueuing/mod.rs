@@ -1,6 +1,7 @@
 //! Fair queuing for server requests: seat-seconds arithmetic, the shuffle-sharding dealer and
 //! the QueueSet (one per priority level), exactly as upstream's
-//! `pkg/util/flowcontrol/fairqueuing/queueset` (reference §4, §5).
+//! `pkg/util/flowcontrol/fairqueuing/queueset` (`queueset.go`), with `request/seat_seconds.go`
+//! and `pkg/util/shufflesharding/shufflesharding.go`.
 //!
 //! Shared vocabulary used by digest (work estimate), the engine and the simulator lives here.
 

@@ -1,6 +1,6 @@
 //! Seat-seconds: the unit of work of fair queuing, a `u64` fixed-point number with 10⁻⁸
 //! seat-second resolution, exactly as upstream's `pkg/util/flowcontrol/request/seat_seconds.go`
-//! (reference §5.1).
+//! (`SeatsTimesDuration`, `DurationPerSeat`, `String`).
 //!
 //! Arithmetic on readings of the progress meter R is modular (`wrapping_*`), as in Go, so
 //! "subtracting a negative increment" (a negative duration wrapped to a huge value) works as an

@@ -1,6 +1,6 @@
 //! Shuffle sharding: the Dealer that maps a flow hash to a "hand" of distinct queue indices
 //! ("cards") out of a "deck" of queues, exactly as upstream's
-//! `pkg/util/shufflesharding/shufflesharding.go` (reference §4).
+//! `pkg/util/shufflesharding/shufflesharding.go` (`NewDealer`, `Deal`, `DealIntoHand`).
 //!
 //! Only the low `MAX_HASH_BITS` bits worth of entropy are used (the deck/hand validation makes
 //! sure `ceil(log2(deck) * hand) <= 60`), so at most 15 cards are ever dealt; dealing needs no

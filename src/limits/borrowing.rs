@@ -1,5 +1,5 @@
-//! Seat-demand statistics and the periodic CurrentCL adjustment (reference §7.3, §7.4;
-//! upstream `apf_controller.go` `seatDemandStats.update`, `updateBorrowingLocked`).
+//! Seat-demand statistics and the periodic CurrentCL adjustment (upstream
+//! `apf_controller.go`: `seatDemandStats.update`, `updateBorrowingLocked`).
 //!
 //! Every `BORROWING_ADJUSTMENT_PERIOD` (10 s) and right after every config digest, the engine
 //! resets each level's seat-demand integrator, feeds the results to [`SeatDemandStats::update`]
@@ -100,12 +100,13 @@ pub struct BorrowingLevel {
 }
 
 impl BorrowingLevel {
-    /// Fold a period's integrator results into the stats (step 1 of §7.4).
+    /// Fold a period's integrator results into the stats (`seatDemandStats.update`, the first
+    /// step of `updateBorrowingLocked`).
     pub fn observe(&mut self, obs: &IntegratorResults) {
         self.stats.update(obs);
     }
 
-    /// `MinCurrentCL` of §7.4 for this level with its current stats.
+    /// `MinCurrentCL` of `updateBorrowingLocked` for this level with its current stats.
     pub fn min_current(&self) -> i64 {
         let hw = self.stats.high_watermark;
         if self.exempt {
@@ -116,7 +117,7 @@ impl BorrowingLevel {
     }
 }
 
-/// Which of the three regimes of §7.4 applied.
+/// Which of the three regimes of `updateBorrowingLocked` applied.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum BorrowingRegime {
     /// No non-exempt level and a positive nominal sum: nothing was changed (upstream returns).

@@ -1,4 +1,4 @@
-//! `computeConcurrencyAllocation` (reference §7.5; upstream `pkg/util/flowcontrol/conc_alloc.go`).
+//! `computeConcurrencyAllocation` (upstream `pkg/util/flowcontrol/conc_alloc.go`).
 //!
 //! Finds `fair_prop` such that `alloc_i = clamp(fair_prop × target_i, lower_i, upper_i)` and the
 //! allocations sum to `required_sum`. Same constants (`MIN_TARGET = 0.001`, `EPSILON = 1e-7`),

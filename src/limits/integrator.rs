@@ -1,4 +1,5 @@
-//! Seat-demand integrator (reference §7.3; upstream `fairqueuing/integrator.go`).
+//! Seat-demand integrator (upstream `fairqueuing/integrator.go`, read by `apf_controller.go:
+//! seatDemandStats.update`).
 //!
 //! A piecewise-constant variable `x(t)` is integrated over time: we keep `∫dt`, `∫x dt`,
 //! `∫x² dt` plus the min and max of `x` seen since the last reset. The clock is passed in on

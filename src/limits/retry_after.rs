@@ -1,4 +1,4 @@
-//! Retry-After for one priority level (reference §9.2; upstream
+//! Retry-After for one priority level (upstream
 //! `pkg/util/flowcontrol/dropped_requests_tracker.go`, `droppedRequestsStats`).
 //!
 //! Multiplicative increase, additive decrease: starts at 1 s; when a drop arrives in a new

@@ -1,6 +1,6 @@
-//! Static per-level concurrency values, recomputed on every configuration change (reference
-//! §7.2): NominalCL, LendableCL, BorrowingCL, MinCL, MaxCL, the initial CurrentCL, and the
-//! per-level max seats of §6.3 (`apf_controller.go`, `finishQueueSetReconfigsLocked`).
+//! Static per-level concurrency values, recomputed on every configuration change: NominalCL,
+//! LendableCL, BorrowingCL, MinCL, MaxCL, the initial CurrentCL, and the per-level max seats
+//! (`apf_controller.go`, `finishQueueSetReconfigsLocked`).
 //!
 //! Float semantics follow Go exactly: `ceil(float64(ServerCL) * float64(NCS) / shareSum)`,
 //! `math.Round` (half away from zero, = Rust `f64::round`) for lendable / borrowing, integer
@@ -39,7 +39,8 @@ fn percent_of(nominal: u32, percent: i32) -> u32 {
     f64_to_u32((f64::from(nominal) * f64::from(percent) / 100.0).round())
 }
 
-/// §6.3: `max(1, min(ceil(NominalCL × 0.15), NominalCL div handSize))`.
+/// `apf_controller.go: finishQueueSetReconfigsLocked`:
+/// `max(1, min(ceil(NominalCL × 0.15), NominalCL div handSize))`.
 pub fn max_seats(nominal: u32, hand_size: i32) -> u32 {
     let mut seats = f64_to_u32((f64::from(nominal) * PRIORITY_LEVEL_MAX_SEATS_FRACTION).ceil());
     if let Ok(h) = u32::try_from(hand_size) {

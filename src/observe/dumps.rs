@@ -1,4 +1,5 @@
-//! Debug dump text formats (reference §9.4; upstream `pkg/util/flowcontrol/apf_controller_debug.go`).
+//! Debug dump text formats (upstream `pkg/util/flowcontrol/apf_controller_debug.go`:
+//! `dumpPriorityLevels`, `dumpQueues`, `dumpRequests`).
 //!
 //! Each row is `strings.Join(columns, ",\t")` followed by `"\n"`, written through
 //! `tabwriter.NewWriter(w, 8, 0, 1, ' ', 0)` (minwidth 8, tabwidth 0, padding 1, pad char
@@ -103,7 +104,8 @@ pub struct PriorityLevelRow {
     pub executing: u64,
     pub dispatched: u64,
     pub rejected: u64,
-    /// Always 0 upstream (§5.10).
+    /// Always 0 upstream (`queueset.go: request.wait` counts a timed-out wait as rejected and
+    /// cancelled, never as timed out).
     pub timedout: u64,
     pub cancelled: u64,
 }

@@ -1,4 +1,5 @@
-//! Observability formatting, host-independent (reference §9.3, §9.4).
+//! Observability formatting, host-independent (upstream `pkg/util/flowcontrol/metrics/metrics.go`,
+//! `apf_controller_debug.go`).
 //!
 //! - [`dumps`]: the text of upstream's `/debug/api_priority_and_fairness/dump_*` endpoints
 //!   (rows joined by `",\t"` and aligned like Go's `text/tabwriter`), RFC3339Nano formatting.

@@ -1,7 +1,9 @@
 //! Kubernetes' built-in APF configuration (1.34+, `pkg/apis/flowcontrol/bootstrap/default.go`;
-//! reference §8.1, §8.2) and the assembly of the effective policy the controller digests (§3.1):
-//! mandatory objects always exist, suggested ones are added unless turned off, user objects
-//! replace built-in ones of the same name, dangling FlowSchemas are dropped with a warning.
+//! `MandatoryPriorityLevelConfigurations`, `SuggestedPriorityLevelConfigurations`,
+//! `MandatoryFlowSchemas`, `SuggestedFlowSchemas`) and the assembly of the effective policy the
+//! controller digests (`apf_controller.go: digestConfigObjects`, `digestFlowSchemasLocked`,
+//! `imaginePL`): mandatory objects always exist, suggested ones are added unless turned off, user
+//! objects replace built-in ones of the same name, dangling FlowSchemas are dropped with a warning.
 //!
 //! Built-in ("imagined") objects have an empty uid, as upstream's imagined mandatory objects.
 use serde_json::Value;
@@ -59,7 +61,8 @@ fn queue_pl(name: &str, shares: i32, lendable: i32, queues: i32, hand_size: i32,
     )
 }
 
-/// The mandatory levels `exempt` and `catch-all` (§8.1).
+/// The mandatory levels `exempt` and `catch-all`
+/// (`default.go: MandatoryPriorityLevelConfigurations`).
 pub fn mandatory_priority_levels() -> Vec<PriorityLevelObject> {
     vec![
         pl(
@@ -86,7 +89,7 @@ pub fn mandatory_priority_levels() -> Vec<PriorityLevelObject> {
     ]
 }
 
-/// The suggested levels (§8.1).
+/// The suggested levels (`default.go: SuggestedPriorityLevelConfigurations`).
 pub fn suggested_priority_levels() -> Vec<PriorityLevelObject> {
     vec![
         queue_pl("system", 30, 33, 64, 6, 50),
@@ -153,7 +156,7 @@ fn fs(name: &str, precedence: i32, level: &str, distinguisher: Option<&str>, rul
     }
 }
 
-/// The mandatory FlowSchemas `exempt` and `catch-all` (§8.2).
+/// The mandatory FlowSchemas `exempt` and `catch-all` (`default.go: MandatoryFlowSchemas`).
 pub fn mandatory_flow_schemas() -> Vec<FlowSchemaObject> {
     vec![
         fs(NAME_EXEMPT, 1, NAME_EXEMPT, None, everything(vec![group(GROUP_MASTERS)])),
@@ -167,7 +170,7 @@ pub fn mandatory_flow_schemas() -> Vec<FlowSchemaObject> {
     ]
 }
 
-/// The suggested FlowSchemas of Kubernetes 1.34+ (§8.2).
+/// The suggested FlowSchemas of Kubernetes 1.34+ (`default.go: SuggestedFlowSchemas`).
 pub fn suggested_flow_schemas() -> Vec<FlowSchemaObject> {
     vec![
         fs(

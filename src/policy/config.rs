@@ -10,7 +10,8 @@
 //!   "policy": [ FlowSchema / PriorityLevelConfiguration objects, or a List ] }
 //! ```
 //! `serverConcurrencyLimit` is upstream's `--max-requests-inflight + --max-mutating-requests-inflight`
-//! (§7.1, default 400 + 200 = 600); `requestTimeout` upstream's `--request-timeout` (60 s, §14).
+//! (`pkg/server/config.go`, default 400 + 200 = 600); `requestTimeout` upstream's
+//! `--request-timeout` (60 s, `pkg/server/config.go`).
 //! Empty input is the same as `{}`: Kubernetes' built-in configuration at 600 seats.
 use serde_json::{Map, Value};
 

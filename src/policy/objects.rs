@@ -1,7 +1,8 @@
-//! FlowSchema and PriorityLevelConfiguration API objects as users write them (reference §11.1),
-//! parsed from JSON in every served version (`flowcontrol.apiserver.k8s.io/v1`, `v1beta3`,
-//! `v1beta2`, `v1beta1`) and defaulted as upstream's `pkg/apis/flowcontrol/v1*/defaults.go` do
-//! (§11.2).
+//! FlowSchema and PriorityLevelConfiguration API objects as users write them
+//! (`flowcontrol/*/types.go`), parsed from JSON in every served version
+//! (`flowcontrol.apiserver.k8s.io/v1`, `v1beta3`, `v1beta2`, `v1beta1`) and defaulted as upstream's
+//! `pkg/apis/flowcontrol/v1*/defaults.go` do (`SetDefaults_FlowSchemaSpec`,
+//! `SetDefaults_LimitedPriorityLevelConfiguration`, ...).
 //!
 //! Input forms: a single object, a JSON array of objects, or a list object (`kind: List`,
 //! `FlowSchemaList`, `PriorityLevelConfigurationList`) with `items`, exactly as
@@ -64,7 +65,7 @@ impl ApiVersion {
         ApiVersion::ALL.into_iter().find(|v| v.api_version() == s)
     }
 
-    /// The name of the Limited shares field in this version (§11.1).
+    /// The name of the Limited shares field in this version (`flowcontrol/<version>/types.go`).
     pub fn shares_field(self) -> &'static str {
         match self {
             ApiVersion::V1 | ApiVersion::V1beta3 => "nominalConcurrencyShares",
@@ -482,7 +483,7 @@ fn parse_fs_spec(spec: Option<&Map<String, Value>>, fe: &mut Vec<FieldError>) ->
             }
         }
     }
-    // Defaulting (§11.2).
+    // Defaulting (`defaults.go: SetDefaults_FlowSchemaSpec`).
     if out.matching_precedence == 0 {
         out.matching_precedence = DEFAULT_MATCHING_PRECEDENCE;
     }

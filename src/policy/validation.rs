@@ -1,11 +1,12 @@
 //! Validation of FlowSchema and PriorityLevelConfiguration objects, rule for rule as upstream's
-//! `pkg/apis/flowcontrol/validation/validation.go` (reference §11.3), with upstream's field-error
+//! `pkg/apis/flowcontrol/validation/validation.go`, with upstream's field-error
 //! wording (`spec.matchingPrecedence: Invalid value: 10001: must not be greater than 10000`).
 //! All errors are collected; each is prefixed with the object (`FlowSchema "team-a": ...`).
 //!
 //! Also checks what upstream enforces outside validation: duplicate names of one kind in the
 //! same input, and that mandatory objects (`exempt`, `catch-all`) equal the built-in ones
-//! (§8.4; the `exempt` level may change only `spec.exempt`).
+//! (`validation.go: ValidateFlowSchema`, `ValidatePriorityLevelConfiguration`; the `exempt` level
+//! may change only `spec.exempt`).
 //!
 //! Deviation: `metadata.namespace` set on these cluster-scoped objects is reported as
 //! `Forbidden: not allowed on this type` (upstream clears / rejects it at the REST layer).

@@ -1,15 +1,19 @@
 //! The QueueSet of one priority level: upstream's "fair queuing for server requests"
-//! (`pkg/util/flowcontrol/fairqueuing/queueset/queueset.go`, reference §5), as a plain value
+//! (`pkg/util/flowcontrol/fairqueuing/queueset/queueset.go`), as a plain value
 //! driven with explicit times (`now`), so that it can live in a shared key-value store
 //! (`encode`/`decode`) and be replayed by the simulator.
 //!
 //! Semantics follow upstream exactly: virtual time R advancing at `min(seatsRequested, C)/NEQ`
-//! (§5.3) with epoch advance, queue choice by least waiting work in the shuffle-sharded hand with
-//! the `enqueues mod handSize` rotation (§5.5), reject iff `seatsInUse ≥ C ∧ len ≥ QLL` (§5.6),
-//! global-minimum virtual-finish dispatch in round-robin tie order with strict head-of-line
-//! blocking, "too wide runs alone" and final-seats narrowing (§5.7), finish correction with the
-//! actual service time and `AdditionalLatency` lingering on MaxSeats (§5.8), anti-windup (§5.9),
-//! cancellation without dispatch (§5.10), reconfiguration (§5.11), exempt levels (§5.12).
+//! (`syncTimeLocked`, `getVirtualTimeRatioLocked`) with epoch advance (`advanceEpoch`), queue
+//! choice by least waiting work in the shuffle-sharded hand with the `enqueues mod handSize`
+//! rotation (`shuffleShardLocked`), reject iff `seatsInUse ≥ C ∧ len ≥ QLL`
+//! (`rejectOrEnqueueToBoundLocked`), global-minimum virtual-finish dispatch in round-robin tie
+//! order with strict head-of-line blocking, "too wide runs alone" and final-seats narrowing
+//! (`dispatchAsMuchAsPossibleLocked`, `findDispatchQueueToBoundLocked`,
+//! `canAccommodateSeatsLocked`, `dispatchLocked`), finish correction with the actual service
+//! time and `AdditionalLatency` lingering on MaxSeats (`finishRequestLocked`), anti-windup
+//! (`boundNextDispatchLocked`), cancellation without dispatch (`request.wait`), reconfiguration
+//! (`BeginConfigChange`, `setConfiguration`), exempt levels (`dispatchSansQueueLocked`).
 //!
 //! Storage is sparse: only non-idle queues (waiting, executing or lingering requests) are kept,
 //! in a vector sorted by queue index. Upstream resets an idle queue's `nextDispatchR` to R on its

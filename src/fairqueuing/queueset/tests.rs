@@ -158,7 +158,10 @@ fn ndr(qs: &QueueSet, index: u32) -> u64 {
     qs.queues.iter().find(|q| q.index == index).map(|q| q.next_dispatch_r).unwrap()
 }
 
-/// Reference §5.13.
+/// Worked example derived by hand from `queueset.go` (`syncTimeLocked`, `dispatchLocked`,
+/// `finishRequestLocked`): C = 1, hand size 1 (flow X on q0, flow Y on q1), G = 3 ms; X1 runs,
+/// Y1 and X2 queue; when X1 finishes after 0.1 s its queue is charged the actual 0.1 seat-s, so
+/// Y1 is dispatched before X2.
 #[test]
 fn worked_example() {
     let mut qs = QueueSet::new(cfg(2, 8, 1, 1), 0).unwrap();
