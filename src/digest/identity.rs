@@ -1,5 +1,6 @@
-//! Caller identity (user name and groups) from the sources the operator enables
-//! (reference §1 step 1, §13, landscape "Identity in front of apiservers").
+//! Caller identity (user name and groups) from the sources the operator enables, as
+//! kube-apiserver's authenticators derive it (`request/headerrequest/requestheader.go`,
+//! `request/x509/x509.go: CommonNameUserConversion`, `endpoints/filters/impersonation.go`).
 //!
 //! kube-apiserver classifies the *authenticated, impersonated* user. A gateway has to take the
 //! identity from an authenticating hop: front-proxy headers (`X-Remote-User` / `X-Remote-Group`
