@@ -24,10 +24,12 @@ Variants (interleaved, repeated for --rounds; medians reported):
                    the rate and every variant serves the same req/s with CPU to spare
   apf-flows        apf-wasm, default policy, uncontended, each request from one of K users
                    (K = 10, 1000, 100000; --flow-counts): cost per request vs flows seen
-  apf-noisy        not a CPU measurement: a saturated 4-seat level (Python upstream, 50 ms per
-                   request), 2 equal heavy flows (closed loops) + 1 quiet flow (open loop below
-                   its fair share); reports throughput per flow, Jain's fairness index over the
-                   heavy flows and the quiet flow's served share of its demand (second table)
+  apf-noisy        not a CPU measurement: a saturated 18-seat level (Python upstream, 50 ms ± 20 %
+                   per request), 2 equal heavy flows (closed loops, 20 connections each), a quiet
+                   closed-loop flow (4 connections, also measured alone in the same round) and an
+                   open-loop quiet flow (10 req/s); reports throughput per flow, Jain's fairness
+                   index over the heavy flows, the closed-loop quiet flow's throughput kept and
+                   queue waits, and the open-loop flow's served share (second table)
 Measure: Envoy's CPU time (utime+stime of the process, /proc/PID/stat) over a fixed number of
 requests after a warm-up, divided by the requests Envoy counted (downstream_rq_total delta).
 The upstream is a second Envoy answering with a direct_response (fast, not measured).
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -495,21 +498,38 @@ def measure_paired(specs: list[dict], args, envoy_bin: str, upstream_port: int, 
     return out
 
 
-def measure_noisy(args, envoy_bin: str, wasm: Path, workdir: Path) -> dict:
-    """Noisy neighbours: a 4-seat level whose requests take 50 ms at the (Python) upstream, so
-    capacity is ~80 req/s; flows `heavy-a` and `heavy-b` keep `--noisy-heavy-connections`
-    connections each busy (closed loops; a 429 backs off 20 ms), flow `quiet` sends
-    `--noisy-quiet-rps` requests per second open-loop (below its fair third). Counted over the
-    run after a 2 s warm-up: 200s per flow; Jain's index (Σx)²/(n·Σx²) over the heavy flows; the
-    quiet flow's served share = its 200s / its requests sent in the window."""
+def measure_noisy(args, envoy_bin: str, wasm: Path, workdir: Path, rnd: int = 0) -> dict:
+    """Noisy neighbours: one Limited level of `--noisy-seats` seats in front of the (Python) test
+    upstream, which holds every request `--noisy-service-ms` ± `--noisy-jitter` (drawn per request
+    by the client from seeded generators, sent as `x-sleep-ms`). Every request is a GET (one
+    seat); every flow is a user of `system:authenticated`, which gets the explain headers.
+
+    Phases: (1) the closed-loop quiet flow `quiet-cl` alone (`--noisy-quiet-connections`
+    connections, each sending its next request when the previous answer returns), half of
+    `--noisy-standalone-seconds`; (2) the noisy run, 2 s warm-up then `--noisy-seconds`: heavy
+    flows `heavy-a` and `heavy-b` (`--noisy-heavy-connections` closed-loop connections each; a
+    429 backs off 20 ms), `quiet-cl` as in (1), and the open-loop flow `quiet` at
+    `--noisy-quiet-rps` (0: none), one request per fresh connection; (3) `quiet-cl` alone again
+    (the other half: its standalone rate is over (1) and (3), so a drift of the machine's speed
+    cancels out). Counted per flow: the 200s completed in the window, and the queue waits
+    (`x-apf-queued-ms`). Reported: req/s per flow, Jain's index (Σx)²/(n·Σx²) over the heavy
+    flows, `quiet-cl`'s throughput kept (noisy ÷ standalone req/s) and queue-wait percentiles,
+    the open-loop flow's served share (200s / requests sent) and latency."""
     import http.client
+    import random
 
     from upstream import Upstream
 
-    seats, service = 4, 0.05
+    seats, service_ms, jitter = args.noisy_seats, args.noisy_service_ms, args.noisy_jitter
+    qconns = args.noisy_quiet_connections
+    path = "/api/v1/namespaces/default/pods/demo-pod"
     up = Upstream().start()
+    # Without TCP_NODELAY the test upstream's answers on kept-alive connections take ~40 ms more
+    # than the service time asked (its head and body leave in two writes: Nagle + delayed ACK).
+    up.set_nodelay()
     cfg = apf_policy.single_level_config(seats, group="system:authenticated", queues=128,
-                                         hand_size=6, queue_length_limit=50)
+                                         hand_size=6, queue_length_limit=50,
+                                         explainGroups=["system:authenticated"])
     env = EnvoyProcess(gateway_config(upstream_port=up.port, wasm_path=str(wasm), plugin_config=cfg,
                                       http_filter="wasm"),
                        workdir, envoy_bin=envoy_bin, concurrency=args.workers_noisy,
@@ -518,75 +538,133 @@ def measure_noisy(args, envoy_bin: str, wasm: Path, workdir: Path) -> dict:
     try:
         env.wait_ready(timeout=60)
         port = env.ports["gateway"]
-        path = f"{PATH}?sleep={service}"
-        t_start = time.monotonic()
-        t0, t1 = t_start + 2.0, t_start + 2.0 + args.noisy_seconds
         lock = threading.Lock()
-        ok: dict[str, int] = {}
-        rejected: dict[str, int] = {}
-        quiet_sent = [0]
-        quiet_lat: list[float] = []
 
-        def one(c, user) -> int | None:
+        def one(c, user: str, rng: random.Random) -> tuple[int | None, int | None, int | None]:
+            """(status, x-apf-queued-ms, x-apf-seats) of one request on connection `c`."""
+            ms = service_ms * (1.0 + rng.uniform(-jitter, jitter))
             try:
-                c.request("GET", path, headers=dict(HEADERS, **{"X-Remote-User": user}))
+                c.request("GET", path, headers=dict(HEADERS, **{"X-Remote-User": user,
+                                                                "x-sleep-ms": f"{ms:.3f}"}))
                 r = c.getresponse()
                 r.read()
-                return r.status
+                q, st = r.getheader("x-apf-queued-ms"), r.getheader("x-apf-seats")
+                return r.status, int(q) if q else None, int(st) if st else None
             except Exception:  # noqa: BLE001
                 c.close()
-                return None
+                return None, None, None
 
-        def heavy(user: str) -> None:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-            while time.monotonic() < t1:
-                st = one(c, user)
-                done = time.monotonic()
-                if t0 <= done < t1:
-                    with lock:
-                        d = ok if st == 200 else rejected
-                        d[user] = d.get(user, 0) + 1
-                if st != 200:
-                    time.sleep(0.02)
-            c.close()
+        def closed_loops(conns: dict[str, int], t0: float, t1: float,
+                         rngs: dict | None = None) -> dict[str, dict]:
+            """Closed loops until t1; per user: 200s and queue waits completed in [t0, t1),
+            other outcomes, the largest seat count charged. Connection i of a user draws its
+            service times from its own generator, seeded alike in every phase; `rngs` keeps
+            them from one call to the next (the sequences continue instead of starting over)."""
+            out = {u: {"ok": 0, "rejected": 0, "waits": [], "seats": 0} for u in conns}
+            rngs = {} if rngs is None else rngs
+            for u, n in conns.items():
+                for i in range(n):
+                    rngs.setdefault((u, i), random.Random(f"noisy/{rnd}/{u}/{i}"))
 
-        def quiet_one(sent_at: float) -> None:
+            def loop(user: str, i: int) -> None:
+                rng = rngs[(user, i)]
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                while time.monotonic() < t1:
+                    st, waited, seats_ = one(c, user, rng)
+                    done = time.monotonic()
+                    if t0 <= done < t1:
+                        with lock:
+                            o = out[user]
+                            if st == 200:
+                                o["ok"] += 1
+                                if waited is not None:
+                                    o["waits"].append(waited)
+                            else:
+                                o["rejected"] += 1
+                            o["seats"] = max(o["seats"], seats_ or 0)
+                    if st != 200:
+                        time.sleep(0.02)
+                c.close()
+
+            threads = [threading.Thread(target=loop, args=(u, i), daemon=True)
+                       for u, n in conns.items() for i in range(n)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=t1 - time.monotonic() + 60)
+            return out
+
+        # quiet-cl alone: the second half continues the first half's service-time sequences,
+        # so alone and in the noisy run it draws about the same values.
+        alone_rngs: dict = {}
+
+        def alone(seconds: float) -> tuple[int, float]:
+            t = time.monotonic()
+            t0, t1 = t + 0.5, t + 0.5 + seconds
+            return closed_loops({"quiet-cl": qconns}, t0, t1, alone_rngs)["quiet-cl"]["ok"], t1 - t0
+
+        half = args.noisy_standalone_seconds / 2
+        ok1, w1 = alone(half)
+
+        t_start = time.monotonic()
+        t0, t1 = t_start + 2.0, t_start + 2.0 + args.noisy_seconds
+        quiet = {"sent": 0, "ok": 0, "rejected": 0, "lat": []}
+
+        def quiet_one(sent_at: float, i: int) -> None:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-            st = one(c, "quiet")
+            st, _, _ = one(c, "quiet", random.Random(f"noisy/{rnd}/quiet/{i}"))
             c.close()
             with lock:
                 if st == 200:
-                    ok["quiet"] = ok.get("quiet", 0) + 1
-                    quiet_lat.append(time.monotonic() - sent_at)
+                    quiet["ok"] += 1
+                    quiet["lat"].append(time.monotonic() - sent_at)
                 else:
-                    rejected["quiet"] = rejected.get("quiet", 0) + 1
+                    quiet["rejected"] += 1
 
-        threads = [threading.Thread(target=heavy, args=(u,), daemon=True)
-                   for u in ("heavy-a", "heavy-b") for _ in range(args.noisy_heavy_connections)]
-        for t in threads:
-            t.start()
-        period = 1.0 / args.noisy_quiet_rps
-        nxt = t0
-        while nxt < t1:
-            time.sleep(max(0.0, nxt - time.monotonic()))
-            q = threading.Thread(target=quiet_one, args=(nxt,), daemon=True)
-            q.start()
-            threads.append(q)
-            quiet_sent[0] += 1
-            nxt += period
-        for t in threads:
-            t.join(timeout=60)
+        loops: dict[str, dict] = {}
+        runner = threading.Thread(target=lambda: loops.update(closed_loops(
+            {"heavy-a": args.noisy_heavy_connections, "heavy-b": args.noisy_heavy_connections,
+             "quiet-cl": qconns}, t0, t1)), daemon=True)
+        runner.start()
+        senders: list[threading.Thread] = []
+        if args.noisy_quiet_rps > 0:
+            period, nxt = 1.0 / args.noisy_quiet_rps, t0
+            while nxt < t1:
+                time.sleep(max(0.0, nxt - time.monotonic()))
+                q = threading.Thread(target=quiet_one, args=(nxt, quiet["sent"]), daemon=True)
+                q.start()
+                senders.append(q)
+                quiet["sent"] += 1
+                nxt += period
+        runner.join(timeout=t1 - time.monotonic() + 120)
+        for q in senders:
+            q.join(timeout=60)
+
+        ok2, w2 = alone(half)
         secs = t1 - t0
-        xa, xb = ok.get("heavy-a", 0) / secs, ok.get("heavy-b", 0) / secs
+        xa, xb = loops["heavy-a"]["ok"] / secs, loops["heavy-b"]["ok"] / secs
         jain = (xa + xb) ** 2 / (2 * (xa * xa + xb * xb)) if xa + xb > 0 else float("nan")
-        quiet_lat.sort()
-        return dict(heavy_a_rps=xa, heavy_b_rps=xb, quiet_rps=ok.get("quiet", 0) / secs,
-                    quiet_demand_rps=quiet_sent[0] / secs, jain=jain,
-                    quiet_share=ok.get("quiet", 0) / max(1, quiet_sent[0]),
-                    quiet_p50_ms=quiet_lat[len(quiet_lat) // 2] * 1e3 if quiet_lat else float("nan"),
-                    quiet_p99_ms=(quiet_lat[min(len(quiet_lat) - 1, int(len(quiet_lat) * 0.99))] * 1e3
-                                  if quiet_lat else float("nan")),
-                    rejected=dict(rejected), capacity_rps=seats / service)
+        cl = loops["quiet-cl"]
+        alone_rps = (ok1 + ok2) / (w1 + w2)
+        cl_rps = cl["ok"] / secs
+        waits = sorted(cl["waits"])
+        lat = sorted(quiet["lat"])
+        sent = quiet["sent"]
+        return dict(heavy_a_rps=xa, heavy_b_rps=xb, jain=jain,
+                    cl_alone_rps=alone_rps, cl_alone_before_rps=ok1 / w1, cl_alone_after_rps=ok2 / w2,
+                    cl_rps=cl_rps, cl_kept=cl_rps / alone_rps if alone_rps else float("nan"),
+                    cl_wait_p50_ms=pct(waits, 0.5), cl_wait_p90_ms=pct(waits, 0.9),
+                    cl_wait_p99_ms=pct(waits, 0.99), cl_wait_max_ms=waits[-1] if waits else float("nan"),
+                    cl_wait_mean_ms=sum(waits) / len(waits) if waits else float("nan"),
+                    heavy_wait_p50_ms=pct(sorted(loops["heavy-a"]["waits"] + loops["heavy-b"]["waits"]), 0.5),
+                    quiet_rps=quiet["ok"] / secs if sent else float("nan"),
+                    quiet_demand_rps=sent / secs if sent else float("nan"),
+                    quiet_share=quiet["ok"] / sent if sent else float("nan"),
+                    quiet_p50_ms=pct(lat, 0.5) * 1e3, quiet_p99_ms=pct(lat, 0.99) * 1e3,
+                    rejected={u: o["rejected"] for u, o in loops.items() if o["rejected"]}
+                    | ({"quiet": quiet["rejected"]} if quiet["rejected"] else {}),
+                    max_seats=max(o["seats"] for o in loops.values()),
+                    capacity_rps=seats / (service_ms / 1000))
     except Exception as e:  # noqa: BLE001
         return {"error": f"{type(e).__name__}: {e}".splitlines()[0], "log": env.log_tail(15)}
     finally:
@@ -594,24 +672,39 @@ def measure_noisy(args, envoy_bin: str, wasm: Path, workdir: Path) -> dict:
         up.stop()
 
 
+def pct(sorted_xs: list[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list (q in [0, 1]); NaN for none."""
+    if not sorted_xs:
+        return float("nan")
+    return sorted_xs[min(len(sorted_xs) - 1, max(0, math.ceil(q * len(sorted_xs)) - 1))]
+
+
 def noisy_table(rs: list[dict]) -> str:
-    lines = ["| round | heavy-a req/s | heavy-b req/s | Jain (heavy) | quiet req/s | quiet demand "
-             "req/s | quiet share | quiet p50 ms | quiet p99 ms | 429s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    f0 = lambda v: "–" if v != v else f"{v:.0f}"  # noqa: E731
+    lines = ["| round | heavy-a req/s | heavy-b req/s | Jain (heavy) | quiet-cl alone req/s | quiet-cl "
+             "req/s | **kept** | quiet-cl wait p50 / p90 / p99 / max ms | heavy wait p50 ms | open-loop "
+             "quiet req/s (demand) | share | p50 / p99 ms | 429s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(rs):
         if "error" in r:
-            lines.append(f"| {i + 1} | failed: {r['error']} | | | | | | | | |")
+            lines.append(f"| {i + 1} | failed: {r['error']} |" + " |" * 11)
             continue
-        lines.append(f"| {i + 1} | {r['heavy_a_rps']:.1f} | {r['heavy_b_rps']:.1f} | {r['jain']:.4f} | "
-                     f"{r['quiet_rps']:.1f} | {r['quiet_demand_rps']:.1f} | {r['quiet_share'] * 100:.1f} % | "
-                     f"{r['quiet_p50_ms']:.0f} | {r['quiet_p99_ms']:.0f} | {r['rejected']} |")
+        lines.append(
+            f"| {i + 1} | {r['heavy_a_rps']:.1f} | {r['heavy_b_rps']:.1f} | {r['jain']:.4f} | "
+            f"{r['cl_alone_rps']:.1f} | {r['cl_rps']:.1f} | {r['cl_kept'] * 100:.1f} % | "
+            f"{f0(r['cl_wait_p50_ms'])} / {f0(r['cl_wait_p90_ms'])} / {f0(r['cl_wait_p99_ms'])} / "
+            f"{f0(r['cl_wait_max_ms'])} | {f0(r['heavy_wait_p50_ms'])} | "
+            f"{r['quiet_rps']:.1f} ({r['quiet_demand_rps']:.1f}) | {r['quiet_share'] * 100:.1f} % | "
+            f"{f0(r['quiet_p50_ms'])} / {f0(r['quiet_p99_ms'])} | {r['rejected'] or 0} |")
     good = [r for r in rs if "error" not in r]
-    if good:
-        lines.append(f"| median | {median([r['heavy_a_rps'] for r in good]):.1f} | "
-                     f"{median([r['heavy_b_rps'] for r in good]):.1f} | "
-                     f"{median([r['jain'] for r in good]):.4f} | {median([r['quiet_rps'] for r in good]):.1f} | "
-                     f"{median([r['quiet_demand_rps'] for r in good]):.1f} | "
-                     f"{median([r['quiet_share'] for r in good]) * 100:.1f} % | | | |")
+    if len(good) > 1:
+        m = lambda k: median([r[k] for r in good])  # noqa: E731
+        lines.append(
+            f"| median | {m('heavy_a_rps'):.1f} | {m('heavy_b_rps'):.1f} | {m('jain'):.4f} | "
+            f"{m('cl_alone_rps'):.1f} | {m('cl_rps'):.1f} | {m('cl_kept') * 100:.1f} % | "
+            f"{f0(m('cl_wait_p50_ms'))} / {f0(m('cl_wait_p90_ms'))} / {f0(m('cl_wait_p99_ms'))} / "
+            f"{f0(m('cl_wait_max_ms'))} | {f0(m('heavy_wait_p50_ms'))} | {m('quiet_rps'):.1f} "
+            f"({m('quiet_demand_rps'):.1f}) | {m('quiet_share') * 100:.1f} % | | |")
     return "\n".join(lines)
 
 
@@ -634,9 +727,22 @@ def main() -> int:
     ap.add_argument("--variants", default="none,passthrough,floor,local_ratelimit,apf,apf-saturated")
     ap.add_argument("--flow-counts", default="10,1000,100000",
                     help="apf-flows: numbers of distinct users (flows) to cycle through")
-    ap.add_argument("--noisy-seconds", type=float, default=20.0)
-    ap.add_argument("--noisy-heavy-connections", type=int, default=8)
-    ap.add_argument("--noisy-quiet-rps", type=float, default=10.0)
+    ap.add_argument("--noisy-seconds", type=float, default=20.0,
+                    help="apf-noisy: the noisy run's length (after a 2 s warm-up)")
+    ap.add_argument("--noisy-standalone-seconds", type=float, default=6.0,
+                    help="apf-noisy: the closed-loop quiet flow alone, half before and half after "
+                         "the noisy run (each after a 0.5 s warm-up)")
+    ap.add_argument("--noisy-seats", type=int, default=18, help="apf-noisy: the level's seats")
+    ap.add_argument("--noisy-service-ms", type=float, default=50.0,
+                    help="apf-noisy: the upstream's mean service time")
+    ap.add_argument("--noisy-jitter", type=float, default=0.2,
+                    help="apf-noisy: service times uniform in mean × (1 ± this), drawn per request")
+    ap.add_argument("--noisy-heavy-connections", type=int, default=20,
+                    help="apf-noisy: closed-loop connections of each heavy flow")
+    ap.add_argument("--noisy-quiet-connections", type=int, default=4,
+                    help="apf-noisy: closed-loop connections of the quiet flow quiet-cl")
+    ap.add_argument("--noisy-quiet-rps", type=float, default=10.0,
+                    help="apf-noisy: the open-loop quiet flow's request rate (0: none)")
     ap.add_argument("--workers-noisy", type=int, default=2, help="Envoy workers for apf-noisy")
     ap.add_argument("--floor-dir")
     ap.add_argument("--apf-wasm", help="use this apf-wasm module instead of ./wasm-build.sh")
@@ -695,10 +801,16 @@ def main() -> int:
             specs_rounds = args.rounds
         for rnd in range(specs_rounds if specs else args.rounds):
             if "apf-noisy" in args.variants:
-                r = measure_noisy(args, envoy_bin, mods["apf"], work)
+                r = measure_noisy(args, envoy_bin, mods["apf"], work, rnd)
                 noisy.append(r)
                 log(f"round {rnd + 1}/{args.rounds} apf-noisy: " + (
-                    f"Jain {r['jain']:.4f}, quiet share {r['quiet_share'] * 100:.1f} %"
+                    f"Jain {r['jain']:.4f}, quiet-cl kept {r['cl_kept'] * 100:.1f} % "
+                    f"({r['cl_rps']:.1f} of {r['cl_alone_rps']:.1f} req/s alone: "
+                    f"{r['cl_alone_before_rps']:.1f} before, {r['cl_alone_after_rps']:.1f} after), "
+                    f"wait p50 {r['cl_wait_p50_ms']:.0f} / p90 {r['cl_wait_p90_ms']:.0f} / "
+                    f"max {r['cl_wait_max_ms']:.0f} ms (mean {r['cl_wait_mean_ms']:.1f}), "
+                    f"open-loop quiet share {r['quiet_share'] * 100:.1f} %, "
+                    f"max seats per request {r['max_seats']}"
                     if "jain" in r else f"FAILED {r['error']}"))
             if not specs:
                 continue
@@ -739,7 +851,7 @@ def main() -> int:
             f"{median([r['rps'] for r in rs]):.0f} | {fmt(median([r.get('p50_ms', float('nan')) for r in rs]))} | "
             f"{fmt(median([r.get('p99_ms', float('nan')) for r in rs]))} | "
             f"{sum(r.get('non2xx', 0) for r in rs)} |")
-    table = "\n".join(lines)
+    table = "\n".join(lines) if specs else ""  # no CPU variants: only the noisy table below
 
     def metric(r: dict, m: str) -> float | None:
         v = r.get("cpu_us") if m == "cpu" else r.get("split", {}).get(m)
@@ -805,9 +917,14 @@ def main() -> int:
               f"load generator {'wrk' if wrk else 'python'}, {os.cpu_count()} CPUs"
               + (", Envoy stats: minimal inclusion list" if args.envoy_stats == "minimal" else "") + ".\n")
     if noisy:
-        table += ("\n\napf-noisy (4 seats, 50 ms service ≈ 80 req/s capacity, "
-                  f"{args.workers_noisy} workers, {args.noisy_seconds:.0f} s per round; "
-                  "targets: Jain ≥ 0.99, quiet share ≥ 90 %):\n\n" + noisy_table(noisy))
+        table += ("\n\n" if table else "") + (f"apf-noisy ({args.noisy_seats} seats, service {args.noisy_service_ms:.0f} ms "
+                  f"± {args.noisy_jitter:.0%} ≈ {args.noisy_seats * 1000 / args.noisy_service_ms:.0f} "
+                  f"req/s capacity, {args.workers_noisy} workers; heavy-a, heavy-b "
+                  f"{args.noisy_heavy_connections} closed-loop connections each, quiet-cl "
+                  f"{args.noisy_quiet_connections}, open-loop quiet {args.noisy_quiet_rps:g} req/s; "
+                  f"{args.noisy_seconds:g} s per round, quiet-cl alone {args.noisy_standalone_seconds:g} s; "
+                  "targets: Jain ≥ 0.99, quiet-cl kept ≥ 90 % with wait p50 ≤ 2 × service ÷ seats, "
+                  "open-loop share ≥ 90 %):\n\n" + noisy_table(noisy))
         results["apf-noisy"] = noisy
     print(header)
     print(table)

@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 
 @dataclass
@@ -143,9 +144,14 @@ def concurrent(port: int, n_requests: int, connections: int, users: list[str],
 def closed_loop(port: int, conns_per_user: dict[str, int], duration: float,
                 path: str = "/api/v1/namespaces/default/pods",
                 groups_of: dict[str, tuple[str, ...]] | None = None,
-                timeout: float = 15.0) -> list[Result]:
+                timeout: float = 15.0,
+                headers_for: Callable[[str, int], dict[str, str]] | None = None) -> list[Result]:
     """Each user keeps `n` connections busy: send, wait for the answer, send again, until
-    `duration` seconds have passed (requests in flight at the deadline complete)."""
+    `duration` seconds have passed (requests in flight at the deadline complete).
+
+    `headers_for(user, conn)`, if given, is called before every request (on that connection's
+    own thread) and returns extra headers for it, e.g. a per-request `x-sleep-ms`. Connections
+    are numbered 0, 1, … in the order of `conns_per_user`."""
     groups_of = groups_of or {}
     results: list[Result] = []
     lock = threading.Lock()
@@ -155,7 +161,8 @@ def closed_loop(port: int, conns_per_user: dict[str, int], duration: float,
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
         try:
             while time.monotonic() < stop_at:
-                r = send(conn, Req(path=path, user=user, groups=groups_of.get(user, ())))
+                extra = headers_for(user, i) if headers_for is not None else {}
+                r = send(conn, Req(path=path, user=user, groups=groups_of.get(user, ()), headers=extra))
                 r.conn = i
                 with lock:
                     results.append(r)

@@ -7,6 +7,8 @@ Recorded: requests in flight now and at most, total count, per-user counts (from
 `X-Remote-User` header as forwarded by Envoy), per-user max in flight, a bounded event log, and
 the headers of the last requests (`Upstream.received()`).
 Per-request delay: query `?sleep=SECONDS` or header `x-sleep-ms`.
+(Answers on a kept-alive connection take ~40 ms more than that unless `Upstream.set_nodelay()`
+was called: see there.)
 Misbehaviour (chaos tests): query `?chaos=` (after the delay, if any)
   reset  close the connection without answering (TCP RST)
   500    answer 500 with a Status body
@@ -463,6 +465,12 @@ class _Handler(BaseHTTPRequestHandler):
         return self.rfile.read(n) if n > 0 else b""
 
     def _handle(self) -> None:
+        if getattr(self.server, "nodelay", False) and not getattr(self, "_nodelay_on", False):
+            try:
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+            self._nodelay_on = True
         self._drain_body()
         url = urlsplit(self.path)
         stats: Stats = self.server.stats  # type: ignore[attr-defined]
@@ -762,6 +770,14 @@ class Upstream:
 
     def reset(self) -> None:
         self.stats.reset()
+
+    def set_nodelay(self, on: bool = True) -> None:
+        """Answer with TCP_NODELAY (from each connection's next request on, so also on the
+        connections Envoy already pooled). Off by default: a response leaves in two writes (head,
+        then body), and with Nagle on, the body waits for the peer's delayed ACK of the head, so
+        every answer on a reused connection takes ~40 ms longer than its `sleep`. Tests that time
+        the service need it on."""
+        self.server.nodelay = on  # type: ignore[attr-defined]
 
     def set_flowcontrol(self, flowschemas: list[dict], prioritylevelconfigurations: list[dict]) -> None:
         """Objects served at /apis/flowcontrol.apiserver.k8s.io/v1/{flowschemas,
