@@ -15,7 +15,7 @@ Usage: python3 bench/pool.py LOG [LOG ...] [--ratio A/B ...] [--metric M]
   --metric pools another per-window figure instead of the CPU per request: `user` or `sys`
   (the Envoy process's user / kernel CPU per request), `workers` (its worker threads' CPU),
   `sleeps` or `preempted` (its workers' voluntary / involuntary context switches per request);
-  logs written before the ninth session (2026-11-24) have only the CPU per request.
+  logs written before the CPU split (2026-11-24) have only the CPU per request.
 """
 
 from __future__ import annotations

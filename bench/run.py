@@ -723,7 +723,7 @@ def main() -> int:
     ap.add_argument("--saturated-connections", type=int, default=64)
     ap.add_argument("--saturated-seats", type=int, default=8,
                     help="apf-saturated: the level's seats (the references: all with 1 worker, half each "
-                    "with 2); sessions 1-4 measured 2 seats and 16 connections")
+                    "with 2); the shape before 2026-11-22 was 2 seats and 16 connections")
     ap.add_argument("--variants", default="none,passthrough,floor,local_ratelimit,apf,apf-saturated")
     ap.add_argument("--flow-counts", default="10,1000,100000",
                     help="apf-flows: numbers of distinct users (flows) to cycle through")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Longer fuzzing on demand (issue 6). The short deterministic run is part of `cargo test`
+# Longer fuzzing on demand. The short deterministic run is part of `cargo test`
 # (tests/fuzz_targets.rs); this runs every target (or the named ones) for SECONDS each.
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]        # default 60 s per target, all targets

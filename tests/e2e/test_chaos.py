@@ -1,4 +1,4 @@
-"""Chaos (issue 6, item 1): a real Envoy with 2 workers in front of a misbehaving upstream, under
+"""Chaos: a real Envoy with 2 workers in front of a misbehaving upstream, under
 clients that give up at random, while the policy is hot-reloaded through ECDS.
 
 For ~25 s, client threads send a random mix (each request on its own connection with

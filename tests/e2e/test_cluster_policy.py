@@ -1,4 +1,4 @@
-"""Policy from the cluster (issue 5, item 7): the gateway reads FlowSchemas and priority levels
+"""Policy from the cluster: the gateway reads FlowSchemas and priority levels
 from the protected apiserver through an Envoy cluster, with a bearer token, and enforces them
 like a reload; an invalid cluster policy changes nothing."""
 

@@ -1,4 +1,4 @@
-"""Trusted identity from JWT claims (issue 5, item 6): Envoy's jwt_authn filter verifies the token
+"""Trusted identity from JWT claims: Envoy's jwt_authn filter verifies the token
 and stores its payload in dynamic metadata; the filter classifies by the `sub` and `groups`
 claims. A request without a token is anonymous; a forged token never reaches the filter."""
 

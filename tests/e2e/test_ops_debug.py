@@ -1,4 +1,4 @@
-"""Issue 5 (ops) — debug dumps while a level is saturated: a system:masters caller gets the
+"""Operations — debug dumps while a level is saturated: a system:masters caller gets the
 filter's dump_requests with the queued requests; anyone else's request to the same path is not
 answered by the filter but reaches the upstream like any other request."""
 

@@ -1,4 +1,4 @@
-"""Issue 5 (ops) — dry run (`"enforce": false`, or the level in `dryRunPriorityLevels`): nothing
+"""Operations — dry run (`"enforce": false`, or the level in `dryRunPriorityLevels`): nothing
 is queued or rejected, every request reaches the upstream at once, but the state and the metrics
 account the would-be queueing and rejections."""
 

@@ -1,4 +1,4 @@
-"""Issue 5 (ops) — hot reload under load through ECDS: the filter's configuration comes from a
+"""Operations — hot reload under load through ECDS: the filter's configuration comes from a
 watched file (`config_discovery` + `path_config_source.watched_directory`); while clients run, a
 new policy is renamed into place (a level's shares change, a FlowSchema for a new group appears).
 New requests follow it, nothing is lost or fails, the state drains to zero afterwards, and an

@@ -1,4 +1,4 @@
-"""Issue 5 (ops) — identity spoofing: front-proxy headers from a peer outside
+"""Operations — identity spoofing: front-proxy headers from a peer outside
 `trustedSourceCidrs` are ignored (the caller is anonymous: no exemption, no debug dumps) and, with
 `stripUntrusted`, removed before the request goes upstream. From a trusted peer the same request
 is exempt and gets the dumps. The test client connects from 127.0.0.1."""
