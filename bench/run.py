@@ -320,6 +320,9 @@ def variant_specs(args, mods) -> list[dict]:
         elif v == "apf":
             specs.append(dict(name="apf", workers=w, http_filter="wasm", wasm=mods["apf"],
                               cfg=roomy, conns=args.connections))
+            if args.apf_wasm_b:
+                specs.append(dict(name="apf-b", workers=w, http_filter="wasm", wasm=args.apf_wasm_b,
+                                  cfg=roomy, conns=args.connections))
         elif v == "apf-flows":
             for k in args.flow_counts:
                 specs.append(dict(name=f"apf-flows K={k}", workers=w, http_filter="wasm",
@@ -747,7 +750,8 @@ def main() -> int:
     ap.add_argument("--floor-dir")
     ap.add_argument("--apf-wasm", help="use this apf-wasm module instead of ./wasm-build.sh")
     ap.add_argument("--apf-wasm-b", help="A/B: also run apf-saturated with this second module "
-                    "(variant apf-saturated-b, 1 and 2 workers) and print b ÷ apf per worker count")
+                    "(variant apf-saturated-b, 1 and 2 workers) and print b ÷ apf per worker count; "
+                    "with the apf variant, also the uncontended apf-b")
     ap.add_argument("--timing", action="store_true",
                     help="saturated variants: build apf-wasm with the bench-timing feature and "
                     "print the µs per request spent in the filter's callbacks and host calls")
@@ -868,6 +872,9 @@ def main() -> int:
                   f"2 ÷ 1 {per_round('localqueue-saturated|2', 'localqueue-saturated|1'):.2f}; "
                   f"apf ÷ localqueue with 1 worker {per_round('apf-saturated|1', 'localqueue-saturated|1'):.2f}, "
                   f"with 2 workers {per_round('apf-saturated|2', 'localqueue-saturated|2'):.2f}.")
+    if f"apf-b|{args.workers}" in results and f"apf|{args.workers}" in results:
+        table += ("\nA/B, uncontended apf-b ÷ apf (medians of per-round ratios): "
+                  f"{per_round(f'apf-b|{args.workers}', f'apf|{args.workers}'):.2f}.")
     if "apf-saturated-b|1" in results:
         table += ("\nA/B, apf-saturated-b ÷ apf-saturated (medians of per-round ratios): "
                   f"1 worker {per_round('apf-saturated-b|1', 'apf-saturated|1'):.2f}, "
