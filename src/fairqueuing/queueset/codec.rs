@@ -304,6 +304,42 @@ impl QueueSet {
         Ok(qs)
     }
 
+    /// Moves past one entry written by [`Self::encode_waiting`] (`first`: the segment's first,
+    /// written without a previous request) without decoding it: where an entry ends is all a
+    /// kept segment's edits need.
+    pub(super) fn skip_waiting(r: &mut Reader, first: bool) -> CodecResult<()> {
+        let flags = r.u8()?;
+        for _ in 0..4 {
+            r.skip_varint()?;
+        }
+        let given = |bit: u8| first || flags & bit == 0;
+        if given(SAME_OWNER) {
+            r.skip_varint()?;
+        }
+        if given(SAME_SCHEMA) {
+            r.skip_varint()?;
+        }
+        if given(SAME_FLOW) {
+            r.skip(8)?;
+        }
+        if given(SAME_WORK) {
+            for _ in 0..3 {
+                r.skip_varint()?;
+            }
+        }
+        if given(SAME_ALLOWANCE) {
+            match r.u8()? {
+                0 => {}
+                1 => r.skip_varint()?,
+                _ => return Err(CodecError("bad deadline flag")),
+            }
+        }
+        if flags & SKIPPED != 0 {
+            r.skip(1)?;
+        }
+        Ok(())
+    }
+
     /// The inverse of [`QueueSet::encode_waiting`] (the id is checked by the caller).
     pub(super) fn decode_waiting(r: &mut Reader, prev: Option<&Waiting>) -> CodecResult<Waiting> {
         let flags = r.u8()?;

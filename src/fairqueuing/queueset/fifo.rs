@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 
 use super::codec::encode_segment;
 use super::QueueSet;
-use crate::codec::Writer;
+use crate::codec::{Reader, Writer};
 use crate::fairqueuing::{RequestId, RequestTag, WorkEstimate};
 use crate::Nanos;
 
@@ -71,10 +71,36 @@ impl WaitList {
         self.reqs.push_back(w);
     }
 
-    /// Removes the head (a kept encoding is dropped: the first entry of a segment is absolute).
+    /// Removes the head; a kept encoding gets the new head's entry written in full (the first
+    /// entry of a segment is absolute) before the unchanged entries after it, in place.
     pub(super) fn pop_front(&mut self) -> Option<Waiting> {
-        self.enc.take();
-        self.reqs.pop_front()
+        let first = self.reqs.pop_front()?;
+        let Some(enc) = self.enc.get_mut() else { return Some(first) };
+        let Some(head) = self.reqs.front() else {
+            enc.clear();
+            return Some(first);
+        };
+        // Where the entries after the new head start: past the old head's entry and the new
+        // head's (delta-coded) one.
+        let mut r = Reader::new(enc);
+        match QueueSet::skip_waiting(&mut r, true).and_then(|()| QueueSet::skip_waiting(&mut r, false)).map(|()| r.position()) {
+            Ok(end) if end <= enc.len() => {
+                // Append the new head's full entry, drop the two old entries, and rotate the
+                // new entry to the front.
+                let mut w = Writer { buf: std::mem::take(enc) };
+                let old_len = w.buf.len();
+                QueueSet::encode_waiting(&mut w, head, None);
+                let head_len = w.buf.len().saturating_sub(old_len);
+                w.buf.drain(..end);
+                let n = w.buf.len();
+                w.buf.rotate_right(head_len.min(n));
+                *enc = w.buf;
+            }
+            _ => {
+                self.enc.take();
+            }
+        }
+        Some(first)
     }
 }
 

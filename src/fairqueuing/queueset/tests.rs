@@ -5,6 +5,7 @@ use super::codec::{encode_segment, IdSet};
 use super::fifo::Waiting;
 use super::*;
 use crate::codec::{Reader, Writer};
+use std::collections::VecDeque;
 use crate::NANOS_PER_SEC;
 
 const SEC: Nanos = NANOS_PER_SEC;
@@ -836,6 +837,46 @@ fn xorshift(seed: u64) -> impl FnMut(u64) -> u64 {
         x ^= x >> 7;
         x ^= x << 17;
         x % n.max(1)
+    }
+}
+
+/// Skipping an entry ends exactly where decoding it ends, whatever it repeats of the entry
+/// before it.
+#[test]
+fn skipping_an_entry_ends_where_decoding_ends() {
+    let mut rnd = xorshift(0x2545_F491_4F6C_DD1D);
+    for _ in 0..2000 {
+        let mut reqs = VecDeque::new();
+        let mut id = 1 + rnd(1 << 40);
+        for _ in 0..1 + rnd(6) {
+            id += 1 + rnd(3);
+            let arrival = rnd(1 << 50) as Nanos;
+            let big = |r: u64| if r == 0 { u32::MAX } else { r as u32 };
+            reqs.push_back(Waiting {
+                id,
+                tag: RequestTag {
+                    owner: 1 + rnd(2) as u32,
+                    context: big(rnd(4)),
+                    flow_schema: rnd(2) as u16,
+                    flow_hash: rnd(3) << 60,
+                    wait_deadline: if rnd(2) == 0 { Nanos::MAX } else { arrival + rnd(1 << 35) as Nanos },
+                },
+                work: WorkEstimate { initial_seats: 1 + rnd(2) as u32, final_seats: rnd(2) as u32, additional_latency: rnd(2) as Nanos * MS },
+                arrival_r: rnd(u64::MAX),
+                arrival,
+                skips: rnd(3) as u8,
+            });
+        }
+        let seg = encode_segment(&reqs);
+        let (mut d, mut k) = (Reader::new(&seg), Reader::new(&seg));
+        let mut prev: Option<Waiting> = None;
+        for (j, want) in reqs.iter().enumerate() {
+            let got = QueueSet::decode_waiting(&mut d, prev.as_ref()).unwrap();
+            assert_eq!(&got, want);
+            QueueSet::skip_waiting(&mut k, j == 0).unwrap();
+            assert_eq!(k.position(), d.position());
+            prev = Some(got);
+        }
     }
 }
 
