@@ -1,4 +1,5 @@
-//! Envoy tag extraction round trip for the APF stat naming scheme (reference §9.3).
+//! Envoy tag extraction round trip for the APF stat naming scheme
+//! (`apf_wasm::observe::metrics`), and the histogram aggregation the filter flushes.
 //!
 //! A small backtracking regex engine (leftmost-first, like RE2's submatch semantics for the
 //! subset used: `^`, literals, `\.`, `.`, classes, groups, `(?:)`, `|`, `* + ?` and lazy
@@ -242,16 +243,37 @@ fn envoy_extract(full_name: &str) -> (String, BTreeMap<String, String>) {
     (prom, tags)
 }
 
+fn labels_of(s: &MetricSpec, values: &[&str]) -> BTreeMap<String, String> {
+    s.labels.iter().zip(values).map(|(k, v)| (k.to_string(), sanitize_label_value(v))).collect()
+}
+
+fn check(name: &str, want_prom: &str, want_tags: &BTreeMap<String, String>) {
+    for full in [format!("wasmcustom.{name}"), name.to_string()] {
+        let (prom, tags) = envoy_extract(&full);
+        assert_eq!(prom, want_prom, "{full}");
+        assert_eq!(&tags, want_tags, "{full}");
+    }
+}
+
+/// A counter's or gauge's stat name comes back as its exported name and labels; a histogram's
+/// series come back as upstream's `_bucket{…, le}` and `_count`, and its sum series.
 fn roundtrip(metric: &str, values: &[&str]) {
     let s = spec(metric).unwrap();
-    let name = stat_name(s, values).unwrap();
-    for full in [format!("wasmcustom.{name}"), name.clone()] {
-        let (prom, tags) = envoy_extract(&full);
-        assert_eq!(prom, format!("apiserver_flowcontrol_{}", s.envoy_name), "{full}");
-        let expected: BTreeMap<String, String> =
-            s.labels.iter().zip(values).map(|(k, v)| (k.to_string(), sanitize_label_value(v))).collect();
-        assert_eq!(tags, expected, "{full}");
+    let labels = labels_of(s, values);
+    if s.kind != MetricKind::Histogram {
+        let name = stat_name(s, values).unwrap();
+        check(&name, &format!("apiserver_flowcontrol_{}", s.envoy_name), &labels);
+        return;
     }
+    let h = histogram_stat_names(s, values).unwrap();
+    assert_eq!(h.buckets.len(), s.buckets.len() + 1);
+    for (name, bound) in h.buckets.iter().zip(s.buckets.iter().copied().chain([f64::INFINITY])) {
+        let mut want = labels.clone();
+        want.insert("le".into(), le_label(bound));
+        check(name, &format!("apiserver_flowcontrol_{}_bucket", s.name), &want);
+    }
+    check(&h.count, &format!("apiserver_flowcontrol_{}_count", s.name), &labels);
+    check(&h.sum, &format!("apiserver_flowcontrol_{}", sum_series_name(s)), &labels);
 }
 
 #[test]
@@ -276,9 +298,112 @@ fn tag_extraction_roundtrip() {
     roundtrip("read_vs_write_current_requests", &["executing", "readOnly"]);
     roundtrip("current_limit_seats", &["node-high"]);
     roundtrip("seat_fair_frac", &[]);
+    roundtrip("request_queue_length_after_enqueue", &["workload-low", "service-accounts"]);
+    roundtrip("work_estimated_seats", &["global-default", "global-default"]);
+    roundtrip("priority_level_seat_utilization", &["system", "executing"]);
     // Values equal to label keys, dotted names and empty values.
     roundtrip("rejected_requests_total", &["priority_level", "flow_schema", "reason"]);
     roundtrip("rejected_requests_total", &["my.level", "", "time-out"]);
+    // Histogram label values that look like keys, numbers or bounds.
+    roundtrip("request_wait_duration_seconds", &["le", "0", "false"]);
+    roundtrip("request_execution_seconds", &["0.5", "le", "regular"]);
+    // Every metric, every label set of one value each.
+    for s in METRICS {
+        let values: Vec<&str> = s.labels.iter().map(|_| "v").collect();
+        roundtrip(s.name, &values);
+    }
+}
+
+#[test]
+fn histogram_names_and_units_are_upstreams() {
+    let w = spec("request_wait_duration_seconds").unwrap();
+    // Upstream's bounds, printed as Go's strconv.FormatFloat(b, 'g', -1, 64) prints them.
+    let les: Vec<String> = w.buckets.iter().map(|b| le_label(*b)).collect();
+    assert_eq!(les, ["0", "0.005", "0.02", "0.05", "0.1", "0.2", "0.5", "1", "2", "5", "10", "15", "30"]);
+    assert_eq!(le_label(f64::INFINITY), "+Inf");
+    let q = spec("request_queue_length_after_enqueue").unwrap();
+    let les: Vec<String> = q.buckets.iter().map(|b| le_label(*b)).collect();
+    assert_eq!(les, ["0", "10", "25", "50", "100", "250", "500", "1000"]);
+    // Fractional samples: the sum is exported in microseconds under its own name, never as a
+    // `_sum` in the wrong unit under upstream's name; integer samples keep upstream's `_sum`.
+    for s in METRICS.iter().filter(|s| s.kind == MetricKind::Histogram) {
+        let sum = sum_series_name(s);
+        if s.name.ends_with("_seconds") {
+            assert!(sum_is_scaled(s), "{}", s.name);
+            assert_eq!(sum, format!("{}_sum", s.name.replace("_seconds", "_microseconds")));
+            assert_eq!(s.envoy_scale, 1e6);
+        }
+        if sum_is_scaled(s) {
+            assert_ne!(sum, format!("{}_sum", s.name));
+        } else {
+            assert_eq!(sum, format!("{}_sum", s.name));
+        }
+        // No series of one metric is a series of another.
+        let h = histogram_stat_names(s, &vec!["v"; s.labels.len()]).unwrap();
+        for o in METRICS.iter().filter(|o| o.name != s.name) {
+            let base = format!("{PREFIX}{}.", o.envoy_name);
+            assert!(h.all().all(|n| !n.starts_with(&base)), "{} vs {}", s.name, o.name);
+        }
+    }
+}
+
+/// Exact sum of the samples in nanoseconds (the unit callers measure in).
+fn micros_of(ns: &[u64]) -> u64 {
+    ns.iter().sum::<u64>() / 1000
+}
+
+#[test]
+fn histogram_accumulator_buckets_and_exact_sum() {
+    let w = spec("request_wait_duration_seconds").unwrap();
+    let n = w.buckets.len();
+    let mut acc = HistogramAcc::new(w);
+    assert_eq!(acc.take(), None, "nothing observed: nothing to flush");
+    // A sample equal to a bound lands in that bound's bucket (Prometheus: value <= le).
+    for x in [0.0, 0.005, 0.0050001, 30.0, 30.000001, f64::NAN, -1.0] {
+        acc.observe(x);
+    }
+    let d = acc.take().unwrap();
+    assert_eq!(d.len(), n + 3);
+    let (buckets, rest) = d.split_at(n + 1);
+    assert_eq!(buckets, [2, 3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 5, 7], "-1 and 0 in le=0; NaN and 30.000001 only in +Inf");
+    assert_eq!(rest, [60_010_001, 7], "sum in µs (NaN and negatives add 0), count");
+    // Deltas, not totals: a second flush carries only what came since.
+    acc.observe(0.1);
+    let d = acc.take().unwrap();
+    assert_eq!(d[..n + 1], [0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]);
+    assert_eq!(d[n + 1..], [100_000, 1]);
+
+    // The exported sum never drifts: over many flushes of sub-microsecond-heavy samples (as
+    // callers pass them: nanoseconds / 1e9) it stays within 1 µs below the exact sum.
+    let mut acc = HistogramAcc::new(w);
+    let mut exported = 0u64;
+    let mut all_ns = Vec::new();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for flush in 0..2000 {
+        for _ in 0..(flush % 7) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let ns = x % 3_000_000; // up to 3 ms, mostly not whole microseconds
+            all_ns.push(ns);
+            acc.observe(ns as f64 / 1e9);
+        }
+        if let Some(d) = acc.take() {
+            exported += d[n + 1];
+        }
+        let exact = micros_of(&all_ns);
+        assert!(exported == exact, "after flush {flush}: exported {exported} µs, exact {exact} µs");
+    }
+    assert_eq!(exported, micros_of(&all_ns));
+
+    // Integer samples: `_sum` in upstream's unit, exact.
+    let s = spec("work_estimated_seats").unwrap();
+    let mut acc = HistogramAcc::new(s);
+    for seats in [1.0, 1.0, 3.0, 100.0, 101.0] {
+        acc.observe(seats);
+    }
+    let d = acc.take().unwrap();
+    assert_eq!(d, vec![2, 2, 3, 3, 3, 3, 3, 4, 5, 206, 5]);
 }
 
 #[test]

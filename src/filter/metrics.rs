@@ -4,11 +4,14 @@
 //! Counters and gauges are accumulated per VM and flushed as ± deltas on the timer, so the
 //! request path makes no host call for them and gauges stay right with several workers (each
 //! worker only ever adds its own deltas; nobody overwrites). Histograms are aggregated per VM
-//! into upstream's buckets and flushed as Prometheus-style cumulative counters
-//! (`<name>_bucket{le=…}`, `<name>_sum`, `<name>_count`), again off the request path.
-//! Deviation: Envoy stats are integers, so duration histograms are in milliseconds
-//! (`request_wait_duration_milliseconds`, buckets 0, 5, 20, … 30000) and their `_sum` counts
-//! whole milliseconds. Label cardinality is bounded by the number of levels and FlowSchemas.
+//! into upstream's buckets ([`names::HistogramAcc`]) and flushed as Prometheus' classic series,
+//! each an Envoy counter: `<name>_bucket{le=…}` and `<name>_count` under upstream's names, units
+//! (seconds) and bounds, all defined on a series' first flush so `histogram_quantile` sees every
+//! bucket. Envoy stats are integers, so the sum of a seconds histogram is exported exactly as
+//! integer microseconds under `<name-in-µs>_sum` (`request_wait_duration_microseconds_sum`), its
+//! sub-microsecond remainder carried per worker; upstream's `_sum` in seconds comes from the
+//! recording rules in `observability/apf-wasm-rules.yaml`. Label cardinality is bounded by the
+//! number of levels and FlowSchemas.
 
 use super::host;
 use crate::engine::Compiled;
@@ -32,6 +35,12 @@ pub enum M {
     LowerLimit,
     UpperLimit,
     CurrentLimit,
+    /// Length of the request's queue after it was enqueued (histogram; upstream observes it in
+    /// `pkg/util/flowcontrol/fairqueuing/queueset/queueset.go`
+    /// `timeoutOldRequestsAndRejectOrEnqueueLocked`). Not recorded yet: the admission decision
+    /// does not carry the queue's length.
+    #[allow(dead_code)]
+    QueueLengthAfterEnqueue,
 }
 
 impl M {
@@ -50,6 +59,7 @@ impl M {
             M::LowerLimit => "lower_limit_seats",
             M::UpperLimit => "upper_limit_seats",
             M::CurrentLimit => "current_limit_seats",
+            M::QueueLengthAfterEnqueue => "request_queue_length_after_enqueue",
         }
     }
 }
@@ -87,74 +97,32 @@ struct Series {
     hist: Option<Hist>,
 }
 
-/// A histogram aggregated in the VM: per-bucket (non-cumulative) pending counts, flushed as
-/// cumulative `_bucket` counters.
+/// A histogram series: its samples aggregated in the VM, its stat names and counter ids (in the
+/// order of [`names::HistogramStatNames::all`]).
 struct Hist {
-    /// Envoy value = round(upstream value × scale).
-    spec: &'static names::MetricSpec,
-    /// Upper bounds in Envoy units (scaled), ascending.
-    bounds: Vec<f64>,
-    pending: Vec<u64>,
-    pending_inf: u64,
-    pending_sum: u64,
-    /// Counter ids: one per bound, then +Inf, `_sum`, `_count`.
+    acc: names::HistogramAcc,
+    names: Vec<String>,
     ids: Vec<Option<u32>>,
 }
 
 impl Hist {
-    fn new(spec: &'static names::MetricSpec) -> Hist {
-        let bounds = names::envoy_buckets(spec);
-        let n = bounds.len();
-        Hist { spec, bounds, pending: vec![0; n], pending_inf: 0, pending_sum: 0, ids: vec![None; n + 3] }
+    fn new(spec: &'static names::MetricSpec, stat_names: &names::HistogramStatNames) -> Hist {
+        let names: Vec<String> = stat_names.all().cloned().collect();
+        let ids = vec![None; names.len()];
+        Hist { acc: names::HistogramAcc::new(spec), names, ids }
     }
-    fn record(&mut self, value: f64) {
-        let v = names::envoy_value(self.spec, value);
-        let x = v as f64;
-        match self.bounds.iter().position(|b| x <= *b) {
-            Some(i) => {
-                if let Some(p) = self.pending.get_mut(i) {
-                    *p += 1;
-                }
-            }
-            None => self.pending_inf += 1,
-        }
-        self.pending_sum = self.pending_sum.saturating_add(v);
-    }
-    fn flush(&mut self, base: &str) {
-        let total: u64 = self.pending.iter().sum::<u64>() + self.pending_inf;
-        if total == 0 {
-            return;
-        }
-        // `base` is `apiserver_flowcontrol_<name>.<labels>`: insert the suffix after the name.
-        let (name, labels) = base.split_once('.').map(|(n, l)| (n, format!(".{l}"))).unwrap_or((base, String::new()));
-        let mut cum = 0u64;
-        let n = self.bounds.len();
-        for i in 0..=n + 2 {
-            let (stat, delta) = if i < n {
-                cum += self.pending.get(i).copied().unwrap_or(0);
-                let b = self.bounds.get(i).copied().unwrap_or(0.0);
-                (format!("{name}_bucket{labels}.le.{b}"), cum)
-            } else if i == n {
-                (format!("{name}_bucket{labels}.le.+Inf"), total)
-            } else if i == n + 1 {
-                (format!("{name}_sum{labels}"), self.pending_sum)
-            } else {
-                (format!("{name}_count{labels}"), total)
-            };
-            if delta == 0 {
-                continue;
-            }
-            let Some(slot) = self.ids.get_mut(i) else { continue };
+    fn flush(&mut self) {
+        let Some(deltas) = self.acc.take() else { return };
+        // Every counter of the series is defined on its first flush, even at 0: with a missing
+        // lower bucket `histogram_quantile` would interpolate from 0 instead of from that bound.
+        for ((name, slot), delta) in self.names.iter().zip(self.ids.iter_mut()).zip(deltas) {
             if slot.is_none() {
-                *slot = host::define_metric(host::METRIC_COUNTER, &stat);
+                *slot = host::define_metric(host::METRIC_COUNTER, name);
             }
-            if let Some(id) = *slot {
+            if let (Some(id), true) = (*slot, delta > 0) {
                 host::increment_metric(id, i64::try_from(delta).unwrap_or(i64::MAX));
             }
         }
-        self.pending.iter_mut().for_each(|p| *p = 0);
-        self.pending_inf = 0;
-        self.pending_sum = 0;
     }
 }
 
@@ -167,7 +135,8 @@ thread_local! {
     static REG: RefCell<Registry> = RefCell::new(Registry::default());
 }
 
-fn series_name(c: &Compiled, m: M, pl: usize, fs: usize, extra: u8) -> Option<(String, MetricKind)> {
+/// A new series: its stat name (counters, gauges) or its histogram.
+fn new_series(c: &Compiled, m: M, pl: usize, fs: usize, extra: u8) -> Option<Series> {
     let spec = names::spec(m.upstream_name())?;
     let pl_name = c.levels.get(pl).map(|l| l.name.as_str()).unwrap_or("");
     let fs_name = c.config.policy.flow_schemas.get(fs).map(|f| f.name.as_str()).unwrap_or("");
@@ -180,7 +149,11 @@ fn series_name(c: &Compiled, m: M, pl: usize, fs: usize, extra: u8) -> Option<(S
             _ => extra_value(extra),
         })
         .collect();
-    names::stat_name(spec, &values).ok().map(|n| (n, spec.kind))
+    let (name, hist) = match spec.kind {
+        MetricKind::Histogram => (String::new(), Some(Hist::new(spec, &names::histogram_stat_names(spec, &values).ok()?))),
+        _ => (names::stat_name(spec, &values).ok()?, None),
+    };
+    Some(Series { name, kind: spec.kind, id: None, pending: 0, hist })
 }
 
 fn with_series<T>(c: &Compiled, m: M, pl: usize, fs: usize, extra: u8, f: impl FnOnce(&mut Series) -> T) -> Option<T> {
@@ -190,12 +163,7 @@ fn with_series<T>(c: &Compiled, m: M, pl: usize, fs: usize, extra: u8, f: impl F
         if let Some(s) = r.series.get_mut(&key) {
             return Some(f(s));
         }
-        let (name, kind) = series_name(c, m, pl, fs, extra)?;
-        let hist = match kind {
-            MetricKind::Histogram => names::spec(m.upstream_name()).map(Hist::new),
-            _ => None,
-        };
-        let s = r.series.entry(key).or_insert(Series { name, kind, id: None, pending: 0, hist });
+        let s = r.series.entry(key).or_insert(new_series(c, m, pl, fs, extra)?);
         Some(f(s))
     })
 }
@@ -221,7 +189,7 @@ pub fn add(c: &Compiled, m: M, pl: usize, fs: usize, extra: u8, delta: i64) {
 pub fn observe(c: &Compiled, m: M, pl: usize, fs: usize, extra: u8, value: f64) {
     with_series(c, m, pl, fs, extra, |s| {
         if let Some(h) = s.hist.as_mut() {
-            h.record(value);
+            h.acc.observe(value);
         }
     });
 }
@@ -333,7 +301,7 @@ pub fn flush() {
         let mut r = r.borrow_mut();
         for s in r.series.values_mut() {
             if let Some(h) = s.hist.as_mut() {
-                h.flush(&s.name);
+                h.flush();
                 continue;
             }
             if s.pending != 0 {

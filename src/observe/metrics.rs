@@ -1,12 +1,12 @@
-//! Upstream APF metrics (reference §9.3; `pkg/util/flowcontrol/metrics/metrics.go`) and their
-//! mapping to flat Envoy stat names.
+//! Upstream APF metrics (`pkg/util/flowcontrol/metrics/metrics.go`) and their mapping to flat
+//! Envoy stat names.
 //!
 //! ## Naming scheme
 //! proxy-wasm metrics have flat names (Envoy stores them as `wasmcustom.<name>`), so labels are
 //! encoded as `.key.value` pairs after the metric name, in the label order of [`MetricSpec`]:
 //!
 //! ```text
-//! apiserver_flowcontrol_<envoy_name>(.<label>.<sanitized value>)*
+//! apiserver_flowcontrol_<name>(.<label>.<sanitized value>)*
 //! e.g. apiserver_flowcontrol_rejected_requests_total.priority_level.workload-low.flow_schema.service-accounts.reason.queue-full
 //! ```
 //!
@@ -21,14 +21,32 @@
 //! the second one is the tag value; every specifier runs against the full name. The pair
 //! structure before the group keeps key/value alignment, so a value equal to a key name can't
 //! be mistaken for a key. After all tags are extracted the name is
-//! `wasmcustom.apiserver_flowcontrol_<envoy_name>`, which Envoy's Prometheus endpoint exports
-//! as `apiserver_flowcontrol_<envoy_name>{k="value",...}` (custom namespace stripped, no
+//! `wasmcustom.apiserver_flowcontrol_<name>`, which Envoy's Prometheus endpoint exports
+//! as `apiserver_flowcontrol_<name>{k="value",...}` (custom namespace stripped, no
 //! `envoy_` prefix). In Istio, put [`envoy_stats_config_yaml`] into an `EnvoyFilter`
 //! `BOOTSTRAP` `MERGE` patch and [`istio_proxy_stats_matcher_yaml`] into `proxyStatsMatcher`.
 //!
-//! Deviation: Envoy stat values are integers. Metrics whose upstream values are fractional are
-//! recorded as `round(value × 1000)`: seconds histograms are renamed `*_milliseconds`, other
-//! fractional gauges/histograms get a `_milli` suffix, and their buckets are scaled ×1000.
+//! ## Histograms
+//! A histogram is exported as Prometheus' classic series, each an Envoy counter:
+//! `<name>_bucket.<labels>.le.<bound>` (cumulative; one per upstream bound, then `+Inf`) and
+//! `<name>_count.<labels>`, with upstream's names, units (seconds) and bounds. `le` is always the
+//! last pair and the only value that may contain a dot (`0.005`); its tag regex is anchored at
+//! the end of the name and takes the whole bound (see [`tag_regex`]). Bounds print as Go's
+//! `strconv.FormatFloat(b, 'g', -1, 64)` does for them (`0`, `0.005`, `30`), see [`le_label`].
+//!
+//! Envoy stat values are integers, so a fractional `_sum` (seconds) can't be a counter. A
+//! histogram whose samples are integers (seats, queue lengths) exports `<name>_sum` as upstream.
+//! One with fractional samples exports its sum as an integer counter in a smaller unit under
+//! another name, `<envoy_name>_sum` with `envoy_name` naming the unit
+//! (`request_wait_duration_microseconds_sum`: microseconds), and no `<name>_sum` at all, so a
+//! wrong-unit `_sum` can never be summed with kube-apiserver's. The recording rules in
+//! `observability/apf-wasm-rules.yaml` derive upstream's `<name>_sum` in seconds from it
+//! (`… / 1e6`). The sum is exact: samples are added in nanoseconds per worker and the part
+//! below one exported unit is carried to the next flush ([`HistogramAcc`]), so the exported
+//! value never drifts, and is short of the true sum by less than one unit per worker.
+//!
+//! Other fractional upstream values (gauges such as `current_r`) are recorded as
+//! `round(value × envoy_scale)` under `envoy_name` (a `_milli` suffix for ×1000).
 
 /// Common prefix of all APF metrics.
 pub const PREFIX: &str = "apiserver_flowcontrol_";
@@ -52,9 +70,12 @@ pub struct MetricSpec {
     /// Upstream histogram buckets (upstream units); empty for counters/gauges.
     pub buckets: &'static [f64],
     pub stability: &'static str,
-    /// Recorded Envoy value = `round(upstream value × envoy_scale)`.
+    /// Counters and gauges: recorded Envoy value = `round(upstream value × envoy_scale)`.
+    /// Histograms: the exported sum counts units of `1 / envoy_scale` (1e6: microseconds).
     pub envoy_scale: f64,
-    /// Envoy name without [`PREFIX`] (differs from `name` when scaled).
+    /// Envoy name without [`PREFIX`]. Counters and gauges: the exported name (differs from
+    /// `name` when scaled). Histograms: `_bucket` and `_count` always use `name`; the sum is
+    /// `<envoy_name>_sum` (equal to `name` when the sum is not scaled).
     pub envoy_name: &'static str,
 }
 
@@ -94,8 +115,8 @@ pub const METRICS: &[MetricSpec] = &[
     m("current_inqueue_seats", Gauge, PL_FS, &[], "ALPHA", 1.0, "current_inqueue_seats"),
     m("current_executing_requests", Gauge, PL_FS, &[], "BETA", 1.0, "current_executing_requests"),
     m("current_executing_seats", Gauge, PL_FS, &[], "BETA", 1.0, "current_executing_seats"),
-    m("request_wait_duration_seconds", Histogram, &["priority_level", "flow_schema", "execute"], DURATION_BUCKETS, "BETA", 1000.0, "request_wait_duration_milliseconds"),
-    m("request_execution_seconds", Histogram, &["priority_level", "flow_schema", "type"], DURATION_BUCKETS, "ALPHA", 1000.0, "request_execution_milliseconds"),
+    m("request_wait_duration_seconds", Histogram, &["priority_level", "flow_schema", "execute"], DURATION_BUCKETS, "BETA", 1e6, "request_wait_duration_microseconds"),
+    m("request_execution_seconds", Histogram, &["priority_level", "flow_schema", "type"], DURATION_BUCKETS, "ALPHA", 1e6, "request_execution_microseconds"),
     m("request_queue_length_after_enqueue", Histogram, PL_FS, QUEUE_LENGTH_BUCKETS, "ALPHA", 1.0, "request_queue_length_after_enqueue"),
     m("work_estimated_seats", Histogram, PL_FS, WORK_ESTIMATED_SEATS_BUCKETS, "ALPHA", 1.0, "work_estimated_seats"),
     m("watch_count_samples", Histogram, PL_FS, WATCH_COUNT_BUCKETS, "ALPHA", 1.0, "watch_count_samples"),
@@ -116,10 +137,10 @@ pub const METRICS: &[MetricSpec] = &[
     m("demand_seats_smoothed", Gauge, PL, &[], "ALPHA", 1000.0, "demand_seats_smoothed_milli"),
     m("target_seats", Gauge, PL, &[], "ALPHA", 1000.0, "target_seats_milli"),
     m("seat_fair_frac", Gauge, &[], &[], "ALPHA", 1000.0, "seat_fair_frac_milli"),
-    m("priority_level_seat_utilization", Histogram, &["priority_level", "phase"], SEAT_UTILIZATION_BUCKETS, "ALPHA", 1000.0, "priority_level_seat_utilization_milli"),
-    m("priority_level_request_utilization", Histogram, &["phase", "priority_level"], REQUEST_UTILIZATION_BUCKETS, "ALPHA", 1000.0, "priority_level_request_utilization_milli"),
-    m("read_vs_write_current_requests", Histogram, &["phase", "request_kind"], READ_WRITE_BUCKETS, "ALPHA", 1000.0, "read_vs_write_current_requests_milli"),
-    m("demand_seats", Histogram, PL, DEMAND_SEATS_BUCKETS, "ALPHA", 1000.0, "demand_seats_milli"),
+    m("priority_level_seat_utilization", Histogram, &["priority_level", "phase"], SEAT_UTILIZATION_BUCKETS, "ALPHA", 1e6, "priority_level_seat_utilization_micro"),
+    m("priority_level_request_utilization", Histogram, &["phase", "priority_level"], REQUEST_UTILIZATION_BUCKETS, "ALPHA", 1e6, "priority_level_request_utilization_micro"),
+    m("read_vs_write_current_requests", Histogram, &["phase", "request_kind"], READ_WRITE_BUCKETS, "ALPHA", 1e6, "read_vs_write_current_requests_micro"),
+    m("demand_seats", Histogram, PL, DEMAND_SEATS_BUCKETS, "ALPHA", 1e6, "demand_seats_micro"),
 ];
 
 /// Every label key used by some metric (one `stats_tags` entry each).
@@ -145,9 +166,8 @@ pub fn sanitize_label_value(v: &str) -> String {
     }
 }
 
-/// Flat Envoy stat name (as passed to `define_metric`) for a metric and its label values,
-/// given in the order of `spec.labels`.
-pub fn stat_name(spec: &MetricSpec, label_values: &[&str]) -> Result<String, String> {
+/// `.key.value` pairs for `label_values`, given in the order of `spec.labels`.
+fn label_pairs(spec: &MetricSpec, label_values: &[&str]) -> Result<String, String> {
     if label_values.len() != spec.labels.len() {
         return Err(format!(
             "metric {} takes {} label values, got {}",
@@ -156,9 +176,7 @@ pub fn stat_name(spec: &MetricSpec, label_values: &[&str]) -> Result<String, Str
             label_values.len()
         ));
     }
-    let mut s = String::with_capacity(64);
-    s.push_str(PREFIX);
-    s.push_str(spec.envoy_name);
+    let mut s = String::with_capacity(48);
     for (k, v) in spec.labels.iter().zip(label_values) {
         s.push('.');
         s.push_str(k);
@@ -166,6 +184,159 @@ pub fn stat_name(spec: &MetricSpec, label_values: &[&str]) -> Result<String, Str
         s.push_str(&sanitize_label_value(v));
     }
     Ok(s)
+}
+
+/// Flat Envoy stat name (as passed to `define_metric`) for a counter or gauge and its label
+/// values, given in the order of `spec.labels`. Histograms have several series:
+/// [`histogram_stat_names`].
+pub fn stat_name(spec: &MetricSpec, label_values: &[&str]) -> Result<String, String> {
+    if spec.kind == MetricKind::Histogram {
+        return Err(format!("metric {} is a histogram: use histogram_stat_names", spec.name));
+    }
+    Ok(format!("{PREFIX}{}{}", spec.envoy_name, label_pairs(spec, label_values)?))
+}
+
+/// The `le` label value of a bucket bound, as upstream's Prometheus client prints it
+/// (`strconv.FormatFloat(b, 'g', -1, 64)`): shortest round-trip digits, no exponent for the
+/// bounds upstream uses (all between 0.001 and 10000).
+pub fn le_label(bound: f64) -> String {
+    if bound.is_infinite() && bound > 0.0 {
+        "+Inf".to_string()
+    } else {
+        format!("{bound}")
+    }
+}
+
+/// Whether a histogram's `_sum` is exported under upstream's name (integer samples) or scaled
+/// under `<envoy_name>_sum` (fractional samples).
+pub fn sum_is_scaled(spec: &MetricSpec) -> bool {
+    spec.envoy_scale != 1.0
+}
+
+/// Name of the series carrying a histogram's sum, without [`PREFIX`]: `<name>_sum`, or
+/// `<envoy_name>_sum` when scaled (`request_wait_duration_microseconds_sum`).
+pub fn sum_series_name(spec: &MetricSpec) -> String {
+    if sum_is_scaled(spec) {
+        format!("{}_sum", spec.envoy_name)
+    } else {
+        format!("{}_sum", spec.name)
+    }
+}
+
+/// The flat Envoy stat names of one histogram series (one label set).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistogramStatNames {
+    /// `<name>_bucket.<labels>.le.<bound>`: one per upstream bound, then `+Inf`.
+    pub buckets: Vec<String>,
+    /// [`sum_series_name`] with the labels.
+    pub sum: String,
+    /// `<name>_count.<labels>`.
+    pub count: String,
+}
+
+impl HistogramStatNames {
+    /// Every name in the order of [`HistogramAcc::take`]'s deltas: buckets, sum, count.
+    pub fn all(&self) -> impl Iterator<Item = &String> {
+        self.buckets.iter().chain([&self.sum, &self.count])
+    }
+}
+
+/// Flat Envoy stat names for a histogram and its label values (order of `spec.labels`).
+pub fn histogram_stat_names(spec: &MetricSpec, label_values: &[&str]) -> Result<HistogramStatNames, String> {
+    if spec.kind != MetricKind::Histogram {
+        return Err(format!("metric {} is not a histogram", spec.name));
+    }
+    let labels = label_pairs(spec, label_values)?;
+    let name = spec.name;
+    let buckets = spec
+        .buckets
+        .iter()
+        .copied()
+        .chain([f64::INFINITY])
+        .map(|b| format!("{PREFIX}{name}_bucket{labels}.le.{}", le_label(b)))
+        .collect();
+    Ok(HistogramStatNames {
+        buckets,
+        sum: format!("{PREFIX}{}{labels}", sum_series_name(spec)),
+        count: format!("{PREFIX}{name}_count{labels}"),
+    })
+}
+
+/// Sums are accumulated in units of 1e-9 of the upstream unit (nanoseconds for seconds).
+pub const SUM_FINE_PER_UNIT: f64 = 1e9;
+
+/// A sample in [`SUM_FINE_PER_UNIT`] units, clamped to `u64` (negative and NaN → 0).
+pub fn fine_value(x: f64) -> u64 {
+    let v = (x * SUM_FINE_PER_UNIT).round();
+    if v.is_nan() || v <= 0.0 {
+        0
+    } else if v >= u64::MAX as f64 {
+        u64::MAX
+    } else {
+        v as u64
+    }
+}
+
+/// One histogram series aggregated in a VM between flushes, as Prometheus' client does it
+/// (`prometheus/client_golang` `histogram.observe`: a sample goes into the first bucket whose
+/// upper bound is ≥ it, NaN and values above every bound only into `+Inf`). Host-independent.
+#[derive(Debug, Clone)]
+pub struct HistogramAcc {
+    bounds: &'static [f64],
+    /// Non-cumulative counts since the last [`take`](Self::take): one per bound, then `+Inf`.
+    counts: Vec<u64>,
+    /// Σ samples since the last take, in [`SUM_FINE_PER_UNIT`] units.
+    sum_fine: u64,
+    /// Fine units not exported yet (less than one `step`).
+    carry_fine: u64,
+    /// Fine units per exported sum unit (1000 for microseconds of seconds).
+    step: u64,
+}
+
+impl HistogramAcc {
+    pub fn new(spec: &MetricSpec) -> HistogramAcc {
+        let step = (SUM_FINE_PER_UNIT / spec.envoy_scale).round();
+        let step = if step.is_nan() || step < 1.0 { 1 } else if step >= u64::MAX as f64 { u64::MAX } else { step as u64 };
+        HistogramAcc { bounds: spec.buckets, counts: vec![0; spec.buckets.len() + 1], sum_fine: 0, carry_fine: 0, step }
+    }
+
+    /// Records one sample in upstream units (seconds, seats).
+    pub fn observe(&mut self, x: f64) {
+        let i = self.bounds.iter().position(|b| x <= *b).unwrap_or(self.bounds.len());
+        if let Some(c) = self.counts.get_mut(i) {
+            *c = c.saturating_add(1);
+        }
+        self.sum_fine = self.sum_fine.saturating_add(fine_value(x));
+    }
+
+    /// Samples recorded since the last take.
+    pub fn pending(&self) -> u64 {
+        self.counts.iter().fold(0u64, |a, c| a.saturating_add(*c))
+    }
+
+    /// What to add to the exported counters since the last call, in the order of
+    /// [`HistogramStatNames::all`]: each `_bucket` (cumulative, `+Inf` last), the sum (in
+    /// exported units; the remainder is carried to the next call), `_count`. `None` when
+    /// nothing was recorded.
+    pub fn take(&mut self) -> Option<Vec<u64>> {
+        let total = self.pending();
+        if total == 0 {
+            return None;
+        }
+        let mut out = Vec::with_capacity(self.counts.len() + 2);
+        let mut cum = 0u64;
+        for c in &mut self.counts {
+            cum = cum.saturating_add(*c);
+            out.push(cum);
+            *c = 0;
+        }
+        let fine = self.carry_fine.saturating_add(self.sum_fine);
+        self.sum_fine = 0;
+        out.push(fine / self.step);
+        self.carry_fine = fine % self.step;
+        out.push(total);
+        Some(out)
+    }
 }
 
 /// Value to record in Envoy for an upstream value: `round(x × scale)`, clamped to `u64`
@@ -182,20 +353,17 @@ pub fn envoy_value(spec: &MetricSpec, x: f64) -> u64 {
 }
 
 /// Envoy `stats_tags` regex for one label key (RE2 syntax; group 1 removed, group 2 = value).
+/// `le` is always the last pair and its value may have one dot (`0.005`), so its regex is
+/// anchored at the end and takes an optional `.digits` after the first part.
 pub fn tag_regex(label_key: &str) -> String {
-    format!(r"^(?:wasmcustom\.)?apiserver_flowcontrol_[a-z_]+(?:\.[a-z_]+\.[^.]+)*?(\.{label_key}\.([^.]+))")
+    let value = if label_key == "le" { r"([^.]+(?:\.[0-9]+)?))$" } else { r"([^.]+))" };
+    format!(r"^(?:wasmcustom\.)?apiserver_flowcontrol_[a-z_]+(?:\.[a-z_]+\.[^.]+)*?(\.{label_key}\.{value}")
 }
 
 /// `(tag_name, regex)` for every label key.
 pub fn stats_tags() -> Vec<(String, String)> {
     LABEL_KEYS.iter().map(|k| (k.to_string(), tag_regex(k))).collect()
 }
-
-/// Envoy histogram buckets (scaled) for a histogram metric.
-pub fn envoy_buckets(spec: &MetricSpec) -> Vec<f64> {
-    spec.buckets.iter().map(|b| (b * spec.envoy_scale * 1e6).round() / 1e6).collect()
-}
-
 
 /// Envoy bootstrap `stats_config` snippet: tag regexes and histogram buckets.
 pub fn envoy_stats_config_yaml() -> String {
@@ -227,12 +395,30 @@ mod tests {
         assert_eq!(stat_name(spec("seat_fair_frac").unwrap(), &[]).unwrap(), "apiserver_flowcontrol_seat_fair_frac_milli");
         assert_eq!(sanitize_label_value("a.b.c"), "a_b_c");
         assert_eq!(sanitize_label_value(""), "_");
+        let r = spec("current_r").unwrap();
+        assert_eq!(envoy_value(r, 0.0125), 13);
+        assert_eq!(envoy_value(r, f64::NAN), 0);
+        assert_eq!(envoy_value(r, -1.0), 0);
+        assert_eq!(envoy_value(r, f64::INFINITY), u64::MAX);
         let w = spec("request_wait_duration_seconds").unwrap();
-        assert_eq!(envoy_value(w, 0.0125), 13);
-        assert_eq!(envoy_value(w, f64::NAN), 0);
-        assert_eq!(envoy_value(w, -1.0), 0);
-        assert_eq!(envoy_value(w, f64::INFINITY), u64::MAX);
-        assert_eq!(envoy_buckets(w)[1], 5.0);
+        assert!(stat_name(w, &["a", "b", "true"]).is_err());
+        let h = histogram_stat_names(w, &["a", "b", "true"]).unwrap();
+        assert_eq!(h.buckets[1], "apiserver_flowcontrol_request_wait_duration_seconds_bucket.priority_level.a.flow_schema.b.execute.true.le.0.005");
+        assert_eq!(h.buckets.last().unwrap(), "apiserver_flowcontrol_request_wait_duration_seconds_bucket.priority_level.a.flow_schema.b.execute.true.le.+Inf");
+        assert_eq!(h.sum, "apiserver_flowcontrol_request_wait_duration_microseconds_sum.priority_level.a.flow_schema.b.execute.true");
+        assert_eq!(h.count, "apiserver_flowcontrol_request_wait_duration_seconds_count.priority_level.a.flow_schema.b.execute.true");
+        assert_eq!(h.all().count(), DURATION_BUCKETS.len() + 3);
+        let q = histogram_stat_names(spec("work_estimated_seats").unwrap(), &["a", "b"]).unwrap();
+        assert_eq!(q.sum, "apiserver_flowcontrol_work_estimated_seats_sum.priority_level.a.flow_schema.b");
+        assert!(histogram_stat_names(spec("dispatched_requests_total").unwrap(), &["a", "b"]).is_err());
+        let mut acc = HistogramAcc::new(w);
+        assert_eq!(acc.take(), None);
+        acc.observe(0.005);
+        acc.observe(0.0000005);
+        acc.observe(31.0);
+        assert_eq!(acc.take().unwrap(), vec![0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 31_005_000, 3]);
+        acc.observe(0.0000005);
+        assert_eq!(acc.take().unwrap()[14], 1, "the carried 500 ns make a microsecond");
         // Every label key used by a metric has a tag, and names are unique.
         for s in METRICS {
             for l in s.labels {

@@ -1,6 +1,7 @@
-"""Issue 5 (ops) — metrics: the generated `stats_config` (envoy/stats_config.yaml) turns the
-filter's flat stat names into Prometheus labels, and after a saturating run the counters on
-/stats/prometheus match what the clients saw while the gauges return to 0."""
+"""Metrics: the generated `stats_config` (envoy/stats_config.yaml) turns the filter's flat stat
+names into Prometheus labels, and after a saturating run the counters on /stats/prometheus match
+what the clients saw while the gauges return to 0; histograms carry upstream's names, units
+(seconds) and bounds (tests/e2e/test_prometheus.py runs a real Prometheus on them)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,11 @@ DISPATCHED = "apiserver_flowcontrol_dispatched_requests_total"
 INQUEUE = "apiserver_flowcontrol_current_inqueue_requests"
 EXECUTING = "apiserver_flowcontrol_current_executing_requests"
 NOMINAL = "apiserver_flowcontrol_nominal_limit_seats"
+WAIT = "apiserver_flowcontrol_request_wait_duration_seconds"
+EXECUTION = "apiserver_flowcontrol_request_execution_seconds"
+# Upstream's bounds of both (pkg/util/flowcontrol/metrics/metrics.go), as `le` prints them.
+DURATION_LE = ["0", "0.005", "0.02", "0.05", "0.1", "0.2", "0.5", "1", "2", "5", "10", "15", "30",
+               "+Inf"]
 
 
 def test_ops_stats_config_validates_with_envoy(envoy_bin, wasm_module, tmp_path):
@@ -88,10 +94,12 @@ def test_ops_metrics_match_client_view(gateway):
             "dispatched": prom_sum(s, DISPATCHED, priority_level=LEVEL, flow_schema=SCHEMA),
             "inqueue": prom_sum(s, INQUEUE, priority_level=LEVEL),
             "executing": prom_sum(s, EXECUTING, priority_level=LEVEL),
+            "waits": prom_sum(s, f"{WAIT}_count", priority_level=LEVEL, flow_schema=SCHEMA),
+            "executions": prom_sum(s, f"{EXECUTION}_count", priority_level=LEVEL, flow_schema=SCHEMA),
         }
         settled.last = (got, s)
         return got == {"rejected": counts[429], "dispatched": counts[200], "inqueue": 0,
-                       "executing": 0}
+                       "executing": 0, "waits": len(out), "executions": counts[200]}
 
     settled.last = None
     try:
@@ -110,6 +118,36 @@ def test_ops_metrics_match_client_view(gateway):
     for name in (INQUEUE, EXECUTING, "apiserver_flowcontrol_current_inqueue_seats",
                  "apiserver_flowcontrol_current_executing_seats"):
         assert all(v == 0 for _, v in prom_series(s, name)), (name, prom_series(s, name))
+    # Histograms in seconds with upstream's bounds: every `le` of a series is there, cumulative,
+    # `+Inf` = `_count`. Waits: the 429s (rejected at arrival) waited 0 (execute="false"); the
+    # executed ones at most what the clients measured (x-apf-queued-ms, whole ms).
+    for name, extra in ((WAIT, "execute"), (EXECUTION, "type")):
+        series = prom_series(s, f"{name}_bucket", priority_level=LEVEL, flow_schema=SCHEMA)
+        for value in {ls[extra] for ls, _ in series}:
+            b = {ls["le"]: v for ls, v in series if ls[extra] == value}
+            assert sorted(b, key=float) == DURATION_LE, (name, value, sorted(b))
+            cum = [b[le] for le in DURATION_LE]
+            assert cum == sorted(cum) and cum[-1] == prom_sum(
+                s, f"{name}_count", priority_level=LEVEL, flow_schema=SCHEMA, **{extra: value}), (name, b)
+    assert prom_sum(s, f"{WAIT}_bucket", priority_level=LEVEL, execute="false", le="0") == counts[429]
+    queued_ms = sorted(int(r.h("x-apf-queued-ms")) for r in out if r.status == 200)
+    for le in DURATION_LE[:-1]:
+        got = prom_sum(s, f"{WAIT}_bucket", priority_level=LEVEL, execute="true", le=le)
+        lo = sum(1 for w in queued_ms if w < float(le) * 1000)
+        hi = sum(1 for w in queued_ms if w <= float(le) * 1000)
+        assert lo <= got <= hi, (le, got, lo, hi, queued_ms)
+    # Every executed request slept 0.25 s upstream.
+    assert prom_sum(s, f"{EXECUTION}_bucket", priority_level=LEVEL, le="0.2") == 0
+    # Sums: Envoy stats are integers, so a seconds histogram's sum is exported in microseconds
+    # under its own name (observability/apf-wasm-rules.yaml records upstream's `_sum`).
+    assert not prom_series(s, f"{WAIT}_sum") and not prom_series(s, f"{EXECUTION}_sum")
+    wait_us = prom_sum(s, "apiserver_flowcontrol_request_wait_duration_microseconds_sum",
+                       priority_level=LEVEL)
+    assert sum(queued_ms) * 1000 - 2 <= wait_us < (sum(queued_ms) + len(queued_ms)) * 1000, (wait_us, queued_ms)
+    exec_us = prom_sum(s, "apiserver_flowcontrol_request_execution_microseconds_sum",
+                       priority_level=LEVEL)
+    assert exec_us >= counts[200] * 250_000, exec_us
+    assert not [n for n, _, _ in s if n.startswith("apiserver_flowcontrol_") and "milli" in n]
     # The global state's contention counters (not upstream's): every request wrote its level
     # at least once (admission) and every update read its level state (decoded or reused).
     writes = prom_sum(s, "apf_wasm_shared_state_writes_total")
