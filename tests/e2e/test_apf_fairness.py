@@ -225,4 +225,8 @@ def test_quiet_closed_loop_user_keeps_its_throughput_beside_a_heavy_one(gateway,
     # keeps its throughput: per connection it is served far more often than the heavy user.
     assert pct(q.waits_ms, 0.5) <= 2 * RELEASE_MS, f"quiet user queued too long\n{report}"
     assert q.rate / QUIET_CONNS >= 2 * h.rate / HEAVY_CONNS, f"quiet served like heavy\n{report}"
-    assert kept >= KEPT_MIN, f"quiet user lost throughput\n{report}"
+    # ≥ 90 % of its standalone throughput; on a loaded machine the control (no queuing at all)
+    # loses some too, and what the machine takes from both is not APF's: the bar then applies
+    # to the quiet user's throughput relative to the control's.
+    machine = min(1.0, control_kept)
+    assert kept >= KEPT_MIN * machine, f"quiet user lost throughput (control kept {control_kept:.1%})\n{report}"
