@@ -242,18 +242,28 @@ fn unix_secs(now: Nanos) -> i64 {
 
 /// Admits a classified request to priority level `level` (index into the compiled levels).
 pub fn admit(c: &Compiled, store: &dyn Store, now: Nanos, level: usize, work: WorkEstimate, tag: RequestTag, notices: &mut Vec<Notice>) -> Result<Decision, EngineError> {
+    admit_observed(c, store, now, level, work, tag, notices).map(|(d, _)| d)
+}
+
+/// [`admit`], also giving the length of the request's queue after it was enqueued (`None`
+/// when it was not enqueued): upstream's `request_queue_length_after_enqueue`.
+pub fn admit_observed(c: &Compiled, store: &dyn Store, now: Nanos, level: usize, work: WorkEstimate, tag: RequestTag, notices: &mut Vec<Notice>) -> Result<(Decision, Option<u32>), EngineError> {
     let lvl = c.levels.get(level).ok_or_else(|| EngineError::Config("level index out of range".into()))?;
-    let r = update_level(store, now, &lvl.key, Some((lvl, c.generation)), |st, out| match st.qs.arrive(now, work, tag, out) {
-        Arrival::Executing(rc) => Decision::Execute(rc),
-        Arrival::Queued(id) => Decision::Queued(id),
-        Arrival::Rejected(reason) => {
-            st.dropped.record_dropped(unix_secs(now));
-            Decision::Rejected { reason, retry_after: st.dropped.retry_after() }
-        }
+    let r = update_level(store, now, &lvl.key, Some((lvl, c.generation)), |st, out| {
+        let (arrival, length) = st.qs.arrive_observed(now, work, tag, out);
+        let decision = match arrival {
+            Arrival::Executing(rc) => Decision::Execute(rc),
+            Arrival::Queued(id) => Decision::Queued(id),
+            Arrival::Rejected(reason) => {
+                st.dropped.record_dropped(unix_secs(now));
+                Decision::Rejected { reason, retry_after: st.dropped.retry_after() }
+            }
+        };
+        (decision, length)
     })?;
-    let Some(decision) = r else { return Err(EngineError::Config("arrival without a decision".into())) };
-    notices.extend(decision.1.iter().map(|d| Notice::run(&lvl.key, d)));
-    Ok(decision.0)
+    let Some(((decision, length), dispatched)) = r else { return Err(EngineError::Config("arrival without a decision".into())) };
+    notices.extend(dispatched.iter().map(|d| Notice::run(&lvl.key, d)));
+    Ok((decision, length))
 }
 
 /// The one write path of a level: one CAS update of its stored state. Loads the state

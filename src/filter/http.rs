@@ -193,13 +193,17 @@ impl Http {
         let mut notices = Vec::new();
         let decision = {
             let _t = timing::span(Span::Admit);
-            engine::admit(c, host::store(), now, d.class.priority_level, d.work, tag, &mut notices)
+            engine::admit_observed(c, host::store(), now, d.class.priority_level, d.work, tag, &mut notices)
         };
         let key = level.key.clone();
         let (pl, fs_i) = (d.class.priority_level, d.class.flow_schema);
         let seats = d.work.max_seats();
         self.seats = seats;
         metrics::observe(c, M::WorkEstimatedSeats, pl, fs_i, metrics::EXTRA_NONE, f64::from(seats));
+        if let Ok((_, Some(length))) = decision {
+            metrics::observe(c, M::QueueLengthAfterEnqueue, pl, fs_i, metrics::EXTRA_NONE, f64::from(length));
+        }
+        let decision = decision.map(|(d, _)| d);
         let local = |id, phase| Local {
             level_key: key.clone(),
             id,

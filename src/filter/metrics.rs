@@ -37,9 +37,7 @@ pub enum M {
     CurrentLimit,
     /// Length of the request's queue after it was enqueued (histogram; upstream observes it in
     /// `pkg/util/flowcontrol/fairqueuing/queueset/queueset.go`
-    /// `timeoutOldRequestsAndRejectOrEnqueueLocked`). Not recorded yet: the admission decision
-    /// does not carry the queue's length.
-    #[allow(dead_code)]
+    /// `timeoutOldRequestsAndRejectOrEnqueueLocked`).
     QueueLengthAfterEnqueue,
 }
 

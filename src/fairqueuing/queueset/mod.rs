@@ -376,16 +376,24 @@ impl QueueSet {
     /// Upstream `StartRequest`. `out` receives the requests dispatched as a consequence (not
     /// including this one when the result is `Executing`).
     pub fn arrive(&mut self, now: Nanos, work: WorkEstimate, tag: RequestTag, out: &mut Vec<Dispatched>) -> Arrival {
+        self.arrive_observed(now, work, tag, out).0
+    }
+
+    /// [`QueueSet::arrive`], also giving the length of the request's queue right after it was
+    /// enqueued (upstream's `request_queue_length_after_enqueue`, observed in `queueset.go:
+    /// timeoutOldRequestsAndRejectOrEnqueueLocked`): `None` when it was not enqueued (rejected, exempt, a
+    /// level without queues). A request dispatched at once was enqueued first, as upstream does.
+    pub fn arrive_observed(&mut self, now: Nanos, work: WorkEstimate, tag: RequestTag, out: &mut Vec<Dispatched>) -> (Arrival, Option<u32>) {
         self.sync_time(now);
         if self.cfg.desired_queues < 1 {
             if !self.can_accommodate(work.max_seats()) {
                 self.counters.rejected_concurrency_limit = self.counters.rejected_concurrency_limit.saturating_add(1);
-                return Arrival::Rejected(RejectReason::ConcurrencyLimit);
+                return (Arrival::Rejected(RejectReason::ConcurrencyLimit), None);
             }
             let id = self.new_id();
             let seats = work.max_seats();
             self.add_executing(tag.owner, -1, seats);
-            return Arrival::Executing(Receipt {
+            let receipt = Receipt {
                 id,
                 queue: -1,
                 owner: tag.owner,
@@ -393,7 +401,8 @@ impl QueueSet {
                 max_seats: seats,
                 start: now,
                 additional_latency: work.additional_latency,
-            });
+            };
+            return (Arrival::Executing(receipt), None);
         }
         let qidx = self.shuffle_shard(tag.flow_hash);
         let pos = match self.queue_pos(qidx) {
@@ -415,14 +424,16 @@ impl QueueSet {
                 self.queues.remove(pos);
             }
             self.counters.rejected_queue_full = self.counters.rejected_queue_full.saturating_add(1);
-            return Arrival::Rejected(RejectReason::QueueFull);
+            return (Arrival::Rejected(RejectReason::QueueFull), None);
         }
         let id = self.new_id();
         let g = self.g;
         let r = self.current_r;
         let (_, total_work) = request_work(&work, g);
+        let length = self.queues.get(pos).map_or(0, |q| q.waiting.len()).saturating_add(1);
+        let length = Some(u32::try_from(length).unwrap_or(u32::MAX));
         if let Some(receipt) = self.try_dispatch_directly(pos, id, tag, work, now) {
-            return Arrival::Executing(receipt);
+            return (Arrival::Executing(receipt), length);
         }
         if let Some(q) = self.queues.get_mut(pos) {
             if q.waiting.is_empty() && q.requests_executing == 0 {
@@ -445,10 +456,11 @@ impl QueueSet {
                 break;
             }
         }
-        match found {
+        let arrival = match found {
             Some(i) => Arrival::Executing(out.remove(i).receipt),
             None => Arrival::Queued(id),
-        }
+        };
+        (arrival, length)
     }
 
     /// The uncontended arrival, without the round trip through the queue: when nothing else

@@ -980,3 +980,16 @@ fn owner_affinity_bounds_reordering_and_loses_nothing() {
     assert_eq!(excess, 0, "a dispatch from another queue finished beyond one request's work after fair queuing's choice");
     assert!(reordered, "the scenario exercises the affinity");
 }
+
+/// `request_queue_length_after_enqueue`: the queue's length with the request in it, also for a
+/// request dispatched at once (upstream enqueues, then dispatches); nothing for a rejection or
+/// a level without queues.
+#[test]
+fn queue_length_after_enqueue() {
+    let mut qs = QueueSet::new(cfg(1, 2, 1, 1), 0).unwrap();
+    let mut out = Vec::new();
+    let lens: Vec<Option<u32>> = (0..4).map(|k| qs.arrive_observed(k, one(), tag(7), &mut out).1).collect();
+    assert_eq!(lens, vec![Some(1), Some(1), Some(2), None], "runs, waits, waits, queue full");
+    let mut reject_level = QueueSet::new(cfg(0, 0, 0, 1), 0).unwrap();
+    assert_eq!(reject_level.arrive_observed(0, one(), tag(7), &mut out).1, None);
+}
