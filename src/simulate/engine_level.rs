@@ -2,18 +2,16 @@
 //! of Envoy's shared data), driven by simulated Envoy workers the way `crate::filter` drives it.
 //!
 //! Each worker registers with [`engine::heartbeat`] and gets its slot (the owner recorded with
-//! its requests), and keeps a table of its requests by stream context, as
-//! `filter::worker::Worker::requests`: the request id, whether it waits or executes, and the
-//! receipt that finishes it. An arrival is [`engine::admit`] (the filter's
+//! its requests), and keeps its requests in the engine's own table
+//! ([`crate::engine::requests::Requests`], the one the filter uses), with the simulator as host. An arrival is [`engine::admit`] (the filter's
 //! `on_http_request_headers`); a handler return is [`engine::finish`] with the receipt (the
 //! filter's `stream_ended` → `engine::end`); timer work is [`engine::expire_level`] when the
 //! stored level's `QueueSet::next_event` is due (every worker's tick calls it in Envoy; whoever
 //! comes first does the work, so which worker calls it does not matter).
 //!
-//! Notices are routed to their owner's table as `filter::worker::{route, handle}` do: `Run` for
-//! a waiting request starts it (the filter resumes the paused stream) and keeps the receipt;
-//! `Reject` answers 429; a `Run` for a request its owner no longer waits for releases the seats
-//! again. Delivery is immediate: in Envoy a notice for another worker goes through that
+//! Notices are routed by that table exactly as in the filter: `Run` for a waiting request starts
+//! it (the filter resumes the paused stream) and keeps the receipt; `Reject` answers 429; a `Run`
+//! for a request its owner no longer waits for releases the seats again. Delivery is immediate: in Envoy a notice for another worker goes through that
 //! worker's mailbox and arrives a few microseconds later, which the simulator does not model.
 //!
 //! Each worker reaches the shared store through its own [`WorkerStore`], so it keeps its own
@@ -22,13 +20,14 @@
 //! another's write decodes. A cache hit gives exactly what decoding gives, so this changes
 //! costs, not results.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::admission::{Admission, Call, CallId, Outcome};
+use crate::engine::requests::{Entry, Host, Phase, Requests};
 use crate::engine::store::{MemStore, Store, WorkerStore};
-use crate::engine::{self, Compiled, Decision, LevelRuntime, LevelState, Notice, NoticeKind};
-use crate::fairqueuing::{QueueSetConfig, Receipt, RequestId, RequestTag};
+use crate::engine::{self, Compiled, Decision, LevelRuntime, LevelState, Notice};
+use crate::fairqueuing::{QueueSetConfig, RejectReason, RequestTag};
 use crate::policy::config::PluginConfig;
 use crate::policy::model::Policy;
 use crate::Nanos;
@@ -36,30 +35,48 @@ use crate::Nanos;
 /// Name of the simulated priority level (its store key is `engine::level_key(LEVEL_NAME)`).
 pub const LEVEL_NAME: &str = "sim";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Waiting,
-    Executing,
-}
-
-/// One of a worker's requests that waits or holds seats (`filter::worker::Local`).
-struct Local {
-    call: CallId,
-    id: RequestId,
-    phase: Phase,
-    receipt: Option<Receipt>,
-}
-
-/// One simulated Envoy worker (VM).
+/// One simulated Envoy worker (VM): its view of the store and its request table (the engine's
+/// own, as the filter's), each request's data being its call.
 struct Worker<'a> {
     /// The shared store as this worker sees it (with its own cache).
     store: WorkerStore<'a>,
     slot: u32,
     next_context: u32,
-    /// By stream context.
-    requests: HashMap<u32, Local>,
+    requests: Requests<CallId>,
     /// The context of each call in flight.
     by_call: HashMap<CallId, u32>,
+}
+
+/// The simulator as the engine's host for one worker: a resumed request starts its call, a
+/// rejected one ends it; notices for other workers are delivered after this worker's routing.
+struct SimHost<'o> {
+    slot: u32,
+    workers: &'o [u32],
+    outbox: Vec<Notice>,
+    out: &'o mut Vec<Outcome>,
+}
+
+impl Host<CallId> for SimHost<'_> {
+    fn slot(&self) -> Option<u32> {
+        Some(self.slot)
+    }
+    fn resume(&mut self, _context: u32, _e: &Entry<CallId>) -> bool {
+        true
+    }
+    fn reject(&mut self, _context: u32, e: &Entry<CallId>, reason: RejectReason, _retry_after: i64) {
+        self.out.push(Outcome::Rejected { call: e.extra, reason });
+    }
+    fn post(&mut self, n: &Notice) -> bool {
+        if self.workers.contains(&n.owner) {
+            self.outbox.push(n.clone());
+            true
+        } else {
+            false
+        }
+    }
+    fn dispatched(&mut self, e: &Entry<CallId>) {
+        self.out.push(Outcome::Started { call: e.extra, waited: e.waited });
+    }
 }
 
 pub struct EngineLevel<'a> {
@@ -114,7 +131,7 @@ impl<'a> EngineLevel<'a> {
             let store = WorkerStore::new(store);
             let slot = engine::heartbeat(&store, u64::from(w) + 1, start).map_err(err)?;
             by_slot.insert(slot, ws.len());
-            ws.push(Worker { store, slot, next_context: 1, requests: HashMap::new(), by_call: HashMap::new() });
+            ws.push(Worker { store, slot, next_context: 1, requests: Requests::new(), by_call: HashMap::new() });
         }
         if ws.is_empty() {
             return Err(String::from("no workers"));
@@ -122,40 +139,27 @@ impl<'a> EngineLevel<'a> {
         Ok(EngineLevel { compiled, key, workers: ws, by_slot, timers })
     }
 
-    /// `filter::worker::route` + `handle`, synchronously: every notice goes to its owner's
-    /// table; a `Run` nobody waits for is released by the owner (or, for an unknown owner, by
-    /// worker `by`, as `filter::worker::post` does), and what that dispatches is routed in turn.
+    /// `filter::worker::route`: worker `by` routes `notices` through its request table; what
+    /// it posts to other workers is routed by them in turn (synchronously: no mailbox latency).
     fn route(&mut self, now: Nanos, by: usize, notices: Vec<Notice>, out: &mut Vec<Outcome>) -> Result<(), String> {
-        let mut queue: VecDeque<Notice> = notices.into();
-        while let Some(n) = queue.pop_front() {
-            let owner = self.by_slot.get(&n.owner).copied();
-            let key = &self.key;
-            let local = owner.and_then(|w| self.workers.get_mut(w)).and_then(|w| {
-                let matches = w.requests.get(&n.context).is_some_and(|l| l.id == n.id && *n.level_key == **key);
-                matches.then_some(w)
-            });
-            match (n.kind, local) {
-                (NoticeKind::Run { waited, receipt }, Some(w)) => {
-                    let Some(l) = w.requests.get_mut(&n.context) else { continue };
-                    if l.phase == Phase::Waiting {
-                        l.phase = Phase::Executing;
-                        l.receipt = Some(receipt);
-                        out.push(Outcome::Started { call: l.call, waited });
-                    }
+        let slots: Vec<u32> = self.workers.iter().map(|w| w.slot).collect();
+        let mut pending = vec![(by, notices)];
+        while let Some((w, notices)) = pending.pop() {
+            let Some(wk) = self.workers.get_mut(w) else { continue };
+            let before = out.len();
+            let mut host = SimHost { slot: wk.slot, workers: &slots, outbox: Vec::new(), out };
+            wk.requests.route(&wk.store, &mut host, notices, now);
+            let outbox = host.outbox;
+            // A rejected call is over: forget its context.
+            for o in out.iter().skip(before) {
+                if let Outcome::Rejected { call, .. } = o {
+                    wk.by_call.remove(call);
                 }
-                (NoticeKind::Run { receipt, .. }, None) => {
-                    let Some(w) = self.workers.get(owner.unwrap_or(by)).or_else(|| self.workers.get(by)) else { continue };
-                    let mut more = Vec::new();
-                    engine::end(&w.store, now, &n.level_key, n.id, Some(&receipt), &mut more).map_err(err)?;
-                    queue.extend(more);
+            }
+            for n in outbox {
+                if let Some(&o) = self.by_slot.get(&n.owner) {
+                    pending.push((o, vec![n]));
                 }
-                (NoticeKind::Reject { reason, .. }, Some(w)) => {
-                    if let Some(l) = w.requests.remove(&n.context) {
-                        w.by_call.remove(&l.call);
-                        out.push(Outcome::Rejected { call: l.call, reason });
-                    }
-                }
-                (NoticeKind::Reject { .. }, None) => {}
             }
         }
         Ok(())
@@ -178,15 +182,15 @@ impl Admission for EngineLevel<'_> {
         let tag = RequestTag { owner: w.slot, context, flow_schema: call.flow_schema, flow_hash: call.flow_hash, wait_deadline: call.wait_deadline };
         let mut notices = Vec::new();
         let decision = engine::admit(&self.compiled, &w.store, now, 0, call.work, tag, &mut notices).map_err(err)?;
-        let local = |id, phase, receipt| Local { call: call.id, id, phase, receipt };
+        let entry = |id, phase, receipt| Entry { level_key: self.key.clone(), id, phase, arrived: now, wait_deadline: call.wait_deadline, waited: 0, started: now, receipt, extra: call.id };
         match decision {
             Decision::Execute(rc) => {
-                w.requests.insert(context, local(rc.id, Phase::Executing, Some(rc)));
+                w.requests.insert(context, entry(rc.id, Phase::Executing, Some(rc)));
                 w.by_call.insert(call.id, context);
                 out.push(Outcome::Started { call: call.id, waited: 0 });
             }
             Decision::Queued(id) => {
-                w.requests.insert(context, local(id, Phase::Waiting, None));
+                w.requests.insert(context, entry(id, Phase::Waiting, None));
                 w.by_call.insert(call.id, context);
             }
             Decision::Rejected { reason, .. } => out.push(Outcome::Rejected { call: call.id, reason }),
@@ -195,11 +199,18 @@ impl Admission for EngineLevel<'_> {
     }
 
     fn finish(&mut self, now: Nanos, call: CallId, worker: u32, out: &mut Vec<Outcome>) -> Result<(), String> {
+        let slots: Vec<u32> = self.workers.iter().map(|w| w.slot).collect();
         let Some(w) = self.workers.get_mut(worker as usize) else { return Ok(()) };
-        let Some(l) = w.by_call.remove(&call).and_then(|ctx| w.requests.remove(&ctx)) else { return Ok(()) };
-        let mut notices = Vec::new();
-        engine::end(&w.store, now, &self.key, l.id, l.receipt.as_ref(), &mut notices).map_err(err)?;
-        self.route(now, worker as usize, notices, out)
+        let Some(context) = w.by_call.remove(&call) else { return Ok(()) };
+        let mut host = SimHost { slot: w.slot, workers: &slots, outbox: Vec::new(), out };
+        w.requests.end(&w.store, &mut host, context, now);
+        let outbox = host.outbox;
+        for n in outbox {
+            if let Some(&o) = self.by_slot.get(&n.owner) {
+                self.route(now, o, vec![n], out)?;
+            }
+        }
+        Ok(())
     }
 
     fn next_event(&self) -> Result<Option<Nanos>, String> {

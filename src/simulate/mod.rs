@@ -46,8 +46,8 @@
 //! threads go round-robin over the workers, starting at worker `i mod workers`. Each worker
 //! registers with `engine::heartbeat` (its slot is the owner of its requests), reaches the
 //! store through its own `WorkerStore` (its own cache of decoded level states) and keeps its
-//! requests in a table by stream context; the engine's notices are routed to their owner's
-//! table as the filter's `worker::{route, handle}` do. With one worker the dispatch order,
+//! requests in the engine's request table (`engine::requests`, the filter's), which routes the
+//! engine's notices to their owner. With one worker the dispatch order,
 //! times and rejections are exactly the bare QueueSet's (upstream's harness, `"engine":
 //! false`; tests/simulate_engine.rs compares them event by event on every fixture). With
 //! several, a dispatching worker may resume a request of its own before an equivalent one of
