@@ -43,7 +43,7 @@ Per window (one line each; all in --out JSON):
                dump_priority_levels, as a system:masters caller) every --sample seconds during
                the window: maxima over the samples of requests waiting, executing, and stored
                (non-idle) queues over all levels, and the longest queue. Envoy does not expose
-               the byte size of shared data. Each level's value (apf/v2/pl/<level>) is a
+               the byte size of shared data. Each level's value (apf/v3/pl/<level>) is a
                bounded part (counters, integrator, a retry-after history of at most 33 entries)
                plus an entry per stored queue, per (worker, queue) executing aggregate and per
                waiting request (≈ 10 bytes each); a flow appears only as the hash in its waiting

@@ -143,7 +143,7 @@ fn wait_limit_times_out_with_retry_after() {
 
 #[test]
 fn notices_roundtrip_and_garbage_is_rejected() {
-    let n = engine::Notice { owner: 3, context: 77, level_key: "apf/v2/pl/x".into(), id: 12345, kind: NoticeKind::Run { waited: 42, receipt: apf_wasm::fairqueuing::Receipt { id: 12345, queue: 3, owner: 3, initial_seats: 1, max_seats: 2, start: 99, additional_latency: 0 } } };
+    let n = engine::Notice { owner: 3, context: 77, level_key: "apf/v3/pl/x".into(), id: 12345, kind: NoticeKind::Run { waited: 42, receipt: apf_wasm::fairqueuing::Receipt { id: 12345, queue: 3, owner: 3, initial_seats: 1, max_seats: 2, start: 99, additional_latency: 0 } } };
     assert_eq!(engine::Notice::decode(&n.encode()).unwrap(), n);
     assert!(engine::Notice::decode(&[1, 2, 3]).is_err());
     assert!(engine::LevelState::decode(&[1, 0, 0, 0]).is_err());

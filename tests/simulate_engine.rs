@@ -102,8 +102,8 @@ fn closed_loop_clients_are_the_same() {
 
 #[test]
 fn several_workers_run_the_same_calls() {
-    // With several workers the order may differ (owner affinity), but every call is served or
-    // rejected exactly once and no client is starved.
+    // With several workers every call is served or rejected exactly once and no client is
+    // starved.
     let dir = format!("{}/tests/fixtures/scenarios", env!("CARGO_MANIFEST_DIR"));
     for name in ["uniform_flows_hand_size3", "different_widths", "separations_12", "different_flows_without_queuing"] {
         let data = std::fs::read(format!("{dir}/{name}.json")).unwrap();

@@ -94,20 +94,20 @@ mod tests {
         let decode = |k: &str, b: &[u8]| super::decode(&w, k, b);
         let cfg = QueueSetConfig { desired_queues: 8, queue_length_limit: 10, hand_size: 2, concurrency_limit: 3 };
         let st = LevelState::new(cfg, 7, 1_000).unwrap();
-        let bytes = encode("apf/v2/pl/x", st.clone());
-        let a = decode("apf/v2/pl/x", &bytes).unwrap();
+        let bytes = encode("apf/v3/pl/x", st.clone());
+        let a = decode("apf/v3/pl/x", &bytes).unwrap();
         assert_eq!(a.encode(), bytes);
         assert_eq!(a.generation, 7);
         // Taken: a second read of the same bytes decodes (same result).
-        let b = decode("apf/v2/pl/x", &bytes).unwrap();
+        let b = decode("apf/v3/pl/x", &bytes).unwrap();
         assert_eq!(b.encode(), bytes);
         // Other bytes or another key: decoded, never the cached state.
         let mut other = st.clone();
         other.generation = 8;
         let ob = other.encode();
-        let _ = encode("apf/v2/pl/x", st);
-        assert_eq!(decode("apf/v2/pl/x", &ob).unwrap().generation, 8);
-        assert_eq!(decode("apf/v2/pl/y", &bytes).unwrap().generation, 7);
-        assert!(decode("apf/v2/pl/x", &[1, 2, 3]).is_err());
+        let _ = encode("apf/v3/pl/x", st);
+        assert_eq!(decode("apf/v3/pl/x", &ob).unwrap().generation, 8);
+        assert_eq!(decode("apf/v3/pl/y", &bytes).unwrap().generation, 7);
+        assert!(decode("apf/v3/pl/x", &[1, 2, 3]).is_err());
     }
 }

@@ -61,7 +61,7 @@ mod tests {
         let cfg = QueueSetConfig { desired_queues: 8, queue_length_limit: 10, hand_size: 2, concurrency_limit: 3 };
         let st = LevelState::new(cfg, 7, 1_000).unwrap();
         let other = LevelState::new(cfg, 8, 1_000).unwrap().encode();
-        let key = "apf/v2/pl/contention-test";
+        let key = "apf/v3/pl/contention-test";
         let bytes = cache::encode(&s, key, st);
         // Our own last write: reused (once; then decoded); another worker's bytes: decoded.
         cache::decode(&s, key, &bytes).unwrap();

@@ -5,11 +5,11 @@
 //!
 //! Shared keys (namespaced and versioned; Istio leaves `vm_id` empty so several plugins may share
 //! one namespace):
-//! - `apf/v2/pl/<level>`: [`LevelState`] — the level's QueueSet, seat-demand integrator and
+//! - `apf/v3/pl/<level>`: [`LevelState`] — the level's QueueSet, seat-demand integrator and
 //!   Retry-After tracker. Arrival and finish of a request are one CAS update each of this value.
-//! - `apf/v2/workers`: the [`workers::Registry`] of live worker VMs (leases).
-//! - `apf/v2/borrow`: borrowing adjustment state (last run, smoothed demand per level).
-//! - `apf/v2/watches`: open WATCH counts for the mutating-request work estimator.
+//! - `apf/v3/workers`: the [`workers::Registry`] of live worker VMs (leases).
+//! - `apf/v3/borrow`: borrowing adjustment state (last run, smoothed demand per level).
+//! - `apf/v3/watches`: open WATCH counts for the mutating-request work estimator.
 //!
 //! Operations return [`Notice`]s: requests owned by some worker that must now be resumed
 //! (dispatched) or answered 429 (timed out in queue). The caller routes a notice to the owning
@@ -39,12 +39,12 @@ use store::{update, Store, StoreError};
 pub const LEVEL_STATE_VERSION: u8 = 1;
 /// CAS retries before an operation gives up (the caller then fails open for that request).
 pub const MAX_CAS_TRIES: u32 = 64;
-pub const REGISTRY_KEY: &str = "apf/v2/workers";
-pub const BORROW_KEY: &str = "apf/v2/borrow";
-pub const WATCHES_KEY: &str = "apf/v2/watches";
+pub const REGISTRY_KEY: &str = "apf/v3/workers";
+pub const BORROW_KEY: &str = "apf/v3/borrow";
+pub const WATCHES_KEY: &str = "apf/v3/watches";
 
 /// Prefix of the level state keys.
-pub const LEVEL_KEY_PREFIX: &str = "apf/v2/pl/";
+pub const LEVEL_KEY_PREFIX: &str = "apf/v3/pl/";
 
 pub fn level_key(level_name: &str) -> String {
     format!("{LEVEL_KEY_PREFIX}{level_name}")

@@ -2,7 +2,7 @@
 //! (`pkg/util/flowcontrol/request/object_count_tracker.go`) fed from the protected
 //! kube-apiserver's `/metrics` instead of the storage layer.
 //!
-//! One shared value, `apf/v2/objectcounts`, holds the tracker and the polling schedule. A worker
+//! One shared value, `apf/v3/objectcounts`, holds the tracker and the polling schedule. A worker
 //! whose timer finds the next poll due claims it with one CAS (so one worker polls for all, and
 //! a worker that dies mid-poll only delays the next one by the claim's lease), fetches `/metrics`,
 //! and records the result with another CAS. Every worker reads the value on its timer and keeps
@@ -23,7 +23,7 @@ use crate::digest::work_estimate::{ObjectStats, StatsLookup};
 use crate::Nanos;
 use std::collections::BTreeMap;
 
-pub const OBJECT_COUNTS_KEY: &str = "apf/v2/objectcounts";
+pub const OBJECT_COUNTS_KEY: &str = "apf/v3/objectcounts";
 const VERSION: u8 = 1;
 /// Upstream `pruneInterval`: entries not refreshed for this long are forgotten.
 pub const PRUNE_AFTER: Nanos = 3600 * crate::NANOS_PER_SEC;

@@ -249,7 +249,7 @@ pub fn dequeue(queue: u32) -> Result<Option<Vec<u8>>, u32> {
 
 /// Name of a worker's mailbox (a shared queue named after its random instance id).
 pub fn mailbox_name(instance: u64) -> String {
-    format!("apf/v2/mailbox/{instance:016x}")
+    format!("apf/v3/mailbox/{instance:016x}")
 }
 
 /// All headers of a map as (lowercase name, value) pairs in order.

@@ -14,7 +14,7 @@ use std::rc::Rc;
 
 pub const TICK_MS: u32 = 50;
 const METRICS_EVERY: Nanos = 1_000_000_000;
-const GENERATION_KEY: &str = "apf/v2/generation";
+const GENERATION_KEY: &str = "apf/v3/generation";
 
 pub struct Root {
     compiled: Option<Rc<Compiled>>,

@@ -49,10 +49,9 @@
 //! requests in the engine's request table (`engine::requests`, the filter's), which routes the
 //! engine's notices to their owner. With one worker the dispatch order,
 //! times and rejections are exactly the bare QueueSet's (upstream's harness, `"engine":
-//! false`; tests/simulate_engine.rs compares them event by event on every fixture). With
-//! several, a dispatching worker may resume a request of its own before an equivalent one of
-//! another worker's (owner affinity, `QueueSet::affinity_pick` / `affinity_queue`, a bounded
-//! reordering). Not modelled: borrowing between levels (upstream's harness has none), mailbox
+//! false`; tests/simulate_engine.rs compares them event by event on every fixture), and with
+//! several the same (the dispatch order does not depend on which worker dispatches). Not
+//! modelled: borrowing between levels (upstream's harness has none), mailbox
 //! latency (a notice for another worker is handled at once), CAS conflicts (workers take
 //! turns), lease expiry (workers never die).
 //!

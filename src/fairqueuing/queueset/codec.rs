@@ -8,26 +8,23 @@ use std::collections::VecDeque;
 
 use super::fifo::{Queue, WaitList, Waiting};
 use super::executing::{Linger, OwnerExec};
-use super::affinity::MAX_SKIPS;
 use super::{check_config, request_work, Counters, QueueSet, ESTIMATED_SERVICE_DURATION, MAX_QUEUES};
 use crate::codec::{CodecError, CodecResult, Reader, Writer};
 use crate::fairqueuing::{QueueSetConfig, RequestId, RequestTag, WorkEstimate};
 use crate::Nanos;
 
 /// The encoding of a QueueSet value: executing requests as per-(owner, queue) aggregates and
-/// lingering seats (receipts), waiting requests delta-coded per queue with their skip counts
+/// lingering seats (receipts), waiting requests delta-coded per queue
 /// ([`QueueSet::encode_waiting`]). Values of another version are not read (state keys carry
 /// the version, so modules of different versions never share a value).
-const ENCODING_VERSION: u8 = 4;
+const ENCODING_VERSION: u8 = 5;
 /// Flags of a waiting request's encoding: which fields repeat the previous request's.
 const SAME_OWNER: u8 = 1;
 const SAME_SCHEMA: u8 = 2;
 const SAME_FLOW: u8 = 4;
 const SAME_WORK: u8 = 8;
 const SAME_ALLOWANCE: u8 = 16;
-/// The request has been overtaken (a skip count follows).
-const SKIPPED: u8 = 32;
-const ALL_FLAGS: u8 = 63;
+const ALL_FLAGS: u8 = 31;
 
 impl QueueSet {
     pub fn encode(&self, w: &mut Writer) {
@@ -88,7 +85,7 @@ impl QueueSet {
     pub(super) fn encode_waiting(w: &mut Writer, r: &Waiting, prev: Option<&Waiting>) {
         let t = &r.tag;
         let allowance = wait_allowance(r);
-        let mut flags = if r.skips > 0 { SKIPPED } else { 0 };
+        let mut flags = 0;
         if let Some(p) = prev {
             for (same, bit) in [
                 (p.tag.owner == t.owner, SAME_OWNER),
@@ -139,9 +136,6 @@ impl QueueSet {
                     w.i64(a);
                 }
             }
-        }
-        if r.skips > 0 {
-            w.u8(r.skips);
         }
     }
 
@@ -334,16 +328,13 @@ impl QueueSet {
                 _ => return Err(CodecError("bad deadline flag")),
             }
         }
-        if flags & SKIPPED != 0 {
-            r.skip(1)?;
-        }
         Ok(())
     }
 
     /// The inverse of [`QueueSet::encode_waiting`] (the id is checked by the caller).
     pub(super) fn decode_waiting(r: &mut Reader, prev: Option<&Waiting>) -> CodecResult<Waiting> {
         let flags = r.u8()?;
-        if flags & !ALL_FLAGS != 0 || (prev.is_none() && flags & !SKIPPED != 0) {
+        if flags & !ALL_FLAGS != 0 || (prev.is_none() && flags != 0) {
             return Err(CodecError("bad waiting-request flags"));
         }
         let (id, context, arrival_r, arrival) = match prev {
@@ -381,8 +372,7 @@ impl QueueSet {
             },
         };
         let wait_deadline = allowance.map_or(Nanos::MAX, |a| arrival.wrapping_add(a));
-        let skips = if flags & SKIPPED != 0 { r.u8()?.clamp(1, MAX_SKIPS) } else { 0 };
-        Ok(Waiting { id, tag: RequestTag { owner, context, flow_schema, flow_hash, wait_deadline }, work, arrival_r, arrival, skips })
+        Ok(Waiting { id, tag: RequestTag { owner, context, flow_schema, flow_hash, wait_deadline }, work, arrival_r, arrival })
     }
 }
 

@@ -17,8 +17,6 @@ pub(super) struct Waiting {
     pub(super) work: WorkEstimate,
     pub(super) arrival_r: u64,
     pub(super) arrival: Nanos,
-    /// Times a later request of this queue was dispatched before it (owner affinity).
-    pub(super) skips: u8,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -45,9 +45,6 @@
 //! caller must call [`QueueSet::expire`] at (or before any other operation after) the times
 //! given by [`QueueSet::next_event`].
 //!
-//! Deviation (owner affinity): a worker that dispatches may take its own request among
-//! equivalent ones of a queue, or a queue within one request's work in virtual time (`affinity`).
-//!
 //! Deviation: a lease expiry ([`QueueSet::remove_owner`]) releases the dead owner's executing
 //! seats without the service-time correction of the queues' virtual finish (its requests'
 //! start times are not stored); upstream has no lease expiry.
@@ -61,7 +58,6 @@ use super::shuffle_sharding::Dealer;
 use super::{Dispatched, QueueSetConfig, Receipt, RejectReason, RequestId, RequestTag, WorkEstimate};
 use crate::Nanos;
 
-mod affinity;
 mod codec;
 mod executing;
 mod fifo;
@@ -69,8 +65,6 @@ mod snapshot;
 #[cfg(test)]
 mod tests;
 
-pub use affinity::MAX_SKIPS;
-use affinity::affinity_pick;
 use executing::{Linger, OwnerExec};
 use fifo::{Queue, Waiting};
 pub use snapshot::{ExecutingByOwner, LingeringSnapshot, QueueSetSnapshot, QueueSnapshot, WaitingSnapshot};
@@ -439,7 +433,7 @@ impl QueueSet {
             if q.waiting.is_empty() && q.requests_executing == 0 {
                 q.next_dispatch_r = r;
             }
-            q.waiting.push_back(Waiting { id, tag, work, arrival_r: r, arrival: now, skips: 0 });
+            q.waiting.push_back(Waiting { id, tag, work, arrival_r: r, arrival: now });
             q.initial_seats_sum = q.initial_seats_sum.saturating_add(work.initial_seats as u64);
             q.max_seats_sum = q.max_seats_sum.saturating_add(work.max_seats() as u64);
             q.total_work_sum = q.total_work_sum.wrapping_add(total_work.0);
@@ -448,7 +442,7 @@ impl QueueSet {
         self.tot_requests_waiting += 1;
         self.tot_seats_waiting = self.tot_seats_waiting.saturating_add(work.max_seats() as u64);
         let before = out.len();
-        self.dispatch_preferring(now, out, Some(tag.owner));
+        self.dispatch_as_much_as_possible(now, out);
         let mut found = None;
         for (i, d) in out.iter().enumerate().skip(before) {
             if d.id == id {
@@ -518,16 +512,7 @@ impl QueueSet {
     // ---------------------------------------------------------------- dispatch
 
     fn dispatch_as_much_as_possible(&mut self, now: Nanos, out: &mut Vec<Dispatched>) {
-        self.dispatch_preferring(now, out, None)
-    }
-
-    /// [`Self::dispatch_as_much_as_possible`], preferring `owner`'s requests within each chosen
-    /// queue (owner affinity).
-    fn dispatch_preferring(&mut self, now: Nanos, out: &mut Vec<Dispatched>, owner: Option<u32>) {
-        while self.tot_requests_waiting != 0
-            && self.tot_seats_in_use < self.cfg.concurrency_limit as u64
-            && self.dispatch_one(now, out, owner)
-        {}
+        while self.tot_requests_waiting != 0 && self.tot_seats_in_use < self.cfg.concurrency_limit as u64 && self.dispatch_one(now, out) {}
     }
 
     /// Virtual finish R of `q`'s head (what fair queuing orders queues by).
@@ -561,39 +546,13 @@ impl QueueSet {
         Some(pos)
     }
 
-    /// Upstream `dispatchLocked`, except for owner affinity: the queue is upstream's choice or,
-    /// when that one has nothing of `owner` to offer, a queue headed by `owner` that finishes
-    /// within one request's work of it (see [`Self::affinity_queue`]); within it a request of
-    /// `owner` with the same work as the head may be dispatched instead of the head (see
-    /// [`affinity_pick`]).
-    fn dispatch_one(&mut self, now: Nanos, out: &mut Vec<Dispatched>, owner: Option<u32>) -> bool {
+    /// Upstream `dispatchLocked`: dispatches the head of the queue fair queuing chooses.
+    fn dispatch_one(&mut self, now: Nanos, out: &mut Vec<Dispatched>) -> bool {
         let Some(pos) = self.find_dispatch_queue() else { return false };
-        #[cfg(test)]
-        let owner = owner.filter(|_| AFFINITY.with(|a| a.get()));
-        let pos = match owner {
-            Some(o) => self.affinity_queue(pos, o),
-            None => pos,
-        };
         let c = self.cfg.concurrency_limit;
         let g = self.g;
         let Some(q) = self.queues.get_mut(pos) else { return false };
-        let pick = owner.map_or(0, |o| affinity_pick(&q.waiting, o));
-        let taken = if pick == 0 {
-            q.waiting.pop_front()
-        } else {
-            // The overtaken requests move up one place in R terms: each takes the arrival R of
-            // the request behind it, so the queue's arrival Rs (what anti-windup reads from the
-            // head) are exactly those upstream's queue has after dispatching its head.
-            let waiting = q.waiting.edit();
-            for j in 0..pick {
-                let next_r = waiting.get(j + 1).map(|w| w.arrival_r);
-                if let (Some(w), Some(r)) = (waiting.get_mut(j), next_r) {
-                    w.skips = w.skips.saturating_add(1);
-                    w.arrival_r = r;
-                }
-            }
-            waiting.remove(pick)
-        };
+        let taken = q.waiting.pop_front();
         let Some(req) = taken else { return false };
         let (final_work, total_work) = request_work(&req.work, g);
         q.initial_seats_sum = q.initial_seats_sum.saturating_sub(req.work.initial_seats as u64);
@@ -642,7 +601,7 @@ impl QueueSet {
         if !self.finish_locked(now, receipt) {
             return false;
         }
-        self.dispatch_preferring(now, out, Some(receipt.owner));
+        self.dispatch_as_much_as_possible(now, out);
         true
     }
 
@@ -814,12 +773,6 @@ impl QueueSet {
 thread_local! {
     /// Test switch: false forces arrivals through the general enqueue + dispatch path.
     static DIRECT_DISPATCH: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
-    /// Test switch: false turns owner affinity off (upstream's queue choice and FIFO order).
-    static AFFINITY: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
-    /// Test record of cross-queue affinity: how many dispatches took another queue than fair
-    /// queuing's choice, and the most by which one's virtual finish exceeded the bound (the
-    /// chosen head's finish plus that head's work): must stay 0.
-    static CROSS_QUEUE: std::cell::Cell<(u32, u64)> = const { std::cell::Cell::new((0, 0)) };
 }
 
 /// Upstream `boundNextDispatchLocked` (anti-windup).

@@ -1,6 +1,5 @@
 //! White-box tests of the QueueSet (upstream's `queueset_test.go` vectors and our properties).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
-use super::affinity::{AFFINITY_SCAN, MAX_SKIPS};
 use super::codec::{encode_segment, IdSet};
 use super::fifo::Waiting;
 use super::*;
@@ -33,7 +32,7 @@ fn queue_with_head(qs: &mut QueueSet, index: u32, next_r: u64, seats: u32) {
     q.initial_seats_sum = seats as u64;
     q.total_work_sum = request_work(&work, qs.g).1 .0;
     let id = qs.new_id();
-    q.waiting.edit().push_back(Waiting { id, tag: tag(index as u64), work, arrival_r: 0, arrival: 0, skips: 0 });
+    q.waiting.edit().push_back(Waiting { id, tag: tag(index as u64), work, arrival_r: 0, arrival: 0 });
     qs.tot_requests_waiting += 1;
     qs.tot_seats_waiting += seats as u64;
     qs.queues.push(q);
@@ -669,72 +668,6 @@ fn owned(owner: u32, ctx: u32) -> RequestTag {
     RequestTag { owner, context: ctx, flow_schema: 0, flow_hash: 7, wait_deadline: Nanos::MAX }
 }
 
-/// Owner affinity: a finishing owner resumes its own request of the chosen queue instead of
-/// another owner's head, a head is overtaken at most MAX_SKIPS times, and with one owner the
-/// order is plain FIFO.
-#[test]
-fn owner_affinity_prefers_the_dispatching_owner_within_bounds() {
-    let mut qs = QueueSet::new(cfg(1, 100, 1, 1), 0).unwrap();
-    let mut out = Vec::new();
-    // Owner 1 runs one request; owner 2 queues the head, then owner 1 queues many.
-    let Arrival::Executing(mut rc) = qs.arrive(0, one(), owned(1, 100), &mut out) else { panic!("first runs") };
-    let Arrival::Queued(head) = qs.arrive(MS, one(), owned(2, 200), &mut out) else { panic!("queued") };
-    let mut mine = Vec::new();
-    for k in 0..(MAX_SKIPS as u32 + 3) {
-        let Arrival::Queued(id) = qs.arrive(2 * MS, one(), owned(1, 101 + k), &mut out) else { panic!("queued") };
-        mine.push(id);
-    }
-    // Each finish of owner 1 dispatches owner 1's next request, until the head has been
-    // overtaken MAX_SKIPS times; then the head goes (to owner 2).
-    let mut t = 10 * MS;
-    for &expected in mine.iter().take(MAX_SKIPS as usize) {
-        out.clear();
-        assert!(qs.finish(t, &rc, &mut out));
-        assert_eq!(out.len(), 1);
-        assert_eq!(out[0].id, expected, "owner 1's own request, in its FIFO order");
-        assert_eq!(out[0].tag.owner, 1);
-        rc = out[0].receipt;
-        t += MS;
-    }
-    out.clear();
-    assert!(qs.finish(t, &rc, &mut out));
-    assert_eq!(out.len(), 1);
-    assert_eq!(out[0].id, head, "the head, overtaken MAX_SKIPS times, goes next");
-    assert_eq!(out[0].tag.owner, 2);
-    // The encoded state keeps the skip counts.
-    let mut w = Writer::with_capacity(64);
-    qs.encode(&mut w);
-    let back = QueueSet::decode(&mut Reader::new(&w.into_bytes())).unwrap();
-    assert_eq!(back, qs);
-}
-
-#[test]
-fn owner_affinity_never_swaps_different_work_or_beyond_the_scan() {
-    let two = WorkEstimate { initial_seats: 2, final_seats: 0, additional_latency: 0 };
-    let mut qs = QueueSet::new(cfg(1, 100, 1, 2), 0).unwrap();
-    let mut out = Vec::new();
-    let Arrival::Executing(rc) = qs.arrive(0, two, owned(1, 1), &mut out) else { panic!("runs") };
-    let Arrival::Queued(head) = qs.arrive(MS, one(), owned(2, 2), &mut out) else { panic!("queued") };
-    // Owner 1's request has different work: the head goes.
-    let _ = qs.arrive(MS, two, owned(1, 3), &mut out);
-    out.clear();
-    assert!(qs.finish(5 * MS, &rc, &mut out));
-    assert_eq!(out.first().map(|d| d.id), Some(head));
-
-    // Owner 1's request beyond the first AFFINITY_SCAN positions is not looked at.
-    let mut qs = QueueSet::new(cfg(1, 100, 1, 1), 0).unwrap();
-    let Arrival::Executing(rc) = qs.arrive(0, one(), owned(1, 1), &mut out) else { panic!("runs") };
-    let mut others = Vec::new();
-    for k in 0..AFFINITY_SCAN as u32 {
-        let Arrival::Queued(id) = qs.arrive(MS, one(), owned(2, 10 + k), &mut out) else { panic!("queued") };
-        others.push(id);
-    }
-    let _ = qs.arrive(MS, one(), owned(1, 99), &mut out);
-    out.clear();
-    assert!(qs.finish(5 * MS, &rc, &mut out));
-    assert_eq!(out.first().map(|d| d.id), Some(others[0]));
-}
-
 #[test]
 fn single_owner_order_is_fifo() {
     let mut qs = QueueSet::new(cfg(1, 100, 1, 1), 0).unwrap();
@@ -864,7 +797,6 @@ fn skipping_an_entry_ends_where_decoding_ends() {
                 work: WorkEstimate { initial_seats: 1 + rnd(2) as u32, final_seats: rnd(2) as u32, additional_latency: rnd(2) as Nanos * MS },
                 arrival_r: rnd(u64::MAX),
                 arrival,
-                skips: rnd(3) as u8,
             });
         }
         let seg = encode_segment(&reqs);
@@ -878,107 +810,6 @@ fn skipping_an_entry_ends_where_decoding_ends() {
             prev = Some(got);
         }
     }
-}
-
-/// Owner affinity bounds its reordering and loses nothing: no request is overtaken by more
-/// than MAX_SKIPS later requests of its own queue, no dispatch from another queue than fair
-/// queuing's choice finishes (in virtual time) more than one request's work after that
-/// choice, every arrival is dispatched, rejected or still waiting; with one owner (one
-/// worker, the simulator) the dispatch sequence and the rejections are exactly upstream's.
-#[test]
-fn owner_affinity_bounds_reordering_and_loses_nothing() {
-    type Trace = (Vec<(Nanos, i32, u32)>, Vec<u8>, u32);
-    fn run(seed: u64, affinity: bool, owners: u64) -> Trace {
-        AFFINITY.with(|a| a.set(affinity));
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let mut rnd = |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n.max(1)
-        };
-        let two = WorkEstimate { initial_seats: 2, final_seats: 0, additional_latency: 0 };
-        let mut qs = QueueSet::new(cfg(8, 50, 2, 3), 0).unwrap();
-        let mut now: Nanos = 0;
-        let mut executing: Vec<Receipt> = Vec::new();
-        let mut out = Vec::new();
-        let mut dispatches = Vec::new();
-        let mut outcomes = Vec::new();
-        // Per queue: waiting ids in arrival order (for the overtaking bound).
-        let mut order: std::collections::HashMap<i32, Vec<RequestId>> = std::collections::HashMap::new();
-        let mut max_overtaken = 0u32;
-        let mut overtaken: std::collections::HashMap<RequestId, u32> = std::collections::HashMap::new();
-        for step in 0..3000u32 {
-            now += rnd(2_000_000) as Nanos;
-            out.clear();
-            if rnd(10) < 6 {
-                let flow = rnd(12);
-                let tag = RequestTag { owner: 1 + rnd(owners) as u32, context: step, flow_schema: 0, flow_hash: flow, wait_deadline: Nanos::MAX };
-                let work = if rnd(5) == 0 { two } else { one() };
-                match qs.arrive(now, work, tag, &mut out) {
-                    Arrival::Executing(rc) => {
-                        outcomes.push(0);
-                        out.push(Dispatched { id: 0, tag, waited: 0, seats: rc.max_seats, receipt: rc });
-                    }
-                    Arrival::Queued(_) => outcomes.push(0),
-                    Arrival::Rejected(_) => outcomes.push(2),
-                }
-            } else if !executing.is_empty() {
-                let k = rnd(executing.len() as u64) as usize;
-                let rc = executing.remove(k);
-                assert!(qs.finish(now, &rc, &mut out));
-            }
-            // Overtaking, in dispatch order: the requests of the same queue that arrived earlier
-            // and still wait (an arrival that runs at once comes last in `out`).
-            for d in &out {
-                let q = order.entry(d.receipt.queue).or_default();
-                let pos = q.iter().position(|&i| i == d.id).unwrap_or(q.len());
-                for earlier in q.iter().take(pos) {
-                    let n = overtaken.entry(*earlier).or_insert(0);
-                    *n += 1;
-                    max_overtaken = max_overtaken.max(*n);
-                }
-                if pos < q.len() {
-                    q.remove(pos);
-                }
-            }
-            // Requests started by one operation, in a canonical order (which of two equivalent
-            // requests of a queue runs is exactly what affinity may change).
-            out.sort_by_key(|d| (d.receipt.queue, d.seats));
-            for d in &out {
-                dispatches.push((now, d.receipt.queue, d.seats));
-                executing.push(d.receipt);
-            }
-            // Newly queued requests join their queue's arrival order (queues are appended
-            // to at the back, so the snapshot's order among unseen ids is arrival order).
-            for q in &qs.queues {
-                let known = order.entry(qkey(q.index)).or_default();
-                for w in q.waiting.iter().skip(known.len()) {
-                    known.push(w.id);
-                }
-            }
-        }
-        AFFINITY.with(|a| a.set(true));
-        let rejected = outcomes.iter().filter(|&&o| o == 2).count();
-        assert_eq!(outcomes.len(), dispatches.len() + rejected + qs.tot_requests_waiting as usize, "seed {seed}: a request was lost");
-        (dispatches, outcomes, max_overtaken)
-    }
-    let mut reordered = false;
-    CROSS_QUEUE.with(|c| c.set((0, 0)));
-    for seed in 1..=8u64 {
-        let (_, _, max_on) = run(seed, true, 3);
-        let (_, _, max_off) = run(seed, false, 3);
-        assert_eq!(max_off, 0, "without affinity every queue is FIFO");
-        assert!(max_on <= u32::from(MAX_SKIPS), "seed {seed}: a request was overtaken {max_on} times");
-        reordered |= max_on > 0;
-        let (d_one, o_one, max_one) = run(seed, true, 1);
-        let (d_up, o_up, _) = run(seed, false, 1);
-        assert_eq!((d_one, o_one, max_one), (d_up, o_up, 0), "seed {seed}: one owner differs from upstream");
-    }
-    let (cross, excess) = CROSS_QUEUE.with(|c| c.get());
-    assert!(cross > 0, "the scenario exercises affinity across queues");
-    assert_eq!(excess, 0, "a dispatch from another queue finished beyond one request's work after fair queuing's choice");
-    assert!(reordered, "the scenario exercises the affinity");
 }
 
 /// `request_queue_length_after_enqueue`: the queue's length with the request in it, also for a
