@@ -17,6 +17,7 @@
 #[derive(Debug, Clone)]
 pub struct PatternCounter {
     pattern: &'static [u8],
+    /// The last bytes fed (one short of the pattern at most), in order.
     carry: [u8; MAX_PATTERN],
     carry_len: usize,
     count: u64,
@@ -24,24 +25,14 @@ pub struct PatternCounter {
 
 pub const MAX_PATTERN: usize = 32;
 
-/// Occurrences of `pat` in `hay` starting before `limit` (candidates found by their first byte).
-fn count_in(hay: &[u8], pat: &[u8], limit: usize) -> u64 {
-    let Some(&first) = pat.first() else { return 0 };
-    let mut n = 0;
-    let mut from = 0;
-    while from < limit {
-        let Some(rest) = hay.get(from..) else { break };
-        let Some(i) = rest.iter().position(|&b| b == first) else { break };
-        let at = from + i;
-        if at >= limit {
-            break;
-        }
-        if hay.get(at..at + pat.len()) == Some(pat) {
-            n += 1;
-        }
-        from = at + 1;
-    }
-    n
+/// Occurrences of `pat` in `hay`.
+fn count_in(hay: &[u8], pat: &[u8]) -> u64 {
+    hay.windows(pat.len().max(1)).filter(|w| w.first() == pat.first() && *w == pat).count() as u64
+}
+
+/// Copies `a` then `b` into `dst` as far as it holds them; returns how many bytes it copied.
+fn concat(dst: &mut [u8], a: &[u8], b: &[u8]) -> usize {
+    dst.iter_mut().zip(a.iter().chain(b)).map(|(d, s)| *d = *s).count()
 }
 
 impl PatternCounter {
@@ -52,30 +43,18 @@ impl PatternCounter {
 
     pub fn feed(&mut self, chunk: &[u8]) {
         let keep = self.pattern.len().saturating_sub(1).min(MAX_PATTERN);
+        let carry = self.carry.get(..self.carry_len).unwrap_or_default();
         // Occurrences that start in the carry (and so end in this chunk), then those starting in
         // the chunk: each is counted once, in the chunk where it ends.
         let mut window = [0u8; 2 * MAX_PATTERN];
-        let mut n = 0;
-        let carry = self.carry.get(..self.carry_len).unwrap_or_default();
-        for (d, s) in window.iter_mut().zip(carry.iter().chain(chunk.iter().take(keep))) {
-            *d = *s;
-            n += 1;
-        }
-        self.count += count_in(window.get(..n).unwrap_or_default(), self.pattern, self.carry_len);
-        self.count += count_in(chunk, self.pattern, chunk.len());
+        let n = concat(&mut window, carry, chunk.get(..keep.min(chunk.len())).unwrap_or_default());
+        self.count += count_in(window.get(..n).unwrap_or_default(), self.pattern) + count_in(chunk, self.pattern);
         // Keep the last `keep` bytes of carry + chunk.
-        let from_chunk = chunk.len().min(keep);
-        let from_carry = (keep - from_chunk).min(self.carry_len);
-        let old = self.carry.get(self.carry_len - from_carry..self.carry_len).unwrap_or_default();
-        let new = chunk.get(chunk.len() - from_chunk..).unwrap_or_default();
+        let drop = (carry.len() + chunk.len()).saturating_sub(keep);
+        let old = carry.get(drop.min(carry.len())..).unwrap_or_default();
         let mut next = [0u8; MAX_PATTERN];
-        let mut k = 0;
-        for (d, s) in next.iter_mut().zip(old.iter().chain(new)) {
-            *d = *s;
-            k += 1;
-        }
+        self.carry_len = concat(&mut next, old, chunk.get(drop.saturating_sub(carry.len())..).unwrap_or_default());
         self.carry = next;
-        self.carry_len = k;
     }
 
     pub fn count(&self) -> u64 {
