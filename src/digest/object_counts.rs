@@ -38,8 +38,7 @@
 //! until they show which metric it is, and the rest only for one of the three; a kept line
 //! longer than [`MAX_LINE`] is dropped and counted as malformed.
 
-use crate::digest::work_estimate::ObjectStats;
-use crate::engine::object_counts::resource_key;
+use crate::digest::work_estimate::{resource_key, ObjectStats};
 use std::collections::BTreeMap;
 
 /// The longest kept line (bytes before its newline, a `\r` included).

@@ -25,7 +25,6 @@ use crate::fairqueuing::WorkEstimate;
 use crate::Nanos;
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::hash::{Hash, Hasher};
 
 pub const MINIMUM_SEATS: u32 = 1;
 pub const MAXIMUM_LIST_SEATS_SIZE_BASED: u32 = 100;
@@ -38,10 +37,6 @@ pub const BYTES_PER_SEAT: i64 = 100_000;
 pub const CACHE_WITH_STREAMING_MAX_MEMORY_USAGE: i64 = 1_000_000;
 pub const MAX_OBJECT_SIZE: i64 = 1_500_000;
 pub const INFINITE_OBJECT_COUNT: i64 = 1_000_000_000;
-
-fn yes() -> bool {
-    true
-}
 
 /// One `objectCounts` entry: a bare count, or `{count, averageObjectSizeBytes}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -60,39 +55,30 @@ pub struct ObjectStats {
     pub average_object_size_bytes: i64,
 }
 
-/// `"workEstimator"` key of the plugin configuration.
+/// `"workEstimator"` key of the plugin configuration; absent fields take [`Default`]'s values.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct WorkEstimatorConfig {
     /// `resource` (core) or `group/resource` → count or `{count, averageObjectSizeBytes}`.
-    #[serde(default)]
     pub object_counts: BTreeMap<String, ObjectCountEntry>,
     /// Average object size for bare-count entries (0 = upstream's 1.5 MB stand-in).
-    #[serde(default)]
     pub default_average_object_size_bytes: i64,
     /// Consistent LISTs (`resourceVersion` unset) are served from the watch cache.
-    #[serde(default)]
     pub consistent_reads_from_cache: bool,
     /// Feature gate `SizeBasedListCostEstimate` (default on; off = count-based, max 10 seats).
-    #[serde(default = "yes")]
     pub size_based_list_cost: bool,
     /// Feature gate `WatchList` (default on: watches with initial events are costed as LISTs).
-    #[serde(default = "yes")]
     pub watch_list: bool,
     /// Mutating estimator enabled (default on).
-    #[serde(default = "yes")]
     pub mutating_enabled: bool,
     /// Object counts and sizes from the cluster's `/metrics` (resolved into
     /// `PluginConfig::cluster_metrics`; `false` turns off the default that `clusterPolicy` implies).
-    #[serde(default)]
     pub cluster_metrics: Option<serde_json::Value>,
     /// The longest a WATCH holds its seats while its initial state streams (a Go duration;
     /// resolved into `PluginConfig::watch_initial_events_max_hold`).
-    #[serde(default)]
     pub watch_initial_events_max_hold: Option<String>,
     /// Our extension: learn LIST costs from complete JSON LIST responses of resources with no
     /// count from the table or the cluster (`crate::digest::list_size`).
-    #[serde(default)]
     pub learn_from_responses: bool,
 }
 
@@ -141,12 +127,7 @@ impl WorkEstimatorConfig {
 
     /// Object stats for (group, resource) from the `objectCounts` table alone.
     pub fn stats(&self, group: &str, resource: &str) -> StatsLookup {
-        let entry = if group.is_empty() {
-            self.object_counts.get(resource)
-        } else {
-            self.object_counts.get(&format!("{group}/{resource}"))
-        };
-        match entry {
+        match self.object_counts.get(&resource_key(group, resource)) {
             None => StatsLookup::NotFound,
             Some(ObjectCountEntry::Count(c)) => StatsLookup::Found(ObjectStats {
                 count: *c,
@@ -177,6 +158,16 @@ impl WorkEstimatorConfig {
     }
 }
 
+/// The key of (group, resource) in `objectCounts` and the object-count tracker: `resource` for
+/// the core group, `group/resource` otherwise.
+pub fn resource_key(group: &str, resource: &str) -> String {
+    if group.is_empty() {
+        resource.to_string()
+    } else {
+        format!("{group}/{resource}")
+    }
+}
+
 /// The per-level limit (`plMaxSeats`; `None`/0 = estimator's own limit) clamped to `limit`.
 fn clamp_max(pl_max_seats: Option<u32>, limit: u32) -> u32 {
     match pl_max_seats {
@@ -202,17 +193,13 @@ pub fn estimate(cfg: &WorkEstimatorConfig, info: &RequestInfo, pl_max_seats: Opt
 /// [`estimate`] with the cluster's counts; also returns the stats lookup a LIST or WATCH used.
 pub fn estimate_with(cfg: &WorkEstimatorConfig, info: &RequestInfo, pl_max_seats: Option<u32>, watch_count: u32, cluster: ClusterStats) -> (WorkEstimate, Option<StatsLookup>) {
     match info.verb.as_str() {
-        "list" => estimate_list(cfg, info, pl_max_seats, cluster),
-        "watch" if cfg.watch_list => estimate_list(cfg, info, pl_max_seats, cluster),
+        "list" | "watch" if info.verb == "list" || cfg.watch_list => {
+            let stats = cfg.stats_with(&info.api_group, &info.resource, cluster);
+            (estimate_list_with_stats(cfg, info, pl_max_seats, stats), Some(stats))
+        }
         "create" | "update" | "patch" | "delete" => (estimate_mutating(cfg, info, pl_max_seats, watch_count), None),
         _ => (WorkEstimate { initial_seats: MINIMUM_SEATS, final_seats: 0, additional_latency: 0 }, None),
     }
-}
-
-/// LIST estimator with stats from the configuration's table, then the cluster.
-pub fn estimate_list(cfg: &WorkEstimatorConfig, info: &RequestInfo, pl_max_seats: Option<u32>, cluster: ClusterStats) -> (WorkEstimate, Option<StatsLookup>) {
-    let stats = cfg.stats_with(&info.api_group, &info.resource, cluster);
-    (estimate_list_with_stats(cfg, info, pl_max_seats, stats), Some(stats))
 }
 
 /// How a WATCH's initial phase ends, for holding its seats until then (upstream holds them
@@ -392,19 +379,11 @@ pub struct WatchKey {
 #[derive(Hash, PartialEq, Eq)]
 struct KeyRef<'a>(&'a str, &'a str, &'a str, &'a str);
 
-impl hashbrown::Equivalent<StoredKey> for KeyRef<'_> {
-    fn equivalent(&self, k: &StoredKey) -> bool {
-        self.0 == k.0.api_group && self.1 == k.0.resource && self.2 == k.0.namespace && self.3 == k.0.name
-    }
-}
-
-/// `WatchKey` hashed exactly like `KeyRef` so lookups need no allocation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct StoredKey(WatchKey);
-
-impl Hash for StoredKey {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        KeyRef(&self.0.api_group, &self.0.resource, &self.0.namespace, &self.0.name).hash(state);
+/// Derived `Hash` hashes the fields in order, so a `KeyRef` hashes like its `WatchKey`: lookups
+/// need no allocation.
+impl hashbrown::Equivalent<WatchKey> for KeyRef<'_> {
+    fn equivalent(&self, k: &WatchKey) -> bool {
+        self.0 == k.api_group && self.1 == k.resource && self.2 == k.namespace && self.3 == k.name
     }
 }
 
@@ -412,7 +391,7 @@ impl Hash for StoredKey {
 /// Built-in index: `pods` watches pinned to a node (`spec.nodeName=<non-empty>`) are ignored.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WatchTracker {
-    counts: hashbrown::HashMap<StoredKey, u32>,
+    counts: hashbrown::HashMap<WatchKey, u32>,
 }
 
 const READ_ONLY_VERBS: [&str; 4] = ["get", "list", "watch", "proxy"];
@@ -437,7 +416,7 @@ impl WatchTracker {
             namespace: info.namespace.clone(),
             name: info.name.clone(),
         };
-        let c = self.counts.entry(StoredKey(key.clone())).or_insert(0);
+        let c = self.counts.entry(key.clone()).or_insert(0);
         *c = c.saturating_add(1);
         Some(key)
     }
@@ -480,7 +459,7 @@ impl WatchTracker {
 
     /// Deterministic encoding (entries sorted by key).
     pub fn encode(&self, w: &mut Writer) {
-        let mut entries: Vec<(&WatchKey, u32)> = self.counts.iter().map(|(k, c)| (&k.0, *c)).collect();
+        let mut entries: Vec<(&WatchKey, u32)> = self.counts.iter().map(|(k, c)| (k, *c)).collect();
         entries.sort();
         w.usize(entries.len());
         for (k, c) in entries {
@@ -506,7 +485,7 @@ impl WatchTracker {
             if c == 0 {
                 return Err(CodecError("zero watch count"));
             }
-            if counts.insert(StoredKey(key), c).is_some() {
+            if counts.insert(key, c).is_some() {
                 return Err(CodecError("duplicate watch key"));
             }
         }

@@ -19,6 +19,7 @@ use super::store::{update, Store};
 use super::{EngineError, MAX_CAS_TRIES};
 use crate::codec::{CodecError, CodecResult, Reader, Writer};
 use crate::digest::object_counts::ScrapedCounts;
+pub use crate::digest::work_estimate::resource_key;
 use crate::digest::work_estimate::{ObjectStats, StatsLookup};
 use crate::Nanos;
 use std::collections::BTreeMap;
@@ -39,27 +40,13 @@ pub struct ObjectCountTracker {
     entries: BTreeMap<String, (ObjectStats, Nanos)>,
 }
 
-/// The tracker's key for (group, resource).
-pub fn resource_key(group: &str, resource: &str) -> String {
-    if group.is_empty() {
-        resource.to_string()
-    } else {
-        format!("{group}/{resource}")
-    }
-}
-
 impl ObjectCountTracker {
     /// `objectCountTracker.Set`.
     pub fn set(&mut self, key: &str, stats: ObjectStats, now: Nanos) {
         if stats.count < 0 {
             return;
         }
-        match self.entries.get_mut(key) {
-            Some(e) => *e = (stats, now),
-            None => {
-                self.entries.insert(key.to_string(), (stats, now));
-            }
-        }
+        self.entries.insert(key.to_string(), (stats, now));
     }
 
     /// `objectCountTracker.Get` for (group, resource).
@@ -213,7 +200,8 @@ pub fn claim(store: &dyn Store, now: Nanos, instance: u64, timeout: Nanos) -> Re
     let claimed = update(store, OBJECT_COUNTS_KEY, MAX_CAS_TRIES, |cur| {
         let mut s = decode_or_default(cur);
         if now < s.next_poll {
-            return Err(Claim::NotDue);
+            // Not due: no write, and no store error either.
+            return Err(None);
         }
         s.next_poll = now.saturating_add(timeout).saturating_add(CLAIM_GRACE);
         s.poller = instance;
@@ -221,20 +209,8 @@ pub fn claim(store: &dyn Store, now: Nanos, instance: u64, timeout: Nanos) -> Re
     });
     match claimed {
         Ok(()) => Ok(true),
-        Err(Claim::NotDue) => Ok(false),
-        Err(Claim::Store(e)) => Err(EngineError::Store(e)),
-    }
-}
-
-/// Why a claim did not happen.
-enum Claim {
-    NotDue,
-    Store(super::store::StoreError),
-}
-
-impl From<super::store::StoreError> for Claim {
-    fn from(e: super::store::StoreError) -> Self {
-        Claim::Store(e)
+        Err(None) => Ok(false),
+        Err(Some(e)) => Err(EngineError::Store(e)),
     }
 }
 
