@@ -30,9 +30,9 @@ fn count_in(hay: &[u8], pat: &[u8]) -> u64 {
     hay.windows(pat.len().max(1)).filter(|w| w.first() == pat.first() && *w == pat).count() as u64
 }
 
-/// Copies `a` then `b` into `dst` as far as it holds them; returns how many bytes it copied.
-fn concat(dst: &mut [u8], a: &[u8], b: &[u8]) -> usize {
-    dst.iter_mut().zip(a.iter().chain(b)).map(|(d, s)| *d = *s).count()
+/// Copies what `src` yields into `dst`, as far as it holds; returns how many bytes it copied.
+fn fill<'a>(dst: &mut [u8], src: impl Iterator<Item = &'a u8>) -> usize {
+    dst.iter_mut().zip(src).map(|(d, s)| *d = *s).count()
 }
 
 impl PatternCounter {
@@ -47,13 +47,13 @@ impl PatternCounter {
         // Occurrences that start in the carry (and so end in this chunk), then those starting in
         // the chunk: each is counted once, in the chunk where it ends.
         let mut window = [0u8; 2 * MAX_PATTERN];
-        let n = concat(&mut window, carry, chunk.get(..keep.min(chunk.len())).unwrap_or_default());
-        self.count += count_in(window.get(..n).unwrap_or_default(), self.pattern) + count_in(chunk, self.pattern);
+        let n = fill(&mut window, carry.iter().chain(chunk.iter().take(keep)));
+        self.count += count_in(window.get(..n).unwrap_or_default(), self.pattern);
+        self.count += count_in(chunk, self.pattern);
         // Keep the last `keep` bytes of carry + chunk.
         let drop = (carry.len() + chunk.len()).saturating_sub(keep);
-        let old = carry.get(drop.min(carry.len())..).unwrap_or_default();
         let mut next = [0u8; MAX_PATTERN];
-        self.carry_len = concat(&mut next, old, chunk.get(drop.saturating_sub(carry.len())..).unwrap_or_default());
+        self.carry_len = fill(&mut next, carry.iter().chain(chunk).skip(drop));
         self.carry = next;
     }
 

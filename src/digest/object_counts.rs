@@ -33,15 +33,12 @@
 //!   publishes -1 when it has a count but no average);
 //! - values become integers by truncation, saturating at the `i64` range; when one series
 //!   appears twice, the last one wins.
-//!
-//! The scanner reads the body a line at a time, keeping only the current line's first bytes
-//! until they show which metric it is, and the rest only for one of the three; a kept line
-//! longer than [`MAX_LINE`] is dropped and counted as malformed.
 
 use crate::digest::work_estimate::{resource_key, ObjectStats};
 use std::collections::BTreeMap;
 
-/// The longest kept line (bytes before its newline, a `\r` included).
+/// The longest kept line (bytes before its newline, a `\r` included): a longer line of the three
+/// metrics is dropped and counted as malformed.
 pub const MAX_LINE: usize = 64 * 1024;
 
 /// The three metrics, in the order of the values kept for each resource.
@@ -136,21 +133,17 @@ impl MetricsScanner {
     /// Ends the input (a last line without a newline counts) and merges what was seen.
     pub fn finish(mut self) -> ScrapedCounts {
         self.end_line();
-        let mut entries = BTreeMap::new();
-        for (key, [resource_objects, size_estimate, storage_objects]) in self.seen {
-            let valid = |v: Option<f64>| v.filter(|v| v.is_finite() && *v >= 0.0);
-            let Some(count) = valid(resource_objects).or_else(|| valid(storage_objects)) else {
-                continue;
-            };
+        let valid = |v: Option<f64>| v.filter(|v| v.is_finite() && *v >= 0.0);
+        let entries = self.seen.into_iter().filter_map(|(key, [objects, size, storage_objects])| {
             // `as` truncates toward zero and saturates at the i64 range.
-            let count = count as i64;
-            let average_object_size_bytes = match valid(size_estimate) {
+            let count = valid(objects).or_else(|| valid(storage_objects))? as i64;
+            let average_object_size_bytes = match valid(size) {
                 Some(size) if count > 0 => (size as i64) / count,
                 _ => 0,
             };
-            entries.insert(key, ObjectStats { count, average_object_size_bytes });
-        }
-        ScrapedCounts { entries, malformed: self.malformed, samples: self.samples }
+            Some((key, ObjectStats { count, average_object_size_bytes }))
+        });
+        ScrapedCounts { entries: entries.collect(), malformed: self.malformed, samples: self.samples }
     }
 
     /// Appends a piece of the current line, deciding on its first [`HEAD`] bytes whether to keep
@@ -178,24 +171,18 @@ impl MetricsScanner {
 
     /// At a line's end: parses the kept line, if it is a sample of one of the three metrics.
     fn end_line(&mut self) {
-        let line = std::mem::take(&mut self.line);
-        if !self.skip {
-            let l = line.strip_suffix(b"\r").unwrap_or(&line);
-            if let Some((metric, rest)) = metric_of(l) {
-                match parse_sample(metric, rest) {
-                    Some((key, value)) => {
-                        self.samples = self.samples.saturating_add(1);
-                        let seen = self.seen.entry(key).or_default();
-                        if let Some(v) = seen.get_mut(metric) {
-                            *v = Some(value);
-                        }
+        let line = self.line.strip_suffix(b"\r").unwrap_or(&self.line);
+        if let Some((metric, rest)) = metric_of(line).filter(|_| !self.skip) {
+            match parse_sample(metric, rest) {
+                Some((key, value)) => {
+                    self.samples = self.samples.saturating_add(1);
+                    if let Some(v) = self.seen.entry(key).or_default().get_mut(metric) {
+                        *v = Some(value);
                     }
-                    None => self.malformed = self.malformed.saturating_add(1),
                 }
+                None => self.malformed = self.malformed.saturating_add(1),
             }
         }
-        // Reuse the allocation for the next line.
-        self.line = line;
         self.line.clear();
         self.skip = false;
     }
@@ -249,14 +236,14 @@ fn parse_sample(metric: usize, after_name: &[u8]) -> Option<(String, f64)> {
         return None;
     }
     let mut fields = s.split(|&b| b == b' ' || b == b'\t').filter(|f| !f.is_empty());
-    let value = parse_value(fields.next()?)?;
-    if let Some(timestamp) = fields.next() {
-        let digits = timestamp.strip_prefix(b"-").unwrap_or(timestamp);
-        if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-            return None;
-        }
-    }
-    if fields.next().is_some() {
+    // A Go `strconv.ParseFloat` float (`50000`, `2e+08`, `1.5`, `NaN`, `+Inf` …).
+    let value: f64 = std::str::from_utf8(fields.next()?).ok()?.parse().ok()?;
+    // Then, optionally, an integer timestamp.
+    let timestamp = |t: &[u8]| {
+        let digits = t.strip_prefix(b"-").unwrap_or(t);
+        !digits.is_empty() && digits.iter().all(u8::is_ascii_digit)
+    };
+    if !fields.next().is_none_or(timestamp) || fields.next().is_some() {
         return None;
     }
     let resource = resource?;
@@ -289,22 +276,13 @@ fn label_value(mut s: &[u8]) -> Option<(Vec<u8>, &[u8])> {
         out.extend_from_slice(plain);
         let (unescaped, r) = match r {
             [b'"', r @ ..] => return Some((out, r)),
-            [_, b'\\', r @ ..] => (b'\\', r),
-            [_, b'"', r @ ..] => (b'"', r),
+            [_, e @ (b'\\' | b'"'), r @ ..] => (*e, r),
             [_, b'n', r @ ..] => (b'\n', r),
             _ => return None,
         };
         out.push(unescaped);
         s = r;
     }
-}
-
-/// A sample value: a Go `strconv.ParseFloat` float (`50000`, `2e+08`, `1.5`, `NaN`, `+Inf` …).
-fn parse_value(v: &[u8]) -> Option<f64> {
-    if !v.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')) {
-        return None;
-    }
-    std::str::from_utf8(v).ok()?.parse::<f64>().ok()
 }
 
 #[cfg(test)]

@@ -127,12 +127,10 @@ impl WorkEstimatorConfig {
 
     /// Object stats for (group, resource) from the `objectCounts` table alone.
     pub fn stats(&self, group: &str, resource: &str) -> StatsLookup {
+        let average_object_size_bytes = self.default_average_object_size_bytes;
         match self.object_counts.get(&resource_key(group, resource)) {
             None => StatsLookup::NotFound,
-            Some(ObjectCountEntry::Count(c)) => StatsLookup::Found(ObjectStats {
-                count: *c,
-                average_object_size_bytes: self.default_average_object_size_bytes,
-            }),
+            Some(&ObjectCountEntry::Count(count)) => StatsLookup::Found(ObjectStats { count, average_object_size_bytes }),
             Some(ObjectCountEntry::Detailed(s)) => StatsLookup::Found(*s),
         }
     }
@@ -170,10 +168,7 @@ pub fn resource_key(group: &str, resource: &str) -> String {
 
 /// The per-level limit (`plMaxSeats`; `None`/0 = estimator's own limit) clamped to `limit`.
 fn clamp_max(pl_max_seats: Option<u32>, limit: u32) -> u32 {
-    match pl_max_seats {
-        Some(m) if m != 0 && m <= limit => m,
-        _ => limit,
-    }
+    pl_max_seats.filter(|&m| m != 0 && m <= limit).unwrap_or(limit)
 }
 
 /// Object counts from outside the configuration (the cluster's `/metrics`), by (group, resource).
@@ -221,36 +216,29 @@ pub fn watch_init(info: &RequestInfo) -> WatchInit {
     if info.verb != "watch" {
         return WatchInit::None;
     }
-    let q = &info.query;
-    if q.send_initial_events == Some(true) {
-        WatchInit::Bookmark
-    } else if q.send_initial_events.is_none() && (q.resource_version.is_empty() || q.resource_version == "0") {
-        WatchInit::Unmarked
-    } else {
-        WatchInit::None
+    let rv = &info.query.resource_version;
+    match info.query.send_initial_events {
+        Some(true) => WatchInit::Bookmark,
+        None if rv.is_empty() || rv == "0" => WatchInit::Unmarked,
+        _ => WatchInit::None,
     }
 }
 
 /// `ShouldDelegateListMeta(opts, CacheWithoutSnapshots)` → true = served from storage.
 pub fn list_from_storage(info: &RequestInfo, consistent_reads_from_cache: bool) -> bool {
     let q = &info.query;
-    match q.resource_version_match.as_str() {
-        "Exact" => return true,
-        "NotOlderThan" => return false,
-        "" => {}
-        _ => return true,
-    }
-    if !q.continue_token.is_empty() {
-        return true;
-    }
     let rv = q.resource_version.as_str();
-    if q.limit > 0 && !rv.is_empty() && rv != "0" {
-        return true;
+    match q.resource_version_match.as_str() {
+        "NotOlderThan" => false,
+        // Legacy exact match, a continue token, a consistent read.
+        "" => {
+            (q.limit > 0 && !rv.is_empty() && rv != "0")
+                || !q.continue_token.is_empty()
+                || (rv.is_empty() && !consistent_reads_from_cache)
+        }
+        // "Exact", and any other value.
+        _ => true,
     }
-    if rv.is_empty() {
-        return !consistent_reads_from_cache;
-    }
-    false
 }
 
 /// LIST estimator (`list_work_estimator.go: estimate`) with an explicit stats lookup result.
@@ -267,12 +255,10 @@ pub fn estimate_list_with_stats(
     if q.options_error {
         return one(max_seats);
     }
-    if info.verb == "watch" {
-        let send_init = q.send_initial_events == Some(true);
-        let legacy = q.resource_version.is_empty() || q.resource_version == "0";
-        if !send_init && !legacy {
-            return one(MINIMUM_SEATS);
-        }
+    // A WATCH with no initial events: neither `sendInitialEvents=true` nor a legacy RV.
+    let legacy = q.resource_version.is_empty() || q.resource_version == "0";
+    if info.verb == "watch" && q.send_initial_events != Some(true) && !legacy {
+        return one(MINIMUM_SEATS);
     }
     let from_cache = info.verb == "watch" || !list_from_storage(info, cfg.consistent_reads_from_cache);
     let stats = match stats {
@@ -293,14 +279,8 @@ pub fn estimate_list_with_stats(
 }
 
 fn ceil_div_f64(x: f64, d: f64) -> u64 {
-    let v = (x / d).ceil();
-    if v.is_nan() || v <= 0.0 {
-        0
-    } else if v >= u64::MAX as f64 {
-        u64::MAX
-    } else {
-        v as u64
-    }
+    // `as` saturates: NaN and negatives give 0, too large gives u64::MAX.
+    (x / d).ceil() as u64
 }
 
 /// Count-based formula (gate off; 1.23–1.33), unclamped.
@@ -344,13 +324,11 @@ pub fn seats_based_on_object_size(mut stats: ObjectStats, limit: i64, has_select
 /// Mutating estimator (`mutating_work_estimator.go: estimate`).
 pub fn estimate_mutating(cfg: &WorkEstimatorConfig, info: &RequestInfo, pl_max_seats: Option<u32>, watch_count: u32) -> WorkEstimate {
     let mut out = WorkEstimate { initial_seats: MINIMUM_SEATS, final_seats: 0, additional_latency: 0 };
-    if !cfg.mutating_enabled {
+    // Disabled, or a request exempt from watch events (`isRequestExemptFromWatchEvents`).
+    if !cfg.mutating_enabled || (info.resource == "serviceaccounts" && info.subresource == "token") {
         return out;
     }
     let max_seats = clamp_max(pl_max_seats, MAXIMUM_MUTATING_SEATS);
-    if info.resource == "serviceaccounts" && info.subresource == "token" {
-        return out;
-    }
     if f64::from(watch_count) >= WATCHES_PER_SEAT {
         let final_seats = ceil_div_f64(f64::from(watch_count), WATCHES_PER_SEAT);
         // SeatsTimesDuration: seat-seconds in 1e-8 units (ns / 10), rounded.

@@ -51,8 +51,7 @@ impl ObjectCountTracker {
 
     /// `objectCountTracker.Get` for (group, resource).
     pub fn get(&self, group: &str, resource: &str, now: Nanos, stale_after: Nanos) -> StatsLookup {
-        let found = if group.is_empty() { self.entries.get(resource) } else { self.entries.get(resource_key(group, resource).as_str()) };
-        match found {
+        match self.entries.get(&resource_key(group, resource)) {
             None => StatsLookup::NotFound,
             Some((_, at)) if now.saturating_sub(*at) > stale_after => StatsLookup::Stale,
             Some((s, _)) => StatsLookup::Found(*s),
@@ -178,14 +177,11 @@ impl SharedCounts {
 }
 
 fn decode_or_default(cur: Option<&[u8]>) -> SharedCounts {
-    match cur.map(SharedCounts::decode) {
-        Some(Ok(s)) => s,
-        Some(Err(e)) => {
-            log::error!("apf: discarding unreadable object counts ({e})");
-            SharedCounts::default()
-        }
-        None => SharedCounts::default(),
-    }
+    let decoded = cur.map(SharedCounts::decode).transpose().unwrap_or_else(|e| {
+        log::error!("apf: discarding unreadable object counts ({e})");
+        None
+    });
+    decoded.unwrap_or_default()
 }
 
 /// The stored value and its CAS token (`None` when nothing was stored yet).
