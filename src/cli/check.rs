@@ -60,10 +60,7 @@ pub fn render(cfg: &PluginConfig) -> String {
             PriorityLevelSpec::Exempt { .. } => ("Exempt", dash(), dash(), None),
             PriorityLevelSpec::Limited { borrowing_limit_percent, limit_response, .. } => (
                 "Limited",
-                match limit_response {
-                    LimitResponse::Queue(_) => "Queue".to_string(),
-                    LimitResponse::Reject => "Reject".to_string(),
-                },
+                if matches!(limit_response, LimitResponse::Queue(_)) { "Queue" } else { "Reject" }.to_string(),
                 borrowing_limit_percent.map_or_else(|| "unlimited".to_string(), |b| b.to_string()),
                 pl.queuing(),
             ),

@@ -1,24 +1,18 @@
 //! The filter's admission path: the engine (`crate::engine`) over a [`MemStore`] (the semantics
 //! of Envoy's shared data), driven by simulated Envoy workers the way `crate::filter` drives it.
 //!
-//! Each worker registers with [`engine::heartbeat`] and gets its slot (the owner recorded with
-//! its requests), and keeps its requests in the engine's own table
-//! ([`crate::engine::requests::Requests`], the one the filter uses), with the simulator as host. An arrival is [`engine::admit`] (the filter's
-//! `on_http_request_headers`); a handler return is [`engine::finish`] with the receipt (the
-//! filter's `stream_ended` → `engine::end`); timer work is [`engine::expire_level`] when the
-//! stored level's `QueueSet::next_event` is due (every worker's tick calls it in Envoy; whoever
-//! comes first does the work, so which worker calls it does not matter).
+//! Each worker registers with [`engine::heartbeat`] (its slot is the owner of its requests) and
+//! keeps its requests in the engine's own table ([`Requests`], the filter's) with the simulator
+//! as host, which routes notices exactly as in the filter. An arrival is [`engine::admit`] (the
+//! filter's `on_http_request_headers`); a handler return is `Requests::end` (the filter's
+//! `stream_ended`); timer work is [`engine::expire_level`] when the stored level's
+//! `QueueSet::next_event` is due (in Envoy whichever worker's tick comes first does it, so which
+//! worker does it here does not matter). A notice for another worker is handled at once, not
+//! through that worker's mailbox a few microseconds later.
 //!
-//! Notices are routed by that table exactly as in the filter: `Run` for a waiting request starts
-//! it (the filter resumes the paused stream) and keeps the receipt; `Reject` answers 429; a `Run`
-//! for a request its owner no longer waits for releases the seats again. Delivery is immediate: in Envoy a notice for another worker goes through that
-//! worker's mailbox and arrives a few microseconds later, which the simulator does not model.
-//!
-//! Each worker reaches the shared store through its own [`WorkerStore`], so it keeps its own
-//! cache of the level state it wrote last ([`crate::engine::cache`]) as an Envoy worker VM does:
-//! with one worker every operation reuses its own last state; with several, a worker reading
-//! another's write decodes. A cache hit gives exactly what decoding gives, so this changes
-//! costs, not results.
+//! Each worker reaches the store through its own [`WorkerStore`], so it keeps its own cache of
+//! the level state it wrote last ([`crate::engine::cache`]) as an Envoy worker VM does. A cache
+//! hit gives exactly what decoding gives, so this changes costs, not results.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,8 +27,8 @@ use crate::policy::config::PluginConfig;
 use crate::policy::model::Policy;
 use crate::Nanos;
 
-/// Name of the simulated priority level (its store key is `engine::level_key(LEVEL_NAME)`).
-pub const LEVEL_NAME: &str = "sim";
+/// Name of the simulated priority level.
+const LEVEL_NAME: &str = "sim";
 
 /// One simulated Envoy worker (VM): its view of the store and its request table (the engine's
 /// own, as the filter's), each request's data being its call.
@@ -84,8 +78,6 @@ pub struct EngineLevel<'a> {
     compiled: Compiled,
     key: Arc<str>,
     workers: Vec<Worker<'a>>,
-    /// Worker index by slot.
-    by_slot: HashMap<u32, usize>,
     timers: bool,
 }
 
@@ -126,17 +118,12 @@ impl<'a> EngineLevel<'a> {
         let state = LevelState::new(sc.cfg, compiled.generation, sc.start).map_err(err)?;
         store.set(&key, &state.encode(), None).map_err(|e| e.to_string())?;
         let mut workers = Vec::with_capacity(sc.workers as usize);
-        let mut by_slot = HashMap::new();
         for w in 0..sc.workers {
             let store = WorkerStore::new(store);
             let slot = engine::heartbeat(&store, u64::from(w) + 1, sc.start).map_err(err)?;
-            by_slot.insert(slot, workers.len());
             workers.push(Worker { store, slot, next_context: 1, requests: Requests::new(), by_call: HashMap::new() });
         }
-        if workers.is_empty() {
-            return Err(String::from("no workers"));
-        }
-        Ok(EngineLevel { compiled, key, workers, by_slot, timers: sc.has_timers() })
+        Ok(EngineLevel { compiled, key, workers, timers: sc.has_timers() })
     }
 
     /// `filter::worker::route`: each worker of `pending` (a stack) routes its notices through
@@ -160,7 +147,8 @@ impl<'a> EngineLevel<'a> {
                     wk.by_call.remove(call);
                 }
             }
-            let next = outbox.into_iter().filter_map(|n| Some((*self.by_slot.get(&n.owner)?, None, vec![n])));
+            let owner = |n: &Notice| self.workers.iter().position(|w| w.slot == n.owner);
+            let next = outbox.into_iter().filter_map(|n| Some((owner(&n)?, None, vec![n])));
             // What an ending request posts is routed in order, each notice with all it causes.
             if end.is_some() {
                 pending.extend(next.rev());

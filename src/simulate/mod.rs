@@ -10,14 +10,10 @@
 //!  "clients": [{"hash": "1001", "threads": 4, "calls": 400, "exec": "50ms", "roundTrip": "300us",
 //!               "serviceJitter": 0.2}]}
 //! ```
-//! Level: `concurrencyLimit`, `queues`, `queueLengthLimit`, `handSize` (0 queues: a Reject
-//! level), `exempt`. Clients: `hash` (the flow hash, decimal uint64), `threads`, `calls` per
-//! thread, `exec`, `think` or `roundTrip` (one of the two), `serviceJitter`, `initialSeats`,
-//! `finalSeats` (default 1 each), `additionalLatency`, `split`. Durations are Go durations
-//! (`"1s"`, `"999999999ns"`) or integer nanoseconds. Also `requestWaitLimit` (each request's
-//! queue wait limit, as the filter derives it from the request deadline), `startTime` (absolute
-//! time of the scenario start, to exercise large clock values), `workers` (default 1), `seed`
-//! (default 1) and `engine` (default true; false runs the bare QueueSet, see below).
+//! The fields are those of `apf simulate --help` (0 `queues`: a Reject level); durations are Go
+//! durations (`"1s"`, `"999999999ns"`) or integer nanoseconds. `requestWaitLimit` is each
+//! request's queue wait limit, as the filter derives it from the request deadline; `startTime`
+//! (the absolute time of the scenario start) exercises large clock values.
 //!
 //! # Clients
 //! Thread `j` of client `i` starts at `90·j + 20·i` ns (a `split` client starts its second half

@@ -9,12 +9,10 @@ use crate::Nanos;
 
 /// Rejections of one client by reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct Rejections {
-    #[serde(rename = "queue-full")]
     pub queue_full: u64,
-    #[serde(rename = "concurrency-limit")]
     pub concurrency_limit: u64,
-    #[serde(rename = "time-out")]
     pub time_out: u64,
 }
 
@@ -220,9 +218,6 @@ fn percentiles(waits: &mut [Nanos]) -> QueueWait {
         let i = (n * p).div_ceil(100).max(1) - 1;
         waits.get(i).copied().unwrap_or(0) as f64 / crate::NANOS_PER_SEC as f64
     };
-    if n == 0 {
-        return QueueWait::default();
-    }
     QueueWait { p50: rank(50), p90: rank(90), max: rank(100) }
 }
 
