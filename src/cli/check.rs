@@ -4,7 +4,7 @@
 //! (`apf_controller.go: digestFlowSchemasLocked`) — plus warnings. Without `--config` the built-in
 //! defaults (600 seats) are shown; `--config -` reads standard input. Exit 0 when valid, 1 with
 //! every error on stderr otherwise, 2 on usage errors.
-use std::io::{Read, Write};
+use std::io::Write;
 
 use crate::policy::config::{parse_plugin_config, PluginConfig};
 use crate::policy::model::{Distinguisher, LimitResponse, PriorityLevelSpec};
@@ -12,103 +12,55 @@ use crate::policy::model::{Distinguisher, LimitResponse, PriorityLevelSpec};
 const USAGE: &str = "usage: apf check [--config FILE|-]\n";
 
 pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let mut config_path: Option<String> = None;
+    super::report(check(args), out, err)
+}
+
+fn check(args: &[String]) -> super::Outcome {
+    let usage = |e: String| (2, format!("apf check: {e}\n{USAGE}"));
+    let mut config_path = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         if a == "--config" || a == "-c" {
-            match it.next() {
-                Some(p) => config_path = Some(p.clone()),
-                None => {
-                    let _ = write!(err, "apf check: --config needs a value\n{USAGE}");
-                    return 2;
-                }
-            }
+            config_path = Some(it.next().ok_or_else(|| usage("--config needs a value".into()))?.as_str());
         } else if let Some(p) = a.strip_prefix("--config=") {
-            config_path = Some(p.to_string());
+            config_path = Some(p);
         } else if a == "-h" || a == "--help" {
-            let _ = out.write_all(USAGE.as_bytes());
-            return 0;
+            return Ok(USAGE.to_string());
         } else {
-            let _ = write!(err, "apf check: unexpected argument {a:?}\n{USAGE}");
-            return 2;
+            return Err(usage(format!("unexpected argument {a:?}")));
         }
     }
-    let bytes = match config_path.as_deref() {
-        None => Vec::new(),
-        Some("-") => {
-            let mut buf = Vec::new();
-            if let Err(e) = std::io::stdin().read_to_end(&mut buf) {
-                let _ = writeln!(err, "apf check: reading stdin: {e}");
-                return 1;
-            }
-            buf
-        }
-        Some(p) => match std::fs::read(p) {
-            Ok(b) => b,
-            Err(e) => {
-                let _ = writeln!(err, "apf check: reading {p}: {e}");
-                return 1;
-            }
-        },
-    };
-    match parse_plugin_config(&bytes) {
-        Ok(cfg) => {
-            let _ = out.write_all(render(&cfg).as_bytes());
-            0
-        }
-        Err(errors) => {
-            for e in &errors {
-                let _ = writeln!(err, "{e}");
-            }
-            let _ = writeln!(err, "apf check: {} error(s)", errors.len());
-            1
-        }
-    }
+    let bytes = super::read_input(config_path).map_err(|e| (1, format!("apf check: {e}\n")))?;
+    let cfg = parse_plugin_config(&bytes).map_err(|errors| {
+        let all: String = errors.iter().map(|e| format!("{e}\n")).collect();
+        (1, format!("{all}apf check: {} error(s)\n", errors.len()))
+    })?;
+    Ok(render(&cfg))
 }
 
-fn table(rows: &[Vec<String>]) -> String {
-    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+/// `header` and `rows` in columns two spaces apart.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+    let rows: Vec<&Vec<String>> = std::iter::once(&header).chain(rows).collect();
+    let cols = rows.iter().map(|r| r.len()).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
         .collect();
-    let mut s = String::new();
-    for r in rows {
-        let mut line = String::new();
-        for (c, cell) in r.iter().enumerate() {
-            let w = widths.get(c).copied().unwrap_or(0);
-            line.push_str(cell);
-            if c + 1 < r.len() {
-                line.push_str(&" ".repeat(w.saturating_sub(cell.chars().count()) + 2));
-            }
-        }
-        s.push_str(line.trim_end());
-        s.push('\n');
-    }
-    s
+    let line = |r: &Vec<String>| r.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}  ")).collect::<String>();
+    rows.into_iter().map(|r| format!("{}\n", line(r).trim_end())).collect()
 }
 
 /// The full `apf check` report for a valid configuration.
 pub fn render(cfg: &PluginConfig) -> String {
-    let mut s = String::new();
-    s.push_str(&format!("configuration OK: {}\n\n", cfg.describe()));
-    s.push_str("Priority levels:\n");
-    let mut rows = vec![[
-        "NAME", "TYPE", "RESPONSE", "SHARES", "LENDABLE%", "BORROWING%", "NOMINAL", "LENDABLE", "BORROWING", "MIN",
-        "MAX", "QUEUES", "HANDSIZE", "QUEUELENGTHLIMIT", "MAXSEATS",
-    ]
-    .iter()
-    .map(|h| h.to_string())
-    .collect::<Vec<_>>()];
+    let mut s = format!("configuration OK: {}\n\nPriority levels:\n", cfg.describe());
     let dash = || "-".to_string();
+    let mut rows = Vec::new();
     for (pl, lim) in cfg.policy.priority_levels.iter().zip(cfg.limits.iter()) {
         let (typ, resp, borrow_pct, q) = match &pl.spec {
             PriorityLevelSpec::Exempt { .. } => ("Exempt", dash(), dash(), None),
             PriorityLevelSpec::Limited { borrowing_limit_percent, limit_response, .. } => (
                 "Limited",
-                match limit_response {
-                    LimitResponse::Queue(_) => "Queue".to_string(),
-                    LimitResponse::Reject => "Reject".to_string(),
-                },
+                if matches!(limit_response, LimitResponse::Queue(_)) { "Queue" } else { "Reject" }.to_string(),
                 borrowing_limit_percent.map_or_else(|| "unlimited".to_string(), |b| b.to_string()),
                 pl.queuing(),
             ),
@@ -132,26 +84,24 @@ pub fn render(cfg: &PluginConfig) -> String {
             lim.max_seats.map_or_else(dash, |m| m.to_string()),
         ]);
     }
-    s.push_str(&table(&rows));
+    s.push_str(&table(
+        &[
+            "NAME", "TYPE", "RESPONSE", "SHARES", "LENDABLE%", "BORROWING%", "NOMINAL", "LENDABLE", "BORROWING", "MIN",
+            "MAX", "QUEUES", "HANDSIZE", "QUEUELENGTHLIMIT", "MAXSEATS",
+        ],
+        &rows,
+    ));
     s.push_str("\nFlowSchemas (matching order):\n");
-    let mut rows = vec![["PRECEDENCE", "NAME", "PRIORITYLEVEL", "DISTINGUISHER", "RULES"]
-        .iter()
-        .map(|h| h.to_string())
-        .collect::<Vec<_>>()];
-    for fs in &cfg.policy.flow_schemas {
-        rows.push(vec![
-            fs.matching_precedence.to_string(),
-            fs.name.clone(),
-            fs.priority_level.clone(),
-            match fs.distinguisher {
-                Some(Distinguisher::ByUser) => "ByUser".to_string(),
-                Some(Distinguisher::ByNamespace) => "ByNamespace".to_string(),
-                None => dash(),
-            },
-            fs.rules.len().to_string(),
-        ]);
-    }
-    s.push_str(&table(&rows));
+    let rows: Vec<Vec<String>> = cfg.policy.flow_schemas.iter().map(|fs| {
+        let distinguisher = match fs.distinguisher {
+            Some(Distinguisher::ByUser) => "ByUser".to_string(),
+            Some(Distinguisher::ByNamespace) => "ByNamespace".to_string(),
+            None => dash(),
+        };
+        let rules = fs.rules.len().to_string();
+        vec![fs.matching_precedence.to_string(), fs.name.clone(), fs.priority_level.clone(), distinguisher, rules]
+    }).collect();
+    s.push_str(&table(&["PRECEDENCE", "NAME", "PRIORITYLEVEL", "DISTINGUISHER", "RULES"], &rows));
     if !cfg.policy.warnings.is_empty() {
         s.push_str("\nWarnings:\n");
         for w in &cfg.policy.warnings {

@@ -25,6 +25,7 @@ use crate::digest::identity::{identify, IdentityInput, UserInfo};
 use crate::digest::request_info::{parse_generic, parse_request_info};
 use crate::digest::object_counts::{scan_metrics, ScrapedCounts};
 use crate::digest::work_estimate::{estimate_with, StatsLookup};
+use crate::engine::object_counts::resource_key;
 use crate::fairqueuing::shuffle_sharding::Dealer;
 use crate::policy::config::{parse_plugin_config, PluginConfig, RequestMode};
 
@@ -32,23 +33,18 @@ const USAGE: &str = "usage: apf classify [--config FILE|-] --method M --path P [
 [--header 'Name: value']... [--peer IP] [--mtls] [--cert-subject SUBJECT] \
 [--metrics FILE|-|http://HOST:PORT/PATH [--token T]]\n";
 
+/// The flags: the request, and where its configuration and object counts come from.
 #[derive(Default)]
 struct Args {
+    req: ClassifyRequest,
     config: Option<String>,
-    method: Option<String>,
-    path: Option<String>,
-    user: Option<String>,
-    groups: Vec<String>,
-    headers: Vec<(String, Vec<u8>)>,
-    peer: Option<std::net::IpAddr>,
-    mtls: bool,
-    cert_subject: Option<String>,
     metrics: Option<String>,
     token: Option<String>,
 }
 
 fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
     let mut a = Args::default();
+    let (mut method, mut path) = (None, None);
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -59,59 +55,45 @@ fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
             flag,
             "--config" | "-c" | "--method" | "--path" | "--user" | "--group" | "--header" | "--peer" | "--cert-subject" | "--metrics" | "--token"
         );
-        let value = if takes_value {
-            match inline {
-                Some(v) => v,
-                None => it.next().cloned().ok_or_else(|| format!("{flag} needs a value"))?,
-            }
-        } else {
-            String::new()
+        let value = match (takes_value, inline) {
+            (false, _) => String::new(),
+            (true, Some(v)) => v,
+            (true, None) => it.next().cloned().ok_or_else(|| format!("{flag} needs a value"))?,
         };
         match flag {
             "--config" | "-c" => a.config = Some(value),
-            "--method" => a.method = Some(value),
-            "--path" => a.path = Some(value),
-            "--user" => a.user = Some(value),
-            "--group" => a.groups.push(value),
+            "--method" => method = Some(value),
+            "--path" => path = Some(value),
+            "--user" => a.req.user = Some(value),
+            "--group" => a.req.groups.push(value),
             "--header" => {
                 let (n, v) = value.split_once(':').ok_or_else(|| format!("--header {value:?}: expected 'Name: value'"))?;
                 let n = n.trim();
                 if n.is_empty() {
                     return Err(format!("--header {value:?}: empty header name"));
                 }
-                a.headers.push((n.to_ascii_lowercase(), v.trim().as_bytes().to_vec()));
+                a.req.headers.push((n.to_ascii_lowercase(), v.trim().as_bytes().to_vec()));
             }
-            "--peer" => a.peer = Some(value.parse().map_err(|_| format!("--peer {value:?}: not an IP address"))?),
-            "--cert-subject" => a.cert_subject = Some(value),
+            "--peer" => a.req.peer = Some(value.parse().map_err(|_| format!("--peer {value:?}: not an IP address"))?),
+            "--cert-subject" => a.req.cert_subject = Some(value),
             "--metrics" => a.metrics = Some(value),
             "--token" => a.token = Some(value),
-            "--mtls" => a.mtls = true,
+            "--mtls" => a.req.mtls = true,
             "-h" | "--help" => return Ok(None),
             _ => return Err(format!("unexpected argument {arg:?}")),
         }
     }
-    if a.method.is_none() || a.path.is_none() {
+    let (Some(method), Some(path)) = (method, path) else {
         return Err("--method and --path are required".into());
-    }
-    if a.user.is_none() && !a.groups.is_empty() {
+    };
+    (a.req.method, a.req.path) = (method, path);
+    if a.req.user.is_none() && !a.req.groups.is_empty() {
         return Err("--group needs --user".into());
     }
     if a.config.as_deref() == Some("-") && a.metrics.as_deref() == Some("-") {
         return Err("--config and --metrics cannot both read stdin".into());
     }
     Ok(Some(a))
-}
-
-fn read_config(path: Option<&str>) -> Result<Vec<u8>, String> {
-    match path {
-        None => Ok(Vec::new()),
-        Some("-") => {
-            let mut buf = Vec::new();
-            std::io::stdin().read_to_end(&mut buf).map_err(|e| format!("reading stdin: {e}"))?;
-            Ok(buf)
-        }
-        Some(p) => std::fs::read(p).map_err(|e| format!("reading {p}: {e}")),
-    }
 }
 
 /// The body of `--metrics`: a file, stdin (`-`) or a plain-HTTP URL.
@@ -122,16 +104,13 @@ fn read_metrics(source: &str, token: Option<&str>) -> Result<Vec<u8>, String> {
     if source.starts_with("https://") {
         return Err(format!("--metrics {source}: https is not supported here; use `kubectl get --raw /metrics | apf classify --metrics - ...`"));
     }
-    read_config(Some(source))
+    super::read_input(Some(source))
 }
 
 /// A minimal HTTP/1.1 GET (`host:port/path`), enough for a metrics endpoint on a trusted network.
 fn http_get(host_path: &str, token: Option<&str>) -> Result<Vec<u8>, String> {
     use std::net::TcpStream;
-    let (host, path) = match host_path.find('/') {
-        Some(i) => (host_path.get(..i).unwrap_or(""), host_path.get(i..).unwrap_or("/")),
-        None => (host_path, "/metrics"),
-    };
+    let (host, path) = host_path.find('/').map_or((host_path, "/metrics"), |i| host_path.split_at(i));
     let addr = if host.contains(':') { host.to_string() } else { format!("{host}:80") };
     let mut conn = TcpStream::connect(&addr).map_err(|e| e.to_string())?;
     let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(30)));
@@ -167,70 +146,26 @@ fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
 }
 
 pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let a = match parse_args(args) {
-        Ok(Some(a)) => a,
-        Ok(None) => {
-            let _ = out.write_all(USAGE.as_bytes());
-            return 0;
-        }
-        Err(e) => {
-            let _ = write!(err, "apf classify: {e}\n{USAGE}");
-            return 2;
-        }
+    super::report(classify(args), out, err)
+}
+
+fn classify(args: &[String]) -> super::Outcome {
+    let fail = |e: String| (1, format!("apf classify: {e}\n"));
+    let Some(mut a) = parse_args(args).map_err(|e| (2, format!("apf classify: {e}\n{USAGE}")))? else {
+        return Ok(USAGE.to_string());
     };
-    let bytes = match read_config(a.config.as_deref()) {
-        Ok(b) => b,
-        Err(e) => {
-            let _ = writeln!(err, "apf classify: {e}");
-            return 1;
+    let bytes = super::read_input(a.config.as_deref()).map_err(fail)?;
+    let cfg = parse_plugin_config(&bytes).map_err(|errors| (1, errors.iter().map(|e| format!("{e}\n")).collect()))?;
+    if let Some(m) = &a.metrics {
+        let scraped = scan_metrics(&read_metrics(m, a.token.as_deref()).map_err(fail)?);
+        if scraped.samples == 0 {
+            let e = "--metrics: no apiserver_resource_objects or apiserver_storage_objects sample found";
+            return Err(fail(e.to_string()));
         }
-    };
-    let cfg = match parse_plugin_config(&bytes) {
-        Ok(c) => c,
-        Err(errors) => {
-            for e in &errors {
-                let _ = writeln!(err, "{e}");
-            }
-            return 1;
-        }
-    };
-    let metrics = match a.metrics.as_deref().map(|m| read_metrics(m, a.token.as_deref())) {
-        None => None,
-        Some(Ok(body)) => {
-            let scraped = scan_metrics(&body);
-            if scraped.samples == 0 {
-                let _ = writeln!(err, "apf classify: --metrics: no apiserver_resource_objects or apiserver_storage_objects sample found");
-                return 1;
-            }
-            Some(scraped)
-        }
-        Some(Err(e)) => {
-            let _ = writeln!(err, "apf classify: {e}");
-            return 1;
-        }
-    };
-    let req = ClassifyRequest {
-        metrics,
-        method: a.method.unwrap_or_default(),
-        path: a.path.unwrap_or_default(),
-        user: a.user,
-        groups: a.groups,
-        headers: a.headers,
-        peer: a.peer,
-        mtls: a.mtls,
-        cert_subject: a.cert_subject,
-    };
-    let doc = classify_request(&cfg, &req);
-    match serde_json::to_string_pretty(&doc) {
-        Ok(s) => {
-            let _ = writeln!(out, "{s}");
-            0
-        }
-        Err(e) => {
-            let _ = writeln!(err, "apf classify: {e}");
-            1
-        }
+        a.req.metrics = Some(scraped);
     }
+    let doc = serde_json::to_string_pretty(&classify_request(&cfg, &a.req)).map_err(|e| fail(e.to_string()))?;
+    Ok(format!("{doc}\n"))
 }
 
 /// One request to classify: what the CLI's flags give.
@@ -254,16 +189,15 @@ pub struct ClassifyRequest {
 /// The `apf classify` decision for one request under a valid configuration, as JSON (the
 /// document the CLI prints; also used by the browser playground).
 pub fn classify_request(cfg: &PluginConfig, req: &ClassifyRequest) -> serde_json::Value {
-    let (method, path) = (&req.method, &req.path);
     let info = match cfg.request_mode {
-        RequestMode::Kubernetes => parse_request_info(method, path.as_bytes()),
+        RequestMode::Kubernetes => parse_request_info(&req.method, req.path.as_bytes()),
         RequestMode::Generic => {
             let ns = cfg
                 .namespace_header
                 .as_deref()
                 .and_then(|h| req.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(h)))
                 .map(|(_, v)| v.as_slice());
-            parse_generic(method, path.as_bytes(), ns)
+            parse_generic(&req.method, req.path.as_bytes(), ns)
         }
     };
     let user = match &req.user {
@@ -279,32 +213,21 @@ pub fn classify_request(cfg: &PluginConfig, req: &ClassifyRequest) -> serde_json
             },
         ),
     };
-    let classifier = Classifier::new(&cfg.policy);
-    let cl = classifier.classify(&info, &user);
+    let cl = Classifier::new(&cfg.policy).classify(&info, &user);
     let fs_name = cfg.policy.flow_schemas.get(cl.flow_schema).map(|f| f.name.as_str()).unwrap_or("");
     let level = cfg.policy.priority_levels.get(cl.priority_level);
-    let queues: Vec<u32> = match level.and_then(|l| l.queuing()) {
-        Some(q) => match Dealer::new(q.queues, q.hand_size) {
-            Ok(d) => {
-                let mut hand = Vec::new();
-                d.deal_into_hand(cl.flow_hash, &mut hand);
-                hand
-            }
-            Err(_) => Vec::new(),
-        },
-        None => Vec::new(),
-    };
+    let mut queues = Vec::new();
+    if let Some(d) = level.and_then(|l| l.queuing()).and_then(|q| Dealer::new(q.queues, q.hand_size).ok()) {
+        d.deal_into_hand(cl.flow_hash, &mut queues);
+    }
     let max_seats = cfg.limits.get(cl.priority_level).and_then(|l| l.max_seats);
     let cluster = |group: &str, resource: &str| {
-        let key = crate::engine::object_counts::resource_key(group, resource);
-        match req.metrics.as_ref().and_then(|m| m.entries.get(&key)) {
-            Some(s) => StatsLookup::Found(*s),
-            None => StatsLookup::NotFound,
-        }
+        let found = req.metrics.as_ref().and_then(|m| m.entries.get(&resource_key(group, resource)));
+        found.map_or(StatsLookup::NotFound, |s| StatsLookup::Found(*s))
     };
     let (work, stats) = estimate_with(&cfg.work_estimator, &info, max_seats, 0, &cluster);
     let counts = stats.map(|st| {
-        let key = crate::engine::object_counts::resource_key(&info.api_group, &info.resource);
+        let key = resource_key(&info.api_group, &info.resource);
         let source = if cfg.work_estimator.stats(&info.api_group, &info.resource) != StatsLookup::NotFound {
             "objectCounts table"
         } else if matches!(st, StatsLookup::Found(_)) {

@@ -1,7 +1,7 @@
 //! The `apf` command: `check`, `classify`, `simulate`. Each subcommand module exposes
 //! `pub fn run(args: &[String], out: &mut dyn std::io::Write, err: &mut dyn std::io::Write) -> i32`
 //! (args exclude the subcommand name) so tests can drive it in-process.
-use std::io::Write;
+use std::io::{Read, Write};
 
 pub mod check;
 pub mod classify;
@@ -16,25 +16,45 @@ commands:
   simulate [--workers N] SCENARIO.json             run the deterministic fair-queuing simulator
 ";
 
-pub fn main_with(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let (cmd, rest) = match args.split_first() {
-        Some((c, r)) => (c.as_str(), r),
-        None => {
-            let _ = err.write_all(USAGE.as_bytes());
-            return 2;
+/// What a command prints: on stdout with exit code 0, or on stderr with its exit code.
+type Outcome = Result<String, (i32, String)>;
+
+/// Prints `outcome` and returns its exit code.
+fn report(outcome: Outcome, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    match outcome {
+        Ok(text) => {
+            let _ = out.write_all(text.as_bytes());
+            0
         }
+        Err((code, text)) => {
+            let _ = err.write_all(text.as_bytes());
+            code
+        }
+    }
+}
+
+/// The bytes of a file, of standard input for `-`, none without a path.
+fn read_input(path: Option<&str>) -> Result<Vec<u8>, String> {
+    match path {
+        None => Ok(Vec::new()),
+        Some("-") => {
+            let mut buf = Vec::new();
+            std::io::stdin().read_to_end(&mut buf).map_err(|e| format!("reading stdin: {e}"))?;
+            Ok(buf)
+        }
+        Some(p) => std::fs::read(p).map_err(|e| format!("reading {p}: {e}")),
+    }
+}
+
+pub fn main_with(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let Some((cmd, rest)) = args.split_first() else {
+        return report(Err((2, USAGE.to_string())), out, err);
     };
-    match cmd {
+    match cmd.as_str() {
         "check" => check::run(rest, out, err),
         "classify" => classify::run(rest, out, err),
         "simulate" => simulate::run(rest, out, err),
-        "help" | "--help" | "-h" => {
-            let _ = out.write_all(USAGE.as_bytes());
-            0
-        }
-        other => {
-            let _ = writeln!(err, "apf: unknown command {other:?}\n{USAGE}");
-            2
-        }
+        "help" | "--help" | "-h" => report(Ok(USAGE.to_string()), out, err),
+        other => report(Err((2, format!("apf: unknown command {other:?}\n{USAGE}\n"))), out, err),
     }
 }

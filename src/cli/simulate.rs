@@ -1,7 +1,7 @@
 //! `apf simulate [--workers N] SCENARIO.json` (or `-` for stdin): runs the deterministic
 //! fair-queuing simulator (`crate::simulate`) — the filter's admission path with N simulated
 //! Envoy workers — and prints its result as one line of JSON.
-use std::io::{Read, Write};
+use std::io::Write;
 
 pub const HELP: &str = "usage: apf simulate [--workers N] SCENARIO.json   (use - for stdin)
 
@@ -40,65 +40,36 @@ simulate module documentation, \"Phase locking\".
 ";
 
 pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    super::report(simulate(args), out, err)
+}
+
+fn simulate(args: &[String]) -> super::Outcome {
     let mut workers = None;
     let mut path = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let value = match a.as_str() {
-            "-h" | "--help" => {
-                let _ = out.write_all(HELP.as_bytes());
-                return 0;
-            }
+            "-h" | "--help" => return Ok(HELP.to_string()),
             "--workers" => it.next().map(String::as_str),
             s if s.starts_with("--workers=") => s.strip_prefix("--workers="),
             s if path.is_none() && (s == "-" || !s.starts_with('-')) => {
                 path = Some(s);
                 continue;
             }
-            _ => {
-                let _ = write!(err, "apf simulate: unexpected argument {a:?}\n{HELP}");
-                return 2;
-            }
+            _ => return Err((2, format!("apf simulate: unexpected argument {a:?}\n{HELP}"))),
         };
-        match value.and_then(|v| v.parse::<u32>().ok()) {
-            Some(n) => workers = Some(n),
-            None => {
-                let _ = writeln!(err, "apf simulate: --workers needs a number of workers");
-                return 2;
-            }
-        }
+        let n = value.and_then(|v| v.parse::<u32>().ok());
+        workers = Some(n.ok_or_else(|| (2, "apf simulate: --workers needs a number of workers\n".to_string()))?);
     }
-    let Some(path) = path else {
-        let _ = write!(err, "{HELP}");
-        return 2;
+    let path = path.ok_or_else(|| (2, HELP.to_string()))?;
+    let data = match path {
+        "-" => super::read_input(Some(path)),
+        _ => std::fs::read(path).map_err(|e| format!("{path}: {e}")),
     };
-    let data = if path == "-" {
-        let mut v = Vec::new();
-        match std::io::stdin().read_to_end(&mut v) {
-            Ok(_) => v,
-            Err(e) => {
-                let _ = writeln!(err, "apf simulate: reading stdin: {e}");
-                return 1;
-            }
-        }
-    } else {
-        match std::fs::read(path) {
-            Ok(v) => v,
-            Err(e) => {
-                let _ = writeln!(err, "apf simulate: {path}: {e}");
-                return 1;
-            }
-        }
-    };
+    let data = data.map_err(|e| (1, format!("apf simulate: {e}\n")))?;
     let opts = crate::simulate::Options { workers, ..crate::simulate::Options::default() };
     match crate::simulate::run_scenario_with(&data, &opts) {
-        Ok(r) => {
-            let _ = writeln!(out, "{}", r.result.to_json());
-            0
-        }
-        Err(e) => {
-            let _ = writeln!(err, "apf simulate: {e}");
-            1
-        }
+        Ok(r) => Ok(format!("{}\n", r.result.to_json())),
+        Err(e) => Err((1, format!("apf simulate: {e}\n"))),
     }
 }

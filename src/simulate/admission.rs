@@ -21,7 +21,7 @@ pub enum Outcome {
 }
 
 /// Call `k` of thread `thread`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct CallId {
     pub thread: u32,
     pub k: u32,

@@ -1,29 +1,24 @@
 //! The filter's admission path: the engine (`crate::engine`) over a [`MemStore`] (the semantics
 //! of Envoy's shared data), driven by simulated Envoy workers the way `crate::filter` drives it.
 //!
-//! Each worker registers with [`engine::heartbeat`] and gets its slot (the owner recorded with
-//! its requests), and keeps its requests in the engine's own table
-//! ([`crate::engine::requests::Requests`], the one the filter uses), with the simulator as host. An arrival is [`engine::admit`] (the filter's
-//! `on_http_request_headers`); a handler return is [`engine::finish`] with the receipt (the
-//! filter's `stream_ended` → `engine::end`); timer work is [`engine::expire_level`] when the
-//! stored level's `QueueSet::next_event` is due (every worker's tick calls it in Envoy; whoever
-//! comes first does the work, so which worker calls it does not matter).
+//! Each worker registers with [`engine::heartbeat`] (its slot is the owner of its requests) and
+//! keeps its requests in the engine's own table ([`Requests`], the filter's) with the simulator
+//! as host, which routes notices exactly as in the filter. An arrival is [`engine::admit`] (the
+//! filter's `on_http_request_headers`); a handler return is `Requests::end` (the filter's
+//! `stream_ended`); timer work is [`engine::expire_level`] when the stored level's
+//! `QueueSet::next_event` is due (in Envoy whichever worker's tick comes first does it, so which
+//! worker does it here does not matter). A notice for another worker is handled at once, not
+//! through that worker's mailbox a few microseconds later.
 //!
-//! Notices are routed by that table exactly as in the filter: `Run` for a waiting request starts
-//! it (the filter resumes the paused stream) and keeps the receipt; `Reject` answers 429; a `Run`
-//! for a request its owner no longer waits for releases the seats again. Delivery is immediate: in Envoy a notice for another worker goes through that
-//! worker's mailbox and arrives a few microseconds later, which the simulator does not model.
-//!
-//! Each worker reaches the shared store through its own [`WorkerStore`], so it keeps its own
-//! cache of the level state it wrote last ([`crate::engine::cache`]) as an Envoy worker VM does:
-//! with one worker every operation reuses its own last state; with several, a worker reading
-//! another's write decodes. A cache hit gives exactly what decoding gives, so this changes
-//! costs, not results.
+//! Each worker reaches the store through its own [`WorkerStore`], so it keeps its own cache of
+//! the level state it wrote last ([`crate::engine::cache`]) as an Envoy worker VM does. A cache
+//! hit gives exactly what decoding gives, so this changes costs, not results.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::admission::{Admission, Call, CallId, Outcome};
+use super::scenario::Scenario;
 use crate::engine::requests::{Entry, Host, Phase, Requests};
 use crate::engine::store::{MemStore, Store, WorkerStore};
 use crate::engine::{self, Compiled, Decision, LevelRuntime, LevelState, Notice};
@@ -32,8 +27,8 @@ use crate::policy::config::PluginConfig;
 use crate::policy::model::Policy;
 use crate::Nanos;
 
-/// Name of the simulated priority level (its store key is `engine::level_key(LEVEL_NAME)`).
-pub const LEVEL_NAME: &str = "sim";
+/// Name of the simulated priority level.
+const LEVEL_NAME: &str = "sim";
 
 /// One simulated Envoy worker (VM): its view of the store and its request table (the engine's
 /// own, as the filter's), each request's data being its call.
@@ -83,8 +78,6 @@ pub struct EngineLevel<'a> {
     compiled: Compiled,
     key: Arc<str>,
     workers: Vec<Worker<'a>>,
-    /// Worker index by slot.
-    by_slot: HashMap<u32, usize>,
     timers: bool,
 }
 
@@ -115,40 +108,38 @@ fn compiled(cfg: QueueSetConfig, exempt: bool) -> Compiled {
 }
 
 impl<'a> EngineLevel<'a> {
-    /// The level's state as of `start` in `store` (a fresh one), and `workers` registered
-    /// workers. `timers`: whether the level can have timer events (else
-    /// [`Admission::next_event`] skips reading the stored level).
-    pub fn new(store: &'a MemStore, cfg: QueueSetConfig, exempt: bool, start: Nanos, workers: u32, timers: bool) -> Result<EngineLevel<'a>, String> {
-        let compiled = compiled(cfg, exempt);
+    /// The scenario's level as of its start in `store` (a fresh one), and its registered
+    /// workers.
+    pub fn new(store: &'a MemStore, sc: &Scenario) -> Result<EngineLevel<'a>, String> {
+        let compiled = compiled(sc.cfg, sc.exempt);
         let key = compiled.levels.first().map(|l| l.key.clone()).ok_or_else(|| String::from("no level"))?;
         // The level exists from the scenario start (as the bare QueueSet), not from the first
         // arrival; same generation as the configuration, so admission does not reconfigure it.
-        let state = LevelState::new(cfg, compiled.generation, start).map_err(err)?;
+        let state = LevelState::new(sc.cfg, compiled.generation, sc.start).map_err(err)?;
         store.set(&key, &state.encode(), None).map_err(|e| e.to_string())?;
-        let mut ws = Vec::with_capacity(workers as usize);
-        let mut by_slot = HashMap::new();
-        for w in 0..workers {
+        let mut workers = Vec::with_capacity(sc.workers as usize);
+        for w in 0..sc.workers {
             let store = WorkerStore::new(store);
-            let slot = engine::heartbeat(&store, u64::from(w) + 1, start).map_err(err)?;
-            by_slot.insert(slot, ws.len());
-            ws.push(Worker { store, slot, next_context: 1, requests: Requests::new(), by_call: HashMap::new() });
+            let slot = engine::heartbeat(&store, u64::from(w) + 1, sc.start).map_err(err)?;
+            workers.push(Worker { store, slot, next_context: 1, requests: Requests::new(), by_call: HashMap::new() });
         }
-        if ws.is_empty() {
-            return Err(String::from("no workers"));
-        }
-        Ok(EngineLevel { compiled, key, workers: ws, by_slot, timers })
+        Ok(EngineLevel { compiled, key, workers, timers: sc.has_timers() })
     }
 
-    /// `filter::worker::route`: worker `by` routes `notices` through its request table; what
-    /// it posts to other workers is routed by them in turn (synchronously: no mailbox latency).
-    fn route(&mut self, now: Nanos, by: usize, notices: Vec<Notice>, out: &mut Vec<Outcome>) -> Result<(), String> {
+    /// `filter::worker::route`: each worker of `pending` (a stack) routes its notices through
+    /// its request table; what it posts to other workers is routed by them in turn
+    /// (synchronously: no mailbox latency). `end`: worker `by` first ends that request.
+    fn route(&mut self, now: Nanos, by: usize, end: Option<u32>, notices: Vec<Notice>, out: &mut Vec<Outcome>) {
         let slots: Vec<u32> = self.workers.iter().map(|w| w.slot).collect();
-        let mut pending = vec![(by, notices)];
-        while let Some((w, notices)) = pending.pop() {
+        let mut pending = vec![(by, end, notices)];
+        while let Some((w, end, notices)) = pending.pop() {
             let Some(wk) = self.workers.get_mut(w) else { continue };
             let before = out.len();
             let mut host = SimHost { slot: wk.slot, workers: &slots, outbox: Vec::new(), out };
-            wk.requests.route(&wk.store, &mut host, notices, now);
+            match end {
+                Some(context) => drop(wk.requests.end(&wk.store, &mut host, context, now)),
+                None => wk.requests.route(&wk.store, &mut host, notices, now),
+            }
             let outbox = host.outbox;
             // A rejected call is over: forget its context.
             for o in out.iter().skip(before) {
@@ -156,17 +147,17 @@ impl<'a> EngineLevel<'a> {
                     wk.by_call.remove(call);
                 }
             }
-            for n in outbox {
-                if let Some(&o) = self.by_slot.get(&n.owner) {
-                    pending.push((o, vec![n]));
-                }
+            let owner = |n: &Notice| self.workers.iter().position(|w| w.slot == n.owner);
+            let next = outbox.into_iter().filter_map(|n| Some((owner(&n)?, None, vec![n])));
+            // What an ending request posts is routed in order, each notice with all it causes.
+            if end.is_some() {
+                pending.extend(next.rev());
+            } else {
+                pending.extend(next);
             }
         }
-        Ok(())
     }
-}
 
-impl EngineLevel<'_> {
     /// The store as worker 0 sees it: timer work and reads (in Envoy every worker's tick runs
     /// the timer work; whoever comes first does it).
     fn timer_store(&self) -> Result<&WorkerStore<'_>, String> {
@@ -195,20 +186,14 @@ impl Admission for EngineLevel<'_> {
             }
             Decision::Rejected { reason, .. } => out.push(Outcome::Rejected { call: call.id, reason }),
         }
-        self.route(now, call.worker as usize, notices, out)
+        self.route(now, call.worker as usize, None, notices, out);
+        Ok(())
     }
 
     fn finish(&mut self, now: Nanos, call: CallId, worker: u32, out: &mut Vec<Outcome>) -> Result<(), String> {
-        let slots: Vec<u32> = self.workers.iter().map(|w| w.slot).collect();
-        let Some(w) = self.workers.get_mut(worker as usize) else { return Ok(()) };
-        let Some(context) = w.by_call.remove(&call) else { return Ok(()) };
-        let mut host = SimHost { slot: w.slot, workers: &slots, outbox: Vec::new(), out };
-        w.requests.end(&w.store, &mut host, context, now);
-        let outbox = host.outbox;
-        for n in outbox {
-            if let Some(&o) = self.by_slot.get(&n.owner) {
-                self.route(now, o, vec![n], out)?;
-            }
+        let context = self.workers.get_mut(worker as usize).and_then(|w| w.by_call.remove(&call));
+        if let Some(context) = context {
+            self.route(now, worker as usize, Some(context), Vec::new(), out);
         }
         Ok(())
     }
@@ -223,7 +208,8 @@ impl Admission for EngineLevel<'_> {
     fn expire(&mut self, now: Nanos, out: &mut Vec<Outcome>) -> Result<(), String> {
         let mut notices = Vec::new();
         engine::expire_level(self.timer_store()?, now, &self.key, &mut notices).map_err(err)?;
-        self.route(now, 0, notices, out)
+        self.route(now, 0, None, notices, out);
+        Ok(())
     }
 
     fn epoch_advances(&self) -> Result<u64, String> {

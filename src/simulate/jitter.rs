@@ -1,7 +1,6 @@
-//! Deterministic service-time jitter: each call's exec time is drawn uniformly from
-//! `[exec − jitter, exec + jitter]` by a hash (splitmix64) of the scenario's seed, the thread
-//! and the call number. A call gets the same draw whatever order the calls run in, so runs
-//! that differ only in scheduling (e.g. 1 and 2 workers) serve the same work.
+//! Deterministic service-time jitter: a call's draw is a hash (splitmix64) of the scenario's
+//! seed, the thread and the call number, so it is the same whatever order the calls run in and
+//! runs that differ only in scheduling (e.g. 1 and 2 workers) serve the same work.
 
 use crate::Nanos;
 

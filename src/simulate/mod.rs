@@ -10,14 +10,10 @@
 //!  "clients": [{"hash": "1001", "threads": 4, "calls": 400, "exec": "50ms", "roundTrip": "300us",
 //!               "serviceJitter": 0.2}]}
 //! ```
-//! Level: `concurrencyLimit`, `queues`, `queueLengthLimit`, `handSize` (0 queues: a Reject
-//! level), `exempt`. Clients: `hash` (the flow hash, decimal uint64), `threads`, `calls` per
-//! thread, `exec`, `think` or `roundTrip` (one of the two), `serviceJitter`, `initialSeats`,
-//! `finalSeats` (default 1 each), `additionalLatency`, `split`. Durations are Go durations
-//! (`"1s"`, `"999999999ns"`) or integer nanoseconds. Also `requestWaitLimit` (each request's
-//! queue wait limit, as the filter derives it from the request deadline), `startTime` (absolute
-//! time of the scenario start, to exercise large clock values), `workers` (default 1), `seed`
-//! (default 1) and `engine` (default true; false runs the bare QueueSet, see below).
+//! The fields are those of `apf simulate --help` (0 `queues`: a Reject level); durations are Go
+//! durations (`"1s"`, `"999999999ns"`) or integer nanoseconds. `requestWaitLimit` is each
+//! request's queue wait limit, as the filter derives it from the request deadline; `startTime`
+//! (the absolute time of the scenario start) exercises large clock values.
 //!
 //! # Clients
 //! Thread `j` of client `i` starts at `90·j + 20·i` ns (a `split` client starts its second half
@@ -32,77 +28,37 @@
 //!
 //! The flow hash is used as is, as upstream's harness does. The shuffle-sharding dealer reads
 //! it as digits (in bases `queues`, `queues − 1`, …), so a small hash (such as upstream's
-//! `1001001001`) deals a hand whose last cards are the lowest queues: with 64 queues and hands of 8, `1001001001` and
-//! `2002002002` share 4 queues. Real flow hashes are 64-bit; use such hashes to model
-//! independent flows.
+//! `1001001001`) deals a hand whose last cards are the lowest queues: with 64 queues and hands
+//! of 8, `1001001001` and `2002002002` share 4 queues. Real flow hashes are 64-bit; use such
+//! hashes to model independent flows.
 //!
-//! `serviceJitter` j draws each call's exec uniformly from `[exec·(1−j), exec·(1+j)]` by a hash
-//! of `seed`, the thread and the call number (the same call gets the same service time whatever
-//! the dispatch order, so runs with different worker counts serve the same work). Without it
-//! every call takes exactly `exec`.
+//! `serviceJitter` j draws each call's exec uniformly from `[exec·(1−j), exec·(1+j)]`
+//! ([`jitter`]). Without it every call takes exactly `exec`.
 //!
 //! # Workers
-//! Thread `j` of client `i` is a connection to worker `(i + j) mod workers`: client `i`'s
-//! threads go round-robin over the workers, starting at worker `i mod workers`. Each worker
-//! registers with `engine::heartbeat` (its slot is the owner of its requests), reaches the
-//! store through its own `WorkerStore` (its own cache of decoded level states) and keeps its
-//! requests in the engine's request table (`engine::requests`, the filter's), which routes the
-//! engine's notices to their owner. With one worker the dispatch order,
-//! times and rejections are exactly the bare QueueSet's (upstream's harness, `"engine":
-//! false`; tests/simulate_engine.rs compares them event by event on every fixture), and with
-//! several the same (the dispatch order does not depend on which worker dispatches). Not
-//! modelled: borrowing between levels (upstream's harness has none), mailbox
-//! latency (a notice for another worker is handled at once), CAS conflicts (workers take
-//! turns), lease expiry (workers never die).
-//!
-//! [`run_scenario`] runs a scenario as written; [`run_scenario_with`] takes [`Options`]: the
-//! number of workers (`apf simulate --workers N`), the bare QueueSet instead of the engine, and
-//! the recording of the seat trace ([`SeatTrace`]) and of every call's events ([`CallEvent`]).
+//! Thread `j` of client `i` is a connection to worker `(i + j) mod workers`. Each worker is an
+//! Envoy worker of the filter ([`engine_level`]). With one worker the dispatch order, times and
+//! rejections are exactly the bare QueueSet's (upstream's harness, `"engine": false`;
+//! tests/simulate_engine.rs compares them event by event on every fixture), and with several
+//! the same (the dispatch order does not depend on which worker dispatches). Not modelled:
+//! borrowing between levels (upstream's harness has none), mailbox latency (a notice for
+//! another worker is handled at once), CAS conflicts (workers take turns), lease expiry
+//! (workers never die).
 //!
 //! # Results
-//! Per client: the time-weighted number of *initial* seats executing over
-//! `[start, start + evalDuration]` and its two halves, exactly as the upstream harness integrates
-//! it (from exact integer integrals, seat·ns); calls executed and rejected (whole run, which
-//! continues past the window until every thread is done); `throughput`, calls whose handler
-//! returned inside the window per second; `queueWait` p50 / p90 / max (seconds, nearest rank)
-//! of the calls that started inside the window.
+//! Per client ([`ClientResult`]): the time-weighted number of *initial* seats executing over
+//! `[start, start + evalDuration]` and its two halves, exactly as the upstream harness
+//! integrates it (from exact integer integrals, seat·ns); calls executed and rejected over the
+//! whole run, which continues past the window until every thread is done; throughput and
+//! queue-wait percentiles inside the window.
 //!
 //! Time is virtual. Upstream's fake event clock runs all events due at one instant concurrently
 //! (in an unspecified order) before advancing; here events are processed in (time, scheduling
 //! order), which is one of those orders, so the result is deterministic: same input, same bytes.
 //!
 //! # Phase locking
-//! A closed-loop client (`roundTrip`) beside a heavier flow that always has requests waiting
-//! gets less than its fair share when the service time is constant — upstream's behaviour,
-//! which the filter shares, and which upstream's harness hides:
-//! - When a call returns, the QueueSet gives its seat at once to the waiting request with the
-//!   earliest virtual finish. The client's next call is not waiting yet: it arrives a round
-//!   trip later, so the seat goes to a heavy request.
-//! - As long as heavy requests wait, no seat ever idles: each is re-filled the instant it
-//!   frees, so with a constant service time the seats free at the same phases of the service
-//!   period, cycle after cycle (phase-locked).
-//! - The client's call waits for the next seat to free after it arrived. Fair queuing puts it
-//!   first in line (its queue's virtual finish is the earliest, as long as its hand's queues
-//!   are not shared with the heavy flow), so it waits at most one period; but when the phases
-//!   are bunched (clients started together), the next free seat is a whole period away, less
-//!   the round trip, and the client then holds the seat it got until that bunch frees again.
-//!
-//! In real Envoy (18 seats, a quiet client with 4 threads beside a heavy one with 40, 50 ms
-//! service, 0.3 ms round trip) the quiet client kept 67–72 % of its standalone throughput: its
-//! median queue wait was ≈ 1 ms (its call caught a later seat of the same bunch) but p90 ≈ 49
-//! ms (it had reached the bunch's end and waited for the next one). With ±20 % service jitter
-//! the phases spread over the period, the next free seat is a fraction of a period away, and
-//! it kept 91–94 % (median ≈ 2 ms, p90 ≈ 7 ms). Upstream's harness (`think`) does not show
-//! this: with `think` 0 the next call is already waiting when its predecessor's seat is
-//! released, takes it back, and the quiet client keeps ≈ 4 of its 4 seats.
-//!
-//! The simulator predicts the jittered case (94 %, median 2.1 ms, p90 6.9 ms). An exactly
-//! constant service time is the limit of a perfect lock: the threads start 90 ns apart, so all
-//! 18 seats free within microseconds of each other forever and every quiet call waits 49.7 ms
-//! (50 %); a real upstream is not constant to the microsecond, and timer-scale noise
-//! (`serviceJitter` 0.0005, ±25 µs) spreads the bunch enough to give Envoy's figures after
-//! 20 s (70 %, median 0.1 ms, p90 49.7 ms), though that figure grows with the noise and the
-//! run length (tests/simulate_closed_loop.rs).
+//! Why a closed-loop client (`roundTrip`) beside a heavier flow gets less than its fair share
+//! with a constant service time, measured in Envoy and predicted here: docs/simulate.md.
 
 mod admission;
 mod engine_level;
@@ -115,6 +71,7 @@ pub use results::{CallEvent, CallKind, ClientResult, QueueWait, Rejections, Seat
 
 use admission::{Admission, BareQueueSet};
 use crate::engine::store::MemStore;
+use crate::Nanos;
 use engine_level::EngineLevel;
 use event_loop::EventLoop;
 use results::Accounts;
@@ -161,56 +118,48 @@ pub fn run_scenario_traced(json: &[u8]) -> Result<(SimulationResult, SeatTrace),
     run_scenario_with(json, &Options { trace: true, ..Options::default() }).map(|r| (r.result, r.trace))
 }
 
+/// `a + b` on the virtual clock.
+fn add_time(a: Nanos, b: Nanos) -> Result<Nanos, String> {
+    a.checked_add(b).ok_or_else(|| String::from("scenario times overflow the clock"))
+}
+
 /// Runs one scenario with [`Options`].
 pub fn run_scenario_with(json: &[u8], opts: &Options) -> Result<Run, String> {
     let mut sc = Scenario::parse(json)?;
     if let Some(w) = opts.workers {
-        if !(1..=MAX_WORKERS).contains(&w) {
-            return Err(format!("workers must be in [1, {MAX_WORKERS}], got {w}"));
-        }
-        sc.workers = w;
+        sc.workers = scenario::ranged(w.into(), 1, MAX_WORKERS.into(), "workers")?;
     }
-    if let Some(e) = opts.engine {
-        sc.engine = e;
-    }
-    if !sc.engine && sc.workers != 1 {
-        return Err(String::from("workers: the bare QueueSet (\"engine\": false) has one worker"));
-    }
-    let checked = |a: crate::Nanos, b: crate::Nanos| a.checked_add(b).ok_or_else(|| String::from("scenario times overflow the clock"));
-    let bounds = [sc.start, checked(sc.start, sc.eval / 2)?, checked(sc.start, sc.eval)?];
+    sc.engine = opts.engine.unwrap_or(sc.engine);
+    scenario::check_workers(sc.engine, sc.workers)?;
+    let bounds = [sc.start, add_time(sc.start, sc.eval / 2)?, add_time(sc.start, sc.eval)?];
     let acc = Accounts::new(sc.clients.len(), bounds, opts.trace);
     let shared = MemStore::new();
     let adm: Box<dyn Admission> = if sc.engine {
-        Box::new(EngineLevel::new(&shared, sc.cfg, sc.exempt, sc.start, sc.workers, sc.has_timers())?)
+        Box::new(EngineLevel::new(&shared, &sc)?)
     } else {
         Box::new(BareQueueSet::new(sc.cfg, sc.start)?)
     };
     let mut lp = EventLoop::new(&sc, adm, acc, opts.record_calls)?;
     lp.run()?;
-    let epoch_advances = lp.epoch_advances()?;
-    let calls = lp.calls.take().unwrap_or_default();
+    let epoch_advances = lp.adm.epoch_advances()?;
     let (clients, changes) = lp.acc.finish();
     let [start, _, eval_end] = bounds;
-    let trace = SeatTrace { start, eval_end, concurrency_limit: sc.cfg.concurrency_limit, changes: changes.unwrap_or_default() };
-    Ok(Run { result: SimulationResult { clients, epoch_advances, workers: sc.workers }, trace, calls })
+    let concurrency_limit = sc.cfg.concurrency_limit;
+    let trace = SeatTrace { start, eval_end, concurrency_limit, changes: changes.unwrap_or_default() };
+    let result = SimulationResult { clients, epoch_advances, workers: sc.workers };
+    Ok(Run { result, trace, calls: lp.calls.unwrap_or_default() })
 }
 
 /// Upstream test helper `fairAlloc`: max-min fair allocation of `capacity` to `demands`.
 pub fn fair_alloc(demands: &[f64], capacity: f64) -> Vec<f64> {
     let count = demands.len();
-    let mut idx: Vec<usize> = (0..count).collect();
-    idx.sort_by(|a, b| {
-        let da = demands.get(*a).copied().unwrap_or(0.0);
-        let db = demands.get(*b).copied().unwrap_or(0.0);
-        da.partial_cmp(&db).unwrap_or(std::cmp::Ordering::Equal)
-    });
+    let mut sorted: Vec<(f64, usize)> = demands.iter().copied().zip(0..).collect();
+    sorted.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));
     let mut alloc = vec![0.0; count];
     let mut capacity = capacity;
     let mut prev = 0.0;
     let mut next = 0;
-    while next < count {
-        let i = idx.get(next).copied().unwrap_or(0);
-        let demand = demands.get(i).copied().unwrap_or(0.0);
+    for &(demand, i) in &sorted {
         if demand > 0.0 {
             let bite = (count - next) as f64 * (demand - prev);
             if bite > capacity {
@@ -224,8 +173,8 @@ pub fn fair_alloc(demands: &[f64], capacity: f64) -> Vec<f64> {
         }
         next += 1;
     }
-    for j in next..count {
-        if let Some(a) = idx.get(j).and_then(|i| alloc.get_mut(*i)) {
+    for &(_, i) in sorted.iter().skip(next) {
+        if let Some(a) = alloc.get_mut(i) {
             *a = prev + capacity / (count - next) as f64;
         }
     }

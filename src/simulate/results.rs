@@ -9,12 +9,10 @@ use crate::Nanos;
 
 /// Rejections of one client by reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct Rejections {
-    #[serde(rename = "queue-full")]
     pub queue_full: u64,
-    #[serde(rename = "concurrency-limit")]
     pub concurrency_limit: u64,
-    #[serde(rename = "time-out")]
     pub time_out: u64,
 }
 
@@ -28,7 +26,7 @@ pub struct QueueWait {
     pub max: f64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClientResult {
     /// Time-weighted initial seats executing over `[0, evalDuration]`.
@@ -108,44 +106,31 @@ pub struct CallEvent {
     pub kind: CallKind,
 }
 
-/// Exact integral of a client's executing seats over the two halves of the window.
-struct Integrator {
+/// One client's accounting: the exact integral of its executing seats over the two halves of
+/// the window, its completions and the queue waits of its calls started inside it.
+#[derive(Default)]
+struct Account {
     seats: i64,
     last: Nanos,
     halves: [i128; 2],
+    completed: u64,
+    waits: Vec<Nanos>,
+    result: ClientResult,
 }
 
 /// Per-client accounting of a run.
 pub struct Accounts {
     /// Window start, middle and end.
     bounds: [Nanos; 3],
-    integ: Vec<Integrator>,
-    pub results: Vec<ClientResult>,
-    completed: Vec<u64>,
-    waits: Vec<Vec<Nanos>>,
+    clients: Vec<Account>,
     trace: Option<Vec<SeatChange>>,
 }
 
 impl Accounts {
     pub fn new(clients: usize, bounds: [Nanos; 3], traced: bool) -> Accounts {
         let [start, ..] = bounds;
-        Accounts {
-            bounds,
-            integ: (0..clients).map(|_| Integrator { seats: 0, last: start, halves: [0, 0] }).collect(),
-            results: (0..clients)
-                .map(|_| ClientResult {
-                    average_seats: 0.0,
-                    average_seats_halves: [0.0, 0.0],
-                    executed: 0,
-                    rejected: Rejections::default(),
-                    throughput: 0.0,
-                    queue_wait: QueueWait::default(),
-                })
-                .collect(),
-            completed: vec![0; clients],
-            waits: vec![Vec::new(); clients],
-            trace: traced.then(Vec::new),
-        }
+        let clients = (0..clients).map(|_| Account { last: start, ..Account::default() }).collect();
+        Accounts { bounds, clients, trace: traced.then(Vec::new) }
     }
 
     fn in_window(&self, t: Nanos) -> bool {
@@ -154,37 +139,29 @@ impl Accounts {
     }
 
     /// The client's executing seats change by `delta` at `now`.
-    pub fn add_seats(&mut self, client: usize, now: Nanos, delta: i64) {
-        let bounds = self.bounds;
-        let Some(ig) = self.integ.get_mut(client) else { return };
-        for (h, w) in bounds.windows(2).enumerate() {
-            let (a, b) = match *w {
-                [a, b] => (a, b),
-                _ => continue,
-            };
-            let lo = ig.last.max(a);
-            let hi = now.min(b);
+    fn add_seats(&mut self, client: usize, now: Nanos, delta: i64) {
+        let [start, mid, end] = self.bounds;
+        let Some(a) = self.clients.get_mut(client) else { return };
+        for (x, (lo, hi)) in a.halves.iter_mut().zip([(start, mid), (mid, end)]) {
+            let (lo, hi) = (a.last.max(lo), now.min(hi));
             if hi > lo {
-                if let Some(x) = ig.halves.get_mut(h) {
-                    *x += ig.seats as i128 * (hi as i128 - lo as i128);
-                }
+                *x += a.seats as i128 * (hi as i128 - lo as i128);
             }
         }
-        ig.last = now;
-        ig.seats += delta;
+        a.last = now;
+        a.seats += delta;
         if let (Some(tr), true) = (self.trace.as_mut(), delta != 0) {
-            tr.push(SeatChange { t: now, client: u32::try_from(client).unwrap_or(u32::MAX), seats: ig.seats });
+            tr.push(SeatChange { t: now, client: u32::try_from(client).unwrap_or(u32::MAX), seats: a.seats });
         }
     }
 
     /// A call of the client started executing at `now` after waiting `waited`.
     pub fn started(&mut self, client: usize, now: Nanos, waited: Nanos, seats: i64) {
-        if let Some(r) = self.results.get_mut(client) {
-            r.executed += 1;
-        }
-        if self.in_window(now) {
-            if let Some(w) = self.waits.get_mut(client) {
-                w.push(waited);
+        let in_window = self.in_window(now);
+        if let Some(a) = self.clients.get_mut(client) {
+            a.result.executed += 1;
+            if in_window {
+                a.waits.push(waited);
             }
         }
         self.add_seats(client, now, seats);
@@ -192,20 +169,19 @@ impl Accounts {
 
     /// A call of the client returned from its handler at `now`.
     pub fn ended(&mut self, client: usize, now: Nanos, seats: i64) {
-        if self.in_window(now) {
-            if let Some(c) = self.completed.get_mut(client) {
-                *c += 1;
-            }
+        if let (true, Some(a)) = (self.in_window(now), self.clients.get_mut(client)) {
+            a.completed += 1;
         }
         self.add_seats(client, now, -seats);
     }
 
     pub fn rejected(&mut self, client: usize, reason: RejectReason) {
-        if let Some(r) = self.results.get_mut(client) {
+        if let Some(a) = self.clients.get_mut(client) {
+            let r = &mut a.result.rejected;
             match reason {
-                RejectReason::QueueFull => r.rejected.queue_full += 1,
-                RejectReason::ConcurrencyLimit => r.rejected.concurrency_limit += 1,
-                RejectReason::TimeOut => r.rejected.time_out += 1,
+                RejectReason::QueueFull => r.queue_full += 1,
+                RejectReason::ConcurrencyLimit => r.concurrency_limit += 1,
+                RejectReason::TimeOut => r.time_out += 1,
             }
         }
     }
@@ -214,23 +190,22 @@ impl Accounts {
     /// and wait percentiles.
     pub fn finish(mut self) -> (Vec<ClientResult>, Option<Vec<SeatChange>>) {
         let [start, mid, end] = self.bounds;
-        for i in 0..self.integ.len() {
-            let last = self.integ.get(i).map(|g| g.last).unwrap_or(end);
+        for i in 0..self.clients.len() {
+            let last = self.clients.get(i).map_or(end, |a| a.last);
             self.add_seats(i, end.max(last), 0);
         }
         let eval = end - start;
         let dur = [(mid - start) as f64, (end - mid) as f64];
         let secs = eval as f64 / crate::NANOS_PER_SEC as f64;
-        for (i, (r, ig)) in self.results.iter_mut().zip(self.integ.iter()).enumerate() {
-            let [a, b] = ig.halves;
-            r.average_seats = (a + b) as f64 / eval as f64;
-            r.average_seats_halves = [if dur[0] > 0.0 { a as f64 / dur[0] } else { 0.0 }, b as f64 / dur[1]];
-            r.throughput = self.completed.get(i).copied().unwrap_or(0) as f64 / secs;
-            if let Some(w) = self.waits.get_mut(i) {
-                r.queue_wait = percentiles(w);
-            }
-        }
-        (self.results, self.trace)
+        let results = self.clients.into_iter().map(|mut a| {
+            let [x, y] = a.halves;
+            a.result.average_seats = (x + y) as f64 / eval as f64;
+            a.result.average_seats_halves = [if dur[0] > 0.0 { x as f64 / dur[0] } else { 0.0 }, y as f64 / dur[1]];
+            a.result.throughput = a.completed as f64 / secs;
+            a.result.queue_wait = percentiles(&mut a.waits);
+            a.result
+        });
+        (results.collect(), self.trace)
     }
 }
 
@@ -243,9 +218,6 @@ fn percentiles(waits: &mut [Nanos]) -> QueueWait {
         let i = (n * p).div_ceil(100).max(1) - 1;
         waits.get(i).copied().unwrap_or(0) as f64 / crate::NANOS_PER_SEC as f64
     };
-    if n == 0 {
-        return QueueWait::default();
-    }
     QueueWait { p50: rank(50), p90: rank(90), max: rank(100) }
 }
 

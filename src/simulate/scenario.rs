@@ -10,8 +10,6 @@ use crate::Nanos;
 use super::{MAX_TOTAL_CALLS, MAX_TOTAL_THREADS, MAX_WORKERS};
 
 const MAX_SEATS: i64 = 1_000_000;
-/// Seed of the service-time draws when the scenario gives none.
-pub const DEFAULT_SEED: u64 = 1;
 
 #[derive(Deserialize)]
 #[serde(untagged)]
@@ -27,6 +25,18 @@ impl DurationIn {
             DurationIn::Nanos(n) => Ok(*n),
         }
     }
+
+    fn non_negative(&self, what: &str) -> Result<Nanos, String> {
+        match self.get(what)? {
+            v if v < 0 => Err(format!("{what} must not be negative")),
+            v => Ok(v),
+        }
+    }
+}
+
+/// `d.get(what)`, 0 when absent.
+fn or_zero(d: &Option<DurationIn>, what: &str) -> Result<Nanos, String> {
+    d.as_ref().map_or(Ok(0), |d| d.get(what))
 }
 
 #[derive(Deserialize)]
@@ -61,17 +71,13 @@ struct ClientIn {
     threads: i64,
     calls: i64,
     exec: DurationIn,
-    #[serde(default)]
     think: Option<DurationIn>,
-    #[serde(default)]
     round_trip: Option<DurationIn>,
-    #[serde(default)]
     service_jitter: Option<f64>,
     #[serde(default = "one")]
     initial_seats: i64,
     #[serde(default = "one")]
     final_seats: i64,
-    #[serde(default)]
     additional_latency: Option<DurationIn>,
     #[serde(default)]
     split: bool,
@@ -83,15 +89,10 @@ struct ScenarioIn {
     priority_level: LevelIn,
     eval_duration: DurationIn,
     clients: Vec<ClientIn>,
-    #[serde(default)]
     request_wait_limit: Option<DurationIn>,
-    #[serde(default)]
     start_time: Option<DurationIn>,
-    #[serde(default)]
     workers: Option<i64>,
-    #[serde(default)]
     seed: Option<u64>,
-    #[serde(default)]
     engine: Option<bool>,
 }
 
@@ -112,8 +113,7 @@ pub struct Client {
     pub calls: u32,
     /// Nominal service time of a call (before jitter).
     pub exec: Nanos,
-    /// Half-width of the service-time jitter: each call's exec is drawn uniformly from
-    /// `[exec − jitter, exec + jitter]` (0: every call takes exactly `exec`).
+    /// Half-width of the service-time jitter (0: every call takes exactly `exec`).
     pub jitter: Nanos,
     pub pacing: Pacing,
     pub work: WorkEstimate,
@@ -135,26 +135,19 @@ pub struct Scenario {
     pub engine: bool,
 }
 
-fn parse_hash(h: &HashIn) -> Result<u64, String> {
-    match h {
-        HashIn::Num(n) => Ok(*n),
-        HashIn::Str(s) => s.trim().parse::<u64>().map_err(|_| format!("client hash {s:?} is not a decimal uint64")),
-    }
-}
-
-fn ranged(v: i64, lo: i64, hi: i64, what: &str) -> Result<u32, String> {
+pub fn ranged(v: i64, lo: i64, hi: i64, what: &str) -> Result<u32, String> {
     if v < lo || v > hi {
         return Err(format!("{what} must be in [{lo}, {hi}], got {v}"));
     }
     u32::try_from(v).map_err(|_| format!("{what} out of range"))
 }
 
-fn non_negative(d: &DurationIn, what: &str) -> Result<Nanos, String> {
-    let v = d.get(what)?;
-    if v < 0 {
-        return Err(format!("{what} must not be negative"));
+/// The bare QueueSet has one owner.
+pub fn check_workers(engine: bool, workers: u32) -> Result<(), String> {
+    if !engine && workers != 1 {
+        return Err(String::from("workers: the bare QueueSet (\"engine\": false) has one worker"));
     }
-    Ok(v)
+    Ok(())
 }
 
 impl Scenario {
@@ -178,22 +171,14 @@ impl Scenario {
         if eval <= 0 {
             return Err(format!("evalDuration must be positive, got {eval}ns"));
         }
-        let start = match &sc.start_time {
-            Some(d) => d.get("startTime")?,
-            None => 0,
-        };
-        let wait_limit = match &sc.request_wait_limit {
-            Some(d) => Some(non_negative(d, "requestWaitLimit")?),
-            None => None,
-        };
+        let start = or_zero(&sc.start_time, "startTime")?;
+        let wait_limit = sc.request_wait_limit.as_ref().map(|d| d.non_negative("requestWaitLimit")).transpose()?;
         if sc.clients.len() > u16::MAX as usize {
             return Err(String::from("too many clients"));
         }
-        let workers = ranged(sc.workers.unwrap_or(1), 1, MAX_WORKERS as i64, "workers")?;
+        let workers = ranged(sc.workers.unwrap_or(1), 1, MAX_WORKERS.into(), "workers")?;
         let engine = sc.engine.unwrap_or(true);
-        if !engine && workers != 1 {
-            return Err(String::from("workers: the bare QueueSet (\"engine\": false) has one worker"));
-        }
+        check_workers(engine, workers)?;
         let mut clients = Vec::with_capacity(sc.clients.len());
         let mut total_calls: i64 = 0;
         let mut total_threads: i64 = 0;
@@ -209,10 +194,10 @@ impl Scenario {
             if total_calls > MAX_TOTAL_CALLS {
                 return Err(format!("too many calls in total (threads × calls summed over clients > {MAX_TOTAL_CALLS})"));
             }
-            let exec = non_negative(&ci.exec, &what("exec"))?;
+            let exec = ci.exec.non_negative(&what("exec"))?;
             let pacing = match (&ci.think, &ci.round_trip) {
                 (Some(t), None) => Pacing::AfterDispatch { think: t.get(&what("think"))? },
-                (None, Some(r)) => Pacing::AfterResponse { round_trip: non_negative(r, &what("roundTrip"))? },
+                (None, Some(r)) => Pacing::AfterResponse { round_trip: r.non_negative(&what("roundTrip"))? },
                 (None, None) => return Err(format!("{}: one of think and roundTrip is required", what("think"))),
                 (Some(_), Some(_)) => return Err(format!("{}: think and roundTrip exclude each other", what("roundTrip"))),
             };
@@ -221,26 +206,20 @@ impl Scenario {
                 Some(j) if (0.0..=1.0).contains(&j) => (exec as f64 * j).floor() as Nanos,
                 Some(j) => return Err(format!("{} must be in [0, 1], got {j}", what("serviceJitter"))),
             };
-            let additional_latency = match &ci.additional_latency {
-                Some(d) => d.get(&what("additionalLatency"))?,
-                None => 0,
+            let additional_latency = or_zero(&ci.additional_latency, &what("additionalLatency"))?;
+            let hash = match &ci.hash {
+                HashIn::Num(n) => *n,
+                HashIn::Str(s) => s.trim().parse().map_err(|_| format!("client hash {s:?} is not a decimal uint64"))?,
             };
-            clients.push(Client {
-                hash: parse_hash(&ci.hash)?,
-                threads,
-                calls,
-                exec,
-                jitter,
-                pacing,
-                work: WorkEstimate {
-                    initial_seats: ranged(ci.initial_seats, 0, MAX_SEATS, &what("initialSeats"))?,
-                    final_seats: ranged(ci.final_seats, 0, MAX_SEATS, &what("finalSeats"))?,
-                    additional_latency,
-                },
-                split: ci.split,
-            });
+            let work = WorkEstimate {
+                initial_seats: ranged(ci.initial_seats, 0, MAX_SEATS, &what("initialSeats"))?,
+                final_seats: ranged(ci.final_seats, 0, MAX_SEATS, &what("finalSeats"))?,
+                additional_latency,
+            };
+            clients.push(Client { hash, threads, calls, exec, jitter, pacing, work, split: ci.split });
         }
-        Ok(Scenario { cfg, exempt: pl.exempt, eval, start, wait_limit, clients, workers, seed: sc.seed.unwrap_or(DEFAULT_SEED), engine })
+        let seed = sc.seed.unwrap_or(1);
+        Ok(Scenario { cfg, exempt: pl.exempt, eval, start, wait_limit, clients, workers, seed, engine })
     }
 
     /// Whether the level can ever have a timer event (`QueueSet::next_event`: a wait deadline,
