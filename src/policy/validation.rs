@@ -15,15 +15,14 @@ use std::fmt;
 use serde_json::Value;
 
 use super::bootstrap;
-use super::objects::{ApiObject, ApiVersion, FlowSchemaObject, PriorityLevelObject, RuleObject, SubjectObject};
 use super::model::{NonResourcePolicyRule, Queuing, ResourcePolicyRule};
+use super::objects::{ApiObject, FlowSchemaObject, PriorityLevelObject, RuleObject, SubjectObject};
+use crate::fairqueuing::shuffle_sharding::{required_entropy_bits, MAX_HASH_BITS};
 
 /// Maximum `matchingPrecedence` (`FlowSchemaMaxMatchingPrecedence`).
 pub const MAX_MATCHING_PRECEDENCE: i32 = 10_000;
 /// Maximum queues of a level (`priorityLevelConfigurationQueuingMaxQueues`).
 pub const MAX_QUEUES: i32 = 10_000_000;
-/// Shuffle-sharding hash bits (`shufflesharding.MaxHashBits`).
-pub const MAX_HASH_BITS: i64 = 60;
 
 const SUPPORTED_VERBS: [&str; 9] =
     ["create", "delete", "deletecollection", "get", "list", "patch", "proxy", "update", "watch"];
@@ -251,24 +250,6 @@ fn validate_rule(rule: &RuleObject, path: &str, errs: &mut Vec<FieldError>) {
 }
 
 fn validate_subject(s: &SubjectObject, path: &str, errs: &mut Vec<FieldError>) {
-    let user_forbidden = |errs: &mut Vec<FieldError>| {
-        if s.user.is_some() {
-            errs.push(FieldError::forbidden(&format!("{path}.user"), "user is forbidden when subject kind is not 'User'"));
-        }
-    };
-    let group_forbidden = |errs: &mut Vec<FieldError>| {
-        if s.group.is_some() {
-            errs.push(FieldError::forbidden(&format!("{path}.group"), "group is forbidden when subject kind is not 'Group'"));
-        }
-    };
-    let sa_forbidden = |errs: &mut Vec<FieldError>| {
-        if s.service_account.is_some() {
-            errs.push(FieldError::forbidden(
-                &format!("{path}.serviceAccount"),
-                "serviceAccount is forbidden when subject kind is not 'ServiceAccount'",
-            ));
-        }
-    };
     match s.kind.as_str() {
         "ServiceAccount" => {
             let p = format!("{path}.serviceAccount");
@@ -291,34 +272,31 @@ fn validate_subject(s: &SubjectObject, path: &str, errs: &mut Vec<FieldError>) {
                     }
                 }
             }
-            user_forbidden(errs);
-            group_forbidden(errs);
         }
-        "User" => {
-            let p = format!("{path}.user");
-            match &s.user {
-                None => errs.push(FieldError::required(&p, "user is required when subject kind is 'User'")),
+        kind @ ("User" | "Group") => {
+            let (field, name) = if kind == "User" { ("user", &s.user) } else { ("group", &s.group) };
+            let p = format!("{path}.{field}");
+            match name {
+                None => errs.push(FieldError::required(&p, &format!("{field} is required when subject kind is '{kind}'"))),
                 Some(n) if n.is_empty() => errs.push(FieldError::required(&format!("{p}.name"), "")),
                 Some(_) => {}
             }
-            sa_forbidden(errs);
-            group_forbidden(errs);
         }
-        "Group" => {
-            let p = format!("{path}.group");
-            match &s.group {
-                None => errs.push(FieldError::required(&p, "group is required when subject kind is 'Group'")),
-                Some(n) if n.is_empty() => errs.push(FieldError::required(&format!("{p}.name"), "")),
-                Some(_) => {}
-            }
-            sa_forbidden(errs);
-            user_forbidden(errs);
+        other => {
+            let supported = ["Group", "ServiceAccount", "User"];
+            return errs.push(FieldError::not_supported(&format!("{path}.kind"), quote(other), &supported));
         }
-        other => errs.push(FieldError::not_supported(
-            &format!("{path}.kind"),
-            quote(other),
-            &["Group", "ServiceAccount", "User"],
-        )),
+    }
+    let members = [
+        ("serviceAccount", "ServiceAccount", s.service_account.is_some()),
+        ("user", "User", s.user.is_some()),
+        ("group", "Group", s.group.is_some()),
+    ];
+    for (field, kind, set) in members {
+        if set && s.kind != kind {
+            let detail = format!("{field} is forbidden when subject kind is not '{kind}'");
+            errs.push(FieldError::forbidden(&format!("{path}.{field}"), &detail));
+        }
     }
 }
 
@@ -326,15 +304,30 @@ fn has_wildcard(list: &[String]) -> bool {
     list.iter().any(|s| s == "*")
 }
 
+/// Whether `list` holds no `'*'`; an error if it holds `'*'` and more.
+fn no_wildcard(list: &[String], p: &str, what: &str, errs: &mut Vec<FieldError>) -> bool {
+    if list.len() > 1 && has_wildcard(list) {
+        let detail = format!("if '*' is present, must not specify other {what}");
+        errs.push(FieldError::invalid(p, list_repr(list), &detail));
+    }
+    !has_wildcard(list)
+}
+
+/// A list that must not be empty and may hold `'*'` only alone; whether to check its members.
+fn check_list(list: &[String], p: &str, required: &str, what: &str, errs: &mut Vec<FieldError>) -> bool {
+    if list.is_empty() {
+        errs.push(FieldError::required(p, required));
+        return false;
+    }
+    no_wildcard(list, p, what, errs)
+}
+
 fn validate_verbs(verbs: &[String], path: &str, errs: &mut Vec<FieldError>) {
     let p = format!("{path}.verbs");
-    if verbs.is_empty() {
-        errs.push(FieldError::required(&p, "verbs must contain at least one value"));
-    } else if has_wildcard(verbs) {
-        if verbs.len() > 1 {
-            errs.push(FieldError::invalid(&p, list_repr(verbs), "if '*' is present, must not specify other verbs"));
-        }
-    } else if !verbs.iter().all(|v| SUPPORTED_VERBS.contains(&v.as_str())) {
+    let verbs_required = "verbs must contain at least one value";
+    if check_list(verbs, &p, verbs_required, "verbs", errs)
+        && !verbs.iter().all(|v| SUPPORTED_VERBS.contains(&v.as_str()))
+    {
         errs.push(FieldError::not_supported(&p, list_repr(verbs), &SUPPORTED_VERBS));
     }
 }
@@ -342,28 +335,16 @@ fn validate_verbs(verbs: &[String], path: &str, errs: &mut Vec<FieldError>) {
 fn validate_resource_rule(r: &ResourcePolicyRule, path: &str, errs: &mut Vec<FieldError>) {
     validate_verbs(&r.verbs, path, errs);
     let p = format!("{path}.apiGroups");
-    if r.api_groups.is_empty() {
-        errs.push(FieldError::required(&p, "resource rules must supply at least one api group"));
-    } else if r.api_groups.len() > 1 && has_wildcard(&r.api_groups) {
-        errs.push(FieldError::invalid(&p, list_repr(&r.api_groups), "if '*' is present, must not specify other api groups"));
-    }
+    check_list(&r.api_groups, &p, "resource rules must supply at least one api group", "api groups", errs);
     let p = format!("{path}.resources");
-    if r.resources.is_empty() {
-        errs.push(FieldError::required(&p, "resource rules must supply at least one resource"));
-    } else if r.resources.len() > 1 && has_wildcard(&r.resources) {
-        errs.push(FieldError::invalid(&p, list_repr(&r.resources), "if '*' is present, must not specify other resources"));
-    }
+    check_list(&r.resources, &p, "resource rules must supply at least one resource", "resources", errs);
     let p = format!("{path}.namespaces");
     if r.namespaces.is_empty() && !r.cluster_scope {
         errs.push(FieldError::required(
             &p,
             "resource rules that are not cluster scoped must supply at least one namespace",
         ));
-    } else if has_wildcard(&r.namespaces) {
-        if r.namespaces.len() > 1 {
-            errs.push(FieldError::invalid(&p, list_repr(&r.namespaces), "if '*' is present, must not specify other namespaces"));
-        }
-    } else {
+    } else if no_wildcard(&r.namespaces, &p, "namespaces", errs) {
         for (i, ns) in r.namespaces.iter().enumerate() {
             for msg in dns1123_label_errors(ns) {
                 errs.push(FieldError::invalid(
@@ -379,17 +360,8 @@ fn validate_resource_rule(r: &ResourcePolicyRule, path: &str, errs: &mut Vec<Fie
 fn validate_non_resource_rule(r: &NonResourcePolicyRule, path: &str, errs: &mut Vec<FieldError>) {
     validate_verbs(&r.verbs, path, errs);
     let p = format!("{path}.nonResourceURLs");
-    if r.non_resource_urls.is_empty() {
-        errs.push(FieldError::required(&p, "nonResourceURLs must contain at least one value"));
-    } else if has_wildcard(&r.non_resource_urls) {
-        if r.non_resource_urls.len() > 1 {
-            errs.push(FieldError::invalid(
-                &p,
-                list_repr(&r.non_resource_urls),
-                "if '*' is present, must not specify other non-resource URLs",
-            ));
-        }
-    } else {
+    let required = "nonResourceURLs must contain at least one value";
+    if check_list(&r.non_resource_urls, &p, required, "non-resource URLs", errs) {
         for (i, u) in r.non_resource_urls.iter().enumerate() {
             if let Some(msg) = non_resource_url_error(u) {
                 errs.push(FieldError::invalid(&format!("{p}[{i}]"), quote(u), msg));
@@ -425,12 +397,6 @@ fn non_resource_url_error(path: &str) -> Option<&'static str> {
 // ---------------------------------------------------------------------------------------------
 // PriorityLevelConfiguration.
 
-/// `shufflesharding.RequiredEntropyBits`: `ceil(log2(deckSize) × handSize)`.
-pub fn required_entropy_bits(deck_size: i32, hand_size: i32) -> i64 {
-    let bits = (f64::from(deck_size)).log2() * f64::from(hand_size);
-    bits.ceil() as i64
-}
-
 /// All field errors of one PriorityLevelConfiguration (unprefixed).
 pub fn validate_priority_level(pl: &PriorityLevelObject) -> Vec<FieldError> {
     let mut errs = Vec::new();
@@ -445,16 +411,14 @@ pub fn validate_priority_level(pl: &PriorityLevelObject) -> Vec<FieldError> {
                 errs.push(FieldError::forbidden("spec.limited", "must be nil if the type is not Limited"));
             }
             if let Some(e) = &spec.exempt {
-                if let Some(n) = e.nominal_concurrency_shares.filter(|n| *n < 0) {
+                if e.nominal_concurrency_shares < 0 {
                     errs.push(FieldError::invalid(
                         "spec.exempt.nominalConcurrencyShares",
-                        n.to_string(),
+                        e.nominal_concurrency_shares.to_string(),
                         "must be a non-negative integer",
                     ));
                 }
-                if let Some(l) = e.lendable_percent.filter(|l| !(0..=100).contains(l)) {
-                    errs.push(FieldError::invalid("spec.exempt.lendablePercent", l.to_string(), "must be between 0 and 100, inclusive"));
-                }
+                lendable_percent("spec.exempt.lendablePercent", e.lendable_percent, &mut errs);
             }
         }
         "Limited" => {
@@ -472,9 +436,7 @@ pub fn validate_priority_level(pl: &PriorityLevelObject) -> Vec<FieldError> {
                         ));
                     }
                     validate_limit_response(&l.limit_response.type_, l.limit_response.queuing, &mut errs);
-                    if let Some(lp) = l.lendable_percent.filter(|x| !(0..=100).contains(x)) {
-                        errs.push(FieldError::invalid("spec.limited.lendablePercent", lp.to_string(), "must be between 0 and 100, inclusive"));
-                    }
+                    lendable_percent("spec.limited.lendablePercent", l.lendable_percent, &mut errs);
                     if let Some(b) = l.borrowing_limit_percent.filter(|b| *b < 0) {
                         errs.push(FieldError::invalid(
                             "spec.limited.borrowingLimitPercent",
@@ -508,6 +470,12 @@ pub fn validate_priority_level(pl: &PriorityLevelObject) -> Vec<FieldError> {
     }
     validate_conditions(&pl.condition_types, &mut errs);
     errs
+}
+
+fn lendable_percent(path: &str, value: i32, errs: &mut Vec<FieldError>) {
+    if !(0..=100).contains(&value) {
+        errs.push(FieldError::invalid(path, value.to_string(), "must be between 0 and 100, inclusive"));
+    }
 }
 
 fn validate_limit_response(type_: &str, queuing: Option<Queuing>, errs: &mut Vec<FieldError>) {
@@ -573,32 +541,22 @@ fn validate_queuing(q: &Queuing, path: &str, errs: &mut Vec<FieldError>) {
 /// prefixed with its object (`FlowSchema "x": spec...`), in input order.
 pub fn validate_objects(objs: &[ApiObject]) -> Vec<String> {
     let mut out = Vec::new();
-    let mut seen_fs: Vec<&str> = Vec::new();
-    let mut seen_pl: Vec<&str> = Vec::new();
+    let mut seen: Vec<(bool, &str)> = Vec::new();
     for o in objs {
-        let mut errs = match o {
-            ApiObject::FlowSchema(fs) => validate_flow_schema(fs),
-            ApiObject::PriorityLevel(pl) => validate_priority_level(pl),
+        let (mut errs, is_fs) = match o {
+            ApiObject::FlowSchema(fs) => (validate_flow_schema(fs), true),
+            ApiObject::PriorityLevel(pl) => (validate_priority_level(pl), false),
         };
         let name = o.name();
         if !name.is_empty() {
-            let seen = match o {
-                ApiObject::FlowSchema(_) => &mut seen_fs,
-                ApiObject::PriorityLevel(_) => &mut seen_pl,
-            };
-            if seen.contains(&name) {
+            if seen.contains(&(is_fs, name)) {
                 errs.insert(0, FieldError::duplicate("metadata.name", quote(name)));
             } else {
-                seen.push(name);
+                seen.push((is_fs, name));
             }
         }
         let prefix = o.describe();
         out.extend(errs.into_iter().map(|e| format!("{prefix}: {e}")));
     }
     out
-}
-
-/// Convenience for tests and tools: the version's shares field name.
-pub fn shares_field(version: ApiVersion) -> &'static str {
-    version.shares_field()
 }
