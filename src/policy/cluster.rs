@@ -34,15 +34,10 @@ pub struct ClusterPolicy {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Raw {
     cluster: String,
-    #[serde(default)]
     authority: Option<String>,
-    #[serde(default)]
     token: Option<String>,
-    #[serde(default)]
     period: Option<String>,
-    #[serde(default)]
     timeout: Option<String>,
-    #[serde(default)]
     path_prefix: Option<String>,
 }
 
@@ -123,22 +118,15 @@ pub const DEFAULT_METRICS_PERIOD: Nanos = 60 * crate::NANOS_PER_SEC;
 pub const DEFAULT_METRICS_TIMEOUT: Nanos = 10 * crate::NANOS_PER_SEC;
 pub const DEFAULT_STALE_AFTER: Nanos = 180 * crate::NANOS_PER_SEC;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RawMetrics {
-    #[serde(default)]
     cluster: Option<String>,
-    #[serde(default)]
     authority: Option<String>,
-    #[serde(default)]
     token: Option<String>,
-    #[serde(default)]
     path: Option<String>,
-    #[serde(default)]
     period: Option<String>,
-    #[serde(default)]
     timeout: Option<String>,
-    #[serde(default)]
     stale_after: Option<String>,
 }
 
@@ -148,7 +136,7 @@ impl ClusterMetrics {
     pub fn resolve(v: Option<&Value>, policy: Option<&ClusterPolicy>) -> Result<Option<ClusterMetrics>, Vec<String>> {
         const KEY: &str = "workEstimator.clusterMetrics";
         let raw = match v {
-            None | Some(Value::Null) | Some(Value::Bool(true)) => RawMetrics { cluster: None, authority: None, token: None, path: None, period: None, timeout: None, stale_after: None },
+            None | Some(Value::Null) | Some(Value::Bool(true)) => RawMetrics::default(),
             Some(Value::Bool(false)) => return Ok(None),
             Some(v @ Value::Object(_)) => serde_json::from_value(v.clone()).map_err(|e| vec![format!("{KEY}: {e}")])?,
             Some(_) => return Err(vec![format!("{KEY}: expected an object or a boolean")]),
