@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::model::{NonResourcePolicyRule, Policy, Queuing, ResourcePolicyRule};
 use super::objects::{
     ApiObject, ApiVersion, ExemptObject, FlowSchemaObject, FlowSchemaSpec, LimitResponseObject, LimitedObject,
-    Object, ObjectMeta, Origin, PriorityLevelObject, PriorityLevelSpecObject, RuleObject, ServiceAccountObject,
+    Object, ObjectMeta, PriorityLevelObject, PriorityLevelSpecObject, RuleObject, ServiceAccountObject,
     SubjectObject,
 };
 use super::validation::{quote, validate_objects};
@@ -33,7 +33,7 @@ fn builtin<S>(name: &str, spec: S) -> Object<S> {
     Object {
         version: ApiVersion::V1,
         meta: ObjectMeta { name: name.to_string(), ..Default::default() },
-        origin: Origin { location: "built-in".to_string() },
+        location: "built-in".to_string(),
         spec,
         condition_types: Vec::new(),
         raw_spec: Value::Null,
@@ -159,6 +159,7 @@ pub fn suggested_flow_schemas() -> Vec<FlowSchemaObject> {
     };
     let kcm = everything(vec![user(USER_KCM)]);
     let scheduler = everything(vec![user(USER_SCHEDULER)]);
+    let kube_system = everything(vec![kube_system_service_accounts()]);
     vec![
         fs("probes", 2, NAME_EXEMPT, None, probes),
         fs("system-leader-election", 100, "leader-election", BY_USER, leader_election),
@@ -166,13 +167,7 @@ pub fn suggested_flow_schemas() -> Vec<FlowSchemaObject> {
         fs("system-nodes", 500, "system", BY_USER, everything(vec![group(GROUP_NODES)])),
         fs("kube-controller-manager", 800, "workload-high", BY_NAMESPACE, kcm),
         fs("kube-scheduler", 800, "workload-high", BY_NAMESPACE, scheduler),
-        fs(
-            "kube-system-service-accounts",
-            900,
-            "workload-high",
-            BY_NAMESPACE,
-            everything(vec![kube_system_service_accounts()]),
-        ),
+        fs("kube-system-service-accounts", 900, "workload-high", BY_NAMESPACE, kube_system),
         fs("service-accounts", 9000, "workload-low", BY_USER, everything(vec![group(GROUP_SERVICE_ACCOUNTS)])),
         fs("global-default", 9900, "global-default", BY_USER, everything(everyone())),
     ]

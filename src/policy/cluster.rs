@@ -187,19 +187,14 @@ fn list_items(list: &Value) -> Result<Vec<Value>, String> {
     let item_kind = kind.strip_suffix("List").unwrap_or("").to_string();
     let api_version = list.get("apiVersion").and_then(Value::as_str).unwrap_or("flowcontrol.apiserver.k8s.io/v1").to_string();
     let items = list.get("items").and_then(Value::as_array).ok_or_else(|| format!("{kind:?} response has no items"))?;
-    Ok(items
-        .iter()
-        .map(|it| {
-            let mut it = it.clone();
-            if let Value::Object(m) = &mut it {
-                if !item_kind.is_empty() {
-                    m.entry("kind").or_insert_with(|| Value::String(item_kind.clone()));
-                }
-                m.entry("apiVersion").or_insert_with(|| Value::String(api_version.clone()));
-            }
-            it
-        })
-        .collect())
+    let mut items = items.clone();
+    for m in items.iter_mut().filter_map(Value::as_object_mut) {
+        if !item_kind.is_empty() {
+            m.entry("kind").or_insert_with(|| Value::String(item_kind.clone()));
+        }
+        m.entry("apiVersion").or_insert_with(|| Value::String(api_version.clone()));
+    }
+    Ok(items)
 }
 
 /// Builds the plugin configuration to apply: `base` (the configuration document) with its

@@ -249,17 +249,13 @@ fn from_map(m: &Map<String, Value>) -> (PluginConfig, Vec<String>) {
         errs.extend(e.into_iter().map(|s| format!("policy: {s}")));
         Policy::default()
     });
-    for name in &dry_run_priority_levels {
-        if policy.level_index(name).is_none() {
-            policy
-                .warnings
-                .push(format!("dryRunPriorityLevels: no priority level named {name:?} in the effective policy"));
-        }
-    }
+    let missing = dry_run_priority_levels.iter().filter(|name| policy.level_index(name).is_none());
+    let missing: Vec<_> = missing
+        .map(|name| format!("dryRunPriorityLevels: no priority level named {name:?} in the effective policy"))
+        .collect();
+    policy.warnings.extend(missing);
     if namespace_header.is_some() && request_mode == RequestMode::Kubernetes {
-        policy
-            .warnings
-            .push("namespaceHeader is only used when requestMode is \"generic\"".to_string());
+        policy.warnings.push("namespaceHeader is only used when requestMode is \"generic\"".to_string());
     }
     let (limits, _) = compute_limits(server_concurrency_limit, &policy.priority_levels);
     let config = PluginConfig {

@@ -82,18 +82,14 @@ pub struct ObjectMeta {
     pub namespace: String,
 }
 
-/// Where an object came from in the input (`items[3]`, `[0]`, or empty for a single object).
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Origin {
-    pub location: String,
-}
-
 /// One API object of either kind, with its kind-specific `spec`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Object<S> {
     pub version: ApiVersion,
     pub meta: ObjectMeta,
-    pub origin: Origin,
+    /// Where the object came from in the input (`items[3]`, `[0]`, or empty for a single
+    /// object; `built-in` for Kubernetes' own).
+    pub location: String,
     pub spec: S,
     /// `status.conditions[*].type`, in order.
     pub condition_types: Vec<String>,
@@ -173,10 +169,10 @@ pub enum ApiObject {
 
 impl ApiObject {
     /// Kind, version, metadata and origin.
-    fn header(&self) -> (&'static str, ApiVersion, &ObjectMeta, &Origin) {
+    fn header(&self) -> (&'static str, ApiVersion, &ObjectMeta, &str) {
         match self {
-            ApiObject::FlowSchema(f) => (KIND_FLOW_SCHEMA, f.version, &f.meta, &f.origin),
-            ApiObject::PriorityLevel(p) => (KIND_PRIORITY_LEVEL, p.version, &p.meta, &p.origin),
+            ApiObject::FlowSchema(f) => (KIND_FLOW_SCHEMA, f.version, &f.meta, &f.location),
+            ApiObject::PriorityLevel(p) => (KIND_PRIORITY_LEVEL, p.version, &p.meta, &p.location),
         }
     }
     pub fn name(&self) -> &str {
@@ -187,8 +183,8 @@ impl ApiObject {
     }
     /// Error prefix: `FlowSchema "team-a"` (or `FlowSchema at items[2]` when unnamed).
     pub fn describe(&self) -> String {
-        let (kind, _, meta, origin) = self.header();
-        describe_object(kind, &meta.name, &origin.location)
+        let (kind, _, meta, location) = self.header();
+        describe_object(kind, &meta.name, location)
     }
 }
 
@@ -319,7 +315,7 @@ fn parse_object<'a>(
         push_errors(errs, &describe_object(kind_str.unwrap_or("object"), &meta.name, loc), fe);
         return None;
     };
-    let origin = Origin { location: loc.to_string() };
+    let location = loc.to_string();
     let raw_spec = map.get("spec").cloned().unwrap_or(Value::Null);
     let spec = root.obj("spec", fe);
     let condition_types = match root.obj("status", fe) {
@@ -328,11 +324,11 @@ fn parse_object<'a>(
     };
     let obj = if kind == KIND_FLOW_SCHEMA {
         let spec = parse_fs_spec(spec, fe);
-        ApiObject::FlowSchema(Object { version, meta, origin, spec, condition_types, raw_spec })
+        ApiObject::FlowSchema(Object { version, meta, location, spec, condition_types, raw_spec })
     } else {
         let preserve_zero = preserve_zero && version == ApiVersion::V1beta3;
         let spec = spec.map(|s| parse_pl_spec(s, version, preserve_zero, fe)).unwrap_or_default();
-        ApiObject::PriorityLevel(Object { version, meta, origin, spec, condition_types, raw_spec })
+        ApiObject::PriorityLevel(Object { version, meta, location, spec, condition_types, raw_spec })
     };
     if fe.is_empty() {
         return Some(obj);
@@ -453,7 +449,8 @@ fn parse_pl_spec(
 // ---------------------------------------------------------------------------------------------
 // Typed access: null / absent → None; wrong type → field error naming the path.
 
-/// A JSON object being read, with its field path (`spec.limited`; empty for the object itself).
+/// A JSON object being read, with the path prefix of its fields (`spec.limited.`; empty for the
+/// object itself).
 struct Node<'a> {
     m: &'a Map<String, Value>,
     path: String,
@@ -480,25 +477,17 @@ fn as_string(v: &Value) -> Result<String, &'static str> {
 }
 
 impl<'a> Node<'a> {
-    fn child(&self, key: &str) -> String {
-        if self.path.is_empty() {
-            key.to_string()
-        } else {
-            format!("{}.{key}", self.path)
-        }
-    }
-
     fn get<T>(
         &self,
         key: &str,
         fe: &mut Vec<FieldError>,
         conv: impl FnOnce(&'a Value) -> Result<T, &'static str>,
     ) -> Option<T> {
-        typed(self.m.get(key)?, &self.child(key), fe, conv)
+        typed(self.m.get(key)?, &format!("{}{key}", self.path), fe, conv)
     }
 
     fn obj(&self, key: &str, fe: &mut Vec<FieldError>) -> Option<Node<'a>> {
-        Some(Node { m: self.get(key, fe, as_object)?, path: self.child(key) })
+        Some(Node { m: self.get(key, fe, as_object)?, path: format!("{}{key}.", self.path) })
     }
 
     /// A string member, "" when absent.
@@ -517,12 +506,16 @@ impl<'a> Node<'a> {
         })
     }
 
-    /// The members of the list `key`, each with its path.
-    fn items(&self, key: &str, fe: &mut Vec<FieldError>) -> Vec<(String, &'a Value)> {
-        let path = self.child(key);
+    /// `f` of each member of the list `key` and its path, where `f` gives a value.
+    fn each<T>(
+        &self,
+        key: &str,
+        fe: &mut Vec<FieldError>,
+        mut f: impl FnMut(String, &'a Value, &mut Vec<FieldError>) -> Option<T>,
+    ) -> Vec<T> {
         let list = self.get(key, fe, |v| v.as_array().ok_or("must be a list"));
-        let list = list.map_or(&[][..], Vec::as_slice);
-        list.iter().enumerate().map(|(i, v)| (format!("{path}[{i}]"), v)).collect()
+        let list = list.map_or(&[][..], Vec::as_slice).iter().enumerate();
+        list.filter_map(|(i, v)| f(format!("{}{key}[{i}]", self.path), v, fe)).collect()
     }
 
     /// `f` of each object in the list `key` (`null` members are skipped).
@@ -532,22 +525,18 @@ impl<'a> Node<'a> {
         fe: &mut Vec<FieldError>,
         mut f: impl FnMut(Node<'a>, &mut Vec<FieldError>) -> T,
     ) -> Vec<T> {
-        let mut out = Vec::new();
-        for (path, v) in self.items(key, fe) {
-            if let Some(m) = typed(v, &path, fe, as_object) {
-                out.push(f(Node { m, path }, fe));
-            }
-        }
-        out
+        self.each(key, fe, |path, v, fe| {
+            let m = typed(v, &path, fe, as_object)?;
+            Some(f(Node { m, path: format!("{path}.") }, fe))
+        })
     }
 
     fn strs(&self, key: &str, fe: &mut Vec<FieldError>) -> Vec<String> {
-        self.items(key, fe).into_iter().filter_map(|(path, v)| match v {
+        self.each(key, fe, |path, v, fe| match v {
             // Go decodes null into "" for a []string element.
             Value::Null => Some(String::new()),
             v => typed(v, &path, fe, as_string),
         })
-        .collect()
     }
 }
 
@@ -556,6 +545,11 @@ impl<'a> Node<'a> {
 
 impl FlowSchemaObject {
     pub fn to_model(&self) -> FlowSchema {
+        let rules = self.spec.rules.iter().map(|r| PolicyRulesWithSubjects {
+            subjects: r.subjects.iter().map(SubjectObject::to_model).collect(),
+            resource_rules: r.resource_rules.clone(),
+            non_resource_rules: r.non_resource_rules.clone(),
+        });
         FlowSchema {
             name: self.meta.name.clone(),
             uid: self.meta.uid.clone(),
@@ -566,16 +560,7 @@ impl FlowSchemaObject {
                 Some("ByNamespace") => Some(Distinguisher::ByNamespace),
                 _ => None,
             },
-            rules: self
-                .spec
-                .rules
-                .iter()
-                .map(|r| PolicyRulesWithSubjects {
-                    subjects: r.subjects.iter().map(SubjectObject::to_model).collect(),
-                    resource_rules: r.resource_rules.clone(),
-                    non_resource_rules: r.non_resource_rules.clone(),
-                })
-                .collect(),
+            rules: rules.collect(),
         }
     }
 }
