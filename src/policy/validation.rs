@@ -217,7 +217,7 @@ pub fn validate_flow_schema(fs: &FlowSchemaObject) -> Vec<FieldError> {
 
 fn validate_rule(rule: &RuleObject, path: &str, errs: &mut Vec<FieldError>) {
     if rule.subjects.is_empty() {
-        errs.push(FieldError::required(&format!("{path}.subjects"), "subjects must contain at least one value"));
+        errs.push(FieldError::required(format!("{path}.subjects"), "subjects must contain at least one value"));
     }
     for (i, s) in rule.subjects.iter().enumerate() {
         validate_subject(s, &format!("{path}.subjects[{i}]"), errs);
@@ -259,13 +259,13 @@ fn validate_subject(s: &SubjectObject, path: &str, errs: &mut Vec<FieldError>) {
             let p = format!("{path}.{field}");
             match name {
                 None => errs.push(FieldError::required(&p, &format!("{field} is required when subject kind is '{kind}'"))),
-                Some(n) if n.is_empty() => errs.push(FieldError::required(&format!("{p}.name"), "")),
+                Some(n) if n.is_empty() => errs.push(FieldError::required(format!("{p}.name"), "")),
                 Some(_) => {}
             }
         }
         other => {
             let supported = ["Group", "ServiceAccount", "User"];
-            return errs.push(FieldError::not_supported(&format!("{path}.kind"), quote(other), &supported));
+            return errs.push(FieldError::not_supported(format!("{path}.kind"), quote(other), &supported));
         }
     }
     let members = [
@@ -276,7 +276,7 @@ fn validate_subject(s: &SubjectObject, path: &str, errs: &mut Vec<FieldError>) {
     for (field, kind, set) in members {
         if set && s.kind != kind {
             let detail = format!("{field} is forbidden when subject kind is not '{kind}'");
-            errs.push(FieldError::forbidden(&format!("{path}.{field}"), &detail));
+            errs.push(FieldError::forbidden(format!("{path}.{field}"), &detail));
         }
     }
 }
@@ -329,7 +329,7 @@ fn validate_resource_rule(r: &ResourcePolicyRule, path: &str, errs: &mut Vec<Fie
         for (i, ns) in r.namespaces.iter().enumerate() {
             for msg in dns1123_label_errors(ns) {
                 errs.push(FieldError::invalid(
-                    &format!("{p}[{i}]"),
+                    format!("{p}[{i}]"),
                     quote(ns),
                     &format!("each member of this list must be '*' or a DNS-1123 label; {msg}"),
                 ));
@@ -345,7 +345,7 @@ fn validate_non_resource_rule(r: &NonResourcePolicyRule, path: &str, errs: &mut 
     if check_list(&r.non_resource_urls, &p, required, "non-resource URLs", errs) {
         for (i, u) in r.non_resource_urls.iter().enumerate() {
             if let Some(msg) = non_resource_url_error(u) {
-                errs.push(FieldError::invalid(&format!("{p}[{i}]"), quote(u), msg));
+                errs.push(FieldError::invalid(format!("{p}[{i}]"), quote(u), msg));
             }
         }
     }
