@@ -212,43 +212,32 @@ pub fn effective_policy(user_objects: &[ApiObject], suggested_defaults: bool) ->
     let mut policy = Policy { priority_levels, ..Default::default() };
     policy.priority_levels.sort_by(|a, b| a.name.cmp(&b.name));
     let mut flow_schemas: Vec<_> = schemas.iter().map(FlowSchemaObject::to_model).collect();
-    flow_schemas.sort_by(|a, b| {
-        a.matching_precedence.cmp(&b.matching_precedence).then_with(|| a.name.cmp(&b.name))
-    });
-    for f in flow_schemas {
-        if policy.level_index(&f.priority_level).is_some() {
-            policy.flow_schemas.push(f);
-        } else {
-            policy.warnings.push(format!(
-                "FlowSchema {} ignored: This FlowSchema references the PriorityLevelConfiguration object named {} but there is no such object",
-                quote(&f.name),
-                quote(&f.priority_level)
-            ));
-        }
-    }
+    flow_schemas.sort_by(|a, b| (a.matching_precedence, &a.name).cmp(&(b.matching_precedence, &b.name)));
+    let (usable, dangling): (Vec<_>, Vec<_>) =
+        flow_schemas.into_iter().partition(|f| policy.level_index(&f.priority_level).is_some());
+    policy.flow_schemas = usable;
+    policy.warnings = dangling.iter().map(|f| format!(
+        "FlowSchema {} ignored: This FlowSchema references the PriorityLevelConfiguration object named {} but there is no such object",
+        quote(&f.name),
+        quote(&f.priority_level)
+    )).collect();
     Ok(policy)
 }
 
 /// Parses objects (any accepted form, see `objects`) and builds the effective policy; parse
 /// and validation errors are reported together.
 pub fn policy_from_value(v: &Value, suggested_defaults: bool) -> Result<Policy, Vec<String>> {
-    let (objs, mut errs) = super::objects::parse_objects(v);
+    let (objs, errs) = super::objects::parse_objects(v);
     match effective_policy(&objs, suggested_defaults) {
         Ok(p) if errs.is_empty() => Ok(p),
-        Ok(_) => Err(errs),
-        Err(mut e) => {
-            errs.append(&mut e);
-            Err(errs)
-        }
+        result => Err(errs.into_iter().chain(result.err().into_iter().flatten()).collect()),
     }
 }
 
 /// Like [`policy_from_value`] from JSON bytes.
 pub fn policy_from_json(bytes: &[u8], suggested_defaults: bool) -> Result<Policy, Vec<String>> {
-    match serde_json::from_slice::<Value>(bytes) {
-        Ok(v) => policy_from_value(&v, suggested_defaults),
-        Err(e) => Err(vec![format!("invalid JSON: {e}")]),
-    }
+    let v: Value = serde_json::from_slice(bytes).map_err(|e| vec![format!("invalid JSON: {e}")])?;
+    policy_from_value(&v, suggested_defaults)
 }
 
 /// Kubernetes' default configuration (mandatory + suggested objects).

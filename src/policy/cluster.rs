@@ -43,20 +43,14 @@ struct Raw {
 
 /// A positive Go duration under `key` (an error naming the key otherwise), `default` if absent.
 pub fn positive_duration(key: &str, s: Option<&str>, default: Nanos, errs: &mut Vec<String>) -> Nanos {
-    match s {
-        None => default,
-        Some(s) => match parse_go_duration(s) {
-            Ok(d) if d > 0 => d,
-            Ok(_) => {
-                errs.push(format!("{key}: must be positive"));
-                default
-            }
-            Err(e) => {
-                errs.push(format!("{key}: {e}"));
-                default
-            }
-        },
-    }
+    let Some(s) = s else {
+        return default;
+    };
+    let positive = |d: Nanos| (d > 0).then_some(d).ok_or_else(|| "must be positive".to_string());
+    parse_go_duration(s).and_then(positive).unwrap_or_else(|e| {
+        errs.push(format!("{key}: {e}"));
+        default
+    })
 }
 
 impl ClusterPolicy {

@@ -295,29 +295,25 @@ fn parse_object<'a>(
         }
     }
     let kind_str = header(map, "kind", defaults.map(|d| d.0), fe);
-    let kind = match kind_str {
-        Some(k) if !KINDS.contains(&k) => {
-            fe.push(FieldError::not_supported("kind", quote(k), &KINDS));
-            None
-        }
-        k => k,
-    };
+    let kind = kind_str.filter(|k| KINDS.contains(k));
+    if let Some(k) = kind_str.filter(|_| kind.is_none()) {
+        fe.push(FieldError::not_supported("kind", quote(k), &KINDS));
+    }
     let api_version = header(map, "apiVersion", defaults.map(|d| d.1).filter(|s| !s.is_empty()), fe);
-    let version = api_version.and_then(|s| {
-        let v = ApiVersion::parse(s);
-        if v.is_none() {
-            let supported = ApiVersion::ALL.map(ApiVersion::api_version);
-            fe.push(FieldError::not_supported("apiVersion", quote(s), &supported));
-        }
-        v
-    });
+    let version = api_version.and_then(ApiVersion::parse);
+    if let Some(s) = api_version.filter(|_| version.is_none()) {
+        let supported = ApiVersion::ALL.map(ApiVersion::api_version);
+        fe.push(FieldError::not_supported("apiVersion", quote(s), &supported));
+    }
     let (Some(kind), Some(version)) = (kind, version) else {
         push_errors(errs, &describe_object(kind_str.unwrap_or("object"), &meta.name, loc), fe);
         return None;
     };
     let location = loc.to_string();
     let raw_spec = map.get("spec").cloned().unwrap_or(Value::Null);
-    let spec = root.obj("spec", fe);
+    // An absent spec reads as an empty one (all defaults).
+    let no_spec = Map::new();
+    let spec = root.obj("spec", fe).unwrap_or(Node { m: &no_spec, path: "spec.".to_string() });
     let condition_types = match root.obj("status", fe) {
         Some(status) => status.objs("conditions", fe, |c, fe| c.str("type", fe)),
         None => Vec::new(),
@@ -327,7 +323,7 @@ fn parse_object<'a>(
         ApiObject::FlowSchema(Object { version, meta, location, spec, condition_types, raw_spec })
     } else {
         let preserve_zero = preserve_zero && version == ApiVersion::V1beta3;
-        let spec = spec.map(|s| parse_pl_spec(s, version, preserve_zero, fe)).unwrap_or_default();
+        let spec = parse_pl_spec(spec, version, preserve_zero, fe);
         ApiObject::PriorityLevel(Object { version, meta, location, spec, condition_types, raw_spec })
     };
     if fe.is_empty() {
@@ -358,21 +354,16 @@ fn header<'a>(
     }
 }
 
-fn parse_fs_spec(spec: Option<Node>, fe: &mut Vec<FieldError>) -> FlowSchemaSpec {
-    let mut out = FlowSchemaSpec::default();
-    if let Some(s) = spec {
-        if let Some(plr) = s.obj("priorityLevelConfiguration", fe) {
-            out.priority_level_configuration = plr.str("name", fe);
-        }
-        out.matching_precedence = s.int("matchingPrecedence", fe).unwrap_or(0);
-        out.distinguisher_method = s.obj("distinguisherMethod", fe).map(|dm| dm.str("type", fe));
-        out.rules = s.objs("rules", fe, parse_rule);
+fn parse_fs_spec(s: Node, fe: &mut Vec<FieldError>) -> FlowSchemaSpec {
+    let level = s.obj("priorityLevelConfiguration", fe).map(|plr| plr.str("name", fe));
+    // Defaulting (`defaults.go: SetDefaults_FlowSchemaSpec`): 0 → 1000.
+    let precedence = s.int("matchingPrecedence", fe).filter(|p| *p != 0);
+    FlowSchemaSpec {
+        priority_level_configuration: level.unwrap_or_default(),
+        matching_precedence: precedence.unwrap_or(DEFAULT_MATCHING_PRECEDENCE),
+        distinguisher_method: s.obj("distinguisherMethod", fe).map(|dm| dm.str("type", fe)),
+        rules: s.objs("rules", fe, parse_rule),
     }
-    // Defaulting (`defaults.go: SetDefaults_FlowSchemaSpec`).
-    if out.matching_precedence == 0 {
-        out.matching_precedence = DEFAULT_MATCHING_PRECEDENCE;
-    }
-    out
 }
 
 fn parse_rule(r: Node, fe: &mut Vec<FieldError>) -> RuleObject {

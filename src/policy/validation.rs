@@ -10,6 +10,7 @@
 //!
 //! Deviation: `metadata.namespace` set on these cluster-scoped objects is reported as
 //! `Forbidden: not allowed on this type` (upstream clears / rejects it at the REST layer).
+use std::collections::HashSet;
 use std::fmt;
 
 use serde_json::{Map, Value};
@@ -495,19 +496,14 @@ fn validate_queuing(q: &Queuing, path: &str, errs: &mut Vec<FieldError>) {
 /// prefixed with its object (`FlowSchema "x": spec...`), in input order.
 pub fn validate_objects(objs: &[ApiObject]) -> Vec<String> {
     let mut out = Vec::new();
-    let mut seen: Vec<(bool, &str)> = Vec::new();
+    let mut seen = HashSet::new();
     for o in objs {
         let (mut errs, is_fs) = match o {
             ApiObject::FlowSchema(fs) => (validate_flow_schema(fs), true),
             ApiObject::PriorityLevel(pl) => (validate_priority_level(pl), false),
         };
-        let name = o.name();
-        if !name.is_empty() {
-            if seen.contains(&(is_fs, name)) {
-                errs.insert(0, FieldError::duplicate("metadata.name", quote(name)));
-            } else {
-                seen.push((is_fs, name));
-            }
+        if !o.name().is_empty() && !seen.insert((is_fs, o.name())) {
+            errs.insert(0, FieldError::duplicate("metadata.name", quote(o.name())));
         }
         let prefix = o.describe();
         out.extend(errs.into_iter().map(|e| format!("{prefix}: {e}")));
