@@ -159,7 +159,7 @@ fn kubectl_fixture_parses_ignoring_status_and_managed_fields() {
     let ApiObject::FlowSchema(f) = &o[0] else { panic!() };
     assert_eq!(f.condition_types, ["Dangling"]);
     assert_eq!(f.meta.uid, "6f1a0b3c-1111-4a2b-9c3d-0123456789ab");
-    assert_eq!(f.origin.location, "items[0]");
+    assert_eq!(f.location, "items[0]");
 }
 
 #[test]

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::model::{NonResourcePolicyRule, Policy, Queuing, ResourcePolicyRule};
 use super::objects::{
     ApiObject, ApiVersion, ExemptObject, FlowSchemaObject, FlowSchemaSpec, LimitResponseObject, LimitedObject,
-    ObjectMeta, Origin, PriorityLevelObject, PriorityLevelSpecObject, RuleObject, ServiceAccountObject,
+    Object, ObjectMeta, PriorityLevelObject, PriorityLevelSpecObject, RuleObject, ServiceAccountObject,
     SubjectObject,
 };
 use super::validation::{quote, validate_objects};
@@ -26,67 +26,42 @@ const GROUP_UNAUTHENTICATED: &str = "system:unauthenticated";
 const GROUP_SERVICE_ACCOUNTS: &str = "system:serviceaccounts";
 const USER_KCM: &str = "system:kube-controller-manager";
 const USER_SCHEDULER: &str = "system:kube-scheduler";
+const BY_USER: Option<&str> = Some("ByUser");
+const BY_NAMESPACE: Option<&str> = Some("ByNamespace");
 
-fn meta(name: &str) -> ObjectMeta {
-    ObjectMeta { name: name.to_string(), uid: String::new(), namespace: String::new() }
-}
-
-fn pl(name: &str, spec: PriorityLevelSpecObject) -> PriorityLevelObject {
-    PriorityLevelObject {
+fn builtin<S>(name: &str, spec: S) -> Object<S> {
+    Object {
         version: ApiVersion::V1,
-        meta: meta(name),
-        origin: Origin { location: "built-in".to_string() },
+        meta: ObjectMeta { name: name.to_string(), ..Default::default() },
+        location: "built-in".to_string(),
         spec,
         condition_types: Vec::new(),
         raw_spec: Value::Null,
     }
 }
 
+/// A Limited level that queues, or rejects when `queuing` is `None`.
+fn limited(name: &str, shares: i32, lendable_percent: i32, queuing: Option<Queuing>) -> PriorityLevelObject {
+    let type_ = if queuing.is_some() { "Queue" } else { "Reject" }.to_string();
+    let limited = LimitedObject {
+        nominal_concurrency_shares: shares,
+        lendable_percent,
+        borrowing_limit_percent: None,
+        limit_response: LimitResponseObject { type_, queuing },
+    };
+    builtin(name, PriorityLevelSpecObject { type_: "Limited".to_string(), limited: Some(limited), exempt: None })
+}
+
 fn queue_pl(name: &str, shares: i32, lendable: i32, queues: i32, hand_size: i32, qll: i32) -> PriorityLevelObject {
-    pl(
-        name,
-        PriorityLevelSpecObject {
-            type_: "Limited".to_string(),
-            limited: Some(LimitedObject {
-                nominal_concurrency_shares: shares,
-                lendable_percent: Some(lendable),
-                borrowing_limit_percent: None,
-                limit_response: LimitResponseObject {
-                    type_: "Queue".to_string(),
-                    queuing: Some(Queuing { queues, hand_size, queue_length_limit: qll }),
-                },
-            }),
-            exempt: None,
-        },
-    )
+    limited(name, shares, lendable, Some(Queuing { queues, hand_size, queue_length_limit: qll }))
 }
 
 /// The mandatory levels `exempt` and `catch-all`
 /// (`default.go: MandatoryPriorityLevelConfigurations`).
 pub fn mandatory_priority_levels() -> Vec<PriorityLevelObject> {
-    vec![
-        pl(
-            NAME_EXEMPT,
-            PriorityLevelSpecObject {
-                type_: "Exempt".to_string(),
-                limited: None,
-                exempt: Some(ExemptObject { nominal_concurrency_shares: Some(0), lendable_percent: Some(0) }),
-            },
-        ),
-        pl(
-            NAME_CATCH_ALL,
-            PriorityLevelSpecObject {
-                type_: "Limited".to_string(),
-                limited: Some(LimitedObject {
-                    nominal_concurrency_shares: 5,
-                    lendable_percent: Some(0),
-                    borrowing_limit_percent: None,
-                    limit_response: LimitResponseObject { type_: "Reject".to_string(), queuing: None },
-                }),
-                exempt: None,
-            },
-        ),
-    ]
+    let exempt = Some(ExemptObject::default());
+    let exempt = PriorityLevelSpecObject { type_: "Exempt".to_string(), limited: None, exempt };
+    vec![builtin(NAME_EXEMPT, exempt), limited(NAME_CATCH_ALL, 5, 0, None)]
 }
 
 /// The suggested levels (`default.go: SuggestedPriorityLevelConfigurations`).
@@ -113,129 +88,88 @@ fn user(name: &str) -> SubjectObject {
     SubjectObject { kind: "User".to_string(), user: Some(name.to_string()), ..Default::default() }
 }
 
-fn service_account(namespace: &str, name: &str) -> SubjectObject {
-    SubjectObject {
-        kind: "ServiceAccount".to_string(),
-        service_account: Some(ServiceAccountObject { namespace: namespace.to_string(), name: name.to_string() }),
-        ..Default::default()
-    }
+fn kube_system_service_accounts() -> SubjectObject {
+    let sa = ServiceAccountObject { namespace: "kube-system".to_string(), name: "*".to_string() };
+    SubjectObject { kind: "ServiceAccount".to_string(), service_account: Some(sa), ..Default::default() }
 }
 
-fn resource_rule(verbs: &[&str], groups: &[&str], resources: &[&str], namespaces: &[&str], cluster: bool) -> ResourcePolicyRule {
+fn everyone() -> Vec<SubjectObject> {
+    vec![group(GROUP_UNAUTHENTICATED), group(GROUP_AUTHENTICATED)]
+}
+
+fn resource_rule(verbs: &[&str], groups: &[&str], resources: &[&str], cluster: bool) -> ResourcePolicyRule {
     ResourcePolicyRule {
         verbs: strs(verbs),
         api_groups: strs(groups),
         resources: strs(resources),
         cluster_scope: cluster,
-        namespaces: strs(namespaces),
+        namespaces: strs(&["*"]),
     }
+}
+
+fn non_resource_rule(verbs: &[&str], urls: &[&str]) -> NonResourcePolicyRule {
+    NonResourcePolicyRule { verbs: strs(verbs), non_resource_urls: strs(urls) }
 }
 
 /// "all resources + all non-resource" for the given subjects.
-fn everything(subjects: Vec<SubjectObject>) -> Vec<RuleObject> {
-    vec![RuleObject {
+fn everything(subjects: Vec<SubjectObject>) -> RuleObject {
+    RuleObject {
         subjects,
-        resource_rules: vec![resource_rule(&["*"], &["*"], &["*"], &["*"], true)],
-        non_resource_rules: vec![NonResourcePolicyRule { verbs: strs(&["*"]), non_resource_urls: strs(&["*"]) }],
-    }]
+        resource_rules: vec![resource_rule(&["*"], &["*"], &["*"], true)],
+        non_resource_rules: vec![non_resource_rule(&["*"], &["*"])],
+    }
 }
 
-fn fs(name: &str, precedence: i32, level: &str, distinguisher: Option<&str>, rules: Vec<RuleObject>) -> FlowSchemaObject {
-    FlowSchemaObject {
-        version: ApiVersion::V1,
-        meta: meta(name),
-        origin: Origin { location: "built-in".to_string() },
-        spec: FlowSchemaSpec {
-            priority_level_configuration: level.to_string(),
-            matching_precedence: precedence,
-            distinguisher_method: distinguisher.map(str::to_string),
-            rules,
-        },
-        condition_types: Vec::new(),
-        raw_spec: Value::Null,
-    }
+/// A FlowSchema with one rule.
+fn fs(name: &str, precedence: i32, level: &str, distinguisher: Option<&str>, rule: RuleObject) -> FlowSchemaObject {
+    let spec = FlowSchemaSpec {
+        priority_level_configuration: level.to_string(),
+        matching_precedence: precedence,
+        distinguisher_method: distinguisher.map(str::to_string),
+        rules: vec![rule],
+    };
+    builtin(name, spec)
 }
 
 /// The mandatory FlowSchemas `exempt` and `catch-all` (`default.go: MandatoryFlowSchemas`).
 pub fn mandatory_flow_schemas() -> Vec<FlowSchemaObject> {
     vec![
         fs(NAME_EXEMPT, 1, NAME_EXEMPT, None, everything(vec![group(GROUP_MASTERS)])),
-        fs(
-            NAME_CATCH_ALL,
-            10_000,
-            NAME_CATCH_ALL,
-            Some("ByUser"),
-            everything(vec![group(GROUP_UNAUTHENTICATED), group(GROUP_AUTHENTICATED)]),
-        ),
+        fs(NAME_CATCH_ALL, 10_000, NAME_CATCH_ALL, BY_USER, everything(everyone())),
     ]
 }
 
 /// The suggested FlowSchemas of Kubernetes 1.34+ (`default.go: SuggestedFlowSchemas`).
 pub fn suggested_flow_schemas() -> Vec<FlowSchemaObject> {
+    let leases = |verbs: &[&str]| resource_rule(verbs, &["coordination.k8s.io"], &["leases"], false);
+    let probes = RuleObject {
+        subjects: everyone(),
+        resource_rules: vec![],
+        non_resource_rules: vec![non_resource_rule(&["get"], &["/healthz", "/readyz", "/livez"])],
+    };
+    let leader_election = RuleObject {
+        subjects: vec![user(USER_KCM), user(USER_SCHEDULER), kube_system_service_accounts()],
+        resource_rules: vec![leases(&["get", "create", "update"])],
+        non_resource_rules: vec![],
+    };
+    let node_high = RuleObject {
+        subjects: vec![group(GROUP_NODES)],
+        resource_rules: vec![resource_rule(&["*"], &[""], &["nodes", "nodes/status"], true), leases(&["*"])],
+        non_resource_rules: vec![],
+    };
+    let kcm = everything(vec![user(USER_KCM)]);
+    let scheduler = everything(vec![user(USER_SCHEDULER)]);
+    let kube_system = everything(vec![kube_system_service_accounts()]);
     vec![
-        fs(
-            "probes",
-            2,
-            NAME_EXEMPT,
-            None,
-            vec![RuleObject {
-                subjects: vec![group(GROUP_UNAUTHENTICATED), group(GROUP_AUTHENTICATED)],
-                resource_rules: vec![],
-                non_resource_rules: vec![NonResourcePolicyRule {
-                    verbs: strs(&["get"]),
-                    non_resource_urls: strs(&["/healthz", "/readyz", "/livez"]),
-                }],
-            }],
-        ),
-        fs(
-            "system-leader-election",
-            100,
-            "leader-election",
-            Some("ByUser"),
-            vec![RuleObject {
-                subjects: vec![user(USER_KCM), user(USER_SCHEDULER), service_account("kube-system", "*")],
-                resource_rules: vec![resource_rule(
-                    &["get", "create", "update"],
-                    &["coordination.k8s.io"],
-                    &["leases"],
-                    &["*"],
-                    false,
-                )],
-                non_resource_rules: vec![],
-            }],
-        ),
-        fs(
-            "system-node-high",
-            400,
-            "node-high",
-            Some("ByUser"),
-            vec![RuleObject {
-                subjects: vec![group(GROUP_NODES)],
-                resource_rules: vec![
-                    resource_rule(&["*"], &[""], &["nodes", "nodes/status"], &["*"], true),
-                    resource_rule(&["*"], &["coordination.k8s.io"], &["leases"], &["*"], false),
-                ],
-                non_resource_rules: vec![],
-            }],
-        ),
-        fs("system-nodes", 500, "system", Some("ByUser"), everything(vec![group(GROUP_NODES)])),
-        fs("kube-controller-manager", 800, "workload-high", Some("ByNamespace"), everything(vec![user(USER_KCM)])),
-        fs("kube-scheduler", 800, "workload-high", Some("ByNamespace"), everything(vec![user(USER_SCHEDULER)])),
-        fs(
-            "kube-system-service-accounts",
-            900,
-            "workload-high",
-            Some("ByNamespace"),
-            everything(vec![service_account("kube-system", "*")]),
-        ),
-        fs("service-accounts", 9000, "workload-low", Some("ByUser"), everything(vec![group(GROUP_SERVICE_ACCOUNTS)])),
-        fs(
-            "global-default",
-            9900,
-            "global-default",
-            Some("ByUser"),
-            everything(vec![group(GROUP_UNAUTHENTICATED), group(GROUP_AUTHENTICATED)]),
-        ),
+        fs("probes", 2, NAME_EXEMPT, None, probes),
+        fs("system-leader-election", 100, "leader-election", BY_USER, leader_election),
+        fs("system-node-high", 400, "node-high", BY_USER, node_high),
+        fs("system-nodes", 500, "system", BY_USER, everything(vec![group(GROUP_NODES)])),
+        fs("kube-controller-manager", 800, "workload-high", BY_NAMESPACE, kcm),
+        fs("kube-scheduler", 800, "workload-high", BY_NAMESPACE, scheduler),
+        fs("kube-system-service-accounts", 900, "workload-high", BY_NAMESPACE, kube_system),
+        fs("service-accounts", 9000, "workload-low", BY_USER, everything(vec![group(GROUP_SERVICE_ACCOUNTS)])),
+        fs("global-default", 9900, "global-default", BY_USER, everything(everyone())),
     ]
 }
 
@@ -258,68 +192,52 @@ pub fn effective_policy(user_objects: &[ApiObject], suggested_defaults: bool) ->
     if !errs.is_empty() {
         return Err(errs);
     }
-    let mut levels: Vec<PriorityLevelObject> = mandatory_priority_levels();
-    let mut schemas: Vec<FlowSchemaObject> = mandatory_flow_schemas();
+    let mut levels = mandatory_priority_levels();
+    let mut schemas = mandatory_flow_schemas();
     if suggested_defaults {
         levels.extend(suggested_priority_levels());
         schemas.extend(suggested_flow_schemas());
     }
+    fn replace<S: Clone>(objects: &mut Vec<Object<S>>, o: &Object<S>) {
+        objects.retain(|x| x.meta.name != o.meta.name);
+        objects.push(o.clone());
+    }
     for o in user_objects {
         match o {
-            ApiObject::PriorityLevel(p) => {
-                levels.retain(|l| l.meta.name != p.meta.name);
-                levels.push(p.clone());
-            }
-            ApiObject::FlowSchema(f) => {
-                schemas.retain(|s| s.meta.name != f.meta.name);
-                schemas.push(f.clone());
-            }
+            ApiObject::PriorityLevel(p) => replace(&mut levels, p),
+            ApiObject::FlowSchema(f) => replace(&mut schemas, f),
         }
     }
-    let mut policy = Policy {
-        priority_levels: levels.iter().map(PriorityLevelObject::to_model).collect(),
-        flow_schemas: Vec::new(),
-        warnings: Vec::new(),
-    };
+    let priority_levels = levels.iter().map(PriorityLevelObject::to_model).collect();
+    let mut policy = Policy { priority_levels, ..Default::default() };
     policy.priority_levels.sort_by(|a, b| a.name.cmp(&b.name));
     let mut flow_schemas: Vec<_> = schemas.iter().map(FlowSchemaObject::to_model).collect();
-    flow_schemas.sort_by(|a, b| {
-        a.matching_precedence.cmp(&b.matching_precedence).then_with(|| a.name.cmp(&b.name))
-    });
-    for f in flow_schemas {
-        if policy.level_index(&f.priority_level).is_some() {
-            policy.flow_schemas.push(f);
-        } else {
-            policy.warnings.push(format!(
-                "FlowSchema {} ignored: This FlowSchema references the PriorityLevelConfiguration object named {} but there is no such object",
-                quote(&f.name),
-                quote(&f.priority_level)
-            ));
-        }
-    }
+    flow_schemas.sort_by(|a, b| (a.matching_precedence, &a.name).cmp(&(b.matching_precedence, &b.name)));
+    let (usable, dangling): (Vec<_>, Vec<_>) =
+        flow_schemas.into_iter().partition(|f| policy.level_index(&f.priority_level).is_some());
+    policy.flow_schemas = usable;
+    policy.warnings = dangling.iter().map(|f| format!(
+        "FlowSchema {} ignored: This FlowSchema references the PriorityLevelConfiguration object named {} but there is no such object",
+        quote(&f.name),
+        quote(&f.priority_level)
+    )).collect();
     Ok(policy)
 }
 
 /// Parses objects (any accepted form, see `objects`) and builds the effective policy; parse
 /// and validation errors are reported together.
 pub fn policy_from_value(v: &Value, suggested_defaults: bool) -> Result<Policy, Vec<String>> {
-    let (objs, mut errs) = super::objects::parse_objects(v);
+    let (objs, errs) = super::objects::parse_objects(v);
     match effective_policy(&objs, suggested_defaults) {
         Ok(p) if errs.is_empty() => Ok(p),
-        Ok(_) => Err(errs),
-        Err(mut e) => {
-            errs.append(&mut e);
-            Err(errs)
-        }
+        result => Err(errs.into_iter().chain(result.err().into_iter().flatten()).collect()),
     }
 }
 
 /// Like [`policy_from_value`] from JSON bytes.
 pub fn policy_from_json(bytes: &[u8], suggested_defaults: bool) -> Result<Policy, Vec<String>> {
-    match serde_json::from_slice::<Value>(bytes) {
-        Ok(v) => policy_from_value(&v, suggested_defaults),
-        Err(e) => Err(vec![format!("invalid JSON: {e}")]),
-    }
+    let v: Value = serde_json::from_slice(bytes).map_err(|e| vec![format!("invalid JSON: {e}")])?;
+    policy_from_value(&v, suggested_defaults)
 }
 
 /// Kubernetes' default configuration (mandatory + suggested objects).

@@ -34,34 +34,23 @@ pub struct ClusterPolicy {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Raw {
     cluster: String,
-    #[serde(default)]
     authority: Option<String>,
-    #[serde(default)]
     token: Option<String>,
-    #[serde(default)]
     period: Option<String>,
-    #[serde(default)]
     timeout: Option<String>,
-    #[serde(default)]
     path_prefix: Option<String>,
 }
 
 /// A positive Go duration under `key` (an error naming the key otherwise), `default` if absent.
 pub fn positive_duration(key: &str, s: Option<&str>, default: Nanos, errs: &mut Vec<String>) -> Nanos {
-    match s {
-        None => default,
-        Some(s) => match parse_go_duration(s) {
-            Ok(d) if d > 0 => d,
-            Ok(_) => {
-                errs.push(format!("{key}: must be positive"));
-                default
-            }
-            Err(e) => {
-                errs.push(format!("{key}: {e}"));
-                default
-            }
-        },
-    }
+    let Some(s) = s else {
+        return default;
+    };
+    let positive = |d: Nanos| (d > 0).then_some(d).ok_or_else(|| "must be positive".to_string());
+    parse_go_duration(s).and_then(positive).unwrap_or_else(|e| {
+        errs.push(format!("{key}: {e}"));
+        default
+    })
 }
 
 impl ClusterPolicy {
@@ -123,22 +112,15 @@ pub const DEFAULT_METRICS_PERIOD: Nanos = 60 * crate::NANOS_PER_SEC;
 pub const DEFAULT_METRICS_TIMEOUT: Nanos = 10 * crate::NANOS_PER_SEC;
 pub const DEFAULT_STALE_AFTER: Nanos = 180 * crate::NANOS_PER_SEC;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RawMetrics {
-    #[serde(default)]
     cluster: Option<String>,
-    #[serde(default)]
     authority: Option<String>,
-    #[serde(default)]
     token: Option<String>,
-    #[serde(default)]
     path: Option<String>,
-    #[serde(default)]
     period: Option<String>,
-    #[serde(default)]
     timeout: Option<String>,
-    #[serde(default)]
     stale_after: Option<String>,
 }
 
@@ -148,7 +130,7 @@ impl ClusterMetrics {
     pub fn resolve(v: Option<&Value>, policy: Option<&ClusterPolicy>) -> Result<Option<ClusterMetrics>, Vec<String>> {
         const KEY: &str = "workEstimator.clusterMetrics";
         let raw = match v {
-            None | Some(Value::Null) | Some(Value::Bool(true)) => RawMetrics { cluster: None, authority: None, token: None, path: None, period: None, timeout: None, stale_after: None },
+            None | Some(Value::Null) | Some(Value::Bool(true)) => RawMetrics::default(),
             Some(Value::Bool(false)) => return Ok(None),
             Some(v @ Value::Object(_)) => serde_json::from_value(v.clone()).map_err(|e| vec![format!("{KEY}: {e}")])?,
             Some(_) => return Err(vec![format!("{KEY}: expected an object or a boolean")]),
@@ -199,19 +181,14 @@ fn list_items(list: &Value) -> Result<Vec<Value>, String> {
     let item_kind = kind.strip_suffix("List").unwrap_or("").to_string();
     let api_version = list.get("apiVersion").and_then(Value::as_str).unwrap_or("flowcontrol.apiserver.k8s.io/v1").to_string();
     let items = list.get("items").and_then(Value::as_array).ok_or_else(|| format!("{kind:?} response has no items"))?;
-    Ok(items
-        .iter()
-        .map(|it| {
-            let mut it = it.clone();
-            if let Value::Object(m) = &mut it {
-                if !item_kind.is_empty() {
-                    m.entry("kind").or_insert_with(|| Value::String(item_kind.clone()));
-                }
-                m.entry("apiVersion").or_insert_with(|| Value::String(api_version.clone()));
-            }
-            it
-        })
-        .collect())
+    let mut items = items.clone();
+    for m in items.iter_mut().filter_map(Value::as_object_mut) {
+        if !item_kind.is_empty() {
+            m.entry("kind").or_insert_with(|| Value::String(item_kind.clone()));
+        }
+        m.entry("apiVersion").or_insert_with(|| Value::String(api_version.clone()));
+    }
+    Ok(items)
 }
 
 /// Builds the plugin configuration to apply: `base` (the configuration document) with its

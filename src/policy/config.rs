@@ -16,6 +16,7 @@
 use serde_json::{Map, Value};
 
 use super::bootstrap;
+use super::cluster::{ClusterMetrics, ClusterPolicy};
 use super::model::Policy;
 use crate::digest::identity::IdentityConfig;
 use crate::digest::work_estimate::WorkEstimatorConfig;
@@ -63,9 +64,9 @@ pub struct PluginConfig {
     /// Static limits, same order as `policy.priority_levels`.
     pub limits: Vec<LevelLimits>,
     /// Read the policy from the protected cluster (`clusterPolicy`).
-    pub cluster_policy: Option<super::cluster::ClusterPolicy>,
+    pub cluster_policy: Option<ClusterPolicy>,
     /// Read LIST/WATCH object counts from the cluster's `/metrics` (`workEstimator.clusterMetrics`).
-    pub cluster_metrics: Option<super::cluster::ClusterMetrics>,
+    pub cluster_metrics: Option<ClusterMetrics>,
     /// The longest a WATCH holds its seats while its initial state streams.
     pub watch_initial_events_max_hold: Nanos,
 }
@@ -91,26 +92,7 @@ const KNOWN_KEYS: [&str; 13] = [
 
 impl Default for PluginConfig {
     fn default() -> Self {
-        let policy = bootstrap::default_policy();
-        let (limits, _) = compute_limits(DEFAULT_SERVER_CONCURRENCY_LIMIT, &policy.priority_levels);
-        PluginConfig {
-            server_concurrency_limit: DEFAULT_SERVER_CONCURRENCY_LIMIT,
-            request_timeout: DEFAULT_REQUEST_TIMEOUT,
-            suggested_defaults: true,
-            request_mode: RequestMode::Kubernetes,
-            namespace_header: None,
-            identity: IdentityConfig::default(),
-            work_estimator: WorkEstimatorConfig::default(),
-            enforce: true,
-            dry_run_priority_levels: Vec::new(),
-            debug_groups: vec!["system:masters".to_string()],
-            explain_groups: Vec::new(),
-            policy,
-            limits,
-            cluster_policy: None,
-            cluster_metrics: None,
-            watch_initial_events_max_hold: DEFAULT_WATCH_INITIAL_EVENTS_MAX_HOLD,
-        }
+        from_map(&Map::new()).0
     }
 }
 
@@ -125,35 +107,45 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
-fn get_bool(m: &Map<String, Value>, key: &str, default: bool, errs: &mut Vec<String>) -> bool {
-    match m.get(key) {
-        None | Some(Value::Null) => default,
-        Some(Value::Bool(b)) => *b,
-        Some(v) => {
-            errs.push(format!("{key}: expected a boolean, got {}", type_name(v)));
+fn expected(what: &str, v: &Value) -> String {
+    format!("expected {what}, got {}", type_name(v))
+}
+
+/// `m[key]` converted by `conv`; `default` when absent or null, or (with an error) invalid.
+fn field<T>(
+    m: &Map<String, Value>,
+    key: &str,
+    default: T,
+    errs: &mut Vec<String>,
+    conv: impl FnOnce(&Value) -> Result<T, String>,
+) -> T {
+    match m.get(key).filter(|v| !v.is_null()).map(conv) {
+        None => default,
+        Some(Ok(t)) => t,
+        Some(Err(e)) => {
+            errs.push(format!("{key}: {e}"));
             default
         }
     }
 }
 
+fn get_bool(m: &Map<String, Value>, key: &str, default: bool, errs: &mut Vec<String>) -> bool {
+    field(m, key, default, errs, |v| v.as_bool().ok_or_else(|| expected("a boolean", v)))
+}
+
 fn get_string_list(m: &Map<String, Value>, key: &str, default: &[&str], errs: &mut Vec<String>) -> Vec<String> {
-    match m.get(key) {
-        None | Some(Value::Null) => default.iter().map(|s| s.to_string()).collect(),
-        Some(Value::Array(a)) => {
-            let mut out = Vec::new();
-            for (i, v) in a.iter().enumerate() {
-                match v {
-                    Value::String(s) => out.push(s.clone()),
-                    other => errs.push(format!("{key}[{i}]: expected a string, got {}", type_name(other))),
-                }
-            }
-            out
-        }
-        Some(v) => {
-            errs.push(format!("{key}: expected an array of strings, got {}", type_name(v)));
-            default.iter().map(|s| s.to_string()).collect()
+    let default = default.iter().map(|s| Value::String(s.to_string())).collect();
+    let list = field(m, key, default, errs, |v| {
+        v.as_array().cloned().ok_or_else(|| expected("an array of strings", v))
+    });
+    let mut out = Vec::new();
+    for (i, v) in list.into_iter().enumerate() {
+        match v {
+            Value::String(s) => out.push(s),
+            other => errs.push(format!("{key}[{i}]: {}", expected("a string", &other))),
         }
     }
+    out
 }
 
 fn is_header_token(s: &str) -> bool {
@@ -162,16 +154,7 @@ fn is_header_token(s: &str) -> bool {
 }
 
 fn deserialize<T: serde::de::DeserializeOwned + Default>(m: &Map<String, Value>, key: &str, errs: &mut Vec<String>) -> T {
-    match m.get(key) {
-        None | Some(Value::Null) => T::default(),
-        Some(v) => match T::deserialize(v) {
-            Ok(t) => t,
-            Err(e) => {
-                errs.push(format!("{key}: {e}"));
-                T::default()
-            }
-        },
-    }
+    field(m, key, T::default(), errs, |v| T::deserialize(v).map_err(|e| e.to_string()))
 }
 
 /// Parses and validates the plugin configuration. Empty input = `{}`.
@@ -184,6 +167,15 @@ pub fn parse_plugin_config(bytes: &[u8]) -> Result<PluginConfig, Vec<String>> {
     let Value::Object(m) = value else {
         return Err(vec![format!("configuration must be a JSON object, got {}", type_name(&value))]);
     };
+    match from_map(&m) {
+        (config, errs) if errs.is_empty() => Ok(config),
+        (_, errs) => Err(errs),
+    }
+}
+
+/// The configuration of a document's top-level object and every error found (the
+/// configuration is only meaningful without errors).
+fn from_map(m: &Map<String, Value>) -> (PluginConfig, Vec<String>) {
     let mut errs: Vec<String> = Vec::new();
     for k in m.keys() {
         if !KNOWN_KEYS.contains(&k.as_str()) {
@@ -194,100 +186,55 @@ pub fn parse_plugin_config(bytes: &[u8]) -> Result<PluginConfig, Vec<String>> {
         }
     }
 
-    let server_concurrency_limit = match m.get("serverConcurrencyLimit") {
-        None | Some(Value::Null) => DEFAULT_SERVER_CONCURRENCY_LIMIT,
-        Some(Value::Number(n)) => match n.as_u64().map(u32::try_from) {
-            Some(Ok(x)) if x >= 1 => x,
-            _ => {
-                errs.push(format!("serverConcurrencyLimit: must be an integer between 1 and {}, got {n}", u32::MAX));
-                DEFAULT_SERVER_CONCURRENCY_LIMIT
-            }
-        },
-        Some(v) => {
-            errs.push(format!("serverConcurrencyLimit: expected an integer, got {}", type_name(v)));
-            DEFAULT_SERVER_CONCURRENCY_LIMIT
+    let default = DEFAULT_SERVER_CONCURRENCY_LIMIT;
+    let server_concurrency_limit = field(m, "serverConcurrencyLimit", default, &mut errs, |v| {
+        let Value::Number(n) = v else {
+            return Err(expected("an integer", v));
+        };
+        match n.as_u64().map(u32::try_from) {
+            Some(Ok(x)) if x >= 1 => Ok(x),
+            _ => Err(format!("must be an integer between 1 and {}, got {n}", u32::MAX)),
         }
-    };
+    });
 
-    let request_timeout = match m.get("requestTimeout") {
-        None | Some(Value::Null) => DEFAULT_REQUEST_TIMEOUT,
-        Some(Value::String(s)) => match parse_go_duration(s) {
-            Ok(d) if d > 0 => d,
-            Ok(d) => {
-                errs.push(format!("requestTimeout: must be positive, got {}", format_go_duration(d)));
-                DEFAULT_REQUEST_TIMEOUT
-            }
-            Err(e) => {
-                errs.push(format!("requestTimeout: {e}"));
-                DEFAULT_REQUEST_TIMEOUT
-            }
-        },
-        Some(v) => {
-            errs.push(format!(
-                "requestTimeout: expected a duration string such as \"60s\", got {}",
-                type_name(v)
-            ));
-            DEFAULT_REQUEST_TIMEOUT
+    let request_timeout = field(m, "requestTimeout", DEFAULT_REQUEST_TIMEOUT, &mut errs, |v| {
+        let s = v.as_str().ok_or_else(|| expected("a duration string such as \"60s\"", v))?;
+        match parse_go_duration(s)? {
+            d if d > 0 => Ok(d),
+            d => Err(format!("must be positive, got {}", format_go_duration(d))),
         }
-    };
+    });
 
-    let suggested_defaults = get_bool(&m, "suggestedDefaults", true, &mut errs);
-    let enforce = get_bool(&m, "enforce", true, &mut errs);
+    let suggested_defaults = get_bool(m, "suggestedDefaults", true, &mut errs);
+    let enforce = get_bool(m, "enforce", true, &mut errs);
 
-    let request_mode = match m.get("requestMode") {
-        None | Some(Value::Null) => RequestMode::Kubernetes,
-        Some(Value::String(s)) if s == "kubernetes" => RequestMode::Kubernetes,
-        Some(Value::String(s)) if s == "generic" => RequestMode::Generic,
-        Some(Value::String(s)) => {
-            errs.push(format!(
-                "requestMode: Unsupported value: {s:?}: supported values: \"generic\", \"kubernetes\""
-            ));
-            RequestMode::Kubernetes
-        }
-        Some(v) => {
-            errs.push(format!("requestMode: expected a string, got {}", type_name(v)));
-            RequestMode::Kubernetes
-        }
-    };
+    let request_mode = field(m, "requestMode", RequestMode::Kubernetes, &mut errs, |v| match v.as_str() {
+        Some("kubernetes") => Ok(RequestMode::Kubernetes),
+        Some("generic") => Ok(RequestMode::Generic),
+        Some(s) => Err(format!("Unsupported value: {s:?}: supported values: \"generic\", \"kubernetes\"")),
+        None => Err(expected("a string", v)),
+    });
 
-    let namespace_header = match m.get("namespaceHeader") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) if is_header_token(s) => Some(s.to_ascii_lowercase()),
-        Some(Value::String(s)) => {
-            errs.push(format!("namespaceHeader: {s:?} is not a valid HTTP header name"));
-            None
-        }
-        Some(v) => {
-            errs.push(format!("namespaceHeader: expected a string, got {}", type_name(v)));
-            None
-        }
-    };
+    let namespace_header = field(m, "namespaceHeader", None, &mut errs, |v| match v.as_str() {
+        Some(s) if is_header_token(s) => Ok(Some(s.to_ascii_lowercase())),
+        Some(s) => Err(format!("{s:?} is not a valid HTTP header name")),
+        None => Err(expected("a string", v)),
+    });
 
-    let identity: IdentityConfig = deserialize(&m, "identity", &mut errs);
-    let work_estimator: WorkEstimatorConfig = deserialize(&m, "workEstimator", &mut errs);
+    let identity: IdentityConfig = deserialize(m, "identity", &mut errs);
+    let work_estimator: WorkEstimatorConfig = deserialize(m, "workEstimator", &mut errs);
     errs.extend(identity.validate());
     errs.extend(work_estimator.validate());
-    let dry_run_priority_levels = get_string_list(&m, "dryRunPriorityLevels", &[], &mut errs);
-    let debug_groups = get_string_list(&m, "debugGroups", &["system:masters"], &mut errs);
-    let explain_groups = get_string_list(&m, "explainGroups", &[], &mut errs);
-    let cluster_policy = match m.get("clusterPolicy") {
-        None | Some(Value::Null) => None,
-        Some(v) => match super::cluster::ClusterPolicy::parse(v) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                errs.extend(e);
-                None
-            }
-        },
-    };
-
-    let cluster_metrics = match super::cluster::ClusterMetrics::resolve(work_estimator.cluster_metrics.as_ref(), cluster_policy.as_ref()) {
-        Ok(c) => c,
-        Err(e) => {
-            errs.extend(e);
-            None
-        }
-    };
+    let dry_run_priority_levels = get_string_list(m, "dryRunPriorityLevels", &[], &mut errs);
+    let debug_groups = get_string_list(m, "debugGroups", &["system:masters"], &mut errs);
+    let explain_groups = get_string_list(m, "explainGroups", &[], &mut errs);
+    let cluster_policy = m.get("clusterPolicy").filter(|v| !v.is_null()).map(ClusterPolicy::parse);
+    let cluster_policy = cluster_policy.and_then(|c| c.map_err(|e| errs.extend(e)).ok());
+    let metrics = work_estimator.cluster_metrics.as_ref();
+    let cluster_metrics = ClusterMetrics::resolve(metrics, cluster_policy.as_ref()).unwrap_or_else(|e| {
+        errs.extend(e);
+        None
+    });
     let watch_initial_events_max_hold = super::cluster::positive_duration(
         "workEstimator.watchInitialEventsMaxHold",
         work_estimator.watch_initial_events_max_hold.as_deref(),
@@ -295,36 +242,23 @@ pub fn parse_plugin_config(bytes: &[u8]) -> Result<PluginConfig, Vec<String>> {
         &mut errs,
     );
 
-    let policy_value = match m.get("policy") {
-        None | Some(Value::Null) => Value::Array(Vec::new()),
-        Some(v) => v.clone(),
-    };
-    let policy = match bootstrap::policy_from_value(&policy_value, suggested_defaults) {
-        Ok(p) => Some(p),
-        Err(e) => {
-            errs.extend(e.into_iter().map(|s| format!("policy: {s}")));
-            None
-        }
-    };
-
-    if !errs.is_empty() {
-        return Err(errs);
-    }
-    let mut policy = policy.unwrap_or_default();
-    for name in &dry_run_priority_levels {
-        if policy.level_index(name).is_none() {
-            policy
-                .warnings
-                .push(format!("dryRunPriorityLevels: no priority level named {name:?} in the effective policy"));
-        }
-    }
+    let no_objects = Value::Array(Vec::new());
+    let policy_value = m.get("policy").filter(|v| !v.is_null()).unwrap_or(&no_objects);
+    let policy = bootstrap::policy_from_value(policy_value, suggested_defaults);
+    let mut policy = policy.unwrap_or_else(|e| {
+        errs.extend(e.into_iter().map(|s| format!("policy: {s}")));
+        Policy::default()
+    });
+    let missing = dry_run_priority_levels.iter().filter(|name| policy.level_index(name).is_none());
+    let missing: Vec<_> = missing
+        .map(|name| format!("dryRunPriorityLevels: no priority level named {name:?} in the effective policy"))
+        .collect();
+    policy.warnings.extend(missing);
     if namespace_header.is_some() && request_mode == RequestMode::Kubernetes {
-        policy
-            .warnings
-            .push("namespaceHeader is only used when requestMode is \"generic\"".to_string());
+        policy.warnings.push("namespaceHeader is only used when requestMode is \"generic\"".to_string());
     }
     let (limits, _) = compute_limits(server_concurrency_limit, &policy.priority_levels);
-    Ok(PluginConfig {
+    let config = PluginConfig {
         server_concurrency_limit,
         request_timeout,
         suggested_defaults,
@@ -341,7 +275,8 @@ pub fn parse_plugin_config(bytes: &[u8]) -> Result<PluginConfig, Vec<String>> {
         cluster_policy,
         cluster_metrics,
         watch_initial_events_max_hold,
-    })
+    };
+    (config, errs)
 }
 
 impl PluginConfig {

@@ -19,14 +19,14 @@ use super::model::{
     Distinguisher, FlowSchema, LimitResponse, NonResourcePolicyRule, PolicyRulesWithSubjects,
     PriorityLevel, PriorityLevelSpec, Queuing, ResourcePolicyRule, Subject,
 };
-use super::validation::{json_repr, FieldError};
+use super::validation::{json_repr, quote, FieldError};
 
-pub const GROUP: &str = "flowcontrol.apiserver.k8s.io";
 /// Annotation that keeps a v1beta3 `nominalConcurrencyShares: 0` from being defaulted to 30.
 pub const V1BETA3_PRESERVE_ZERO_ANNOTATION: &str =
     "flowcontrol.k8s.io/v1beta3-preserve-zero-concurrency-shares";
 pub const KIND_FLOW_SCHEMA: &str = "FlowSchema";
 pub const KIND_PRIORITY_LEVEL: &str = "PriorityLevelConfiguration";
+const KINDS: [&str; 2] = [KIND_FLOW_SCHEMA, KIND_PRIORITY_LEVEL];
 
 /// Default shares of a Limited level (all versions).
 pub const DEFAULT_SHARES: i32 = 30;
@@ -74,22 +74,6 @@ impl ApiVersion {
     }
 }
 
-/// Which kind an object is (for error prefixes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ObjectKind {
-    FlowSchema,
-    PriorityLevelConfiguration,
-}
-
-impl ObjectKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ObjectKind::FlowSchema => KIND_FLOW_SCHEMA,
-            ObjectKind::PriorityLevelConfiguration => KIND_PRIORITY_LEVEL,
-        }
-    }
-}
-
 /// The parts of `metadata` we use.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ObjectMeta {
@@ -98,23 +82,23 @@ pub struct ObjectMeta {
     pub namespace: String,
 }
 
-/// Where an object came from in the input (`items[3]`, `[0]`, or empty for a single object).
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Origin {
-    pub location: String,
-}
-
+/// One API object of either kind, with its kind-specific `spec`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct FlowSchemaObject {
+pub struct Object<S> {
     pub version: ApiVersion,
     pub meta: ObjectMeta,
-    pub origin: Origin,
-    pub spec: FlowSchemaSpec,
+    /// Where the object came from in the input (`items[3]`, `[0]`, or empty for a single
+    /// object; `built-in` for Kubernetes' own).
+    pub location: String,
+    pub spec: S,
     /// `status.conditions[*].type`, in order.
     pub condition_types: Vec<String>,
     /// The `spec` exactly as written (for the mandatory-object error message).
     pub raw_spec: Value,
 }
+
+pub type FlowSchemaObject = Object<FlowSchemaSpec>;
+pub type PriorityLevelObject = Object<PriorityLevelSpecObject>;
 
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct FlowSchemaSpec {
@@ -147,16 +131,6 @@ pub struct ServiceAccountObject {
     pub name: String,
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct PriorityLevelObject {
-    pub version: ApiVersion,
-    pub meta: ObjectMeta,
-    pub origin: Origin,
-    pub spec: PriorityLevelSpecObject,
-    pub condition_types: Vec<String>,
-    pub raw_spec: Value,
-}
-
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct PriorityLevelSpecObject {
     /// `Exempt` or `Limited` (anything else is a validation error).
@@ -169,7 +143,7 @@ pub struct PriorityLevelSpecObject {
 pub struct LimitedObject {
     /// `nominalConcurrencyShares` (v1, v1beta3) / `assuredConcurrencyShares` (v1beta1/2), defaulted.
     pub nominal_concurrency_shares: i32,
-    pub lendable_percent: Option<i32>,
+    pub lendable_percent: i32,
     pub borrowing_limit_percent: Option<i32>,
     pub limit_response: LimitResponseObject,
 }
@@ -182,8 +156,8 @@ pub struct LimitResponseObject {
 
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ExemptObject {
-    pub nominal_concurrency_shares: Option<i32>,
-    pub lendable_percent: Option<i32>,
+    pub nominal_concurrency_shares: i32,
+    pub lendable_percent: i32,
 }
 
 /// One parsed, defaulted API object.
@@ -194,40 +168,30 @@ pub enum ApiObject {
 }
 
 impl ApiObject {
-    pub fn kind(&self) -> ObjectKind {
+    /// Kind, version, metadata and origin.
+    fn header(&self) -> (&'static str, ApiVersion, &ObjectMeta, &str) {
         match self {
-            ApiObject::FlowSchema(_) => ObjectKind::FlowSchema,
-            ApiObject::PriorityLevel(_) => ObjectKind::PriorityLevelConfiguration,
+            ApiObject::FlowSchema(f) => (KIND_FLOW_SCHEMA, f.version, &f.meta, &f.location),
+            ApiObject::PriorityLevel(p) => (KIND_PRIORITY_LEVEL, p.version, &p.meta, &p.location),
         }
     }
     pub fn name(&self) -> &str {
-        match self {
-            ApiObject::FlowSchema(f) => &f.meta.name,
-            ApiObject::PriorityLevel(p) => &p.meta.name,
-        }
+        &self.header().2.name
     }
     pub fn version(&self) -> ApiVersion {
-        match self {
-            ApiObject::FlowSchema(f) => f.version,
-            ApiObject::PriorityLevel(p) => p.version,
-        }
-    }
-    pub fn origin(&self) -> &Origin {
-        match self {
-            ApiObject::FlowSchema(f) => &f.origin,
-            ApiObject::PriorityLevel(p) => &p.origin,
-        }
+        self.header().1
     }
     /// Error prefix: `FlowSchema "team-a"` (or `FlowSchema at items[2]` when unnamed).
     pub fn describe(&self) -> String {
-        describe_object(self.kind().as_str(), self.name(), &self.origin().location)
+        let (kind, _, meta, location) = self.header();
+        describe_object(kind, &meta.name, location)
     }
 }
 
 /// `Kind "name"`, or `Kind at <location>` / `Kind (unnamed)` when the name is empty.
 pub fn describe_object(kind: &str, name: &str, location: &str) -> String {
     if !name.is_empty() {
-        format!("{kind} {}", json_repr(&Value::String(name.to_string())))
+        format!("{kind} {}", quote(name))
     } else if !location.is_empty() {
         format!("{kind} at {location}")
     } else {
@@ -254,464 +218,316 @@ pub fn parse_objects(v: &Value) -> (Vec<ApiObject>, Vec<String>) {
     (objs, errs)
 }
 
-/// Defaults for items of a typed list (`FlowSchemaList` items may omit kind / apiVersion).
-#[derive(Clone, Copy)]
-struct ItemDefaults<'a> {
-    kind: &'a str,
-    api_version: &'a str,
-}
+/// Defaults for items of a typed list (`FlowSchemaList` items may omit kind / apiVersion):
+/// `(kind, apiVersion)`.
+type ItemDefaults<'a> = Option<(&'a str, &'a str)>;
 
-fn collect(
-    v: &Value,
+fn collect<'a>(
+    v: &'a Value,
     loc: &str,
-    defaults: Option<ItemDefaults<'_>>,
+    defaults: ItemDefaults<'a>,
     depth: usize,
     objs: &mut Vec<ApiObject>,
     errs: &mut Vec<String>,
 ) {
-    let here = if loc.is_empty() { "input".to_string() } else { loc.to_string() };
+    let here = if loc.is_empty() { "input" } else { loc };
     if depth > MAX_CONTAINER_DEPTH {
-        errs.push(format!("{here}: lists nested too deeply"));
-        return;
+        return errs.push(format!("{here}: lists nested too deeply"));
     }
-    match v {
-        Value::Array(items) => {
-            for (i, item) in items.iter().enumerate() {
-                collect(item, &format!("{loc}[{i}]"), None, depth + 1, objs, errs);
-            }
-        }
+    let (items, prefix, item_defaults) = match v {
+        Value::Array(items) => (items, loc.to_string(), None),
         Value::Object(map) => {
-            let kind = map.get("kind").and_then(Value::as_str).or(defaults.map(|d| d.kind));
-            let list_kind = kind.is_some_and(|k| k.ends_with("List"));
-            if list_kind || (kind.is_none() && map.contains_key("items")) {
-                let item_defaults = match kind {
-                    Some("FlowSchemaList") | Some("PriorityLevelConfigurationList") => {
-                        let api_version = map.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-                        Some(ItemDefaults {
-                            kind: kind.and_then(|k| k.strip_suffix("List")).unwrap_or(""),
-                            api_version,
-                        })
-                    }
-                    _ => None,
-                };
-                let items_loc = if loc.is_empty() { "items".to_string() } else { format!("{loc}.items") };
-                match map.get("items") {
-                    None | Some(Value::Null) => {}
-                    Some(Value::Array(items)) => {
-                        for (i, item) in items.iter().enumerate() {
-                            collect(item, &format!("{items_loc}[{i}]"), item_defaults, depth + 1, objs, errs);
-                        }
-                    }
-                    Some(other) => errs.push(format!(
-                        "{items_loc}: Invalid value: {}: must be a list",
-                        json_repr(other)
-                    )),
-                }
+            let kind = map.get("kind").and_then(Value::as_str).or(defaults.map(|d| d.0));
+            if !kind.map_or(map.contains_key("items"), |k| k.ends_with("List")) {
+                objs.extend(parse_object(map, loc, defaults, errs));
                 return;
             }
-            if let Some(o) = parse_object(map, loc, defaults, errs) {
-                objs.push(o);
+            let item_defaults = match kind {
+                Some(k @ ("FlowSchemaList" | "PriorityLevelConfigurationList")) => {
+                    let api_version = map.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+                    k.strip_suffix("List").map(|k| (k, api_version))
+                }
+                _ => None,
+            };
+            let prefix = if loc.is_empty() { "items".to_string() } else { format!("{loc}.items") };
+            match map.get("items") {
+                None | Some(Value::Null) => return,
+                Some(Value::Array(items)) => (items, prefix, item_defaults),
+                Some(other) => {
+                    return errs.push(format!("{prefix}: Invalid value: {}: must be a list", json_repr(other)))
+                }
             }
         }
-        other => errs.push(format!(
-            "{here}: Invalid value: {}: expected a FlowSchema or PriorityLevelConfiguration object, an array of them, or a List",
-            json_repr(other)
-        )),
+        other => {
+            return errs.push(format!(
+                "{here}: Invalid value: {}: expected a FlowSchema or PriorityLevelConfiguration object, an array of them, or a List",
+                json_repr(other)
+            ))
+        }
+    };
+    for (i, item) in items.iter().enumerate() {
+        collect(item, &format!("{prefix}[{i}]"), item_defaults, depth + 1, objs, errs);
     }
 }
 
-fn parse_object(
-    map: &Map<String, Value>,
+fn parse_object<'a>(
+    map: &'a Map<String, Value>,
     loc: &str,
-    defaults: Option<ItemDefaults<'_>>,
+    defaults: ItemDefaults<'a>,
     errs: &mut Vec<String>,
 ) -> Option<ApiObject> {
-    let mut fe: Vec<FieldError> = Vec::new();
+    let fe = &mut Vec::new();
+    let root = Node { m: map, path: String::new() };
     // metadata first: the name is needed for error prefixes.
-    let meta_map = get_map(map, "metadata", "metadata", &mut fe);
     let mut meta = ObjectMeta::default();
-    let mut annotations: Vec<String> = Vec::new();
-    if let Some(m) = meta_map {
-        meta.name = get_string(m, "name", "metadata.name", &mut fe).unwrap_or_default();
-        meta.uid = get_string(m, "uid", "metadata.uid", &mut fe).unwrap_or_default();
-        meta.namespace = get_string(m, "namespace", "metadata.namespace", &mut fe).unwrap_or_default();
-        if let Some(a) = get_map(m, "annotations", "metadata.annotations", &mut fe) {
-            for (k, v) in a {
-                match v {
-                    Value::String(_) => annotations.push(k.clone()),
-                    other => fe.push(FieldError::invalid(
-                        &format!("metadata.annotations[{}]", json_repr(&Value::String(k.clone()))),
-                        json_repr(other),
-                        "must be a string",
-                    )),
+    let mut preserve_zero = false;
+    if let Some(m) = root.obj("metadata", fe) {
+        let (name, uid, namespace) = (m.str("name", fe), m.str("uid", fe), m.str("namespace", fe));
+        meta = ObjectMeta { name, uid, namespace };
+        for (k, v) in m.obj("annotations", fe).into_iter().flat_map(|a| a.m) {
+            match v {
+                Value::String(_) => preserve_zero |= k == V1BETA3_PRESERVE_ZERO_ANNOTATION,
+                other => {
+                    let path = format!("metadata.annotations[{}]", quote(k));
+                    fe.push(FieldError::invalid(&path, json_repr(other), "must be a string"));
                 }
             }
         }
     }
-    let kind_str = match map.get("kind") {
-        Some(Value::String(s)) => Some(s.as_str()),
-        None | Some(Value::Null) => defaults.map(|d| d.kind),
-        Some(other) => {
-            fe.push(FieldError::invalid("kind", json_repr(other), "must be a string"));
-            None
-        }
-    };
-    let kind = match kind_str {
-        Some(KIND_FLOW_SCHEMA) => Some(ObjectKind::FlowSchema),
-        Some(KIND_PRIORITY_LEVEL) => Some(ObjectKind::PriorityLevelConfiguration),
-        Some(other) => {
-            fe.push(FieldError::not_supported(
-                "kind",
-                json_repr(&Value::String(other.to_string())),
-                &[KIND_FLOW_SCHEMA, KIND_PRIORITY_LEVEL],
-            ));
-            None
-        }
-        None => {
-            if !matches!(map.get("kind"), Some(v) if !v.is_null() && !v.is_string()) {
-                fe.push(FieldError::required("kind", ""));
-            }
-            None
-        }
-    };
-    let av_str = match map.get("apiVersion") {
-        Some(Value::String(s)) => Some(s.as_str()),
-        None | Some(Value::Null) => defaults.map(|d| d.api_version).filter(|s| !s.is_empty()),
-        Some(other) => {
-            fe.push(FieldError::invalid("apiVersion", json_repr(other), "must be a string"));
-            None
-        }
-    };
-    let version = match av_str {
-        Some(s) => match ApiVersion::parse(s) {
-            Some(v) => Some(v),
-            None => {
-                let supported: Vec<&str> = ApiVersion::ALL.iter().map(|v| v.api_version()).collect();
-                fe.push(FieldError::not_supported(
-                    "apiVersion",
-                    json_repr(&Value::String(s.to_string())),
-                    &supported,
-                ));
-                None
-            }
-        },
-        None => {
-            if !matches!(map.get("apiVersion"), Some(v) if !v.is_null() && !v.is_string()) {
-                fe.push(FieldError::required("apiVersion", ""));
-            }
-            None
-        }
-    };
-    let origin = Origin { location: loc.to_string() };
+    let kind_str = header(map, "kind", defaults.map(|d| d.0), fe);
+    let kind = kind_str.filter(|k| KINDS.contains(k));
+    if let Some(k) = kind_str.filter(|_| kind.is_none()) {
+        fe.push(FieldError::not_supported("kind", quote(k), &KINDS));
+    }
+    let api_version = header(map, "apiVersion", defaults.map(|d| d.1).filter(|s| !s.is_empty()), fe);
+    let version = api_version.and_then(ApiVersion::parse);
+    if let Some(s) = api_version.filter(|_| version.is_none()) {
+        let supported = ApiVersion::ALL.map(ApiVersion::api_version);
+        fe.push(FieldError::not_supported("apiVersion", quote(s), &supported));
+    }
     let (Some(kind), Some(version)) = (kind, version) else {
-        let k = kind.map(|k| k.as_str()).or(kind_str).unwrap_or("object");
-        push_errors(errs, &describe_object(k, &meta.name, loc), fe);
+        push_errors(errs, &describe_object(kind_str.unwrap_or("object"), &meta.name, loc), fe);
         return None;
     };
+    let location = loc.to_string();
     let raw_spec = map.get("spec").cloned().unwrap_or(Value::Null);
-    let spec_map = get_map(map, "spec", "spec", &mut fe);
-    let condition_types = parse_condition_types(map, &mut fe);
-    let obj = match kind {
-        ObjectKind::FlowSchema => {
-            let spec = parse_fs_spec(spec_map, &mut fe);
-            ApiObject::FlowSchema(FlowSchemaObject {
-                version,
-                meta,
-                origin,
-                spec,
-                condition_types,
-                raw_spec,
-            })
-        }
-        ObjectKind::PriorityLevelConfiguration => {
-            let preserve_zero = annotations.iter().any(|a| a == V1BETA3_PRESERVE_ZERO_ANNOTATION);
-            let spec = parse_pl_spec(spec_map, version, preserve_zero, &mut fe);
-            ApiObject::PriorityLevel(PriorityLevelObject {
-                version,
-                meta,
-                origin,
-                spec,
-                condition_types,
-                raw_spec,
-            })
-        }
+    // An absent spec reads as an empty one (all defaults).
+    let no_spec = Map::new();
+    let spec = root.obj("spec", fe).unwrap_or(Node { m: &no_spec, path: "spec.".to_string() });
+    let condition_types = match root.obj("status", fe) {
+        Some(status) => status.objs("conditions", fe, |c, fe| c.str("type", fe)),
+        None => Vec::new(),
+    };
+    let obj = if kind == KIND_FLOW_SCHEMA {
+        let spec = parse_fs_spec(spec, fe);
+        ApiObject::FlowSchema(Object { version, meta, location, spec, condition_types, raw_spec })
+    } else {
+        let preserve_zero = preserve_zero && version == ApiVersion::V1beta3;
+        let spec = parse_pl_spec(spec, version, preserve_zero, fe);
+        ApiObject::PriorityLevel(Object { version, meta, location, spec, condition_types, raw_spec })
     };
     if fe.is_empty() {
-        Some(obj)
-    } else {
-        push_errors(errs, &obj.describe(), fe);
-        None
+        return Some(obj);
+    }
+    push_errors(errs, &obj.describe(), fe);
+    None
+}
+
+fn push_errors(errs: &mut Vec<String>, prefix: &str, fe: &mut Vec<FieldError>) {
+    errs.extend(fe.drain(..).map(|e| format!("{prefix}: {e}")));
+}
+
+/// `kind` / `apiVersion`: its string value, else `default`; required unless defaulted.
+fn header<'a>(
+    map: &'a Map<String, Value>,
+    key: &str,
+    default: Option<&'a str>,
+    fe: &mut Vec<FieldError>,
+) -> Option<&'a str> {
+    match map.get(key).filter(|v| !v.is_null()) {
+        Some(v) => typed(v, key, fe, |v| v.as_str().ok_or("must be a string")),
+        None if default.is_none() => {
+            fe.push(FieldError::required(key, ""));
+            None
+        }
+        None => default,
     }
 }
 
-fn push_errors(errs: &mut Vec<String>, prefix: &str, fe: Vec<FieldError>) {
-    for e in fe {
-        errs.push(format!("{prefix}: {e}"));
+fn parse_fs_spec(s: Node, fe: &mut Vec<FieldError>) -> FlowSchemaSpec {
+    let level = s.obj("priorityLevelConfiguration", fe).map(|plr| plr.str("name", fe));
+    // Defaulting (`defaults.go: SetDefaults_FlowSchemaSpec`): 0 → 1000.
+    let precedence = s.int("matchingPrecedence", fe).filter(|p| *p != 0);
+    FlowSchemaSpec {
+        priority_level_configuration: level.unwrap_or_default(),
+        matching_precedence: precedence.unwrap_or(DEFAULT_MATCHING_PRECEDENCE),
+        distinguisher_method: s.obj("distinguisherMethod", fe).map(|dm| dm.str("type", fe)),
+        rules: s.objs("rules", fe, parse_rule),
     }
 }
 
-fn parse_condition_types(map: &Map<String, Value>, fe: &mut Vec<FieldError>) -> Vec<String> {
-    let mut out = Vec::new();
-    let Some(status) = get_map(map, "status", "status", fe) else {
-        return out;
-    };
-    for (i, c) in get_array(status, "conditions", "status.conditions", fe).iter().enumerate() {
-        let path = format!("status.conditions[{i}]");
-        if let Some(cm) = as_map(c, &path, fe) {
-            out.push(get_string(cm, "type", &format!("{path}.type"), fe).unwrap_or_default());
-        }
+fn parse_rule(r: Node, fe: &mut Vec<FieldError>) -> RuleObject {
+    RuleObject {
+        subjects: r.objs("subjects", fe, |s, fe| SubjectObject {
+            kind: s.str("kind", fe),
+            user: s.obj("user", fe).map(|u| u.str("name", fe)),
+            group: s.obj("group", fe).map(|g| g.str("name", fe)),
+            service_account: s.obj("serviceAccount", fe).map(|sa| ServiceAccountObject {
+                namespace: sa.str("namespace", fe),
+                name: sa.str("name", fe),
+            }),
+        }),
+        resource_rules: r.objs("resourceRules", fe, |m, fe| ResourcePolicyRule {
+            verbs: m.strs("verbs", fe),
+            api_groups: m.strs("apiGroups", fe),
+            resources: m.strs("resources", fe),
+            cluster_scope: m.get("clusterScope", fe, |v| v.as_bool().ok_or("must be a boolean")) == Some(true),
+            namespaces: m.strs("namespaces", fe),
+        }),
+        non_resource_rules: r.objs("nonResourceRules", fe, |m, fe| NonResourcePolicyRule {
+            verbs: m.strs("verbs", fe),
+            non_resource_urls: m.strs("nonResourceURLs", fe),
+        }),
     }
-    out
-}
-
-fn parse_fs_spec(spec: Option<&Map<String, Value>>, fe: &mut Vec<FieldError>) -> FlowSchemaSpec {
-    let mut out = FlowSchemaSpec::default();
-    if let Some(s) = spec {
-        if let Some(plr) = get_map(s, "priorityLevelConfiguration", "spec.priorityLevelConfiguration", fe) {
-            out.priority_level_configuration =
-                get_string(plr, "name", "spec.priorityLevelConfiguration.name", fe).unwrap_or_default();
-        }
-        out.matching_precedence = get_i32(s, "matchingPrecedence", "spec.matchingPrecedence", fe).unwrap_or(0);
-        if let Some(dm) = get_map(s, "distinguisherMethod", "spec.distinguisherMethod", fe) {
-            out.distinguisher_method =
-                Some(get_string(dm, "type", "spec.distinguisherMethod.type", fe).unwrap_or_default());
-        }
-        for (i, r) in get_array(s, "rules", "spec.rules", fe).iter().enumerate() {
-            let path = format!("spec.rules[{i}]");
-            if let Some(rm) = as_map(r, &path, fe) {
-                out.rules.push(parse_rule(rm, &path, fe));
-            }
-        }
-    }
-    // Defaulting (`defaults.go: SetDefaults_FlowSchemaSpec`).
-    if out.matching_precedence == 0 {
-        out.matching_precedence = DEFAULT_MATCHING_PRECEDENCE;
-    }
-    out
-}
-
-fn parse_rule(rm: &Map<String, Value>, path: &str, fe: &mut Vec<FieldError>) -> RuleObject {
-    let mut rule = RuleObject::default();
-    for (j, sv) in get_array(rm, "subjects", &format!("{path}.subjects"), fe).iter().enumerate() {
-        let sp = format!("{path}.subjects[{j}]");
-        if let Some(sm) = as_map(sv, &sp, fe) {
-            let mut subj = SubjectObject {
-                kind: get_string(sm, "kind", &format!("{sp}.kind"), fe).unwrap_or_default(),
-                ..Default::default()
-            };
-            if let Some(u) = get_map(sm, "user", &format!("{sp}.user"), fe) {
-                subj.user = Some(get_string(u, "name", &format!("{sp}.user.name"), fe).unwrap_or_default());
-            }
-            if let Some(g) = get_map(sm, "group", &format!("{sp}.group"), fe) {
-                subj.group = Some(get_string(g, "name", &format!("{sp}.group.name"), fe).unwrap_or_default());
-            }
-            if let Some(sa) = get_map(sm, "serviceAccount", &format!("{sp}.serviceAccount"), fe) {
-                subj.service_account = Some(ServiceAccountObject {
-                    namespace: get_string(sa, "namespace", &format!("{sp}.serviceAccount.namespace"), fe)
-                        .unwrap_or_default(),
-                    name: get_string(sa, "name", &format!("{sp}.serviceAccount.name"), fe).unwrap_or_default(),
-                });
-            }
-            rule.subjects.push(subj);
-        }
-    }
-    for (j, rv) in get_array(rm, "resourceRules", &format!("{path}.resourceRules"), fe).iter().enumerate() {
-        let rp = format!("{path}.resourceRules[{j}]");
-        if let Some(m) = as_map(rv, &rp, fe) {
-            rule.resource_rules.push(ResourcePolicyRule {
-                verbs: get_strings(m, "verbs", &format!("{rp}.verbs"), fe),
-                api_groups: get_strings(m, "apiGroups", &format!("{rp}.apiGroups"), fe),
-                resources: get_strings(m, "resources", &format!("{rp}.resources"), fe),
-                cluster_scope: get_bool(m, "clusterScope", &format!("{rp}.clusterScope"), fe).unwrap_or(false),
-                namespaces: get_strings(m, "namespaces", &format!("{rp}.namespaces"), fe),
-            });
-        }
-    }
-    for (j, nv) in get_array(rm, "nonResourceRules", &format!("{path}.nonResourceRules"), fe)
-        .iter()
-        .enumerate()
-    {
-        let np = format!("{path}.nonResourceRules[{j}]");
-        if let Some(m) = as_map(nv, &np, fe) {
-            rule.non_resource_rules.push(NonResourcePolicyRule {
-                verbs: get_strings(m, "verbs", &format!("{np}.verbs"), fe),
-                non_resource_urls: get_strings(m, "nonResourceURLs", &format!("{np}.nonResourceURLs"), fe),
-            });
-        }
-    }
-    rule
 }
 
 fn parse_pl_spec(
-    spec: Option<&Map<String, Value>>,
+    s: Node,
     version: ApiVersion,
     preserve_zero: bool,
     fe: &mut Vec<FieldError>,
 ) -> PriorityLevelSpecObject {
-    let mut out = PriorityLevelSpecObject::default();
-    let Some(s) = spec else {
-        return out;
-    };
-    out.type_ = get_string(s, "type", "spec.type", fe).unwrap_or_default();
-    if let Some(l) = get_map(s, "limited", "spec.limited", fe) {
-        let shares_field = version.shares_field();
-        let shares_path = format!("spec.limited.{shares_field}");
-        let raw_shares = get_i32(l, shares_field, &shares_path, fe);
+    let mut out = PriorityLevelSpecObject { type_: s.str("type", fe), ..Default::default() };
+    out.limited = s.obj("limited", fe).map(|l| {
+        let shares = l.int(version.shares_field(), fe);
         let nominal_concurrency_shares = match version {
             // v1: pointer; nil → 30, explicit 0 kept.
-            ApiVersion::V1 => raw_shares.unwrap_or(DEFAULT_SHARES),
+            ApiVersion::V1 => shares.unwrap_or(DEFAULT_SHARES),
             // v1beta3: plain int32; 0 → 30 unless the preserve-zero annotation is present.
-            ApiVersion::V1beta3 => match raw_shares.unwrap_or(0) {
+            // v1beta1/v1beta2: 0 → 30 (zero not expressible).
+            _ => match shares.unwrap_or(0) {
                 0 if !preserve_zero => DEFAULT_SHARES,
                 n => n,
             },
-            // v1beta1/v1beta2: 0 → 30 (zero not expressible).
-            ApiVersion::V1beta2 | ApiVersion::V1beta1 => match raw_shares.unwrap_or(0) {
-                0 => DEFAULT_SHARES,
-                n => n,
-            },
         };
-        let lendable_percent =
-            Some(get_i32(l, "lendablePercent", "spec.limited.lendablePercent", fe).unwrap_or(0));
-        let borrowing_limit_percent =
-            get_i32(l, "borrowingLimitPercent", "spec.limited.borrowingLimitPercent", fe);
-        let mut limit_response = LimitResponseObject::default();
-        if let Some(lr) = get_map(l, "limitResponse", "spec.limited.limitResponse", fe) {
-            limit_response.type_ = get_string(lr, "type", "spec.limited.limitResponse.type", fe).unwrap_or_default();
-            if let Some(q) = get_map(lr, "queuing", "spec.limited.limitResponse.queuing", fe) {
-                let p = "spec.limited.limitResponse.queuing";
-                let mut queuing = Queuing {
-                    queues: get_i32(q, "queues", &format!("{p}.queues"), fe).unwrap_or(0),
-                    hand_size: get_i32(q, "handSize", &format!("{p}.handSize"), fe).unwrap_or(0),
-                    queue_length_limit: get_i32(q, "queueLengthLimit", &format!("{p}.queueLengthLimit"), fe)
-                        .unwrap_or(0),
-                };
-                if queuing.hand_size == 0 {
-                    queuing.hand_size = DEFAULT_HAND_SIZE;
+        let lendable_percent = l.int("lendablePercent", fe).unwrap_or(0);
+        let borrowing_limit_percent = l.int("borrowingLimitPercent", fe);
+        let limit_response = l.obj("limitResponse", fe).map(|lr| LimitResponseObject {
+            type_: lr.str("type", fe),
+            queuing: lr.obj("queuing", fe).map(|q| {
+                let mut int_or = |key, default| q.int(key, fe).filter(|n| *n != 0).unwrap_or(default);
+                Queuing {
+                    queues: int_or("queues", DEFAULT_QUEUES),
+                    hand_size: int_or("handSize", DEFAULT_HAND_SIZE),
+                    queue_length_limit: int_or("queueLengthLimit", DEFAULT_QUEUE_LENGTH_LIMIT),
                 }
-                if queuing.queues == 0 {
-                    queuing.queues = DEFAULT_QUEUES;
-                }
-                if queuing.queue_length_limit == 0 {
-                    queuing.queue_length_limit = DEFAULT_QUEUE_LENGTH_LIMIT;
-                }
-                limit_response.queuing = Some(queuing);
-            }
-        }
-        out.limited = Some(LimitedObject {
-            nominal_concurrency_shares,
-            lendable_percent,
-            borrowing_limit_percent,
-            limit_response,
+            }),
         });
-    }
-    if let Some(e) = get_map(s, "exempt", "spec.exempt", fe) {
-        out.exempt = Some(ExemptObject {
-            nominal_concurrency_shares: get_i32(e, "nominalConcurrencyShares", "spec.exempt.nominalConcurrencyShares", fe),
-            lendable_percent: get_i32(e, "lendablePercent", "spec.exempt.lendablePercent", fe),
-        });
-    }
+        let limit_response = limit_response.unwrap_or_default();
+        LimitedObject { nominal_concurrency_shares, lendable_percent, borrowing_limit_percent, limit_response }
+    });
     // Exempt defaults: the section is created for type Exempt, and its fields nil → 0.
+    out.exempt = s.obj("exempt", fe).map(|e| ExemptObject {
+        nominal_concurrency_shares: e.int("nominalConcurrencyShares", fe).unwrap_or(0),
+        lendable_percent: e.int("lendablePercent", fe).unwrap_or(0),
+    });
     if out.type_ == "Exempt" && out.exempt.is_none() {
         out.exempt = Some(ExemptObject::default());
-    }
-    if let Some(e) = out.exempt.as_mut() {
-        e.nominal_concurrency_shares.get_or_insert(0);
-        e.lendable_percent.get_or_insert(0);
     }
     out
 }
 
 // ---------------------------------------------------------------------------------------------
-// Typed accessors: null / absent → None; wrong type → field error naming the path.
+// Typed access: null / absent → None; wrong type → field error naming the path.
 
-fn as_map<'a>(v: &'a Value, path: &str, fe: &mut Vec<FieldError>) -> Option<&'a Map<String, Value>> {
-    match v {
-        Value::Object(m) => Some(m),
-        Value::Null => None,
-        other => {
-            fe.push(FieldError::invalid(path, json_repr(other), "must be an object"));
-            None
-        }
-    }
+/// A JSON object being read, with the path prefix of its fields (`spec.limited.`; empty for the
+/// object itself).
+struct Node<'a> {
+    m: &'a Map<String, Value>,
+    path: String,
 }
 
-fn get_map<'a>(
-    m: &'a Map<String, Value>,
-    key: &str,
+fn typed<'a, T>(
+    v: &'a Value,
     path: &str,
     fe: &mut Vec<FieldError>,
-) -> Option<&'a Map<String, Value>> {
-    m.get(key).and_then(|v| as_map(v, path, fe))
-}
-
-fn get_array<'a>(m: &'a Map<String, Value>, key: &str, path: &str, fe: &mut Vec<FieldError>) -> &'a [Value] {
-    match m.get(key) {
-        None | Some(Value::Null) => &[],
-        Some(Value::Array(a)) => a,
-        Some(other) => {
-            fe.push(FieldError::invalid(path, json_repr(other), "must be a list"));
-            &[]
-        }
+    conv: impl FnOnce(&'a Value) -> Result<T, &'static str>,
+) -> Option<T> {
+    if v.is_null() {
+        return None;
     }
+    conv(v).map_err(|msg| fe.push(FieldError::invalid(path, json_repr(v), msg))).ok()
 }
 
-fn get_string(m: &Map<String, Value>, key: &str, path: &str, fe: &mut Vec<FieldError>) -> Option<String> {
-    match m.get(key) {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(other) => {
-            fe.push(FieldError::invalid(path, json_repr(other), "must be a string"));
-            None
-        }
+fn as_object(v: &Value) -> Result<&Map<String, Value>, &'static str> {
+    v.as_object().ok_or("must be an object")
+}
+
+fn as_string(v: &Value) -> Result<String, &'static str> {
+    v.as_str().map(str::to_string).ok_or("must be a string")
+}
+
+impl<'a> Node<'a> {
+    fn get<T>(
+        &self,
+        key: &str,
+        fe: &mut Vec<FieldError>,
+        conv: impl FnOnce(&'a Value) -> Result<T, &'static str>,
+    ) -> Option<T> {
+        typed(self.m.get(key)?, &format!("{}{key}", self.path), fe, conv)
     }
-}
 
-fn get_strings(m: &Map<String, Value>, key: &str, path: &str, fe: &mut Vec<FieldError>) -> Vec<String> {
-    let mut out = Vec::new();
-    for (i, v) in get_array(m, key, path, fe).iter().enumerate() {
-        match v {
-            Value::String(s) => out.push(s.clone()),
-            // Go decodes null into "" for a []string element.
-            Value::Null => out.push(String::new()),
-            other => fe.push(FieldError::invalid(&format!("{path}[{i}]"), json_repr(other), "must be a string")),
-        }
+    fn obj(&self, key: &str, fe: &mut Vec<FieldError>) -> Option<Node<'a>> {
+        Some(Node { m: self.get(key, fe, as_object)?, path: format!("{}{key}.", self.path) })
     }
-    out
-}
 
-fn get_bool(m: &Map<String, Value>, key: &str, path: &str, fe: &mut Vec<FieldError>) -> Option<bool> {
-    match m.get(key) {
-        None | Some(Value::Null) => None,
-        Some(Value::Bool(b)) => Some(*b),
-        Some(other) => {
-            fe.push(FieldError::invalid(path, json_repr(other), "must be a boolean"));
-            None
-        }
+    /// A string member, "" when absent.
+    fn str(&self, key: &str, fe: &mut Vec<FieldError>) -> String {
+        self.get(key, fe, as_string).unwrap_or_default()
     }
-}
 
-fn get_i32(m: &Map<String, Value>, key: &str, path: &str, fe: &mut Vec<FieldError>) -> Option<i32> {
-    match m.get(key) {
-        None | Some(Value::Null) => None,
-        Some(v @ Value::Number(n)) => match n.as_i64() {
-            Some(i) => match i32::try_from(i) {
-                Ok(x) => Some(x),
-                Err(_) => {
-                    fe.push(FieldError::invalid(path, json_repr(v), "must fit in a 32-bit signed integer"));
-                    None
-                }
-            },
-            None => {
-                let msg = if n.is_u64() { "must fit in a 32-bit signed integer" } else { "must be an integer" };
-                fe.push(FieldError::invalid(path, json_repr(v), msg));
-                None
+    fn int(&self, key: &str, fe: &mut Vec<FieldError>) -> Option<i32> {
+        self.get(key, fe, |v| {
+            const RANGE: &str = "must fit in a 32-bit signed integer";
+            match v.as_i64() {
+                Some(i) => i32::try_from(i).map_err(|_| RANGE),
+                None if v.is_u64() => Err(RANGE),
+                None => Err("must be an integer"),
             }
-        },
-        Some(other) => {
-            fe.push(FieldError::invalid(path, json_repr(other), "must be an integer"));
-            None
-        }
+        })
+    }
+
+    /// `f` of each member of the list `key` and its path, where `f` gives a value.
+    fn each<T>(
+        &self,
+        key: &str,
+        fe: &mut Vec<FieldError>,
+        mut f: impl FnMut(String, &'a Value, &mut Vec<FieldError>) -> Option<T>,
+    ) -> Vec<T> {
+        let list = self.get(key, fe, |v| v.as_array().ok_or("must be a list"));
+        let list = list.map_or(&[][..], Vec::as_slice).iter().enumerate();
+        list.filter_map(|(i, v)| f(format!("{}{key}[{i}]", self.path), v, fe)).collect()
+    }
+
+    /// `f` of each object in the list `key` (`null` members are skipped).
+    fn objs<T>(
+        &self,
+        key: &str,
+        fe: &mut Vec<FieldError>,
+        mut f: impl FnMut(Node<'a>, &mut Vec<FieldError>) -> T,
+    ) -> Vec<T> {
+        self.each(key, fe, |path, v, fe| {
+            let m = typed(v, &path, fe, as_object)?;
+            Some(f(Node { m, path: format!("{path}.") }, fe))
+        })
+    }
+
+    fn strs(&self, key: &str, fe: &mut Vec<FieldError>) -> Vec<String> {
+        self.each(key, fe, |path, v, fe| match v {
+            // Go decodes null into "" for a []string element.
+            Value::Null => Some(String::new()),
+            v => typed(v, &path, fe, as_string),
+        })
     }
 }
 
@@ -720,6 +536,11 @@ fn get_i32(m: &Map<String, Value>, key: &str, path: &str, fe: &mut Vec<FieldErro
 
 impl FlowSchemaObject {
     pub fn to_model(&self) -> FlowSchema {
+        let rules = self.spec.rules.iter().map(|r| PolicyRulesWithSubjects {
+            subjects: r.subjects.iter().map(SubjectObject::to_model).collect(),
+            resource_rules: r.resource_rules.clone(),
+            non_resource_rules: r.non_resource_rules.clone(),
+        });
         FlowSchema {
             name: self.meta.name.clone(),
             uid: self.meta.uid.clone(),
@@ -730,16 +551,7 @@ impl FlowSchemaObject {
                 Some("ByNamespace") => Some(Distinguisher::ByNamespace),
                 _ => None,
             },
-            rules: self
-                .spec
-                .rules
-                .iter()
-                .map(|r| PolicyRulesWithSubjects {
-                    subjects: r.subjects.iter().map(SubjectObject::to_model).collect(),
-                    resource_rules: r.resource_rules.clone(),
-                    non_resource_rules: r.non_resource_rules.clone(),
-                })
-                .collect(),
+            rules: rules.collect(),
         }
     }
 }
@@ -760,22 +572,20 @@ impl SubjectObject {
 
 impl PriorityLevelObject {
     pub fn to_model(&self) -> PriorityLevel {
-        let spec = match (&self.spec.limited, &self.spec.exempt) {
-            (Some(l), _) if self.spec.type_ != "Exempt" => PriorityLevelSpec::Limited {
+        let spec = match &self.spec.limited {
+            Some(l) if self.spec.type_ != "Exempt" => PriorityLevelSpec::Limited {
                 nominal_concurrency_shares: l.nominal_concurrency_shares,
-                lendable_percent: l.lendable_percent.unwrap_or(0),
+                lendable_percent: l.lendable_percent,
                 borrowing_limit_percent: l.borrowing_limit_percent,
                 limit_response: match (l.limit_response.type_.as_str(), l.limit_response.queuing) {
                     ("Queue", Some(q)) => LimitResponse::Queue(q),
                     _ => LimitResponse::Reject,
                 },
             },
-            (_, e) => {
-                let e = e.clone().unwrap_or_default();
-                PriorityLevelSpec::Exempt {
-                    nominal_concurrency_shares: e.nominal_concurrency_shares.unwrap_or(0),
-                    lendable_percent: e.lendable_percent.unwrap_or(0),
-                }
+            _ => {
+                let e = self.spec.exempt.clone().unwrap_or_default();
+                let (nominal_concurrency_shares, lendable_percent) = (e.nominal_concurrency_shares, e.lendable_percent);
+                PriorityLevelSpec::Exempt { nominal_concurrency_shares, lendable_percent }
             }
         };
         PriorityLevel { name: self.meta.name.clone(), uid: self.meta.uid.clone(), spec }

@@ -10,20 +10,20 @@
 //!
 //! Deviation: `metadata.namespace` set on these cluster-scoped objects is reported as
 //! `Forbidden: not allowed on this type` (upstream clears / rejects it at the REST layer).
+use std::collections::HashSet;
 use std::fmt;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::bootstrap;
-use super::objects::{ApiObject, ApiVersion, FlowSchemaObject, PriorityLevelObject, RuleObject, SubjectObject};
 use super::model::{NonResourcePolicyRule, Queuing, ResourcePolicyRule};
+use super::objects::{ApiObject, FlowSchemaObject, PriorityLevelObject, RuleObject, SubjectObject};
+use crate::fairqueuing::shuffle_sharding::{required_entropy_bits, MAX_HASH_BITS};
 
 /// Maximum `matchingPrecedence` (`FlowSchemaMaxMatchingPrecedence`).
 pub const MAX_MATCHING_PRECEDENCE: i32 = 10_000;
 /// Maximum queues of a level (`priorityLevelConfigurationQueuingMaxQueues`).
 pub const MAX_QUEUES: i32 = 10_000_000;
-/// Shuffle-sharding hash bits (`shufflesharding.MaxHashBits`).
-pub const MAX_HASH_BITS: i64 = 60;
 
 const SUPPORTED_VERBS: [&str; 9] =
     ["create", "delete", "deletecollection", "get", "list", "patch", "proxy", "update", "watch"];
@@ -50,25 +50,24 @@ fn with_detail(kind: &str, detail: &str) -> String {
 }
 
 impl FieldError {
-    /// `Invalid value: <value>: <detail>`; `value` is already rendered (see [`json_repr`]).
-    pub fn invalid(path: &str, value: String, detail: &str) -> Self {
-        FieldError { path: path.to_string(), body: with_detail(&format!("Invalid value: {value}"), detail) }
+    /// `Invalid value: <value>: <detail>`; a string `value` is already rendered (see
+    /// [`json_repr`]), numbers are bare.
+    pub fn invalid(path: impl Into<String>, value: impl fmt::Display, detail: &str) -> Self {
+        FieldError { path: path.into(), body: with_detail(&format!("Invalid value: {value}"), detail) }
     }
-    pub fn required(path: &str, detail: &str) -> Self {
-        FieldError { path: path.to_string(), body: with_detail("Required value", detail) }
+    pub fn required(path: impl Into<String>, detail: &str) -> Self {
+        FieldError { path: path.into(), body: with_detail("Required value", detail) }
     }
-    pub fn forbidden(path: &str, detail: &str) -> Self {
-        FieldError { path: path.to_string(), body: with_detail("Forbidden", detail) }
+    pub fn forbidden(path: impl Into<String>, detail: &str) -> Self {
+        FieldError { path: path.into(), body: with_detail("Forbidden", detail) }
     }
     pub fn duplicate(path: &str, value: String) -> Self {
         FieldError { path: path.to_string(), body: format!("Duplicate value: {value}") }
     }
-    pub fn not_supported(path: &str, value: String, supported: &[&str]) -> Self {
+    pub fn not_supported(path: impl Into<String>, value: String, supported: &[&str]) -> Self {
         let list: Vec<String> = supported.iter().map(|s| quote(s)).collect();
-        FieldError {
-            path: path.to_string(),
-            body: format!("Unsupported value: {value}: supported values: {}", list.join(", ")),
-        }
+        let body = format!("Unsupported value: {value}: supported values: {}", list.join(", "));
+        FieldError { path: path.into(), body }
     }
 }
 
@@ -144,13 +143,16 @@ pub fn dns1123_subdomain_errors(s: &str) -> Vec<String> {
     out
 }
 
+/// One `Invalid value` error per message of a name check.
+fn invalid_name(path: &str, name: &str, msgs: Vec<String>, errs: &mut Vec<FieldError>) {
+    errs.extend(msgs.iter().map(|msg| FieldError::invalid(path, quote(name), msg)));
+}
+
 fn validate_meta(name: &str, namespace: &str, errs: &mut Vec<FieldError>) {
     if name.is_empty() {
         errs.push(FieldError::required("metadata.name", "name or generateName is required"));
     } else {
-        for msg in dns1123_subdomain_errors(name) {
-            errs.push(FieldError::invalid("metadata.name", quote(name), &msg));
-        }
+        invalid_name("metadata.name", name, dns1123_subdomain_errors(name), errs);
     }
     if !namespace.is_empty() {
         errs.push(FieldError::forbidden("metadata.namespace", "not allowed on this type"));
@@ -180,53 +182,35 @@ pub fn validate_flow_schema(fs: &FlowSchemaObject) -> Vec<FieldError> {
     validate_meta(&fs.meta.name, &fs.meta.namespace, &mut errs);
     let spec = &fs.spec;
     let mp = spec.matching_precedence;
+    let invalid_mp = |detail: &str| FieldError::invalid("spec.matchingPrecedence", mp, detail);
     if mp <= 0 {
-        errs.push(FieldError::invalid("spec.matchingPrecedence", mp.to_string(), "must be a positive value"));
+        errs.push(invalid_mp("must be a positive value"));
     }
     if mp > MAX_MATCHING_PRECEDENCE {
-        errs.push(FieldError::invalid(
-            "spec.matchingPrecedence",
-            mp.to_string(),
-            &format!("must not be greater than {MAX_MATCHING_PRECEDENCE}"),
-        ));
+        errs.push(invalid_mp(&format!("must not be greater than {MAX_MATCHING_PRECEDENCE}")));
     }
     if mp == 1 && fs.meta.name != "exempt" {
-        errs.push(FieldError::invalid(
-            "spec.matchingPrecedence",
-            mp.to_string(),
-            "only the schema named 'exempt' may have matchingPrecedence 1",
-        ));
+        errs.push(invalid_mp("only the schema named 'exempt' may have matchingPrecedence 1"));
     }
-    if let Some(t) = &spec.distinguisher_method {
-        if t != "ByUser" && t != "ByNamespace" {
-            let mut m = serde_json::Map::new();
-            m.insert("type".to_string(), Value::String(t.clone()));
-            errs.push(FieldError::not_supported(
-                "spec.distinguisherMethod.type",
-                json_repr(&Value::Object(m)),
-                &["ByNamespace", "ByUser"],
-            ));
-        }
+    let supported = ["ByNamespace", "ByUser"];
+    if let Some(t) = spec.distinguisher_method.as_ref().filter(|t| !supported.contains(&t.as_str())) {
+        let method = Value::Object(Map::from_iter([("type".into(), Value::String(t.clone()))]));
+        let method = json_repr(&method);
+        errs.push(FieldError::not_supported("spec.distinguisherMethod.type", method, &supported));
     }
     let pl = &spec.priority_level_configuration;
+    let pl_path = "spec.priorityLevelConfiguration.name";
     if pl.is_empty() {
-        errs.push(FieldError::required("spec.priorityLevelConfiguration.name", "must reference a priority level"));
+        errs.push(FieldError::required(pl_path, "must reference a priority level"));
     } else {
-        for msg in dns1123_subdomain_errors(pl) {
-            errs.push(FieldError::invalid("spec.priorityLevelConfiguration.name", quote(pl), &msg));
-        }
+        invalid_name(pl_path, pl, dns1123_subdomain_errors(pl), &mut errs);
     }
     for (i, rule) in spec.rules.iter().enumerate() {
         validate_rule(rule, &format!("spec.rules[{i}]"), &mut errs);
     }
-    if let Some(mand) = bootstrap::mandatory_flow_schema(&fs.meta.name) {
-        if mand.spec != fs.spec {
-            errs.push(FieldError::invalid(
-                "spec",
-                json_repr(&fs.raw_spec),
-                &format!("spec of '{}' must equal the fixed value", fs.meta.name),
-            ));
-        }
+    if bootstrap::mandatory_flow_schema(&fs.meta.name).is_some_and(|mand| mand.spec != fs.spec) {
+        let detail = format!("spec of '{}' must equal the fixed value", fs.meta.name);
+        errs.push(FieldError::invalid("spec", json_repr(&fs.raw_spec), &detail));
     }
     validate_conditions(&fs.condition_types, &mut errs);
     errs
@@ -234,7 +218,7 @@ pub fn validate_flow_schema(fs: &FlowSchemaObject) -> Vec<FieldError> {
 
 fn validate_rule(rule: &RuleObject, path: &str, errs: &mut Vec<FieldError>) {
     if rule.subjects.is_empty() {
-        errs.push(FieldError::required(&format!("{path}.subjects"), "subjects must contain at least one value"));
+        errs.push(FieldError::required(format!("{path}.subjects"), "subjects must contain at least one value"));
     }
     for (i, s) in rule.subjects.iter().enumerate() {
         validate_subject(s, &format!("{path}.subjects[{i}]"), errs);
@@ -251,74 +235,50 @@ fn validate_rule(rule: &RuleObject, path: &str, errs: &mut Vec<FieldError>) {
 }
 
 fn validate_subject(s: &SubjectObject, path: &str, errs: &mut Vec<FieldError>) {
-    let user_forbidden = |errs: &mut Vec<FieldError>| {
-        if s.user.is_some() {
-            errs.push(FieldError::forbidden(&format!("{path}.user"), "user is forbidden when subject kind is not 'User'"));
-        }
-    };
-    let group_forbidden = |errs: &mut Vec<FieldError>| {
-        if s.group.is_some() {
-            errs.push(FieldError::forbidden(&format!("{path}.group"), "group is forbidden when subject kind is not 'Group'"));
-        }
-    };
-    let sa_forbidden = |errs: &mut Vec<FieldError>| {
-        if s.service_account.is_some() {
-            errs.push(FieldError::forbidden(
-                &format!("{path}.serviceAccount"),
-                "serviceAccount is forbidden when subject kind is not 'ServiceAccount'",
-            ));
-        }
-    };
     match s.kind.as_str() {
         "ServiceAccount" => {
             let p = format!("{path}.serviceAccount");
             match &s.service_account {
                 None => errs.push(FieldError::required(&p, "serviceAccount is required when subject kind is 'ServiceAccount'")),
                 Some(sa) => {
+                    let (name_path, ns_path) = (format!("{p}.name"), format!("{p}.namespace"));
                     if sa.name.is_empty() {
-                        errs.push(FieldError::required(&format!("{p}.name"), ""));
+                        errs.push(FieldError::required(name_path, ""));
                     } else if sa.name != "*" {
-                        for msg in dns1123_subdomain_errors(&sa.name) {
-                            errs.push(FieldError::invalid(&format!("{p}.name"), quote(&sa.name), &msg));
-                        }
+                        invalid_name(&name_path, &sa.name, dns1123_subdomain_errors(&sa.name), errs);
                     }
                     if sa.namespace.is_empty() {
-                        errs.push(FieldError::required(&format!("{p}.namespace"), "must specify namespace for service account"));
+                        errs.push(FieldError::required(ns_path, "must specify namespace for service account"));
                     } else {
-                        for msg in dns1123_label_errors(&sa.namespace) {
-                            errs.push(FieldError::invalid(&format!("{p}.namespace"), quote(&sa.namespace), &msg));
-                        }
+                        invalid_name(&ns_path, &sa.namespace, dns1123_label_errors(&sa.namespace), errs);
                     }
                 }
             }
-            user_forbidden(errs);
-            group_forbidden(errs);
         }
-        "User" => {
-            let p = format!("{path}.user");
-            match &s.user {
-                None => errs.push(FieldError::required(&p, "user is required when subject kind is 'User'")),
-                Some(n) if n.is_empty() => errs.push(FieldError::required(&format!("{p}.name"), "")),
+        kind @ ("User" | "Group") => {
+            let (field, name) = if kind == "User" { ("user", &s.user) } else { ("group", &s.group) };
+            let p = format!("{path}.{field}");
+            match name {
+                None => errs.push(FieldError::required(&p, &format!("{field} is required when subject kind is '{kind}'"))),
+                Some(n) if n.is_empty() => errs.push(FieldError::required(format!("{p}.name"), "")),
                 Some(_) => {}
             }
-            sa_forbidden(errs);
-            group_forbidden(errs);
         }
-        "Group" => {
-            let p = format!("{path}.group");
-            match &s.group {
-                None => errs.push(FieldError::required(&p, "group is required when subject kind is 'Group'")),
-                Some(n) if n.is_empty() => errs.push(FieldError::required(&format!("{p}.name"), "")),
-                Some(_) => {}
-            }
-            sa_forbidden(errs);
-            user_forbidden(errs);
+        other => {
+            let supported = ["Group", "ServiceAccount", "User"];
+            return errs.push(FieldError::not_supported(format!("{path}.kind"), quote(other), &supported));
         }
-        other => errs.push(FieldError::not_supported(
-            &format!("{path}.kind"),
-            quote(other),
-            &["Group", "ServiceAccount", "User"],
-        )),
+    }
+    let members = [
+        ("serviceAccount", "ServiceAccount", s.service_account.is_some()),
+        ("user", "User", s.user.is_some()),
+        ("group", "Group", s.group.is_some()),
+    ];
+    for (field, kind, set) in members {
+        if set && s.kind != kind {
+            let detail = format!("{field} is forbidden when subject kind is not '{kind}'");
+            errs.push(FieldError::forbidden(format!("{path}.{field}"), &detail));
+        }
     }
 }
 
@@ -326,15 +286,30 @@ fn has_wildcard(list: &[String]) -> bool {
     list.iter().any(|s| s == "*")
 }
 
+/// Whether `list` holds no `'*'`; an error if it holds `'*'` and more.
+fn no_wildcard(list: &[String], p: &str, what: &str, errs: &mut Vec<FieldError>) -> bool {
+    if list.len() > 1 && has_wildcard(list) {
+        let detail = format!("if '*' is present, must not specify other {what}");
+        errs.push(FieldError::invalid(p, list_repr(list), &detail));
+    }
+    !has_wildcard(list)
+}
+
+/// A list that must not be empty and may hold `'*'` only alone; whether to check its members.
+fn check_list(list: &[String], p: &str, required: &str, what: &str, errs: &mut Vec<FieldError>) -> bool {
+    if list.is_empty() {
+        errs.push(FieldError::required(p, required));
+        return false;
+    }
+    no_wildcard(list, p, what, errs)
+}
+
 fn validate_verbs(verbs: &[String], path: &str, errs: &mut Vec<FieldError>) {
     let p = format!("{path}.verbs");
-    if verbs.is_empty() {
-        errs.push(FieldError::required(&p, "verbs must contain at least one value"));
-    } else if has_wildcard(verbs) {
-        if verbs.len() > 1 {
-            errs.push(FieldError::invalid(&p, list_repr(verbs), "if '*' is present, must not specify other verbs"));
-        }
-    } else if !verbs.iter().all(|v| SUPPORTED_VERBS.contains(&v.as_str())) {
+    let verbs_required = "verbs must contain at least one value";
+    if check_list(verbs, &p, verbs_required, "verbs", errs)
+        && !verbs.iter().all(|v| SUPPORTED_VERBS.contains(&v.as_str()))
+    {
         errs.push(FieldError::not_supported(&p, list_repr(verbs), &SUPPORTED_VERBS));
     }
 }
@@ -342,32 +317,20 @@ fn validate_verbs(verbs: &[String], path: &str, errs: &mut Vec<FieldError>) {
 fn validate_resource_rule(r: &ResourcePolicyRule, path: &str, errs: &mut Vec<FieldError>) {
     validate_verbs(&r.verbs, path, errs);
     let p = format!("{path}.apiGroups");
-    if r.api_groups.is_empty() {
-        errs.push(FieldError::required(&p, "resource rules must supply at least one api group"));
-    } else if r.api_groups.len() > 1 && has_wildcard(&r.api_groups) {
-        errs.push(FieldError::invalid(&p, list_repr(&r.api_groups), "if '*' is present, must not specify other api groups"));
-    }
+    check_list(&r.api_groups, &p, "resource rules must supply at least one api group", "api groups", errs);
     let p = format!("{path}.resources");
-    if r.resources.is_empty() {
-        errs.push(FieldError::required(&p, "resource rules must supply at least one resource"));
-    } else if r.resources.len() > 1 && has_wildcard(&r.resources) {
-        errs.push(FieldError::invalid(&p, list_repr(&r.resources), "if '*' is present, must not specify other resources"));
-    }
+    check_list(&r.resources, &p, "resource rules must supply at least one resource", "resources", errs);
     let p = format!("{path}.namespaces");
     if r.namespaces.is_empty() && !r.cluster_scope {
         errs.push(FieldError::required(
             &p,
             "resource rules that are not cluster scoped must supply at least one namespace",
         ));
-    } else if has_wildcard(&r.namespaces) {
-        if r.namespaces.len() > 1 {
-            errs.push(FieldError::invalid(&p, list_repr(&r.namespaces), "if '*' is present, must not specify other namespaces"));
-        }
-    } else {
+    } else if no_wildcard(&r.namespaces, &p, "namespaces", errs) {
         for (i, ns) in r.namespaces.iter().enumerate() {
             for msg in dns1123_label_errors(ns) {
                 errs.push(FieldError::invalid(
-                    &format!("{p}[{i}]"),
+                    format!("{p}[{i}]"),
                     quote(ns),
                     &format!("each member of this list must be '*' or a DNS-1123 label; {msg}"),
                 ));
@@ -379,20 +342,11 @@ fn validate_resource_rule(r: &ResourcePolicyRule, path: &str, errs: &mut Vec<Fie
 fn validate_non_resource_rule(r: &NonResourcePolicyRule, path: &str, errs: &mut Vec<FieldError>) {
     validate_verbs(&r.verbs, path, errs);
     let p = format!("{path}.nonResourceURLs");
-    if r.non_resource_urls.is_empty() {
-        errs.push(FieldError::required(&p, "nonResourceURLs must contain at least one value"));
-    } else if has_wildcard(&r.non_resource_urls) {
-        if r.non_resource_urls.len() > 1 {
-            errs.push(FieldError::invalid(
-                &p,
-                list_repr(&r.non_resource_urls),
-                "if '*' is present, must not specify other non-resource URLs",
-            ));
-        }
-    } else {
+    let required = "nonResourceURLs must contain at least one value";
+    if check_list(&r.non_resource_urls, &p, required, "non-resource URLs", errs) {
         for (i, u) in r.non_resource_urls.iter().enumerate() {
             if let Some(msg) = non_resource_url_error(u) {
-                errs.push(FieldError::invalid(&format!("{p}[{i}]"), quote(u), msg));
+                errs.push(FieldError::invalid(format!("{p}[{i}]"), quote(u), msg));
             }
         }
     }
@@ -425,12 +379,6 @@ fn non_resource_url_error(path: &str) -> Option<&'static str> {
 // ---------------------------------------------------------------------------------------------
 // PriorityLevelConfiguration.
 
-/// `shufflesharding.RequiredEntropyBits`: `ceil(log2(deckSize) × handSize)`.
-pub fn required_entropy_bits(deck_size: i32, hand_size: i32) -> i64 {
-    let bits = (f64::from(deck_size)).log2() * f64::from(hand_size);
-    bits.ceil() as i64
-}
-
 /// All field errors of one PriorityLevelConfiguration (unprefixed).
 pub fn validate_priority_level(pl: &PriorityLevelObject) -> Vec<FieldError> {
     let mut errs = Vec::new();
@@ -445,16 +393,9 @@ pub fn validate_priority_level(pl: &PriorityLevelObject) -> Vec<FieldError> {
                 errs.push(FieldError::forbidden("spec.limited", "must be nil if the type is not Limited"));
             }
             if let Some(e) = &spec.exempt {
-                if let Some(n) = e.nominal_concurrency_shares.filter(|n| *n < 0) {
-                    errs.push(FieldError::invalid(
-                        "spec.exempt.nominalConcurrencyShares",
-                        n.to_string(),
-                        "must be a non-negative integer",
-                    ));
-                }
-                if let Some(l) = e.lendable_percent.filter(|l| !(0..=100).contains(l)) {
-                    errs.push(FieldError::invalid("spec.exempt.lendablePercent", l.to_string(), "must be between 0 and 100, inclusive"));
-                }
+                let shares = e.nominal_concurrency_shares;
+                non_negative_shares("spec.exempt.nominalConcurrencyShares", shares, &mut errs);
+                lendable_percent("spec.exempt.lendablePercent", e.lendable_percent, &mut errs);
             }
         }
         "Limited" => {
@@ -464,23 +405,13 @@ pub fn validate_priority_level(pl: &PriorityLevelObject) -> Vec<FieldError> {
             match &spec.limited {
                 None => errs.push(FieldError::required("spec.limited", "must not be empty when type is Limited")),
                 Some(l) => {
-                    if l.nominal_concurrency_shares < 0 {
-                        errs.push(FieldError::invalid(
-                            &format!("spec.limited.{}", pl.version.shares_field()),
-                            l.nominal_concurrency_shares.to_string(),
-                            "must be a non-negative integer",
-                        ));
-                    }
+                    let shares_path = format!("spec.limited.{}", pl.version.shares_field());
+                    non_negative_shares(&shares_path, l.nominal_concurrency_shares, &mut errs);
                     validate_limit_response(&l.limit_response.type_, l.limit_response.queuing, &mut errs);
-                    if let Some(lp) = l.lendable_percent.filter(|x| !(0..=100).contains(x)) {
-                        errs.push(FieldError::invalid("spec.limited.lendablePercent", lp.to_string(), "must be between 0 and 100, inclusive"));
-                    }
+                    lendable_percent("spec.limited.lendablePercent", l.lendable_percent, &mut errs);
                     if let Some(b) = l.borrowing_limit_percent.filter(|b| *b < 0) {
-                        errs.push(FieldError::invalid(
-                            "spec.limited.borrowingLimitPercent",
-                            b.to_string(),
-                            "if specified, must be a non-negative integer",
-                        ));
+                        let detail = "if specified, must be a non-negative integer";
+                        errs.push(FieldError::invalid("spec.limited.borrowingLimitPercent", b, detail));
                     }
                 }
             }
@@ -488,81 +419,73 @@ pub fn validate_priority_level(pl: &PriorityLevelObject) -> Vec<FieldError> {
         other => errs.push(FieldError::not_supported("spec.type", quote(other), &["Exempt", "Limited"])),
     }
     if let Some(mand) = bootstrap::mandatory_priority_level(&pl.meta.name) {
-        if pl.meta.name == "exempt" {
-            let mut have = pl.spec.clone();
+        let mut have = pl.spec.clone();
+        let detail = if pl.meta.name == "exempt" {
             have.exempt = mand.spec.exempt.clone();
-            if have != mand.spec {
-                errs.push(FieldError::invalid(
-                    "spec",
-                    json_repr(&pl.raw_spec),
-                    "spec of 'exempt' except the 'spec.exempt' field must equal the fixed value",
-                ));
-            }
-        } else if pl.spec != mand.spec {
-            errs.push(FieldError::invalid(
-                "spec",
-                json_repr(&pl.raw_spec),
-                &format!("spec of '{}' must equal the fixed value", pl.meta.name),
-            ));
+            "spec of 'exempt' except the 'spec.exempt' field must equal the fixed value".to_string()
+        } else {
+            format!("spec of '{}' must equal the fixed value", pl.meta.name)
+        };
+        if have != mand.spec {
+            errs.push(FieldError::invalid("spec", json_repr(&pl.raw_spec), &detail));
         }
     }
     validate_conditions(&pl.condition_types, &mut errs);
     errs
 }
 
+fn non_negative_shares(path: &str, value: i32, errs: &mut Vec<FieldError>) {
+    if value < 0 {
+        errs.push(FieldError::invalid(path, value, "must be a non-negative integer"));
+    }
+}
+
+fn lendable_percent(path: &str, value: i32, errs: &mut Vec<FieldError>) {
+    if !(0..=100).contains(&value) {
+        errs.push(FieldError::invalid(path, value, "must be between 0 and 100, inclusive"));
+    }
+}
+
 fn validate_limit_response(type_: &str, queuing: Option<Queuing>, errs: &mut Vec<FieldError>) {
-    let base = "spec.limited.limitResponse";
-    match type_ {
-        "Reject" => {
-            if queuing.is_some() {
-                errs.push(FieldError::forbidden(
-                    &format!("{base}.queuing"),
-                    "must be nil if limited.limitResponse.type is not Limited",
-                ));
-            }
+    let p = "spec.limited.limitResponse.queuing";
+    match (type_, queuing) {
+        ("Reject", Some(_)) => {
+            errs.push(FieldError::forbidden(p, "must be nil if limited.limitResponse.type is not Limited"))
         }
-        "Queue" => match queuing {
-            None => errs.push(FieldError::required(
-                &format!("{base}.queuing"),
-                "must not be empty if limited.limitResponse.type is Limited",
-            )),
-            Some(q) => validate_queuing(&q, &format!("{base}.queuing"), errs),
-        },
-        other => errs.push(FieldError::not_supported(&format!("{base}.type"), quote(other), &["Queue", "Reject"])),
+        ("Queue", None) => {
+            errs.push(FieldError::required(p, "must not be empty if limited.limitResponse.type is Limited"))
+        }
+        ("Queue", Some(q)) => validate_queuing(&q, p, errs),
+        ("Reject", None) => {}
+        (other, _) => {
+            let supported = ["Queue", "Reject"];
+            errs.push(FieldError::not_supported("spec.limited.limitResponse.type", quote(other), &supported))
+        }
     }
 }
 
 fn validate_queuing(q: &Queuing, path: &str, errs: &mut Vec<FieldError>) {
+    let mut invalid = |field: &str, value: i32, detail: &str| {
+        errs.push(FieldError::invalid(format!("{path}.{field}"), value, detail));
+    };
     if q.queue_length_limit <= 0 {
-        errs.push(FieldError::invalid(&format!("{path}.queueLengthLimit"), q.queue_length_limit.to_string(), "must be positive"));
+        invalid("queueLengthLimit", q.queue_length_limit, "must be positive");
     }
     if q.queues <= 0 {
-        errs.push(FieldError::invalid(&format!("{path}.queues"), q.queues.to_string(), "must be positive"));
+        invalid("queues", q.queues, "must be positive");
     } else if q.queues > MAX_QUEUES {
-        errs.push(FieldError::invalid(
-            &format!("{path}.queues"),
-            q.queues.to_string(),
-            &format!("must not be greater than {MAX_QUEUES}"),
-        ));
+        invalid("queues", q.queues, &format!("must not be greater than {MAX_QUEUES}"));
     }
-    let hp = format!("{path}.handSize");
-    if q.hand_size <= 0 {
-        errs.push(FieldError::invalid(&hp, q.hand_size.to_string(), "must be positive"));
-    } else if q.hand_size > q.queues {
-        errs.push(FieldError::invalid(
-            &hp,
-            q.hand_size.to_string(),
-            &format!("should not be greater than queues ({})", q.queues),
-        ));
-    } else if required_entropy_bits(q.queues, q.hand_size) > MAX_HASH_BITS {
-        errs.push(FieldError::invalid(
-            &hp,
-            q.hand_size.to_string(),
-            &format!(
-                "required entropy bits of deckSize {} and handSize {} should not be greater than {MAX_HASH_BITS}",
-                q.queues, q.hand_size
-            ),
-        ));
+    let (deck, hand) = (q.queues, q.hand_size);
+    if hand <= 0 {
+        invalid("handSize", hand, "must be positive");
+    } else if hand > deck {
+        invalid("handSize", hand, &format!("should not be greater than queues ({deck})"));
+    } else if required_entropy_bits(deck, hand) > MAX_HASH_BITS {
+        let detail = format!(
+            "required entropy bits of deckSize {deck} and handSize {hand} should not be greater than {MAX_HASH_BITS}"
+        );
+        invalid("handSize", hand, &detail);
     }
 }
 
@@ -573,32 +496,17 @@ fn validate_queuing(q: &Queuing, path: &str, errs: &mut Vec<FieldError>) {
 /// prefixed with its object (`FlowSchema "x": spec...`), in input order.
 pub fn validate_objects(objs: &[ApiObject]) -> Vec<String> {
     let mut out = Vec::new();
-    let mut seen_fs: Vec<&str> = Vec::new();
-    let mut seen_pl: Vec<&str> = Vec::new();
+    let mut seen = HashSet::new();
     for o in objs {
-        let mut errs = match o {
-            ApiObject::FlowSchema(fs) => validate_flow_schema(fs),
-            ApiObject::PriorityLevel(pl) => validate_priority_level(pl),
+        let (mut errs, is_fs) = match o {
+            ApiObject::FlowSchema(fs) => (validate_flow_schema(fs), true),
+            ApiObject::PriorityLevel(pl) => (validate_priority_level(pl), false),
         };
-        let name = o.name();
-        if !name.is_empty() {
-            let seen = match o {
-                ApiObject::FlowSchema(_) => &mut seen_fs,
-                ApiObject::PriorityLevel(_) => &mut seen_pl,
-            };
-            if seen.contains(&name) {
-                errs.insert(0, FieldError::duplicate("metadata.name", quote(name)));
-            } else {
-                seen.push(name);
-            }
+        if !o.name().is_empty() && !seen.insert((is_fs, o.name())) {
+            errs.insert(0, FieldError::duplicate("metadata.name", quote(o.name())));
         }
         let prefix = o.describe();
         out.extend(errs.into_iter().map(|e| format!("{prefix}: {e}")));
     }
     out
-}
-
-/// Convenience for tests and tools: the version's shares field name.
-pub fn shares_field(version: ApiVersion) -> &'static str {
-    version.shares_field()
 }
