@@ -230,10 +230,6 @@ impl Notice {
         };
         Ok(Notice { owner, context, level_key, id, kind })
     }
-
-    fn run(level_key: &str, d: &Dispatched) -> Notice {
-        Notice { owner: d.tag.owner, context: d.tag.context, level_key: level_key.to_string(), id: d.id, kind: NoticeKind::Run { waited: d.waited, receipt: d.receipt } }
-    }
 }
 
 fn unix_secs(now: Nanos) -> i64 {
@@ -249,7 +245,7 @@ pub fn admit(c: &Compiled, store: &dyn Store, now: Nanos, level: usize, work: Wo
 /// when it was not enqueued): upstream's `request_queue_length_after_enqueue`.
 pub fn admit_observed(c: &Compiled, store: &dyn Store, now: Nanos, level: usize, work: WorkEstimate, tag: RequestTag, notices: &mut Vec<Notice>) -> Result<(Decision, Option<u32>), EngineError> {
     let lvl = c.levels.get(level).ok_or_else(|| EngineError::Config("level index out of range".into()))?;
-    let r = update_level(store, now, &lvl.key, Some((lvl, c.generation)), |st, out| {
+    let r = update_level(store, now, &lvl.key, Some((lvl, c.generation)), notices, |st, out| {
         let (arrival, length) = st.qs.arrive_observed(now, work, tag, out);
         let decision = match arrival {
             Arrival::Executing(rc) => Decision::Execute(rc),
@@ -261,24 +257,24 @@ pub fn admit_observed(c: &Compiled, store: &dyn Store, now: Nanos, level: usize,
         };
         (decision, length)
     })?;
-    let Some(((decision, length), dispatched)) = r else { return Err(EngineError::Config("arrival without a decision".into())) };
-    notices.extend(dispatched.iter().map(|d| Notice::run(&lvl.key, d)));
-    Ok((decision, length))
+    r.ok_or_else(|| EngineError::Config("arrival without a decision".into()))
 }
 
 /// The one write path of a level: one CAS update of its stored state. Loads the state
 /// (decoded, or this worker's own last write from [`cache`]); with `create`, a missing or
 /// unreadable state is created for that level and a newer configuration generation applied;
 /// without, nothing changes when the level has no state (then `None`). Applies `f` (which may
-/// dispatch into the list it gets), records the seat demand, encodes.
+/// dispatch into the list it gets), records the seat demand, encodes; what was dispatched is
+/// appended to `notices`.
 fn update_level<T>(
     store: &dyn Store,
     now: Nanos,
     level_key: &str,
     create: Option<(&LevelRuntime, u64)>,
+    notices: &mut Vec<Notice>,
     mut f: impl FnMut(&mut LevelState, &mut Vec<Dispatched>) -> T,
-) -> Result<Option<(T, Vec<Dispatched>)>, EngineError> {
-    update(store, level_key, MAX_CAS_TRIES, |cur| {
+) -> Result<Option<T>, EngineError> {
+    let r = update(store, level_key, MAX_CAS_TRIES, |cur| {
         let mut out = Vec::new();
         let mut st = match create {
             Some((lvl, generation)) => LevelState::load(store, level_key, cur, lvl, generation, now, &mut out)?,
@@ -290,17 +286,25 @@ fn update_level<T>(
         let r = f(&mut st, &mut out);
         st.note_demand(now);
         Ok((cache::encode(store, level_key, st), Some((r, out))))
-    })
+    })?;
+    Ok(r.map(|(r, dispatched)| {
+        notices.extend(dispatched.iter().map(|d| Notice {
+            owner: d.tag.owner,
+            context: d.tag.context,
+            level_key: level_key.to_string(),
+            id: d.id,
+            kind: NoticeKind::Run { waited: d.waited, receipt: d.receipt },
+        }));
+        r
+    }))
 }
 
 /// The request's handler returned (or a WATCH finished initializing): release its seats
 /// (after its additional latency, if any) and dispatch what fits. Returns false when the seats
 /// were already released (double finish, or the owner's lease was reaped).
 pub fn finish(store: &dyn Store, now: Nanos, level_key: &str, receipt: &Receipt, notices: &mut Vec<Notice>) -> Result<bool, EngineError> {
-    let r = update_level(store, now, level_key, None, |st, out| st.qs.finish(now, receipt, out))?;
-    let Some((finished, dispatched)) = r else { return Ok(false) };
-    notices.extend(dispatched.iter().map(|d| Notice::run(level_key, d)));
-    Ok(finished)
+    let r = update_level(store, now, level_key, None, notices, |st, out| st.qs.finish(now, receipt, out))?;
+    Ok(r.unwrap_or(false))
 }
 
 /// The request's stream ended: an executing request (its receipt given) finishes; a waiting
@@ -310,18 +314,18 @@ pub fn end(store: &dyn Store, now: Nanos, level_key: &str, id: RequestId, receip
     if let Some(rc) = receipt {
         return finish(store, now, level_key, rc, notices).map(|_| ());
     }
-    update_level(store, now, level_key, None, |st, _| st.qs.cancel(now, id)).map(|_| ())
+    update_level(store, now, level_key, None, notices, |st, _| st.qs.cancel(now, id)).map(|_| ())
 }
 
 /// Gives up waiting for a queued request (its wait limit passed). Returns the Retry-After to
 /// answer with, or `None` when it was dispatched meanwhile (then it must be resumed instead).
 pub fn time_out(store: &dyn Store, now: Nanos, level_key: &str, id: RequestId) -> Result<Option<i64>, EngineError> {
-    let r = update_level(store, now, level_key, None, |st, _| {
+    let r = update_level(store, now, level_key, None, &mut Vec::new(), |st, _| {
         st.qs.cancel(now, id)?;
         st.dropped.record_dropped(unix_secs(now));
         Some(st.dropped.retry_after())
     })?;
-    Ok(r.and_then(|(ra, _)| ra))
+    Ok(r.flatten())
 }
 
 /// Timer work for one level: wait deadlines and lingering seats that are due. Cheap when
@@ -334,7 +338,9 @@ pub fn expire_level(store: &dyn Store, now: Nanos, level_key: &str, notices: &mu
         Some(t) if t <= now => {}
         _ => return Ok(()),
     }
-    let Some((timed_out, dispatched)) = update_level(store, now, level_key, None, |st, out| {
+    // The time-outs come before the dispatches they made room for.
+    let mut runs = Vec::new();
+    let Some(timed_out) = update_level(store, now, level_key, None, &mut runs, |st, out| {
         let mut timed = Vec::new();
         st.qs.expire(now, &mut timed, out);
         let mut rejected = Vec::with_capacity(timed.len());
@@ -350,26 +356,20 @@ pub fn expire_level(store: &dyn Store, now: Nanos, level_key: &str, notices: &mu
     for (id, tag, retry_after) in timed_out {
         notices.push(Notice { owner: tag.owner, context: tag.context, level_key: level_key.to_string(), id, kind: NoticeKind::Reject { reason: RejectReason::TimeOut, retry_after } });
     }
-    notices.extend(dispatched.iter().map(|d| Notice::run(level_key, d)));
+    notices.append(&mut runs);
     Ok(())
 }
 
 /// Lease expiry: drops every request of a dead worker from a level and dispatches what fits.
 pub fn purge_owner(store: &dyn Store, now: Nanos, level_key: &str, owner: u32, notices: &mut Vec<Notice>) -> Result<usize, EngineError> {
-    let Some((n, dispatched)) = update_level(store, now, level_key, None, |st, out| st.qs.remove_owner(owner, now, out))? else {
-        return Ok(0);
-    };
-    notices.extend(dispatched.iter().map(|d| Notice::run(level_key, d)));
-    Ok(n)
+    let r = update_level(store, now, level_key, None, notices, |st, out| st.qs.remove_owner(owner, now, out))?;
+    Ok(r.unwrap_or(0))
 }
 
 /// Reads a level's state (for dumps and metrics).
 pub fn read_level(store: &dyn Store, level_key: &str) -> Result<Option<LevelState>, EngineError> {
     let (cur, _) = store.get(level_key)?;
-    match cur {
-        None => Ok(None),
-        Some(b) => Ok(Some(LevelState::decode(&b)?)),
-    }
+    Ok(cur.map(|b| LevelState::decode(&b)).transpose()?)
 }
 
 /// Renews this worker's lease (registering it on first call); returns its slot.
@@ -432,13 +432,9 @@ impl BorrowState {
         let generation = r.u64()?;
         let fair_frac = r.f64()?;
         let n = r.count(20)?;
-        let mut levels = Vec::with_capacity(n);
-        for _ in 0..n {
-            let name = r.str()?.to_string();
-            let stats = SeatDemandStats::decode(&mut r)?;
-            let cur = r.u32()?;
-            levels.push((name, stats, cur));
-        }
+        let levels = (0..n)
+            .map(|_| Ok((r.str()?.to_string(), SeatDemandStats::decode(&mut r)?, r.u32()?)))
+            .collect::<Result<_, CodecError>>()?;
         Ok(BorrowState { last, generation, levels, fair_frac })
     }
 
@@ -482,17 +478,15 @@ pub fn adjust_borrowing(c: &Compiled, store: &dyn Store, now: Nanos, notices: &m
     // Collect each level's demand over the period.
     let mut levels = Vec::with_capacity(c.levels.len());
     for lvl in &c.levels {
-        let Some(((results, current), dispatched)) = update_level(store, now, &lvl.key, Some((lvl, c.generation)), |st, _| (st.demand.reset(now), st.qs.config().concurrency_limit))? else {
-            continue;
-        };
-        notices.extend(dispatched.iter().map(|d| Notice::run(&lvl.key, d)));
+        let create = Some((lvl, c.generation));
+        let r = update_level(store, now, &lvl.key, create, notices, |st, _| (st.demand.reset(now), st.qs.config().concurrency_limit))?;
+        let Some((results, current)) = r else { continue };
         let mut stats = prev.levels.iter().find(|(n, _, _)| n == &lvl.name).map(|(_, s, _)| *s).unwrap_or_default();
         stats.update(&results);
         levels.push(BorrowingLevel { exempt: lvl.exempt, nominal: lvl.nominal, min: lvl.min_limit, max: lvl.max_limit, stats, current });
     }
     let nominal_sum = c.levels.iter().fold(0u32, |a, l| a.saturating_add(l.nominal));
-    let outcome = update_borrowing(&mut levels, nominal_sum);
-    let fair_frac = outcome.fair_frac;
+    let fair_frac = update_borrowing(&mut levels, nominal_sum).fair_frac;
     let new_levels: Vec<(String, SeatDemandStats, u32)> = c.levels.iter().zip(&levels).map(|(l, b)| (l.name.clone(), b.stats, b.current)).collect();
     update(store, BORROW_KEY, MAX_CAS_TRIES, |cur| {
         let mut st = BorrowState::decode(cur).unwrap_or_default();
@@ -505,7 +499,8 @@ pub fn adjust_borrowing(c: &Compiled, store: &dyn Store, now: Nanos, notices: &m
         if lvl.exempt {
             continue;
         }
-        let r = update_level(store, now, &lvl.key, Some((lvl, c.generation)), |st, out| {
+        let mut runs = Vec::new();
+        let r = update_level(store, now, &lvl.key, Some((lvl, c.generation)), &mut runs, |st, out| {
             let mut cfg = st.qs.config();
             if cfg.concurrency_limit == b.current {
                 return Ok(());
@@ -514,10 +509,8 @@ pub fn adjust_borrowing(c: &Compiled, store: &dyn Store, now: Nanos, notices: &m
             out.extend(st.qs.reconfigure(cfg, now)?);
             Ok(())
         })?;
-        if let Some((r, dispatched)) = r {
-            r.map_err(EngineError::Config)?;
-            notices.extend(dispatched.iter().map(|d| Notice::run(&lvl.key, d)));
-        }
+        r.transpose().map_err(EngineError::Config)?;
+        notices.append(&mut runs);
     }
     Ok(true)
 }
