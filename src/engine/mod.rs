@@ -118,17 +118,12 @@ impl LevelState {
     pub fn encode(&self) -> Vec<u8> {
         // Sized for the usual value (≈ 10 bytes per waiting request) so it is allocated once.
         let mut w = Writer::with_capacity(128 + 16 * self.qs.requests_waiting() as usize);
-        self.encode_to(&mut w);
-        w.into_bytes()
-    }
-
-    /// Appends the encoding to `w`.
-    pub fn encode_to(&self, w: &mut Writer) {
         w.u8(LEVEL_STATE_VERSION);
         w.u64(self.generation);
-        self.qs.encode(w);
-        self.demand.encode(w);
-        self.dropped.encode(w);
+        self.qs.encode(&mut w);
+        self.demand.encode(&mut w);
+        self.dropped.encode(&mut w);
+        w.into_bytes()
     }
 
     /// Loads the stored state, creating it for `lvl` when absent or unreadable, and applies
@@ -158,8 +153,10 @@ impl LevelState {
         Ok(st)
     }
 
-    fn note_demand(&mut self, now: Nanos) {
-        self.demand.set(now, f64::from(self.qs.seat_demand()));
+    /// Counts a request rejected at `now`; returns the Retry-After to answer it with.
+    fn reject(&mut self, now: Nanos) -> i64 {
+        self.dropped.record_dropped(now.div_euclid(crate::NANOS_PER_SEC));
+        self.dropped.retry_after()
     }
 }
 
@@ -232,10 +229,6 @@ impl Notice {
     }
 }
 
-fn unix_secs(now: Nanos) -> i64 {
-    now.div_euclid(crate::NANOS_PER_SEC)
-}
-
 /// Admits a classified request to priority level `level` (index into the compiled levels).
 pub fn admit(c: &Compiled, store: &dyn Store, now: Nanos, level: usize, work: WorkEstimate, tag: RequestTag, notices: &mut Vec<Notice>) -> Result<Decision, EngineError> {
     admit_observed(c, store, now, level, work, tag, notices).map(|(d, _)| d)
@@ -250,10 +243,7 @@ pub fn admit_observed(c: &Compiled, store: &dyn Store, now: Nanos, level: usize,
         let decision = match arrival {
             Arrival::Executing(rc) => Decision::Execute(rc),
             Arrival::Queued(id) => Decision::Queued(id),
-            Arrival::Rejected(reason) => {
-                st.dropped.record_dropped(unix_secs(now));
-                Decision::Rejected { reason, retry_after: st.dropped.retry_after() }
-            }
+            Arrival::Rejected(reason) => Decision::Rejected { reason, retry_after: st.reject(now) },
         };
         (decision, length)
     })?;
@@ -284,7 +274,7 @@ fn update_level<T>(
             },
         };
         let r = f(&mut st, &mut out);
-        st.note_demand(now);
+        st.demand.set(now, f64::from(st.qs.seat_demand()));
         Ok((cache::encode(store, level_key, st), Some((r, out))))
     })?;
     Ok(r.map(|(r, dispatched)| {
@@ -322,8 +312,7 @@ pub fn end(store: &dyn Store, now: Nanos, level_key: &str, id: RequestId, receip
 pub fn time_out(store: &dyn Store, now: Nanos, level_key: &str, id: RequestId) -> Result<Option<i64>, EngineError> {
     let r = update_level(store, now, level_key, None, &mut Vec::new(), |st, _| {
         st.qs.cancel(now, id)?;
-        st.dropped.record_dropped(unix_secs(now));
-        Some(st.dropped.retry_after())
+        Some(st.reject(now))
     })?;
     Ok(r.flatten())
 }
@@ -334,28 +323,24 @@ pub fn expire_level(store: &dyn Store, now: Nanos, level_key: &str, notices: &mu
     let (cur, _) = store.get(level_key)?;
     let Some(bytes) = cur else { return Ok(()) };
     let st = LevelState::decode(&bytes)?;
-    match st.qs.next_event() {
-        Some(t) if t <= now => {}
-        _ => return Ok(()),
+    if !st.qs.next_event().is_some_and(|t| t <= now) {
+        return Ok(());
     }
     // The time-outs come before the dispatches they made room for.
     let mut runs = Vec::new();
     let Some(timed_out) = update_level(store, now, level_key, None, &mut runs, |st, out| {
         let mut timed = Vec::new();
         st.qs.expire(now, &mut timed, out);
-        let mut rejected = Vec::with_capacity(timed.len());
-        for (id, tag) in timed {
-            st.dropped.record_dropped(unix_secs(now));
-            rejected.push((id, tag, st.dropped.retry_after()));
-        }
-        rejected
+        let notice = |(id, tag): (RequestId, RequestTag), retry_after| {
+            let kind = NoticeKind::Reject { reason: RejectReason::TimeOut, retry_after };
+            Notice { owner: tag.owner, context: tag.context, level_key: level_key.to_string(), id, kind }
+        };
+        timed.into_iter().map(|t| notice(t, st.reject(now))).collect::<Vec<_>>()
     })?
     else {
         return Ok(());
     };
-    for (id, tag, retry_after) in timed_out {
-        notices.push(Notice { owner: tag.owner, context: tag.context, level_key: level_key.to_string(), id, kind: NoticeKind::Reject { reason: RejectReason::TimeOut, retry_after } });
-    }
+    notices.extend(timed_out);
     notices.append(&mut runs);
     Ok(())
 }
