@@ -181,9 +181,7 @@ impl<X> Requests<X> {
     /// Backstop for the wait limit: this worker's waiting requests whose deadline passed
     /// `grace` ago and that no expiry has answered yet are timed out here.
     pub fn time_out_overdue(&mut self, store: &dyn Store, host: &mut dyn Host<X>, now: Nanos, grace: Nanos) {
-        let overdue: Vec<(u32, std::sync::Arc<str>, RequestId)> = self
-            .map
-            .iter()
+        let overdue: Vec<_> = (self.map.iter())
             .filter(|(_, e)| e.phase == Phase::Waiting && e.wait_deadline.saturating_add(grace) <= now)
             .map(|(c, e)| (*c, e.level_key.clone(), e.id))
             .collect();

@@ -22,12 +22,8 @@ impl Watches {
             return Err(CodecError("watches version"));
         }
         let n = r.count(2)?;
-        let mut per_slot = Vec::with_capacity(n);
-        for _ in 0..n {
-            let slot = r.u32()?;
-            per_slot.push((slot, WatchTracker::decode(&mut r)?));
-        }
-        Ok(Watches { per_slot })
+        let per_slot = (0..n).map(|_| Ok((r.u32()?, WatchTracker::decode(&mut r)?)));
+        Ok(Watches { per_slot: per_slot.collect::<Result<_, CodecError>>()? })
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -54,15 +50,10 @@ pub fn register(store: &dyn Store, slot: u32, info: &RequestInfo) -> Result<Opti
     }
     update(store, WATCHES_KEY, MAX_CAS_TRIES, |cur| {
         let mut w = Watches::decode(cur).unwrap_or_default();
-        let key = match w.per_slot.iter_mut().find(|(s, _)| *s == slot) {
-            Some((_, t)) => t.register(info),
-            None => {
-                let mut t = WatchTracker::new();
-                let k = t.register(info);
-                w.per_slot.push((slot, t));
-                k
-            }
-        };
+        if !w.per_slot.iter().any(|(s, _)| *s == slot) {
+            w.per_slot.push((slot, WatchTracker::new()));
+        }
+        let key = w.per_slot.iter_mut().find(|(s, _)| *s == slot).and_then(|(_, t)| t.register(info));
         Ok::<_, EngineError>((w.encode(), key))
     })
 }
@@ -93,8 +84,6 @@ pub fn purge(store: &dyn Store, slot: u32) -> Result<(), EngineError> {
 
 /// Number of open watches a mutating request would notify (one read; 0 on any error).
 pub fn interested_count(store: &dyn Store, info: &RequestInfo) -> u32 {
-    match store.get(WATCHES_KEY) {
-        Ok((cur, _)) => Watches::decode(cur.as_deref()).map(|w| w.interested_count(info)).unwrap_or(0),
-        Err(_) => 0,
-    }
+    let Ok((cur, _)) = store.get(WATCHES_KEY) else { return 0 };
+    Watches::decode(cur.as_deref()).map_or(0, |w| w.interested_count(info))
 }
