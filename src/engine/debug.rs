@@ -33,17 +33,13 @@ pub enum DumpKind {
 pub fn dump_kind(path_and_query: &[u8]) -> Option<DumpKind> {
     let s = std::str::from_utf8(path_and_query).ok()?;
     let (path, query) = s.split_once('?').unwrap_or((s, ""));
-    let rest = path.strip_prefix(DEBUG_PREFIX)?;
-    match rest.trim_end_matches('/') {
+    match path.strip_prefix(DEBUG_PREFIX)?.trim_end_matches('/') {
         "dump_priority_levels" => Some(DumpKind::PriorityLevels),
         "dump_queues" => Some(DumpKind::Queues),
         "dump_object_counts" => Some(DumpKind::ObjectCounts),
         "dump_requests" => {
-            let details = query.split('&').any(|kv| {
-                let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-                k == "includeRequestDetails" && !v.is_empty()
-            });
-            Some(DumpKind::Requests { details })
+            let on = |kv: &str| kv.strip_prefix("includeRequestDetails=").is_some_and(|v| !v.is_empty());
+            Some(DumpKind::Requests { details: query.split('&').any(on) })
         }
         _ => None,
     }

@@ -86,18 +86,6 @@ impl<X> Requests<X> {
         self.map.get(&context)
     }
 
-    pub fn get_mut(&mut self, context: u32) -> Option<&mut Entry<X>> {
-        self.map.get_mut(&context)
-    }
-
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-
     pub fn iter(&self) -> impl Iterator<Item = (u32, &Entry<X>)> {
         self.map.iter().map(|(c, e)| (*c, e))
     }

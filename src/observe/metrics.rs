@@ -34,16 +34,13 @@
 //! the end of the name and takes the whole bound (see [`tag_regex`]). Bounds print as Go's
 //! `strconv.FormatFloat(b, 'g', -1, 64)` does for them (`0`, `0.005`, `30`), see [`le_label`].
 //!
-//! Envoy stat values are integers, so a fractional `_sum` (seconds) can't be a counter. A
-//! histogram whose samples are integers (seats, queue lengths) exports `<name>_sum` as upstream.
-//! One with fractional samples exports its sum as an integer counter in a smaller unit under
-//! another name, `<envoy_name>_sum` with `envoy_name` naming the unit
-//! (`request_wait_duration_microseconds_sum`: microseconds), and no `<name>_sum` at all, so a
-//! wrong-unit `_sum` can never be summed with kube-apiserver's. The recording rules in
-//! `observability/apf-wasm-rules.yaml` derive upstream's `<name>_sum` in seconds from it
-//! (`… / 1e6`). The sum is exact: samples are added in nanoseconds per worker and the part
-//! below one exported unit is carried to the next flush ([`HistogramAcc`]), so the exported
-//! value never drifts, and is short of the true sum by less than one unit per worker.
+//! Envoy stat values are integers. A histogram with integer samples (seats, queue lengths)
+//! exports `<name>_sum` as upstream; one with fractional samples exports its sum in a smaller
+//! unit under `<envoy_name>_sum` (`request_wait_duration_microseconds_sum`) and no `<name>_sum`,
+//! so a wrong-unit `_sum` is never summed with kube-apiserver's (recording rules in
+//! `observability/apf-wasm-rules.yaml` derive upstream's). The sum is exact: samples are added in
+//! nanoseconds per worker and the part below one exported unit is carried to the next flush
+//! ([`HistogramAcc`]), so it never drifts.
 //!
 //! Other fractional upstream values (gauges such as `current_r`) are recorded as
 //! `round(value × envoy_scale)` under `envoy_name` (a `_milli` suffix for ×1000).
