@@ -58,12 +58,9 @@ pub fn render(c: &Compiled, store: &dyn Store, kind: DumpKind, now: Nanos, to_un
     let mut q_rows = Vec::new();
     let mut r_rows = Vec::new();
     for lvl in levels {
-        let st = read_level(store, &lvl.key).unwrap_or_else(|e| {
-            log::warn!("apf: dump: {}: {e}", lvl.name);
-            None
-        });
+        let st = read_level(store, &lvl.key).inspect_err(|e| log::warn!("apf: dump: {}: {e}", lvl.name));
         // A level no request has reached yet has no stored state: show it fresh.
-        let Some(st) = st.or_else(|| super::LevelState::new(lvl.qs_config, c.generation, 0).ok()) else { continue };
+        let Some(st) = st.ok().flatten().or_else(|| super::LevelState::new(lvl.qs_config, c.generation, 0).ok()) else { continue };
         let snap = st.qs.snapshot();
         let cnt = snap.counters;
         pl_rows.push(PriorityLevelRow {
@@ -166,10 +163,8 @@ pub fn render_object_counts(c: &Compiled, store: &dyn Store, now: Nanos) -> Stri
         };
         text.push_str(&format!("{k},\t{count},\t{avg},\ttable,\t-,\tfalse\n"));
     }
-    let shared = super::object_counts::read(store).map(|(s, _)| s).unwrap_or_else(|e| {
-        log::warn!("apf: dump: object counts: {e}");
-        None
-    });
+    let shared = super::object_counts::read(store).inspect_err(|e| log::warn!("apf: dump: object counts: {e}"));
+    let shared = shared.ok().and_then(|(s, _)| s);
     let stale_after = c.config.cluster_metrics.as_ref().map(|m| m.stale_after).unwrap_or(crate::policy::cluster::DEFAULT_STALE_AFTER);
     let secs = |t: Nanos| format!("{:.1}", now.saturating_sub(t) as f64 / 1e9);
     if let Some(s) = &shared {

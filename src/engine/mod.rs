@@ -129,20 +129,15 @@ impl LevelState {
     /// Loads the stored state, creating it for `lvl` when absent or unreadable, and applies
     /// `lvl`'s queuing configuration if it comes from a newer generation.
     fn load(store: &dyn Store, key: &str, bytes: Option<&[u8]>, lvl: &LevelRuntime, generation: u64, now: Nanos, out: &mut Vec<Dispatched>) -> Result<LevelState, EngineError> {
-        let existing = bytes.and_then(|b| match cache::decode(store, key, b) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                log::error!("apf: discarding unreadable level state ({e})");
-                None
-            }
-        });
+        let decoded = bytes.map(|b| cache::decode(store, key, b));
+        let existing = decoded.and_then(|r| r.inspect_err(|e| log::error!("apf: discarding unreadable level state ({e})")).ok());
         let Some(mut st) = existing else { return LevelState::new(lvl.qs_config, generation, now) };
         if generation > st.generation {
             let mut cfg = lvl.qs_config;
             // The concurrency limit is dynamic (borrowing); keep the current one unless the
             // level changed between exempt / reject / queuing.
             let cur = st.qs.config();
-            if (cur.desired_queues > 0) == (cfg.desired_queues > 0) && (cur.desired_queues < 0) == (cfg.desired_queues < 0) {
+            if cur.desired_queues.signum() == cfg.desired_queues.signum() {
                 cfg.concurrency_limit = cur.concurrency_limit.clamp(lvl.min_limit, lvl.max_limit.max(lvl.min_limit));
             }
             if cfg != cur {
@@ -219,10 +214,7 @@ impl Notice {
         let id = r.u64()?;
         let kind = match r.u8()? {
             0 => NoticeKind::Run { waited: r.i64()?, receipt: Receipt::decode(&mut r)? },
-            1 => {
-                let reason = RejectReason::from_code(r.u8()?).ok_or(CodecError("reason"))?;
-                NoticeKind::Reject { reason, retry_after: r.i64()? }
-            }
+            1 => NoticeKind::Reject { reason: RejectReason::from_code(r.u8()?).ok_or(CodecError("reason"))?, retry_after: r.i64()? },
             _ => return Err(CodecError("notice kind")),
         };
         Ok(Notice { owner, context, level_key, id, kind })
@@ -323,7 +315,7 @@ pub fn expire_level(store: &dyn Store, now: Nanos, level_key: &str, notices: &mu
     let (cur, _) = store.get(level_key)?;
     let Some(bytes) = cur else { return Ok(()) };
     let st = LevelState::decode(&bytes)?;
-    if !st.qs.next_event().is_some_and(|t| t <= now) {
+    if st.qs.next_event().is_none_or(|t| t > now) {
         return Ok(());
     }
     // The time-outs come before the dispatches they made room for.
