@@ -34,6 +34,7 @@ use crate::limits::retry_after::DroppedRequestsTracker;
 use crate::Nanos;
 pub use compiled::{Compiled, LevelRuntime};
 use store::{update, Store, StoreError};
+use workers::Registry;
 
 /// Format version of [`LevelState`] values.
 pub const LEVEL_STATE_VERSION: u8 = 1;
@@ -349,27 +350,35 @@ pub fn read_level(store: &dyn Store, level_key: &str) -> Result<Option<LevelStat
     Ok(cur.map(|b| LevelState::decode(&b)).transpose()?)
 }
 
+/// Read-modify-write of a whole shared value with [`update`]; an absent or unreadable value
+/// starts from the default.
+pub(crate) fn update_value<S: Default, T>(
+    store: &dyn Store,
+    key: &str,
+    decode: fn(Option<&[u8]>) -> Result<S, CodecError>,
+    encode: fn(&S) -> Vec<u8>,
+    mut f: impl FnMut(&mut S) -> T,
+) -> Result<T, EngineError> {
+    update(store, key, MAX_CAS_TRIES, |cur| {
+        let mut st = decode(cur).unwrap_or_default();
+        let r = f(&mut st);
+        Ok((encode(&st), r))
+    })
+}
+
 /// Renews this worker's lease (registering it on first call); returns its slot.
 pub fn heartbeat(store: &dyn Store, instance: u64, now: Nanos) -> Result<u32, EngineError> {
-    update(store, REGISTRY_KEY, MAX_CAS_TRIES, |cur| {
-        let mut reg = workers::Registry::decode(cur).unwrap_or_default();
-        let slot = reg.heartbeat(instance, now);
-        Ok::<_, EngineError>((reg.encode(), slot))
-    })
+    update_value(store, REGISTRY_KEY, Registry::decode, Registry::encode, |reg| reg.heartbeat(instance, now))
 }
 
 /// Reaps workers whose lease expired and releases everything they held in `level_keys`.
 pub fn reap_dead_workers(store: &dyn Store, now: Nanos, ttl: Nanos, level_keys: &[String], notices: &mut Vec<Notice>) -> Result<Vec<workers::WorkerEntry>, EngineError> {
     let (cur, _) = store.get(REGISTRY_KEY)?;
-    let reg = workers::Registry::decode(cur.as_deref()).unwrap_or_default();
+    let reg = Registry::decode(cur.as_deref()).unwrap_or_default();
     if !reg.workers.iter().any(|e| now.saturating_sub(e.heartbeat) > ttl) {
         return Ok(Vec::new());
     }
-    let dead = update(store, REGISTRY_KEY, MAX_CAS_TRIES, |cur| {
-        let mut reg = workers::Registry::decode(cur).unwrap_or_default();
-        let dead = reg.reap(now, ttl);
-        Ok::<_, EngineError>((reg.encode(), dead))
-    })?;
+    let dead = update_value(store, REGISTRY_KEY, Registry::decode, Registry::encode, |reg| reg.reap(now, ttl))?;
     for e in &dead {
         for key in level_keys {
             purge_owner(store, now, key, e.slot, notices)?;
@@ -382,7 +391,7 @@ pub fn reap_dead_workers(store: &dyn Store, now: Nanos, ttl: Nanos, level_keys: 
 /// Looks up the mailbox instance of a worker slot.
 pub fn instance_of(store: &dyn Store, slot: u32) -> Result<Option<u64>, EngineError> {
     let (cur, _) = store.get(REGISTRY_KEY)?;
-    Ok(workers::Registry::decode(cur.as_deref()).unwrap_or_default().instance_of(slot))
+    Ok(Registry::decode(cur.as_deref()).unwrap_or_default().instance_of(slot))
 }
 
 /// Upstream `borrowingAdjustmentPeriod`.
@@ -442,14 +451,13 @@ pub fn adjust_borrowing(c: &Compiled, store: &dyn Store, now: Nanos, notices: &m
         return Ok(false);
     }
     // Claim this period.
-    let claimed = update(store, BORROW_KEY, MAX_CAS_TRIES, |cur| {
-        let mut st = BorrowState::decode(cur).unwrap_or_default();
-        if !due(&st) {
-            return Ok::<_, EngineError>((st.encode(), None));
+    let claimed = update_value(store, BORROW_KEY, BorrowState::decode, BorrowState::encode, |st| {
+        if !due(st) {
+            return None;
         }
         st.last = now;
         st.generation = c.generation;
-        Ok((st.encode(), Some(st)))
+        Some(st.clone())
     })?;
     let Some(prev) = claimed else { return Ok(false) };
     // Collect each level's demand over the period.
@@ -465,11 +473,9 @@ pub fn adjust_borrowing(c: &Compiled, store: &dyn Store, now: Nanos, notices: &m
     let nominal_sum = c.levels.iter().fold(0u32, |a, l| a.saturating_add(l.nominal));
     let fair_frac = update_borrowing(&mut levels, nominal_sum).fair_frac;
     let new_levels: Vec<(String, SeatDemandStats, u32)> = c.levels.iter().zip(&levels).map(|(l, b)| (l.name.clone(), b.stats, b.current)).collect();
-    update(store, BORROW_KEY, MAX_CAS_TRIES, |cur| {
-        let mut st = BorrowState::decode(cur).unwrap_or_default();
+    update_value(store, BORROW_KEY, BorrowState::decode, BorrowState::encode, |st| {
         st.levels = new_levels.clone();
         st.fair_frac = fair_frac;
-        Ok::<_, EngineError>((st.encode(), ()))
     })?;
     // Push the new limits into the QueueSets (which dispatch right away if they grew).
     for (lvl, b) in c.levels.iter().zip(&levels) {

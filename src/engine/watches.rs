@@ -3,8 +3,8 @@
 //! gateway, so the engine counts them itself: one [`WatchTracker`] per worker slot, all in one
 //! shared value, so that a dead worker's watches disappear with its lease.
 
-use super::store::{update, Store};
-use super::{EngineError, MAX_CAS_TRIES, WATCHES_KEY};
+use super::store::Store;
+use super::{update_value, EngineError, WATCHES_KEY};
 use crate::codec::{CodecError, Reader, Writer};
 use crate::digest::request_info::RequestInfo;
 use crate::digest::work_estimate::{WatchKey, WatchTracker};
@@ -48,24 +48,20 @@ pub fn register(store: &dyn Store, slot: u32, info: &RequestInfo) -> Result<Opti
     if info.verb != "watch" {
         return Ok(None);
     }
-    update(store, WATCHES_KEY, MAX_CAS_TRIES, |cur| {
-        let mut w = Watches::decode(cur).unwrap_or_default();
+    update_value(store, WATCHES_KEY, Watches::decode, Watches::encode, |w| {
         if !w.per_slot.iter().any(|(s, _)| *s == slot) {
             w.per_slot.push((slot, WatchTracker::new()));
         }
-        let key = w.per_slot.iter_mut().find(|(s, _)| *s == slot).and_then(|(_, t)| t.register(info));
-        Ok::<_, EngineError>((w.encode(), key))
+        w.per_slot.iter_mut().find(|(s, _)| *s == slot).and_then(|(_, t)| t.register(info))
     })
 }
 
 pub fn forget(store: &dyn Store, slot: u32, key: &WatchKey) -> Result<(), EngineError> {
-    update(store, WATCHES_KEY, MAX_CAS_TRIES, |cur| {
-        let mut w = Watches::decode(cur).unwrap_or_default();
+    update_value(store, WATCHES_KEY, Watches::decode, Watches::encode, |w| {
         if let Some((_, t)) = w.per_slot.iter_mut().find(|(s, _)| *s == slot) {
             t.forget(key);
         }
         w.per_slot.retain(|(_, t)| t.total() > 0);
-        Ok::<_, EngineError>((w.encode(), ()))
     })
 }
 
@@ -75,11 +71,7 @@ pub fn purge(store: &dyn Store, slot: u32) -> Result<(), EngineError> {
     if !Watches::decode(cur.as_deref()).unwrap_or_default().per_slot.iter().any(|(s, _)| *s == slot) {
         return Ok(());
     }
-    update(store, WATCHES_KEY, MAX_CAS_TRIES, |cur| {
-        let mut w = Watches::decode(cur).unwrap_or_default();
-        w.per_slot.retain(|(s, _)| *s != slot);
-        Ok::<_, EngineError>((w.encode(), ()))
-    })
+    update_value(store, WATCHES_KEY, Watches::decode, Watches::encode, |w| w.per_slot.retain(|(s, _)| *s != slot))
 }
 
 /// Number of open watches a mutating request would notify (one read; 0 on any error).
