@@ -135,18 +135,17 @@ pub fn render(c: &Compiled, store: &dyn Store, kind: DumpKind, now: Nanos, to_un
 /// owner: one row per executing request with what is known.
 fn push_exec_rows(rows: &mut Vec<RequestRow>, level: &str, queue: i64, e: &crate::fairqueuing::queueset::ExecutingByOwner) {
     let per = e.seats / u64::from(e.executing.max(1));
-    for _ in 0..e.executing.min(10_000) {
-        rows.push(RequestRow {
-            level: level.to_string(),
-            queue_index: queue,
-            index_in_queue: -1,
-            flow_distinguisher: format!("worker:{}", e.owner),
-            initial_seats: per,
-            final_seats: per,
-            additional_latency: "0s".to_string(),
-            ..Default::default()
-        });
-    }
+    let row = RequestRow {
+        level: level.to_string(),
+        queue_index: queue,
+        index_in_queue: -1,
+        flow_distinguisher: format!("worker:{}", e.owner),
+        initial_seats: per,
+        final_seats: per,
+        additional_latency: "0s".to_string(),
+        ..Default::default()
+    };
+    rows.extend(std::iter::repeat_n(row, e.executing.min(10_000) as usize));
 }
 
 /// The object counts the work estimator uses: one row per resource of the configuration's

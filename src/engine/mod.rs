@@ -303,19 +303,14 @@ pub fn end(store: &dyn Store, now: Nanos, level_key: &str, id: RequestId, receip
 /// Gives up waiting for a queued request (its wait limit passed). Returns the Retry-After to
 /// answer with, or `None` when it was dispatched meanwhile (then it must be resumed instead).
 pub fn time_out(store: &dyn Store, now: Nanos, level_key: &str, id: RequestId) -> Result<Option<i64>, EngineError> {
-    let r = update_level(store, now, level_key, None, &mut Vec::new(), |st, _| {
-        st.qs.cancel(now, id)?;
-        Some(st.reject(now))
-    })?;
-    Ok(r.flatten())
+    let r = update_level(store, now, level_key, None, &mut Vec::new(), |st, _| st.qs.cancel(now, id).map(|_| st.reject(now)));
+    Ok(r?.flatten())
 }
 
 /// Timer work for one level: wait deadlines and lingering seats that are due. Cheap when
 /// nothing is due (one read, no write).
 pub fn expire_level(store: &dyn Store, now: Nanos, level_key: &str, notices: &mut Vec<Notice>) -> Result<(), EngineError> {
-    let (cur, _) = store.get(level_key)?;
-    let Some(bytes) = cur else { return Ok(()) };
-    let st = LevelState::decode(&bytes)?;
+    let Some(st) = read_level(store, level_key)? else { return Ok(()) };
     if st.qs.next_event().is_none_or(|t| t > now) {
         return Ok(());
     }

@@ -4,10 +4,8 @@
 //! Each row is `strings.Join(columns, ",\t")` followed by `"\n"`, written through
 //! `tabwriter.NewWriter(w, 8, 0, 1, ' ', 0)` (minwidth 8, tabwidth 0, padding 1, pad char
 //! space, no flags). [`tabwrite`] reimplements Go's tabwriter column-block algorithm for that
-//! configuration, so the output is byte-identical to upstream for the same rows.
-//!
-//! The engine fills the plain row structs; this module only formats. `dump_priority_levels`
-//! sorts rows by level name (as upstream); queue and request rows are printed in the given order.
+//! configuration, so the output is byte-identical to upstream for the same rows. The engine
+//! fills the plain row structs; this module only formats.
 
 use std::fmt::{Display, Write as _};
 
