@@ -99,20 +99,18 @@ pub fn render(c: &Compiled, store: &dyn Store, kind: DumpKind, now: Nanos, to_un
                 max_seats_sum: q.max_seats_sum,
                 total_work_sum: q.total_work_sum.clone(),
             });
-            for (i, w) in q.waiting.iter().enumerate() {
-                r_rows.push(RequestRow {
-                    level: lvl.name.clone(),
-                    flow_schema: fs_name(w.flow_schema),
-                    queue_index: i64::from(q.index),
-                    index_in_queue: i as i64,
-                    flow_distinguisher: format!("hash:{:016x}", w.flow_hash),
-                    arrive_time_ns_unix: to_unix(w.arrival),
-                    initial_seats: u64::from(w.initial_seats),
-                    final_seats: u64::from(w.final_seats),
-                    additional_latency: crate::duration::format_go_duration(w.additional_latency),
-                    ..Default::default()
-                });
-            }
+            r_rows.extend(q.waiting.iter().enumerate().map(|(i, w)| RequestRow {
+                level: lvl.name.clone(),
+                flow_schema: fs_name(w.flow_schema),
+                queue_index: i64::from(q.index),
+                index_in_queue: i as i64,
+                flow_distinguisher: format!("hash:{:016x}", w.flow_hash),
+                arrive_time_ns_unix: to_unix(w.arrival),
+                initial_seats: u64::from(w.initial_seats),
+                final_seats: u64::from(w.final_seats),
+                additional_latency: crate::duration::format_go_duration(w.additional_latency),
+                ..Default::default()
+            }));
             for e in &q.executing_by_owner {
                 push_exec_rows(&mut r_rows, &lvl.name, i64::from(q.index), e);
             }
