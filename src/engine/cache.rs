@@ -35,24 +35,18 @@ const MAX_ENTRIES: usize = 128;
 /// unchanged, else decoded (reusing the unchanged queues of the state this thread holds).
 pub fn decode(store: &dyn Store, key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
     let Some(w) = store.worker() else { return LevelState::decode(bytes) };
-    let (own, prior) = {
-        let mut c = w.cache.borrow_mut();
-        match c.entries.iter_mut().find(|e| e.key == key) {
-            Some(e) => (e.bytes == bytes, e.state.take()),
-            None => {
-                push(&mut c.entries, Entry { key: key.to_string(), bytes: Vec::new(), state: None });
-                (false, None)
-            }
-        }
-    };
-    match (own, prior) {
-        (true, Some(st)) => {
+    let mut c = w.cache.borrow_mut();
+    let entry = c.entries.iter_mut().find(|e| e.key == key);
+    // Whether the bytes are this worker's last write, and the state it holds for the key.
+    let held = entry.and_then(|e| Some((e.bytes == bytes, e.state.take()?)));
+    match held {
+        Some((true, st)) => {
             w.count(|c| &mut c.reuses);
             Ok(st)
         }
-        (_, prior) => {
+        held => {
             w.count(|c| &mut c.decodes);
-            LevelState::decode_reusing(bytes, prior)
+            LevelState::decode_reusing(bytes, held.map(|(_, st)| st))
         }
     }
 }
@@ -68,16 +62,14 @@ pub fn encode(store: &dyn Store, key: &str, st: LevelState) -> Vec<u8> {
             e.bytes.extend_from_slice(&bytes);
             e.state = Some(st);
         }
-        None => push(&mut c.entries, Entry { key: key.to_string(), bytes: bytes.clone(), state: Some(st) }),
+        None => {
+            if c.entries.len() >= MAX_ENTRIES {
+                c.entries.remove(0);
+            }
+            c.entries.push(Entry { key: key.to_string(), bytes: bytes.clone(), state: Some(st) });
+        }
     }
     bytes
-}
-
-fn push(c: &mut Vec<Entry>, e: Entry) {
-    if c.len() >= MAX_ENTRIES {
-        c.remove(0);
-    }
-    c.push(e);
 }
 
 #[cfg(test)]

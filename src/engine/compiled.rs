@@ -61,17 +61,12 @@ impl IdentityNeeds {
         let mut n = IdentityNeeds::default();
         for s in &cfg.sources {
             let (cidrs, mtls, strip) = s.trust();
+            let cert = matches!(s, S::ClientCertificate { .. });
             n.peer |= !cidrs.is_empty();
-            n.mtls |= mtls;
+            n.mtls |= mtls || cert;
             n.strip |= strip;
-            match s {
-                S::ClientCertificate { .. } => {
-                    n.mtls = true;
-                    n.cert_subject = true;
-                }
-                S::Jwt { .. } => n.jwt = true,
-                _ => {}
-            }
+            n.cert_subject |= cert;
+            n.jwt |= matches!(s, S::Jwt { .. });
         }
         n
     }
@@ -98,34 +93,27 @@ impl Compiled {
     pub fn new(mut config: PluginConfig, generation: u64) -> Compiled {
         // Built-in objects that were not supplied as API objects have no `metadata.uid`; give
         // them a stable synthetic one so the PF headers are never empty.
-        for pl in &mut config.policy.priority_levels {
-            if pl.uid.is_empty() {
-                pl.uid = synthetic_uid("PriorityLevelConfiguration", &pl.name);
-            }
+        for pl in config.policy.priority_levels.iter_mut().filter(|pl| pl.uid.is_empty()) {
+            pl.uid = synthetic_uid("PriorityLevelConfiguration", &pl.name);
         }
-        for fs in &mut config.policy.flow_schemas {
-            if fs.uid.is_empty() {
-                fs.uid = synthetic_uid("FlowSchema", &fs.name);
-            }
+        for fs in config.policy.flow_schemas.iter_mut().filter(|fs| fs.uid.is_empty()) {
+            fs.uid = synthetic_uid("FlowSchema", &fs.name);
         }
         let classifier = Classifier::new(&config.policy);
-        let mut levels = Vec::with_capacity(config.policy.priority_levels.len());
-        for (i, pl) in config.policy.priority_levels.iter().enumerate() {
+        let levels: Vec<_> = config.policy.priority_levels.iter().enumerate().map(|(i, pl)| {
             let lim = config.limits.get(i).cloned().unwrap_or_default();
-            let qs_config = match &pl.spec {
-                PriorityLevelSpec::Exempt { .. } => QueueSetConfig { desired_queues: -1, queue_length_limit: 0, hand_size: 0, concurrency_limit: lim.nominal },
-                PriorityLevelSpec::Limited { .. } => match pl.queuing() {
-                    Some(q) => QueueSetConfig {
-                        desired_queues: q.queues,
-                        queue_length_limit: u32::try_from(q.queue_length_limit).unwrap_or(0),
-                        hand_size: u32::try_from(q.hand_size).unwrap_or(1),
-                        concurrency_limit: lim.initial_current,
-                    },
-                    None => QueueSetConfig { desired_queues: 0, queue_length_limit: 0, hand_size: 0, concurrency_limit: lim.initial_current },
+            let qs_config = match (&pl.spec, pl.queuing()) {
+                (PriorityLevelSpec::Exempt { .. }, _) => QueueSetConfig { desired_queues: -1, queue_length_limit: 0, hand_size: 0, concurrency_limit: lim.nominal },
+                (_, Some(q)) => QueueSetConfig {
+                    desired_queues: q.queues,
+                    queue_length_limit: u32::try_from(q.queue_length_limit).unwrap_or(0),
+                    hand_size: u32::try_from(q.hand_size).unwrap_or(1),
+                    concurrency_limit: lim.initial_current,
                 },
+                (_, None) => QueueSetConfig { desired_queues: 0, queue_length_limit: 0, hand_size: 0, concurrency_limit: lim.initial_current },
             };
             let enforce = config.enforce && !config.dry_run_priority_levels.iter().any(|n| n == &pl.name);
-            levels.push(LevelRuntime {
+            LevelRuntime {
                 name: pl.name.clone(),
                 uid: pl.uid.clone(),
                 key: super::level_key(&pl.name).into(),
@@ -136,8 +124,8 @@ impl Compiled {
                 min_limit: lim.min,
                 max_limit: lim.max,
                 enforce,
-            });
-        }
+            }
+        }).collect();
         let identity_headers = config.identity.header_names();
         let identity_prefixes = config.identity.header_prefixes();
         let needs = IdentityNeeds::of(&config.identity);
@@ -170,14 +158,10 @@ impl Compiled {
     /// `min(?timeout=, requestTimeout)` for ordinary requests and `requestTimeout` for
     /// long-running ones; capped at one minute.
     pub fn wait_limit(&self, info: &RequestInfo, long_running: bool) -> Nanos {
-        let mut deadline = self.config.request_timeout;
-        if !long_running {
-            if let Some(t) = info.query.timeout {
-                if t > 0 && t < deadline {
-                    deadline = t;
-                }
-            }
-        }
+        let deadline = match info.query.timeout {
+            Some(t) if !long_running && t > 0 => t.min(self.config.request_timeout),
+            _ => self.config.request_timeout,
+        };
         (deadline / 4).clamp(0, MAX_WAIT_LIMIT)
     }
 
@@ -190,18 +174,9 @@ impl Compiled {
 /// formatted as a version-5-style UUID).
 pub fn synthetic_uid(kind: &str, name: &str) -> String {
     use sha2::{Digest as _, Sha256};
-    let mut h = Sha256::new();
-    h.update(b"apf-wasm/builtin/");
-    h.update(kind.as_bytes());
-    h.update(b"/");
-    h.update(name.as_bytes());
-    let d = h.finalize();
-    let mut b = [0u8; 16];
-    for (dst, src) in b.iter_mut().zip(d.iter()) {
-        *dst = *src;
-    }
+    let mut b: [u8; 32] = Sha256::digest(format!("apf-wasm/builtin/{kind}/{name}")).into();
     b[6] = (b[6] & 0x0f) | 0x50;
     b[8] = (b[8] & 0x3f) | 0x80;
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    let hex: String = b.iter().take(16).map(|x| format!("{x:02x}")).collect();
     format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
 }

@@ -7,7 +7,7 @@
 //! (`apf_wasm_*_total`). With one worker conflicts, decodes after the first and wake-ups stay
 //! at 0; with several they measure how much the workers get in each other's way.
 
-/// Counter values (or deltas, from [`take`]).
+/// Counter values (or deltas, from [`WorkerState::take`](super::store::WorkerState::take)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Contention {
     /// Successful conditional writes of shared values.

@@ -12,6 +12,7 @@ use super::{read_level, Compiled};
 use crate::engine::store::Store;
 use crate::observe::dumps::{self, PriorityLevelRow, QueueRow, RequestRow};
 use crate::Nanos;
+use std::fmt::Write as _;
 
 /// At most this many queue rows per level (validation allows up to 10⁷ queues).
 pub const MAX_QUEUE_ROWS: usize = 100_000;
@@ -32,17 +33,13 @@ pub enum DumpKind {
 pub fn dump_kind(path_and_query: &[u8]) -> Option<DumpKind> {
     let s = std::str::from_utf8(path_and_query).ok()?;
     let (path, query) = s.split_once('?').unwrap_or((s, ""));
-    let rest = path.strip_prefix(DEBUG_PREFIX)?;
-    match rest.trim_end_matches('/') {
+    match path.strip_prefix(DEBUG_PREFIX)?.trim_end_matches('/') {
         "dump_priority_levels" => Some(DumpKind::PriorityLevels),
         "dump_queues" => Some(DumpKind::Queues),
         "dump_object_counts" => Some(DumpKind::ObjectCounts),
         "dump_requests" => {
-            let details = query.split('&').any(|kv| {
-                let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-                k == "includeRequestDetails" && !v.is_empty()
-            });
-            Some(DumpKind::Requests { details })
+            let on = |kv: &str| kv.strip_prefix("includeRequestDetails=").is_some_and(|v| !v.is_empty());
+            Some(DumpKind::Requests { details: query.split('&').any(on) })
         }
         _ => None,
     }
@@ -61,28 +58,21 @@ pub fn render(c: &Compiled, store: &dyn Store, kind: DumpKind, now: Nanos, to_un
     let mut q_rows = Vec::new();
     let mut r_rows = Vec::new();
     for lvl in levels {
-        let st = match read_level(store, &lvl.key) {
-            Ok(s) => s,
-            Err(e) => {
-                log::warn!("apf: dump: {}: {e}", lvl.name);
-                None
-            }
-        };
+        let st = read_level(store, &lvl.key).inspect_err(|e| log::warn!("apf: dump: {}: {e}", lvl.name));
         // A level no request has reached yet has no stored state: show it fresh.
-        let Some(st) = st.or_else(|| super::LevelState::new(lvl.qs_config, c.generation, 0).ok()) else { continue };
+        let Some(st) = st.ok().flatten().or_else(|| super::LevelState::new(lvl.qs_config, c.generation, 0).ok()) else { continue };
         let snap = st.qs.snapshot();
         let cnt = snap.counters;
         pl_rows.push(PriorityLevelRow {
             name: lvl.name.clone(),
             active_queues: snap.queues.iter().filter(|q| !q.waiting.is_empty()).count() as u64,
             is_idle: st.qs.is_idle(),
-            is_quiescing: false,
             waiting: u64::from(snap.requests_waiting),
             executing: u64::from(snap.requests_executing),
             dispatched: cnt.dispatched,
             rejected: cnt.rejected_queue_full + cnt.rejected_concurrency_limit + cnt.timed_out,
-            timedout: 0,
             cancelled: cnt.timed_out,
+            ..Default::default()
         });
         // Upstream lists every queue; idle ones are not stored here, so they print as empty.
         let desired = usize::try_from(snap.desired_queues).unwrap_or(0).min(MAX_QUEUE_ROWS);
@@ -96,10 +86,7 @@ pub fn render(c: &Compiled, store: &dyn Store, kind: DumpKind, now: Nanos, to_un
         };
         for q in &snap.queues {
             let qi = q.index as usize;
-            while next_idle < qi.min(desired) {
-                q_rows.push(idle_row(next_idle));
-                next_idle += 1;
-            }
+            q_rows.extend((next_idle..qi.min(desired)).map(idle_row));
             next_idle = next_idle.max(qi + 1);
             q_rows.push(QueueRow {
                 level: lvl.name.clone(),
@@ -112,29 +99,23 @@ pub fn render(c: &Compiled, store: &dyn Store, kind: DumpKind, now: Nanos, to_un
                 max_seats_sum: q.max_seats_sum,
                 total_work_sum: q.total_work_sum.clone(),
             });
-            for (i, w) in q.waiting.iter().enumerate() {
-                r_rows.push(RequestRow {
-                    level: lvl.name.clone(),
-                    flow_schema: fs_name(w.flow_schema),
-                    queue_index: i64::from(q.index),
-                    index_in_queue: i as i64,
-                    flow_distinguisher: format!("hash:{:016x}", w.flow_hash),
-                    arrive_time_ns_unix: to_unix(w.arrival),
-                    initial_seats: u64::from(w.initial_seats),
-                    final_seats: u64::from(w.final_seats),
-                    additional_latency: crate::duration::format_go_duration(w.additional_latency),
-                    start_time_ns_unix: None,
-                    details: None,
-                });
-            }
+            r_rows.extend(q.waiting.iter().enumerate().map(|(i, w)| RequestRow {
+                level: lvl.name.clone(),
+                flow_schema: fs_name(w.flow_schema),
+                queue_index: i64::from(q.index),
+                index_in_queue: i as i64,
+                flow_distinguisher: format!("hash:{:016x}", w.flow_hash),
+                arrive_time_ns_unix: to_unix(w.arrival),
+                initial_seats: u64::from(w.initial_seats),
+                final_seats: u64::from(w.final_seats),
+                additional_latency: crate::duration::format_go_duration(w.additional_latency),
+                ..Default::default()
+            }));
             for e in &q.executing_by_owner {
                 push_exec_rows(&mut r_rows, &lvl.name, i64::from(q.index), e);
             }
         }
-        while next_idle < desired {
-            q_rows.push(idle_row(next_idle));
-            next_idle += 1;
-        }
+        q_rows.extend((next_idle..desired).map(idle_row));
         for e in &snap.queueless_executing_by_owner {
             push_exec_rows(&mut r_rows, &lvl.name, -1, e);
         }
@@ -143,14 +124,8 @@ pub fn render(c: &Compiled, store: &dyn Store, kind: DumpKind, now: Nanos, to_un
         // (ObjectCounts returned above.)
         DumpKind::PriorityLevels | DumpKind::ObjectCounts => dumps::dump_priority_levels(&pl_rows),
         DumpKind::Queues => dumps::dump_queues(&q_rows),
-        DumpKind::Requests { details } => {
-            if details {
-                for r in &mut r_rows {
-                    r.details = Some(Default::default());
-                }
-            }
-            dumps::dump_requests(&r_rows, details)
-        }
+        // Rows without details print empty detail columns.
+        DumpKind::Requests { details } => dumps::dump_requests(&r_rows, details),
     }
 }
 
@@ -158,21 +133,17 @@ pub fn render(c: &Compiled, store: &dyn Store, kind: DumpKind, now: Nanos, to_un
 /// owner: one row per executing request with what is known.
 fn push_exec_rows(rows: &mut Vec<RequestRow>, level: &str, queue: i64, e: &crate::fairqueuing::queueset::ExecutingByOwner) {
     let per = e.seats / u64::from(e.executing.max(1));
-    for _ in 0..e.executing.min(10_000) {
-        rows.push(RequestRow {
-            level: level.to_string(),
-            flow_schema: String::new(),
-            queue_index: queue,
-            index_in_queue: -1,
-            flow_distinguisher: format!("worker:{}", e.owner),
-            arrive_time_ns_unix: 0,
-            initial_seats: per,
-            final_seats: per,
-            additional_latency: "0s".to_string(),
-            start_time_ns_unix: None,
-            details: None,
-        });
-    }
+    let row = RequestRow {
+        level: level.to_string(),
+        queue_index: queue,
+        index_in_queue: -1,
+        flow_distinguisher: format!("worker:{}", e.owner),
+        initial_seats: per,
+        final_seats: per,
+        additional_latency: "0s".to_string(),
+        ..Default::default()
+    };
+    rows.extend(std::iter::repeat_n(row, e.executing.min(10_000) as usize));
 }
 
 /// The object counts the work estimator uses: one row per resource of the configuration's
@@ -189,13 +160,8 @@ pub fn render_object_counts(c: &Compiled, store: &dyn Store, now: Nanos) -> Stri
         };
         text.push_str(&format!("{k},\t{count},\t{avg},\ttable,\t-,\tfalse\n"));
     }
-    let shared = match super::object_counts::read(store) {
-        Ok((s, _)) => s,
-        Err(e) => {
-            log::warn!("apf: dump: object counts: {e}");
-            None
-        }
-    };
+    let shared = super::object_counts::read(store).inspect_err(|e| log::warn!("apf: dump: object counts: {e}"));
+    let shared = shared.ok().and_then(|(s, _)| s);
     let stale_after = c.config.cluster_metrics.as_ref().map(|m| m.stale_after).unwrap_or(crate::policy::cluster::DEFAULT_STALE_AFTER);
     let secs = |t: Nanos| format!("{:.1}", now.saturating_sub(t) as f64 / 1e9);
     if let Some(s) = &shared {
@@ -208,24 +174,23 @@ pub fn render_object_counts(c: &Compiled, store: &dyn Store, now: Nanos) -> Stri
         }
     }
     let mut out = dumps::tabwrite(&text, dumps::TAB_MINWIDTH, dumps::TAB_PADDING);
-    match (&c.config.cluster_metrics, &shared) {
-        (None, _) => out.push_str("# cluster metrics: off (workEstimator.clusterMetrics)\n"),
-        (Some(m), s) => {
-            out.push_str(&format!("# cluster metrics: cluster {:?} path {:?} every {}, stale after {}\n", m.cluster, m.path, crate::duration::format_go_duration(m.period), crate::duration::format_go_duration(stale_after)));
-            match s {
-                None => out.push_str("# no poll yet\n"),
-                Some(s) => {
-                    if s.last_success > 0 {
-                        out.push_str(&format!("# last successful poll {}s ago\n", secs(s.last_success)));
-                    } else {
-                        out.push_str("# no successful poll yet\n");
-                    }
-                    if s.consecutive_failures > 0 {
-                        out.push_str(&format!("# {} failed polls since, the last {}s ago: {}\n", s.consecutive_failures, secs(s.last_failure), s.last_error));
-                    }
-                }
-            }
-        }
+    let Some(m) = &c.config.cluster_metrics else {
+        out.push_str("# cluster metrics: off (workEstimator.clusterMetrics)\n");
+        return out;
+    };
+    let go = crate::duration::format_go_duration;
+    let _ = writeln!(out, "# cluster metrics: cluster {:?} path {:?} every {}, stale after {}", m.cluster, m.path, go(m.period), go(stale_after));
+    let Some(s) = &shared else {
+        out.push_str("# no poll yet\n");
+        return out;
+    };
+    if s.last_success > 0 {
+        let _ = writeln!(out, "# last successful poll {}s ago", secs(s.last_success));
+    } else {
+        out.push_str("# no successful poll yet\n");
+    }
+    if s.consecutive_failures > 0 {
+        let _ = writeln!(out, "# {} failed polls since, the last {}s ago: {}", s.consecutive_failures, secs(s.last_failure), s.last_error);
     }
     out
 }

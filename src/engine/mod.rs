@@ -34,6 +34,7 @@ use crate::limits::retry_after::DroppedRequestsTracker;
 use crate::Nanos;
 pub use compiled::{Compiled, LevelRuntime};
 use store::{update, Store, StoreError};
+use workers::Registry;
 
 /// Format version of [`LevelState`] values.
 pub const LEVEL_STATE_VERSION: u8 = 1;
@@ -118,36 +119,26 @@ impl LevelState {
     pub fn encode(&self) -> Vec<u8> {
         // Sized for the usual value (≈ 10 bytes per waiting request) so it is allocated once.
         let mut w = Writer::with_capacity(128 + 16 * self.qs.requests_waiting() as usize);
-        self.encode_to(&mut w);
-        w.into_bytes()
-    }
-
-    /// Appends the encoding to `w`.
-    pub fn encode_to(&self, w: &mut Writer) {
         w.u8(LEVEL_STATE_VERSION);
         w.u64(self.generation);
-        self.qs.encode(w);
-        self.demand.encode(w);
-        self.dropped.encode(w);
+        self.qs.encode(&mut w);
+        self.demand.encode(&mut w);
+        self.dropped.encode(&mut w);
+        w.into_bytes()
     }
 
     /// Loads the stored state, creating it for `lvl` when absent or unreadable, and applies
     /// `lvl`'s queuing configuration if it comes from a newer generation.
     fn load(store: &dyn Store, key: &str, bytes: Option<&[u8]>, lvl: &LevelRuntime, generation: u64, now: Nanos, out: &mut Vec<Dispatched>) -> Result<LevelState, EngineError> {
-        let existing = bytes.and_then(|b| match cache::decode(store, key, b) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                log::error!("apf: discarding unreadable level state ({e})");
-                None
-            }
-        });
+        let decoded = bytes.map(|b| cache::decode(store, key, b));
+        let existing = decoded.and_then(|r| r.inspect_err(|e| log::error!("apf: discarding unreadable level state ({e})")).ok());
         let Some(mut st) = existing else { return LevelState::new(lvl.qs_config, generation, now) };
         if generation > st.generation {
             let mut cfg = lvl.qs_config;
             // The concurrency limit is dynamic (borrowing); keep the current one unless the
             // level changed between exempt / reject / queuing.
             let cur = st.qs.config();
-            if (cur.desired_queues > 0) == (cfg.desired_queues > 0) && (cur.desired_queues < 0) == (cfg.desired_queues < 0) {
+            if cur.desired_queues.signum() == cfg.desired_queues.signum() {
                 cfg.concurrency_limit = cur.concurrency_limit.clamp(lvl.min_limit, lvl.max_limit.max(lvl.min_limit));
             }
             if cfg != cur {
@@ -158,8 +149,10 @@ impl LevelState {
         Ok(st)
     }
 
-    fn note_demand(&mut self, now: Nanos) {
-        self.demand.set(now, f64::from(self.qs.seat_demand()));
+    /// Counts a request rejected at `now`; returns the Retry-After to answer it with.
+    fn reject(&mut self, now: Nanos) -> i64 {
+        self.dropped.record_dropped(now.div_euclid(crate::NANOS_PER_SEC));
+        self.dropped.retry_after()
     }
 }
 
@@ -222,22 +215,11 @@ impl Notice {
         let id = r.u64()?;
         let kind = match r.u8()? {
             0 => NoticeKind::Run { waited: r.i64()?, receipt: Receipt::decode(&mut r)? },
-            1 => {
-                let reason = RejectReason::from_code(r.u8()?).ok_or(CodecError("reason"))?;
-                NoticeKind::Reject { reason, retry_after: r.i64()? }
-            }
+            1 => NoticeKind::Reject { reason: RejectReason::from_code(r.u8()?).ok_or(CodecError("reason"))?, retry_after: r.i64()? },
             _ => return Err(CodecError("notice kind")),
         };
         Ok(Notice { owner, context, level_key, id, kind })
     }
-
-    fn run(level_key: &str, d: &Dispatched) -> Notice {
-        Notice { owner: d.tag.owner, context: d.tag.context, level_key: level_key.to_string(), id: d.id, kind: NoticeKind::Run { waited: d.waited, receipt: d.receipt } }
-    }
-}
-
-fn unix_secs(now: Nanos) -> i64 {
-    now.div_euclid(crate::NANOS_PER_SEC)
 }
 
 /// Admits a classified request to priority level `level` (index into the compiled levels).
@@ -249,36 +231,33 @@ pub fn admit(c: &Compiled, store: &dyn Store, now: Nanos, level: usize, work: Wo
 /// when it was not enqueued): upstream's `request_queue_length_after_enqueue`.
 pub fn admit_observed(c: &Compiled, store: &dyn Store, now: Nanos, level: usize, work: WorkEstimate, tag: RequestTag, notices: &mut Vec<Notice>) -> Result<(Decision, Option<u32>), EngineError> {
     let lvl = c.levels.get(level).ok_or_else(|| EngineError::Config("level index out of range".into()))?;
-    let r = update_level(store, now, &lvl.key, Some((lvl, c.generation)), |st, out| {
+    let r = update_level(store, now, &lvl.key, Some((lvl, c.generation)), notices, |st, out| {
         let (arrival, length) = st.qs.arrive_observed(now, work, tag, out);
         let decision = match arrival {
             Arrival::Executing(rc) => Decision::Execute(rc),
             Arrival::Queued(id) => Decision::Queued(id),
-            Arrival::Rejected(reason) => {
-                st.dropped.record_dropped(unix_secs(now));
-                Decision::Rejected { reason, retry_after: st.dropped.retry_after() }
-            }
+            Arrival::Rejected(reason) => Decision::Rejected { reason, retry_after: st.reject(now) },
         };
         (decision, length)
     })?;
-    let Some(((decision, length), dispatched)) = r else { return Err(EngineError::Config("arrival without a decision".into())) };
-    notices.extend(dispatched.iter().map(|d| Notice::run(&lvl.key, d)));
-    Ok((decision, length))
+    r.ok_or_else(|| EngineError::Config("arrival without a decision".into()))
 }
 
 /// The one write path of a level: one CAS update of its stored state. Loads the state
 /// (decoded, or this worker's own last write from [`cache`]); with `create`, a missing or
 /// unreadable state is created for that level and a newer configuration generation applied;
 /// without, nothing changes when the level has no state (then `None`). Applies `f` (which may
-/// dispatch into the list it gets), records the seat demand, encodes.
+/// dispatch into the list it gets), records the seat demand, encodes; what was dispatched is
+/// appended to `notices`.
 fn update_level<T>(
     store: &dyn Store,
     now: Nanos,
     level_key: &str,
     create: Option<(&LevelRuntime, u64)>,
+    notices: &mut Vec<Notice>,
     mut f: impl FnMut(&mut LevelState, &mut Vec<Dispatched>) -> T,
-) -> Result<Option<(T, Vec<Dispatched>)>, EngineError> {
-    update(store, level_key, MAX_CAS_TRIES, |cur| {
+) -> Result<Option<T>, EngineError> {
+    let r = update(store, level_key, MAX_CAS_TRIES, |cur| {
         let mut out = Vec::new();
         let mut st = match create {
             Some((lvl, generation)) => LevelState::load(store, level_key, cur, lvl, generation, now, &mut out)?,
@@ -288,19 +267,27 @@ fn update_level<T>(
             },
         };
         let r = f(&mut st, &mut out);
-        st.note_demand(now);
+        st.demand.set(now, f64::from(st.qs.seat_demand()));
         Ok((cache::encode(store, level_key, st), Some((r, out))))
-    })
+    })?;
+    Ok(r.map(|(r, dispatched)| {
+        notices.extend(dispatched.iter().map(|d| Notice {
+            owner: d.tag.owner,
+            context: d.tag.context,
+            level_key: level_key.to_string(),
+            id: d.id,
+            kind: NoticeKind::Run { waited: d.waited, receipt: d.receipt },
+        }));
+        r
+    }))
 }
 
 /// The request's handler returned (or a WATCH finished initializing): release its seats
 /// (after its additional latency, if any) and dispatch what fits. Returns false when the seats
 /// were already released (double finish, or the owner's lease was reaped).
 pub fn finish(store: &dyn Store, now: Nanos, level_key: &str, receipt: &Receipt, notices: &mut Vec<Notice>) -> Result<bool, EngineError> {
-    let r = update_level(store, now, level_key, None, |st, out| st.qs.finish(now, receipt, out))?;
-    let Some((finished, dispatched)) = r else { return Ok(false) };
-    notices.extend(dispatched.iter().map(|d| Notice::run(level_key, d)));
-    Ok(finished)
+    let r = update_level(store, now, level_key, None, notices, |st, out| st.qs.finish(now, receipt, out))?;
+    Ok(r.unwrap_or(false))
 }
 
 /// The request's stream ended: an executing request (its receipt given) finishes; a waiting
@@ -310,89 +297,83 @@ pub fn end(store: &dyn Store, now: Nanos, level_key: &str, id: RequestId, receip
     if let Some(rc) = receipt {
         return finish(store, now, level_key, rc, notices).map(|_| ());
     }
-    update_level(store, now, level_key, None, |st, _| st.qs.cancel(now, id)).map(|_| ())
+    update_level(store, now, level_key, None, notices, |st, _| st.qs.cancel(now, id)).map(|_| ())
 }
 
 /// Gives up waiting for a queued request (its wait limit passed). Returns the Retry-After to
 /// answer with, or `None` when it was dispatched meanwhile (then it must be resumed instead).
 pub fn time_out(store: &dyn Store, now: Nanos, level_key: &str, id: RequestId) -> Result<Option<i64>, EngineError> {
-    let r = update_level(store, now, level_key, None, |st, _| {
-        st.qs.cancel(now, id)?;
-        st.dropped.record_dropped(unix_secs(now));
-        Some(st.dropped.retry_after())
-    })?;
-    Ok(r.and_then(|(ra, _)| ra))
+    let r = update_level(store, now, level_key, None, &mut Vec::new(), |st, _| st.qs.cancel(now, id).map(|_| st.reject(now)));
+    Ok(r?.flatten())
 }
 
 /// Timer work for one level: wait deadlines and lingering seats that are due. Cheap when
 /// nothing is due (one read, no write).
 pub fn expire_level(store: &dyn Store, now: Nanos, level_key: &str, notices: &mut Vec<Notice>) -> Result<(), EngineError> {
-    let (cur, _) = store.get(level_key)?;
-    let Some(bytes) = cur else { return Ok(()) };
-    let st = LevelState::decode(&bytes)?;
-    match st.qs.next_event() {
-        Some(t) if t <= now => {}
-        _ => return Ok(()),
+    let Some(st) = read_level(store, level_key)? else { return Ok(()) };
+    if st.qs.next_event().is_none_or(|t| t > now) {
+        return Ok(());
     }
-    let Some((timed_out, dispatched)) = update_level(store, now, level_key, None, |st, out| {
+    // The time-outs come before the dispatches they made room for.
+    let mut runs = Vec::new();
+    let Some(timed_out) = update_level(store, now, level_key, None, &mut runs, |st, out| {
         let mut timed = Vec::new();
         st.qs.expire(now, &mut timed, out);
-        let mut rejected = Vec::with_capacity(timed.len());
-        for (id, tag) in timed {
-            st.dropped.record_dropped(unix_secs(now));
-            rejected.push((id, tag, st.dropped.retry_after()));
-        }
-        rejected
+        let notice = |(id, tag): (RequestId, RequestTag), retry_after| {
+            let kind = NoticeKind::Reject { reason: RejectReason::TimeOut, retry_after };
+            Notice { owner: tag.owner, context: tag.context, level_key: level_key.to_string(), id, kind }
+        };
+        timed.into_iter().map(|t| notice(t, st.reject(now))).collect::<Vec<_>>()
     })?
     else {
         return Ok(());
     };
-    for (id, tag, retry_after) in timed_out {
-        notices.push(Notice { owner: tag.owner, context: tag.context, level_key: level_key.to_string(), id, kind: NoticeKind::Reject { reason: RejectReason::TimeOut, retry_after } });
-    }
-    notices.extend(dispatched.iter().map(|d| Notice::run(level_key, d)));
+    notices.extend(timed_out);
+    notices.append(&mut runs);
     Ok(())
 }
 
 /// Lease expiry: drops every request of a dead worker from a level and dispatches what fits.
 pub fn purge_owner(store: &dyn Store, now: Nanos, level_key: &str, owner: u32, notices: &mut Vec<Notice>) -> Result<usize, EngineError> {
-    let Some((n, dispatched)) = update_level(store, now, level_key, None, |st, out| st.qs.remove_owner(owner, now, out))? else {
-        return Ok(0);
-    };
-    notices.extend(dispatched.iter().map(|d| Notice::run(level_key, d)));
-    Ok(n)
+    let r = update_level(store, now, level_key, None, notices, |st, out| st.qs.remove_owner(owner, now, out))?;
+    Ok(r.unwrap_or(0))
 }
 
 /// Reads a level's state (for dumps and metrics).
 pub fn read_level(store: &dyn Store, level_key: &str) -> Result<Option<LevelState>, EngineError> {
     let (cur, _) = store.get(level_key)?;
-    match cur {
-        None => Ok(None),
-        Some(b) => Ok(Some(LevelState::decode(&b)?)),
-    }
+    Ok(cur.map(|b| LevelState::decode(&b)).transpose()?)
+}
+
+/// Read-modify-write of a whole shared value with [`update`]; an absent or unreadable value
+/// starts from the default.
+pub(crate) fn update_value<S: Default, T>(
+    store: &dyn Store,
+    key: &str,
+    decode: fn(Option<&[u8]>) -> Result<S, CodecError>,
+    encode: fn(&S) -> Vec<u8>,
+    mut f: impl FnMut(&mut S) -> T,
+) -> Result<T, EngineError> {
+    update(store, key, MAX_CAS_TRIES, |cur| {
+        let mut st = decode(cur).unwrap_or_default();
+        let r = f(&mut st);
+        Ok((encode(&st), r))
+    })
 }
 
 /// Renews this worker's lease (registering it on first call); returns its slot.
 pub fn heartbeat(store: &dyn Store, instance: u64, now: Nanos) -> Result<u32, EngineError> {
-    update(store, REGISTRY_KEY, MAX_CAS_TRIES, |cur| {
-        let mut reg = workers::Registry::decode(cur).unwrap_or_default();
-        let slot = reg.heartbeat(instance, now);
-        Ok::<_, EngineError>((reg.encode(), slot))
-    })
+    update_value(store, REGISTRY_KEY, Registry::decode, Registry::encode, |reg| reg.heartbeat(instance, now))
 }
 
 /// Reaps workers whose lease expired and releases everything they held in `level_keys`.
 pub fn reap_dead_workers(store: &dyn Store, now: Nanos, ttl: Nanos, level_keys: &[String], notices: &mut Vec<Notice>) -> Result<Vec<workers::WorkerEntry>, EngineError> {
     let (cur, _) = store.get(REGISTRY_KEY)?;
-    let reg = workers::Registry::decode(cur.as_deref()).unwrap_or_default();
+    let reg = Registry::decode(cur.as_deref()).unwrap_or_default();
     if !reg.workers.iter().any(|e| now.saturating_sub(e.heartbeat) > ttl) {
         return Ok(Vec::new());
     }
-    let dead = update(store, REGISTRY_KEY, MAX_CAS_TRIES, |cur| {
-        let mut reg = workers::Registry::decode(cur).unwrap_or_default();
-        let dead = reg.reap(now, ttl);
-        Ok::<_, EngineError>((reg.encode(), dead))
-    })?;
+    let dead = update_value(store, REGISTRY_KEY, Registry::decode, Registry::encode, |reg| reg.reap(now, ttl))?;
     for e in &dead {
         for key in level_keys {
             purge_owner(store, now, key, e.slot, notices)?;
@@ -405,7 +386,7 @@ pub fn reap_dead_workers(store: &dyn Store, now: Nanos, ttl: Nanos, level_keys: 
 /// Looks up the mailbox instance of a worker slot.
 pub fn instance_of(store: &dyn Store, slot: u32) -> Result<Option<u64>, EngineError> {
     let (cur, _) = store.get(REGISTRY_KEY)?;
-    Ok(workers::Registry::decode(cur.as_deref()).unwrap_or_default().instance_of(slot))
+    Ok(Registry::decode(cur.as_deref()).unwrap_or_default().instance_of(slot))
 }
 
 /// Upstream `borrowingAdjustmentPeriod`.
@@ -432,13 +413,9 @@ impl BorrowState {
         let generation = r.u64()?;
         let fair_frac = r.f64()?;
         let n = r.count(20)?;
-        let mut levels = Vec::with_capacity(n);
-        for _ in 0..n {
-            let name = r.str()?.to_string();
-            let stats = SeatDemandStats::decode(&mut r)?;
-            let cur = r.u32()?;
-            levels.push((name, stats, cur));
-        }
+        let levels = (0..n)
+            .map(|_| Ok((r.str()?.to_string(), SeatDemandStats::decode(&mut r)?, r.u32()?)))
+            .collect::<Result<_, CodecError>>()?;
         Ok(BorrowState { last, generation, levels, fair_frac })
     }
 
@@ -469,43 +446,39 @@ pub fn adjust_borrowing(c: &Compiled, store: &dyn Store, now: Nanos, notices: &m
         return Ok(false);
     }
     // Claim this period.
-    let claimed = update(store, BORROW_KEY, MAX_CAS_TRIES, |cur| {
-        let mut st = BorrowState::decode(cur).unwrap_or_default();
-        if !due(&st) {
-            return Ok::<_, EngineError>((st.encode(), None));
+    let claimed = update_value(store, BORROW_KEY, BorrowState::decode, BorrowState::encode, |st| {
+        if !due(st) {
+            return None;
         }
         st.last = now;
         st.generation = c.generation;
-        Ok((st.encode(), Some(st)))
+        Some(st.clone())
     })?;
     let Some(prev) = claimed else { return Ok(false) };
     // Collect each level's demand over the period.
     let mut levels = Vec::with_capacity(c.levels.len());
     for lvl in &c.levels {
-        let Some(((results, current), dispatched)) = update_level(store, now, &lvl.key, Some((lvl, c.generation)), |st, _| (st.demand.reset(now), st.qs.config().concurrency_limit))? else {
-            continue;
-        };
-        notices.extend(dispatched.iter().map(|d| Notice::run(&lvl.key, d)));
+        let create = Some((lvl, c.generation));
+        let r = update_level(store, now, &lvl.key, create, notices, |st, _| (st.demand.reset(now), st.qs.config().concurrency_limit))?;
+        let Some((results, current)) = r else { continue };
         let mut stats = prev.levels.iter().find(|(n, _, _)| n == &lvl.name).map(|(_, s, _)| *s).unwrap_or_default();
         stats.update(&results);
         levels.push(BorrowingLevel { exempt: lvl.exempt, nominal: lvl.nominal, min: lvl.min_limit, max: lvl.max_limit, stats, current });
     }
     let nominal_sum = c.levels.iter().fold(0u32, |a, l| a.saturating_add(l.nominal));
-    let outcome = update_borrowing(&mut levels, nominal_sum);
-    let fair_frac = outcome.fair_frac;
+    let fair_frac = update_borrowing(&mut levels, nominal_sum).fair_frac;
     let new_levels: Vec<(String, SeatDemandStats, u32)> = c.levels.iter().zip(&levels).map(|(l, b)| (l.name.clone(), b.stats, b.current)).collect();
-    update(store, BORROW_KEY, MAX_CAS_TRIES, |cur| {
-        let mut st = BorrowState::decode(cur).unwrap_or_default();
+    update_value(store, BORROW_KEY, BorrowState::decode, BorrowState::encode, |st| {
         st.levels = new_levels.clone();
         st.fair_frac = fair_frac;
-        Ok::<_, EngineError>((st.encode(), ()))
     })?;
     // Push the new limits into the QueueSets (which dispatch right away if they grew).
     for (lvl, b) in c.levels.iter().zip(&levels) {
         if lvl.exempt {
             continue;
         }
-        let r = update_level(store, now, &lvl.key, Some((lvl, c.generation)), |st, out| {
+        let mut runs = Vec::new();
+        let r = update_level(store, now, &lvl.key, Some((lvl, c.generation)), &mut runs, |st, out| {
             let mut cfg = st.qs.config();
             if cfg.concurrency_limit == b.current {
                 return Ok(());
@@ -514,10 +487,8 @@ pub fn adjust_borrowing(c: &Compiled, store: &dyn Store, now: Nanos, notices: &m
             out.extend(st.qs.reconfigure(cfg, now)?);
             Ok(())
         })?;
-        if let Some((r, dispatched)) = r {
-            r.map_err(EngineError::Config)?;
-            notices.extend(dispatched.iter().map(|d| Notice::run(&lvl.key, d)));
-        }
+        r.transpose().map_err(EngineError::Config)?;
+        notices.append(&mut runs);
     }
     Ok(true)
 }

@@ -86,14 +86,6 @@ impl<X> Requests<X> {
         self.map.get(&context)
     }
 
-    pub fn get_mut(&mut self, context: u32) -> Option<&mut Entry<X>> {
-        self.map.get_mut(&context)
-    }
-
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
@@ -112,11 +104,9 @@ impl<X> Requests<X> {
         while let Some(n) = pending.pop_front() {
             if Some(n.owner) == me {
                 self.handle(store, host, n, now, &mut more);
-            } else if !host.post(&n) {
-                if let NoticeKind::Run { receipt, .. } = n.kind {
-                    if let Err(e) = super::finish(store, now, &n.level_key, &receipt, &mut more) {
-                        host.failed("release of an undeliverable dispatch", &e);
-                    }
+            } else if let (false, NoticeKind::Run { receipt, .. }) = (host.post(&n), n.kind) {
+                if let Err(e) = super::finish(store, now, &n.level_key, &receipt, &mut more) {
+                    host.failed("release of an undeliverable dispatch", &e);
                 }
             }
             pending.extend(more.drain(..));
@@ -133,10 +123,7 @@ impl<X> Requests<X> {
                     release(store, host, &n.level_key, n.id, Some(&receipt), now, more);
                     return;
                 }
-                let Some(e) = self.map.get_mut(&n.context) else { return };
-                if e.phase != Phase::Waiting {
-                    return;
-                }
+                let Some(e) = self.map.get_mut(&n.context).filter(|e| e.phase == Phase::Waiting) else { return };
                 e.phase = Phase::Executing;
                 e.waited = waited;
                 e.started = now;
@@ -148,13 +135,9 @@ impl<X> Requests<X> {
                 }
             }
             NoticeKind::Reject { reason, retry_after } => {
-                if !known {
-                    return;
-                }
-                if let Some(e) = self.map.remove(&n.context) {
-                    host.left_queue(&e, now);
-                    host.reject(n.context, &e, reason, retry_after);
-                }
+                let Some(e) = known.then(|| self.map.remove(&n.context)).flatten() else { return };
+                host.left_queue(&e, now);
+                host.reject(n.context, &e, reason, retry_after);
             }
         }
     }
@@ -181,9 +164,7 @@ impl<X> Requests<X> {
     /// Backstop for the wait limit: this worker's waiting requests whose deadline passed
     /// `grace` ago and that no expiry has answered yet are timed out here.
     pub fn time_out_overdue(&mut self, store: &dyn Store, host: &mut dyn Host<X>, now: Nanos, grace: Nanos) {
-        let overdue: Vec<(u32, std::sync::Arc<str>, RequestId)> = self
-            .map
-            .iter()
+        let overdue: Vec<_> = (self.map.iter())
             .filter(|(_, e)| e.phase == Phase::Waiting && e.wait_deadline.saturating_add(grace) <= now)
             .map(|(c, e)| (*c, e.level_key.clone(), e.id))
             .collect();

@@ -64,7 +64,7 @@ impl WorkerState {
 
     /// The counts since the last call (and resets them).
     pub fn take(&self) -> super::contention::Contention {
-        self.counts.replace(super::contention::Contention::default())
+        self.counts.take()
     }
 }
 
@@ -110,20 +110,12 @@ impl MemStore {
         Self::default()
     }
     pub fn keys(&self) -> Vec<String> {
-        match self.inner.lock() {
-            Ok(g) => {
-                let mut k: Vec<String> = g.map.keys().cloned().collect();
-                k.sort();
-                k
-            }
-            Err(_) => Vec::new(),
-        }
+        let mut k: Vec<String> = self.inner.lock().map(|g| g.map.keys().cloned().collect()).unwrap_or_default();
+        k.sort();
+        k
     }
     pub fn value_len(&self, key: &str) -> usize {
-        match self.inner.lock() {
-            Ok(g) => g.map.get(key).map(|(v, _)| v.len()).unwrap_or(0),
-            Err(_) => 0,
-        }
+        self.inner.lock().ok().and_then(|g| g.map.get(key).map(|(v, _)| v.len())).unwrap_or(0)
     }
 }
 
@@ -143,20 +135,15 @@ impl Store for MemStore {
                 return Ok(SetOutcome::CasMismatch);
             }
         }
-        g.next_cas = g.next_cas.wrapping_add(1);
-        if g.next_cas == 0 {
-            g.next_cas = 1;
-        }
+        // Tokens are never 0 (the host's "no token").
+        g.next_cas = g.next_cas.wrapping_add(1).max(1);
         let token = g.next_cas;
-        match g.map.get_mut(key) {
-            Some(slot) => {
-                slot.0.clear();
-                slot.0.extend_from_slice(value);
-                slot.1 = token;
-            }
-            None => {
-                g.map.insert(key.to_string(), (value.to_vec(), token));
-            }
+        if let Some(slot) = g.map.get_mut(key) {
+            slot.0.clear();
+            slot.0.extend_from_slice(value);
+            slot.1 = token;
+        } else {
+            g.map.insert(key.to_string(), (value.to_vec(), token));
         }
         Ok(SetOutcome::Written)
     }

@@ -3,8 +3,8 @@
 //! gateway, so the engine counts them itself: one [`WatchTracker`] per worker slot, all in one
 //! shared value, so that a dead worker's watches disappear with its lease.
 
-use super::store::{update, Store};
-use super::{EngineError, MAX_CAS_TRIES, WATCHES_KEY};
+use super::store::Store;
+use super::{update_value, EngineError, WATCHES_KEY};
 use crate::codec::{CodecError, Reader, Writer};
 use crate::digest::request_info::RequestInfo;
 use crate::digest::work_estimate::{WatchKey, WatchTracker};
@@ -22,12 +22,8 @@ impl Watches {
             return Err(CodecError("watches version"));
         }
         let n = r.count(2)?;
-        let mut per_slot = Vec::with_capacity(n);
-        for _ in 0..n {
-            let slot = r.u32()?;
-            per_slot.push((slot, WatchTracker::decode(&mut r)?));
-        }
-        Ok(Watches { per_slot })
+        let per_slot = (0..n).map(|_| Ok((r.u32()?, WatchTracker::decode(&mut r)?)));
+        Ok(Watches { per_slot: per_slot.collect::<Result<_, CodecError>>()? })
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -52,29 +48,20 @@ pub fn register(store: &dyn Store, slot: u32, info: &RequestInfo) -> Result<Opti
     if info.verb != "watch" {
         return Ok(None);
     }
-    update(store, WATCHES_KEY, MAX_CAS_TRIES, |cur| {
-        let mut w = Watches::decode(cur).unwrap_or_default();
-        let key = match w.per_slot.iter_mut().find(|(s, _)| *s == slot) {
-            Some((_, t)) => t.register(info),
-            None => {
-                let mut t = WatchTracker::new();
-                let k = t.register(info);
-                w.per_slot.push((slot, t));
-                k
-            }
-        };
-        Ok::<_, EngineError>((w.encode(), key))
+    update_value(store, WATCHES_KEY, Watches::decode, Watches::encode, |w| {
+        if !w.per_slot.iter().any(|(s, _)| *s == slot) {
+            w.per_slot.push((slot, WatchTracker::new()));
+        }
+        w.per_slot.iter_mut().find(|(s, _)| *s == slot).and_then(|(_, t)| t.register(info))
     })
 }
 
 pub fn forget(store: &dyn Store, slot: u32, key: &WatchKey) -> Result<(), EngineError> {
-    update(store, WATCHES_KEY, MAX_CAS_TRIES, |cur| {
-        let mut w = Watches::decode(cur).unwrap_or_default();
+    update_value(store, WATCHES_KEY, Watches::decode, Watches::encode, |w| {
         if let Some((_, t)) = w.per_slot.iter_mut().find(|(s, _)| *s == slot) {
             t.forget(key);
         }
         w.per_slot.retain(|(_, t)| t.total() > 0);
-        Ok::<_, EngineError>((w.encode(), ()))
     })
 }
 
@@ -84,17 +71,11 @@ pub fn purge(store: &dyn Store, slot: u32) -> Result<(), EngineError> {
     if !Watches::decode(cur.as_deref()).unwrap_or_default().per_slot.iter().any(|(s, _)| *s == slot) {
         return Ok(());
     }
-    update(store, WATCHES_KEY, MAX_CAS_TRIES, |cur| {
-        let mut w = Watches::decode(cur).unwrap_or_default();
-        w.per_slot.retain(|(s, _)| *s != slot);
-        Ok::<_, EngineError>((w.encode(), ()))
-    })
+    update_value(store, WATCHES_KEY, Watches::decode, Watches::encode, |w| w.per_slot.retain(|(s, _)| *s != slot))
 }
 
 /// Number of open watches a mutating request would notify (one read; 0 on any error).
 pub fn interested_count(store: &dyn Store, info: &RequestInfo) -> u32 {
-    match store.get(WATCHES_KEY) {
-        Ok((cur, _)) => Watches::decode(cur.as_deref()).map(|w| w.interested_count(info)).unwrap_or(0),
-        Err(_) => 0,
-    }
+    let Ok((cur, _)) = store.get(WATCHES_KEY) else { return 0 };
+    Watches::decode(cur.as_deref()).map_or(0, |w| w.interested_count(info))
 }

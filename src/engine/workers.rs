@@ -35,11 +35,8 @@ impl Registry {
         }
         let last_slot = r.u32()?;
         let n = r.count(3)?;
-        let mut workers = Vec::with_capacity(n);
-        for _ in 0..n {
-            workers.push(WorkerEntry { slot: r.u32()?, instance: r.fixed64()?, heartbeat: r.i64()? });
-        }
-        Ok(Registry { last_slot, workers })
+        let workers = (0..n).map(|_| Ok(WorkerEntry { slot: r.u32()?, instance: r.fixed64()?, heartbeat: r.i64()? }));
+        Ok(Registry { last_slot, workers: workers.collect::<CodecResult<_>>()? })
     }
 
     pub fn encode(&self) -> Vec<u8> {

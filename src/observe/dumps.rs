@@ -4,10 +4,10 @@
 //! Each row is `strings.Join(columns, ",\t")` followed by `"\n"`, written through
 //! `tabwriter.NewWriter(w, 8, 0, 1, ' ', 0)` (minwidth 8, tabwidth 0, padding 1, pad char
 //! space, no flags). [`tabwrite`] reimplements Go's tabwriter column-block algorithm for that
-//! configuration, so the output is byte-identical to upstream for the same rows.
-//!
-//! The engine fills the plain row structs; this module only formats. `dump_priority_levels`
-//! sorts rows by level name (as upstream); queue and request rows are printed in the given order.
+//! configuration, so the output is byte-identical to upstream for the same rows. The engine
+//! fills the plain row structs; this module only formats.
+
+use std::fmt::{Display, Write as _};
 
 /// Go tabwriter parameters used by upstream.
 pub const TAB_MINWIDTH: usize = 8;
@@ -20,71 +20,31 @@ pub const TAB_PADDING: usize = 1;
 /// `max(minwidth, max cell width (in chars) + padding)`.
 pub fn tabwrite(text: &str, minwidth: usize, padding: usize) -> String {
     let lines: Vec<Vec<&str>> = text.split('\n').map(|l| l.split('\t').collect()).collect();
-    let tw = TabWriter { lines: &lines, minwidth, padding };
+    // Per line, the width of each of its tab-terminated cells (that of the cell's block).
+    let mut widths = vec![Vec::new(); lines.len()];
+    let columns = lines.iter().map(|l| l.len().saturating_sub(1)).max().unwrap_or(0);
+    for j in 0..columns {
+        let mut first = 0;
+        for block in lines.chunk_by(|a, b| (a.len() > j + 1) == (b.len() > j + 1)) {
+            if block.first().is_some_and(|l| l.len() > j + 1) {
+                let cells = block.iter().filter_map(|l| l.get(j));
+                let w = cells.fold(minwidth, |w, c| w.max(c.chars().count() + padding));
+                widths.iter_mut().skip(first).take(block.len()).for_each(|ws| ws.push(w));
+            }
+            first += block.len();
+        }
+    }
     let mut out = String::with_capacity(text.len() * 2);
-    let mut widths = Vec::new();
-    tw.format(&mut out, &mut widths, 0, lines.len());
+    for (i, (line, ws)) in lines.iter().zip(&widths).enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        for (j, cell) in line.iter().enumerate() {
+            let w = ws.get(j).copied().unwrap_or(0);
+            let _ = write!(out, "{cell:<w$}");
+        }
+    }
     out
-}
-
-struct TabWriter<'a> {
-    lines: &'a [Vec<&'a str>],
-    minwidth: usize,
-    padding: usize,
-}
-
-impl TabWriter<'_> {
-    fn has_cell(&self, line: usize, column: usize) -> bool {
-        self.lines.get(line).map(|l| column + 1 < l.len()).unwrap_or(false)
-    }
-
-    fn format(&self, out: &mut String, widths: &mut Vec<usize>, line0: usize, line1: usize) {
-        let column = widths.len();
-        let mut line0 = line0;
-        let mut this = line0;
-        while this < line1 {
-            if !self.has_cell(this, column) {
-                this += 1;
-                continue;
-            }
-            self.write_lines(out, widths, line0, this);
-            line0 = this;
-            let mut width = self.minwidth;
-            while this < line1 && self.has_cell(this, column) {
-                let cw = self
-                    .lines
-                    .get(this)
-                    .and_then(|l| l.get(column))
-                    .map(|c| c.chars().count())
-                    .unwrap_or(0);
-                width = width.max(cw + self.padding);
-                this += 1;
-            }
-            widths.push(width);
-            self.format(out, widths, line0, this);
-            widths.pop();
-            line0 = this;
-        }
-        self.write_lines(out, widths, line0, line1);
-    }
-
-    fn write_lines(&self, out: &mut String, widths: &[usize], line0: usize, line1: usize) {
-        for i in line0..line1 {
-            let Some(line) = self.lines.get(i) else { continue };
-            for (j, cell) in line.iter().enumerate() {
-                out.push_str(cell);
-                if let Some(&w) = widths.get(j) {
-                    let cw = cell.chars().count();
-                    for _ in cw..w {
-                        out.push(' ');
-                    }
-                }
-            }
-            if i + 1 != self.lines.len() {
-                out.push('\n');
-            }
-        }
-    }
 }
 
 /// Upstream `row(columns...)`: join with `",\t"`.
@@ -161,37 +121,26 @@ pub struct RequestRow {
     pub details: Option<RequestDetails>,
 }
 
+/// Appends upstream's `row(columns...)` and a newline.
+fn push_row(text: &mut String, columns: &[&dyn Display]) {
+    for (i, c) in columns.iter().enumerate() {
+        let _ = write!(text, "{}{c}", if i == 0 { "" } else { ",\t" });
+    }
+    text.push('\n');
+}
+
 /// `dump_priority_levels` body. Rows are sorted by name (as upstream).
 pub fn dump_priority_levels(rows: &[PriorityLevelRow]) -> String {
     let mut sorted: Vec<&PriorityLevelRow> = rows.iter().collect();
     sorted.sort_by(|a, b| a.name.cmp(&b.name));
     let mut text = row(&[
-        "PriorityLevelName",
-        "ActiveQueues",
-        "IsIdle",
-        "IsQuiescing",
-        "WaitingRequests",
-        "ExecutingRequests",
-        "DispatchedRequests",
-        "RejectedRequests",
-        "TimedoutRequests",
+        "PriorityLevelName", "ActiveQueues", "IsIdle", "IsQuiescing", "WaitingRequests",
+        "ExecutingRequests", "DispatchedRequests", "RejectedRequests", "TimedoutRequests",
         "CancelledRequests",
-    ]);
-    text.push('\n');
+    ]) + "\n";
     for r in sorted {
-        text.push_str(&row(&[
-            &r.name,
-            &r.active_queues.to_string(),
-            &r.is_idle.to_string(),
-            &r.is_quiescing.to_string(),
-            &r.waiting.to_string(),
-            &r.executing.to_string(),
-            &r.dispatched.to_string(),
-            &r.rejected.to_string(),
-            &r.timedout.to_string(),
-            &r.cancelled.to_string(),
-        ]));
-        text.push('\n');
+        push_row(&mut text, &[&r.name, &r.active_queues, &r.is_idle, &r.is_quiescing, &r.waiting,
+            &r.executing, &r.dispatched, &r.rejected, &r.timedout, &r.cancelled]);
     }
     tabwrite(&text, TAB_MINWIDTH, TAB_PADDING)
 }
@@ -199,30 +148,12 @@ pub fn dump_priority_levels(rows: &[PriorityLevelRow]) -> String {
 /// `dump_queues` body.
 pub fn dump_queues(rows: &[QueueRow]) -> String {
     let mut text = row(&[
-        "PriorityLevelName",
-        "Index",
-        "PendingRequests",
-        "ExecutingRequests",
-        "SeatsInUse",
-        "NextDispatchR",
-        "InitialSeatsSum",
-        "MaxSeatsSum",
-        "TotalWorkSum",
-    ]);
-    text.push('\n');
+        "PriorityLevelName", "Index", "PendingRequests", "ExecutingRequests", "SeatsInUse",
+        "NextDispatchR", "InitialSeatsSum", "MaxSeatsSum", "TotalWorkSum",
+    ]) + "\n";
     for r in rows {
-        text.push_str(&row(&[
-            &r.level,
-            &r.index.to_string(),
-            &r.pending.to_string(),
-            &r.executing.to_string(),
-            &r.seats_in_use.to_string(),
-            &r.next_dispatch_r,
-            &r.initial_seats_sum.to_string(),
-            &r.max_seats_sum.to_string(),
-            &r.total_work_sum,
-        ]));
-        text.push('\n');
+        push_row(&mut text, &[&r.level, &r.index, &r.pending, &r.executing, &r.seats_in_use,
+            &r.next_dispatch_r, &r.initial_seats_sum, &r.max_seats_sum, &r.total_work_sum]);
     }
     tabwrite(&text, TAB_MINWIDTH, TAB_PADDING)
 }
@@ -238,52 +169,30 @@ pub fn group_version(group: &str, version: &str) -> String {
 
 /// `dump_requests` body; `include_details` = `includeRequestDetails` query parameter non-empty.
 pub fn dump_requests(rows: &[RequestRow], include_details: bool) -> String {
-    let mut text = row(&[
-        "PriorityLevelName",
-        "FlowSchemaName",
-        "QueueIndex",
-        "RequestIndexInQueue",
-        "FlowDistingsher",
-        "ArriveTime",
-        "InitialSeats",
-        "FinalSeats",
-        "AdditionalLatency",
+    let mut header = vec![
+        "PriorityLevelName", "FlowSchemaName", "QueueIndex", "RequestIndexInQueue",
+        "FlowDistingsher", "ArriveTime", "InitialSeats", "FinalSeats", "AdditionalLatency",
         "StartTime",
-    ]);
+    ];
     if include_details {
-        text.push_str(",\t");
-        text.push_str(&row(&["UserName", "Verb", "APIPath", "Namespace", "Name", "APIVersion", "Resource", "SubResource"]));
+        header.extend(["UserName", "Verb", "APIPath", "Namespace", "Name", "APIVersion", "Resource",
+            "SubResource"]);
     }
-    text.push('\n');
+    let mut text = row(&header) + "\n";
     let empty = RequestDetails::default();
     for r in rows {
-        text.push_str(&row(&[
-            &r.level,
-            &r.flow_schema,
-            &r.queue_index.to_string(),
-            &r.index_in_queue.to_string(),
-            &r.flow_distinguisher,
-            &format_rfc3339_nano(r.arrive_time_ns_unix),
-            &r.initial_seats.to_string(),
-            &r.final_seats.to_string(),
-            &r.additional_latency,
-            &format_rfc3339_nano_opt(r.start_time_ns_unix),
-        ]));
+        let arrive = format_rfc3339_nano(r.arrive_time_ns_unix);
+        let start = format_rfc3339_nano_opt(r.start_time_ns_unix);
+        let mut cells: Vec<&dyn Display> = vec![&r.level, &r.flow_schema, &r.queue_index,
+            &r.index_in_queue, &r.flow_distinguisher, &arrive, &r.initial_seats, &r.final_seats,
+            &r.additional_latency, &start];
+        let d = r.details.as_ref().unwrap_or(&empty);
+        let gv = group_version(&d.api_group, &d.api_version);
         if include_details {
-            let d = r.details.as_ref().unwrap_or(&empty);
-            text.push_str(",\t");
-            text.push_str(&row(&[
-                &d.user_name,
-                &d.verb,
-                &d.api_path,
-                &d.namespace,
-                &d.name,
-                &group_version(&d.api_group, &d.api_version),
-                &d.resource,
-                &d.subresource,
-            ]));
+            cells.extend([&d.user_name as &dyn Display, &d.verb, &d.api_path, &d.namespace, &d.name,
+                &gv, &d.resource, &d.subresource]);
         }
-        text.push('\n');
+        push_row(&mut text, &cells);
     }
     tabwrite(&text, TAB_MINWIDTH, TAB_PADDING)
 }
@@ -316,9 +225,7 @@ pub fn format_rfc3339_nano(unix_nanos: i64) -> String {
     let year = if y < 0 { format!("-{:04}", -y) } else { format!("{y:04}") };
     let mut s = format!("{year}-{mo:02}-{d:02}T{:02}:{:02}:{:02}", sod / 3600, (sod / 60) % 60, sod % 60);
     if nanos != 0 {
-        let frac = format!("{nanos:09}");
-        s.push('.');
-        s.push_str(frac.trim_end_matches('0'));
+        s.push_str(format!(".{nanos:09}").trim_end_matches('0'));
     }
     s.push('Z');
     s
@@ -326,10 +233,7 @@ pub fn format_rfc3339_nano(unix_nanos: i64) -> String {
 
 /// As [`format_rfc3339_nano`], `None` → Go's zero time `0001-01-01T00:00:00Z`.
 pub fn format_rfc3339_nano_opt(unix_nanos: Option<i64>) -> String {
-    match unix_nanos {
-        Some(n) => format_rfc3339_nano(n),
-        None => GO_ZERO_TIME_RFC3339.to_string(),
-    }
+    unix_nanos.map_or_else(|| GO_ZERO_TIME_RFC3339.to_string(), format_rfc3339_nano)
 }
 
 #[cfg(test)]

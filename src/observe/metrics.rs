@@ -34,16 +34,13 @@
 //! the end of the name and takes the whole bound (see [`tag_regex`]). Bounds print as Go's
 //! `strconv.FormatFloat(b, 'g', -1, 64)` does for them (`0`, `0.005`, `30`), see [`le_label`].
 //!
-//! Envoy stat values are integers, so a fractional `_sum` (seconds) can't be a counter. A
-//! histogram whose samples are integers (seats, queue lengths) exports `<name>_sum` as upstream.
-//! One with fractional samples exports its sum as an integer counter in a smaller unit under
-//! another name, `<envoy_name>_sum` with `envoy_name` naming the unit
-//! (`request_wait_duration_microseconds_sum`: microseconds), and no `<name>_sum` at all, so a
-//! wrong-unit `_sum` can never be summed with kube-apiserver's. The recording rules in
-//! `observability/apf-wasm-rules.yaml` derive upstream's `<name>_sum` in seconds from it
-//! (`… / 1e6`). The sum is exact: samples are added in nanoseconds per worker and the part
-//! below one exported unit is carried to the next flush ([`HistogramAcc`]), so the exported
-//! value never drifts, and is short of the true sum by less than one unit per worker.
+//! Envoy stat values are integers. A histogram with integer samples (seats, queue lengths)
+//! exports `<name>_sum` as upstream; one with fractional samples exports its sum in a smaller
+//! unit under `<envoy_name>_sum` (`request_wait_duration_microseconds_sum`) and no `<name>_sum`,
+//! so a wrong-unit `_sum` is never summed with kube-apiserver's (recording rules in
+//! `observability/apf-wasm-rules.yaml` derive upstream's). The sum is exact: samples are added in
+//! nanoseconds per worker and the part below one exported unit is carried to the next flush
+//! ([`HistogramAcc`]), so it never drifts.
 //!
 //! Other fractional upstream values (gauges such as `current_r`) are recorded as
 //! `round(value × envoy_scale)` under `envoy_name` (a `_milli` suffix for ×1000).
@@ -147,11 +144,6 @@ pub const METRICS: &[MetricSpec] = &[
 pub const LABEL_KEYS: &[&str] =
     &["priority_level", "flow_schema", "reason", "execute", "type", "success", "bound", "phase", "request_kind", "le"];
 
-/// Reject reasons (`reason` label).
-pub const REASON_QUEUE_FULL: &str = "queue-full";
-pub const REASON_CONCURRENCY_LIMIT: &str = "concurrency-limit";
-pub const REASON_TIME_OUT: &str = "time-out";
-
 /// Look a metric up by its upstream name (without prefix).
 pub fn spec(name: &str) -> Option<&'static MetricSpec> {
     METRICS.iter().find(|s| s.name == name)
@@ -169,21 +161,11 @@ pub fn sanitize_label_value(v: &str) -> String {
 /// `.key.value` pairs for `label_values`, given in the order of `spec.labels`.
 fn label_pairs(spec: &MetricSpec, label_values: &[&str]) -> Result<String, String> {
     if label_values.len() != spec.labels.len() {
-        return Err(format!(
-            "metric {} takes {} label values, got {}",
-            spec.name,
-            spec.labels.len(),
-            label_values.len()
-        ));
+        let (want, got) = (spec.labels.len(), label_values.len());
+        return Err(format!("metric {} takes {want} label values, got {got}", spec.name));
     }
-    let mut s = String::with_capacity(48);
-    for (k, v) in spec.labels.iter().zip(label_values) {
-        s.push('.');
-        s.push_str(k);
-        s.push('.');
-        s.push_str(&sanitize_label_value(v));
-    }
-    Ok(s)
+    let pairs = spec.labels.iter().zip(label_values);
+    Ok(pairs.map(|(k, v)| format!(".{k}.{}", sanitize_label_value(v))).collect())
 }
 
 /// Flat Envoy stat name (as passed to `define_metric`) for a counter or gauge and its label
@@ -216,11 +198,7 @@ pub fn sum_is_scaled(spec: &MetricSpec) -> bool {
 /// Name of the series carrying a histogram's sum, without [`PREFIX`]: `<name>_sum`, or
 /// `<envoy_name>_sum` when scaled (`request_wait_duration_microseconds_sum`).
 pub fn sum_series_name(spec: &MetricSpec) -> String {
-    if sum_is_scaled(spec) {
-        format!("{}_sum", spec.envoy_name)
-    } else {
-        format!("{}_sum", spec.name)
-    }
+    format!("{}_sum", if sum_is_scaled(spec) { spec.envoy_name } else { spec.name })
 }
 
 /// The flat Envoy stat names of one histogram series (one label set).
@@ -248,13 +226,8 @@ pub fn histogram_stat_names(spec: &MetricSpec, label_values: &[&str]) -> Result<
     }
     let labels = label_pairs(spec, label_values)?;
     let name = spec.name;
-    let buckets = spec
-        .buckets
-        .iter()
-        .copied()
-        .chain([f64::INFINITY])
-        .map(|b| format!("{PREFIX}{name}_bucket{labels}.le.{}", le_label(b)))
-        .collect();
+    let bounds = spec.buckets.iter().copied().chain([f64::INFINITY]);
+    let buckets = bounds.map(|b| format!("{PREFIX}{name}_bucket{labels}.le.{}", le_label(b))).collect();
     Ok(HistogramStatNames {
         buckets,
         sum: format!("{PREFIX}{}{labels}", sum_series_name(spec)),
@@ -265,16 +238,10 @@ pub fn histogram_stat_names(spec: &MetricSpec, label_values: &[&str]) -> Result<
 /// Sums are accumulated in units of 1e-9 of the upstream unit (nanoseconds for seconds).
 pub const SUM_FINE_PER_UNIT: f64 = 1e9;
 
-/// A sample in [`SUM_FINE_PER_UNIT`] units, clamped to `u64` (negative and NaN → 0).
+/// A sample in [`SUM_FINE_PER_UNIT`] units, clamped to `u64` (negative and NaN → 0: `as`
+/// saturates).
 pub fn fine_value(x: f64) -> u64 {
-    let v = (x * SUM_FINE_PER_UNIT).round();
-    if v.is_nan() || v <= 0.0 {
-        0
-    } else if v >= u64::MAX as f64 {
-        u64::MAX
-    } else {
-        v as u64
-    }
+    (x * SUM_FINE_PER_UNIT).round() as u64
 }
 
 /// One histogram series aggregated in a VM between flushes, as Prometheus' client does it
@@ -295,8 +262,7 @@ pub struct HistogramAcc {
 
 impl HistogramAcc {
     pub fn new(spec: &MetricSpec) -> HistogramAcc {
-        let step = (SUM_FINE_PER_UNIT / spec.envoy_scale).round();
-        let step = if step.is_nan() || step < 1.0 { 1 } else if step >= u64::MAX as f64 { u64::MAX } else { step as u64 };
+        let step = ((SUM_FINE_PER_UNIT / spec.envoy_scale).round() as u64).max(1);
         HistogramAcc { bounds: spec.buckets, counts: vec![0; spec.buckets.len() + 1], sum_fine: 0, carry_fine: 0, step }
     }
 
@@ -340,16 +306,9 @@ impl HistogramAcc {
 }
 
 /// Value to record in Envoy for an upstream value: `round(x × scale)`, clamped to `u64`
-/// (negative and NaN → 0).
+/// (negative and NaN → 0: `as` saturates).
 pub fn envoy_value(spec: &MetricSpec, x: f64) -> u64 {
-    let v = (x * spec.envoy_scale).round();
-    if v.is_nan() || v <= 0.0 {
-        0
-    } else if v >= u64::MAX as f64 {
-        u64::MAX
-    } else {
-        v as u64
-    }
+    (x * spec.envoy_scale).round() as u64
 }
 
 /// Envoy `stats_tags` regex for one label key (RE2 syntax; group 1 removed, group 2 = value).
@@ -388,7 +347,7 @@ mod tests {
     fn names() {
         let s = spec("rejected_requests_total").unwrap();
         assert_eq!(
-            stat_name(s, &["workload-low", "service-accounts", REASON_QUEUE_FULL]).unwrap(),
+            stat_name(s, &["workload-low", "service-accounts", "queue-full"]).unwrap(),
             "apiserver_flowcontrol_rejected_requests_total.priority_level.workload-low.flow_schema.service-accounts.reason.queue-full"
         );
         assert!(stat_name(s, &["x"]).is_err());
