@@ -499,17 +499,18 @@ impl IdentityConfig {
         out.add.push((FORWARD_USER_HEADER.to_string(), name));
         let groups = unique(groups.into_iter().filter(|g| forwardable(g)));
         out.add.extend(groups.into_iter().map(|g| (FORWARD_GROUP_HEADER.to_string(), g)));
-        if let IdentitySource::FrontProxy { extra_header_prefix, .. } = src {
-            let prefix = extra_header_prefix.to_ascii_lowercase();
-            if !prefix.is_empty() {
-                for (n, v) in input.headers {
-                    let lname = n.to_ascii_lowercase();
-                    let Some(key) = lname.strip_prefix(prefix.as_str()) else { continue };
-                    let Ok(v) = std::str::from_utf8(v) else { continue };
-                    if is_token(key) && forwardable(v) {
-                        out.add.push((format!("{FORWARD_EXTRA_PREFIX}{key}"), v.to_string()));
-                    }
-                }
+        let prefix = match src {
+            IdentitySource::FrontProxy { extra_header_prefix: p, .. } if !p.is_empty() => {
+                p.to_ascii_lowercase()
+            }
+            _ => return out,
+        };
+        for (n, v) in input.headers {
+            let lname = n.to_ascii_lowercase();
+            let Some(key) = lname.strip_prefix(prefix.as_str()) else { continue };
+            let Ok(v) = std::str::from_utf8(v) else { continue };
+            if is_token(key) && forwardable(v) {
+                out.add.push((format!("{FORWARD_EXTRA_PREFIX}{key}"), v.to_string()));
             }
         }
         out
@@ -534,19 +535,17 @@ impl IdentityConfig {
             }
             match s {
                 IdentitySource::FrontProxy { user_header, group_header, .. } => {
-                    if !is_token(user_header) {
-                        errs.push(format!("identity.sources[{i}].userHeader: {user_header:?} is not a valid header name"));
-                    }
-                    if !is_token(group_header) {
-                        errs.push(format!("identity.sources[{i}].groupHeader: {group_header:?} is not a valid header name"));
+                    for (key, h) in [("userHeader", user_header), ("groupHeader", group_header)] {
+                        if !is_token(h) {
+                            errs.push(format!("identity.sources[{i}].{key}: {h:?} is not a valid header name"));
+                        }
                     }
                 }
                 IdentitySource::Jwt { user_claim, groups_claim, .. } => {
-                    if user_claim.is_empty() {
-                        errs.push(format!("identity.sources[{i}].userClaim must not be empty"));
-                    }
-                    if groups_claim.is_empty() {
-                        errs.push(format!("identity.sources[{i}].groupsClaim must not be empty"));
+                    for (key, claim) in [("userClaim", user_claim), ("groupsClaim", groups_claim)] {
+                        if claim.is_empty() {
+                            errs.push(format!("identity.sources[{i}].{key} must not be empty"));
+                        }
                     }
                 }
                 _ => {}

@@ -101,14 +101,12 @@ impl RequestInfo {
     /// {watch, proxy}; subresources {attach, exec, proxy, log, portforward} of resource requests;
     /// non-resource paths under `/debug/pprof/`.
     pub fn is_long_running(&self) -> bool {
-        if LONG_RUNNING_VERBS.contains(&self.verb.as_str()) {
-            return true;
-        }
-        if self.is_resource_request {
-            LONG_RUNNING_SUBRESOURCES.contains(&self.subresource.as_str())
-        } else {
-            self.path.starts_with("/debug/pprof/")
-        }
+        LONG_RUNNING_VERBS.contains(&self.verb.as_str())
+            || if self.is_resource_request {
+                LONG_RUNNING_SUBRESOURCES.contains(&self.subresource.as_str())
+            } else {
+                self.path.starts_with("/debug/pprof/")
+            }
     }
 
     /// `isWatchRequest` of the APF filter: verb `watch`.
