@@ -8,86 +8,52 @@ use crate::Nanos;
 /// Parses a Go duration string into nanoseconds. Errors name the offending input like Go does.
 pub fn parse_go_duration(s: &str) -> Result<Nanos, String> {
     let err = || format!("time: invalid duration {s:?}");
-    let orig = s;
-    let mut rest = s;
-    let mut neg = false;
-    if let Some(r) = rest.strip_prefix('-') {
-        neg = true;
-        rest = r;
-    } else if let Some(r) = rest.strip_prefix('+') {
-        rest = r;
-    }
+    let (neg, mut rest) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
     if rest == "0" {
         return Ok(0);
     }
     if rest.is_empty() {
         return Err(err());
     }
-    let mut total: u128 = 0;
+    let digits = |r: &str| r.bytes().take_while(u8::is_ascii_digit).count();
+    // Checked arithmetic; any sum above 2^63 is an error.
+    let mut total: i128 = 0;
     while !rest.is_empty() {
-        // integer part
-        let int_len = rest.bytes().take_while(|b| b.is_ascii_digit()).count();
-        let (int_s, r) = rest.split_at(int_len);
-        rest = r;
-        let mut frac_s = "";
-        if let Some(r) = rest.strip_prefix('.') {
-            let fl = r.bytes().take_while(|b| b.is_ascii_digit()).count();
-            let (f, r2) = r.split_at(fl);
-            frac_s = f;
-            rest = r2;
-            if int_s.is_empty() && frac_s.is_empty() {
-                return Err(err());
-            }
-        } else if int_s.is_empty() {
+        let (int_s, r) = rest.split_at(digits(rest));
+        let (frac_s, r) = match r.strip_prefix('.') {
+            Some(r) => r.split_at(digits(r)),
+            None => ("", r),
+        };
+        if int_s.is_empty() && frac_s.is_empty() {
             return Err(err());
         }
-        let unit_len = rest
-            .char_indices()
-            .find(|(_, c)| c.is_ascii_digit() || *c == '.')
-            .map(|(i, _)| i)
-            .unwrap_or(rest.len());
-        let (unit, r) = rest.split_at(unit_len);
+        let unit_end = r.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(r.len());
+        let (unit, r) = r.split_at(unit_end);
         rest = r;
-        let scale: u128 = match unit {
+        let scale: i128 = match unit {
             "ns" => 1,
             "us" | "µs" | "μs" => 1_000,
             "ms" => 1_000_000,
             "s" => 1_000_000_000,
             "m" => 60_000_000_000,
             "h" => 3_600_000_000_000,
-            "" => return Err(format!("time: missing unit in duration {orig:?}")),
-            _ => return Err(format!("time: unknown unit {unit:?} in duration {orig:?}")),
+            "" => return Err(format!("time: missing unit in duration {s:?}")),
+            _ => return Err(format!("time: unknown unit {unit:?} in duration {s:?}")),
         };
-        let mut int_v: u128 = 0;
-        for b in int_s.bytes() {
-            int_v = int_v.checked_mul(10).and_then(|v| v.checked_add(u128::from(b - b'0'))).ok_or_else(err)?;
-            if int_v > (1u128 << 63) {
-                return Err(err());
-            }
-        }
-        let mut v = int_v.checked_mul(scale).ok_or_else(err)?;
+        let int_v: Option<i128> = if int_s.is_empty() { Some(0) } else { int_s.parse().ok() };
+        let mut v = int_v.and_then(|i| i.checked_mul(scale)).ok_or_else(err)?;
         // fraction: Go truncates toward zero at nanosecond precision
-        let mut frac_scale = scale;
+        let mut place = scale;
         for b in frac_s.bytes() {
-            frac_scale /= 10;
-            if frac_scale == 0 {
-                break;
-            }
-            v = v.checked_add(u128::from(b - b'0') * frac_scale).ok_or_else(err)?;
+            place /= 10;
+            v = v.checked_add(i128::from(b - b'0') * place).ok_or_else(err)?;
         }
-        total = total.checked_add(v).ok_or_else(err)?;
-        if total > (1u128 << 63) {
-            return Err(err());
-        }
+        total = total.checked_add(v).filter(|&t| t <= 1 << 63).ok_or_else(err)?;
     }
-    if neg {
-        if total > (1u128 << 63) {
-            return Err(err());
-        }
-        Ok((-(total as i128)) as i64)
-    } else {
-        i64::try_from(total).map_err(|_| err())
-    }
+    i64::try_from(if neg { -total } else { total }).map_err(|_| err())
 }
 
 /// Formats nanoseconds like Go's `Duration.String()` (e.g. `1m0s`, `1.5s`, `300ms`, `0s`).
@@ -95,42 +61,33 @@ pub fn format_go_duration(d: Nanos) -> String {
     if d == 0 {
         return "0s".to_string();
     }
-    let neg = d < 0;
+    let sign = if d < 0 { "-" } else { "" };
     let u = d.unsigned_abs();
-    let sign = if neg { "-" } else { "" };
     if u < 1_000_000_000 {
-        let (unit, div) = if u < 1_000 {
-            ("ns", 1u64)
-        } else if u < 1_000_000 {
-            ("µs", 1_000)
-        } else {
-            ("ms", 1_000_000)
+        let (unit, div) = match u {
+            0..1_000 => ("ns", 1),
+            1_000..1_000_000 => ("µs", 1_000),
+            _ => ("ms", 1_000_000),
         };
         return format!("{sign}{}{unit}", fmt_frac(u, div));
     }
-    let h = u / 3_600_000_000_000;
-    let rem = u % 3_600_000_000_000;
-    let m = rem / 60_000_000_000;
-    let s_ns = rem % 60_000_000_000;
-    let secs = fmt_frac(s_ns, 1_000_000_000);
-    if h > 0 {
-        format!("{sign}{h}h{m}m{secs}s")
-    } else if m > 0 {
-        format!("{sign}{m}m{secs}s")
-    } else {
-        format!("{sign}{secs}s")
+    let (h, m) = (u / 3_600_000_000_000, u / 60_000_000_000 % 60);
+    let secs = fmt_frac(u % 60_000_000_000, 1_000_000_000);
+    match (h, m) {
+        (0, 0) => format!("{sign}{secs}s"),
+        (0, _) => format!("{sign}{m}m{secs}s"),
+        _ => format!("{sign}{h}h{m}m{secs}s"),
     }
 }
 
+/// `v / div` with the fraction's trailing zeros dropped (`div` a power of ten).
 fn fmt_frac(v: u64, div: u64) -> String {
-    let int = v / div;
-    let frac = v % div;
+    let (int, frac) = (v / div, v % div);
     if frac == 0 {
         return int.to_string();
     }
-    let width = (div as f64).log10().round() as usize;
-    let s = format!("{frac:0width$}");
-    format!("{int}.{}", s.trim_end_matches('0'))
+    let width = div.ilog10() as usize;
+    format!("{int}.{}", format!("{frac:0width$}").trim_end_matches('0'))
 }
 
 #[cfg(test)]

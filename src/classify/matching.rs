@@ -1,6 +1,6 @@
 //! FlowSchema matching rules (`pkg/util/flowcontrol/rule.go`: `matchesFlowSchema`,
-//! `matchesPolicyRule` and the `matches*` / `matchPolicyRule*` helpers), in a plain form
-//! ([`matches`]) and a precompiled form used by the classifier. Neither allocates.
+//! `matchesPolicyRule` and the `matches*` / `matchPolicyRule*` helpers) without allocating, and
+//! the classifier's per-FlowSchema form with its subject prefilter.
 
 use crate::digest::identity::{UserInfo, SA_PREFIX};
 use crate::digest::request_info::RequestInfo;
@@ -13,12 +13,12 @@ const WILDCARD: &str = "*";
 
 /// `"*"` is a wildcard only when it is the sole element.
 fn is_sole_wildcard(list: &[String]) -> bool {
-    list.len() == 1 && list.first().is_some_and(|s| s == WILDCARD)
+    matches!(list, [only] if only == WILDCARD)
 }
 
 /// `containsString` with the sole-wildcard rule.
-fn contains(list: &[String], wildcard: bool, s: &str) -> bool {
-    wildcard || list.iter().any(|x| x == s)
+fn contains(list: &[String], s: &str) -> bool {
+    is_sole_wildcard(list) || list.iter().any(|x| x == s)
 }
 
 /// `resource` or `resource/subresource` equality without building the string.
@@ -60,19 +60,19 @@ fn url_matches(u: &str, path: &str) -> bool {
 }
 
 fn resource_rule_matches(r: &ResourcePolicyRule, info: &RequestInfo) -> bool {
-    contains(&r.verbs, is_sole_wildcard(&r.verbs), &info.verb)
+    contains(&r.verbs, &info.verb)
         && (is_sole_wildcard(&r.resources)
             || r.resources.iter().any(|e| resource_eq(e, &info.resource, &info.subresource)))
-        && contains(&r.api_groups, is_sole_wildcard(&r.api_groups), &info.api_group)
+        && contains(&r.api_groups, &info.api_group)
         && if info.namespace.is_empty() {
             r.cluster_scope
         } else {
-            contains(&r.namespaces, is_sole_wildcard(&r.namespaces), &info.namespace)
+            contains(&r.namespaces, &info.namespace)
         }
 }
 
 fn non_resource_rule_matches(r: &NonResourcePolicyRule, info: &RequestInfo) -> bool {
-    contains(&r.verbs, is_sole_wildcard(&r.verbs), &info.verb)
+    contains(&r.verbs, &info.verb)
         && r.non_resource_urls.iter().any(|u| url_matches(u, &info.path))
 }
 
@@ -88,56 +88,6 @@ fn prws_matches(p: &PolicyRulesWithSubjects, info: &RequestInfo, user: &UserInfo
 /// Whether FlowSchema `fs` matches the request (`matchesFlowSchema`).
 pub fn matches(fs: &FlowSchema, info: &RequestInfo, user: &UserInfo) -> bool {
     fs.rules.iter().any(|p| prws_matches(p, info, user))
-}
-
-// ---------------------------------------------------------------------------------------------
-// Precompiled form
-
-#[derive(Debug, Clone)]
-struct StrList {
-    items: Vec<String>,
-    wildcard: bool,
-}
-
-impl StrList {
-    fn new(v: &[String]) -> Self {
-        StrList { items: v.to_vec(), wildcard: is_sole_wildcard(v) }
-    }
-    fn has(&self, s: &str) -> bool {
-        self.wildcard || self.items.iter().any(|x| x == s)
-    }
-}
-
-#[derive(Debug, Clone)]
-struct CompiledResourceRule {
-    verbs: StrList,
-    api_groups: StrList,
-    resources: StrList,
-    cluster_scope: bool,
-    namespaces: StrList,
-}
-
-impl CompiledResourceRule {
-    fn matches(&self, info: &RequestInfo) -> bool {
-        self.verbs.has(&info.verb)
-            && (self.resources.wildcard
-                || self.resources.items.iter().any(|e| resource_eq(e, &info.resource, &info.subresource)))
-            && self.api_groups.has(&info.api_group)
-            && if info.namespace.is_empty() { self.cluster_scope } else { self.namespaces.has(&info.namespace) }
-    }
-}
-
-#[derive(Debug, Clone)]
-struct CompiledNonResourceRule {
-    verbs: StrList,
-    urls: Vec<String>,
-}
-
-#[derive(Debug, Clone)]
-struct CompiledRules {
-    subjects: Vec<Subject>,
-    resource_rules: Vec<CompiledResourceRule>,
-    non_resource_rules: Vec<CompiledNonResourceRule>,
 }
 
 /// FNV-1a over a kind tag and a name: the subject prefilter's key.
@@ -192,7 +142,7 @@ pub(crate) struct CompiledSchema {
     /// keys cannot match, so the full check is skipped (exact: hash collisions only cost the
     /// full check).
     prefilter: Option<Vec<u64>>,
-    rules: Vec<CompiledRules>,
+    rules: Vec<PolicyRulesWithSubjects>,
 }
 
 impl CompiledSchema {
@@ -200,29 +150,6 @@ impl CompiledSchema {
         let level_idx = policy.level_index(&fs.priority_level);
         let level = level_idx.and_then(|i| policy.priority_levels.get(i));
         let hashes = level.is_some_and(|l| !l.is_exempt() && l.queuing().is_some_and(|q| q.queues > 1));
-        let rules = fs
-            .rules
-            .iter()
-            .map(|p| CompiledRules {
-                subjects: p.subjects.clone(),
-                resource_rules: p
-                    .resource_rules
-                    .iter()
-                    .map(|r| CompiledResourceRule {
-                        verbs: StrList::new(&r.verbs),
-                        api_groups: StrList::new(&r.api_groups),
-                        resources: StrList::new(&r.resources),
-                        cluster_scope: r.cluster_scope,
-                        namespaces: StrList::new(&r.namespaces),
-                    })
-                    .collect(),
-                non_resource_rules: p
-                    .non_resource_rules
-                    .iter()
-                    .map(|r| CompiledNonResourceRule { verbs: StrList::new(&r.verbs), urls: r.non_resource_urls.clone() })
-                    .collect(),
-            })
-            .collect();
         let mut keys = Vec::new();
         let mut literal = true;
         for s in fs.rules.iter().flat_map(|p| p.subjects.iter()) {
@@ -234,30 +161,17 @@ impl CompiledSchema {
             }
         }
         CompiledSchema {
-            prefilter: if literal { Some(keys) } else { None },
+            prefilter: literal.then_some(keys),
             name: fs.name.clone(),
             level: level_idx.unwrap_or(0),
             distinguisher: fs.distinguisher,
             hashes,
-            rules,
+            rules: fs.rules.clone(),
         }
     }
 
     pub(crate) fn matches(&self, info: &RequestInfo, user: &UserInfo, keys: &UserKeys) -> bool {
-        if let Some(p) = &self.prefilter {
-            if !keys.may_match(p) {
-                return false;
-            }
-        }
-        self.rules.iter().any(|p| {
-            p.subjects.iter().any(|s| subject_matches(s, user))
-                && if info.is_resource_request {
-                    p.resource_rules.iter().any(|r| r.matches(info))
-                } else {
-                    p.non_resource_rules
-                        .iter()
-                        .any(|r| r.verbs.has(&info.verb) && r.urls.iter().any(|u| url_matches(u, &info.path)))
-                }
-        })
+        self.prefilter.as_ref().is_none_or(|p| keys.may_match(p))
+            && self.rules.iter().any(|p| prws_matches(p, info, user))
     }
 }

@@ -40,16 +40,8 @@ pub struct Classification {
 
 /// Upstream `hashFlowID`: first 8 bytes of SHA-256(fsName ‖ 0x00 ‖ distinguisher), little-endian.
 pub fn flow_hash(fs_name: &str, distinguisher: &str) -> u64 {
-    let mut h = Sha256::new();
-    h.update(fs_name.as_bytes());
-    h.update([0u8]);
-    h.update(distinguisher.as_bytes());
-    let d = h.finalize();
-    let mut b = [0u8; 8];
-    for (o, i) in b.iter_mut().zip(d.iter()) {
-        *o = *i;
-    }
-    u64::from_le_bytes(b)
+    let h = Sha256::new().chain_update(fs_name).chain_update([0u8]).chain_update(distinguisher);
+    u64::from_le_bytes(h.finalize().first_chunk().copied().unwrap_or_default())
 }
 
 /// Slots of the flow-hash memo (a power of two).
@@ -61,15 +53,12 @@ const HASH_MEMO_MAX_LEN: usize = 256;
 /// distinguisher). SHA-256 is by far the most expensive step of classification (especially in
 /// Wasm, without hardware SHA), and the same flows come back again and again. A hit returns
 /// exactly what `flow_hash` would compute; a miss (or a busy lock) computes it.
+#[derive(Default)]
 struct HashMemo {
     slots: std::sync::Mutex<Vec<Option<(usize, String, u64)>>>,
 }
 
 impl HashMemo {
-    fn new() -> Self {
-        HashMemo { slots: std::sync::Mutex::new(Vec::new()) }
-    }
-
     fn slot(schema: usize, distinguisher: &str) -> usize {
         let h = matching::subject_key(0, distinguisher) ^ (schema as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         ((h ^ (h >> 32)) as usize) & (HASH_MEMO_SLOTS - 1)
@@ -98,7 +87,7 @@ impl HashMemo {
 
 impl Clone for HashMemo {
     fn clone(&self) -> Self {
-        HashMemo::new()
+        HashMemo::default()
     }
 }
 
@@ -126,7 +115,7 @@ impl Classifier {
             .iter()
             .position(|fs| fs.name == "catch-all")
             .unwrap_or(policy.flow_schemas.len().saturating_sub(1));
-        Classifier { schemas, fallback, memo: HashMemo::new() }
+        Classifier { schemas, fallback, memo: HashMemo::default() }
     }
 
     /// Index of the first matching FlowSchema (or the catch-all).
@@ -162,7 +151,7 @@ mod tests {
 
     #[test]
     fn hash_memo_returns_exact_flow_hashes() {
-        let memo = HashMemo::new();
+        let memo = HashMemo::default();
         let long = "x".repeat(HASH_MEMO_MAX_LEN + 1);
         for round in 0..3 {
             for schema in 0..4usize {

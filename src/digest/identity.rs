@@ -29,6 +29,7 @@
 //! group names containing commas therefore cannot be expressed through headers here.
 //! Header values that are not UTF-8 are ignored (never a panic).
 
+use crate::digest::request_info::hex_byte;
 use serde::{Deserialize, Deserializer};
 use std::net::IpAddr;
 use std::str::FromStr;
@@ -71,17 +72,16 @@ impl FromStr for Cidr {
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = match p {
             None => max,
-            Some(p) => {
-                if p.is_empty() || p.len() > 3 || !p.bytes().all(|b| b.is_ascii_digit()) {
-                    return Err(format!("invalid CIDR {s:?}: bad prefix length"));
-                }
-                let n: u8 = p.parse().map_err(|_| format!("invalid CIDR {s:?}: bad prefix length"))?;
-                if n > max {
-                    return Err(format!("invalid CIDR {s:?}: prefix length above {max}"));
-                }
-                n
-            }
+            // Digits only (no sign), at most three of them.
+            Some(p) => p
+                .parse()
+                .ok()
+                .filter(|_| p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit()))
+                .ok_or_else(|| format!("invalid CIDR {s:?}: bad prefix length"))?,
         };
+        if prefix > max {
+            return Err(format!("invalid CIDR {s:?}: prefix length above {max}"));
+        }
         Ok(Cidr { addr, prefix })
     }
 }
@@ -93,34 +93,16 @@ impl<'de> Deserialize<'de> for Cidr {
     }
 }
 
-fn mask_match(a: &[u8], b: &[u8], prefix: u8) -> bool {
-    let full = usize::from(prefix / 8);
-    let rem = prefix % 8;
-    if a.get(..full) != b.get(..full) {
-        return false;
-    }
-    if rem == 0 {
-        return true;
-    }
-    let m: u8 = 0xffu8 << (8 - rem);
-    match (a.get(full), b.get(full)) {
-        (Some(x), Some(y)) => x & m == y & m,
-        _ => false,
-    }
-}
-
 impl Cidr {
     /// Whether `ip` is inside the block (IPv4-mapped IPv6 peers match IPv4 blocks).
     pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
-            v4 => v4,
+        // The leading zeros of `block ^ ip` are the leading bits both share.
+        let common_bits = match (self.addr, ip.to_canonical()) {
+            (IpAddr::V4(n), IpAddr::V4(p)) => (u32::from(n) ^ u32::from(p)).leading_zeros(),
+            (IpAddr::V6(n), IpAddr::V6(p)) => (u128::from(n) ^ u128::from(p)).leading_zeros(),
+            _ => return false,
         };
-        match (self.addr, ip) {
-            (IpAddr::V4(n), IpAddr::V4(p)) => mask_match(&n.octets(), &p.octets(), self.prefix),
-            (IpAddr::V6(n), IpAddr::V6(p)) => mask_match(&n.octets(), &p.octets(), self.prefix),
-            _ => false,
-        }
+        common_bits >= u32::from(self.prefix)
     }
 }
 
@@ -227,16 +209,9 @@ impl IdentitySource {
     /// Whether this source may be used for a request from this peer.
     pub fn trusted(&self, input: &IdentityInput) -> bool {
         let (cidrs, mtls, _) = self.trust();
-        if mtls && !input.mtls {
-            return false;
-        }
-        if cidrs.is_empty() {
-            return true;
-        }
-        match input.peer {
-            Some(ip) => cidrs.iter().any(|c| c.contains(ip)),
-            None => false,
-        }
+        (!mtls || input.mtls)
+            && (cidrs.is_empty()
+                || input.peer.is_some_and(|ip| cidrs.iter().any(|c| c.contains(ip))))
     }
 
     /// Exact (lowercase) header names this source reads.
@@ -303,12 +278,8 @@ impl UserInfo {
 /// `system:serviceaccount:<ns>:<name>` → `<ns>` (upstream `SplitUsername`: both parts
 /// non-empty, no further `:`).
 pub fn service_account_namespace(user: &str) -> Option<&str> {
-    let rest = user.strip_prefix(SA_PREFIX)?;
-    let (ns, name) = rest.split_once(':')?;
-    if ns.is_empty() || name.is_empty() || name.contains(':') {
-        return None;
-    }
-    Some(ns)
+    let (ns, name) = user.strip_prefix(SA_PREFIX)?.split_once(':')?;
+    (!ns.is_empty() && !name.is_empty() && !name.contains(':')).then_some(ns)
 }
 
 fn push_unique(groups: &mut Vec<String>, g: &str) {
@@ -346,64 +317,38 @@ fn first_non_empty(input: &IdentityInput, lname: &str) -> Option<String> {
 }
 
 fn groups_from(input: &IdentityInput, lname: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for v in header_values(input, lname) {
-        for g in v.split(',') {
-            let g = g.trim();
-            if !g.is_empty() {
-                out.push(g.to_string());
-            }
-        }
-    }
-    out
+    let groups = header_values(input, lname).flat_map(|v| v.split(',')).map(str::trim);
+    groups.filter(|g| !g.is_empty()).map(str::to_string).collect()
 }
 
 /// Splits an RFC 2253 subject into (attribute, value) pairs, honouring `\` escapes
 /// (`\,` and `\XX` hex). Multi-valued RDNs (`+`) are split too.
 pub fn parse_subject(s: &str) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let mut cur: Vec<u8> = Vec::new();
     let b = s.as_bytes();
+    let mut rdns = Vec::new();
+    let mut cur = Vec::new();
     let mut i = 0;
-    let flush = |cur: &mut Vec<u8>, out: &mut Vec<(String, String)>| {
-        let text = String::from_utf8_lossy(cur).into_owned();
-        cur.clear();
-        if let Some((k, v)) = text.split_once('=') {
-            out.push((k.trim().to_string(), v.to_string()));
-        }
-    };
     while let Some(&c) = b.get(i) {
+        i += 1;
         match c {
-            b'\\' => {
-                let h = b.get(i + 1).copied().and_then(hex);
-                let l = b.get(i + 2).copied().and_then(hex);
-                if let (Some(h), Some(l)) = (h, l) {
-                    cur.push(h * 16 + l);
-                    i += 3;
-                } else if let Some(&n) = b.get(i + 1) {
-                    cur.push(n);
+            b'\\' => match (b.get(i..).and_then(hex_byte), b.get(i)) {
+                (Some(d), _) => {
+                    cur.push(d);
                     i += 2;
-                } else {
+                }
+                (None, Some(&n)) => {
+                    cur.push(n);
                     i += 1;
                 }
-                continue;
-            }
-            b',' | b'+' | b';' => flush(&mut cur, &mut out),
+                (None, None) => {}
+            },
+            b',' | b'+' | b';' => rdns.push(std::mem::take(&mut cur)),
             _ => cur.push(c),
         }
-        i += 1;
     }
-    flush(&mut cur, &mut out);
-    out
-}
-
-fn hex(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
+    rdns.push(cur);
+    let pair = |t: &str| t.split_once('=').map(|(k, v)| (k.trim().to_string(), v.to_string()));
+    rdns.iter().filter_map(|rdn| pair(&String::from_utf8_lossy(rdn))).collect()
 }
 
 /// What one source says about the caller, before group completion.
@@ -425,19 +370,13 @@ fn raw_from_source(src: &IdentitySource, input: &IdentityInput) -> Option<Stated
         IdentitySource::Impersonation { .. } => {
             let name = first_non_empty(input, IMPERSONATE_USER)?;
             let groups = groups_from(input, IMPERSONATE_GROUP);
-            let specified = !groups.is_empty();
-            Some(Stated { name, groups, add_sa_groups: !specified })
+            Some(Stated { add_sa_groups: groups.is_empty(), name, groups })
         }
         IdentitySource::ClientCertificate { .. } => {
-            if !input.mtls {
-                return None;
-            }
-            let subject = parse_subject(input.cert_subject?);
+            let subject = parse_subject(input.cert_subject.filter(|_| input.mtls)?);
             let is = |k: &str, a: &str, oid: &str| k.eq_ignore_ascii_case(a) || k == oid;
-            let name = subject.iter().find(|(k, _)| is(k, "CN", "2.5.4.3")).map(|(_, v)| v.clone())?;
-            if name.is_empty() {
-                return None;
-            }
+            let name = subject.iter().find(|(k, _)| is(k, "CN", "2.5.4.3")).map(|(_, v)| v.clone());
+            let name = name.filter(|n| !n.is_empty())?;
             let groups =
                 subject.iter().filter(|(k, _)| is(k, "O", "2.5.4.10")).map(|(_, v)| v.clone()).collect();
             Some(Stated { name, groups, add_sa_groups: true })
@@ -448,16 +387,13 @@ fn raw_from_source(src: &IdentitySource, input: &IdentityInput) -> Option<Stated
             if user.is_empty() {
                 return None;
             }
-            let mut groups = Vec::new();
-            match claims.get(groups_claim.as_str()) {
-                Some(serde_json::Value::String(g)) if !g.is_empty() => groups.push(format!("{groups_prefix}{g}")),
-                Some(serde_json::Value::Array(a)) => {
-                    for g in a.iter().filter_map(|v| v.as_str()).filter(|g| !g.is_empty()) {
-                        groups.push(format!("{groups_prefix}{g}"));
-                    }
-                }
-                _ => {}
-            }
+            let groups: Vec<&str> = match claims.get(groups_claim.as_str()) {
+                Some(serde_json::Value::String(g)) => vec![g],
+                Some(serde_json::Value::Array(a)) => a.iter().filter_map(|v| v.as_str()).collect(),
+                _ => Vec::new(),
+            };
+            let groups = groups.into_iter().filter(|g| !g.is_empty());
+            let groups = groups.map(|g| format!("{groups_prefix}{g}")).collect();
             Some(Stated { name: format!("{user_prefix}{user}"), groups, add_sa_groups: true })
         }
     }
@@ -509,47 +445,27 @@ fn forwardable(v: &str) -> bool {
 impl IdentityConfig {
     /// Lowercase exact header names the sources read (prefix-based ones: [`Self::header_prefixes`]).
     pub fn header_names(&self) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
-        for n in self.sources.iter().flat_map(IdentitySource::header_names) {
-            if !out.contains(&n) {
-                out.push(n);
-            }
-        }
-        out
+        unique(self.sources.iter().flat_map(IdentitySource::header_names))
     }
 
     /// Lowercase header-name prefixes the sources read (`x-remote-extra-`, `impersonate-extra-`).
     pub fn header_prefixes(&self) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
-        for n in self.sources.iter().flat_map(IdentitySource::header_prefixes) {
-            if !out.contains(&n) {
-                out.push(n);
-            }
-        }
-        out
+        unique(self.sources.iter().flat_map(IdentitySource::header_prefixes))
     }
 
     /// Names (lowercase, as present in `input`) of headers to remove before forwarding: those
     /// read by a `stripUntrusted` source that does not trust this peer, unless another source
     /// that does trust the peer reads the same header.
     pub fn headers_to_strip(&self, input: &IdentityInput) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
         let untrusted: Vec<&IdentitySource> =
             self.sources.iter().filter(|s| s.trust().2 && !s.trusted(input)).collect();
         if untrusted.is_empty() {
-            return out;
+            return Vec::new();
         }
         let trusted: Vec<&IdentitySource> = self.sources.iter().filter(|s| s.trusted(input)).collect();
-        for (name, _) in input.headers {
-            let lname = name.to_ascii_lowercase();
-            if out.contains(&lname) {
-                continue;
-            }
-            if untrusted.iter().any(|s| s.reads(&lname)) && !trusted.iter().any(|s| s.reads(&lname)) {
-                out.push(lname);
-            }
-        }
-        out
+        let reads = |sources: &[&IdentitySource], l: &str| sources.iter().any(|s| s.reads(l));
+        let strip = |l: &String| reads(&untrusted, l) && !reads(&trusted, l);
+        unique(input.headers.iter().map(|(name, _)| name.to_ascii_lowercase()).filter(strip))
     }
 
     /// With `setFrontProxyHeaders`: the header changes for one request. Removed: every header in
@@ -572,38 +488,29 @@ impl IdentityConfig {
         }
         let proxy_sources: Vec<&IdentitySource> =
             self.sources.iter().filter(|s| matches!(s, IdentitySource::FrontProxy { .. })).collect();
-        for name in request_header_names {
-            let lname = name.to_ascii_lowercase();
-            if out.remove.contains(&lname) {
-                continue;
-            }
-            if lname.starts_with(FORWARD_STRIP_PREFIX) || proxy_sources.iter().any(|s| s.reads(&lname)) {
-                out.remove.push(lname);
-            }
-        }
+        let names = request_header_names.into_iter().map(str::to_ascii_lowercase);
+        out.remove = unique(names.filter(|l| {
+            l.starts_with(FORWARD_STRIP_PREFIX) || proxy_sources.iter().any(|s| s.reads(l))
+        }));
         let Some((src, Stated { name, groups, .. })) = first_source(self, input) else { return out };
         if !forwardable(&name) {
             return out;
         }
         out.add.push((FORWARD_USER_HEADER.to_string(), name));
-        let mut seen: Vec<&str> = Vec::new();
-        for g in &groups {
-            if forwardable(g) && !seen.contains(&g.as_str()) {
-                seen.push(g);
-                out.add.push((FORWARD_GROUP_HEADER.to_string(), g.clone()));
+        let groups = unique(groups.into_iter().filter(|g| forwardable(g)));
+        out.add.extend(groups.into_iter().map(|g| (FORWARD_GROUP_HEADER.to_string(), g)));
+        let prefix = match src {
+            IdentitySource::FrontProxy { extra_header_prefix: p, .. } if !p.is_empty() => {
+                p.to_ascii_lowercase()
             }
-        }
-        if let IdentitySource::FrontProxy { extra_header_prefix, .. } = src {
-            let prefix = extra_header_prefix.to_ascii_lowercase();
-            if !prefix.is_empty() {
-                for (n, v) in input.headers {
-                    let lname = n.to_ascii_lowercase();
-                    let Some(key) = lname.strip_prefix(prefix.as_str()) else { continue };
-                    let Ok(v) = std::str::from_utf8(v) else { continue };
-                    if is_token(key) && forwardable(v) {
-                        out.add.push((format!("{FORWARD_EXTRA_PREFIX}{key}"), v.to_string()));
-                    }
-                }
+            _ => return out,
+        };
+        for (n, v) in input.headers {
+            let lname = n.to_ascii_lowercase();
+            let Some(key) = lname.strip_prefix(prefix.as_str()) else { continue };
+            let Ok(v) = std::str::from_utf8(v) else { continue };
+            if is_token(key) && forwardable(v) {
+                out.add.push((format!("{FORWARD_EXTRA_PREFIX}{key}"), v.to_string()));
             }
         }
         out
@@ -628,19 +535,17 @@ impl IdentityConfig {
             }
             match s {
                 IdentitySource::FrontProxy { user_header, group_header, .. } => {
-                    if !is_token(user_header) {
-                        errs.push(format!("identity.sources[{i}].userHeader: {user_header:?} is not a valid header name"));
-                    }
-                    if !is_token(group_header) {
-                        errs.push(format!("identity.sources[{i}].groupHeader: {group_header:?} is not a valid header name"));
+                    for (key, h) in [("userHeader", user_header), ("groupHeader", group_header)] {
+                        if !is_token(h) {
+                            errs.push(format!("identity.sources[{i}].{key}: {h:?} is not a valid header name"));
+                        }
                     }
                 }
                 IdentitySource::Jwt { user_claim, groups_claim, .. } => {
-                    if user_claim.is_empty() {
-                        errs.push(format!("identity.sources[{i}].userClaim must not be empty"));
-                    }
-                    if groups_claim.is_empty() {
-                        errs.push(format!("identity.sources[{i}].groupsClaim must not be empty"));
+                    for (key, claim) in [("userClaim", user_claim), ("groupsClaim", groups_claim)] {
+                        if claim.is_empty() {
+                            errs.push(format!("identity.sources[{i}].{key} must not be empty"));
+                        }
                     }
                 }
                 _ => {}
@@ -648,6 +553,17 @@ impl IdentityConfig {
         }
         errs
     }
+}
+
+/// The items in first-seen order, without repeats.
+fn unique<T: PartialEq>(items: impl IntoIterator<Item = T>) -> Vec<T> {
+    let mut out = Vec::new();
+    for x in items {
+        if !out.contains(&x) {
+            out.push(x);
+        }
+    }
+    out
 }
 
 /// RFC 7230 token.

@@ -25,36 +25,39 @@ impl<'a> Pb<'a> {
         }
         None
     }
-    fn bytes(&mut self) -> Option<&'a [u8]> {
-        let n = usize::try_from(self.varint()?).ok()?;
-        let end = self.pos.checked_add(n)?;
-        let s = self.b.get(self.pos..end)?;
-        self.pos = end;
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let s = self.b.get(self.pos..self.pos.checked_add(n)?)?;
+        self.pos += n;
         Some(s)
     }
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = usize::try_from(self.varint()?).ok()?;
+        self.take(n)
+    }
     fn fixed64(&mut self) -> Option<u64> {
-        let s = self.b.get(self.pos..self.pos.checked_add(8)?)?;
-        self.pos += 8;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(s);
-        Some(u64::from_le_bytes(a))
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
     }
     /// Skips a field of the given wire type.
     fn skip(&mut self, wire: u64) -> Option<()> {
         match wire {
-            0 => self.varint().map(|_| ()),
-            1 => self.fixed64().map(|_| ()),
-            2 => self.bytes().map(|_| ()),
-            5 => {
-                self.pos = self.pos.checked_add(4)?;
-                (self.pos <= self.b.len()).then_some(())
-            }
+            0 => self.varint().map(drop),
+            1 => self.take(8).map(drop),
+            2 => self.bytes().map(drop),
+            5 => self.take(4).map(drop),
             _ => None,
         }
     }
-    fn done(&self) -> bool {
-        self.pos >= self.b.len()
+}
+
+/// Calls `f` with each field's number and wire type, positioned at its payload; `f` reads or
+/// skips it.
+fn fields<'a>(b: &'a [u8], mut f: impl FnMut(&mut Pb<'a>, u64, u64) -> Option<()>) -> Option<()> {
+    let mut p = Pb { b, pos: 0 };
+    while p.pos < b.len() {
+        let key = p.varint()?;
+        f(&mut p, key >> 3, key & 7)?;
     }
+    Some(())
 }
 
 /// Decodes a `Struct` message; `None` on malformed input.
@@ -66,28 +69,23 @@ fn struct_at(b: &[u8], depth: u32) -> Option<Value> {
     if depth > MAX_DEPTH {
         return None;
     }
-    let mut p = Pb { b, pos: 0 };
     let mut map = Map::new();
-    while !p.done() {
-        let key = p.varint()?;
-        if key >> 3 == 1 && key & 7 == 2 {
-            let entry = p.bytes()?;
-            let mut e = Pb { b: entry, pos: 0 };
-            let mut name = String::new();
-            let mut value = Value::Null;
-            while !e.done() {
-                let k = e.varint()?;
-                match (k >> 3, k & 7) {
+    fields(b, |p, num, wire| match (num, wire) {
+        (1, 2) => {
+            let (mut name, mut value) = (String::new(), Value::Null);
+            fields(p.bytes()?, |e, num, wire| {
+                match (num, wire) {
                     (1, 2) => name = String::from_utf8_lossy(e.bytes()?).into_owned(),
                     (2, 2) => value = value_at(e.bytes()?, depth + 1)?,
                     (_, w) => e.skip(w)?,
                 }
-            }
+                Some(())
+            })?;
             map.insert(name, value);
-        } else {
-            p.skip(key & 7)?;
+            Some(())
         }
-    }
+        (_, w) => p.skip(w),
+    })?;
     Some(Value::Object(map))
 }
 
@@ -95,53 +93,45 @@ fn value_at(b: &[u8], depth: u32) -> Option<Value> {
     if depth > MAX_DEPTH {
         return None;
     }
-    let mut p = Pb { b, pos: 0 };
     let mut v = Value::Null;
-    while !p.done() {
-        let k = p.varint()?;
-        v = match (k >> 3, k & 7) {
+    fields(b, |p, num, wire| {
+        v = match (num, wire) {
             (1, 0) => {
                 p.varint()?;
                 Value::Null
             }
-            (2, 1) => Number::from_f64(f64::from_bits(p.fixed64()?)).map(Value::Number).unwrap_or(Value::Null),
+            (2, 1) => Number::from_f64(f64::from_bits(p.fixed64()?)).map_or(Value::Null, Value::Number),
             (3, 2) => Value::String(String::from_utf8_lossy(p.bytes()?).into_owned()),
             (4, 0) => Value::Bool(p.varint()? != 0),
             (5, 2) => struct_at(p.bytes()?, depth + 1)?,
             (6, 2) => {
-                let lb = p.bytes()?;
-                let mut l = Pb { b: lb, pos: 0 };
                 let mut items = Vec::new();
-                while !l.done() {
-                    let lk = l.varint()?;
-                    if lk >> 3 == 1 && lk & 7 == 2 {
+                fields(p.bytes()?, |l, num, wire| match (num, wire) {
+                    (1, 2) => {
                         items.push(value_at(l.bytes()?, depth + 1)?);
-                    } else {
-                        l.skip(lk & 7)?;
+                        Some(())
                     }
-                }
+                    (_, w) => l.skip(w),
+                })?;
                 Value::Array(items)
             }
-            (_, w) => {
-                p.skip(w)?;
-                continue;
-            }
+            // Unknown fields leave the value as it is.
+            (_, w) => return p.skip(w),
         };
-    }
+        Some(())
+    })?;
     Some(v)
 }
 
 /// The claims inside `jwt_authn`'s metadata: the filter stores the payload under the name set
 /// by `payload_in_metadata`; when the struct is a single such object, return that object.
 pub fn claims_of(v: Value) -> Value {
-    if let Value::Object(m) = &v {
-        if m.len() == 1 {
-            if let Some(inner @ Value::Object(_)) = m.values().next() {
-                return inner.clone();
-            }
+    match v {
+        Value::Object(m) if m.len() == 1 && m.values().all(Value::is_object) => {
+            m.into_iter().next().map_or(Value::Null, |(_, inner)| inner)
         }
+        v => v,
     }
-    v
 }
 
 #[cfg(test)]

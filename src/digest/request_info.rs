@@ -72,10 +72,10 @@ pub struct RequestInfo {
     pub resource: String,
     pub subresource: String,
     pub name: String,
-    /// Where upstream's `Parts` are in `path`: (byte offset, byte length, segment count) of the
-    /// segments left after the API prefix, group, version, verb and namespace; read them with
+    /// Where upstream's `Parts` are in `path`: the byte range (start, end) of the segments left
+    /// after the API prefix, group, version, verb and namespace; read them with
     /// [`RequestInfo::parts`] (kept as a range so the request path allocates no vector).
-    pub parts_range: (usize, usize, usize),
+    pub parts_range: (usize, usize),
     /// `RequestInfo.FieldSelector` (only for list/watch/deletecollection not via path prefix).
     pub field_selector: String,
     /// `RequestInfo.LabelSelector` (same condition).
@@ -94,22 +94,19 @@ const LONG_RUNNING_SUBRESOURCES: [&str; 5] = ["attach", "exec", "proxy", "log", 
 impl RequestInfo {
     /// Upstream `RequestInfo.Parts`.
     pub fn parts(&self) -> Vec<String> {
-        let (at, len, count) = self.parts_range;
-        let rest = self.path.get(at..at.saturating_add(len)).unwrap_or_default();
-        Segments { rest, len: count }.to_vec()
+        let (start, end) = self.parts_range;
+        Segments(self.path.get(start..end).unwrap_or_default()).map(String::from).collect()
     }
     /// kube-apiserver's `LongRunningFunc` (`longrunning.go: BasicLongRunningRequestCheck`): verbs
     /// {watch, proxy}; subresources {attach, exec, proxy, log, portforward} of resource requests;
     /// non-resource paths under `/debug/pprof/`.
     pub fn is_long_running(&self) -> bool {
-        if LONG_RUNNING_VERBS.contains(&self.verb.as_str()) {
-            return true;
-        }
-        if self.is_resource_request {
-            LONG_RUNNING_SUBRESOURCES.contains(&self.subresource.as_str())
-        } else {
-            self.path.starts_with("/debug/pprof/")
-        }
+        LONG_RUNNING_VERBS.contains(&self.verb.as_str())
+            || if self.is_resource_request {
+                LONG_RUNNING_SUBRESOURCES.contains(&self.subresource.as_str())
+            } else {
+                self.path.starts_with("/debug/pprof/")
+            }
     }
 
     /// `isWatchRequest` of the APF filter: verb `watch`.
@@ -118,13 +115,10 @@ impl RequestInfo {
     }
 }
 
-fn unhex(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
+/// The byte the two hex digits at the start of `s` spell.
+pub(crate) fn hex_byte(s: &[u8]) -> Option<u8> {
+    let digit = |i: usize| char::from(*s.get(i)?).to_digit(16);
+    u8::try_from(digit(0)? * 16 + digit(1)?).ok()
 }
 
 /// Percent-decodes `s`. `plus_is_space` for query components. Returns the bytes and whether a
@@ -134,56 +128,40 @@ fn percent_decode(s: &[u8], plus_is_space: bool) -> (Vec<u8>, bool) {
     let mut bad = false;
     let mut i = 0;
     while let Some(&b) = s.get(i) {
-        if b == b'%' {
-            let hi = s.get(i + 1).copied().and_then(unhex);
-            let lo = s.get(i + 2).copied().and_then(unhex);
-            if let (Some(h), Some(l)) = (hi, lo) {
-                out.push(h * 16 + l);
-                i += 3;
-                continue;
-            }
-            bad = true;
-            out.push(b);
-        } else if b == b'+' && plus_is_space {
-            out.push(b' ');
-        } else {
-            out.push(b);
-        }
         i += 1;
+        match b {
+            b'%' => match s.get(i..).and_then(hex_byte) {
+                Some(d) => {
+                    out.push(d);
+                    i += 2;
+                }
+                None => {
+                    bad = true;
+                    out.push(b);
+                }
+            },
+            b'+' if plus_is_space => out.push(b' '),
+            _ => out.push(b),
+        }
     }
     (out, bad)
 }
 
 fn lossy(b: Vec<u8>) -> String {
-    match String::from_utf8(b) {
-        Ok(s) => s,
-        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
-    }
+    String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 /// Go `url.ParseQuery`: ordered (key, value) pairs; malformed pairs are dropped.
 pub fn parse_query(raw: &[u8]) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    for pair in raw.split(|&b| b == b'&') {
-        if pair.is_empty() || pair.contains(&b';') {
-            continue;
-        }
-        let (k, v) = match pair.iter().position(|&b| b == b'=') {
-            Some(i) => (pair.get(..i).unwrap_or_default(), pair.get(i + 1..).unwrap_or_default()),
-            None => (pair, &[][..]),
-        };
-        let (k, kbad) = percent_decode(k, true);
-        let (v, vbad) = percent_decode(v, true);
-        if kbad || vbad {
-            continue;
-        }
-        out.push((lossy(k), lossy(v)));
-    }
-    out
-}
-
-fn first<'a>(q: &'a [(String, String)], key: &str) -> Option<&'a str> {
-    q.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    let pairs = raw.split(|&b| b == b'&').filter(|pair| !pair.is_empty() && !pair.contains(&b';'));
+    pairs
+        .filter_map(|pair| {
+            let mut kv = pair.splitn(2, |&b| b == b'=');
+            let (k, kbad) = percent_decode(kv.next().unwrap_or_default(), true);
+            let (v, vbad) = percent_decode(kv.next().unwrap_or_default(), true);
+            (!kbad && !vbad).then(|| (lossy(k), lossy(v)))
+        })
+        .collect()
 }
 
 /// apimachinery's lenient bool conversion: only "0" and "false" (any case) are false.
@@ -191,73 +169,42 @@ fn lenient_bool(v: &str) -> bool {
     !(v == "0" || v.eq_ignore_ascii_case("false"))
 }
 
-/// Go `strconv.ParseInt(s, 10, 64)`.
-pub(crate) fn go_parse_i64(s: &str) -> Option<i64> {
-    let (neg, digits) = match s.as_bytes().first() {
-        Some(b'-') => (true, s.get(1..)?),
-        Some(b'+') => (false, s.get(1..)?),
-        _ => (false, s),
-    };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+/// The list options of a raw query (no parsing at all for the common empty query). Integers
+/// parse as Go's `strconv.ParseInt(s, 10, 64)` does.
+fn parse_list_query(raw_query: &[u8]) -> ListQuery {
+    if raw_query.is_empty() {
+        // Every option absent, and empty selectors parse.
+        return ListQuery::default();
     }
-    let mut v: i128 = 0;
-    for b in digits.bytes() {
-        v = v.checked_mul(10)?.checked_add(i128::from(b - b'0'))?;
-        if v > i128::from(i64::MAX) + 1 {
-            return None;
-        }
+    let q = parse_query(raw_query);
+    let get = |key: &str| q.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+    let text = |key| get(key).unwrap_or_default().to_string();
+    let limit = get("limit").map(str::parse::<i64>).transpose();
+    let timeout_seconds = get("timeoutSeconds").map(str::parse::<i64>).transpose();
+    let timeout = get("timeout").filter(|t| !t.is_empty()).map(parse_go_duration).transpose();
+    let (field_selector, label_selector) = (text("fieldSelector"), text("labelSelector"));
+    ListQuery {
+        options_error: limit.is_err() || timeout_seconds.is_err(),
+        limit: limit.ok().flatten().unwrap_or(0),
+        timeout_seconds: timeout_seconds.ok().flatten(),
+        continue_token: text("continue"),
+        resource_version: text("resourceVersion"),
+        resource_version_match: text("resourceVersionMatch"),
+        send_initial_events: get("sendInitialEvents").map(lenient_bool),
+        watch: get("watch").is_some_and(lenient_bool),
+        selector_error: selectors::parse_field_selector(&field_selector).is_none()
+            || !selectors::label_selector_is_valid(&label_selector),
+        field_selector,
+        label_selector,
+        timeout_invalid: timeout.is_err(),
+        timeout: timeout.ok().flatten(),
     }
-    let v = if neg { -v } else { v };
-    i64::try_from(v).ok()
-}
-
-fn parse_list_query(q: &[(String, String)]) -> ListQuery {
-    let mut lq = ListQuery::default();
-    if let Some(v) = first(q, "limit") {
-        match go_parse_i64(v) {
-            Some(n) => lq.limit = n,
-            None => lq.options_error = true,
-        }
-    }
-    if let Some(v) = first(q, "timeoutSeconds") {
-        match go_parse_i64(v) {
-            Some(n) => lq.timeout_seconds = Some(n),
-            None => lq.options_error = true,
-        }
-    }
-    lq.continue_token = first(q, "continue").unwrap_or_default().to_string();
-    lq.resource_version = first(q, "resourceVersion").unwrap_or_default().to_string();
-    lq.resource_version_match = first(q, "resourceVersionMatch").unwrap_or_default().to_string();
-    lq.send_initial_events = first(q, "sendInitialEvents").map(lenient_bool);
-    lq.watch = first(q, "watch").map(lenient_bool).unwrap_or(false);
-    lq.field_selector = first(q, "fieldSelector").unwrap_or_default().to_string();
-    lq.label_selector = first(q, "labelSelector").unwrap_or_default().to_string();
-    if selectors::parse_field_selector(&lq.field_selector).is_none()
-        || !selectors::label_selector_is_valid(&lq.label_selector)
-    {
-        lq.selector_error = true;
-    }
-    if let Some(t) = first(q, "timeout") {
-        if !t.is_empty() {
-            match parse_go_duration(t) {
-                Ok(d) => lq.timeout = Some(d),
-                Err(_) => lq.timeout_invalid = true,
-            }
-        }
-    }
-    lq
 }
 
 /// Splits a request target into (decoded path, raw query, malformed flag).
 fn split_target(path_and_query: &[u8]) -> (String, &[u8], bool) {
-    let (raw_path, raw_query) = match path_and_query.iter().position(|&b| b == b'?') {
-        Some(i) => (
-            path_and_query.get(..i).unwrap_or_default(),
-            path_and_query.get(i + 1..).unwrap_or_default(),
-        ),
-        None => (path_and_query, &[][..]),
-    };
+    let mut it = path_and_query.splitn(2, |&b| b == b'?');
+    let (raw_path, raw_query) = (it.next().unwrap_or_default(), it.next().unwrap_or_default());
     let ctl = path_and_query.iter().any(|&b| b < 0x20 || b == 0x7f);
     if !raw_path.contains(&b'%') {
         // Nothing to decode: one allocation for the path.
@@ -267,70 +214,29 @@ fn split_target(path_and_query: &[u8]) -> (String, &[u8], bool) {
     (lossy(path), raw_query, bad || ctl)
 }
 
-/// The list options of a raw query (no parsing at all for the common empty query).
-fn list_query_of(raw_query: &[u8]) -> ListQuery {
-    if raw_query.is_empty() {
-        // `parse_list_query(&[])`: every option absent, empty selectors parse.
-        return ListQuery::default();
-    }
-    parse_list_query(&parse_query(raw_query))
-}
-
-/// The segments of a path split as upstream's `splitPath` does (`strings.Trim(path, "/")`,
-/// then `strings.Split(…, "/")`, nothing for an empty path), borrowed, with the remaining
-/// count known up front.
+/// The segments of a path as upstream's `splitPath` yields them (`strings.Trim(path, "/")`,
+/// then `strings.Split(…, "/")`, nothing for an empty path), borrowed: the text of the
+/// segments not consumed yet. Copying it peeks without consuming.
 #[derive(Clone, Copy)]
-struct Segments<'a> {
-    rest: &'a str,
-    len: usize,
+struct Segments<'a>(&'a str);
+
+impl<'a> Iterator for Segments<'a> {
+    type Item = &'a str;
+    fn next(&mut self) -> Option<&'a str> {
+        if self.0.is_empty() {
+            return None;
+        }
+        // The text never ends with '/' (trimmed), so no trailing empty segment is lost.
+        let (seg, rest) = self.0.split_once('/').unwrap_or((self.0, ""));
+        self.0 = rest;
+        Some(seg)
+    }
 }
 
 impl<'a> Segments<'a> {
-    fn new(path: &'a str) -> Self {
-        // `strings.Trim(path, "/")` on bytes ('/' is ASCII, so the cuts are char boundaries).
-        let b = path.as_bytes();
-        let start = b.iter().position(|&c| c != b'/').unwrap_or(b.len());
-        let end = b.iter().rposition(|&c| c != b'/').map_or(start, |i| i + 1);
-        let t = path.get(start..end.max(start)).unwrap_or_default();
-        let len = if t.is_empty() { 0 } else { t.bytes().filter(|&c| c == b'/').count() + 1 };
-        Segments { rest: t, len }
-    }
-    fn len(&self) -> usize {
-        self.len
-    }
-    fn advance(&mut self) -> Option<&'a str> {
-        if self.len == 0 {
-            return None;
-        }
-        self.len -= 1;
-        match self.rest.bytes().position(|c| c == b'/') {
-            Some(i) => {
-                let seg = self.rest.get(..i).unwrap_or_default();
-                self.rest = self.rest.get(i + 1..).unwrap_or_default();
-                Some(seg)
-            }
-            None => {
-                let seg = self.rest;
-                self.rest = "";
-                Some(seg)
-            }
-        }
-    }
-    /// The first three segments (without consuming them).
-    fn peek3(&self) -> [Option<&'a str>; 3] {
-        let mut c = *self;
-        [c.advance(), c.advance(), c.advance()]
-    }
-    fn first(&self) -> Option<&'a str> {
-        let mut c = *self;
-        c.advance()
-    }
-    fn to_vec(mut self) -> Vec<String> {
-        let mut out = Vec::with_capacity(self.len);
-        while let Some(s) = self.advance() {
-            out.push(s.to_string());
-        }
-        out
+    fn peek3(self) -> [Option<&'a str>; 3] {
+        let mut c = self;
+        [c.next(), c.next(), c.next()]
     }
 }
 
@@ -339,33 +245,24 @@ impl<'a> Segments<'a> {
 /// replaced by U+FFFD.
 pub fn parse_generic(method: &str, path_and_query: &[u8], namespace: Option<&[u8]>) -> RequestInfo {
     let (path, raw_query, bad) = split_target(path_and_query);
+    let namespace = namespace.map(|n| String::from_utf8_lossy(n.trim_ascii()).into_owned());
     RequestInfo {
-        is_resource_request: false,
-        path,
-        verb: method.to_ascii_lowercase(),
-        namespace: namespace.map(|n| String::from_utf8_lossy(n.trim_ascii()).into_owned()).unwrap_or_default(),
-        invalid: bad,
-        query: list_query_of(raw_query),
-        ..RequestInfo::default()
+        namespace: namespace.unwrap_or_default(),
+        ..non_resource(method, path, bad, parse_list_query(raw_query))
     }
 }
 
 /// The verb of a resource request not named by the path (`POST` → create, …), by method.
 fn method_verb(method: &str) -> &'static str {
-    let is = |m: &str| method.eq_ignore_ascii_case(m);
-    if is("POST") {
-        "create"
-    } else if is("GET") || is("HEAD") {
-        "get"
-    } else if is("PUT") {
-        "update"
-    } else if is("PATCH") {
-        "patch"
-    } else if is("DELETE") {
-        "delete"
-    } else {
-        ""
-    }
+    const VERBS: [(&str, &str); 6] = [
+        ("POST", "create"),
+        ("GET", "get"),
+        ("HEAD", "get"),
+        ("PUT", "update"),
+        ("PATCH", "patch"),
+        ("DELETE", "delete"),
+    ];
+    VERBS.iter().find(|(m, _)| method.eq_ignore_ascii_case(m)).map_or("", |(_, verb)| verb)
 }
 
 /// kube-apiserver's `RequestInfoFactory.NewRequestInfo` (`requestinfo.go`).
@@ -373,28 +270,29 @@ fn method_verb(method: &str) -> &'static str {
 /// Works on borrowed path segments and allocates only the final fields.
 pub fn parse_request_info(method: &str, path_and_query: &[u8]) -> RequestInfo {
     let (path, raw_query, bad) = split_target(path_and_query);
-    let query = list_query_of(raw_query);
-    let mut cur = Segments::new(&path);
-    let api_prefix = match cur.first() {
-        Some(p) if cur.len() >= 3 && API_PREFIXES.contains(&p) => p,
+    let query = parse_list_query(raw_query);
+    let mut cur = Segments(path.trim_matches('/'));
+    let api_prefix = match cur.peek3() {
+        [Some(p), Some(_), Some(_)] if API_PREFIXES.contains(&p) => p,
         _ => return non_resource(method, path, bad, query),
     };
-    cur.advance();
+    cur.next();
     let mut api_group = "";
     if !GROUPLESS_API_PREFIXES.contains(&api_prefix) {
-        if cur.len() < 3 {
+        let [Some(group), Some(_), Some(_)] = cur.peek3() else {
             return non_resource(method, path, bad, query);
-        }
-        api_group = cur.advance().unwrap_or_default();
+        };
+        api_group = group;
+        cur.next();
     }
     let mut invalid = bad;
     // At least two segments remain here (checked above), so the version is always present.
-    let api_version = cur.advance().unwrap_or_default();
+    let api_version = cur.next().unwrap_or_default();
 
     let mut verb_via_path = false;
-    let mut verb: &str = match cur.first() {
-        Some(v @ ("proxy" | "watch")) => {
-            if cur.len() < 2 {
+    let mut verb: &str = match cur.peek3() {
+        [Some(v @ ("proxy" | "watch")), next, _] => {
+            if next.is_none() {
                 // upstream: "unable to determine kind and namespace from url" (500)
                 return RequestInfo {
                     is_resource_request: true,
@@ -408,7 +306,7 @@ pub fn parse_request_info(method: &str, path_and_query: &[u8]) -> RequestInfo {
                     ..RequestInfo::default()
                 };
             }
-            cur.advance();
+            cur.next();
             verb_via_path = true;
             v
         }
@@ -418,40 +316,34 @@ pub fn parse_request_info(method: &str, path_and_query: &[u8]) -> RequestInfo {
     let mut namespace = "";
     if let [Some("namespaces"), Some(ns), third] = cur.peek3() {
         namespace = ns;
-        if let Some(third) = third {
-            if third != "status" && third != "finalize" {
-                cur.advance();
-                cur.advance();
-            }
+        if third.is_some_and(|t| t != "status" && t != "finalize") {
+            cur.next();
+            cur.next();
         }
     }
 
-    let parts = cur;
-    let [p0, p1, p2] = parts.peek3();
-    let subresource = if parts.len() >= 3 && verb != "proxy" { p2.unwrap_or_default() } else { "" };
-    let mut name = p1.unwrap_or_default();
-    let resource = p0.unwrap_or_default();
+    // `cur` now holds upstream's `Parts`: resource/name/subresource/...
+    let [resource, name, subresource] = cur.peek3();
+    let subresource = subresource.filter(|_| verb != "proxy").unwrap_or_default();
+    let mut name = name.unwrap_or_default().to_string();
+    let resource = resource.unwrap_or_default();
     // An empty path segment (`/api/v1//pods`) yields an empty resource, as upstream's
     // splitPath does; kube-apiserver then answers 404. Flag it so callers know.
     if resource.is_empty() {
         invalid = true;
     }
 
-    let mut selected_name: Option<String> = None;
     if name.is_empty() && verb == "get" {
         verb = if query.watch { "watch" } else { "list" };
         // When decoding the list options fails, only `watch` is read.
-        if !query.decode_failed() && !query.field_selector.is_empty() {
-            if let Some(terms) = selectors::parse_field_selector(&query.field_selector) {
-                if let Some(n) = selectors::requires_exact_match(&terms, "metadata.name") {
-                    if is_valid_path_segment_name(n) {
-                        selected_name = Some(n.to_string());
-                    }
-                }
-            }
-        }
-        if let Some(n) = &selected_name {
-            name = n;
+        let terms = if query.decode_failed() || query.field_selector.is_empty() {
+            None
+        } else {
+            selectors::parse_field_selector(&query.field_selector)
+        };
+        match terms.as_deref().and_then(|t| selectors::requires_exact_match(t, "metadata.name")) {
+            Some(n) if is_valid_path_segment_name(n) => name = n.to_string(),
+            _ => {}
         }
     }
     if name.is_empty() && verb == "delete" {
@@ -463,6 +355,8 @@ pub fn parse_request_info(method: &str, path_and_query: &[u8]) -> RequestInfo {
         } else {
             (String::new(), String::new())
         };
+    // `cur` is a suffix of the trimmed path: its range in `path`.
+    let parts_end = path.trim_end_matches('/').len();
     RequestInfo {
         is_resource_request: true,
         verb: verb.to_string(),
@@ -472,24 +366,13 @@ pub fn parse_request_info(method: &str, path_and_query: &[u8]) -> RequestInfo {
         namespace: namespace.to_string(),
         resource: resource.to_string(),
         subresource: subresource.to_string(),
-        name: name.to_string(),
-        parts_range: parts_range(&path, parts),
+        name,
+        parts_range: (parts_end.saturating_sub(cur.0.len()), parts_end),
         field_selector,
         label_selector,
         invalid,
         query,
         path,
-    }
-}
-
-/// The range of `parts` (a suffix of `path`'s segments) within `path`.
-fn parts_range(path: &str, parts: Segments) -> (usize, usize, usize) {
-    if parts.len == 0 || parts.rest.is_empty() {
-        return (0, 0, 0);
-    }
-    match (parts.rest.as_ptr() as usize).checked_sub(path.as_ptr() as usize) {
-        Some(at) if at.saturating_add(parts.rest.len()) <= path.len() => (at, parts.rest.len(), parts.len),
-        _ => (0, 0, 0),
     }
 }
 
@@ -506,6 +389,8 @@ fn is_valid_path_segment_name(name: &str) -> bool {
 /// Field and label selector parsing (apimachinery `fields.ParseSelector`, `labels.Parse`), only
 /// as far as needed to know whether they parse and which `metadata.name` they pin.
 pub mod selectors {
+    use std::iter::Peekable;
+
     /// One parsed field-selector term.
     #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct FieldTerm {
@@ -515,81 +400,47 @@ pub mod selectors {
         pub value: String,
     }
 
-    /// Splits on `,` not escaped with a backslash (`splitTerms`).
-    fn split_terms(s: &str) -> Vec<&str> {
-        if s.is_empty() {
-            return Vec::new();
-        }
-        let mut out = Vec::new();
-        let mut start = 0;
-        let mut escaped = false;
-        for (i, c) in s.char_indices() {
-            if escaped {
-                escaped = false;
-            } else if c == '\\' {
-                escaped = true;
-            } else if c == ',' {
-                out.push(s.get(start..i).unwrap_or_default());
-                start = i + 1;
-            }
-        }
-        out.push(s.get(start..).unwrap_or_default());
-        out
-    }
-
+    /// A field-selector value with its backslash escapes (`\\`, `\,`, `\=`) undone; an
+    /// unescaped `,` or `=` or any other escape is an error.
     fn unescape_value(s: &str) -> Option<String> {
         let mut out = String::with_capacity(s.len());
-        let mut in_slash = false;
-        for c in s.chars() {
-            if in_slash {
-                match c {
-                    '\\' | ',' | '=' => out.push(c),
-                    _ => return None,
-                }
-                in_slash = false;
-                continue;
-            }
+        let mut chars = s.chars();
+        while let Some(c) = chars.next() {
             match c {
-                '\\' => in_slash = true,
+                '\\' => match chars.next()? {
+                    c @ ('\\' | ',' | '=') => out.push(c),
+                    _ => return None,
+                },
                 ',' | '=' => return None,
                 _ => out.push(c),
             }
-        }
-        if in_slash {
-            return None;
         }
         Some(out)
     }
 
     /// `fields.ParseSelector` (None = parse error): terms sorted as upstream sorts them.
     pub fn parse_field_selector(s: &str) -> Option<Vec<FieldTerm>> {
-        let mut parts = split_terms(s);
+        // `splitTerms`: split on `,` not escaped with a backslash.
+        let mut escaped = false;
+        let mut parts: Vec<&str> = s
+            .split(|c| {
+                let split = !escaped && c == ',';
+                escaped = !escaped && c == '\\';
+                split
+            })
+            .collect();
         parts.sort_unstable();
-        let mut out = Vec::new();
-        for part in parts {
-            if part.is_empty() {
-                continue;
-            }
-            let mut found = None;
-            for (i, _) in part.char_indices() {
-                let rest = part.get(i..).unwrap_or_default();
-                if rest.starts_with("!=") {
-                    found = Some((i, 2, false));
-                } else if rest.starts_with("==") {
-                    found = Some((i, 2, true));
-                } else if rest.starts_with('=') {
-                    found = Some((i, 1, true));
-                }
-                if found.is_some() {
-                    break;
-                }
-            }
-            let (i, oplen, equals) = found?;
+        let terms = parts.into_iter().filter(|p| !p.is_empty()).map(|part| {
+            // `splitTerm`: the first position where an operator starts.
+            let (i, op) = part.char_indices().find_map(|(i, _)| {
+                let rest = part.get(i..)?;
+                ["!=", "==", "="].into_iter().find(|op| rest.starts_with(op)).map(|op| (i, op))
+            })?;
             let field = part.get(..i).unwrap_or_default().to_string();
-            let value = unescape_value(part.get(i + oplen..).unwrap_or_default())?;
-            out.push(FieldTerm { field, equals, value });
-        }
-        Some(out)
+            let value = unescape_value(part.get(i + op.len()..).unwrap_or_default())?;
+            Some(FieldTerm { field, equals: op != "!=", value })
+        });
+        terms.collect()
     }
 
     /// `Selector.RequiresExactMatch(field)`.
@@ -597,69 +448,45 @@ pub mod selectors {
         terms.iter().find(|t| t.equals && t.field == field).map(|t| t.value.as_str())
     }
 
-    #[derive(Debug, Clone, PartialEq, Eq)]
+    /// Label-selector tokens (`labels.Lexer`); `in` and `notin` stay identifiers, since only the
+    /// operator position gives them meaning.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     enum Tok<'a> {
         Ident(&'a str),
-        In,
-        NotIn,
         Not,
-        NotEq,
+        /// `=`, `==`, `!=`.
         Eq,
-        DoubleEq,
-        Gt,
-        Lt,
+        /// `>`, `<`: the value must be an integer.
+        Cmp,
         Open,
         Close,
         Comma,
     }
 
+    const WHITESPACE: [char; 4] = [' ', '\t', '\r', '\n'];
+
     fn lex(s: &str) -> Vec<Tok<'_>> {
-        let b = s.as_bytes();
+        let ends_ident = |c: char| "=!(),><".contains(c) || WHITESPACE.contains(&c);
         let mut out = Vec::new();
-        let mut i = 0;
-        let special = |c: u8| matches!(c, b'=' | b'!' | b'(' | b')' | b',' | b'>' | b'<');
-        let ws = |c: u8| matches!(c, b' ' | b'\t' | b'\r' | b'\n');
-        while let Some(&c) = b.get(i) {
-            if ws(c) {
-                i += 1;
-                continue;
-            }
-            if special(c) {
-                let next = b.get(i + 1).copied();
-                let (t, n) = match (c, next) {
-                    (b'!', Some(b'=')) => (Tok::NotEq, 2),
-                    (b'!', _) => (Tok::Not, 1),
-                    (b'=', Some(b'=')) => (Tok::DoubleEq, 2),
-                    (b'=', _) => (Tok::Eq, 1),
-                    (b'>', _) => (Tok::Gt, 1),
-                    (b'<', _) => (Tok::Lt, 1),
-                    (b'(', _) => (Tok::Open, 1),
-                    (b')', _) => (Tok::Close, 1),
-                    _ => (Tok::Comma, 1),
-                };
-                out.push(t);
-                i += n;
-                continue;
-            }
-            let start = i;
-            while let Some(&c) = b.get(i) {
-                if ws(c) || special(c) {
-                    break;
+        let mut rest = s.trim_start_matches(WHITESPACE);
+        while let Some(c) = rest.chars().next() {
+            let (tok, len) = match (c, rest.as_bytes().get(1)) {
+                ('!' | '=', Some(b'=')) => (Tok::Eq, 2),
+                ('!', _) => (Tok::Not, 1),
+                ('=', _) => (Tok::Eq, 1),
+                ('>' | '<', _) => (Tok::Cmp, 1),
+                ('(', _) => (Tok::Open, 1),
+                (')', _) => (Tok::Close, 1),
+                (',', _) => (Tok::Comma, 1),
+                _ => {
+                    let n = rest.find(ends_ident).unwrap_or(rest.len());
+                    (Tok::Ident(rest.get(..n).unwrap_or_default()), n)
                 }
-                i += 1;
-            }
-            let id = s.get(start..i).unwrap_or_default();
-            out.push(match id {
-                "in" => Tok::In,
-                "notin" => Tok::NotIn,
-                _ => Tok::Ident(id),
-            });
+            };
+            out.push(tok);
+            rest = rest.get(len..).unwrap_or_default().trim_start_matches(WHITESPACE);
         }
         out
-    }
-
-    fn is_alnum(c: u8) -> bool {
-        c.is_ascii_alphanumeric()
     }
 
     /// Label value / qualified-name part: ≤63, `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`.
@@ -669,9 +496,9 @@ pub mod selectors {
             return allow_empty;
         }
         b.len() <= 63
-            && b.first().copied().is_some_and(is_alnum)
-            && b.last().copied().is_some_and(is_alnum)
-            && b.iter().all(|&c| is_alnum(c) || matches!(c, b'-' | b'_' | b'.'))
+            && b.first().is_some_and(u8::is_ascii_alphanumeric)
+            && b.last().is_some_and(u8::is_ascii_alphanumeric)
+            && b.iter().all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
     }
 
     fn is_dns1123_subdomain(s: &str) -> bool {
@@ -695,116 +522,70 @@ pub mod selectors {
 
     /// Whether `labels.Parse(s)` succeeds.
     pub fn label_selector_is_valid(s: &str) -> bool {
-        parse_labels(&lex(s)).is_some()
+        let toks = lex(s);
+        let mut t = toks.iter().copied().peekable();
+        while t.peek().is_some() {
+            if requirement(&mut t).is_none() {
+                return false;
+            }
+            match t.next() {
+                None => return true,
+                // A comma must be followed by another requirement.
+                Some(Tok::Comma) if t.peek().is_some() => {}
+                _ => return false,
+            }
+        }
+        true
     }
 
-    fn parse_labels(toks: &[Tok<'_>]) -> Option<()> {
-        let mut i = 0;
-        // In value context `in`/`notin` are identifiers.
-        let value_ident = |t: Option<&Tok<'_>>| -> Option<String> {
-            match t {
-                Some(Tok::Ident(s)) => Some((*s).to_string()),
-                Some(Tok::In) => Some("in".to_string()),
-                Some(Tok::NotIn) => Some("notin".to_string()),
-                _ => None,
-            }
-        };
-        loop {
-            match toks.get(i) {
-                None => return Some(()),
-                Some(Tok::Ident(_) | Tok::Not | Tok::In | Tok::NotIn) => {}
-                _ => return None,
-            }
-            // requirement
-            let mut not = false;
-            if toks.get(i) == Some(&Tok::Not) {
-                not = true;
-                i += 1;
-            }
-            let key = value_ident(toks.get(i))?;
-            i += 1;
-            if !is_qualified_name(&key) {
-                return None;
-            }
-            let at_end = matches!(toks.get(i), None | Some(Tok::Comma));
-            if not || at_end {
-                if !at_end {
+    /// One requirement: `[!]key`, `key op value` or `key in|notin (values)`.
+    fn requirement<'a>(t: &mut Peekable<impl Iterator<Item = Tok<'a>>>) -> Option<()> {
+        let not = t.next_if_eq(&Tok::Not).is_some();
+        let Some(Tok::Ident(key)) = t.next() else { return None };
+        if !is_qualified_name(key) {
+            return None;
+        }
+        let at_end = matches!(t.peek(), None | Some(Tok::Comma));
+        if not || at_end {
+            return at_end.then_some(());
+        }
+        match t.next()? {
+            Tok::Ident("in" | "notin") => {
+                if t.next()? != Tok::Open {
                     return None;
                 }
-            } else {
-                let op = toks.get(i)?.clone();
-                i += 1;
-                match op {
-                    Tok::In | Tok::NotIn => {
-                        if toks.get(i) != Some(&Tok::Open) {
-                            return None;
-                        }
-                        i += 1;
-                        let mut values = Vec::new();
-                        if toks.get(i) == Some(&Tok::Close) {
-                            values.push(String::new());
-                            i += 1;
-                        } else {
-                            loop {
-                                match toks.get(i) {
-                                    Some(Tok::Comma) => {
-                                        values.push(String::new());
-                                        i += 1;
-                                    }
-                                    t => {
-                                        let v = value_ident(t)?;
-                                        values.push(v);
-                                        i += 1;
-                                        match toks.get(i) {
-                                            Some(Tok::Comma) => {
-                                                i += 1;
-                                                if toks.get(i) == Some(&Tok::Close) {
-                                                    values.push(String::new());
-                                                    i += 1;
-                                                    break;
-                                                }
-                                            }
-                                            Some(Tok::Close) => {
-                                                i += 1;
-                                                break;
-                                            }
-                                            _ => return None,
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        if !values.iter().all(|v| is_name_part(v, true)) {
-                            return None;
-                        }
+                if t.next_if_eq(&Tok::Close).is_some() {
+                    return Some(());
+                }
+                loop {
+                    // Empty values (`(a,,b)`, `(a,)`) are allowed.
+                    match t.next()? {
+                        Tok::Comma => {}
+                        Tok::Ident(v) if is_name_part(v, true) => match t.next()? {
+                            Tok::Close => return Some(()),
+                            Tok::Comma if t.next_if_eq(&Tok::Close).is_some() => return Some(()),
+                            Tok::Comma => {}
+                            _ => return None,
+                        },
+                        _ => return None,
                     }
-                    Tok::Eq | Tok::DoubleEq | Tok::NotEq | Tok::Gt | Tok::Lt => {
-                        let v = if matches!(toks.get(i), None | Some(Tok::Comma)) {
-                            String::new()
-                        } else {
-                            let v = value_ident(toks.get(i))?;
-                            i += 1;
-                            v
-                        };
-                        if matches!(op, Tok::Gt | Tok::Lt) {
-                            super::go_parse_i64(&v)?;
-                        } else if !is_name_part(&v, true) {
-                            return None;
-                        }
-                    }
-                    _ => return None,
                 }
             }
-            match toks.get(i) {
-                None => return Some(()),
-                Some(Tok::Comma) => {
-                    i += 1;
-                    if !matches!(toks.get(i), Some(Tok::Ident(_) | Tok::Not | Tok::In | Tok::NotIn)) {
-                        return None;
-                    }
+            op @ (Tok::Eq | Tok::Cmp) => {
+                let v = match t.peek() {
+                    None | Some(Tok::Comma) => "",
+                    _ => match t.next()? {
+                        Tok::Ident(v) => v,
+                        _ => return None,
+                    },
+                };
+                if op == Tok::Cmp {
+                    v.parse::<i64>().ok().map(drop)
+                } else {
+                    is_name_part(v, true).then_some(())
                 }
-                _ => return None,
             }
+            _ => None,
         }
     }
 }
