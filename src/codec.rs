@@ -54,10 +54,6 @@ impl Writer {
         self.buf.push(v as u8);
     }
     pub fn u64(&mut self, mut v: u64) {
-        if v < 0x80 {
-            self.buf.push(v as u8);
-            return;
-        }
         loop {
             let byte = (v & 0x7f) as u8;
             v >>= 7;

@@ -22,16 +22,11 @@ pub const EPSILON: f64 = 0.0000001;
 
 /// Go's `math.Min` (NaN-propagating; inputs here are finite).
 fn go_min(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() {
-        f64::NAN
-    } else if a < b {
-        a
-    } else {
-        b
-    }
+    -go_max(-a, -b)
 }
 
-fn go_max(a: f64, b: f64) -> f64 {
+/// Go's `math.Max` (NaN-propagating).
+pub(super) fn go_max(a: f64, b: f64) -> f64 {
     if a.is_nan() || b.is_nan() {
         f64::NAN
     } else if a > b {
@@ -129,20 +124,11 @@ pub fn compute_concurrency_allocation(
     if lb_max <= fair_prop && fair_prop <= ub_min {
         return Ok((rel.iter().map(|r| r.target * fair_prop).collect(), fair_prop));
     }
-    // Some bounds matter: walk the sorted relative bounds.
-    // Packed index 2*i = lower bound of item i, 2*i+1 = upper bound of item i.
-    let bound_of = |packed: usize| -> Option<(f64, usize, bool)> {
-        let item_idx = packed / 2;
-        let lower = packed.is_multiple_of(2);
-        let r = rel.get(item_idx)?;
-        Some((if lower { r.rel_lower } else { r.rel_upper }, item_idx, lower))
-    };
-    let mut ascending: Vec<usize> = (0..rel.len().saturating_mul(2)).collect();
-    ascending.sort_by(|&a, &b| {
-        let pa = bound_of(a).map(|x| x.0).unwrap_or(0.0);
-        let pb = bound_of(b).map(|x| x.0).unwrap_or(0.0);
-        pa.partial_cmp(&pb).unwrap_or(std::cmp::Ordering::Equal)
-    });
+    // Some bounds matter: walk the relative bounds (bound, target, is lower) in ascending
+    // order (stable: item by item, lower before upper among equal bounds).
+    let mut ascending: Vec<(f64, f64, bool)> =
+        rel.iter().flat_map(|r| [(r.rel_lower, r.target, true), (r.rel_upper, r.target, false)]).collect();
+    ascending.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));
     let mut sum_so_far = low_sum;
     fair_prop = lb_min;
     let mut sensitive_target_sum = 0.0f64;
@@ -155,16 +141,10 @@ pub fn compute_concurrency_allocation(
         loop {
             sensitive_target_sum += delta_sensitive_target_sum;
             num_sensitive += delta_sensitive;
-            let packed = match ascending.get(next_idx) {
-                Some(p) => *p,
-                None => {
-                    return Err("impossible: ran out of bounds to consider in bound-constrained problem".to_string())
-                }
+            let Some(&(nb, t, lower)) = ascending.get(next_idx) else {
+                return Err("impossible: ran out of bounds to consider in bound-constrained problem".to_string());
             };
-            let (nb, item_idx, lower) =
-                bound_of(packed).ok_or_else(|| "impossible: bad bound index".to_string())?;
             next_bound = nb;
-            let t = rel.get(item_idx).map(|r| r.target).unwrap_or(0.0);
             if lower {
                 delta_sensitive = 1;
                 delta_sensitive_target_sum = t;

@@ -54,15 +54,11 @@ pub struct Moments {
 }
 
 impl Moments {
-    pub fn constant(dt: f64, x: f64) -> Moments {
-        Moments { elapsed_secs: dt, integral_x: x * dt, integral_xx: x * x * dt }
-    }
-    pub fn combine(self, o: Moments) -> Moments {
-        Moments {
-            elapsed_secs: self.elapsed_secs + o.elapsed_secs,
-            integral_x: self.integral_x + o.integral_x,
-            integral_xx: self.integral_xx + o.integral_xx,
-        }
+    /// Adds (upstream `Add`) the moments of `x` held constant for `dt` seconds (`ConstantMoments`).
+    pub fn add_constant(&mut self, dt: f64, x: f64) {
+        self.elapsed_secs += dt;
+        self.integral_x += x * dt;
+        self.integral_xx += x * x * dt;
     }
     /// `(average, standard deviation)` with upstream's NaN rules.
     pub fn avg_and_std_dev(&self) -> (f64, f64) {
@@ -109,7 +105,7 @@ impl Integrator {
     fn update(&mut self, now: Nanos) {
         let dt = go_duration_seconds(now.saturating_sub(self.last_time));
         self.last_time = now;
-        self.moments = self.moments.combine(Moments::constant(dt, self.x));
+        self.moments.add_constant(dt, self.x);
     }
 
     /// Set x to a new value at time `now` (upstream `Observe`/`Set`).
@@ -126,8 +122,7 @@ impl Integrator {
 
     /// Add `dx` to x at time `now`.
     pub fn add(&mut self, now: Nanos, dx: f64) {
-        let x = self.x + dx;
-        self.set(now, x);
+        self.set(now, self.x + dx);
     }
 
     /// Integrate up to `now` and return the results.

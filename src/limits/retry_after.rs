@@ -69,14 +69,9 @@ impl DroppedRequestsTracker {
             .iter()
             .position(|&(t, _)| unix.saturating_sub(t) <= MAX_RETRY_AFTER)
             .unwrap_or(self.history.len());
-        if start > 0 {
-            self.history.drain(..start);
-        }
+        self.history.drain(..start);
         // Keep the bound even if time jumps backwards (not possible upstream with a real clock).
-        if self.history.len() > MAX_HISTORY {
-            let excess = self.history.len() - MAX_HISTORY;
-            self.history.drain(..excess);
-        }
+        self.history.drain(..self.history.len().saturating_sub(MAX_HISTORY));
     }
 
     fn update_retry_after(&mut self, unix: i64) {

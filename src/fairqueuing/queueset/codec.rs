@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 
 use super::fifo::{Queue, WaitList, Waiting};
 use super::executing::{Linger, OwnerExec};
-use super::{check_config, request_work, Counters, QueueSet, ESTIMATED_SERVICE_DURATION, MAX_QUEUES};
+use super::{request_work, Counters, QueueSet, MAX_QUEUES};
 use crate::codec::{CodecError, CodecResult, Reader, Writer};
 use crate::fairqueuing::{QueueSetConfig, RequestId, RequestTag, WorkEstimate};
 use crate::Nanos;
@@ -161,18 +161,16 @@ impl QueueSet {
             hand_size: r.u32()?,
             concurrency_limit: r.u32()?,
         };
-        if check_config(&cfg).is_err() {
-            return Err(CodecError("invalid queueset config"));
-        }
-        let current_r = r.u64()?;
-        let last_real_time = r.i64()?;
-        let robin_index = r.u32()?;
-        let enqueues = r.u64()?;
-        let next_id = r.u64()?;
-        if next_id == 0 {
+        let mut qs = QueueSet::new(cfg, 0).map_err(|_| CodecError("invalid queueset config"))?;
+        qs.current_r = r.u64()?;
+        qs.last_real_time = r.i64()?;
+        qs.robin_index = r.u32()?;
+        qs.enqueues = r.u64()?;
+        qs.next_id = r.u64()?;
+        if qs.next_id == 0 {
             return Err(CodecError("bad next id"));
         }
-        let counters = Counters {
+        qs.counters = Counters {
             dispatched: r.u64()?,
             rejected_queue_full: r.u64()?,
             rejected_concurrency_limit: r.u64()?,
@@ -182,23 +180,6 @@ impl QueueSet {
             no_accommodation: r.u64()?,
         };
         let mut ids = IdSet { ids: Vec::with_capacity(id_room) };
-        let mut qs = QueueSet {
-            cfg,
-            g: ESTIMATED_SERVICE_DURATION,
-            current_r,
-            last_real_time,
-            robin_index,
-            enqueues,
-            next_id,
-            queues: Vec::new(),
-            execs: Vec::new(),
-            lingers: Vec::new(),
-            counters,
-            tot_requests_waiting: 0,
-            tot_requests_executing: 0,
-            tot_seats_in_use: 0,
-            tot_seats_waiting: 0,
-        };
         let n = r.count(4)?;
         qs.execs.reserve(n);
         for _ in 0..n {
@@ -216,7 +197,7 @@ impl QueueSet {
         let n = r.count(4)?;
         qs.lingers.reserve(n);
         for _ in 0..n {
-            let l = Linger { until: last_real_time.wrapping_add(r.i64()?), queue: r.i32()?, owner: r.u32()?, seats: r.u64()? };
+            let l = Linger { until: qs.last_real_time.wrapping_add(r.i64()?), queue: r.i32()?, owner: r.u32()?, seats: r.u64()? };
             if l.queue < -1 {
                 return Err(CodecError("bad lingering queue"));
             }
@@ -242,7 +223,7 @@ impl QueueSet {
             }
             prev = Some(index);
             let mut q = Queue::new(index);
-            q.next_dispatch_r = current_r.wrapping_add(r.i64()? as u64);
+            q.next_dispatch_r = qs.current_r.wrapping_add(r.i64()? as u64);
             // The queue's requests, and their sums, taken from the prior state when its segment
             // is unchanged (the sums depend on the requests alone); else decoded.
             let nw = r.count(0)?;
@@ -274,16 +255,11 @@ impl QueueSet {
             qs.queues.push(q);
         }
         // Attach the executing and lingering seats to their queues (which must be stored).
-        for k in 0..qs.execs.len().saturating_add(qs.lingers.len()) {
-            let (queue, executing, lingering, seats) = match qs.execs.get(k) {
-                Some(e) => (e.queue, e.executing, 0, e.seats),
-                None => match qs.lingers.get(k.saturating_sub(qs.execs.len())) {
-                    Some(l) => (l.queue, 0, 1, l.seats),
-                    None => break,
-                },
-            };
+        let execs = qs.execs.iter().map(|e| (e.queue, e.executing, 0, e.seats));
+        for (queue, executing, lingering, seats) in execs.chain(qs.lingers.iter().map(|l| (l.queue, 0, 1, l.seats))) {
             let Ok(index) = u32::try_from(queue) else { continue };
-            let pos = qs.queue_pos(index).map_err(|_| CodecError("seats held in a queue that is not stored"))?;
+            let pos = qs.queues.binary_search_by_key(&index, |q| q.index);
+            let pos = pos.map_err(|_| CodecError("seats held in a queue that is not stored"))?;
             let q = qs.queues.get_mut(pos).ok_or(CodecError("bad queue position"))?;
             q.requests_executing = q.requests_executing.checked_add(executing).ok_or(CodecError("too many requests"))?;
             q.lingering = q.lingering.checked_add(lingering).ok_or(CodecError("too many requests"))?;
@@ -397,13 +373,8 @@ impl IdSet {
     }
 
     pub(super) fn has_duplicates(&mut self) -> bool {
-        let Some((lo, hi)) = self.ids.iter().fold(None, |b, &id| Some(b.map_or((id, id), |(lo, hi): (u64, u64)| (lo.min(id), hi.max(id))))) else { return false };
-        // A bitmap no larger than the ids span (usually a few hundred ids: 8 words).
-        let span = hi - lo;
-        if span < 512 {
-            return Self::repeats(&self.ids, lo, &mut [0u64; 8]);
-        }
-        if span < Self::WINDOW {
+        let (Some(&lo), Some(&hi)) = (self.ids.iter().min(), self.ids.iter().max()) else { return false };
+        if hi - lo < Self::WINDOW {
             return Self::repeats(&self.ids, lo, &mut [0u64; (IdSet::WINDOW / 64) as usize]);
         }
         self.ids.sort_unstable();
@@ -451,9 +422,7 @@ pub(super) fn decode_segment(seg: &[u8], n: usize) -> CodecResult<WaitList> {
     if r.remaining() != 0 {
         return Err(CodecError("trailing bytes in a queue"));
     }
-    let enc = std::cell::OnceCell::new();
-    let _ = enc.set(seg.to_vec());
-    Ok(WaitList { reqs, enc })
+    Ok(WaitList { reqs, enc: seg.to_vec().into() })
 }
 
 /// How long a waiting request may wait from its arrival (`None`: no deadline).

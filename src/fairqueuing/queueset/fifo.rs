@@ -135,6 +135,14 @@ impl Queue {
             lingering: 0,
         }
     }
+    /// Takes a request that leaves the queue out of its sums; returns its total work.
+    pub(super) fn forget(&mut self, work: &WorkEstimate, g: Nanos) -> u64 {
+        let total_work = super::request_work(work, g).1 .0;
+        self.initial_seats_sum = self.initial_seats_sum.saturating_sub(work.initial_seats as u64);
+        self.max_seats_sum = self.max_seats_sum.saturating_sub(work.max_seats() as u64);
+        self.total_work_sum = self.total_work_sum.wrapping_sub(total_work);
+        total_work
+    }
     pub(super) fn is_stored_idle(&self) -> bool {
         self.waiting.is_empty() && self.requests_executing == 0 && self.lingering == 0
     }
