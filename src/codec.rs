@@ -31,15 +31,6 @@ impl Writer {
     pub fn with_capacity(n: usize) -> Self {
         Writer { buf: Vec::with_capacity(n) }
     }
-    pub fn len(&self) -> usize {
-        self.buf.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
-    }
-    pub fn as_slice(&self) -> &[u8] {
-        &self.buf
-    }
     /// Raw 2 bytes little endian.
     pub fn fixed16(&mut self, v: u16) {
         self.buf.extend_from_slice(&v.to_le_bytes());

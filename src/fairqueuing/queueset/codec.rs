@@ -323,18 +323,10 @@ impl QueueSet {
             ),
         };
         let same = |bit: u8| prev.filter(|_| flags & bit != 0);
-        let owner = match same(SAME_OWNER) {
-            Some(p) => p.tag.owner,
-            None => r.u32()?,
-        };
-        let flow_schema = match same(SAME_SCHEMA) {
-            Some(p) => p.tag.flow_schema,
-            None => u16::try_from(r.u32()?).map_err(|_| CodecError("bad flow schema"))?,
-        };
-        let flow_hash = match same(SAME_FLOW) {
-            Some(p) => p.tag.flow_hash,
-            None => r.fixed64()?,
-        };
+        let owner = same(SAME_OWNER).map_or_else(|| r.u32(), |p| Ok(p.tag.owner))?;
+        let schema = |r: &mut Reader| u16::try_from(r.u32()?).map_err(|_| CodecError("bad flow schema"));
+        let flow_schema = same(SAME_SCHEMA).map_or_else(|| schema(r), |p| Ok(p.tag.flow_schema))?;
+        let flow_hash = same(SAME_FLOW).map_or_else(|| r.fixed64(), |p| Ok(p.tag.flow_hash))?;
         let work = match same(SAME_WORK) {
             Some(p) => p.work,
             None => WorkEstimate { initial_seats: r.u32()?, final_seats: r.u32()?, additional_latency: r.i64()? },

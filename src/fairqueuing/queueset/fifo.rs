@@ -19,7 +19,7 @@ pub(super) struct Waiting {
     pub(super) arrival: Nanos,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub(super) struct Queue {
     pub(super) index: u32,
     pub(super) next_dispatch_r: u64,
@@ -123,17 +123,7 @@ impl std::fmt::Debug for WaitList {
 
 impl Queue {
     pub(super) fn new(index: u32) -> Queue {
-        Queue {
-            index,
-            next_dispatch_r: 0,
-            waiting: WaitList::default(),
-            initial_seats_sum: 0,
-            max_seats_sum: 0,
-            total_work_sum: 0,
-            seats_in_use: 0,
-            requests_executing: 0,
-            lingering: 0,
-        }
+        Queue { index, ..Queue::default() }
     }
     /// Takes a request that leaves the queue out of its sums; returns its total work.
     pub(super) fn forget(&mut self, work: &WorkEstimate, g: Nanos) -> u64 {

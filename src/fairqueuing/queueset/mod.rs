@@ -207,10 +207,9 @@ impl QueueSet {
 
     /// Upstream `BeginConfigChange` + `Complete`: applies the new configuration and dispatches as
     /// much as possible (returned).
-    pub fn reconfigure(&mut self, cfg: QueueSetConfig, now: Nanos) -> Result<Vec<Dispatched>, String> {
+    pub fn reconfigure(&mut self, mut cfg: QueueSetConfig, now: Nanos) -> Result<Vec<Dispatched>, String> {
         check_config(&cfg)?;
         self.sync_time(now);
-        let mut cfg = cfg;
         if cfg.desired_queues <= 0 {
             cfg.queue_length_limit = self.cfg.queue_length_limit;
             cfg.hand_size = self.cfg.hand_size;
@@ -283,30 +282,23 @@ impl QueueSet {
 
     fn advance_epoch(&mut self) {
         self.current_r = self.current_r.wrapping_sub(R_DECREMENT);
+        // Success: no reading of R wrapped around below zero.
         let mut success = true;
         for q in &mut self.queues {
             if !q.is_active() {
                 q.next_dispatch_r = 0;
                 continue;
             }
-            let old = q.next_dispatch_r;
-            q.next_dispatch_r = old.wrapping_sub(R_DECREMENT);
-            if q.next_dispatch_r > old {
-                success = false;
-            }
+            success &= q.next_dispatch_r >= R_DECREMENT;
+            q.next_dispatch_r = q.next_dispatch_r.wrapping_sub(R_DECREMENT);
             for w in q.waiting.edit() {
-                let old = w.arrival_r;
-                w.arrival_r = old.wrapping_sub(R_DECREMENT);
-                if w.arrival_r > old {
-                    success = false;
-                }
+                success &= w.arrival_r >= R_DECREMENT;
+                w.arrival_r = w.arrival_r.wrapping_sub(R_DECREMENT);
             }
         }
-        if success {
-            self.counters.epoch_advances = self.counters.epoch_advances.saturating_add(1);
-        } else {
-            self.counters.epoch_advance_failures = self.counters.epoch_advance_failures.saturating_add(1);
-        }
+        let c = &mut self.counters;
+        let n = if success { &mut c.epoch_advances } else { &mut c.epoch_advance_failures };
+        *n = n.saturating_add(1);
     }
 
     // ---------------------------------------------------------------- arrival
@@ -374,13 +366,10 @@ impl QueueSet {
             return (Arrival::Executing(self.start_executing(id, tag.owner, -1, &work, now)), None);
         }
         let qidx = self.shuffle_shard(tag.flow_hash);
-        let pos = match self.queue_pos(qidx) {
-            Ok(p) => p,
-            Err(p) => {
-                self.queues.insert(p, Queue::new(qidx));
-                p
-            }
-        };
+        let pos = self.queue_pos(qidx).unwrap_or_else(|p| {
+            self.queues.insert(p, Queue::new(qidx));
+            p
+        });
         let reject = self.queues.get(pos).is_none_or(|q| {
             self.tot_seats_in_use >= self.cfg.concurrency_limit as u64
                 && q.waiting.len() as u64 >= self.cfg.queue_length_limit as u64
@@ -394,8 +383,7 @@ impl QueueSet {
         }
         let id = self.new_id();
         let r = self.current_r;
-        let length = self.queues.get(pos).map_or(0, |q| q.waiting.len()).saturating_add(1);
-        let length = Some(u32::try_from(length).unwrap_or(u32::MAX));
+        let length = Some(sat_u32(self.queues.get(pos).map_or(0, |q| q.waiting.len() as u64).saturating_add(1)));
         if let Some(receipt) = self.try_dispatch_directly(pos, id, tag, work, now) {
             return (Arrival::Executing(receipt), length);
         }
@@ -452,9 +440,8 @@ impl QueueSet {
     /// The queue's and totals' side of a dispatch (`dispatchLocked`): final seats above C are
     /// narrowed to C (the final work spread over a longer additional latency), the request's
     /// seats become in use in the queue at `pos`, which becomes `robinIndex`. Returns the receipt.
-    fn start_in_queue(&mut self, pos: usize, id: RequestId, owner: u32, work: WorkEstimate, now: Nanos) -> Option<Receipt> {
+    fn start_in_queue(&mut self, pos: usize, id: RequestId, owner: u32, mut work: WorkEstimate, now: Nanos) -> Option<Receipt> {
         let c = self.cfg.concurrency_limit;
-        let mut work = work;
         if work.final_seats > c {
             work.additional_latency = duration_per_seat(request_work(&work, self.g).0, c as f64);
             work.final_seats = c;
