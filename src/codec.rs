@@ -45,15 +45,11 @@ impl Writer {
         self.buf.push(v as u8);
     }
     pub fn u64(&mut self, mut v: u64) {
-        loop {
-            let byte = (v & 0x7f) as u8;
+        while v >= 0x80 {
+            self.buf.push(v as u8 | 0x80);
             v >>= 7;
-            if v == 0 {
-                self.buf.push(byte);
-                return;
-            }
-            self.buf.push(byte | 0x80);
         }
+        self.buf.push(v as u8);
     }
     pub fn u32(&mut self, v: u32) {
         self.u64(v as u64)
@@ -188,34 +184,6 @@ impl<'a> Reader<'a> {
     }
     pub fn fixed64(&mut self) -> CodecResult<u64> {
         Ok(u64::from_le_bytes(self.array()?))
-    }
-    /// Skips one varint (without decoding it).
-    #[inline]
-    pub fn skip_varint(&mut self) -> CodecResult<()> {
-        let rest = self.buf.get(self.pos..).unwrap_or_default();
-        // Fast path: the varint ends within the next 8 bytes (the first byte below 0x80).
-        if let Some(w) = rest.get(..8) {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(w);
-            let ends = !u64::from_le_bytes(a) & 0x8080_8080_8080_8080;
-            if ends != 0 {
-                self.pos += (ends.trailing_zeros() / 8) as usize + 1;
-                return Ok(());
-            }
-        }
-        match rest.iter().take(10).position(|&b| b < 0x80) {
-            Some(i) => {
-                self.pos += i + 1;
-                Ok(())
-            }
-            None => Err(CodecError("truncated")),
-        }
-    }
-    /// Skips `n` bytes.
-    pub fn skip(&mut self, n: usize) -> CodecResult<()> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len()).ok_or(CodecError("truncated"))?;
-        self.pos = end;
-        Ok(())
     }
     pub fn f64(&mut self) -> CodecResult<f64> {
         Ok(f64::from_bits(self.fixed64()?))

@@ -48,12 +48,8 @@ impl RejectReason {
         *self as u8
     }
     pub fn from_code(c: u8) -> Option<Self> {
-        match c {
-            0 => Some(RejectReason::QueueFull),
-            1 => Some(RejectReason::ConcurrencyLimit),
-            2 => Some(RejectReason::TimeOut),
-            _ => None,
-        }
+        let all = [RejectReason::QueueFull, RejectReason::ConcurrencyLimit, RejectReason::TimeOut];
+        all.into_iter().find(|r| r.code() == c)
     }
 }
 

@@ -13,10 +13,8 @@ use crate::codec::{CodecError, CodecResult, Reader, Writer};
 use crate::fairqueuing::{QueueSetConfig, RequestId, RequestTag, WorkEstimate};
 use crate::Nanos;
 
-/// The encoding of a QueueSet value: executing requests as per-(owner, queue) aggregates and
-/// lingering seats (receipts), waiting requests delta-coded per queue
-/// ([`QueueSet::encode_waiting`]). Values of another version are not read (state keys carry
-/// the version, so modules of different versions never share a value).
+/// Values of another version are not read (state keys carry the version, so modules of
+/// different versions never share a value).
 const ENCODING_VERSION: u8 = 5;
 /// Flags of a waiting request's encoding: which fields repeat the previous request's.
 const SAME_OWNER: u8 = 1;
@@ -39,15 +37,9 @@ impl QueueSet {
         w.u64(self.enqueues);
         w.u64(self.next_id);
         let c = &self.counters;
-        for v in [
-            c.dispatched,
-            c.rejected_queue_full,
-            c.rejected_concurrency_limit,
-            c.timed_out,
-            c.epoch_advances,
-            c.epoch_advance_failures,
-            c.no_accommodation,
-        ] {
+        let rejections = [c.rejected_queue_full, c.rejected_concurrency_limit, c.timed_out];
+        let epochs = [c.epoch_advances, c.epoch_advance_failures, c.no_accommodation];
+        for v in [c.dispatched].into_iter().chain(rejections).chain(epochs) {
             w.u64(v);
         }
         w.usize(self.execs.len());
@@ -66,9 +58,9 @@ impl QueueSet {
         }
         w.usize(self.queues.len());
         let mut prev: u32 = 0;
-        for (k, q) in self.queues.iter().enumerate() {
+        for q in &self.queues {
             // Index delta from the previous one (first: absolute).
-            w.u32(if k == 0 { q.index } else { q.index.wrapping_sub(prev) });
+            w.u32(q.index.wrapping_sub(prev));
             prev = q.index;
             w.i64(q.next_dispatch_r.wrapping_sub(self.current_r) as i64);
             w.usize(q.waiting.len());
@@ -209,15 +201,10 @@ impl QueueSet {
         let mut prev: Option<u32> = None;
         for _ in 0..nq {
             let d = r.u32()?;
-            let index = match prev {
-                None => d,
-                Some(p) => {
-                    if d == 0 {
-                        return Err(CodecError("queues not sorted"));
-                    }
-                    p.checked_add(d).ok_or(CodecError("queue index overflow"))?
-                }
-            };
+            if prev.is_some() && d == 0 {
+                return Err(CodecError("queues not sorted"));
+            }
+            let index = prev.unwrap_or(0).checked_add(d).ok_or(CodecError("queue index overflow"))?;
             if index >= MAX_QUEUES {
                 return Err(CodecError("queue index out of range"));
             }
@@ -272,39 +259,6 @@ impl QueueSet {
             return Err(CodecError("duplicate request id"));
         }
         Ok(qs)
-    }
-
-    /// Moves past one entry written by [`Self::encode_waiting`] (`first`: the segment's first,
-    /// written without a previous request) without decoding it: where an entry ends is all a
-    /// kept segment's edits need.
-    pub(super) fn skip_waiting(r: &mut Reader, first: bool) -> CodecResult<()> {
-        let flags = r.u8()?;
-        for _ in 0..4 {
-            r.skip_varint()?;
-        }
-        let given = |bit: u8| first || flags & bit == 0;
-        if given(SAME_OWNER) {
-            r.skip_varint()?;
-        }
-        if given(SAME_SCHEMA) {
-            r.skip_varint()?;
-        }
-        if given(SAME_FLOW) {
-            r.skip(8)?;
-        }
-        if given(SAME_WORK) {
-            for _ in 0..3 {
-                r.skip_varint()?;
-            }
-        }
-        if given(SAME_ALLOWANCE) {
-            match r.u8()? {
-                0 => {}
-                1 => r.skip_varint()?,
-                _ => return Err(CodecError("bad deadline flag")),
-            }
-        }
-        Ok(())
     }
 
     /// The inverse of [`QueueSet::encode_waiting`] (the id is checked by the caller).

@@ -81,18 +81,12 @@ impl WaitList {
         // Where the entries after the new head start: past the old head's entry and the new
         // head's (delta-coded) one.
         let mut r = Reader::new(enc);
-        match QueueSet::skip_waiting(&mut r, true).and_then(|()| QueueSet::skip_waiting(&mut r, false)).map(|()| r.position()) {
+        let skipped = QueueSet::decode_waiting(&mut r, None).and_then(|old| QueueSet::decode_waiting(&mut r, Some(&old)));
+        match skipped.map(|_| r.position()) {
             Ok(end) if end <= enc.len() => {
-                // Append the new head's full entry, drop the two old entries, and rotate the
-                // new entry to the front.
-                let mut w = Writer { buf: std::mem::take(enc) };
-                let old_len = w.buf.len();
+                let mut w = Writer::with_capacity(32);
                 QueueSet::encode_waiting(&mut w, head, None);
-                let head_len = w.buf.len().saturating_sub(old_len);
-                w.buf.drain(..end);
-                let n = w.buf.len();
-                w.buf.rotate_right(head_len.min(n));
-                *enc = w.buf;
+                enc.splice(..end, w.buf);
             }
             _ => {
                 self.enc.take();

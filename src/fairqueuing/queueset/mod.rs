@@ -186,12 +186,6 @@ impl QueueSet {
         })
     }
 
-    /// Test hook: upstream white-box tests use other values of G. Not encoded.
-    #[doc(hidden)]
-    pub fn set_estimated_service_duration(&mut self, g: Nanos) {
-        self.g = g;
-    }
-
     pub fn config(&self) -> QueueSetConfig {
         self.cfg
     }
