@@ -98,11 +98,7 @@ impl BorrowingLevel {
     /// `MinCurrentCL` of `updateBorrowingLocked` for this level with its current stats.
     pub fn min_current(&self) -> i64 {
         let hw = self.stats.high_watermark;
-        if self.exempt {
-            (self.min as i64).max(hw)
-        } else {
-            (self.min as i64).max((self.nominal as i64).min(hw))
-        }
+        (self.min as i64).max(if self.exempt { hw } else { (self.nominal as i64).min(hw) })
     }
 }
 
@@ -171,26 +167,25 @@ pub fn update_borrowing(levels: &mut [BorrowingLevel], nominal_sum: u32) -> Borr
         return outcome;
     }
     let mut allocs: Vec<f64> = Vec::new();
-    if remaining <= min_cl_sum {
-        outcome.regime = BorrowingRegime::AllMin;
+    outcome.regime = if remaining <= min_cl_sum {
+        BorrowingRegime::AllMin
     } else if remaining <= min_current_cl_sum {
         // Here min_current_cl_sum > min_cl_sum, so the division is safe.
         let den = min_current_cl_sum.saturating_sub(min_cl_sum);
         let share_frac = if den > 0 { (remaining - min_cl_sum) as f64 / den as f64 } else { 1.0 };
-        outcome.regime = BorrowingRegime::Shared { share_frac };
+        BorrowingRegime::Shared { share_frac }
     } else {
         match compute_concurrency_allocation(nominal_sum as i64, &items) {
             Ok((a, fair)) => {
-                allocs = a;
-                outcome.fair_frac = fair;
-                outcome.regime = BorrowingRegime::Allocated;
+                (allocs, outcome.fair_frac) = (a, fair);
+                BorrowingRegime::Allocated
             }
             Err(e) => {
                 outcome.error = Some(e);
-                outcome.regime = BorrowingRegime::AllocationFailed;
+                BorrowingRegime::AllocationFailed
             }
         }
-    }
+    };
     // The non-exempt levels' allocations, in order.
     let mut allocs = allocs.into_iter();
     for (l, &mc) in levels.iter_mut().zip(&outcome.min_current) {

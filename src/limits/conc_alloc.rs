@@ -36,13 +36,6 @@ pub(super) fn go_max(a: f64, b: f64) -> f64 {
     }
 }
 
-#[derive(Clone, Copy)]
-struct RelItem {
-    target: f64,
-    rel_lower: f64,
-    rel_upper: f64,
-}
-
 /// Returns `(allocs, fair_prop)` or an error saying why the problem has no solution.
 /// `required_sum` is an integer as upstream (`int`).
 pub fn compute_concurrency_allocation(
@@ -65,39 +58,31 @@ pub fn compute_concurrency_allocation(
     let mut ub_max = 0.0f64;
     let mut lb_min = f32::MAX as f64;
     let mut lb_max = 0.0f64;
-    let mut rel: Vec<RelItem> = Vec::with_capacity(classes.len());
+    let mut targets: Vec<f64> = Vec::with_capacity(classes.len());
+    // The relative bounds: (bound / target, target, is lower), item by item, lower first.
+    let mut ascending: Vec<(f64, f64, bool)> = Vec::with_capacity(classes.len() * 2);
     for (idx, item) in classes.iter().enumerate() {
-        let mut target = item.target;
-        if item.lower_bound < 0.0 {
-            return Err(format!(
-                "lower bound {idx} is {} but negative lower bounds are not allowed",
-                item.lower_bound
-            ));
+        let (lower, upper, target) = (item.lower_bound, item.upper_bound, item.target);
+        if lower < 0.0 {
+            return Err(format!("lower bound {idx} is {lower} but negative lower bounds are not allowed"));
         }
-        if target < item.lower_bound {
-            return Err(format!(
-                "target {idx} is {target}, which is below its lower bound of {}",
-                item.lower_bound
-            ));
+        if target < lower {
+            return Err(format!("target {idx} is {target}, which is below its lower bound of {lower}"));
         }
-        if item.upper_bound < item.lower_bound {
-            return Err(format!(
-                "upper bound {idx} is {} but should not be less than the lower bound {}",
-                item.upper_bound, item.lower_bound
-            ));
+        if upper < lower {
+            return Err(format!("upper bound {idx} is {upper} but should not be less than the lower bound {lower}"));
         }
-        if target < MIN_TARGET {
-            target = MIN_TARGET;
-        }
-        low_sum += item.lower_bound;
-        high_sum += item.upper_bound;
+        let target = if target < MIN_TARGET { MIN_TARGET } else { target };
+        low_sum += lower;
+        high_sum += upper;
         target_sum += target;
-        let r = RelItem { target, rel_lower: item.lower_bound / target, rel_upper: item.upper_bound / target };
-        ub_min = go_min(ub_min, r.rel_upper);
-        ub_max = go_max(ub_max, r.rel_upper);
-        lb_min = go_min(lb_min, r.rel_lower);
-        lb_max = go_max(lb_max, r.rel_lower);
-        rel.push(r);
+        let (rel_lower, rel_upper) = (lower / target, upper / target);
+        ub_min = go_min(ub_min, rel_upper);
+        ub_max = go_max(ub_max, rel_upper);
+        lb_min = go_min(lb_min, rel_lower);
+        lb_max = go_max(lb_max, rel_lower);
+        targets.push(target);
+        ascending.extend([(rel_lower, target, true), (rel_upper, target, false)]);
     }
     if lb_max > 1.0 {
         return Err(format!(
@@ -122,12 +107,9 @@ pub fn compute_concurrency_allocation(
     }
     let mut fair_prop = required / target_sum;
     if lb_max <= fair_prop && fair_prop <= ub_min {
-        return Ok((rel.iter().map(|r| r.target * fair_prop).collect(), fair_prop));
+        return Ok((targets.iter().map(|t| t * fair_prop).collect(), fair_prop));
     }
-    // Some bounds matter: walk the relative bounds (bound, target, is lower) in ascending
-    // order (stable: item by item, lower before upper among equal bounds).
-    let mut ascending: Vec<(f64, f64, bool)> =
-        rel.iter().flat_map(|r| [(r.rel_lower, r.target, true), (r.rel_upper, r.target, false)]).collect();
+    // Some bounds matter: walk the relative bounds in ascending order (a stable sort).
     ascending.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));
     let mut sum_so_far = low_sum;
     fair_prop = lb_min;
@@ -170,12 +152,8 @@ pub fn compute_concurrency_allocation(
         sum_so_far += (next_bound - fair_prop) * sensitive_target_sum;
         fair_prop = next_bound;
     }
-    let ans = classes
-        .iter()
-        .zip(rel.iter())
-        .map(|(c, r)| go_max(c.lower_bound, go_min(c.upper_bound, fair_prop * r.target)))
-        .collect();
-    Ok((ans, fair_prop))
+    let clamp = |(c, t): (&AllocProblemItem, &f64)| go_max(c.lower_bound, go_min(c.upper_bound, fair_prop * t));
+    Ok((classes.iter().zip(&targets).map(clamp).collect(), fair_prop))
 }
 
 #[cfg(test)]

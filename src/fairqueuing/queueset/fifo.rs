@@ -42,7 +42,7 @@ pub(super) struct Queue {
 /// differ from the state it already holds ([`QueueSet::decode_reusing`]). Read access derefs to
 /// the requests; every change goes through [`WaitList::edit`], which drops the encoding, so
 /// the kept encoding is always exactly the requests'.
-#[derive(Clone, Default)]
+#[derive(Debug, Clone, Default)]
 pub(super) struct WaitList {
     pub(super) reqs: VecDeque<Waiting>,
     pub(super) enc: std::cell::OnceCell<Vec<u8>>,
@@ -106,12 +106,6 @@ impl std::ops::Deref for WaitList {
 impl PartialEq for WaitList {
     fn eq(&self, other: &Self) -> bool {
         self.reqs == other.reqs
-    }
-}
-
-impl std::fmt::Debug for WaitList {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.reqs.fmt(f)
     }
 }
 
