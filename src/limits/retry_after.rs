@@ -76,15 +76,9 @@ impl DroppedRequestsTracker {
 
     fn update_retry_after(&mut self, unix: i64) {
         let retry_after = self.retry_after;
-        let mut dropped: i64 = 0;
-        for &(t, n) in self.history.iter().rev() {
-            if unix.saturating_sub(t) > retry_after {
-                break;
-            }
-            if t < unix {
-                dropped = dropped.saturating_add(n);
-            }
-        }
+        // Drops of the last `retry_after` seconds before this one.
+        let recent = self.history.iter().rev().take_while(|&&(t, _)| unix.saturating_sub(t) <= retry_after);
+        let dropped = recent.filter(|&&(t, _)| t < unix).fold(0i64, |d, &(_, n)| d.saturating_add(n));
         if unix.saturating_sub(self.retry_after_update_unix) >= retry_after
             && dropped >= retry_after.saturating_mul(3)
         {

@@ -320,25 +320,16 @@ impl IdSet {
 
     pub(super) fn has_duplicates(&mut self) -> bool {
         let (Some(&lo), Some(&hi)) = (self.ids.iter().min(), self.ids.iter().max()) else { return false };
-        if hi - lo < Self::WINDOW {
-            return Self::repeats(&self.ids, lo, &mut [0u64; (IdSet::WINDOW / 64) as usize]);
+        if hi - lo >= Self::WINDOW {
+            self.ids.sort_unstable();
+            return self.ids.windows(2).any(|w| w.first() == w.get(1));
         }
-        self.ids.sort_unstable();
-        self.ids.windows(2).any(|w| w.first() == w.get(1))
-    }
-
-    /// Whether an id occurs twice, with `seen` (zeroed) as a bitmap from `lo`.
-    pub(super) fn repeats(ids: &[RequestId], lo: u64, seen: &mut [u64]) -> bool {
-        for &id in ids {
-            let off = id - lo;
-            let Some(word) = seen.get_mut((off / 64) as usize) else { return true };
-            let bit = 1u64 << (off % 64);
-            if *word & bit != 0 {
-                return true;
-            }
-            *word |= bit;
-        }
-        false
+        // A bitmap of the ids from `lo`.
+        let mut seen = [0u64; (IdSet::WINDOW / 64) as usize];
+        !self.ids.iter().all(|&id| {
+            let (word, bit) = (seen.get_mut(((id - lo) / 64) as usize), 1u64 << ((id - lo) % 64));
+            word.is_some_and(|w| std::mem::replace(w, *w | bit) & bit == 0)
+        })
     }
 }
 
