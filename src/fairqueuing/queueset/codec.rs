@@ -121,12 +121,9 @@ impl QueueSet {
             w.i64(r.work.additional_latency);
         }
         if flags & SAME_ALLOWANCE == 0 {
-            match allowance {
-                None => w.u8(0),
-                Some(a) => {
-                    w.u8(1);
-                    w.i64(a);
-                }
+            w.u8(u8::from(allowance.is_some()));
+            if let Some(a) = allowance {
+                w.i64(a);
             }
         }
     }

@@ -36,12 +36,10 @@ pub(super) struct Queue {
     pub(super) lingering: u32,
 }
 
-/// A queue's waiting requests, with their encoding ([`encode_segment`]) kept once computed:
-/// each queue's requests are stored as a self-contained segment of the level's value, so an
-/// operation re-encodes only the queues it changed and a reader decodes only the segments that
-/// differ from the state it already holds ([`QueueSet::decode_reusing`]). Read access derefs to
-/// the requests; every change goes through [`WaitList::edit`], which drops the encoding, so
-/// the kept encoding is always exactly the requests'.
+/// A queue's waiting requests, with their encoding (the queue's segment of the level's value,
+/// [`encode_segment`]) kept once computed. Read access derefs to the requests; every change
+/// goes through [`WaitList::edit`], which drops the encoding, so the kept encoding is always
+/// exactly the requests'.
 #[derive(Debug, Clone, Default)]
 pub(super) struct WaitList {
     pub(super) reqs: VecDeque<Waiting>,
@@ -81,8 +79,8 @@ impl WaitList {
         // Where the entries after the new head start: past the old head's entry and the new
         // head's (delta-coded) one.
         let mut r = Reader::new(enc);
-        let skipped = QueueSet::decode_waiting(&mut r, None).and_then(|old| QueueSet::decode_waiting(&mut r, Some(&old)));
-        match skipped.map(|_| r.position()) {
+        let old = QueueSet::decode_waiting(&mut r, None);
+        match old.and_then(|old| QueueSet::decode_waiting(&mut r, Some(&old))).map(|_| r.position()) {
             Ok(end) if end <= enc.len() => {
                 let mut w = Writer::with_capacity(32);
                 QueueSet::encode_waiting(&mut w, head, None);

@@ -194,11 +194,6 @@ impl QueueSet {
         self.counters
     }
 
-    /// Current reading of the progress meter R.
-    pub fn current_r(&self) -> SeatSeconds {
-        SeatSeconds(self.current_r)
-    }
-
     /// Upstream `BeginConfigChange` + `Complete`: applies the new configuration and dispatches as
     /// much as possible (returned).
     pub fn reconfigure(&mut self, mut cfg: QueueSetConfig, now: Nanos) -> Result<Vec<Dispatched>, String> {
@@ -216,9 +211,6 @@ impl QueueSet {
 
     pub fn seats_in_use(&self) -> u32 {
         sat_u32(self.tot_seats_in_use)
-    }
-    pub fn seats_waiting(&self) -> u32 {
-        sat_u32(self.tot_seats_waiting)
     }
     pub fn requests_waiting(&self) -> u32 {
         self.tot_requests_waiting
