@@ -31,18 +31,11 @@ impl Writer {
     pub fn with_capacity(n: usize) -> Self {
         Writer { buf: Vec::with_capacity(n) }
     }
-    /// Raw 2 bytes little endian.
-    pub fn fixed16(&mut self, v: u16) {
-        self.buf.extend_from_slice(&v.to_le_bytes());
-    }
     pub fn into_bytes(self) -> Vec<u8> {
         self.buf
     }
     pub fn u8(&mut self, v: u8) {
         self.buf.push(v);
-    }
-    pub fn bool(&mut self, v: bool) {
-        self.buf.push(v as u8);
     }
     pub fn u64(&mut self, mut v: u64) {
         while v >= 0x80 {
@@ -62,10 +55,6 @@ impl Writer {
     }
     pub fn i32(&mut self, v: i32) {
         self.i64(v as i64)
-    }
-    /// Raw 4 bytes little endian.
-    pub fn fixed32(&mut self, v: u32) {
-        self.buf.extend_from_slice(&v.to_le_bytes());
     }
     /// Raw 8 bytes little endian (for values that are usually large, e.g. hashes).
     pub fn fixed64(&mut self, v: u64) {
@@ -107,13 +96,6 @@ impl<'a> Reader<'a> {
         let b = *self.buf.get(self.pos).ok_or(CodecError("truncated"))?;
         self.pos += 1;
         Ok(b)
-    }
-    pub fn bool(&mut self) -> CodecResult<bool> {
-        match self.u8()? {
-            0 => Ok(false),
-            1 => Ok(true),
-            _ => Err(CodecError("bad bool")),
-        }
     }
     #[inline]
     pub fn u64(&mut self) -> CodecResult<u64> {
@@ -166,24 +148,11 @@ impl<'a> Reader<'a> {
     pub fn i32(&mut self) -> CodecResult<i32> {
         i32::try_from(self.i64()?).map_err(|_| CodecError("i32 out of range"))
     }
-    /// The next `N` bytes as they are.
-    #[inline]
-    pub fn array<const N: usize>(&mut self) -> CodecResult<[u8; N]> {
-        let end = self.pos.checked_add(N).ok_or(CodecError("truncated"))?;
-        let s = self.buf.get(self.pos..end).ok_or(CodecError("truncated"))?;
-        let mut a = [0u8; N];
-        a.copy_from_slice(s);
-        self.pos = end;
-        Ok(a)
-    }
-    pub fn fixed16(&mut self) -> CodecResult<u16> {
-        Ok(u16::from_le_bytes(self.array()?))
-    }
-    pub fn fixed32(&mut self) -> CodecResult<u32> {
-        Ok(u32::from_le_bytes(self.array()?))
-    }
     pub fn fixed64(&mut self) -> CodecResult<u64> {
-        Ok(u64::from_le_bytes(self.array()?))
+        let bytes = self.buf.get(self.pos..).and_then(|s| s.first_chunk::<8>());
+        let bytes = bytes.ok_or(CodecError("truncated"))?;
+        self.pos += 8;
+        Ok(u64::from_le_bytes(*bytes))
     }
     pub fn f64(&mut self) -> CodecResult<f64> {
         Ok(f64::from_bits(self.fixed64()?))
@@ -215,7 +184,7 @@ mod tests {
         w.str("héllo");
         w.fixed64(42);
         w.f64(0.977);
-        w.bool(true);
+        w.u8(1);
         let b = w.into_bytes();
         let mut r = Reader::new(&b);
         assert_eq!(r.u64().unwrap(), 0);
@@ -226,7 +195,7 @@ mod tests {
         assert_eq!(r.str().unwrap(), "héllo");
         assert_eq!(r.fixed64().unwrap(), 42);
         assert_eq!(r.f64().unwrap(), 0.977);
-        assert!(r.bool().unwrap());
+        assert_eq!(r.u8().unwrap(), 1);
         assert!(r.is_empty());
         assert!(r.u8().is_err());
     }
