@@ -55,10 +55,8 @@ impl SeatDemandStats {
         self.avg = obs.average;
         self.std_dev = deviation;
         let envelope = obs.average + deviation;
-        self.smoothed = go_max(
-            envelope,
-            SEAT_DEMAND_SMOOTHING_COEFFICIENT * self.smoothed + (1.0 - SEAT_DEMAND_SMOOTHING_COEFFICIENT) * envelope,
-        );
+        let c = SEAT_DEMAND_SMOOTHING_COEFFICIENT;
+        self.smoothed = go_max(envelope, c * self.smoothed + (1.0 - c) * envelope);
     }
 
     pub fn encode(&self, w: &mut Writer) {

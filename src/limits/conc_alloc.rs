@@ -51,13 +51,10 @@ pub fn compute_concurrency_allocation(
         }
     }
     let required = required_sum as f64;
-    let mut low_sum = 0.0f64;
-    let mut high_sum = 0.0f64;
-    let mut target_sum = 0.0f64;
-    let mut ub_min = f32::MAX as f64;
-    let mut ub_max = 0.0f64;
-    let mut lb_min = f32::MAX as f64;
-    let mut lb_max = 0.0f64;
+    let (mut low_sum, mut high_sum, mut target_sum) = (0.0f64, 0.0f64, 0.0f64);
+    // The ranges of the relative upper and lower bounds.
+    let (mut ub_min, mut ub_max) = (f32::MAX as f64, 0.0f64);
+    let (mut lb_min, mut lb_max) = (f32::MAX as f64, 0.0f64);
     let mut targets: Vec<f64> = Vec::with_capacity(classes.len());
     // The relative bounds: (bound / target, target, is lower), item by item, lower first.
     let mut ascending: Vec<(f64, f64, bool)> = Vec::with_capacity(classes.len() * 2);
@@ -117,28 +114,19 @@ pub fn compute_concurrency_allocation(
     let mut delta_sensitive_target_sum = 0.0f64;
     let mut num_sensitive: i64 = 0;
     let mut delta_sensitive: i64 = 0;
-    let mut next_idx = 0usize;
+    let mut bounds = ascending.into_iter();
     while sum_so_far < required {
-        let mut next_bound;
-        loop {
+        let next_bound = loop {
             sensitive_target_sum += delta_sensitive_target_sum;
             num_sensitive += delta_sensitive;
-            let Some(&(nb, t, lower)) = ascending.get(next_idx) else {
+            let Some((bound, t, lower)) = bounds.next() else {
                 return Err("impossible: ran out of bounds to consider in bound-constrained problem".to_string());
             };
-            next_bound = nb;
-            if lower {
-                delta_sensitive = 1;
-                delta_sensitive_target_sum = t;
-            } else {
-                delta_sensitive = -1;
-                delta_sensitive_target_sum = -t;
+            (delta_sensitive, delta_sensitive_target_sum) = if lower { (1, t) } else { (-1, -t) };
+            if bound > fair_prop {
+                break bound;
             }
-            next_idx += 1;
-            if next_bound > fair_prop {
-                break;
-            }
-        }
+        };
         if num_sensitive == 0 {
             fair_prop = next_bound;
             continue;

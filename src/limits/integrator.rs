@@ -129,13 +129,8 @@ impl Integrator {
     pub fn get_results(&mut self, now: Nanos) -> IntegratorResults {
         self.update(now);
         let (average, deviation) = self.moments.avg_and_std_dev();
-        IntegratorResults {
-            duration_secs: self.moments.elapsed_secs,
-            average,
-            deviation,
-            min: self.min,
-            max: self.max,
-        }
+        let (min, max) = (self.min, self.max);
+        IntegratorResults { duration_secs: self.moments.elapsed_secs, average, deviation, min, max }
     }
 
     /// Results up to `now`, then restart integration at `now` with `min = max = x`.
@@ -158,12 +153,9 @@ impl Integrator {
     }
 
     pub fn decode(r: &mut Reader<'_>) -> CodecResult<Self> {
-        let last_time = r.i64()?;
-        let x = r.f64()?;
+        let (last_time, x) = (r.i64()?, r.f64()?);
         let moments = Moments { elapsed_secs: r.f64()?, integral_x: r.f64()?, integral_xx: r.f64()? };
-        let min = r.f64()?;
-        let max = r.f64()?;
-        Ok(Integrator { last_time, x, moments, min, max })
+        Ok(Integrator { last_time, x, moments, min: r.f64()?, max: r.f64()? })
     }
 }
 

@@ -77,20 +77,13 @@ impl QueueSet {
     pub(super) fn encode_waiting(w: &mut Writer, r: &Waiting, prev: Option<&Waiting>) {
         let t = &r.tag;
         let allowance = wait_allowance(r);
-        let mut flags = 0;
-        if let Some(p) = prev {
-            for (same, bit) in [
-                (p.tag.owner == t.owner, SAME_OWNER),
-                (p.tag.flow_schema == t.flow_schema, SAME_SCHEMA),
-                (p.tag.flow_hash == t.flow_hash, SAME_FLOW),
-                (p.work == r.work, SAME_WORK),
-                (wait_allowance(p) == allowance, SAME_ALLOWANCE),
-            ] {
-                if same {
-                    flags |= bit;
-                }
-            }
-        }
+        let flags = prev.map_or(0, |p| {
+            u8::from(p.tag.owner == t.owner) * SAME_OWNER
+                | u8::from(p.tag.flow_schema == t.flow_schema) * SAME_SCHEMA
+                | u8::from(p.tag.flow_hash == t.flow_hash) * SAME_FLOW
+                | u8::from(p.work == r.work) * SAME_WORK
+                | u8::from(wait_allowance(p) == allowance) * SAME_ALLOWANCE
+        });
         w.u8(flags);
         match prev {
             None => {

@@ -36,14 +36,13 @@ impl QueueSet {
     /// (the queue's own counts are the caller's) and returns its receipt.
     pub(super) fn start_executing(&mut self, id: RequestId, owner: u32, queue: i32, work: &WorkEstimate, now: Nanos) -> Receipt {
         let seats = work.max_seats();
-        match self.exec_pos(owner, queue) {
-            Ok(p) => {
-                if let Some(e) = self.execs.get_mut(p) {
-                    e.executing = e.executing.saturating_add(1);
-                    e.seats = e.seats.saturating_add(seats as u64);
-                }
-            }
-            Err(p) => self.execs.insert(p, OwnerExec { owner, queue, executing: 1, seats: seats as u64 }),
+        let p = self.exec_pos(owner, queue).unwrap_or_else(|p| {
+            self.execs.insert(p, OwnerExec { owner, queue, executing: 0, seats: 0 });
+            p
+        });
+        if let Some(e) = self.execs.get_mut(p) {
+            e.executing = e.executing.saturating_add(1);
+            e.seats = e.seats.saturating_add(seats as u64);
         }
         self.tot_requests_executing = self.tot_requests_executing.saturating_add(1);
         self.tot_seats_in_use = self.tot_seats_in_use.saturating_add(seats as u64);

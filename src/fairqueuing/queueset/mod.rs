@@ -439,8 +439,7 @@ impl QueueSet {
         Some(self.start_executing(id, owner, qkey(self.robin_index), &work, now))
     }
 
-    // ---------------------------------------------------------------- dispatch
-
+    /// Upstream `dispatchAsMuchAsPossibleLocked`.
     fn dispatch_as_much_as_possible(&mut self, now: Nanos, out: &mut Vec<Dispatched>) {
         while self.tot_requests_waiting != 0 && self.tot_seats_in_use < self.cfg.concurrency_limit as u64 && self.dispatch_one(now, out) {}
     }
@@ -471,10 +470,9 @@ impl QueueSet {
     /// Upstream `dispatchLocked`: dispatches the head of the queue fair queuing chooses.
     fn dispatch_one(&mut self, now: Nanos, out: &mut Vec<Dispatched>) -> bool {
         let Some(pos) = self.find_dispatch_queue() else { return false };
-        let g = self.g;
         let Some(q) = self.queues.get_mut(pos) else { return false };
         let Some(req) = q.waiting.pop_front() else { return false };
-        let total_work = q.forget(&req.work, g);
+        let total_work = q.forget(&req.work, self.g);
         q.next_dispatch_r = q.next_dispatch_r.wrapping_add(total_work);
         bound_next_dispatch(q);
         self.tot_requests_waiting = self.tot_requests_waiting.saturating_sub(1);
@@ -484,8 +482,6 @@ impl QueueSet {
         out.push(Dispatched { id: req.id, tag: req.tag, waited, seats: receipt.max_seats, receipt });
         true
     }
-
-    // ---------------------------------------------------------------- finish
 
     /// Upstream `finishRequestAndDispatchAsMuchAsPossible`: the handler of the executing request
     /// of `receipt` returned at `now`. Applies the service-time correction to the receipt's
@@ -514,11 +510,10 @@ impl QueueSet {
         } else {
             self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(seats);
         }
-        let g = self.g;
         if let Some((pos, q)) = self.stored_pos(rc.queue).and_then(|p| Some((p, self.queues.get_mut(p)?))) {
             q.requests_executing = q.requests_executing.saturating_sub(1);
             let actual = now.saturating_sub(rc.start);
-            let corr = seats_times_duration(rc.initial_seats as f64, g.saturating_sub(actual));
+            let corr = seats_times_duration(rc.initial_seats as f64, self.g.saturating_sub(actual));
             q.next_dispatch_r = q.next_dispatch_r.wrapping_sub(corr.0);
             bound_next_dispatch(q);
             if linger {
@@ -534,10 +529,8 @@ impl QueueSet {
         true
     }
 
-    // ---------------------------------------------------------------- removal of waiting requests
-
+    /// Removes the waiting requests `pred` selects (counted as `time-out`) into `removed`.
     fn remove_waiting_where(&mut self, pred: impl Fn(&Waiting) -> bool, removed: &mut Vec<(RequestId, RequestTag)>) {
-        let g = self.g;
         let mut n = 0u32;
         let mut seats = 0u64;
         for q in &mut self.queues {
@@ -547,7 +540,7 @@ impl QueueSet {
             let (gone, kept): (VecDeque<Waiting>, _) = q.waiting.edit().drain(..).partition(&pred);
             *q.waiting.edit() = kept;
             for w in gone {
-                q.forget(&w.work, g);
+                q.forget(&w.work, self.g);
                 seats = seats.saturating_add(w.work.max_seats() as u64);
                 n += 1;
                 removed.push((w.id, w.tag));
