@@ -79,10 +79,10 @@ impl QueueSet {
         let allowance = wait_allowance(r);
         let flags = prev.map_or(0, |p| {
             u8::from(p.tag.owner == t.owner) * SAME_OWNER
-                | u8::from(p.tag.flow_schema == t.flow_schema) * SAME_SCHEMA
-                | u8::from(p.tag.flow_hash == t.flow_hash) * SAME_FLOW
-                | u8::from(p.work == r.work) * SAME_WORK
-                | u8::from(wait_allowance(p) == allowance) * SAME_ALLOWANCE
+                + u8::from(p.tag.flow_schema == t.flow_schema) * SAME_SCHEMA
+                + u8::from(p.tag.flow_hash == t.flow_hash) * SAME_FLOW
+                + u8::from(p.work == r.work) * SAME_WORK
+                + u8::from(wait_allowance(p) == allowance) * SAME_ALLOWANCE
         });
         w.u8(flags);
         match prev {
