@@ -31,42 +31,18 @@ impl Writer {
     pub fn with_capacity(n: usize) -> Self {
         Writer { buf: Vec::with_capacity(n) }
     }
-    pub fn len(&self) -> usize {
-        self.buf.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
-    }
-    pub fn as_slice(&self) -> &[u8] {
-        &self.buf
-    }
-    /// Raw 2 bytes little endian.
-    pub fn fixed16(&mut self, v: u16) {
-        self.buf.extend_from_slice(&v.to_le_bytes());
-    }
     pub fn into_bytes(self) -> Vec<u8> {
         self.buf
     }
     pub fn u8(&mut self, v: u8) {
         self.buf.push(v);
     }
-    pub fn bool(&mut self, v: bool) {
-        self.buf.push(v as u8);
-    }
     pub fn u64(&mut self, mut v: u64) {
-        if v < 0x80 {
-            self.buf.push(v as u8);
-            return;
-        }
-        loop {
-            let byte = (v & 0x7f) as u8;
+        while v >= 0x80 {
+            self.buf.push(v as u8 | 0x80);
             v >>= 7;
-            if v == 0 {
-                self.buf.push(byte);
-                return;
-            }
-            self.buf.push(byte | 0x80);
         }
+        self.buf.push(v as u8);
     }
     pub fn u32(&mut self, v: u32) {
         self.u64(v as u64)
@@ -79,10 +55,6 @@ impl Writer {
     }
     pub fn i32(&mut self, v: i32) {
         self.i64(v as i64)
-    }
-    /// Raw 4 bytes little endian.
-    pub fn fixed32(&mut self, v: u32) {
-        self.buf.extend_from_slice(&v.to_le_bytes());
     }
     /// Raw 8 bytes little endian (for values that are usually large, e.g. hashes).
     pub fn fixed64(&mut self, v: u64) {
@@ -124,13 +96,6 @@ impl<'a> Reader<'a> {
         let b = *self.buf.get(self.pos).ok_or(CodecError("truncated"))?;
         self.pos += 1;
         Ok(b)
-    }
-    pub fn bool(&mut self) -> CodecResult<bool> {
-        match self.u8()? {
-            0 => Ok(false),
-            1 => Ok(true),
-            _ => Err(CodecError("bad bool")),
-        }
     }
     #[inline]
     pub fn u64(&mut self) -> CodecResult<u64> {
@@ -183,52 +148,11 @@ impl<'a> Reader<'a> {
     pub fn i32(&mut self) -> CodecResult<i32> {
         i32::try_from(self.i64()?).map_err(|_| CodecError("i32 out of range"))
     }
-    /// The next `N` bytes as they are.
-    #[inline]
-    pub fn array<const N: usize>(&mut self) -> CodecResult<[u8; N]> {
-        let end = self.pos.checked_add(N).ok_or(CodecError("truncated"))?;
-        let s = self.buf.get(self.pos..end).ok_or(CodecError("truncated"))?;
-        let mut a = [0u8; N];
-        a.copy_from_slice(s);
-        self.pos = end;
-        Ok(a)
-    }
-    pub fn fixed16(&mut self) -> CodecResult<u16> {
-        Ok(u16::from_le_bytes(self.array()?))
-    }
-    pub fn fixed32(&mut self) -> CodecResult<u32> {
-        Ok(u32::from_le_bytes(self.array()?))
-    }
     pub fn fixed64(&mut self) -> CodecResult<u64> {
-        Ok(u64::from_le_bytes(self.array()?))
-    }
-    /// Skips one varint (without decoding it).
-    #[inline]
-    pub fn skip_varint(&mut self) -> CodecResult<()> {
-        let rest = self.buf.get(self.pos..).unwrap_or_default();
-        // Fast path: the varint ends within the next 8 bytes (the first byte below 0x80).
-        if let Some(w) = rest.get(..8) {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(w);
-            let ends = !u64::from_le_bytes(a) & 0x8080_8080_8080_8080;
-            if ends != 0 {
-                self.pos += (ends.trailing_zeros() / 8) as usize + 1;
-                return Ok(());
-            }
-        }
-        match rest.iter().take(10).position(|&b| b < 0x80) {
-            Some(i) => {
-                self.pos += i + 1;
-                Ok(())
-            }
-            None => Err(CodecError("truncated")),
-        }
-    }
-    /// Skips `n` bytes.
-    pub fn skip(&mut self, n: usize) -> CodecResult<()> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len()).ok_or(CodecError("truncated"))?;
-        self.pos = end;
-        Ok(())
+        let bytes = self.buf.get(self.pos..).and_then(|s| s.first_chunk::<8>());
+        let bytes = bytes.ok_or(CodecError("truncated"))?;
+        self.pos += 8;
+        Ok(u64::from_le_bytes(*bytes))
     }
     pub fn f64(&mut self) -> CodecResult<f64> {
         Ok(f64::from_bits(self.fixed64()?))
@@ -260,7 +184,7 @@ mod tests {
         w.str("héllo");
         w.fixed64(42);
         w.f64(0.977);
-        w.bool(true);
+        w.u8(1);
         let b = w.into_bytes();
         let mut r = Reader::new(&b);
         assert_eq!(r.u64().unwrap(), 0);
@@ -271,7 +195,7 @@ mod tests {
         assert_eq!(r.str().unwrap(), "héllo");
         assert_eq!(r.fixed64().unwrap(), 42);
         assert_eq!(r.f64().unwrap(), 0.977);
-        assert!(r.bool().unwrap());
+        assert_eq!(r.u8().unwrap(), 1);
         assert!(r.is_empty());
         assert!(r.u8().is_err());
     }

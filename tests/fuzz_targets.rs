@@ -296,7 +296,7 @@ fn write_state_corpus() {
         w.u8(op);
     }
     w.u8(7);
-    w.bool(true);
+    w.u8(1);
     w.u64(u64::MAX);
     w.u32(u32::MAX);
     w.usize(12345);

@@ -412,17 +412,7 @@ pub fn codec_reader(data: &[u8]) -> bool {
         let before = r.remaining();
         let res = match op % 14 {
             0 => r.u8().map(|v| w.u8(v)),
-            1 => r.bool().map(|v| w.bool(v)),
-            2 => {
-                // Skipping a varint ends where reading it ends.
-                let mut s = r.clone();
-                let skipped = s.skip_varint();
-                let v = r.u64();
-                if v.is_ok() {
-                    assert!(skipped.is_ok() && s.position() == r.position(), "skip_varint disagrees with u64");
-                }
-                v.map(|v| w.u64(v))
-            }
+            2 => r.u64().map(|v| w.u64(v)),
             3 => r.u32().map(|v| w.u32(v)),
             4 => r.usize().map(|v| w.usize(v)),
             5 => r.i64().map(|v| w.i64(v)),
@@ -431,8 +421,6 @@ pub fn codec_reader(data: &[u8]) -> bool {
             8 => r.f64().map(|v| w.f64(v)),
             9 => r.bytes().map(|v| w.bytes(v)),
             10 => r.str().map(|v| w.str(v)),
-            11 => r.fixed32().map(|v| w.fixed32(v)),
-            12 => r.fixed16().map(|v| w.fixed16(v)),
             _ => r.count(usize::from(op >> 4)).map(|n| {
                 assert!(n.saturating_mul(usize::from(op >> 4).max(1)) <= before, "count {n} exceeds input");
                 w.usize(n)
@@ -454,7 +442,6 @@ pub fn codec_reader(data: &[u8]) -> bool {
     for k in kinds {
         let res = match k {
             0 => r2.u8().map(|v| w2.u8(v)),
-            1 => r2.bool().map(|v| w2.bool(v)),
             2 => r2.u64().map(|v| w2.u64(v)),
             3 => r2.u32().map(|v| w2.u32(v)),
             4 => r2.usize().map(|v| w2.usize(v)),
@@ -464,8 +451,6 @@ pub fn codec_reader(data: &[u8]) -> bool {
             8 => r2.f64().map(|v| w2.f64(v)),
             9 => r2.bytes().map(|v| w2.bytes(v)),
             10 => r2.str().map(|v| w2.str(v)),
-            11 => r2.fixed32().map(|v| w2.fixed32(v)),
-            12 => r2.fixed16().map(|v| w2.fixed16(v)),
             // A count re-read against the rewritten (shorter) buffer may legitimately fail.
             _ => r2.usize().map(|v| w2.usize(v)),
         };

@@ -29,10 +29,11 @@ impl WorkEstimate {
 
 /// Why a request was rejected (the `reason` label of `rejected_requests_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
 pub enum RejectReason {
-    QueueFull,
-    ConcurrencyLimit,
-    TimeOut,
+    QueueFull = 0,
+    ConcurrencyLimit = 1,
+    TimeOut = 2,
 }
 
 impl RejectReason {
@@ -44,19 +45,11 @@ impl RejectReason {
         }
     }
     pub fn code(&self) -> u8 {
-        match self {
-            RejectReason::QueueFull => 0,
-            RejectReason::ConcurrencyLimit => 1,
-            RejectReason::TimeOut => 2,
-        }
+        *self as u8
     }
     pub fn from_code(c: u8) -> Option<Self> {
-        match c {
-            0 => Some(RejectReason::QueueFull),
-            1 => Some(RejectReason::ConcurrencyLimit),
-            2 => Some(RejectReason::TimeOut),
-            _ => None,
-        }
+        let all = [RejectReason::QueueFull, RejectReason::ConcurrencyLimit, RejectReason::TimeOut];
+        all.into_iter().find(|r| r.code() == c)
     }
 }
 

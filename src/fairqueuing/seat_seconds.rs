@@ -17,23 +17,11 @@ pub const SS_SCALE: u64 = 100_000_000;
 pub struct SeatSeconds(pub u64);
 
 impl SeatSeconds {
-    pub const MAX: SeatSeconds = SeatSeconds(u64::MAX);
-    pub const MIN: SeatSeconds = SeatSeconds(0);
-    pub const ZERO: SeatSeconds = SeatSeconds(0);
-
     pub fn wrapping_add(self, o: SeatSeconds) -> SeatSeconds {
         SeatSeconds(self.0.wrapping_add(o.0))
     }
     pub fn wrapping_sub(self, o: SeatSeconds) -> SeatSeconds {
         SeatSeconds(self.0.wrapping_sub(o.0))
-    }
-    /// Upstream `ToFloat` (may lose precision).
-    pub fn to_float(self) -> f64 {
-        self.0 as f64 / SS_SCALE as f64
-    }
-    /// Upstream `DurationPerSeat`: `Duration(ss / seats × 10)` (float, truncated).
-    pub fn duration_per_seat(self, seats: f64) -> Nanos {
-        duration_per_seat(self, seats)
     }
 }
 
@@ -70,7 +58,7 @@ fn seats_times_duration_float(seats: f64, d: Nanos) -> SeatSeconds {
     SeatSeconds(go_f64_to_u64((seats * d as f64 / 10.0).round()))
 }
 
-/// Upstream `DurationPerSeat`.
+/// Upstream `DurationPerSeat`: `Duration(ss / seats × 10)` (float, truncated).
 pub fn duration_per_seat(ss: SeatSeconds, seats: f64) -> Nanos {
     // float → int64 truncates (saturating in Rust, implementation-defined in Go).
     (ss.0 as f64 / seats * 10.0) as Nanos
@@ -98,15 +86,15 @@ mod tests {
         assert_eq!(seats_times_duration(1.0, NANOS_PER_SEC), SeatSeconds(100_000_000));
         assert_eq!(seats_times_duration(123.0, 100 * MS).to_string(), "12.30000000ss");
         assert_eq!(seats_times_duration(1203.0, 10 * MS).to_string(), "12.03000000ss");
-        assert_eq!(SeatSeconds::MAX.to_string(), "184467440737.09551615ss");
+        assert_eq!(SeatSeconds(u64::MAX).to_string(), "184467440737.09551615ss");
     }
 
     #[test]
     fn duration_per_seat_vectors() {
-        assert_eq!(seats_times_duration(10.0, NANOS_PER_SEC).duration_per_seat(1.0), 10 * NANOS_PER_SEC);
-        assert_eq!(seats_times_duration(1.0, NANOS_PER_SEC).duration_per_seat(10.0), 100 * MS);
-        assert_eq!(seats_times_duration(13.0, 5 * MS).duration_per_seat(5.0), 13 * MS);
-        assert_eq!(seats_times_duration(12.0, 0).duration_per_seat(10.0), 0);
+        assert_eq!(duration_per_seat(seats_times_duration(10.0, NANOS_PER_SEC), 1.0), 10 * NANOS_PER_SEC);
+        assert_eq!(duration_per_seat(seats_times_duration(1.0, NANOS_PER_SEC), 10.0), 100 * MS);
+        assert_eq!(duration_per_seat(seats_times_duration(13.0, 5 * MS), 5.0), 13 * MS);
+        assert_eq!(duration_per_seat(seats_times_duration(12.0, 0), 10.0), 0);
     }
 
     #[test]

@@ -49,23 +49,7 @@ impl Dealer {
         Ok(Dealer { deck: deck_size as u32, hand: hand_size as u32 })
     }
 
-    pub fn deck_size(&self) -> u32 {
-        self.deck
-    }
-
-    pub fn hand_size(&self) -> u32 {
-        self.hand
-    }
-
-    /// Upstream `Deal`: calls `pick` with each card of the hand, in emission order.
-    pub fn deal(&self, hash: u64, mut pick: impl FnMut(u32)) {
-        let (cards, n) = self.deal_array(hash);
-        for c in cards.iter().take(n) {
-            pick(*c);
-        }
-    }
-
-    /// The hand as a fixed array plus its length (no heap allocation).
+    /// Upstream `Deal`: the hand as a fixed array plus its length (no heap allocation).
     pub fn deal_array(&self, mut hash: u64) -> ([u32; MAX_HAND], usize) {
         let mut rem = [0u32; MAX_HAND];
         let n = (self.hand as usize).min(MAX_HAND);
@@ -76,16 +60,9 @@ impl Dealer {
             hash = next;
         }
         let mut out = [0u32; MAX_HAND];
-        for i in 0..n {
-            let mut card = rem.get(i).copied().unwrap_or(0);
-            for j in (1..=i).rev() {
-                if card >= rem.get(j - 1).copied().unwrap_or(0) {
-                    card += 1;
-                }
-            }
-            if let Some(o) = out.get_mut(i) {
-                *o = card;
-            }
+        for (i, o) in out.iter_mut().enumerate().take(n) {
+            let earlier = rem.get(..i).unwrap_or_default().iter().rev();
+            *o = earlier.fold(rem.get(i).copied().unwrap_or(0), |card, &e| if card >= e { card + 1 } else { card });
         }
         (out, n)
     }
@@ -137,9 +114,6 @@ mod tests {
         let d = Dealer::new(deck, h).unwrap();
         let mut v = Vec::new();
         d.deal_into_hand(hash, &mut v);
-        let mut w = Vec::new();
-        d.deal(hash, |c| w.push(c));
-        assert_eq!(v, w);
         v
     }
 

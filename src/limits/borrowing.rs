@@ -15,7 +15,7 @@
 //! Deviation: upstream reports, as the exempt level's `target_seats` metric, the target of an
 //! arbitrary non-exempt item (an indexing quirk); we report the exempt level's MinCurrentCL.
 
-use super::conc_alloc::{compute_concurrency_allocation, AllocProblemItem};
+use super::conc_alloc::{compute_concurrency_allocation, go_max, AllocProblemItem};
 use super::integrator::IntegratorResults;
 use crate::codec::{CodecResult, Reader, Writer};
 use crate::Nanos;
@@ -24,17 +24,6 @@ use crate::Nanos;
 pub const SEAT_DEMAND_SMOOTHING_COEFFICIENT: f64 = 0.977;
 /// `borrowingAdjustmentPeriod`.
 pub const BORROWING_ADJUSTMENT_PERIOD: Nanos = 10 * crate::NANOS_PER_SEC;
-
-/// Go's `math.Max` (NaN-propagating).
-fn go_max(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() {
-        f64::NAN
-    } else if a > b {
-        a
-    } else {
-        b
-    }
-}
 
 /// Go's `int(math.Round(x))` made total: NaN → 0, out-of-range saturates.
 fn round_to_i64(x: f64) -> i64 {
@@ -66,10 +55,8 @@ impl SeatDemandStats {
         self.avg = obs.average;
         self.std_dev = deviation;
         let envelope = obs.average + deviation;
-        self.smoothed = go_max(
-            envelope,
-            SEAT_DEMAND_SMOOTHING_COEFFICIENT * self.smoothed + (1.0 - SEAT_DEMAND_SMOOTHING_COEFFICIENT) * envelope,
-        );
+        let c = SEAT_DEMAND_SMOOTHING_COEFFICIENT;
+        self.smoothed = go_max(envelope, c * self.smoothed + (1.0 - c) * envelope);
     }
 
     pub fn encode(&self, w: &mut Writer) {
@@ -109,11 +96,7 @@ impl BorrowingLevel {
     /// `MinCurrentCL` of `updateBorrowingLocked` for this level with its current stats.
     pub fn min_current(&self) -> i64 {
         let hw = self.stats.high_watermark;
-        if self.exempt {
-            (self.min as i64).max(hw)
-        } else {
-            (self.min as i64).max((self.nominal as i64).min(hw))
-        }
+        (self.min as i64).max(if self.exempt { hw } else { (self.nominal as i64).min(hw) })
     }
 }
 
@@ -151,7 +134,6 @@ pub struct BorrowingOutcome {
 /// Recompute every level's `current` (upstream `updateBorrowingLocked`, after the stats update).
 pub fn update_borrowing(levels: &mut [BorrowingLevel], nominal_sum: u32) -> BorrowingOutcome {
     let mut items: Vec<AllocProblemItem> = Vec::with_capacity(levels.len());
-    let mut item_of: Vec<Option<usize>> = Vec::with_capacity(levels.len());
     let mut targets = Vec::with_capacity(levels.len());
     let mut min_current = Vec::with_capacity(levels.len());
     let mut min_cl_sum: i64 = 0;
@@ -162,11 +144,9 @@ pub fn update_borrowing(levels: &mut [BorrowingLevel], nominal_sum: u32) -> Borr
         min_current.push(mc);
         if l.exempt {
             remaining = remaining.saturating_sub(mc);
-            item_of.push(None);
             targets.push(mc as f64);
         } else {
             let target = go_max(mc as f64, l.stats.smoothed);
-            item_of.push(Some(items.len()));
             items.push(AllocProblemItem { lower_bound: mc as f64, upper_bound: l.max as f64, target });
             targets.push(target);
             min_cl_sum = min_cl_sum.saturating_add(l.min as i64);
@@ -185,41 +165,37 @@ pub fn update_borrowing(levels: &mut [BorrowingLevel], nominal_sum: u32) -> Borr
         return outcome;
     }
     let mut allocs: Vec<f64> = Vec::new();
-    if remaining <= min_cl_sum {
-        outcome.regime = BorrowingRegime::AllMin;
+    outcome.regime = if remaining <= min_cl_sum {
+        BorrowingRegime::AllMin
     } else if remaining <= min_current_cl_sum {
         // Here min_current_cl_sum > min_cl_sum, so the division is safe.
         let den = min_current_cl_sum.saturating_sub(min_cl_sum);
         let share_frac = if den > 0 { (remaining - min_cl_sum) as f64 / den as f64 } else { 1.0 };
-        outcome.regime = BorrowingRegime::Shared { share_frac };
+        BorrowingRegime::Shared { share_frac }
     } else {
         match compute_concurrency_allocation(nominal_sum as i64, &items) {
             Ok((a, fair)) => {
-                allocs = a;
-                outcome.fair_frac = fair;
-                outcome.regime = BorrowingRegime::Allocated;
+                (allocs, outcome.fair_frac) = (a, fair);
+                BorrowingRegime::Allocated
             }
             Err(e) => {
                 outcome.error = Some(e);
-                outcome.regime = BorrowingRegime::AllocationFailed;
+                BorrowingRegime::AllocationFailed
             }
         }
-    }
-    for (idx, l) in levels.iter_mut().enumerate() {
-        let mc = outcome.min_current.get(idx).copied().unwrap_or(l.min as i64);
-        let slot = item_of.get(idx).copied().flatten();
-        let new_cl: i64 = match slot {
-            None => mc,
-            Some(item_idx) => match outcome.regime {
-                BorrowingRegime::AllMin => l.min as i64,
-                BorrowingRegime::Shared { share_frac } => {
-                    (l.min as i64).saturating_add(round_to_i64((mc - l.min as i64) as f64 * share_frac))
-                }
-                BorrowingRegime::Allocated => {
-                    allocs.get(item_idx).map(|a| round_to_i64(*a)).unwrap_or(l.current as i64)
-                }
-                BorrowingRegime::AllocationFailed | BorrowingRegime::NoLevels => l.current as i64,
-            },
+    };
+    // The non-exempt levels' allocations, in order.
+    let mut allocs = allocs.into_iter();
+    for (l, &mc) in levels.iter_mut().zip(&outcome.min_current) {
+        let alloc = if l.exempt { None } else { allocs.next() };
+        let new_cl: i64 = match outcome.regime {
+            _ if l.exempt => mc,
+            BorrowingRegime::AllMin => l.min as i64,
+            BorrowingRegime::Shared { share_frac } => {
+                (l.min as i64).saturating_add(round_to_i64((mc - l.min as i64) as f64 * share_frac))
+            }
+            BorrowingRegime::Allocated => alloc.map_or(l.current as i64, round_to_i64),
+            BorrowingRegime::AllocationFailed | BorrowingRegime::NoLevels => l.current as i64,
         };
         l.current = clamp_u32(new_cl);
     }

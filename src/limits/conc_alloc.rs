@@ -22,16 +22,11 @@ pub const EPSILON: f64 = 0.0000001;
 
 /// Go's `math.Min` (NaN-propagating; inputs here are finite).
 fn go_min(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() {
-        f64::NAN
-    } else if a < b {
-        a
-    } else {
-        b
-    }
+    -go_max(-a, -b)
 }
 
-fn go_max(a: f64, b: f64) -> f64 {
+/// Go's `math.Max` (NaN-propagating).
+pub(super) fn go_max(a: f64, b: f64) -> f64 {
     if a.is_nan() || b.is_nan() {
         f64::NAN
     } else if a > b {
@@ -39,13 +34,6 @@ fn go_max(a: f64, b: f64) -> f64 {
     } else {
         b
     }
-}
-
-#[derive(Clone, Copy)]
-struct RelItem {
-    target: f64,
-    rel_lower: f64,
-    rel_upper: f64,
 }
 
 /// Returns `(allocs, fair_prop)` or an error saying why the problem has no solution.
@@ -63,46 +51,35 @@ pub fn compute_concurrency_allocation(
         }
     }
     let required = required_sum as f64;
-    let mut low_sum = 0.0f64;
-    let mut high_sum = 0.0f64;
-    let mut target_sum = 0.0f64;
-    let mut ub_min = f32::MAX as f64;
-    let mut ub_max = 0.0f64;
-    let mut lb_min = f32::MAX as f64;
-    let mut lb_max = 0.0f64;
-    let mut rel: Vec<RelItem> = Vec::with_capacity(classes.len());
+    let (mut low_sum, mut high_sum, mut target_sum) = (0.0f64, 0.0f64, 0.0f64);
+    // The ranges of the relative upper and lower bounds.
+    let (mut ub_min, mut ub_max) = (f32::MAX as f64, 0.0f64);
+    let (mut lb_min, mut lb_max) = (f32::MAX as f64, 0.0f64);
+    let mut targets: Vec<f64> = Vec::with_capacity(classes.len());
+    // The relative bounds: (bound / target, target, is lower), item by item, lower first.
+    let mut ascending: Vec<(f64, f64, bool)> = Vec::with_capacity(classes.len() * 2);
     for (idx, item) in classes.iter().enumerate() {
-        let mut target = item.target;
-        if item.lower_bound < 0.0 {
-            return Err(format!(
-                "lower bound {idx} is {} but negative lower bounds are not allowed",
-                item.lower_bound
-            ));
+        let (lower, upper, target) = (item.lower_bound, item.upper_bound, item.target);
+        if lower < 0.0 {
+            return Err(format!("lower bound {idx} is {lower} but negative lower bounds are not allowed"));
         }
-        if target < item.lower_bound {
-            return Err(format!(
-                "target {idx} is {target}, which is below its lower bound of {}",
-                item.lower_bound
-            ));
+        if target < lower {
+            return Err(format!("target {idx} is {target}, which is below its lower bound of {lower}"));
         }
-        if item.upper_bound < item.lower_bound {
-            return Err(format!(
-                "upper bound {idx} is {} but should not be less than the lower bound {}",
-                item.upper_bound, item.lower_bound
-            ));
+        if upper < lower {
+            return Err(format!("upper bound {idx} is {upper} but should not be less than the lower bound {lower}"));
         }
-        if target < MIN_TARGET {
-            target = MIN_TARGET;
-        }
-        low_sum += item.lower_bound;
-        high_sum += item.upper_bound;
+        let target = if target < MIN_TARGET { MIN_TARGET } else { target };
+        low_sum += lower;
+        high_sum += upper;
         target_sum += target;
-        let r = RelItem { target, rel_lower: item.lower_bound / target, rel_upper: item.upper_bound / target };
-        ub_min = go_min(ub_min, r.rel_upper);
-        ub_max = go_max(ub_max, r.rel_upper);
-        lb_min = go_min(lb_min, r.rel_lower);
-        lb_max = go_max(lb_max, r.rel_lower);
-        rel.push(r);
+        let (rel_lower, rel_upper) = (lower / target, upper / target);
+        ub_min = go_min(ub_min, rel_upper);
+        ub_max = go_max(ub_max, rel_upper);
+        lb_min = go_min(lb_min, rel_lower);
+        lb_max = go_max(lb_max, rel_lower);
+        targets.push(target);
+        ascending.extend([(rel_lower, target, true), (rel_upper, target, false)]);
     }
     if lb_max > 1.0 {
         return Err(format!(
@@ -127,56 +104,29 @@ pub fn compute_concurrency_allocation(
     }
     let mut fair_prop = required / target_sum;
     if lb_max <= fair_prop && fair_prop <= ub_min {
-        return Ok((rel.iter().map(|r| r.target * fair_prop).collect(), fair_prop));
+        return Ok((targets.iter().map(|t| t * fair_prop).collect(), fair_prop));
     }
-    // Some bounds matter: walk the sorted relative bounds.
-    // Packed index 2*i = lower bound of item i, 2*i+1 = upper bound of item i.
-    let bound_of = |packed: usize| -> Option<(f64, usize, bool)> {
-        let item_idx = packed / 2;
-        let lower = packed.is_multiple_of(2);
-        let r = rel.get(item_idx)?;
-        Some((if lower { r.rel_lower } else { r.rel_upper }, item_idx, lower))
-    };
-    let mut ascending: Vec<usize> = (0..rel.len().saturating_mul(2)).collect();
-    ascending.sort_by(|&a, &b| {
-        let pa = bound_of(a).map(|x| x.0).unwrap_or(0.0);
-        let pb = bound_of(b).map(|x| x.0).unwrap_or(0.0);
-        pa.partial_cmp(&pb).unwrap_or(std::cmp::Ordering::Equal)
-    });
+    // Some bounds matter: walk the relative bounds in ascending order (a stable sort).
+    ascending.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));
     let mut sum_so_far = low_sum;
     fair_prop = lb_min;
     let mut sensitive_target_sum = 0.0f64;
     let mut delta_sensitive_target_sum = 0.0f64;
     let mut num_sensitive: i64 = 0;
     let mut delta_sensitive: i64 = 0;
-    let mut next_idx = 0usize;
+    let mut bounds = ascending.into_iter();
     while sum_so_far < required {
-        let mut next_bound;
-        loop {
+        let next_bound = loop {
             sensitive_target_sum += delta_sensitive_target_sum;
             num_sensitive += delta_sensitive;
-            let packed = match ascending.get(next_idx) {
-                Some(p) => *p,
-                None => {
-                    return Err("impossible: ran out of bounds to consider in bound-constrained problem".to_string())
-                }
+            let Some((bound, t, lower)) = bounds.next() else {
+                return Err("impossible: ran out of bounds to consider in bound-constrained problem".to_string());
             };
-            let (nb, item_idx, lower) =
-                bound_of(packed).ok_or_else(|| "impossible: bad bound index".to_string())?;
-            next_bound = nb;
-            let t = rel.get(item_idx).map(|r| r.target).unwrap_or(0.0);
-            if lower {
-                delta_sensitive = 1;
-                delta_sensitive_target_sum = t;
-            } else {
-                delta_sensitive = -1;
-                delta_sensitive_target_sum = -t;
+            (delta_sensitive, delta_sensitive_target_sum) = if lower { (1, t) } else { (-1, -t) };
+            if bound > fair_prop {
+                break bound;
             }
-            next_idx += 1;
-            if next_bound > fair_prop {
-                break;
-            }
-        }
+        };
         if num_sensitive == 0 {
             fair_prop = next_bound;
             continue;
@@ -190,12 +140,8 @@ pub fn compute_concurrency_allocation(
         sum_so_far += (next_bound - fair_prop) * sensitive_target_sum;
         fair_prop = next_bound;
     }
-    let ans = classes
-        .iter()
-        .zip(rel.iter())
-        .map(|(c, r)| go_max(c.lower_bound, go_min(c.upper_bound, fair_prop * r.target)))
-        .collect();
-    Ok((ans, fair_prop))
+    let clamp = |(c, t): (&AllocProblemItem, &f64)| go_max(c.lower_bound, go_min(c.upper_bound, fair_prop * t));
+    Ok((classes.iter().zip(&targets).map(clamp).collect(), fair_prop))
 }
 
 #[cfg(test)]

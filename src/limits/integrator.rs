@@ -54,15 +54,11 @@ pub struct Moments {
 }
 
 impl Moments {
-    pub fn constant(dt: f64, x: f64) -> Moments {
-        Moments { elapsed_secs: dt, integral_x: x * dt, integral_xx: x * x * dt }
-    }
-    pub fn combine(self, o: Moments) -> Moments {
-        Moments {
-            elapsed_secs: self.elapsed_secs + o.elapsed_secs,
-            integral_x: self.integral_x + o.integral_x,
-            integral_xx: self.integral_xx + o.integral_xx,
-        }
+    /// Adds (upstream `Add`) the moments of `x` held constant for `dt` seconds (`ConstantMoments`).
+    pub fn add_constant(&mut self, dt: f64, x: f64) {
+        self.elapsed_secs += dt;
+        self.integral_x += x * dt;
+        self.integral_xx += x * x * dt;
     }
     /// `(average, standard deviation)` with upstream's NaN rules.
     pub fn avg_and_std_dev(&self) -> (f64, f64) {
@@ -109,7 +105,7 @@ impl Integrator {
     fn update(&mut self, now: Nanos) {
         let dt = go_duration_seconds(now.saturating_sub(self.last_time));
         self.last_time = now;
-        self.moments = self.moments.combine(Moments::constant(dt, self.x));
+        self.moments.add_constant(dt, self.x);
     }
 
     /// Set x to a new value at time `now` (upstream `Observe`/`Set`).
@@ -126,21 +122,15 @@ impl Integrator {
 
     /// Add `dx` to x at time `now`.
     pub fn add(&mut self, now: Nanos, dx: f64) {
-        let x = self.x + dx;
-        self.set(now, x);
+        self.set(now, self.x + dx);
     }
 
     /// Integrate up to `now` and return the results.
     pub fn get_results(&mut self, now: Nanos) -> IntegratorResults {
         self.update(now);
         let (average, deviation) = self.moments.avg_and_std_dev();
-        IntegratorResults {
-            duration_secs: self.moments.elapsed_secs,
-            average,
-            deviation,
-            min: self.min,
-            max: self.max,
-        }
+        let (min, max) = (self.min, self.max);
+        IntegratorResults { duration_secs: self.moments.elapsed_secs, average, deviation, min, max }
     }
 
     /// Results up to `now`, then restart integration at `now` with `min = max = x`.
@@ -163,12 +153,9 @@ impl Integrator {
     }
 
     pub fn decode(r: &mut Reader<'_>) -> CodecResult<Self> {
-        let last_time = r.i64()?;
-        let x = r.f64()?;
+        let (last_time, x) = (r.i64()?, r.f64()?);
         let moments = Moments { elapsed_secs: r.f64()?, integral_x: r.f64()?, integral_xx: r.f64()? };
-        let min = r.f64()?;
-        let max = r.f64()?;
-        Ok(Integrator { last_time, x, moments, min, max })
+        Ok(Integrator { last_time, x, moments, min: r.f64()?, max: r.f64()? })
     }
 }
 

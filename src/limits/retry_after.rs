@@ -69,27 +69,16 @@ impl DroppedRequestsTracker {
             .iter()
             .position(|&(t, _)| unix.saturating_sub(t) <= MAX_RETRY_AFTER)
             .unwrap_or(self.history.len());
-        if start > 0 {
-            self.history.drain(..start);
-        }
+        self.history.drain(..start);
         // Keep the bound even if time jumps backwards (not possible upstream with a real clock).
-        if self.history.len() > MAX_HISTORY {
-            let excess = self.history.len() - MAX_HISTORY;
-            self.history.drain(..excess);
-        }
+        self.history.drain(..self.history.len().saturating_sub(MAX_HISTORY));
     }
 
     fn update_retry_after(&mut self, unix: i64) {
         let retry_after = self.retry_after;
-        let mut dropped: i64 = 0;
-        for &(t, n) in self.history.iter().rev() {
-            if unix.saturating_sub(t) > retry_after {
-                break;
-            }
-            if t < unix {
-                dropped = dropped.saturating_add(n);
-            }
-        }
+        // Drops of the last `retry_after` seconds before this one.
+        let recent = self.history.iter().rev().take_while(|&&(t, _)| unix.saturating_sub(t) <= retry_after);
+        let dropped = recent.filter(|&&(t, _)| t < unix).fold(0i64, |d, &(_, n)| d.saturating_add(n));
         if unix.saturating_sub(self.retry_after_update_unix) >= retry_after
             && dropped >= retry_after.saturating_mul(3)
         {

@@ -68,10 +68,7 @@ pub fn compute_limits(server_cl: u32, levels: &[PriorityLevel]) -> (Vec<LevelLim
         let (borrowing, seats) = match &l.spec {
             PriorityLevelSpec::Exempt { .. } => (server_cl, None),
             PriorityLevelSpec::Limited { borrowing_limit_percent, .. } => (
-                match borrowing_limit_percent {
-                    Some(p) => percent_of(nominal, *p),
-                    None => server_cl,
-                },
+                borrowing_limit_percent.map_or(server_cl, |p| percent_of(nominal, p)),
                 l.queuing().map(|q| max_seats(nominal, q.hand_size)),
             ),
         };

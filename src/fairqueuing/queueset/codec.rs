@@ -8,15 +8,13 @@ use std::collections::VecDeque;
 
 use super::fifo::{Queue, WaitList, Waiting};
 use super::executing::{Linger, OwnerExec};
-use super::{check_config, request_work, Counters, QueueSet, ESTIMATED_SERVICE_DURATION, MAX_QUEUES};
+use super::{request_work, Counters, QueueSet, MAX_QUEUES};
 use crate::codec::{CodecError, CodecResult, Reader, Writer};
 use crate::fairqueuing::{QueueSetConfig, RequestId, RequestTag, WorkEstimate};
 use crate::Nanos;
 
-/// The encoding of a QueueSet value: executing requests as per-(owner, queue) aggregates and
-/// lingering seats (receipts), waiting requests delta-coded per queue
-/// ([`QueueSet::encode_waiting`]). Values of another version are not read (state keys carry
-/// the version, so modules of different versions never share a value).
+/// Values of another version are not read (state keys carry the version, so modules of
+/// different versions never share a value).
 const ENCODING_VERSION: u8 = 5;
 /// Flags of a waiting request's encoding: which fields repeat the previous request's.
 const SAME_OWNER: u8 = 1;
@@ -39,15 +37,9 @@ impl QueueSet {
         w.u64(self.enqueues);
         w.u64(self.next_id);
         let c = &self.counters;
-        for v in [
-            c.dispatched,
-            c.rejected_queue_full,
-            c.rejected_concurrency_limit,
-            c.timed_out,
-            c.epoch_advances,
-            c.epoch_advance_failures,
-            c.no_accommodation,
-        ] {
+        let rejections = [c.rejected_queue_full, c.rejected_concurrency_limit, c.timed_out];
+        let epochs = [c.epoch_advances, c.epoch_advance_failures, c.no_accommodation];
+        for v in [c.dispatched].into_iter().chain(rejections).chain(epochs) {
             w.u64(v);
         }
         w.usize(self.execs.len());
@@ -66,9 +58,9 @@ impl QueueSet {
         }
         w.usize(self.queues.len());
         let mut prev: u32 = 0;
-        for (k, q) in self.queues.iter().enumerate() {
+        for q in &self.queues {
             // Index delta from the previous one (first: absolute).
-            w.u32(if k == 0 { q.index } else { q.index.wrapping_sub(prev) });
+            w.u32(q.index.wrapping_sub(prev));
             prev = q.index;
             w.i64(q.next_dispatch_r.wrapping_sub(self.current_r) as i64);
             w.usize(q.waiting.len());
@@ -85,20 +77,13 @@ impl QueueSet {
     pub(super) fn encode_waiting(w: &mut Writer, r: &Waiting, prev: Option<&Waiting>) {
         let t = &r.tag;
         let allowance = wait_allowance(r);
-        let mut flags = 0;
-        if let Some(p) = prev {
-            for (same, bit) in [
-                (p.tag.owner == t.owner, SAME_OWNER),
-                (p.tag.flow_schema == t.flow_schema, SAME_SCHEMA),
-                (p.tag.flow_hash == t.flow_hash, SAME_FLOW),
-                (p.work == r.work, SAME_WORK),
-                (wait_allowance(p) == allowance, SAME_ALLOWANCE),
-            ] {
-                if same {
-                    flags |= bit;
-                }
-            }
-        }
+        let flags = prev.map_or(0, |p| {
+            u8::from(p.tag.owner == t.owner) * SAME_OWNER
+                + u8::from(p.tag.flow_schema == t.flow_schema) * SAME_SCHEMA
+                + u8::from(p.tag.flow_hash == t.flow_hash) * SAME_FLOW
+                + u8::from(p.work == r.work) * SAME_WORK
+                + u8::from(wait_allowance(p) == allowance) * SAME_ALLOWANCE
+        });
         w.u8(flags);
         match prev {
             None => {
@@ -129,12 +114,9 @@ impl QueueSet {
             w.i64(r.work.additional_latency);
         }
         if flags & SAME_ALLOWANCE == 0 {
-            match allowance {
-                None => w.u8(0),
-                Some(a) => {
-                    w.u8(1);
-                    w.i64(a);
-                }
+            w.u8(u8::from(allowance.is_some()));
+            if let Some(a) = allowance {
+                w.i64(a);
             }
         }
     }
@@ -161,18 +143,16 @@ impl QueueSet {
             hand_size: r.u32()?,
             concurrency_limit: r.u32()?,
         };
-        if check_config(&cfg).is_err() {
-            return Err(CodecError("invalid queueset config"));
-        }
-        let current_r = r.u64()?;
-        let last_real_time = r.i64()?;
-        let robin_index = r.u32()?;
-        let enqueues = r.u64()?;
-        let next_id = r.u64()?;
-        if next_id == 0 {
+        let mut qs = QueueSet::new(cfg, 0).map_err(|_| CodecError("invalid queueset config"))?;
+        qs.current_r = r.u64()?;
+        qs.last_real_time = r.i64()?;
+        qs.robin_index = r.u32()?;
+        qs.enqueues = r.u64()?;
+        qs.next_id = r.u64()?;
+        if qs.next_id == 0 {
             return Err(CodecError("bad next id"));
         }
-        let counters = Counters {
+        qs.counters = Counters {
             dispatched: r.u64()?,
             rejected_queue_full: r.u64()?,
             rejected_concurrency_limit: r.u64()?,
@@ -182,23 +162,6 @@ impl QueueSet {
             no_accommodation: r.u64()?,
         };
         let mut ids = IdSet { ids: Vec::with_capacity(id_room) };
-        let mut qs = QueueSet {
-            cfg,
-            g: ESTIMATED_SERVICE_DURATION,
-            current_r,
-            last_real_time,
-            robin_index,
-            enqueues,
-            next_id,
-            queues: Vec::new(),
-            execs: Vec::new(),
-            lingers: Vec::new(),
-            counters,
-            tot_requests_waiting: 0,
-            tot_requests_executing: 0,
-            tot_seats_in_use: 0,
-            tot_seats_waiting: 0,
-        };
         let n = r.count(4)?;
         qs.execs.reserve(n);
         for _ in 0..n {
@@ -216,7 +179,7 @@ impl QueueSet {
         let n = r.count(4)?;
         qs.lingers.reserve(n);
         for _ in 0..n {
-            let l = Linger { until: last_real_time.wrapping_add(r.i64()?), queue: r.i32()?, owner: r.u32()?, seats: r.u64()? };
+            let l = Linger { until: qs.last_real_time.wrapping_add(r.i64()?), queue: r.i32()?, owner: r.u32()?, seats: r.u64()? };
             if l.queue < -1 {
                 return Err(CodecError("bad lingering queue"));
             }
@@ -228,21 +191,16 @@ impl QueueSet {
         let mut prev: Option<u32> = None;
         for _ in 0..nq {
             let d = r.u32()?;
-            let index = match prev {
-                None => d,
-                Some(p) => {
-                    if d == 0 {
-                        return Err(CodecError("queues not sorted"));
-                    }
-                    p.checked_add(d).ok_or(CodecError("queue index overflow"))?
-                }
-            };
+            if prev.is_some() && d == 0 {
+                return Err(CodecError("queues not sorted"));
+            }
+            let index = prev.unwrap_or(0).checked_add(d).ok_or(CodecError("queue index overflow"))?;
             if index >= MAX_QUEUES {
                 return Err(CodecError("queue index out of range"));
             }
             prev = Some(index);
             let mut q = Queue::new(index);
-            q.next_dispatch_r = current_r.wrapping_add(r.i64()? as u64);
+            q.next_dispatch_r = qs.current_r.wrapping_add(r.i64()? as u64);
             // The queue's requests, and their sums, taken from the prior state when its segment
             // is unchanged (the sums depend on the requests alone); else decoded.
             let nw = r.count(0)?;
@@ -274,16 +232,11 @@ impl QueueSet {
             qs.queues.push(q);
         }
         // Attach the executing and lingering seats to their queues (which must be stored).
-        for k in 0..qs.execs.len().saturating_add(qs.lingers.len()) {
-            let (queue, executing, lingering, seats) = match qs.execs.get(k) {
-                Some(e) => (e.queue, e.executing, 0, e.seats),
-                None => match qs.lingers.get(k.saturating_sub(qs.execs.len())) {
-                    Some(l) => (l.queue, 0, 1, l.seats),
-                    None => break,
-                },
-            };
+        let execs = qs.execs.iter().map(|e| (e.queue, e.executing, 0, e.seats));
+        for (queue, executing, lingering, seats) in execs.chain(qs.lingers.iter().map(|l| (l.queue, 0, 1, l.seats))) {
             let Ok(index) = u32::try_from(queue) else { continue };
-            let pos = qs.queue_pos(index).map_err(|_| CodecError("seats held in a queue that is not stored"))?;
+            let pos = qs.queues.binary_search_by_key(&index, |q| q.index);
+            let pos = pos.map_err(|_| CodecError("seats held in a queue that is not stored"))?;
             let q = qs.queues.get_mut(pos).ok_or(CodecError("bad queue position"))?;
             q.requests_executing = q.requests_executing.checked_add(executing).ok_or(CodecError("too many requests"))?;
             q.lingering = q.lingering.checked_add(lingering).ok_or(CodecError("too many requests"))?;
@@ -296,39 +249,6 @@ impl QueueSet {
             return Err(CodecError("duplicate request id"));
         }
         Ok(qs)
-    }
-
-    /// Moves past one entry written by [`Self::encode_waiting`] (`first`: the segment's first,
-    /// written without a previous request) without decoding it: where an entry ends is all a
-    /// kept segment's edits need.
-    pub(super) fn skip_waiting(r: &mut Reader, first: bool) -> CodecResult<()> {
-        let flags = r.u8()?;
-        for _ in 0..4 {
-            r.skip_varint()?;
-        }
-        let given = |bit: u8| first || flags & bit == 0;
-        if given(SAME_OWNER) {
-            r.skip_varint()?;
-        }
-        if given(SAME_SCHEMA) {
-            r.skip_varint()?;
-        }
-        if given(SAME_FLOW) {
-            r.skip(8)?;
-        }
-        if given(SAME_WORK) {
-            for _ in 0..3 {
-                r.skip_varint()?;
-            }
-        }
-        if given(SAME_ALLOWANCE) {
-            match r.u8()? {
-                0 => {}
-                1 => r.skip_varint()?,
-                _ => return Err(CodecError("bad deadline flag")),
-            }
-        }
-        Ok(())
     }
 
     /// The inverse of [`QueueSet::encode_waiting`] (the id is checked by the caller).
@@ -347,18 +267,10 @@ impl QueueSet {
             ),
         };
         let same = |bit: u8| prev.filter(|_| flags & bit != 0);
-        let owner = match same(SAME_OWNER) {
-            Some(p) => p.tag.owner,
-            None => r.u32()?,
-        };
-        let flow_schema = match same(SAME_SCHEMA) {
-            Some(p) => p.tag.flow_schema,
-            None => u16::try_from(r.u32()?).map_err(|_| CodecError("bad flow schema"))?,
-        };
-        let flow_hash = match same(SAME_FLOW) {
-            Some(p) => p.tag.flow_hash,
-            None => r.fixed64()?,
-        };
+        let owner = same(SAME_OWNER).map_or_else(|| r.u32(), |p| Ok(p.tag.owner))?;
+        let schema = |r: &mut Reader| u16::try_from(r.u32()?).map_err(|_| CodecError("bad flow schema"));
+        let flow_schema = same(SAME_SCHEMA).map_or_else(|| schema(r), |p| Ok(p.tag.flow_schema))?;
+        let flow_hash = same(SAME_FLOW).map_or_else(|| r.fixed64(), |p| Ok(p.tag.flow_hash))?;
         let work = match same(SAME_WORK) {
             Some(p) => p.work,
             None => WorkEstimate { initial_seats: r.u32()?, final_seats: r.u32()?, additional_latency: r.i64()? },
@@ -397,31 +309,17 @@ impl IdSet {
     }
 
     pub(super) fn has_duplicates(&mut self) -> bool {
-        let Some((lo, hi)) = self.ids.iter().fold(None, |b, &id| Some(b.map_or((id, id), |(lo, hi): (u64, u64)| (lo.min(id), hi.max(id))))) else { return false };
-        // A bitmap no larger than the ids span (usually a few hundred ids: 8 words).
-        let span = hi - lo;
-        if span < 512 {
-            return Self::repeats(&self.ids, lo, &mut [0u64; 8]);
+        let (Some(&lo), Some(&hi)) = (self.ids.iter().min(), self.ids.iter().max()) else { return false };
+        if hi - lo >= Self::WINDOW {
+            self.ids.sort_unstable();
+            return self.ids.windows(2).any(|w| w.first() == w.get(1));
         }
-        if span < Self::WINDOW {
-            return Self::repeats(&self.ids, lo, &mut [0u64; (IdSet::WINDOW / 64) as usize]);
-        }
-        self.ids.sort_unstable();
-        self.ids.windows(2).any(|w| w.first() == w.get(1))
-    }
-
-    /// Whether an id occurs twice, with `seen` (zeroed) as a bitmap from `lo`.
-    pub(super) fn repeats(ids: &[RequestId], lo: u64, seen: &mut [u64]) -> bool {
-        for &id in ids {
-            let off = id - lo;
-            let Some(word) = seen.get_mut((off / 64) as usize) else { return true };
-            let bit = 1u64 << (off % 64);
-            if *word & bit != 0 {
-                return true;
-            }
-            *word |= bit;
-        }
-        false
+        // A bitmap of the ids from `lo`.
+        let mut seen = [0u64; (IdSet::WINDOW / 64) as usize];
+        !self.ids.iter().all(|&id| {
+            let (word, bit) = (seen.get_mut(((id - lo) / 64) as usize), 1u64 << ((id - lo) % 64));
+            word.is_some_and(|w| std::mem::replace(w, *w | bit) & bit == 0)
+        })
     }
 }
 
@@ -451,9 +349,7 @@ pub(super) fn decode_segment(seg: &[u8], n: usize) -> CodecResult<WaitList> {
     if r.remaining() != 0 {
         return Err(CodecError("trailing bytes in a queue"));
     }
-    let enc = std::cell::OnceCell::new();
-    let _ = enc.set(seg.to_vec());
-    Ok(WaitList { reqs, enc })
+    Ok(WaitList { reqs, enc: seg.to_vec().into() })
 }
 
 /// How long a waiting request may wait from its arrival (`None`: no deadline).

@@ -3,6 +3,7 @@
 //! `AdditionalLatency`, `queueset.go: finishRequestLocked`).
 
 use super::QueueSet;
+use crate::fairqueuing::{Receipt, RequestId, WorkEstimate};
 use crate::Nanos;
 
 /// The executing requests of one owner in one queue (−1: queue-less). Kept sorted by
@@ -32,50 +33,42 @@ impl QueueSet {
     }
 
     /// Counts a request that starts executing in the (owner, queue) aggregate and the totals
-    /// (the queue's own counts are the caller's).
-    pub(super) fn add_executing(&mut self, owner: u32, queue: i32, seats: u32) {
-        match self.exec_pos(owner, queue) {
-            Ok(p) => {
-                if let Some(e) = self.execs.get_mut(p) {
-                    e.executing = e.executing.saturating_add(1);
-                    e.seats = e.seats.saturating_add(seats as u64);
-                }
-            }
-            Err(p) => self.execs.insert(p, OwnerExec { owner, queue, executing: 1, seats: seats as u64 }),
+    /// (the queue's own counts are the caller's) and returns its receipt.
+    pub(super) fn start_executing(&mut self, id: RequestId, owner: u32, queue: i32, work: &WorkEstimate, now: Nanos) -> Receipt {
+        let seats = work.max_seats();
+        let p = self.exec_pos(owner, queue).unwrap_or_else(|p| {
+            self.execs.insert(p, OwnerExec { owner, queue, executing: 0, seats: 0 });
+            p
+        });
+        if let Some(e) = self.execs.get_mut(p) {
+            e.executing = e.executing.saturating_add(1);
+            e.seats = e.seats.saturating_add(seats as u64);
         }
         self.tot_requests_executing = self.tot_requests_executing.saturating_add(1);
         self.tot_seats_in_use = self.tot_seats_in_use.saturating_add(seats as u64);
         self.counters.dispatched = self.counters.dispatched.saturating_add(1);
+        let (initial_seats, additional_latency) = (work.initial_seats, work.additional_latency);
+        Receipt { id, queue, owner, initial_seats, max_seats: seats, start: now, additional_latency }
     }
 
-    /// Gives back the seats of a lingering entry already removed from `lingers` (the queue is
-    /// left in place even when it becomes idle).
-    pub(super) fn release_linger(&mut self, l: &Linger) {
-        self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(l.seats);
-        if let Some(pos) = u32::try_from(l.queue).ok().and_then(|i| self.queue_pos(i).ok()) {
-            if let Some(q) = self.queues.get_mut(pos) {
+    /// Releases the lingering seats `pred` selects (the queues are left in place even when they
+    /// become idle). Returns how many.
+    pub(super) fn release_lingers_where(&mut self, pred: impl Fn(&Linger) -> bool) -> usize {
+        let mut n = 0;
+        let mut i = 0;
+        while let Some(l) = self.lingers.get(i).copied() {
+            if !pred(&l) {
+                i += 1;
+                continue;
+            }
+            self.lingers.swap_remove(i);
+            n += 1;
+            self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(l.seats);
+            if let Some(q) = self.stored_pos(l.queue).and_then(|p| self.queues.get_mut(p)) {
                 q.seats_in_use = q.seats_in_use.saturating_sub(l.seats);
                 q.lingering = q.lingering.saturating_sub(1);
             }
         }
-    }
-
-    /// Releases the seats of lingering requests whose time is `<= t`. Returns true if any.
-    pub(super) fn release_lingering(&mut self, t: Nanos) -> bool {
-        let mut any = false;
-        let mut i = 0;
-        while let Some(l) = self.lingers.get(i).copied() {
-            if l.until <= t {
-                self.lingers.swap_remove(i);
-                self.release_linger(&l);
-                any = true;
-            } else {
-                i += 1;
-            }
-        }
-        if any {
-            self.queues.retain(|q| !q.is_stored_idle());
-        }
-        any
+        n
     }
 }

@@ -19,7 +19,7 @@ pub(super) struct Waiting {
     pub(super) arrival: Nanos,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub(super) struct Queue {
     pub(super) index: u32,
     pub(super) next_dispatch_r: u64,
@@ -36,13 +36,11 @@ pub(super) struct Queue {
     pub(super) lingering: u32,
 }
 
-/// A queue's waiting requests, with their encoding ([`encode_segment`]) kept once computed:
-/// each queue's requests are stored as a self-contained segment of the level's value, so an
-/// operation re-encodes only the queues it changed and a reader decodes only the segments that
-/// differ from the state it already holds ([`QueueSet::decode_reusing`]). Read access derefs to
-/// the requests; every change goes through [`WaitList::edit`], which drops the encoding, so
-/// the kept encoding is always exactly the requests'.
-#[derive(Clone, Default)]
+/// A queue's waiting requests, with their encoding (the queue's segment of the level's value,
+/// [`encode_segment`]) kept once computed. Read access derefs to the requests; every change
+/// goes through [`WaitList::edit`], which drops the encoding, so the kept encoding is always
+/// exactly the requests'.
+#[derive(Debug, Clone, Default)]
 pub(super) struct WaitList {
     pub(super) reqs: VecDeque<Waiting>,
     pub(super) enc: std::cell::OnceCell<Vec<u8>>,
@@ -81,18 +79,12 @@ impl WaitList {
         // Where the entries after the new head start: past the old head's entry and the new
         // head's (delta-coded) one.
         let mut r = Reader::new(enc);
-        match QueueSet::skip_waiting(&mut r, true).and_then(|()| QueueSet::skip_waiting(&mut r, false)).map(|()| r.position()) {
+        let old = QueueSet::decode_waiting(&mut r, None);
+        match old.and_then(|old| QueueSet::decode_waiting(&mut r, Some(&old))).map(|_| r.position()) {
             Ok(end) if end <= enc.len() => {
-                // Append the new head's full entry, drop the two old entries, and rotate the
-                // new entry to the front.
-                let mut w = Writer { buf: std::mem::take(enc) };
-                let old_len = w.buf.len();
+                let mut w = Writer::with_capacity(32);
                 QueueSet::encode_waiting(&mut w, head, None);
-                let head_len = w.buf.len().saturating_sub(old_len);
-                w.buf.drain(..end);
-                let n = w.buf.len();
-                w.buf.rotate_right(head_len.min(n));
-                *enc = w.buf;
+                enc.splice(..end, w.buf);
             }
             _ => {
                 self.enc.take();
@@ -115,25 +107,17 @@ impl PartialEq for WaitList {
     }
 }
 
-impl std::fmt::Debug for WaitList {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.reqs.fmt(f)
-    }
-}
-
 impl Queue {
     pub(super) fn new(index: u32) -> Queue {
-        Queue {
-            index,
-            next_dispatch_r: 0,
-            waiting: WaitList::default(),
-            initial_seats_sum: 0,
-            max_seats_sum: 0,
-            total_work_sum: 0,
-            seats_in_use: 0,
-            requests_executing: 0,
-            lingering: 0,
-        }
+        Queue { index, ..Queue::default() }
+    }
+    /// Takes a request that leaves the queue out of its sums; returns its total work.
+    pub(super) fn forget(&mut self, work: &WorkEstimate, g: Nanos) -> u64 {
+        let total_work = super::request_work(work, g).1 .0;
+        self.initial_seats_sum = self.initial_seats_sum.saturating_sub(work.initial_seats as u64);
+        self.max_seats_sum = self.max_seats_sum.saturating_sub(work.max_seats() as u64);
+        self.total_work_sum = self.total_work_sum.wrapping_sub(total_work);
+        total_work
     }
     pub(super) fn is_stored_idle(&self) -> bool {
         self.waiting.is_empty() && self.requests_executing == 0 && self.lingering == 0

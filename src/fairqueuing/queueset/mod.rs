@@ -186,12 +186,6 @@ impl QueueSet {
         })
     }
 
-    /// Test hook: upstream white-box tests use other values of G. Not encoded.
-    #[doc(hidden)]
-    pub fn set_estimated_service_duration(&mut self, g: Nanos) {
-        self.g = g;
-    }
-
     pub fn config(&self) -> QueueSetConfig {
         self.cfg
     }
@@ -200,17 +194,11 @@ impl QueueSet {
         self.counters
     }
 
-    /// Current reading of the progress meter R.
-    pub fn current_r(&self) -> SeatSeconds {
-        SeatSeconds(self.current_r)
-    }
-
     /// Upstream `BeginConfigChange` + `Complete`: applies the new configuration and dispatches as
     /// much as possible (returned).
-    pub fn reconfigure(&mut self, cfg: QueueSetConfig, now: Nanos) -> Result<Vec<Dispatched>, String> {
+    pub fn reconfigure(&mut self, mut cfg: QueueSetConfig, now: Nanos) -> Result<Vec<Dispatched>, String> {
         check_config(&cfg)?;
         self.sync_time(now);
-        let mut cfg = cfg;
         if cfg.desired_queues <= 0 {
             cfg.queue_length_limit = self.cfg.queue_length_limit;
             cfg.hand_size = self.cfg.hand_size;
@@ -223,9 +211,6 @@ impl QueueSet {
 
     pub fn seats_in_use(&self) -> u32 {
         sat_u32(self.tot_seats_in_use)
-    }
-    pub fn seats_waiting(&self) -> u32 {
-        sat_u32(self.tot_seats_waiting)
     }
     pub fn requests_waiting(&self) -> u32 {
         self.tot_requests_waiting
@@ -255,14 +240,9 @@ impl QueueSet {
     // ---------------------------------------------------------------- virtual time
 
     fn virtual_time_ratio(&self) -> f64 {
-        let mut active = 0u64;
-        let mut seats_requested = 0u64;
-        for q in &self.queues {
-            seats_requested = seats_requested.saturating_add(q.seats_in_use.saturating_add(q.max_seats_sum));
-            if q.is_active() {
-                active += 1;
-            }
-        }
+        let active = self.queues.iter().filter(|q| q.is_active()).count();
+        let seats_requested =
+            self.queues.iter().fold(0u64, |s, q| s.saturating_add(q.seats_in_use.saturating_add(q.max_seats_sum)));
         if active == 0 {
             return 0.0;
         }
@@ -271,13 +251,11 @@ impl QueueSet {
 
     /// Upstream `syncTimeLocked`.
     fn sync_time(&mut self, now: Nanos) {
-        let dt = if now > self.last_real_time { now.saturating_sub(self.last_real_time) } else { 0 };
-        if now > self.last_real_time {
-            self.last_real_time = now;
-        }
-        if dt == 0 {
+        if now <= self.last_real_time {
             return;
         }
+        let dt = now.saturating_sub(self.last_real_time);
+        self.last_real_time = now;
         let prev = self.current_r;
         let incr = seats_times_duration(self.virtual_time_ratio(), dt).0;
         self.current_r = prev.wrapping_add(incr);
@@ -290,30 +268,23 @@ impl QueueSet {
 
     fn advance_epoch(&mut self) {
         self.current_r = self.current_r.wrapping_sub(R_DECREMENT);
+        // Success: no reading of R wrapped around below zero.
         let mut success = true;
         for q in &mut self.queues {
             if !q.is_active() {
                 q.next_dispatch_r = 0;
                 continue;
             }
-            let old = q.next_dispatch_r;
-            q.next_dispatch_r = old.wrapping_sub(R_DECREMENT);
-            if q.next_dispatch_r > old {
-                success = false;
-            }
+            success &= q.next_dispatch_r >= R_DECREMENT;
+            q.next_dispatch_r = q.next_dispatch_r.wrapping_sub(R_DECREMENT);
             for w in q.waiting.edit() {
-                let old = w.arrival_r;
-                w.arrival_r = old.wrapping_sub(R_DECREMENT);
-                if w.arrival_r > old {
-                    success = false;
-                }
+                success &= w.arrival_r >= R_DECREMENT;
+                w.arrival_r = w.arrival_r.wrapping_sub(R_DECREMENT);
             }
         }
-        if success {
-            self.counters.epoch_advances = self.counters.epoch_advances.saturating_add(1);
-        } else {
-            self.counters.epoch_advance_failures = self.counters.epoch_advance_failures.saturating_add(1);
-        }
+        let c = &mut self.counters;
+        let n = if success { &mut c.epoch_advances } else { &mut c.epoch_advance_failures };
+        *n = n.saturating_add(1);
     }
 
     // ---------------------------------------------------------------- arrival
@@ -334,11 +305,13 @@ impl QueueSet {
         self.queues.binary_search_by_key(&index, |q| q.index)
     }
 
+    /// Position of the stored queue of a receipt, aggregate or linger (`queue` −1: none).
+    fn stored_pos(&self, queue: i32) -> Option<usize> {
+        u32::try_from(queue).ok().and_then(|i| self.queue_pos(i).ok())
+    }
+
     fn waiting_work_of(&self, index: u32) -> u64 {
-        match self.queue_pos(index) {
-            Ok(p) => self.queues.get(p).map(|q| q.total_work_sum).unwrap_or(0),
-            Err(_) => 0,
-        }
+        self.queue_pos(index).ok().and_then(|p| self.queues.get(p)).map_or(0, |q| q.total_work_sum)
     }
 
     /// Upstream `shuffleShardLocked`.
@@ -353,18 +326,9 @@ impl QueueSet {
         }
         let offset = (self.enqueues % hand.len() as u64) as usize;
         self.enqueues = self.enqueues.wrapping_add(1);
-        let mut best: Option<u32> = None;
-        let mut min_work = u64::MAX;
-        let first = hand.get(offset).copied().unwrap_or(0);
-        for i in 0..hand.len() {
-            let idx = hand.get((offset + i) % hand.len()).copied().unwrap_or(0);
-            let w = self.waiting_work_of(idx);
-            if w < min_work {
-                min_work = w;
-                best = Some(idx);
-            }
-        }
-        best.unwrap_or(first)
+        // The first queue with the least waiting work, from `offset` on (cyclically).
+        let rotated = hand.iter().cycle().skip(offset).take(hand.len()).copied();
+        rotated.min_by_key(|&i| self.waiting_work_of(i)).unwrap_or(0)
     }
 
     /// Upstream `StartRequest`. `out` receives the requests dispatched as a consequence (not
@@ -385,34 +349,17 @@ impl QueueSet {
                 return (Arrival::Rejected(RejectReason::ConcurrencyLimit), None);
             }
             let id = self.new_id();
-            let seats = work.max_seats();
-            self.add_executing(tag.owner, -1, seats);
-            let receipt = Receipt {
-                id,
-                queue: -1,
-                owner: tag.owner,
-                initial_seats: work.initial_seats,
-                max_seats: seats,
-                start: now,
-                additional_latency: work.additional_latency,
-            };
-            return (Arrival::Executing(receipt), None);
+            return (Arrival::Executing(self.start_executing(id, tag.owner, -1, &work, now)), None);
         }
         let qidx = self.shuffle_shard(tag.flow_hash);
-        let pos = match self.queue_pos(qidx) {
-            Ok(p) => p,
-            Err(p) => {
-                self.queues.insert(p, Queue::new(qidx));
-                p
-            }
-        };
-        let reject = match self.queues.get(pos) {
-            Some(q) => {
-                self.tot_seats_in_use >= self.cfg.concurrency_limit as u64
-                    && q.waiting.len() as u64 >= self.cfg.queue_length_limit as u64
-            }
-            None => true,
-        };
+        let pos = self.queue_pos(qidx).unwrap_or_else(|p| {
+            self.queues.insert(p, Queue::new(qidx));
+            p
+        });
+        let reject = self.queues.get(pos).is_none_or(|q| {
+            self.tot_seats_in_use >= self.cfg.concurrency_limit as u64
+                && q.waiting.len() as u64 >= self.cfg.queue_length_limit as u64
+        });
         if reject {
             if self.queues.get(pos).is_some_and(|q| q.is_stored_idle()) {
                 self.queues.remove(pos);
@@ -421,11 +368,8 @@ impl QueueSet {
             return (Arrival::Rejected(RejectReason::QueueFull), None);
         }
         let id = self.new_id();
-        let g = self.g;
         let r = self.current_r;
-        let (_, total_work) = request_work(&work, g);
-        let length = self.queues.get(pos).map_or(0, |q| q.waiting.len()).saturating_add(1);
-        let length = Some(u32::try_from(length).unwrap_or(u32::MAX));
+        let length = Some(sat_u32(self.queues.get(pos).map_or(0, |q| q.waiting.len() as u64).saturating_add(1)));
         if let Some(receipt) = self.try_dispatch_directly(pos, id, tag, work, now) {
             return (Arrival::Executing(receipt), length);
         }
@@ -436,22 +380,15 @@ impl QueueSet {
             q.waiting.push_back(Waiting { id, tag, work, arrival_r: r, arrival: now });
             q.initial_seats_sum = q.initial_seats_sum.saturating_add(work.initial_seats as u64);
             q.max_seats_sum = q.max_seats_sum.saturating_add(work.max_seats() as u64);
-            q.total_work_sum = q.total_work_sum.wrapping_add(total_work.0);
+            q.total_work_sum = q.total_work_sum.wrapping_add(request_work(&work, self.g).1 .0);
             bound_next_dispatch(q);
         }
         self.tot_requests_waiting += 1;
         self.tot_seats_waiting = self.tot_seats_waiting.saturating_add(work.max_seats() as u64);
         let before = out.len();
         self.dispatch_as_much_as_possible(now, out);
-        let mut found = None;
-        for (i, d) in out.iter().enumerate().skip(before) {
-            if d.id == id {
-                found = Some(i);
-                break;
-            }
-        }
-        let arrival = match found {
-            Some(i) => Arrival::Executing(out.remove(i).receipt),
+        let arrival = match out.iter().skip(before).position(|d| d.id == id) {
+            Some(i) => Arrival::Executing(out.remove(before + i).receipt),
             None => Arrival::Queued(id),
         };
         (arrival, length)
@@ -470,47 +407,39 @@ impl QueueSet {
         if self.tot_requests_waiting != 0 || self.tot_seats_in_use >= self.cfg.concurrency_limit as u64 {
             return None;
         }
-        let c = self.cfg.concurrency_limit;
-        let g = self.g;
         let r = self.current_r;
-        let (final_work, total_work) = request_work(&work, g);
+        let total_work = request_work(&work, self.g).1;
         let q = self.queues.get(pos)?;
         if !q.waiting.is_empty() {
             return None;
         }
         // next_dispatch_r after the enqueue (idle reset, then anti-windup against the arrival R).
-        let ndr = if q.requests_executing == 0 { r } else { q.next_dispatch_r };
-        let ndr = ndr.max(r);
+        let ndr = if q.requests_executing == 0 { r } else { q.next_dispatch_r }.max(r);
         // `find_dispatch_queue`: the head's virtual finish must be below the initial minimum.
         if ndr.wrapping_add(total_work.0) == u64::MAX || !self.can_accommodate(work.max_seats()) {
             return None;
         }
-        let mut work = work;
-        if work.final_seats > c {
-            work.additional_latency = duration_per_seat(final_work, c as f64);
-            work.final_seats = c;
-        }
-        let seats = work.max_seats();
-        let q = self.queues.get_mut(pos)?;
-        q.next_dispatch_r = ndr.wrapping_add(total_work.0);
-        q.seats_in_use = q.seats_in_use.saturating_add(seats as u64);
-        q.requests_executing = q.requests_executing.saturating_add(1);
-        let index = q.index;
-        self.robin_index = index;
-        self.add_executing(tag.owner, qkey(index), seats);
-        Some(Receipt {
-            id,
-            queue: qkey(index),
-            owner: tag.owner,
-            initial_seats: work.initial_seats,
-            max_seats: seats,
-            start: now,
-            additional_latency: work.additional_latency,
-        })
+        self.queues.get_mut(pos)?.next_dispatch_r = ndr.wrapping_add(total_work.0);
+        self.start_in_queue(pos, id, tag.owner, work, now)
     }
 
-    // ---------------------------------------------------------------- dispatch
+    /// The queue's and totals' side of a dispatch (`dispatchLocked`): final seats above C are
+    /// narrowed to C (the final work spread over a longer additional latency), the request's
+    /// seats become in use in the queue at `pos`, which becomes `robinIndex`. Returns the receipt.
+    fn start_in_queue(&mut self, pos: usize, id: RequestId, owner: u32, mut work: WorkEstimate, now: Nanos) -> Option<Receipt> {
+        let c = self.cfg.concurrency_limit;
+        if work.final_seats > c {
+            work.additional_latency = duration_per_seat(request_work(&work, self.g).0, c as f64);
+            work.final_seats = c;
+        }
+        let q = self.queues.get_mut(pos)?;
+        q.seats_in_use = q.seats_in_use.saturating_add(work.max_seats() as u64);
+        q.requests_executing = q.requests_executing.saturating_add(1);
+        self.robin_index = q.index;
+        Some(self.start_executing(id, owner, qkey(self.robin_index), &work, now))
+    }
 
+    /// Upstream `dispatchAsMuchAsPossibleLocked`.
     fn dispatch_as_much_as_possible(&mut self, now: Nanos, out: &mut Vec<Dispatched>) {
         while self.tot_requests_waiting != 0 && self.tot_seats_in_use < self.cfg.concurrency_limit as u64 && self.dispatch_one(now, out) {}
     }
@@ -527,17 +456,9 @@ impl QueueSet {
     fn find_dispatch_queue(&mut self) -> Option<usize> {
         let n = self.queues.len();
         let start = self.queues.partition_point(|q| q.index <= self.robin_index);
-        let mut min_finish = u64::MAX;
-        let mut min_pos = None;
-        for pos in (start..n).chain(0..start) {
-            let Some(q) = self.queues.get(pos) else { continue };
-            let Some(finish) = self.head_finish(q) else { continue };
-            if finish < min_finish {
-                min_finish = finish;
-                min_pos = Some(pos);
-            }
-        }
-        let pos = min_pos?;
+        // The first minimum in that order (a finish of u64::MAX is never below the initial one).
+        let heads = (start..n).chain(0..start).filter_map(|pos| Some((self.head_finish(self.queues.get(pos)?)?, pos)));
+        let (_, pos) = heads.filter(|&(finish, _)| finish != u64::MAX).min_by_key(|&(finish, _)| finish)?;
         let seats = self.queues.get(pos)?.waiting.front()?.work.max_seats();
         if !self.can_accommodate(seats) {
             self.counters.no_accommodation = self.counters.no_accommodation.saturating_add(1);
@@ -549,64 +470,27 @@ impl QueueSet {
     /// Upstream `dispatchLocked`: dispatches the head of the queue fair queuing chooses.
     fn dispatch_one(&mut self, now: Nanos, out: &mut Vec<Dispatched>) -> bool {
         let Some(pos) = self.find_dispatch_queue() else { return false };
-        let c = self.cfg.concurrency_limit;
-        let g = self.g;
         let Some(q) = self.queues.get_mut(pos) else { return false };
-        let taken = q.waiting.pop_front();
-        let Some(req) = taken else { return false };
-        let (final_work, total_work) = request_work(&req.work, g);
-        q.initial_seats_sum = q.initial_seats_sum.saturating_sub(req.work.initial_seats as u64);
-        q.max_seats_sum = q.max_seats_sum.saturating_sub(req.work.max_seats() as u64);
-        q.total_work_sum = q.total_work_sum.wrapping_sub(total_work.0);
-        let mut work = req.work;
-        if work.final_seats > c {
-            work.additional_latency = duration_per_seat(final_work, c as f64);
-            work.final_seats = c;
-        }
-        let seats = work.max_seats();
-        q.seats_in_use = q.seats_in_use.saturating_add(seats as u64);
-        q.requests_executing = q.requests_executing.saturating_add(1);
-        q.next_dispatch_r = q.next_dispatch_r.wrapping_add(total_work.0);
+        let Some(req) = q.waiting.pop_front() else { return false };
+        let total_work = q.forget(&req.work, self.g);
+        q.next_dispatch_r = q.next_dispatch_r.wrapping_add(total_work);
         bound_next_dispatch(q);
-        let index = q.index;
-        self.robin_index = index;
         self.tot_requests_waiting = self.tot_requests_waiting.saturating_sub(1);
         self.tot_seats_waiting = self.tot_seats_waiting.saturating_sub(req.work.max_seats() as u64);
-        self.add_executing(req.tag.owner, qkey(index), seats);
-        let receipt = Receipt {
-            id: req.id,
-            queue: qkey(index),
-            owner: req.tag.owner,
-            initial_seats: work.initial_seats,
-            max_seats: seats,
-            start: now,
-            additional_latency: work.additional_latency,
-        };
-        out.push(Dispatched { id: req.id, tag: req.tag, waited: now.saturating_sub(req.arrival), seats, receipt });
+        let Some(receipt) = self.start_in_queue(pos, req.id, req.tag.owner, req.work, now) else { return false };
+        let waited = now.saturating_sub(req.arrival);
+        out.push(Dispatched { id: req.id, tag: req.tag, waited, seats: receipt.max_seats, receipt });
         true
     }
-
-    // ---------------------------------------------------------------- finish
 
     /// Upstream `finishRequestAndDispatchAsMuchAsPossible`: the handler of the executing request
     /// of `receipt` returned at `now`. Applies the service-time correction to the receipt's
     /// queue, lingers on (or releases) its MaxSeats and dispatches. Returns false, changing
     /// nothing, when its (owner, queue) has no executing request left (the owner's lease was
     /// reaped and its seats released, or a second finish).
-    pub fn finish(&mut self, now: Nanos, receipt: &Receipt, out: &mut Vec<Dispatched>) -> bool {
-        if self.exec_pos(receipt.owner, receipt.queue).is_err() {
-            return false;
-        }
-        self.sync_time(now);
-        if !self.finish_locked(now, receipt) {
-            return false;
-        }
-        self.dispatch_as_much_as_possible(now, out);
-        true
-    }
-
-    fn finish_locked(&mut self, now: Nanos, rc: &Receipt) -> bool {
+    pub fn finish(&mut self, now: Nanos, rc: &Receipt, out: &mut Vec<Dispatched>) -> bool {
         let Ok(p) = self.exec_pos(rc.owner, rc.queue) else { return false };
+        self.sync_time(now);
         let Some(e) = self.execs.get_mut(p) else { return false };
         if e.executing == 0 {
             return false;
@@ -626,12 +510,10 @@ impl QueueSet {
         } else {
             self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(seats);
         }
-        let g = self.g;
-        if let Some(pos) = u32::try_from(rc.queue).ok().and_then(|i| self.queue_pos(i).ok()) {
-            let Some(q) = self.queues.get_mut(pos) else { return true };
+        if let Some((pos, q)) = self.stored_pos(rc.queue).and_then(|p| Some((p, self.queues.get_mut(p)?))) {
             q.requests_executing = q.requests_executing.saturating_sub(1);
             let actual = now.saturating_sub(rc.start);
-            let corr = seats_times_duration(rc.initial_seats as f64, g.saturating_sub(actual));
+            let corr = seats_times_duration(rc.initial_seats as f64, self.g.saturating_sub(actual));
             q.next_dispatch_r = q.next_dispatch_r.wrapping_sub(corr.0);
             bound_next_dispatch(q);
             if linger {
@@ -643,38 +525,27 @@ impl QueueSet {
                 }
             }
         }
+        self.dispatch_as_much_as_possible(now, out);
         true
     }
 
-    // ---------------------------------------------------------------- removal of waiting requests
-
+    /// Removes the waiting requests `pred` selects (counted as `time-out`) into `removed`.
     fn remove_waiting_where(&mut self, pred: impl Fn(&Waiting) -> bool, removed: &mut Vec<(RequestId, RequestTag)>) {
-        let g = self.g;
         let mut n = 0u32;
         let mut seats = 0u64;
         for q in &mut self.queues {
-            let before = q.waiting.len();
             if !q.waiting.iter().any(&pred) {
                 continue;
             }
-            let mut kept = VecDeque::with_capacity(before);
-            for w in q.waiting.edit().drain(..) {
-                if pred(&w) {
-                    let (_, tw) = request_work(&w.work, g);
-                    q.initial_seats_sum = q.initial_seats_sum.saturating_sub(w.work.initial_seats as u64);
-                    q.max_seats_sum = q.max_seats_sum.saturating_sub(w.work.max_seats() as u64);
-                    q.total_work_sum = q.total_work_sum.wrapping_sub(tw.0);
-                    seats = seats.saturating_add(w.work.max_seats() as u64);
-                    n += 1;
-                    removed.push((w.id, w.tag));
-                } else {
-                    kept.push_back(w);
-                }
-            }
+            let (gone, kept): (VecDeque<Waiting>, _) = q.waiting.edit().drain(..).partition(&pred);
             *q.waiting.edit() = kept;
-            if q.waiting.len() != before {
-                bound_next_dispatch(q);
+            for w in gone {
+                q.forget(&w.work, self.g);
+                seats = seats.saturating_add(w.work.max_seats() as u64);
+                n += 1;
+                removed.push((w.id, w.tag));
             }
+            bound_next_dispatch(q);
         }
         self.tot_requests_waiting = self.tot_requests_waiting.saturating_sub(n);
         self.tot_seats_waiting = self.tot_seats_waiting.saturating_sub(seats);
@@ -695,15 +566,8 @@ impl QueueSet {
 
     /// Earliest wait deadline of a waiting request or end of a lingering period.
     pub fn next_event(&self) -> Option<Nanos> {
-        let mut best: Option<Nanos> = self.lingers.iter().map(|l| l.until).min();
-        for q in &self.queues {
-            for w in q.waiting.iter() {
-                if w.tag.wait_deadline != Nanos::MAX && best.is_none_or(|b| w.tag.wait_deadline < b) {
-                    best = Some(w.tag.wait_deadline);
-                }
-            }
-        }
-        best
+        let waits = self.queues.iter().flat_map(|q| q.waiting.iter()).map(|w| w.tag.wait_deadline);
+        self.lingers.iter().map(|l| l.until).chain(waits.filter(|&d| d != Nanos::MAX)).min()
     }
 
     /// Processes every due event (`<= now`) in time order: waiting requests whose deadline
@@ -719,8 +583,9 @@ impl QueueSet {
             self.sync_time(t);
             let before = timed_out.len();
             self.remove_waiting_where(|w| w.tag.wait_deadline <= t, timed_out);
-            let released = self.release_lingering(t);
+            let released = self.release_lingers_where(|l| l.until <= t) > 0;
             if released {
+                self.queues.retain(|q| !q.is_stored_idle());
                 self.dispatch_as_much_as_possible(t, out);
             }
             if timed_out.len() == before && !released {
@@ -746,23 +611,12 @@ impl QueueSet {
             count = count.saturating_add(e.executing as usize);
             self.tot_requests_executing = self.tot_requests_executing.saturating_sub(e.executing);
             self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(e.seats);
-            if let Some(pos) = u32::try_from(e.queue).ok().and_then(|i| self.queue_pos(i).ok()) {
-                if let Some(q) = self.queues.get_mut(pos) {
-                    q.requests_executing = q.requests_executing.saturating_sub(e.executing);
-                    q.seats_in_use = q.seats_in_use.saturating_sub(e.seats);
-                }
+            if let Some(q) = self.stored_pos(e.queue).and_then(|p| self.queues.get_mut(p)) {
+                q.requests_executing = q.requests_executing.saturating_sub(e.executing);
+                q.seats_in_use = q.seats_in_use.saturating_sub(e.seats);
             }
         }
-        let mut i = 0;
-        while let Some(l) = self.lingers.get(i).copied() {
-            if l.owner == owner {
-                self.lingers.swap_remove(i);
-                self.release_linger(&l);
-                count = count.saturating_add(1);
-            } else {
-                i += 1;
-            }
-        }
+        count = count.saturating_add(self.release_lingers_where(|l| l.owner == owner));
         self.queues.retain(|q| !q.is_stored_idle());
         self.dispatch_as_much_as_possible(now, out);
         count

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::{qkey, request_work, Counters, QueueSet};
+use super::{qkey, request_work, sat_u32, Counters, QueueSet};
 use crate::fairqueuing::RequestId;
 use crate::fairqueuing::seat_seconds::SeatSeconds;
 use crate::Nanos;
@@ -12,19 +12,13 @@ impl QueueSet {
     pub fn snapshot(&self) -> QueueSetSnapshot {
         let g = self.g;
         let executing_of = |queue: i32| -> Vec<ExecutingByOwner> {
-            self.execs
-                .iter()
-                .filter(|e| e.queue == queue)
-                .map(|e| ExecutingByOwner { owner: e.owner, executing: e.executing, seats: e.seats })
-                .collect()
+            let execs = self.execs.iter().filter(|e| e.queue == queue);
+            execs.map(|e| ExecutingByOwner { owner: e.owner, executing: e.executing, seats: e.seats }).collect()
         };
         let lingering_of = |queue: i32| -> Vec<LingeringSnapshot> {
-            let mut v: Vec<LingeringSnapshot> = self
-                .lingers
-                .iter()
-                .filter(|l| l.queue == queue)
-                .map(|l| LingeringSnapshot { owner: l.owner, seats: l.seats, until: l.until })
-                .collect();
+            let lingers = self.lingers.iter().filter(|l| l.queue == queue);
+            let mut v: Vec<_> =
+                lingers.map(|l| LingeringSnapshot { owner: l.owner, seats: l.seats, until: l.until }).collect();
             v.sort_by_key(|l| (l.until, l.owner, l.seats));
             v
         };
@@ -39,7 +33,7 @@ impl QueueSet {
             requests_waiting: self.tot_requests_waiting,
             requests_executing: self.tot_requests_executing,
             seats_in_use: self.seats_in_use(),
-            seats_waiting: self.seats_waiting(),
+            seats_waiting: sat_u32(self.tot_seats_waiting),
             counters: self.counters,
             queues: self
                 .queues
