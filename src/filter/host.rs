@@ -180,7 +180,6 @@ impl Store for HostStore {
         let mut data: *mut u8 = null_mut();
         let mut size: usize = 0;
         let mut cas: u32 = 0;
-        let _t = super::timing::span(super::timing::Span::SharedGet);
         // SAFETY: pointers to locals; the host fills them.
         let st = unsafe { proxy_get_shared_data(key.as_ptr(), key.len(), &mut data, &mut size, &mut cas) };
         match st {
@@ -196,7 +195,6 @@ impl Store for HostStore {
     fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<SetOutcome, StoreError> {
         let key = self.key(key);
         let key = key.as_ref();
-        let _t = super::timing::span(super::timing::Span::SharedSet);
         // SAFETY: pointers into live slices.
         let st = unsafe { proxy_set_shared_data(key.as_ptr(), key.len(), value.as_ptr(), value.len(), cas.unwrap_or(0)) };
         match st {
@@ -228,7 +226,6 @@ pub fn resolve_queue(name: &str) -> Result<Option<u32>, u32> {
 }
 
 pub fn enqueue(queue: u32, msg: &[u8]) -> Result<(), u32> {
-    let _t = super::timing::span(super::timing::Span::Enqueue);
     // SAFETY: pointer into a live slice.
     match unsafe { proxy_enqueue_shared_queue(queue, msg.as_ptr(), msg.len()) } {
         OK => Ok(()),

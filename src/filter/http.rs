@@ -2,7 +2,6 @@
 
 use super::host::{self, REQUEST_HEADERS, RESPONSE_HEADERS};
 use super::metrics::{self, M};
-use super::timing::{self, Span};
 use super::worker::{self, Extra, Local};
 use crate::engine::requests::Phase;
 use crate::digest::identity::IdentityInput;
@@ -150,10 +149,7 @@ impl Http {
             (Some(stale_after), _) => worker::with(|w| w.counts.as_ref().map_or(StatsLookup::NotFound, |s| s.lookup(group, resource, now, stale_after))),
             (None, true) => worker::with(|w| w.counts.as_ref().map_or(StatsLookup::NotFound, |s| s.learned_lookup(group, resource, now))),
         };
-        let d = {
-            let _t = timing::span(Span::Digest);
-            c.digest(method, path, &input, ns_header, |info| engine::watches::interested_count(host::store(), info), &cluster)
-        };
+        let d = c.digest(method, path, &input, ns_header, |info| engine::watches::interested_count(host::store(), info), &cluster);
         if let Some(kind) = debug::dump_kind(path) {
             if d.user.groups.iter().any(|g| c.config.debug_groups.contains(g)) {
                 let offset = host::realtime_nanos().saturating_sub(now);
@@ -191,10 +187,7 @@ impl Http {
             wait_deadline: now.saturating_add(d.wait_limit),
         };
         let mut notices = Vec::new();
-        let decision = {
-            let _t = timing::span(Span::Admit);
-            engine::admit_observed(c, host::store(), now, d.class.priority_level, d.work, tag, &mut notices)
-        };
+        let decision = engine::admit_observed(c, host::store(), now, d.class.priority_level, d.work, tag, &mut notices);
         let key = level.key.clone();
         let (pl, fs_i) = (d.class.priority_level, d.class.flow_schema);
         let seats = d.work.max_seats();
@@ -259,7 +252,6 @@ impl Context for Http {}
 
 impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _n: usize, _end: bool) -> Action {
-        let _t = timing::span(Span::RequestHeaders);
         match self.compiled.clone() {
             Some(c) => self.admit(c),
             None => Action::Continue,
@@ -326,7 +318,6 @@ impl HttpContext for Http {
     }
 
     fn on_log(&mut self) {
-        let _t = timing::span(Span::Log);
         worker::stream_ended_with(self.ctx, host::monotonic_nanos);
     }
 }

@@ -294,7 +294,6 @@ pub fn add_to_counters(names: &[&str], ids: &mut [Option<u32>], deltas: impl Int
 pub fn flush() {
     flush_contention();
     flush_own();
-    super::timing::flush();
     REG.with(|r| {
         let mut r = r.borrow_mut();
         for s in r.series.values_mut() {

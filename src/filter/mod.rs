@@ -15,7 +15,6 @@ mod host;
 mod http;
 mod metrics;
 mod root;
-mod timing;
 mod worker;
 
 #[cfg(not(target_feature = "atomics"))]

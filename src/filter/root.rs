@@ -401,7 +401,6 @@ impl RootContext for Root {
     }
 
     fn on_queue_ready(&mut self, _queue_id: u32) {
-        let _t = super::timing::span(super::timing::Span::QueueReady);
         worker::drain_mailbox(host::monotonic_nanos(), 1);
     }
 
