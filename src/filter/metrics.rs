@@ -14,6 +14,7 @@
 //! number of levels and FlowSchemas.
 
 use super::host;
+use crate::engine::store::{Store, WorkerState};
 use crate::engine::Compiled;
 use crate::observe::metrics::{self as names, MetricKind};
 use std::cell::RefCell;
@@ -215,7 +216,7 @@ thread_local! {
 }
 
 fn flush_contention() {
-    let c = host::store().state().take();
+    let c = host::store().worker().map(WorkerState::take).unwrap_or_default();
     let deltas = [c.writes, c.conflicts, c.decodes, c.reuses, c.wakeups];
     CONTENTION_IDS.with(|ids| add_to_counters(&CONTENTION_METRICS, &mut ids.borrow_mut()[..], deltas.map(|d| i64::try_from(d).unwrap_or(i64::MAX))));
 }

@@ -13,6 +13,8 @@
 mod alloc;
 mod host;
 mod http;
+#[cfg(feature = "bench-isolated-levels")]
+mod isolated_levels;
 mod metrics;
 mod root;
 mod worker;

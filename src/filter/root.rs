@@ -282,7 +282,7 @@ impl Root {
             self.fetch.failed = true;
             return;
         }
-        let body = host::http_call_body(body_size);
+        let body = host::buffer_bytes(host::BUFFER_HTTP_CALL_RESPONSE_BODY, 0, body_size).unwrap_or_default();
         if let Some(b) = self.fetch.bodies.get_mut(i) {
             *b = Some(body);
         }
@@ -292,7 +292,7 @@ impl Root {
 
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
-        let bytes = host::plugin_configuration();
+        let bytes = host::buffer_bytes(host::BUFFER_PLUGIN_CONFIGURATION, 0, usize::MAX).unwrap_or_default();
         match parse_plugin_config(&bytes) {
             Ok(cfg) => {
                 self.base = if cfg.cluster_policy.is_some() {

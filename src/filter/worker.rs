@@ -3,6 +3,7 @@
 use super::host;
 use super::metrics::{self, EXTRA_NONE, M};
 use crate::engine::requests::{Entry, Host, Requests};
+use crate::engine::store::Store;
 use crate::engine::{self, Notice};
 use crate::Nanos;
 use std::cell::RefCell;
@@ -241,10 +242,10 @@ fn post(n: &Notice) -> bool {
             }
         }
     }
-    if delivered {
-        host::store().state().count(|c| &mut c.wakeups);
-    } else {
+    if !delivered {
         log::warn!("apf: cannot deliver notice to worker {}; releasing request {}", n.owner, n.id);
+    } else if let Some(s) = host::store().worker() {
+        s.count(|c| &mut c.wakeups);
     }
     delivered
 }
