@@ -21,7 +21,6 @@ const STREAM_HTTP_REQUEST: u32 = 0;
 
 pub const METRIC_COUNTER: u32 = 0;
 pub const METRIC_GAUGE: u32 = 1;
-pub const METRIC_HISTOGRAM: u32 = 2;
 
 #[link(wasm_import_module = "env")]
 extern "C" {
@@ -290,13 +289,15 @@ pub fn property(path: &[&str]) -> Option<Vec<u8>> {
     read(|d, s| unsafe { proxy_get_property(path.as_ptr(), path.len(), d, s) }).ok().flatten()
 }
 
-pub fn define_metric(kind: u32, name: &str) -> Option<u32> {
-    let mut id: u32 = 0;
-    // SAFETY: pointers to locals / live slices.
-    match unsafe { proxy_define_metric(kind, name.as_ptr(), name.len(), &mut id) } {
-        OK => Some(id),
-        _ => None,
+/// The id of the metric `name` kept in `slot`, defined on first use (`None` while the host
+/// refuses it).
+pub fn metric_id(slot: &mut Option<u32>, kind: u32, name: &str) -> Option<u32> {
+    if slot.is_none() {
+        let mut id: u32 = 0;
+        // SAFETY: pointers to locals / live slices.
+        *slot = status(unsafe { proxy_define_metric(kind, name.as_ptr(), name.len(), &mut id) }).ok().map(|()| id);
     }
+    *slot
 }
 
 pub fn increment_metric(id: u32, by: i64) {

@@ -228,8 +228,8 @@ impl Http {
                 }
             }
             Ok(Decision::Rejected { reason, retry_after }) => {
-                metrics::add(c, M::Rejected, pl, fs_i, metrics::reason_extra(reason), 1);
-                metrics::observe(c, M::WaitDuration, pl, fs_i, metrics::EXECUTE_FALSE, 0.0);
+                metrics::add(c, M::Rejected, pl, fs_i, reason.as_str(), 1);
+                metrics::observe(c, M::WaitDuration, pl, fs_i, "false", 0.0);
                 if level.enforce {
                     self.local_reply = true;
                     worker::send_429(c, fs_i, pl, retry_after, self.explain, reason.as_str(), seats);

@@ -31,7 +31,7 @@ pub struct Extra {
 
 pub type Local = Entry<Extra>;
 
-fn metric(e: &Local, m: M, extra: u8, delta: i64) {
+fn metric(e: &Local, m: M, extra: &'static str, delta: i64) {
     metrics::add(&e.extra.compiled, m, e.extra.pl, e.extra.fs, extra, delta);
 }
 
@@ -48,21 +48,21 @@ pub fn note_dispatched(e: &Local, from_queue: bool) {
     metric(e, M::Dispatched, EXTRA_NONE, 1);
     metric(e, M::ExecutingRequests, EXTRA_NONE, 1);
     metric(e, M::ExecutingSeats, EXTRA_NONE, i64::from(e.extra.seats));
-    metrics::observe(&e.extra.compiled, M::WaitDuration, e.extra.pl, e.extra.fs, metrics::EXECUTE_TRUE, e.waited as f64 / 1e9);
+    metrics::observe(&e.extra.compiled, M::WaitDuration, e.extra.pl, e.extra.fs, "true", e.waited as f64 / 1e9);
 }
 
 /// Bookkeeping when a waiting request is rejected (time-out or client gone).
 fn note_rejected_waiting(e: &Local, now: Nanos) {
     left_queue(e);
-    metric(e, M::Rejected, metrics::reason_extra(crate::fairqueuing::RejectReason::TimeOut), 1);
-    metrics::observe(&e.extra.compiled, M::WaitDuration, e.extra.pl, e.extra.fs, metrics::EXECUTE_FALSE, now.saturating_sub(e.arrived) as f64 / 1e9);
+    metric(e, M::Rejected, crate::fairqueuing::RejectReason::TimeOut.as_str(), 1);
+    metrics::observe(&e.extra.compiled, M::WaitDuration, e.extra.pl, e.extra.fs, "false", now.saturating_sub(e.arrived) as f64 / 1e9);
 }
 
 /// Bookkeeping when an executing request finishes.
 fn note_finished(e: &Local, now: Nanos) {
     metric(e, M::ExecutingRequests, EXTRA_NONE, -1);
     metric(e, M::ExecutingSeats, EXTRA_NONE, -i64::from(e.extra.seats));
-    let t = if e.extra.is_watch { metrics::TYPE_WATCH } else { metrics::TYPE_REGULAR };
+    let t = if e.extra.is_watch { "watch" } else { "regular" };
     metrics::observe(&e.extra.compiled, M::ExecutionDuration, e.extra.pl, e.extra.fs, t, now.saturating_sub(e.started) as f64 / 1e9);
 }
 
