@@ -7,7 +7,7 @@ use crate::engine::store::Store;
 use crate::engine::{self, Notice};
 use crate::Nanos;
 use std::cell::RefCell;
-use hashbrown::HashMap;
+use hashbrown::{HashMap, HashSet};
 use std::rc::Rc;
 
 /// A worker whose lease is older than this is presumed dead and its seats are reclaimed.
@@ -81,7 +81,7 @@ pub struct Worker {
     /// Mailbox queue ids of other workers, by slot (slots are never reused).
     pub slot_mailboxes: HashMap<u32, u32>,
     /// Outcome of requests resolved from the root (by context), read by their HTTP context.
-    pub rejected: HashMap<u32, (i64, &'static str)>,
+    pub rejected: HashSet<u32>,
     /// Open watches of this worker, by context (forgotten when the stream ends).
     pub watches: HashMap<u32, crate::digest::work_estimate::WatchKey>,
     /// Watches of this worker holding their seats while their initial state streams, by context.
@@ -135,7 +135,7 @@ impl Host<Extra> for FilterHost {
         !e.extra.enforce || (host::set_effective_context(context) && host::resume_request())
     }
     fn reject(&mut self, context: u32, e: &Local, reason: crate::fairqueuing::RejectReason, retry_after: i64) {
-        with(|w| w.rejected.insert(context, (retry_after, reason.as_str())));
+        with(|w| w.rejected.insert(context));
         if e.extra.enforce && host::set_effective_context(context) {
             send_429(&e.extra.compiled, e.extra.fs, e.extra.pl, retry_after, e.extra.explain, reason.as_str(), e.extra.seats);
         }
