@@ -70,7 +70,7 @@ impl Http {
                     last_data: now,
                     bytes: 0,
                     expected_bytes,
-                    info: Rc::new(info),
+                    info,
                 };
                 worker::with(|w| w.holds.insert(self.ctx, hold));
                 self.holding = true;
@@ -170,6 +170,7 @@ impl Http {
         if let Ok((_, Some(length))) = decision {
             metrics::observe(c, M::QueueLengthAfterEnqueue, pl, fs, EXTRA_NONE, f64::from(length));
         }
+        let extra = Extra { explain: self.explain, enforce: level.enforce, compiled: rc.clone(), pl, fs, seats, is_watch: d.is_watch };
         let local = |id, phase| Local {
             level_key: level.key.clone(),
             id,
@@ -179,19 +180,18 @@ impl Http {
             waited: 0,
             started: now,
             receipt: None,
-            extra: Extra { explain: self.explain, enforce: level.enforce, compiled: rc.clone(), pl, fs, seats, is_watch: d.is_watch },
+            extra: extra.clone(),
         };
         let action = match decision.map(|(d, _)| d) {
             Ok(Decision::Execute(rc)) => {
                 let mut l = local(rc.id, Phase::Executing);
                 l.receipt = Some(rc);
-                worker::note_dispatched(&l, false);
+                extra.dispatched(0);
                 worker::requests(|r| r.insert(self.ctx, l));
                 Action::Continue
             }
             Ok(Decision::Queued(id)) => {
-                metrics::add(c, M::InqueueRequests, pl, fs, EXTRA_NONE, 1);
-                metrics::add(c, M::InqueueSeats, pl, fs, EXTRA_NONE, i64::from(seats));
+                extra.queued(1);
                 worker::requests(|r| r.insert(self.ctx, local(id, Phase::Waiting)));
                 // Dry run: account it as queued but let it through.
                 if level.enforce {
@@ -201,11 +201,11 @@ impl Http {
                 }
             }
             Ok(Decision::Rejected { reason, retry_after }) => {
-                metrics::add(c, M::Rejected, pl, fs, reason.as_str(), 1);
-                metrics::observe(c, M::WaitDuration, pl, fs, "false", 0.0);
+                extra.add(M::Rejected, reason.as_str(), 1);
+                extra.observe(M::WaitDuration, "false", 0);
                 if level.enforce {
                     self.local_reply = true;
-                    worker::send_429(c, fs, pl, retry_after, self.explain, reason.as_str(), seats);
+                    worker::send_429(&extra, retry_after, reason.as_str());
                     Action::Pause
                 } else {
                     Action::Continue

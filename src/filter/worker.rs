@@ -2,6 +2,8 @@
 
 use super::host;
 use super::metrics::{self, EXTRA_NONE, M};
+use crate::digest::request_info::RequestInfo;
+use crate::digest::work_estimate::WatchInit;
 use crate::engine::requests::{Entry, Host, Requests};
 use crate::engine::store::Store;
 use crate::engine::{self, Notice};
@@ -31,39 +33,35 @@ pub struct Extra {
 
 pub type Local = Entry<Extra>;
 
-fn metric(e: &Local, m: M, extra: &'static str, delta: i64) {
-    metrics::add(&e.extra.compiled, m, e.extra.pl, e.extra.fs, extra, delta);
-}
-
-fn left_queue(e: &Local) {
-    metric(e, M::InqueueRequests, EXTRA_NONE, -1);
-    metric(e, M::InqueueSeats, EXTRA_NONE, -i64::from(e.extra.seats));
-}
-
-/// Bookkeeping when a request starts executing (`from_queue`: it waited in a queue).
-pub fn note_dispatched(e: &Local, from_queue: bool) {
-    if from_queue {
-        left_queue(e);
+impl Extra {
+    /// Adds `delta` to the request's series of `m`.
+    pub fn add(&self, m: M, label: &'static str, delta: i64) {
+        metrics::add(&self.compiled, m, self.pl, self.fs, label, delta);
     }
-    metric(e, M::Dispatched, EXTRA_NONE, 1);
-    metric(e, M::ExecutingRequests, EXTRA_NONE, 1);
-    metric(e, M::ExecutingSeats, EXTRA_NONE, i64::from(e.extra.seats));
-    metrics::observe(&e.extra.compiled, M::WaitDuration, e.extra.pl, e.extra.fs, "true", e.waited as f64 / 1e9);
-}
 
-/// Bookkeeping when a waiting request is rejected (time-out or client gone).
-fn note_rejected_waiting(e: &Local, now: Nanos) {
-    left_queue(e);
-    metric(e, M::Rejected, crate::fairqueuing::RejectReason::TimeOut.as_str(), 1);
-    metrics::observe(&e.extra.compiled, M::WaitDuration, e.extra.pl, e.extra.fs, "false", now.saturating_sub(e.arrived) as f64 / 1e9);
-}
+    /// Records a duration in the request's histogram `m`.
+    pub fn observe(&self, m: M, label: &'static str, d: Nanos) {
+        metrics::observe(&self.compiled, m, self.pl, self.fs, label, d as f64 / 1e9);
+    }
 
-/// Bookkeeping when an executing request finishes.
-fn note_finished(e: &Local, now: Nanos) {
-    metric(e, M::ExecutingRequests, EXTRA_NONE, -1);
-    metric(e, M::ExecutingSeats, EXTRA_NONE, -i64::from(e.extra.seats));
-    let t = if e.extra.is_watch { "watch" } else { "regular" };
-    metrics::observe(&e.extra.compiled, M::ExecutionDuration, e.extra.pl, e.extra.fs, t, now.saturating_sub(e.started) as f64 / 1e9);
+    /// Bookkeeping when a request enters its queue (`n` = 1), or leaves it (`n` = -1).
+    pub fn queued(&self, n: i64) {
+        self.add(M::InqueueRequests, EXTRA_NONE, n);
+        self.add(M::InqueueSeats, EXTRA_NONE, n * i64::from(self.seats));
+    }
+
+    /// Bookkeeping when a request starts executing (`n` = 1), or finishes (`n` = -1).
+    fn executing(&self, n: i64) {
+        self.add(M::ExecutingRequests, EXTRA_NONE, n);
+        self.add(M::ExecutingSeats, EXTRA_NONE, n * i64::from(self.seats));
+    }
+
+    /// Bookkeeping when a request starts executing, after waiting `waited` in a queue.
+    pub fn dispatched(&self, waited: Nanos) {
+        self.add(M::Dispatched, EXTRA_NONE, 1);
+        self.executing(1);
+        self.observe(M::WaitDuration, "true", waited);
+    }
 }
 
 #[derive(Default)]
@@ -94,9 +92,8 @@ pub struct Worker {
 
 /// A WATCH in its initial phase: it keeps its seats until the phase ends (the bookmark passed,
 /// the unmarked stream went quiet or reached its expected size) or `deadline`.
-#[derive(Debug, Clone)]
 pub struct Hold {
-    pub init: crate::digest::work_estimate::WatchInit,
+    pub init: WatchInit,
     pub deadline: Nanos,
     /// Response headers or the last body chunk.
     pub last_data: Nanos,
@@ -104,7 +101,7 @@ pub struct Hold {
     /// Unmarked watches: the initial state's estimated size (count × average object size).
     pub expected_bytes: Option<u64>,
     /// Registered as an open watch when the phase ends.
-    pub info: Rc<crate::digest::request_info::RequestInfo>,
+    pub info: RequestInfo,
 }
 
 /// An unmarked initial phase ends when the stream has been quiet this long: the initial events
@@ -137,20 +134,26 @@ impl Host<Extra> for FilterHost {
     fn reject(&mut self, context: u32, e: &Local, reason: crate::fairqueuing::RejectReason, retry_after: i64) {
         with(|w| w.rejected.insert(context));
         if e.extra.enforce && host::set_effective_context(context) {
-            send_429(&e.extra.compiled, e.extra.fs, e.extra.pl, retry_after, e.extra.explain, reason.as_str(), e.extra.seats);
+            send_429(&e.extra, retry_after, reason.as_str());
         }
     }
     fn post(&mut self, n: &Notice) -> bool {
         post(n)
     }
+    /// A waiting request rejected (time-out or client gone).
     fn left_queue(&mut self, e: &Local, now: Nanos) {
-        note_rejected_waiting(e, now);
+        e.extra.queued(-1);
+        e.extra.add(M::Rejected, crate::fairqueuing::RejectReason::TimeOut.as_str(), 1);
+        e.extra.observe(M::WaitDuration, "false", now.saturating_sub(e.arrived));
     }
     fn dispatched(&mut self, e: &Local) {
-        note_dispatched(e, true);
+        e.extra.queued(-1);
+        e.extra.dispatched(e.waited);
     }
     fn finished(&mut self, e: &Local, now: Nanos) {
-        note_finished(e, now);
+        e.extra.executing(-1);
+        let t = if e.extra.is_watch { "watch" } else { "regular" };
+        e.extra.observe(M::ExecutionDuration, t, now.saturating_sub(e.started));
     }
     fn failed(&mut self, what: &str, e: &engine::EngineError) {
         log::warn!("apf: {what} failed: {e}");
@@ -217,9 +220,6 @@ pub fn note_levels(c: &crate::engine::Compiled) {
 
 /// Delivers notices: our own are handled here, others go to their owner's mailbox.
 pub fn route(notices: Vec<Notice>, now: Nanos) {
-    if notices.is_empty() {
-        return;
-    }
     requests(|r| r.route(host::store(), &mut FilterHost, notices, now));
 }
 
@@ -263,9 +263,10 @@ pub const TOO_MANY: &[u8] = b"Too many requests, please try again later.\n";
 pub fn pf_headers(c: &crate::engine::Compiled, fs: usize, pl: usize, explain: bool) -> Vec<(&'static str, &[u8])> {
     let fs_obj = c.config.policy.flow_schemas.get(fs);
     let lvl = c.levels.get(pl);
-    let mut h: Vec<(&'static str, &[u8])> = Vec::with_capacity(4);
-    h.push((super::http::FS_UID_HEADER, fs_obj.map(|f| f.uid.as_bytes()).unwrap_or_default()));
-    h.push((super::http::PL_UID_HEADER, lvl.map(|l| l.uid.as_bytes()).unwrap_or_default()));
+    let mut h = vec![
+        (super::http::FS_UID_HEADER, fs_obj.map(|f| f.uid.as_bytes()).unwrap_or_default()),
+        (super::http::PL_UID_HEADER, lvl.map(|l| l.uid.as_bytes()).unwrap_or_default()),
+    ];
     if explain {
         h.push(("x-apf-flowschema", fs_obj.map(|f| f.name.as_bytes()).unwrap_or_default()));
         h.push(("x-apf-prioritylevel", lvl.map(|l| l.name.as_bytes()).unwrap_or_default()));
@@ -273,15 +274,17 @@ pub fn pf_headers(c: &crate::engine::Compiled, fs: usize, pl: usize, explain: bo
     h
 }
 
-pub fn send_429(c: &crate::engine::Compiled, fs: usize, pl: usize, retry_after: i64, explain: bool, reason: &str, seats: u32) {
+/// Answers the request `e` describes with a 429.
+pub fn send_429(e: &Extra, retry_after: i64, reason: &str) {
     let ra = retry_after.clamp(1, 32).to_string();
-    let seats = seats.to_string();
-    let mut headers: Vec<(&str, &[u8])> = Vec::with_capacity(8);
-    headers.push(("retry-after", ra.as_bytes()));
-    headers.push(("content-type", b"text/plain; charset=utf-8"));
-    headers.push(("x-content-type-options", b"nosniff"));
-    headers.extend(pf_headers(c, fs, pl, explain));
-    if explain {
+    let seats = e.seats.to_string();
+    let mut headers = vec![
+        ("retry-after", ra.as_bytes()),
+        ("content-type", b"text/plain; charset=utf-8"),
+        ("x-content-type-options", b"nosniff"),
+    ];
+    headers.extend(pf_headers(&e.compiled, e.fs, e.pl, e.explain));
+    if e.explain {
         headers.push(("x-apf-reject-reason", reason.as_bytes()));
         headers.push(("x-apf-seats", seats.as_bytes()));
     }
@@ -313,14 +316,9 @@ pub fn drain_mailbox(now: Nanos, limit: usize) {
 /// common path where `on_log` already released everything before the context is dropped).
 pub fn stream_ended_with(context: u32, now: impl FnOnce() -> Nanos) {
     let (watch, slot) = with(|w| {
-        if !w.rejected.is_empty() {
-            w.rejected.remove(&context);
-        }
-        let watch = if w.watches.is_empty() { None } else { w.watches.remove(&context) };
-        if !w.holds.is_empty() {
-            w.holds.remove(&context);
-        }
-        (watch, w.slot)
+        w.rejected.remove(&context);
+        w.holds.remove(&context);
+        (w.watches.remove(&context), w.slot)
     });
     let held = requests(|r| r.get(context).is_some());
     if !held && watch.is_none() {
@@ -339,10 +337,10 @@ pub fn stream_ended_with(context: u32, now: impl FnOnce() -> Nanos) {
 
 /// A WATCH's initial phase ended (or it has none): release its seats and count it as an open
 /// watch for the mutating-request estimator (`info`, or the one its hold kept).
-pub fn end_watch_init(context: u32, now: Nanos, info: Option<&crate::digest::request_info::RequestInfo>) {
+pub fn end_watch_init(context: u32, now: Nanos, info: Option<&RequestInfo>) {
     let (hold, slot) = with(|w| (w.holds.remove(&context), w.slot));
     requests(|r| r.end(host::store(), &mut FilterHost, context, now));
-    let info = info.or(hold.as_ref().map(|h| &*h.info));
+    let info = info.or(hold.as_ref().map(|h| &h.info));
     if let (Some(info), Some(slot)) = (info, slot) {
         match engine::watches::register(host::store(), slot, info) {
             Ok(Some(key)) => with(|w| {
@@ -356,20 +354,12 @@ pub fn end_watch_init(context: u32, now: Nanos, info: Option<&crate::digest::req
 
 /// Ends the initial phase of held watches past their deadline or, unmarked, quiet long enough.
 pub fn check_watch_holds(now: Nanos) {
-    let due: Vec<u32> = with(|w| {
-        if w.holds.is_empty() {
-            return Vec::new();
-        }
-        w.holds
-            .iter()
-            .filter(|(_, h)| {
-                now >= h.deadline || (h.init == crate::digest::work_estimate::WatchInit::Unmarked && now.saturating_sub(h.last_data) >= UNMARKED_QUIET)
-            })
-            .map(|(c, _)| *c)
-            .collect()
+    let quiet = |h: &Hold| h.init == WatchInit::Unmarked && now.saturating_sub(h.last_data) >= UNMARKED_QUIET;
+    let due: Vec<(u32, bool)> = with(|w| {
+        let due = w.holds.iter().filter(|(_, h)| now >= h.deadline || quiet(h));
+        due.map(|(c, h)| (*c, now >= h.deadline)).collect()
     });
-    for ctx in due {
-        let timed_out = with(|w| w.holds.get(&ctx).is_some_and(|h| now >= h.deadline));
+    for (ctx, timed_out) in due {
         if timed_out {
             log::info!("apf: a watch's initial phase exceeded watchInitialEventsMaxHold; releasing its seats");
             metrics::count_own(metrics::Own::WatchHoldTimeouts);
