@@ -55,8 +55,9 @@ fn read(call: impl FnOnce(&mut *mut u8, &mut usize) -> u32) -> Result<Option<Vec
     let mut data: *mut u8 = null_mut();
     let mut size: usize = 0;
     match call(&mut data, &mut size) {
-        // SAFETY: on OK, `data` is the host's buffer of `size` bytes (or null).
-        OK => Ok(unsafe { take(data, size) }),
+        OK if data.is_null() => Ok(None),
+        // SAFETY: allocated by proxy_on_memory_allocate as a boxed slice of exactly `size` bytes.
+        OK => Ok(Some(unsafe { Vec::from_raw_parts(data, size, size) })),
         other => Err(other),
     }
 }
@@ -78,25 +79,14 @@ extern "C" {
     fn clock_time_get(id: u32, precision: u64, time: *mut u64) -> u16;
 }
 
-/// Takes ownership of a host-returned buffer.
-unsafe fn take(ptr: *mut u8, len: usize) -> Option<Vec<u8>> {
-    if ptr.is_null() {
-        None
-    } else {
-        // SAFETY: allocated by proxy_on_memory_allocate as a boxed slice of exactly `len` bytes.
-        Some(Vec::from_raw_parts(ptr, len, len))
-    }
-}
-
 /// A WASI clock in nanoseconds (0 on error).
 fn clock(id: u32) -> i64 {
     let mut t: u64 = 0;
     // SAFETY: plain out-pointer to a local.
-    let rc = unsafe { clock_time_get(id, 1, &mut t) };
-    if rc != 0 {
-        return 0;
+    match unsafe { clock_time_get(id, 1, &mut t) } {
+        0 => i64::try_from(t).unwrap_or(i64::MAX),
+        _ => 0,
     }
-    i64::try_from(t).unwrap_or(i64::MAX)
 }
 
 /// Process-wide monotonic time in nanoseconds (the same clock for every worker VM).
@@ -157,11 +147,7 @@ impl Store for HostStore {
 }
 
 fn status(st: u32) -> Result<(), u32> {
-    if st == OK {
-        Ok(())
-    } else {
-        Err(st)
-    }
+    (st == OK).then_some(()).ok_or(st)
 }
 
 pub fn register_queue(name: &str) -> Result<u32, u32> {
@@ -219,21 +205,16 @@ pub fn borrowed_pairs(bytes: &[u8]) -> Vec<(&str, &[u8])> {
         let s: [u8; 4] = bytes.get(at..at.checked_add(4)?)?.try_into().ok()?;
         Some(u32::from_le_bytes(s) as usize)
     };
-    let Some(n) = rd(0) else { return Vec::new() };
-    let n = n.min(bytes.len() / 8);
-    let mut out = Vec::with_capacity(n);
+    let n = rd(0).unwrap_or(0).min(bytes.len() / 8);
     let mut p = 4usize.saturating_add(n.saturating_mul(8));
-    for i in 0..n {
-        let (Some(k), Some(v)) = (rd(4 + i * 8), rd(8 + i * 8)) else { break };
-        let Some(name) = bytes.get(p..p.saturating_add(k)) else { break };
-        p = p.saturating_add(k).saturating_add(1);
-        let Some(val) = bytes.get(p..p.saturating_add(v)) else { break };
-        p = p.saturating_add(v).saturating_add(1);
-        if let Ok(name) = std::str::from_utf8(name) {
-            out.push((name, val));
-        }
-    }
-    out
+    // The `len` bytes at `p`, then past them and their NUL.
+    let mut next = |len: usize| {
+        let s = bytes.get(p..p.checked_add(len)?)?;
+        p = p.saturating_add(len).saturating_add(1);
+        Some(s)
+    };
+    let pairs = (0..n).map_while(|i| Some((next(rd(4 + i * 8)?)?, next(rd(8 + i * 8)?)?)));
+    pairs.filter_map(|(k, v)| Some((std::str::from_utf8(k).ok()?, v))).collect()
 }
 
 pub fn add_header(map: u32, name: &str, value: &[u8]) -> bool {

@@ -111,13 +111,11 @@ fn new_series(c: &Compiled, m: M, pl: usize, fs: usize, extra: &'static str) -> 
 
 fn with_series<T>(c: &Compiled, m: M, pl: usize, fs: usize, extra: &'static str, f: impl FnOnce(&mut Series) -> T) -> Option<T> {
     let key: Key = (c.generation, m, pl as u16, fs as u16, extra);
-    SERIES.with(|r| {
-        let mut r = r.borrow_mut();
+    SERIES.with_borrow_mut(|r| {
         if let Some(s) = r.get_mut(&key) {
             return Some(f(s));
         }
-        let s = r.entry(key).or_insert(new_series(c, m, pl, fs, extra)?);
-        Some(f(s))
+        Some(f(r.entry(key).or_insert(new_series(c, m, pl, fs, extra)?)))
     })
 }
 

@@ -28,5 +28,5 @@ proxy_wasm::main! {{
     std::panic::set_hook(Box::new(|info| {
         log::error!("apf: panic: {info}");
     }));
-    proxy_wasm::set_root_context(|_| -> Box<dyn proxy_wasm::traits::RootContext> { Box::new(root::Root::new()) });
+    proxy_wasm::set_root_context(|_| -> Box<dyn proxy_wasm::traits::RootContext> { Box::new(root::Root::default()) });
 }}

@@ -23,6 +23,7 @@ const COUNTS_READ_EVERY: Nanos = 250_000_000;
 /// The `/metrics` response is read from the host in pieces of this size.
 const METRICS_READ_CHUNK: usize = 1 << 20;
 
+#[derive(Default)]
 pub struct Root {
     compiled: Option<Rc<Compiled>>,
     /// The configuration document, kept when the policy comes from the cluster.
@@ -94,10 +95,6 @@ fn read_counts(now: Nanos) {
 }
 
 impl Root {
-    pub fn new() -> Root {
-        Root { compiled: None, base: None, fetch: ClusterFetch::default(), counts_call: None }
-    }
-
     fn apply(&mut self, cfg: PluginConfig, what: &str) {
         for w in &cfg.policy.warnings {
             log::warn!("apf: {w}");
@@ -314,13 +311,8 @@ impl RootContext for Root {
         worker::ensure_registered(now);
         worker::drain_mailbox(now, 10_000);
         let mut keys = c.level_keys();
-        worker::with(|w| {
-            for k in &w.known_levels {
-                if !keys.contains(k) {
-                    keys.push(k.clone());
-                }
-            }
-        });
+        let removed: Vec<String> = worker::with(|w| w.known_levels.iter().filter(|k| !keys.contains(k)).cloned().collect());
+        keys.extend(removed);
         let mut notices = Vec::new();
         for k in &keys {
             if let Err(e) = engine::expire_level(host::store(), now, k, &mut notices) {

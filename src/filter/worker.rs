@@ -137,8 +137,31 @@ impl Host<Extra> for FilterHost {
             send_429(&e.extra, retry_after, reason.as_str());
         }
     }
+    /// Posts a notice to its owner's mailbox; false when it cannot be delivered (the owner is
+    /// gone: its lease will be reaped).
     fn post(&mut self, n: &Notice) -> bool {
-        post(n)
+        let msg = n.encode();
+        // The owner's mailbox queue id is looked up once (registry, then the host's queue
+        // table); an enqueue that fails drops the cached id and looks it up again.
+        let cached = with(|w| w.slot_mailboxes.get(&n.owner).copied());
+        let mut delivered = cached.is_some_and(|q| host::enqueue(q, &msg).is_ok());
+        if !delivered {
+            with(|w| w.slot_mailboxes.remove(&n.owner));
+            if let Ok(Some(instance)) = engine::instance_of(host::store(), n.owner) {
+                if let Ok(Some(q)) = host::resolve_queue(&host::mailbox_name(instance)) {
+                    delivered = host::enqueue(q, &msg).is_ok();
+                    if delivered {
+                        with(|w| w.slot_mailboxes.insert(n.owner, q));
+                    }
+                }
+            }
+        }
+        if !delivered {
+            log::warn!("apf: cannot deliver notice to worker {}; releasing request {}", n.owner, n.id);
+        } else if let Some(s) = host::store().worker() {
+            s.count(|c| &mut c.wakeups);
+        }
+        delivered
     }
     /// A waiting request rejected (time-out or client gone).
     fn left_queue(&mut self, e: &Local, now: Nanos) {
@@ -206,10 +229,9 @@ pub fn ensure_registered(now: Nanos) -> Option<u32> {
 /// removed by a later configuration still get their timers until they drain.
 pub fn note_levels(c: &crate::engine::Compiled) {
     with(|w| {
-        if w.noted_generation == Some(c.generation) {
+        if w.noted_generation.replace(c.generation) == Some(c.generation) {
             return;
         }
-        w.noted_generation = Some(c.generation);
         for l in &c.levels {
             if !w.known_levels.iter().any(|k| **k == *l.key) {
                 w.known_levels.push(l.key.to_string());
@@ -221,33 +243,6 @@ pub fn note_levels(c: &crate::engine::Compiled) {
 /// Delivers notices: our own are handled here, others go to their owner's mailbox.
 pub fn route(notices: Vec<Notice>, now: Nanos) {
     requests(|r| r.route(host::store(), &mut FilterHost, notices, now));
-}
-
-/// Posts a notice to its owner's mailbox; false when it cannot be delivered (the owner is gone:
-/// its lease will be reaped).
-fn post(n: &Notice) -> bool {
-    let msg = n.encode();
-    // The owner's mailbox queue id is looked up once (registry, then the host's queue table);
-    // an enqueue that fails drops the cached id and looks it up again.
-    let cached = with(|w| w.slot_mailboxes.get(&n.owner).copied());
-    let mut delivered = cached.is_some_and(|q| host::enqueue(q, &msg).is_ok());
-    if !delivered {
-        with(|w| w.slot_mailboxes.remove(&n.owner));
-        if let Ok(Some(instance)) = engine::instance_of(host::store(), n.owner) {
-            if let Ok(Some(q)) = host::resolve_queue(&host::mailbox_name(instance)) {
-                delivered = host::enqueue(q, &msg).is_ok();
-                if delivered {
-                    with(|w| w.slot_mailboxes.insert(n.owner, q));
-                }
-            }
-        }
-    }
-    if !delivered {
-        log::warn!("apf: cannot deliver notice to worker {}; releasing request {}", n.owner, n.id);
-    } else if let Some(s) = host::store().worker() {
-        s.count(|c| &mut c.wakeups);
-    }
-    delivered
 }
 
 /// Backstop for the wait limit: a queued request of ours whose deadline passed (and that no
