@@ -101,9 +101,7 @@ pub fn realtime_nanos() -> i64 {
 
 /// Envoy's shared data, with this worker's own engine state ([`WorkerState`]).
 #[derive(Default)]
-pub struct HostStore {
-    state: WorkerState,
-}
+pub struct HostStore(WorkerState);
 
 #[cfg(not(feature = "bench-isolated-levels"))]
 type FilterStore = HostStore;
@@ -122,7 +120,7 @@ pub fn store() -> &'static FilterStore {
 
 impl Store for HostStore {
     fn worker(&self) -> Option<&WorkerState> {
-        Some(&self.state)
+        Some(&self.0)
     }
 
     fn get(&self, key: &str) -> Result<(Option<Vec<u8>>, Option<u32>), StoreError> {

@@ -170,6 +170,8 @@ impl Http {
         if let Ok((_, Some(length))) = decision {
             metrics::observe(c, M::QueueLengthAfterEnqueue, pl, fs, EXTRA_NONE, f64::from(length));
         }
+        // Dry run: the request is accounted as queued or rejected but let through.
+        let stop = if level.enforce { Action::Pause } else { Action::Continue };
         let extra = Extra { explain: self.explain, enforce: level.enforce, compiled: rc.clone(), pl, fs, seats, is_watch: d.is_watch };
         let local = |id, phase| Local {
             level_key: level.key.clone(),
@@ -193,12 +195,7 @@ impl Http {
             Ok(Decision::Queued(id)) => {
                 extra.queued(1);
                 worker::requests(|r| r.insert(self.ctx, local(id, Phase::Waiting)));
-                // Dry run: account it as queued but let it through.
-                if level.enforce {
-                    Action::Pause
-                } else {
-                    Action::Continue
-                }
+                stop
             }
             Ok(Decision::Rejected { reason, retry_after }) => {
                 extra.add(M::Rejected, reason.as_str(), 1);
@@ -206,10 +203,8 @@ impl Http {
                 if level.enforce {
                     self.local_reply = true;
                     worker::send_429(&extra, retry_after, reason.as_str());
-                    Action::Pause
-                } else {
-                    Action::Continue
                 }
+                stop
             }
             Err(e) => {
                 log::warn!("apf: admission failed, letting the request through: {e}");
@@ -223,13 +218,11 @@ impl Http {
     /// Feeds a LIST response chunk to the learning scanner; at the end, stores what it learned.
     fn learn_from(&mut self, body_size: usize, end_of_stream: bool) {
         let Some((_, scanner)) = self.learn.as_mut() else { return };
-        match host::buffer_bytes(host::BUFFER_HTTP_RESPONSE_BODY, 0, body_size) {
-            Some(chunk) => scanner.feed(&chunk),
-            None => {
-                self.learn = None;
-                return;
-            }
-        }
+        let Some(chunk) = host::buffer_bytes(host::BUFFER_HTTP_RESPONSE_BODY, 0, body_size) else {
+            self.learn = None;
+            return;
+        };
+        scanner.feed(&chunk);
         if !end_of_stream {
             return;
         }
@@ -371,19 +364,13 @@ fn jwt_claims(cfg: &IdentityConfig) -> Option<Value> {
     })?;
     let get = |claim: &str| host::property(&["metadata", "filter_metadata", "envoy.filters.http.jwt_authn", key.as_str(), claim]);
     let user = get(user_claim).and_then(|b| String::from_utf8(b).ok())?;
-    let groups: Vec<Value> = match get(groups_claim) {
-        None => Vec::new(),
-        Some(b) => {
-            let pairs = host::borrowed_pairs(&b);
-            if !pairs.is_empty() && b.len() >= 4 {
-                pairs.iter().map(|(k, _)| Value::String((*k).to_string())).collect()
-            } else {
-                String::from_utf8_lossy(&b).split(',').map(str::trim).filter(|g| !g.is_empty()).map(|g| Value::String(g.to_string())).collect()
-            }
-        }
+    let b = get(groups_claim).unwrap_or_default();
+    let pairs = host::borrowed_pairs(&b);
+    let groups: Vec<Value> = if pairs.is_empty() {
+        String::from_utf8_lossy(&b).split(',').map(str::trim).filter(|g| !g.is_empty()).map(Value::from).collect()
+    } else {
+        pairs.iter().map(|(k, _)| Value::from(*k)).collect()
     };
-    let mut m = serde_json::Map::new();
-    m.insert(user_claim.clone(), Value::String(user));
-    m.insert(groups_claim.clone(), Value::Array(groups));
-    Some(Value::Object(m))
+    let claims = [(user_claim.clone(), Value::String(user)), (groups_claim.clone(), Value::Array(groups))];
+    Some(Value::Object(claims.into_iter().collect()))
 }

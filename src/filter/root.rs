@@ -12,6 +12,7 @@ use crate::policy::config::{parse_plugin_config, PluginConfig};
 use crate::Nanos;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{ContextType, Status};
+use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -38,8 +39,8 @@ pub struct Root {
 struct ClusterFetch {
     next: Nanos,
     tokens: [Option<u32>; 2],
+    /// The responses read so far (both cleared when one fails).
     bodies: [Option<Vec<u8>>; 2],
-    failed: bool,
     /// Digest of the last applied responses (re-reading an unchanged policy changes nothing).
     applied: Option<u64>,
 }
@@ -128,7 +129,6 @@ impl Root {
         }
         self.fetch.next = now.saturating_add(cp.period);
         self.fetch.bodies = [None, None];
-        self.fetch.failed = false;
         let timeout = Duration::from_nanos(u64::try_from(cp.timeout).unwrap_or(5_000_000_000));
         self.fetch.tokens = cp.paths().map(|path| {
             self.get(&cp.cluster, &cp.authority, &path, "application/json", cp.token.as_ref(), timeout)
@@ -144,23 +144,15 @@ impl Root {
         let status = call_status();
         if status != "200" {
             log::warn!("apf: reading the cluster policy failed: HTTP status {status:?}; keeping the current one");
-            self.fetch.failed = true;
+            self.fetch.bodies = [None, None];
             return;
         }
         let body = host::buffer_bytes(host::BUFFER_HTTP_CALL_RESPONSE_BODY, 0, body_size).unwrap_or_default();
         if let Some(b) = self.fetch.bodies.get_mut(i) {
             *b = Some(body);
         }
-        if self.fetch.tokens.iter().any(Option::is_some) || self.fetch.failed {
-            return;
-        }
         let [Some(fs), Some(pl)] = &self.fetch.bodies else { return };
-        let digest = {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            (fs, pl).hash(&mut h);
-            h.finish()
-        };
+        let digest = BuildHasherDefault::<DefaultHasher>::default().hash_one((fs, pl));
         if self.fetch.applied == Some(digest) {
             return;
         }

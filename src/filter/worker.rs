@@ -211,13 +211,10 @@ pub fn ensure_registered(now: Nanos) -> Option<u32> {
         return slot;
     }
     match engine::heartbeat(host::store(), instance, now) {
-        Ok(s) => {
-            with(|w| {
-                w.slot = Some(s);
-                w.last_heartbeat = now;
-            });
-            Some(s)
-        }
+        Ok(s) => with(|w| {
+            w.last_heartbeat = now;
+            Some(*w.slot.insert(s))
+        }),
         Err(e) => {
             log::warn!("apf: heartbeat failed: {e}");
             slot
