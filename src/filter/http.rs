@@ -33,8 +33,6 @@ pub struct Http {
     watch: Option<(RequestInfo, WatchInit, Option<StatsLookup>)>,
     /// The WATCH holds its seats while its initial state streams (body chunks are inspected).
     holding: bool,
-    /// Looks for the initial-events-end bookmark while holding a `sendInitialEvents` watch.
-    marker: Option<MarkerScanner>,
     /// A LIST of a resource without counts whose response may teach its cost (resource key).
     learn: Option<(String, ListBodyScanner)>,
 }
@@ -70,11 +68,11 @@ impl Http {
                     last_data: now,
                     bytes: 0,
                     expected_bytes,
+                    marker: (init == WatchInit::Bookmark).then(MarkerScanner::new),
                     info,
                 };
                 worker::with(|w| w.holds.insert(self.ctx, hold));
                 self.holding = true;
-                self.marker = (init == WatchInit::Bookmark).then(MarkerScanner::new);
                 return;
             }
         }
@@ -275,27 +273,23 @@ impl HttpContext for Http {
             return Action::Continue;
         }
         let now = host::monotonic_nanos();
-        let Some((init, bytes, expected)) = worker::with(|w| {
-            w.holds.get_mut(&self.ctx).map(|h| {
-                h.last_data = now;
-                h.bytes = h.bytes.saturating_add(body_size as u64);
-                (h.init, h.bytes, h.expected_bytes)
+        let ended = worker::with(|w| {
+            let h = w.holds.get_mut(&self.ctx)?;
+            h.last_data = now;
+            h.bytes = h.bytes.saturating_add(body_size as u64);
+            Some(end_of_stream || match h.marker.as_mut() {
+                Some(m) => host::buffer_bytes(host::BUFFER_HTTP_RESPONSE_BODY, 0, body_size).is_some_and(|chunk| m.feed(&chunk)),
+                None => h.expected_bytes.is_some_and(|e| h.bytes >= e),
             })
-        }) else {
+        });
+        match ended {
             // Released meanwhile (maximum hold time, or the quiet rule on the timer).
-            self.holding = false;
-            self.marker = None;
-            return Action::Continue;
-        };
-        let ended = end_of_stream
-            || match (init, self.marker.as_mut()) {
-                (WatchInit::Bookmark, Some(m)) => host::buffer_bytes(host::BUFFER_HTTP_RESPONSE_BODY, 0, body_size).is_some_and(|chunk| m.feed(&chunk)),
-                _ => expected.is_some_and(|e| bytes >= e),
-            };
-        if ended {
-            self.holding = false;
-            self.marker = None;
-            worker::end_watch_init(self.ctx, now, None);
+            None => self.holding = false,
+            Some(true) => {
+                self.holding = false;
+                worker::end_watch_init(self.ctx, now, None);
+            }
+            Some(false) => {}
         }
         Action::Continue
     }

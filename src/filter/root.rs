@@ -326,11 +326,9 @@ impl RootContext for Root {
         }
         if due(now, REAP_EVERY, |w| &mut w.last_reap) {
             match engine::reap_dead_workers(host::store(), now, worker::LEASE_TTL, &keys, &mut notices) {
-                Ok(dead) => {
-                    for d in dead {
-                        log::warn!("apf: reaped worker slot {} (lease expired); its seats were released", d.slot);
-                    }
-                }
+                Ok(dead) => dead.iter().for_each(|d| {
+                    log::warn!("apf: reaped worker slot {} (lease expired); its seats were released", d.slot)
+                }),
                 Err(e) => log::warn!("apf: reaping failed: {e}"),
             }
             worker::route(notices, now);

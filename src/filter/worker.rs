@@ -2,6 +2,7 @@
 
 use super::host;
 use super::metrics::{self, EXTRA_NONE, M};
+use crate::digest::initial_events::MarkerScanner;
 use crate::digest::request_info::RequestInfo;
 use crate::digest::work_estimate::WatchInit;
 use crate::engine::requests::{Entry, Host, Requests};
@@ -100,6 +101,8 @@ pub struct Hold {
     pub bytes: u64,
     /// Unmarked watches: the initial state's estimated size (count × average object size).
     pub expected_bytes: Option<u64>,
+    /// Looks for the initial-events-end bookmark (`sendInitialEvents` watches).
+    pub marker: Option<MarkerScanner>,
     /// Registered as an open watch when the phase ends.
     pub info: RequestInfo,
 }
@@ -295,10 +298,7 @@ pub fn drain_mailbox(now: Nanos, limit: usize) {
                 Err(e) => log::warn!("apf: bad mailbox message: {e}"),
             },
             Ok(None) => return,
-            Err(s) => {
-                log::warn!("apf: dequeue failed: status {s}");
-                return;
-            }
+            Err(s) => return log::warn!("apf: dequeue failed: status {s}"),
         }
     }
 }
