@@ -266,9 +266,7 @@ impl HttpContext for Http {
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        if self.learn.is_some() {
-            self.learn_from(body_size, end_of_stream);
-        }
+        self.learn_from(body_size, end_of_stream);
         if !self.holding {
             return Action::Continue;
         }

@@ -5,40 +5,37 @@
 use crate::engine::store::{SetOutcome, Store, StoreError, WorkerState};
 use std::borrow::Cow;
 
-pub struct IsolatedLevels<S> {
-    inner: S,
+thread_local! {
     /// This VM's suffix for level keys.
-    suffix: String,
-}
-
-impl<S: Default> Default for IsolatedLevels<S> {
-    fn default() -> Self {
+    static SUFFIX: String = {
         let mut b = [0u8; 8];
         let _ = getrandom::getrandom(&mut b);
-        IsolatedLevels { inner: S::default(), suffix: format!("#{:016x}", u64::from_le_bytes(b)) }
-    }
+        format!("#{:016x}", u64::from_le_bytes(b))
+    };
 }
 
-impl<S> IsolatedLevels<S> {
-    fn key<'a>(&self, key: &'a str) -> Cow<'a, str> {
-        if key.starts_with(crate::engine::LEVEL_KEY_PREFIX) {
-            Cow::Owned(format!("{key}{}", self.suffix))
-        } else {
-            Cow::Borrowed(key)
-        }
+/// `S` with this VM's level keys suffixed.
+#[derive(Default)]
+pub struct IsolatedLevels<S>(S);
+
+fn key(key: &str) -> Cow<'_, str> {
+    if key.starts_with(crate::engine::LEVEL_KEY_PREFIX) {
+        Cow::Owned(SUFFIX.with(|s| format!("{key}{s}")))
+    } else {
+        Cow::Borrowed(key)
     }
 }
 
 impl<S: Store> Store for IsolatedLevels<S> {
-    fn get(&self, key: &str) -> Result<(Option<Vec<u8>>, Option<u32>), StoreError> {
-        self.inner.get(&self.key(key))
+    fn get(&self, k: &str) -> Result<(Option<Vec<u8>>, Option<u32>), StoreError> {
+        self.0.get(&key(k))
     }
 
-    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<SetOutcome, StoreError> {
-        self.inner.set(&self.key(key), value, cas)
+    fn set(&self, k: &str, value: &[u8], cas: Option<u32>) -> Result<SetOutcome, StoreError> {
+        self.0.set(&key(k), value, cas)
     }
 
     fn worker(&self) -> Option<&WorkerState> {
-        self.inner.worker()
+        self.0.worker()
     }
 }

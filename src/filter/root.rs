@@ -68,11 +68,9 @@ fn next_generation() -> u64 {
 
 /// The `:status` of the HTTP call response being delivered ("" if none).
 fn call_status() -> String {
-    host::header_pairs(host::HTTP_CALL_RESPONSE_HEADERS)
-        .into_iter()
-        .find(|(k, _)| k == ":status")
-        .map(|(_, v)| String::from_utf8_lossy(&v).into_owned())
-        .unwrap_or_default()
+    let headers = host::header_pairs(host::HTTP_CALL_RESPONSE_HEADERS);
+    let status = headers.into_iter().find_map(|(k, v)| (k == ":status").then_some(v));
+    String::from_utf8_lossy(&status.unwrap_or_default()).into_owned()
 }
 
 /// Re-reads the shared object counts into this worker's copy when they changed.
