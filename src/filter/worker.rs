@@ -312,8 +312,7 @@ pub fn stream_ended_with(context: u32, now: impl FnOnce() -> Nanos) {
         w.holds.remove(&context);
         (w.watches.remove(&context), w.slot)
     });
-    let held = requests(|r| r.get(context).is_some());
-    if !held && watch.is_none() {
+    if watch.is_none() && requests(|r| r.get(context).is_none()) {
         return;
     }
     let now = now();
@@ -322,9 +321,7 @@ pub fn stream_ended_with(context: u32, now: impl FnOnce() -> Nanos) {
             log::warn!("apf: forgetting a watch failed: {e}");
         }
     }
-    if held {
-        requests(|r| r.end(host::store(), &mut FilterHost, context, now));
-    }
+    requests(|r| r.end(host::store(), &mut FilterHost, context, now));
 }
 
 /// A WATCH's initial phase ended (or it has none): release its seats and count it as an open
