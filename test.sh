@@ -6,7 +6,7 @@
 #   1. cargo test --all-targets                      (native unit + integration tests)
 #   2. cargo clippy --all-targets -- -D warnings     (native)
 #   3. cargo clippy --target wasm32-wasip1 --lib -- -D warnings   (the proxy-wasm glue is wasm-only),
-#      also with the benchmark-only features (bench-timing, bench-isolated-levels)
+#      also with the benchmark-only feature bench-isolated-levels
 #   4. ./wasm-build.sh                               (release module)
 #   5. scripts/envoy-env.sh                          (.venv with Envoy + pytest)
 #   6. pytest tests/e2e                              (end-to-end against a real Envoy)
@@ -45,8 +45,8 @@ cargo clippy --all-targets -- -D warnings || fail "cargo clippy (native)"
 
 stage "cargo clippy --target wasm32-wasip1 --lib -- -D warnings"
 cargo clippy --target wasm32-wasip1 --lib -- -D warnings || fail "cargo clippy (wasm32-wasip1)"
-cargo clippy --target wasm32-wasip1 --lib --features bench-timing,bench-isolated-levels -- -D warnings \
-  || fail "cargo clippy (wasm32-wasip1, bench features)"
+cargo clippy --target wasm32-wasip1 --lib --features bench-isolated-levels -- -D warnings \
+  || fail "cargo clippy (wasm32-wasip1, bench-isolated-levels)"
 
 if [[ "${APF_SKIP_E2E:-}" == 1 ]]; then
   echo "test.sh: APF_SKIP_E2E=1, skipping the end-to-end stages"

@@ -131,16 +131,13 @@ def build_modules(args) -> dict[str, Path]:
         mods["localqueue"] = cargo_wasm(REPO / "bench/localqueue/Cargo.toml",
                                         target_dir() / "bench-localqueue", "localqueue")
         # The same module built as the no-sharing control (feature bench-isolated-levels).
-        feats = "bench-isolated-levels" + (",bench-timing" if args.timing else "")
-        mods["apf-isolated"] = wasm_build(target_dir() / "bench-isolated", feats)
+        mods["apf-isolated"] = wasm_build(target_dir() / "bench-isolated", "bench-isolated-levels")
     if "passthrough" in want:
         mods["passthrough"] = cargo_wasm(REPO / "bench/passthrough/Cargo.toml",
                                          target_dir() / "bench-passthrough", "passthrough")
     if want & {"apf", "apf-saturated", "apf-flows", "apf-noisy"}:
         if args.apf_wasm:
             mods["apf"] = Path(args.apf_wasm)
-        elif args.timing:
-            mods["apf"] = wasm_build(target_dir() / "bench-timing", "bench-timing")
         else:
             mods["apf"] = wasm_build(None, None)
     return mods
@@ -393,17 +390,6 @@ def contention_counts(env: EnvoyProcess) -> dict[str, int]:
         "wakeups": "cross_worker_wakeups_total"})
 
 
-TIMING_SPANS = ("request_headers", "log", "queue_ready", "digest", "admit", "shared_get",
-                "shared_set", "enqueue")
-
-
-def timing_counts(env: EnvoyProcess) -> dict[str, int]:
-    """A `bench-timing` module's nanoseconds per span (apf_wasm_bench_*), summed over workers;
-    empty for other modules."""
-    t = summed_counters(env, "apf_wasm_bench_", {k: f"bench_{k}_nanoseconds_total" for k in TIMING_SPANS})
-    return t if any(t.values()) else {}
-
-
 def cpu_window(env: EnvoyProcess, gen, n: int, contention: bool = False) -> dict:
     """Runs gen(n) and returns the load generator's result plus `env`'s CPU µs per request
     counted by Envoy over that window, and the throughput. With `contention`, also the
@@ -411,7 +397,6 @@ def cpu_window(env: EnvoyProcess, gen, n: int, contention: bool = False) -> dict
     second, so they are read 1.2 s after the window, and the caller lets 1.2 s pass before it;
     the CPU figure is taken before that wait)."""
     c0 = contention_counts(env) if contention else None
-    t0_ = timing_counts(env) if contention else {}
     rq0, s0 = env.stats(RQ_TOTAL).get(RQ_TOTAL, 0), env.cpu_split()
     t0 = time.monotonic()
     res = gen(n)
@@ -426,9 +411,6 @@ def cpu_window(env: EnvoyProcess, gen, n: int, contention: bool = False) -> dict
         time.sleep(1.2)
         c1 = contention_counts(env)
         res["contention"] = {k: (c1[k] - c0[k]) / done for k in CONTENTION}
-        if t0_:
-            t1_ = timing_counts(env)
-            res["timing"] = {k: (t1_[k] - t0_[k]) / done / 1e3 for k in TIMING_SPANS}
     res.pop("raw", None)
     return res
 
@@ -752,9 +734,6 @@ def main() -> int:
     ap.add_argument("--apf-wasm-b", help="A/B: also run apf-saturated with this second module "
                     "(variant apf-saturated-b, 1 and 2 workers) and print b ÷ apf per worker count; "
                     "with the apf variant, also the uncontended apf-b")
-    ap.add_argument("--timing", action="store_true",
-                    help="saturated variants: build apf-wasm with the bench-timing feature and "
-                    "print the µs per request spent in the filter's callbacks and host calls")
     ap.add_argument("--ratio-base", default="floor")
     ap.add_argument("--python-client", action="store_true", help="do not use wrk")
     ap.add_argument("--no-install", action="store_true", help="do not apt-get install wrk")
@@ -912,11 +891,6 @@ def main() -> int:
                       f"{m_['conflicts'] / updates:.1%} of updates, level states decoded "
                       f"{m_['decodes']:.2f} / reused {m_['reuses']:.2f}, cross-worker wake-ups "
                       f"{m_['wakeups']:.3f}.")
-        ts = [r["timing"] for r in results.get(f"{name}|{w}", []) if "timing" in r]
-        if ts:
-            table += (f"\n{name}, {w} worker{'s' if w > 1 else ''}, µs per request in the filter "
-                      "(medians, --timing): " + ", ".join(
-                          f"{k} {median([t[k] for t in ts]):.2f}" for k in TIMING_SPANS) + ".")
     ver = subprocess.run([envoy_bin, "--version"], capture_output=True, text=True).stdout
     m = re.search(r"/(\d+\.\d+\.\d+)/", ver)
     header = (f"Envoy {m.group(1) if m else '?'}, "

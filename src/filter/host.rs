@@ -7,21 +7,20 @@
 //! slice), so they are reclaimed the same way the SDK does.
 #![allow(clashing_extern_declarations)]
 
-use crate::engine::store::{SetOutcome, Store, StoreError};
+use crate::engine::store::{SetOutcome, Store, StoreError, WorkerState};
 use std::ptr::{null, null_mut};
 
-pub const OK: u32 = 0;
-pub const NOT_FOUND: u32 = 1;
-pub const EMPTY: u32 = 7;
-pub const CAS_MISMATCH: u32 = 8;
+const OK: u32 = 0;
+const NOT_FOUND: u32 = 1;
+const EMPTY: u32 = 7;
+const CAS_MISMATCH: u32 = 8;
 
 pub const REQUEST_HEADERS: u32 = 0;
 pub const RESPONSE_HEADERS: u32 = 2;
-pub const STREAM_HTTP_REQUEST: u32 = 0;
+const STREAM_HTTP_REQUEST: u32 = 0;
 
 pub const METRIC_COUNTER: u32 = 0;
 pub const METRIC_GAUGE: u32 = 1;
-pub const METRIC_HISTOGRAM: u32 = 2;
 
 #[link(wasm_import_module = "env")]
 extern "C" {
@@ -45,37 +44,29 @@ extern "C" {
     fn proxy_set_tick_period_milliseconds(period: u32) -> u32;
 }
 
-pub const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
+pub const BUFFER_HTTP_RESPONSE_BODY: u32 = 1;
 pub const BUFFER_HTTP_CALL_RESPONSE_BODY: u32 = 4;
 pub const HTTP_CALL_RESPONSE_HEADERS: u32 = 6;
+pub const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
 
-pub const BUFFER_HTTP_RESPONSE_BODY: u32 = 1;
-
-/// The body of the HTTP call response being delivered (in `on_http_call_response`).
-pub fn http_call_body(size: usize) -> Vec<u8> {
-    buffer_bytes(BUFFER_HTTP_CALL_RESPONSE_BODY, 0, size).unwrap_or_default()
+/// Calls a host function that hands over a buffer: the buffer (`None` if the host gave none),
+/// or the status.
+fn read(call: impl FnOnce(&mut *mut u8, &mut usize) -> u32) -> Result<Option<Vec<u8>>, u32> {
+    let mut data: *mut u8 = null_mut();
+    let mut size: usize = 0;
+    match call(&mut data, &mut size) {
+        OK if data.is_null() => Ok(None),
+        // SAFETY: allocated by proxy_on_memory_allocate as a boxed slice of exactly `size` bytes.
+        OK => Ok(Some(unsafe { Vec::from_raw_parts(data, size, size) })),
+        other => Err(other),
+    }
 }
 
 /// `max` bytes from `start` of a host buffer (fewer at its end; `None` on a host error).
 pub fn buffer_bytes(buffer: u32, start: usize, max: usize) -> Option<Vec<u8>> {
-    let mut data: *mut u8 = null_mut();
-    let mut len: usize = 0;
-    // SAFETY: pointers to locals.
-    match unsafe { proxy_get_buffer_bytes(buffer, start, max, &mut data, &mut len) } {
-        OK => Some(unsafe { take(data, len) }.unwrap_or_default()),
-        _ => None,
-    }
-}
-
-/// The whole plugin configuration buffer (empty if none).
-pub fn plugin_configuration() -> Vec<u8> {
-    let mut data: *mut u8 = null_mut();
-    let mut size: usize = 0;
-    // SAFETY: pointers to locals.
-    match unsafe { proxy_get_buffer_bytes(BUFFER_PLUGIN_CONFIGURATION, 0, usize::MAX, &mut data, &mut size) } {
-        OK => unsafe { take(data, size) }.unwrap_or_default(),
-        _ => Vec::new(),
-    }
+    // SAFETY: out-pointers from `read`.
+    let r = read(|d, s| unsafe { proxy_get_buffer_bytes(buffer, start, max, d, s) });
+    Some(r.ok()?.unwrap_or_default())
 }
 
 pub fn set_tick_period_ms(ms: u32) -> bool {
@@ -88,115 +79,61 @@ extern "C" {
     fn clock_time_get(id: u32, precision: u64, time: *mut u64) -> u16;
 }
 
-/// Takes ownership of a host-returned buffer.
-unsafe fn take(ptr: *mut u8, len: usize) -> Option<Vec<u8>> {
-    if ptr.is_null() {
-        None
-    } else {
-        // SAFETY: allocated by proxy_on_memory_allocate as a boxed slice of exactly `len` bytes.
-        Some(Vec::from_raw_parts(ptr, len, len))
+/// A WASI clock in nanoseconds (0 on error).
+fn clock(id: u32) -> i64 {
+    let mut t: u64 = 0;
+    // SAFETY: plain out-pointer to a local.
+    match unsafe { clock_time_get(id, 1, &mut t) } {
+        0 => i64::try_from(t).unwrap_or(i64::MAX),
+        _ => 0,
     }
 }
 
 /// Process-wide monotonic time in nanoseconds (the same clock for every worker VM).
 pub fn monotonic_nanos() -> i64 {
-    let mut t: u64 = 0;
-    // SAFETY: plain out-pointer to a local.
-    let rc = unsafe { clock_time_get(1, 1, &mut t) };
-    if rc != 0 {
-        return 0;
-    }
-    i64::try_from(t).unwrap_or(i64::MAX)
+    clock(1)
 }
 
 /// Wall-clock time in nanoseconds since the Unix epoch.
 pub fn realtime_nanos() -> i64 {
-    let mut t: u64 = 0;
-    // SAFETY: plain out-pointer to a local.
-    let rc = unsafe { clock_time_get(0, 1, &mut t) };
-    if rc != 0 {
-        return 0;
-    }
-    i64::try_from(t).unwrap_or(i64::MAX)
+    clock(0)
 }
 
 /// Envoy's shared data, with this worker's own engine state ([`WorkerState`]).
-pub struct HostStore {
-    state: crate::engine::store::WorkerState,
-    /// Benchmark control only (feature `bench-isolated-levels`, never in a release module):
-    /// this VM's suffix for level keys, so that every worker runs the same code on levels of
-    /// its own and nothing is shared. Measured beside the real module, it isolates what sharing
-    /// costs.
-    #[cfg(feature = "bench-isolated-levels")]
-    isolated: String,
-}
+#[derive(Default)]
+pub struct HostStore(WorkerState);
 
-impl HostStore {
-    fn new() -> HostStore {
-        HostStore {
-            state: crate::engine::store::WorkerState::new(),
-            #[cfg(feature = "bench-isolated-levels")]
-            isolated: {
-                let mut b = [0u8; 8];
-                let _ = getrandom::getrandom(&mut b);
-                format!("#{:016x}", u64::from_le_bytes(b))
-            },
-        }
-    }
-
-    /// This worker's engine state (contention counters, cached level states).
-    pub fn state(&self) -> &crate::engine::store::WorkerState {
-        &self.state
-    }
-
-    /// The key as stored (level keys apart per VM for the isolated-levels benchmark control).
-    fn key<'a>(&self, key: &'a str) -> std::borrow::Cow<'a, str> {
-        #[cfg(feature = "bench-isolated-levels")]
-        if key.starts_with(crate::engine::LEVEL_KEY_PREFIX) {
-            return std::borrow::Cow::Owned(format!("{key}{}", self.isolated));
-        }
-        std::borrow::Cow::Borrowed(key)
-    }
-}
+#[cfg(not(feature = "bench-isolated-levels"))]
+type FilterStore = HostStore;
+#[cfg(feature = "bench-isolated-levels")]
+type FilterStore = super::isolated_levels::IsolatedLevels<HostStore>;
 
 thread_local! {
     /// One per VM (an Envoy worker), for the VM's life.
-    static STORE: &'static HostStore = Box::leak(Box::new(HostStore::new()));
+    static STORE: &'static FilterStore = Box::leak(Box::default());
 }
 
 /// This worker's view of the shared store.
-pub fn store() -> &'static HostStore {
+pub fn store() -> &'static FilterStore {
     STORE.with(|s| *s)
 }
 
 impl Store for HostStore {
-    fn worker(&self) -> Option<&crate::engine::store::WorkerState> {
-        Some(&self.state)
+    fn worker(&self) -> Option<&WorkerState> {
+        Some(&self.0)
     }
 
     fn get(&self, key: &str) -> Result<(Option<Vec<u8>>, Option<u32>), StoreError> {
-        let key = self.key(key);
-        let key = key.as_ref();
-        let mut data: *mut u8 = null_mut();
-        let mut size: usize = 0;
         let mut cas: u32 = 0;
-        let _t = super::timing::span(super::timing::Span::SharedGet);
-        // SAFETY: pointers to locals; the host fills them.
-        let st = unsafe { proxy_get_shared_data(key.as_ptr(), key.len(), &mut data, &mut size, &mut cas) };
-        match st {
-            OK => {
-                let v = unsafe { take(data, size) };
-                Ok((v.filter(|v| !v.is_empty()), if cas == 0 { None } else { Some(cas) }))
-            }
-            NOT_FOUND => Ok((None, None)),
-            other => Err(StoreError(format!("get_shared_data({key}) status {other}"))),
+        // SAFETY: out-pointers from `read` and to a local; the key is a live slice.
+        match read(|d, s| unsafe { proxy_get_shared_data(key.as_ptr(), key.len(), d, s, &mut cas) }) {
+            Ok(v) => Ok((v.filter(|v| !v.is_empty()), if cas == 0 { None } else { Some(cas) })),
+            Err(NOT_FOUND) => Ok((None, None)),
+            Err(other) => Err(StoreError(format!("get_shared_data({key}) status {other}"))),
         }
     }
 
     fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<SetOutcome, StoreError> {
-        let key = self.key(key);
-        let key = key.as_ref();
-        let _t = super::timing::span(super::timing::Span::SharedSet);
         // SAFETY: pointers into live slices.
         let st = unsafe { proxy_set_shared_data(key.as_ptr(), key.len(), value.as_ptr(), value.len(), cas.unwrap_or(0)) };
         match st {
@@ -207,43 +144,37 @@ impl Store for HostStore {
     }
 }
 
+fn status(st: u32) -> Result<(), u32> {
+    (st == OK).then_some(()).ok_or(st)
+}
+
 pub fn register_queue(name: &str) -> Result<u32, u32> {
     let mut id: u32 = 0;
     // SAFETY: pointers to locals / live slices.
-    match unsafe { proxy_register_shared_queue(name.as_ptr(), name.len(), &mut id) } {
-        OK => Ok(id),
-        other => Err(other),
-    }
+    status(unsafe { proxy_register_shared_queue(name.as_ptr(), name.len(), &mut id) }).map(|()| id)
 }
 
 pub fn resolve_queue(name: &str) -> Result<Option<u32>, u32> {
     let mut id: u32 = 0;
-    let vm = "";
-    // SAFETY: pointers to locals / live slices.
-    match unsafe { proxy_resolve_shared_queue(vm.as_ptr(), 0, name.as_ptr(), name.len(), &mut id) } {
-        OK => Ok(Some(id)),
-        NOT_FOUND => Ok(None),
-        other => Err(other),
+    // SAFETY: pointers to locals / live slices (an empty VM id: this VM's).
+    match status(unsafe { proxy_resolve_shared_queue("".as_ptr(), 0, name.as_ptr(), name.len(), &mut id) }) {
+        Ok(()) => Ok(Some(id)),
+        Err(NOT_FOUND) => Ok(None),
+        Err(other) => Err(other),
     }
 }
 
 pub fn enqueue(queue: u32, msg: &[u8]) -> Result<(), u32> {
-    let _t = super::timing::span(super::timing::Span::Enqueue);
     // SAFETY: pointer into a live slice.
-    match unsafe { proxy_enqueue_shared_queue(queue, msg.as_ptr(), msg.len()) } {
-        OK => Ok(()),
-        other => Err(other),
-    }
+    status(unsafe { proxy_enqueue_shared_queue(queue, msg.as_ptr(), msg.len()) })
 }
 
 pub fn dequeue(queue: u32) -> Result<Option<Vec<u8>>, u32> {
-    let mut data: *mut u8 = null_mut();
-    let mut size: usize = 0;
-    // SAFETY: pointers to locals.
-    match unsafe { proxy_dequeue_shared_queue(queue, &mut data, &mut size) } {
-        OK => Ok(Some(unsafe { take(data, size) }.unwrap_or_default())),
-        EMPTY | NOT_FOUND => Ok(None),
-        other => Err(other),
+    // SAFETY: out-pointers from `read`.
+    match read(|d, s| unsafe { proxy_dequeue_shared_queue(queue, d, s) }) {
+        Ok(v) => Ok(Some(v.unwrap_or_default())),
+        Err(EMPTY | NOT_FOUND) => Ok(None),
+        Err(other) => Err(other),
     }
 }
 
@@ -255,48 +186,33 @@ pub fn mailbox_name(instance: u64) -> String {
 /// All headers of a map as (lowercase name, value) pairs in order.
 pub fn header_pairs(map: u32) -> Vec<(String, Vec<u8>)> {
     let bytes = header_map_bytes(map);
-    deserialize_pairs(&bytes)
+    borrowed_pairs(&bytes).into_iter().map(|(k, v)| (k.to_ascii_lowercase(), v.to_vec())).collect()
 }
 
 /// The host's serialized header map (parse with [`borrowed_pairs`]).
 pub fn header_map_bytes(map: u32) -> Vec<u8> {
-    let mut data: *mut u8 = null_mut();
-    let mut size: usize = 0;
-    // SAFETY: pointers to locals.
-    match unsafe { proxy_get_header_map_pairs(map, &mut data, &mut size) } {
-        OK => unsafe { take(data, size) }.unwrap_or_default(),
-        _ => Vec::new(),
-    }
+    // SAFETY: out-pointers from `read`.
+    read(|d, s| unsafe { proxy_get_header_map_pairs(map, d, s) }).ok().flatten().unwrap_or_default()
 }
 
-/// Header pairs borrowed from the serialized map, without copying (Envoy's names are already
-/// lowercase; a non-UTF-8 name is skipped).
+/// Header pairs borrowed from the host's map serialization (u32 count, count × (u32 name len,
+/// u32 value len), then each name and value followed by a NUL), without copying (Envoy's names
+/// are already lowercase; a non-UTF-8 name is skipped).
 pub fn borrowed_pairs(bytes: &[u8]) -> Vec<(&str, &[u8])> {
     let rd = |at: usize| -> Option<usize> {
         let s: [u8; 4] = bytes.get(at..at.checked_add(4)?)?.try_into().ok()?;
         Some(u32::from_le_bytes(s) as usize)
     };
-    let Some(n) = rd(0) else { return Vec::new() };
-    let n = n.min(bytes.len() / 8);
-    let mut out = Vec::with_capacity(n);
+    let n = rd(0).unwrap_or(0).min(bytes.len() / 8);
     let mut p = 4usize.saturating_add(n.saturating_mul(8));
-    for i in 0..n {
-        let (Some(k), Some(v)) = (rd(4 + i * 8), rd(8 + i * 8)) else { break };
-        let Some(name) = bytes.get(p..p.saturating_add(k)) else { break };
-        p = p.saturating_add(k).saturating_add(1);
-        let Some(val) = bytes.get(p..p.saturating_add(v)) else { break };
-        p = p.saturating_add(v).saturating_add(1);
-        if let Ok(name) = std::str::from_utf8(name) {
-            out.push((name, val));
-        }
-    }
-    out
-}
-
-/// Decodes the host's map serialization (u32 count, count × (u32 name len, u32 value len), then
-/// each name and value followed by a NUL) into owned pairs.
-pub fn deserialize_pairs(bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
-    borrowed_pairs(bytes).into_iter().map(|(k, v)| (k.to_ascii_lowercase(), v.to_vec())).collect()
+    // The `len` bytes at `p`, then past them and their NUL.
+    let mut next = |len: usize| {
+        let s = bytes.get(p..p.checked_add(len)?)?;
+        p = p.saturating_add(len).saturating_add(1);
+        Some(s)
+    };
+    let pairs = (0..n).map_while(|i| Some((next(rd(4 + i * 8)?)?, next(rd(8 + i * 8)?)?)));
+    pairs.filter_map(|(k, v)| Some((std::str::from_utf8(k).ok()?, v))).collect()
 }
 
 pub fn add_header(map: u32, name: &str, value: &[u8]) -> bool {
@@ -347,29 +263,20 @@ pub fn resume_request() -> bool {
 /// A property (e.g. `source.address`) as raw bytes.
 pub fn property(path: &[&str]) -> Option<Vec<u8>> {
     // Segments separated by NUL, without a trailing one (as the ABI expects).
-    let mut ser = Vec::new();
-    for (i, p) in path.iter().enumerate() {
-        if i > 0 {
-            ser.push(0);
-        }
-        ser.extend_from_slice(p.as_bytes());
-    }
-    let mut data: *mut u8 = null_mut();
-    let mut size: usize = 0;
-    // SAFETY: pointers to locals / live slices.
-    match unsafe { proxy_get_property(ser.as_ptr(), ser.len(), &mut data, &mut size) } {
-        OK => unsafe { take(data, size) },
-        _ => None,
-    }
+    let path = path.join("\0");
+    // SAFETY: out-pointers from `read`; the path is a live slice.
+    read(|d, s| unsafe { proxy_get_property(path.as_ptr(), path.len(), d, s) }).ok().flatten()
 }
 
-pub fn define_metric(kind: u32, name: &str) -> Option<u32> {
-    let mut id: u32 = 0;
-    // SAFETY: pointers to locals / live slices.
-    match unsafe { proxy_define_metric(kind, name.as_ptr(), name.len(), &mut id) } {
-        OK => Some(id),
-        _ => None,
+/// The id of the metric `name` kept in `slot`, defined on first use (`None` while the host
+/// refuses it).
+pub fn metric_id(slot: &mut Option<u32>, kind: u32, name: &str) -> Option<u32> {
+    if slot.is_none() {
+        let mut id: u32 = 0;
+        // SAFETY: pointers to locals / live slices.
+        *slot = status(unsafe { proxy_define_metric(kind, name.as_ptr(), name.len(), &mut id) }).ok().map(|()| id);
     }
+    *slot
 }
 
 pub fn increment_metric(id: u32, by: i64) {

@@ -1,84 +1,64 @@
 //! HTTP context: digest, classify, admit / queue / reject, and release at the end.
 
 use super::host::{self, REQUEST_HEADERS, RESPONSE_HEADERS};
-use super::metrics::{self, M};
-use super::timing::{self, Span};
+use super::metrics::{self, EXTRA_NONE, M};
 use super::worker::{self, Extra, Local};
-use crate::engine::requests::Phase;
-use crate::digest::identity::IdentityInput;
+use crate::digest::identity::{IdentityConfig, IdentityInput, IdentitySource};
 use crate::digest::initial_events::MarkerScanner;
 use crate::digest::list_size::ListBodyScanner;
+use crate::digest::request_info::RequestInfo;
 use crate::digest::work_estimate::{StatsLookup, WatchInit};
+use crate::engine::requests::Phase;
 use crate::engine::{self, debug, Compiled, Decision};
 use crate::fairqueuing::RequestTag;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
+use serde_json::Value;
 use std::rc::Rc;
 
 pub const FS_UID_HEADER: &str = "x-kubernetes-pf-flowschema-uid";
 pub const PL_UID_HEADER: &str = "x-kubernetes-pf-prioritylevel-uid";
 
+#[derive(Default)]
 pub struct Http {
     ctx: u32,
     compiled: Option<Rc<Compiled>>,
-    /// Response headers for a classified request (PF UIDs, explanations).
     /// (FlowSchema index, level index) of a classified request, for the PF response headers.
     class: Option<(usize, usize)>,
-    is_watch: bool,
     explain: bool,
     local_reply: bool,
-    watch_info: Option<crate::digest::request_info::RequestInfo>,
     /// Seats the request was charged (`x-apf-seats`).
     seats: u32,
-    /// A WATCH: how its initial phase ends, and the counts it was costed with.
-    watch_init: WatchInit,
-    stats: Option<StatsLookup>,
+    /// A WATCH: its request, how its initial phase ends, and the counts it was costed with.
+    watch: Option<(RequestInfo, WatchInit, Option<StatsLookup>)>,
     /// The WATCH holds its seats while its initial state streams (body chunks are inspected).
     holding: bool,
-    /// Looks for the initial-events-end bookmark while holding a `sendInitialEvents` watch.
-    marker: Option<MarkerScanner>,
     /// A LIST of a resource without counts whose response may teach its cost (resource key).
     learn: Option<(String, ListBodyScanner)>,
 }
 
 impl Http {
     pub fn new(ctx: u32, compiled: Option<Rc<Compiled>>) -> Http {
-        Http {
-            ctx,
-            compiled,
-            class: None,
-            is_watch: false,
-            explain: false,
-            local_reply: false,
-            watch_info: None,
-            seats: 0,
-            watch_init: WatchInit::None,
-            stats: None,
-            holding: false,
-            marker: None,
-            learn: None,
-        }
+        let mut h = Http::default();
+        h.ctx = ctx;
+        h.compiled = compiled;
+        h
     }
 
     /// At a WATCH's response headers: hold its seats while its initial state streams, or
     /// release them now (no initial events, not admitted here, or not a watch stream).
     fn start_watch(&mut self, max_hold: crate::Nanos) {
+        let Some((info, mut init, stats)) = self.watch.take() else { return };
         let now = host::monotonic_nanos();
-        let info = self.watch_info.take();
         let executing = worker::requests(|r| r.get(self.ctx).is_some_and(|l| l.phase == Phase::Executing));
-        let mut init = self.watch_init;
         if init != WatchInit::None && executing {
-            let mut ok = false;
-            for (k, v) in host::header_pairs(RESPONSE_HEADERS) {
-                match k.as_str() {
-                    ":status" => ok = v == b"200",
-                    // The bookmark's bytes are not visible in a compressed stream.
-                    "content-encoding" if !v.eq_ignore_ascii_case(b"identity") => init = WatchInit::Unmarked,
-                    _ => {}
-                }
+            let response = Response::read();
+            // The bookmark's bytes are not visible in a compressed stream.
+            if !response.identity {
+                init = WatchInit::Unmarked;
             }
-            if let (true, Some(info)) = (ok, info.as_ref()) {
-                let expected_bytes = match self.stats {
+            if response.ok {
+                let expected_bytes = match stats {
                     Some(StatsLookup::Found(s)) if s.count > 0 && s.average_object_size_bytes > 0 => u64::try_from(s.count.saturating_mul(s.average_object_size_bytes)).ok(),
                     _ => None,
                 };
@@ -88,15 +68,15 @@ impl Http {
                     last_data: now,
                     bytes: 0,
                     expected_bytes,
-                    info: Rc::new(info.clone()),
+                    marker: (init == WatchInit::Bookmark).then(MarkerScanner::new),
+                    info,
                 };
                 worker::with(|w| w.holds.insert(self.ctx, hold));
                 self.holding = true;
-                self.marker = (init == WatchInit::Bookmark).then(MarkerScanner::new);
                 return;
             }
         }
-        worker::end_watch_init(self.ctx, now, info.as_ref());
+        worker::end_watch_init(self.ctx, now, Some(&info));
     }
 
     fn admit(&mut self, rc: Rc<Compiled>) -> Action {
@@ -104,30 +84,24 @@ impl Http {
         let now = host::monotonic_nanos();
         let raw = host::header_map_bytes(REQUEST_HEADERS);
         let headers = host::borrowed_pairs(&raw);
-        let mut method: &[u8] = b"GET";
-        let mut path: &[u8] = b"/";
-        for (k, v) in &headers {
-            match *k {
-                ":method" => method = v,
-                ":path" => path = v,
-                _ => {}
-            }
-        }
+        let last = |name: &str| headers.iter().rev().find(|(k, _)| *k == name).map(|(_, v)| *v);
+        let (method, path) = (last(":method").unwrap_or(b"GET"), last(":path").unwrap_or(b"/"));
         let identity_headers: Vec<(String, Vec<u8>)> = headers
             .iter()
             .filter(|(k, _)| c.identity_headers.iter().any(|n| n == k) || c.identity_prefixes.iter().any(|p| k.starts_with(p.as_str())))
             .map(|(k, v)| ((*k).to_string(), v.to_vec()))
             .collect();
         let ns_header = c.config.namespace_header.as_deref().and_then(|n| headers.iter().find(|(k, _)| *k == n)).map(|(_, v)| *v);
-        let facts = ConnectionFacts::fetch(c.needs, &c.config.identity);
-        let input = IdentityInput {
-            headers: &identity_headers,
-            peer: facts.peer,
-            mtls: facts.mtls,
-            cert_subject: facts.cert_subject.as_deref(),
-            jwt_claims: facts.jwt_claims.as_ref(),
-        };
-        if c.needs.strip {
+        // Facts about the downstream connection that identity sources may need.
+        let needs = c.needs;
+        let peer = if needs.peer { host::property(&["source", "address"]).and_then(|b| parse_peer(&b)) } else { None };
+        let mtls = needs.mtls && host::property(&["connection", "mtls"]).is_some_and(|b| b.first().is_some_and(|&m| m != 0));
+        let cert_subject = (needs.cert_subject && mtls)
+            .then(|| host::property(&["connection", "subject_peer_certificate"]).and_then(|b| String::from_utf8(b).ok()))
+            .flatten();
+        let jwt_claims = if needs.jwt { jwt_claims(&c.config.identity) } else { None };
+        let input = IdentityInput { headers: &identity_headers, peer, mtls, cert_subject: cert_subject.as_deref(), jwt_claims: jwt_claims.as_ref() };
+        if needs.strip {
             for h in c.config.identity.headers_to_strip(&input) {
                 host::remove_header(REQUEST_HEADERS, &h);
             }
@@ -150,10 +124,8 @@ impl Http {
             (Some(stale_after), _) => worker::with(|w| w.counts.as_ref().map_or(StatsLookup::NotFound, |s| s.lookup(group, resource, now, stale_after))),
             (None, true) => worker::with(|w| w.counts.as_ref().map_or(StatsLookup::NotFound, |s| s.learned_lookup(group, resource, now))),
         };
-        let d = {
-            let _t = timing::span(Span::Digest);
-            c.digest(method, path, &input, ns_header, |info| engine::watches::interested_count(host::store(), info), &cluster)
-        };
+        let watch_count = |info: &RequestInfo| engine::watches::interested_count(host::store(), info);
+        let d = c.digest(method, path, &input, ns_header, watch_count, &cluster);
         if let Some(kind) = debug::dump_kind(path) {
             if d.user.groups.iter().any(|g| c.config.debug_groups.contains(g)) {
                 let offset = host::realtime_nanos().saturating_sub(now);
@@ -169,14 +141,11 @@ impl Http {
         let Some(level) = c.levels.get(d.class.priority_level) else { return Action::Continue };
         self.explain = !c.config.explain_groups.is_empty() && d.user.groups.iter().any(|g| c.config.explain_groups.contains(g));
         self.class = Some((d.class.flow_schema, d.class.priority_level));
-        self.is_watch = d.is_watch;
         if learn && d.stats == Some(StatsLookup::NotFound) && learnable(&d.info) {
             self.learn = Some((engine::object_counts::resource_key(&d.info.api_group, &d.info.resource), ListBodyScanner::new()));
         }
         if d.is_watch {
-            self.watch_info = Some(d.info.clone());
-            self.watch_init = d.watch_init;
-            self.stats = d.stats;
+            self.watch = Some((d.info.clone(), d.watch_init, d.stats));
         }
         let Some(slot) = worker::ensure_registered(now) else {
             log::warn!("apf: worker not registered; letting the request through");
@@ -191,21 +160,19 @@ impl Http {
             wait_deadline: now.saturating_add(d.wait_limit),
         };
         let mut notices = Vec::new();
-        let decision = {
-            let _t = timing::span(Span::Admit);
-            engine::admit_observed(c, host::store(), now, d.class.priority_level, d.work, tag, &mut notices)
-        };
-        let key = level.key.clone();
-        let (pl, fs_i) = (d.class.priority_level, d.class.flow_schema);
+        let decision = engine::admit_observed(c, host::store(), now, d.class.priority_level, d.work, tag, &mut notices);
+        let (pl, fs) = (d.class.priority_level, d.class.flow_schema);
         let seats = d.work.max_seats();
         self.seats = seats;
-        metrics::observe(c, M::WorkEstimatedSeats, pl, fs_i, metrics::EXTRA_NONE, f64::from(seats));
+        metrics::observe(c, M::WorkEstimatedSeats, pl, fs, EXTRA_NONE, f64::from(seats));
         if let Ok((_, Some(length))) = decision {
-            metrics::observe(c, M::QueueLengthAfterEnqueue, pl, fs_i, metrics::EXTRA_NONE, f64::from(length));
+            metrics::observe(c, M::QueueLengthAfterEnqueue, pl, fs, EXTRA_NONE, f64::from(length));
         }
-        let decision = decision.map(|(d, _)| d);
+        // Dry run: the request is accounted as queued or rejected but let through.
+        let stop = if level.enforce { Action::Pause } else { Action::Continue };
+        let extra = Extra { explain: self.explain, enforce: level.enforce, compiled: rc.clone(), pl, fs, seats, is_watch: d.is_watch };
         let local = |id, phase| Local {
-            level_key: key.clone(),
+            level_key: level.key.clone(),
             id,
             phase,
             arrived: now,
@@ -213,37 +180,29 @@ impl Http {
             waited: 0,
             started: now,
             receipt: None,
-            extra: Extra { explain: self.explain, enforce: level.enforce, compiled: rc.clone(), pl, fs: fs_i, seats, is_watch: d.is_watch },
+            extra: extra.clone(),
         };
-        let action = match decision {
+        let action = match decision.map(|(d, _)| d) {
             Ok(Decision::Execute(rc)) => {
                 let mut l = local(rc.id, Phase::Executing);
                 l.receipt = Some(rc);
-                worker::note_dispatched(&l, false);
+                extra.dispatched(0);
                 worker::requests(|r| r.insert(self.ctx, l));
                 Action::Continue
             }
             Ok(Decision::Queued(id)) => {
-                metrics::add(c, M::InqueueRequests, pl, fs_i, metrics::EXTRA_NONE, 1);
-                metrics::add(c, M::InqueueSeats, pl, fs_i, metrics::EXTRA_NONE, i64::from(seats));
+                extra.queued(1);
                 worker::requests(|r| r.insert(self.ctx, local(id, Phase::Waiting)));
-                // Dry run: account it as queued but let it through.
-                if level.enforce {
-                    Action::Pause
-                } else {
-                    Action::Continue
-                }
+                stop
             }
             Ok(Decision::Rejected { reason, retry_after }) => {
-                metrics::add(c, M::Rejected, pl, fs_i, metrics::reason_extra(reason), 1);
-                metrics::observe(c, M::WaitDuration, pl, fs_i, metrics::EXECUTE_FALSE, 0.0);
+                extra.add(M::Rejected, reason.as_str(), 1);
+                extra.observe(M::WaitDuration, "false", 0);
                 if level.enforce {
                     self.local_reply = true;
-                    worker::send_429(c, fs_i, pl, retry_after, self.explain, reason.as_str(), seats);
-                    Action::Pause
-                } else {
-                    Action::Continue
+                    worker::send_429(&extra, retry_after, reason.as_str());
                 }
+                stop
             }
             Err(e) => {
                 log::warn!("apf: admission failed, letting the request through: {e}");
@@ -253,101 +212,15 @@ impl Http {
         worker::route(notices, now);
         action
     }
-}
 
-impl Context for Http {}
-
-impl HttpContext for Http {
-    fn on_http_request_headers(&mut self, _n: usize, _end: bool) -> Action {
-        let _t = timing::span(Span::RequestHeaders);
-        match self.compiled.clone() {
-            Some(c) => self.admit(c),
-            None => Action::Continue,
-        }
-    }
-
-    fn on_http_response_headers(&mut self, _n: usize, _end: bool) -> Action {
-        if self.local_reply || worker::with(|w| !w.rejected.is_empty() && w.rejected.contains_key(&self.ctx)) {
-            return Action::Continue;
-        }
-        let (Some((fs, pl)), Some(c)) = (self.class, self.compiled.as_deref()) else { return Action::Continue };
-        for (k, v) in worker::pf_headers(c, fs, pl, self.explain) {
-            host::add_header(RESPONSE_HEADERS, k, v);
-        }
-        if self.explain {
-            let waited = worker::requests(|r| r.get(self.ctx).map(|l| l.waited)).unwrap_or(0);
-            host::add_header(RESPONSE_HEADERS, "x-apf-queued-ms", (waited / 1_000_000).to_string().as_bytes());
-            host::add_header(RESPONSE_HEADERS, "x-apf-seats", self.seats.to_string().as_bytes());
-        }
-        if self.learn.is_some() && !learnable_response() {
-            self.learn = None;
-        }
-        if self.is_watch {
-            // A WATCH holds its seats while it initializes (upstream: until the storage layer
-            // signals that its initial events were sent); from then on it counts as an open
-            // watch for the mutating-request estimator.
-            let max_hold = c.config.watch_initial_events_max_hold;
-            self.start_watch(max_hold);
-        }
-        Action::Continue
-    }
-
-    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        if self.learn.is_some() {
-            self.learn_from(body_size, end_of_stream);
-        }
-        if !self.holding {
-            return Action::Continue;
-        }
-        let now = host::monotonic_nanos();
-        let Some((init, bytes, expected)) = worker::with(|w| {
-            w.holds.get_mut(&self.ctx).map(|h| {
-                h.last_data = now;
-                h.bytes = h.bytes.saturating_add(body_size as u64);
-                (h.init, h.bytes, h.expected_bytes)
-            })
-        }) else {
-            // Released meanwhile (maximum hold time, or the quiet rule on the timer).
-            self.holding = false;
-            self.marker = None;
-            return Action::Continue;
-        };
-        let ended = end_of_stream
-            || match (init, self.marker.as_mut()) {
-                (WatchInit::Bookmark, Some(m)) => host::buffer_bytes(host::BUFFER_HTTP_RESPONSE_BODY, 0, body_size).is_some_and(|chunk| m.feed(&chunk)),
-                _ => expected.is_some_and(|e| bytes >= e),
-            };
-        if ended {
-            self.holding = false;
-            self.marker = None;
-            worker::end_watch_init(self.ctx, now, None);
-        }
-        Action::Continue
-    }
-
-    fn on_log(&mut self) {
-        let _t = timing::span(Span::Log);
-        worker::stream_ended_with(self.ctx, host::monotonic_nanos);
-    }
-}
-
-impl Drop for Http {
-    fn drop(&mut self) {
-        worker::stream_ended_with(self.ctx, host::monotonic_nanos);
-    }
-}
-
-impl Http {
     /// Feeds a LIST response chunk to the learning scanner; at the end, stores what it learned.
     fn learn_from(&mut self, body_size: usize, end_of_stream: bool) {
         let Some((_, scanner)) = self.learn.as_mut() else { return };
-        match host::buffer_bytes(host::BUFFER_HTTP_RESPONSE_BODY, 0, body_size) {
-            Some(chunk) => scanner.feed(&chunk),
-            None => {
-                self.learn = None;
-                return;
-            }
-        }
+        let Some(chunk) = host::buffer_bytes(host::BUFFER_HTTP_RESPONSE_BODY, 0, body_size) else {
+            self.learn = None;
+            return;
+        };
+        scanner.feed(&chunk);
         if !end_of_stream {
             return;
         }
@@ -362,95 +235,134 @@ impl Http {
     }
 }
 
+impl Context for Http {}
+
+impl HttpContext for Http {
+    fn on_http_request_headers(&mut self, _n: usize, _end: bool) -> Action {
+        self.compiled.clone().map_or(Action::Continue, |c| self.admit(c))
+    }
+
+    fn on_http_response_headers(&mut self, _n: usize, _end: bool) -> Action {
+        if self.local_reply || worker::with(|w| !w.rejected.is_empty() && w.rejected.contains(&self.ctx)) {
+            return Action::Continue;
+        }
+        let (Some((fs, pl)), Some(c)) = (self.class, self.compiled.clone()) else { return Action::Continue };
+        for (k, v) in worker::pf_headers(&c, fs, pl, self.explain) {
+            host::add_header(RESPONSE_HEADERS, k, v);
+        }
+        if self.explain {
+            let waited = worker::requests(|r| r.get(self.ctx).map(|l| l.waited)).unwrap_or(0);
+            host::add_header(RESPONSE_HEADERS, "x-apf-queued-ms", (waited / 1_000_000).to_string().as_bytes());
+            host::add_header(RESPONSE_HEADERS, "x-apf-seats", self.seats.to_string().as_bytes());
+        }
+        if self.learn.is_some() && !Response::read().learnable() {
+            self.learn = None;
+        }
+        // A WATCH holds its seats while it initializes (upstream: until the storage layer
+        // signals that its initial events were sent); from then on it counts as an open
+        // watch for the mutating-request estimator.
+        self.start_watch(c.config.watch_initial_events_max_hold);
+        Action::Continue
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        self.learn_from(body_size, end_of_stream);
+        if !self.holding {
+            return Action::Continue;
+        }
+        let now = host::monotonic_nanos();
+        let ended = worker::with(|w| {
+            let h = w.holds.get_mut(&self.ctx)?;
+            h.last_data = now;
+            h.bytes = h.bytes.saturating_add(body_size as u64);
+            Some(end_of_stream || match h.marker.as_mut() {
+                Some(m) => host::buffer_bytes(host::BUFFER_HTTP_RESPONSE_BODY, 0, body_size).is_some_and(|chunk| m.feed(&chunk)),
+                None => h.expected_bytes.is_some_and(|e| h.bytes >= e),
+            })
+        });
+        match ended {
+            // Released meanwhile (maximum hold time, or the quiet rule on the timer).
+            None => self.holding = false,
+            Some(true) => {
+                self.holding = false;
+                worker::end_watch_init(self.ctx, now, None);
+            }
+            Some(false) => {}
+        }
+        Action::Continue
+    }
+
+    fn on_log(&mut self) {
+        worker::stream_ended_with(self.ctx, host::monotonic_nanos);
+    }
+}
+
+impl Drop for Http {
+    fn drop(&mut self) {
+        worker::stream_ended_with(self.ctx, host::monotonic_nanos);
+    }
+}
+
 /// A LIST whose response is the whole collection: every namespace, no selector, no name, not a
 /// continued page.
-fn learnable(info: &crate::digest::request_info::RequestInfo) -> bool {
+fn learnable(info: &RequestInfo) -> bool {
     let q = &info.query;
     info.verb == "list" && info.namespace.is_empty() && info.name.is_empty() && q.label_selector.is_empty() && q.field_selector.is_empty() && q.continue_token.is_empty()
 }
 
-/// A `200` uncompressed JSON response (the only kind the learning scanner reads).
-fn learnable_response() -> bool {
-    let mut ok = false;
-    let mut json = false;
-    for (k, v) in host::header_pairs(RESPONSE_HEADERS) {
-        match k.as_str() {
-            ":status" => ok = v == b"200",
-            "content-type" => json = v.windows(4).any(|w| w.eq_ignore_ascii_case(b"json")),
-            "content-encoding" if !v.eq_ignore_ascii_case(b"identity") => return false,
-            _ => {}
+/// What the response headers say about the body.
+struct Response {
+    /// `:status` 200.
+    ok: bool,
+    json: bool,
+    /// Not compressed (no `content-encoding` but `identity`).
+    identity: bool,
+}
+
+impl Response {
+    fn read() -> Response {
+        let mut r = Response { ok: false, json: false, identity: true };
+        for (k, v) in host::header_pairs(RESPONSE_HEADERS) {
+            match k.as_str() {
+                ":status" => r.ok = v == b"200",
+                "content-type" => r.json = v.windows(4).any(|w| w.eq_ignore_ascii_case(b"json")),
+                "content-encoding" if !v.eq_ignore_ascii_case(b"identity") => r.identity = false,
+                _ => {}
+            }
         }
+        r
     }
-    ok && json
-}
 
-/// Facts about the downstream connection that identity sources may need.
-#[derive(Default)]
-struct ConnectionFacts {
-    peer: Option<std::net::IpAddr>,
-    mtls: bool,
-    cert_subject: Option<String>,
-    jwt_claims: Option<serde_json::Value>,
-}
-
-impl ConnectionFacts {
-    fn fetch(needs: crate::engine::compiled::IdentityNeeds, cfg: &crate::digest::identity::IdentityConfig) -> ConnectionFacts {
-        let mut f = ConnectionFacts::default();
-        if needs.peer {
-            f.peer = host::property(&["source", "address"]).and_then(|b| parse_peer(&b));
-        }
-        if needs.mtls {
-            f.mtls = host::property(&["connection", "mtls"]).map(|b| b.first().copied().unwrap_or(0) != 0).unwrap_or(false);
-        }
-        if needs.cert_subject && f.mtls {
-            f.cert_subject = host::property(&["connection", "subject_peer_certificate"]).and_then(|b| String::from_utf8(b).ok());
-        }
-        if needs.jwt {
-            f.jwt_claims = jwt_claims(cfg);
-        }
-        f
+    /// A `200` uncompressed JSON response (the only kind the learning scanner reads).
+    fn learnable(&self) -> bool {
+        self.ok && self.json && self.identity
     }
 }
 
 /// `source.address` is `ip:port` (`[v6]:port` for IPv6).
 fn parse_peer(b: &[u8]) -> Option<std::net::IpAddr> {
     let s = std::str::from_utf8(b).ok()?;
-    if let Ok(sa) = s.parse::<std::net::SocketAddr>() {
-        return Some(sa.ip());
-    }
-    s.parse().ok()
+    s.parse::<std::net::SocketAddr>().map(|sa| sa.ip()).or_else(|_| s.parse()).ok()
 }
 
 /// The claims a `jwt` source needs, read as leaf properties of the jwt_authn filter's dynamic
 /// metadata (`metadata.filter_metadata["envoy.filters.http.jwt_authn"][<metadataKey>][<claim>]`;
 /// Envoy serializes leaf strings, not whole structs). A list claim arrives as the host's pair
 /// serialization or as a string; both are handled.
-fn jwt_claims(cfg: &crate::digest::identity::IdentityConfig) -> Option<serde_json::Value> {
-    use crate::digest::identity::IdentitySource;
+fn jwt_claims(cfg: &IdentityConfig) -> Option<Value> {
     let (key, user_claim, groups_claim) = cfg.sources.iter().find_map(|s| match s {
         IdentitySource::Jwt { metadata_key, user_claim, groups_claim, .. } => Some((metadata_key, user_claim, groups_claim)),
         _ => None,
     })?;
-    let base = ["metadata", "filter_metadata", "envoy.filters.http.jwt_authn", key.as_str()];
-    let get = |claim: &str| {
-        let mut p: Vec<&str> = base.to_vec();
-        p.push(claim);
-        host::property(&p)
-    };
+    let get = |claim: &str| host::property(&["metadata", "filter_metadata", "envoy.filters.http.jwt_authn", key.as_str(), claim]);
     let user = get(user_claim).and_then(|b| String::from_utf8(b).ok())?;
-    let groups: Vec<serde_json::Value> = match get(groups_claim) {
-        None => Vec::new(),
-        Some(b) => {
-            let pairs = host::borrowed_pairs(&b);
-            if !pairs.is_empty() && b.len() >= 4 {
-                pairs.iter().map(|(k, _)| serde_json::Value::String((*k).to_string())).collect()
-            } else {
-                String::from_utf8_lossy(&b).split(',').map(str::trim).filter(|g| !g.is_empty()).map(|g| serde_json::Value::String(g.to_string())).collect()
-            }
-        }
+    let b = get(groups_claim).unwrap_or_default();
+    let pairs = host::borrowed_pairs(&b);
+    let groups: Vec<Value> = if pairs.is_empty() {
+        String::from_utf8_lossy(&b).split(',').map(str::trim).filter(|g| !g.is_empty()).map(Value::from).collect()
+    } else {
+        pairs.iter().map(|(k, _)| Value::from(*k)).collect()
     };
-    let mut m = serde_json::Map::new();
-    m.insert(user_claim.clone(), serde_json::Value::String(user));
-    m.insert(groups_claim.clone(), serde_json::Value::Array(groups));
-    Some(serde_json::Value::Object(m))
+    let claims = [(user_claim.clone(), Value::String(user)), (groups_claim.clone(), Value::Array(groups))];
+    Some(Value::Object(claims.into_iter().collect()))
 }

@@ -13,9 +13,10 @@
 mod alloc;
 mod host;
 mod http;
+#[cfg(feature = "bench-isolated-levels")]
+mod isolated_levels;
 mod metrics;
 mod root;
-mod timing;
 mod worker;
 
 #[cfg(not(target_feature = "atomics"))]
@@ -27,5 +28,5 @@ proxy_wasm::main! {{
     std::panic::set_hook(Box::new(|info| {
         log::error!("apf: panic: {info}");
     }));
-    proxy_wasm::set_root_context(|_| -> Box<dyn proxy_wasm::traits::RootContext> { Box::new(root::Root::new()) });
+    proxy_wasm::set_root_context(|_| -> Box<dyn proxy_wasm::traits::RootContext> { Box::new(root::Root::default()) });
 }}

@@ -1,21 +1,30 @@
 //! Root context: one compiled configuration, the timer and the mailbox handler.
 
 use super::host;
-use crate::engine::store::Store;
 use super::http::Http;
 use super::metrics::{self, M};
-use super::worker::{self, REAP_EVERY};
+use super::worker::{self, Worker, REAP_EVERY};
+use crate::digest::object_counts::ScrapedCounts;
+use crate::engine::object_counts::{SharedCounts, OBJECT_COUNTS_KEY};
+use crate::engine::store::Store;
 use crate::engine::{self, Compiled};
-use crate::policy::config::parse_plugin_config;
+use crate::policy::config::{parse_plugin_config, PluginConfig};
 use crate::Nanos;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::ContextType;
+use proxy_wasm::types::{ContextType, Status};
+use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::rc::Rc;
+use std::time::Duration;
 
 pub const TICK_MS: u32 = 50;
 const METRICS_EVERY: Nanos = 1_000_000_000;
 const GENERATION_KEY: &str = "apf/v3/generation";
+/// How often a worker re-reads the shared object counts.
+const COUNTS_READ_EVERY: Nanos = 250_000_000;
+/// The `/metrics` response is read from the host in pieces of this size.
+const METRICS_READ_CHUNK: usize = 1 << 20;
 
+#[derive(Default)]
 pub struct Root {
     compiled: Option<Rc<Compiled>>,
     /// The configuration document, kept when the policy comes from the cluster.
@@ -25,28 +34,67 @@ pub struct Root {
     counts_call: Option<u32>,
 }
 
-/// How often a worker re-reads the shared object counts.
-const COUNTS_READ_EVERY: Nanos = 250_000_000;
-/// The `/metrics` response is read from the host in pieces of this size.
-const METRICS_READ_CHUNK: usize = 1 << 20;
-
 /// State of the periodic policy read from the cluster (`clusterPolicy`).
 #[derive(Default)]
 struct ClusterFetch {
     next: Nanos,
     tokens: [Option<u32>; 2],
+    /// The responses read so far (both cleared when one fails).
     bodies: [Option<Vec<u8>>; 2],
-    failed: bool,
     /// Digest of the last applied responses (re-reading an unchanged policy changes nothing).
     applied: Option<u64>,
 }
 
-impl Root {
-    pub fn new() -> Root {
-        Root { compiled: None, base: None, fetch: ClusterFetch::default(), counts_call: None }
-    }
+/// Whether `every` has passed since the time `last` picks, which then becomes `now`.
+fn due(now: Nanos, every: Nanos, last: fn(&mut Worker) -> &mut Nanos) -> bool {
+    worker::with(|w| {
+        let last = last(w);
+        let due = now.saturating_sub(*last) >= every;
+        if due {
+            *last = now;
+        }
+        due
+    })
+}
 
-    fn apply(&mut self, cfg: crate::policy::config::PluginConfig, what: &str) {
+fn next_generation() -> u64 {
+    engine::store::update::<u64, engine::EngineError>(host::store(), GENERATION_KEY, engine::MAX_CAS_TRIES, |cur| {
+        let g = cur.and_then(|b| b.get(..8)?.try_into().ok()).map(u64::from_le_bytes);
+        let n = g.unwrap_or(0).wrapping_add(1);
+        Ok((n.to_le_bytes().to_vec(), n))
+    })
+    .unwrap_or(1)
+}
+
+/// The `:status` of the HTTP call response being delivered ("" if none).
+fn call_status() -> String {
+    let headers = host::header_pairs(host::HTTP_CALL_RESPONSE_HEADERS);
+    let status = headers.into_iter().find_map(|(k, v)| (k == ":status").then_some(v));
+    String::from_utf8_lossy(&status.unwrap_or_default()).into_owned()
+}
+
+/// Re-reads the shared object counts into this worker's copy when they changed.
+fn read_counts(now: Nanos) {
+    worker::with(|w| w.counts_read = now);
+    let (bytes, cas) = match host::store().get(OBJECT_COUNTS_KEY) {
+        Ok(v) => v,
+        Err(e) => return log::warn!("apf: reading the object counts failed: {e}"),
+    };
+    if worker::with(|w| w.counts_cas == cas && w.counts.is_some()) {
+        return;
+    }
+    let counts = bytes.map(|b| SharedCounts::decode(&b)).transpose().unwrap_or_else(|e| {
+        log::warn!("apf: unreadable object counts in shared data: {e}");
+        None
+    });
+    worker::with(|w| {
+        w.counts = counts.map(Rc::new);
+        w.counts_cas = cas;
+    });
+}
+
+impl Root {
+    fn apply(&mut self, cfg: PluginConfig, what: &str) {
         for w in &cfg.policy.warnings {
             log::warn!("apf: {w}");
         }
@@ -61,6 +109,16 @@ impl Root {
         self.compiled = Some(Rc::new(c));
     }
 
+    /// Starts a GET on `cluster` (with `token` as bearer token, if any); the call's token.
+    fn get(&self, cluster: &str, authority: &str, path: &str, accept: &str, token: Option<&String>, timeout: Duration) -> Result<u32, Status> {
+        let bearer = token.map(|t| format!("Bearer {t}"));
+        let mut headers = vec![(":method", "GET"), (":path", path), (":authority", authority), ("accept", accept)];
+        if let Some(b) = &bearer {
+            headers.push(("authorization", b.as_str()));
+        }
+        self.dispatch_http_call(cluster, headers, None, vec![], timeout)
+    }
+
     /// Starts reading the cluster's policy when due.
     fn maybe_fetch(&mut self, c: &Compiled, now: Nanos) {
         let Some(cp) = c.config.cluster_policy.as_ref() else { return };
@@ -69,120 +127,47 @@ impl Root {
         }
         self.fetch.next = now.saturating_add(cp.period);
         self.fetch.bodies = [None, None];
-        self.fetch.failed = false;
-        let bearer = cp.token.as_ref().map(|t| format!("Bearer {t}"));
-        let timeout = std::time::Duration::from_nanos(u64::try_from(cp.timeout).unwrap_or(5_000_000_000));
-        for (i, path) in cp.paths().iter().enumerate() {
-            let mut headers = vec![(":method", "GET"), (":path", path.as_str()), (":authority", cp.authority.as_str()), ("accept", "application/json")];
-            if let Some(b) = &bearer {
-                headers.push(("authorization", b.as_str()));
-            }
-            match self.dispatch_http_call(&cp.cluster, headers, None, vec![], timeout) {
-                Ok(t) => {
-                    if let Some(slot) = self.fetch.tokens.get_mut(i) {
-                        *slot = Some(t);
-                    }
-                }
-                Err(e) => log::warn!("apf: cannot read the cluster policy from cluster {:?}: {e:?}", cp.cluster),
-            }
-        }
+        let timeout = Duration::from_nanos(u64::try_from(cp.timeout).unwrap_or(5_000_000_000));
+        self.fetch.tokens = cp.paths().map(|path| {
+            self.get(&cp.cluster, &cp.authority, &path, "application/json", cp.token.as_ref(), timeout)
+                .map_err(|e| log::warn!("apf: cannot read the cluster policy from cluster {:?}: {e:?}", cp.cluster))
+                .ok()
+        });
     }
 
-    fn fetched(&mut self) {
-        if self.fetch.tokens.iter().any(Option::is_some) || self.fetch.failed {
+    /// A response of the cluster policy read; applies the policy once both are in.
+    fn call_response(&mut self, token: u32, body_size: usize) {
+        let Some((i, t)) = self.fetch.tokens.iter_mut().enumerate().find(|(_, t)| **t == Some(token)) else { return };
+        *t = None;
+        let status = call_status();
+        if status != "200" {
+            log::warn!("apf: reading the cluster policy failed: HTTP status {status:?}; keeping the current one");
+            self.fetch.bodies = [None, None];
             return;
         }
+        let body = host::buffer_bytes(host::BUFFER_HTTP_CALL_RESPONSE_BODY, 0, body_size).unwrap_or_default();
+        if let Some(b) = self.fetch.bodies.get_mut(i) {
+            *b = Some(body);
+        }
         let [Some(fs), Some(pl)] = &self.fetch.bodies else { return };
-        let digest = {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            fs.hash(&mut h);
-            pl.hash(&mut h);
-            h.finish()
-        };
+        let digest = BuildHasherDefault::<DefaultHasher>::default().hash_one((fs, pl));
         if self.fetch.applied == Some(digest) {
             return;
         }
         let Some(base) = self.base.as_ref() else { return };
         let merged = match crate::policy::cluster::merged_config(base, &[fs, pl]) {
             Ok(m) => m,
-            Err(e) => {
-                log::error!("apf: cluster policy unusable, keeping the current one: {e}");
-                return;
-            }
+            Err(e) => return log::error!("apf: cluster policy unusable, keeping the current one: {e}"),
         };
+        self.fetch.applied = Some(digest);
         match parse_plugin_config(&merged) {
-            Ok(cfg) => {
-                self.fetch.applied = Some(digest);
-                self.apply(cfg, "cluster policy");
-            }
+            Ok(cfg) => self.apply(cfg, "cluster policy"),
             Err(errors) => {
-                self.fetch.applied = Some(digest);
                 log::error!("apf: invalid cluster policy ({} errors); keeping the current one: {}", errors.len(), errors.join("; "));
             }
         }
     }
-}
 
-fn next_generation() -> u64 {
-    engine::store::update::<u64, engine::EngineError>(host::store(), GENERATION_KEY, engine::MAX_CAS_TRIES, |cur| {
-        let g = cur.and_then(|b| b.get(..8)).map(|b| {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(b);
-            u64::from_le_bytes(a)
-        });
-        let n = g.unwrap_or(0).wrapping_add(1);
-        Ok((n.to_le_bytes().to_vec(), n))
-    })
-    .unwrap_or(1)
-}
-
-impl Context for Root {
-    fn on_http_call_response(&mut self, token: u32, headers: usize, body_size: usize, trailers: usize) {
-        let _ = (headers, trailers);
-        if self.counts_call == Some(token) {
-            self.counts_call = None;
-            self.counts_response(body_size);
-            return;
-        }
-        self.call_response(token, body_size)
-    }
-}
-
-/// The `:status` of the HTTP call response being delivered ("" if none).
-fn call_status() -> String {
-    host::header_pairs(host::HTTP_CALL_RESPONSE_HEADERS)
-        .into_iter()
-        .find(|(k, _)| k == ":status")
-        .map(|(_, v)| String::from_utf8_lossy(&v).into_owned())
-        .unwrap_or_default()
-}
-
-/// Re-reads the shared object counts into this worker's copy when they changed.
-fn read_counts(now: Nanos) {
-    worker::with(|w| w.counts_read = now);
-    match host::store().get(engine::object_counts::OBJECT_COUNTS_KEY) {
-        Ok((bytes, cas)) => {
-            if worker::with(|w| w.counts_cas == cas && w.counts.is_some()) {
-                return;
-            }
-            let counts = match bytes.map(|b| engine::object_counts::SharedCounts::decode(&b)).transpose() {
-                Ok(c) => c,
-                Err(e) => {
-                    log::warn!("apf: unreadable object counts in shared data: {e}");
-                    None
-                }
-            };
-            worker::with(|w| {
-                w.counts = counts.map(Rc::new);
-                w.counts_cas = cas;
-            });
-        }
-        Err(e) => log::warn!("apf: reading the object counts failed: {e}"),
-    }
-}
-
-impl Root {
     /// Keeps this worker's copy of the cluster's object counts fresh and, when the next poll of
     /// the cluster's `/metrics` is due, claims it (one worker polls for all) and starts it.
     fn poll_counts(&mut self, c: &Compiled, now: Nanos) {
@@ -197,22 +182,11 @@ impl Root {
         let instance = worker::with(|w| w.instance);
         match engine::object_counts::claim(host::store(), now, instance, cm.timeout) {
             Ok(true) => {}
-            Ok(false) => {
-                read_counts(now);
-                return;
-            }
-            Err(e) => {
-                log::warn!("apf: claiming the object counts poll failed: {e}");
-                return;
-            }
+            Ok(false) => return read_counts(now),
+            Err(e) => return log::warn!("apf: claiming the object counts poll failed: {e}"),
         }
-        let bearer = cm.token.as_ref().map(|t| format!("Bearer {t}"));
-        let mut headers = vec![(":method", "GET"), (":path", cm.path.as_str()), (":authority", cm.authority.as_str()), ("accept", "text/plain")];
-        if let Some(b) = &bearer {
-            headers.push(("authorization", b.as_str()));
-        }
-        let timeout = std::time::Duration::from_nanos(u64::try_from(cm.timeout).unwrap_or(10_000_000_000));
-        match self.dispatch_http_call(&cm.cluster, headers, None, vec![], timeout) {
+        let timeout = Duration::from_nanos(u64::try_from(cm.timeout).unwrap_or(10_000_000_000));
+        match self.get(&cm.cluster, &cm.authority, &cm.path, "text/plain", cm.token.as_ref(), timeout) {
             Ok(t) => self.counts_call = Some(t),
             Err(e) => self.record_counts(Err(format!("cannot call cluster {:?}: {e:?}", cm.cluster))),
         }
@@ -223,8 +197,7 @@ impl Root {
         let status = call_status();
         if status != "200" {
             let why = if status.is_empty() { "no response (timeout or connection failure)".to_string() } else { format!("HTTP status {status}") };
-            self.record_counts(Err(why));
-            return;
+            return self.record_counts(Err(why));
         }
         let mut scanner = crate::digest::object_counts::MetricsScanner::new();
         let mut at = 0usize;
@@ -239,16 +212,15 @@ impl Root {
         }
         let scraped = scanner.finish();
         if scraped.samples == 0 {
-            self.record_counts(Err("no apiserver_resource_objects or apiserver_storage_objects sample in the response".to_string()));
-        } else {
-            if scraped.malformed > 0 {
-                log::warn!("apf: {} malformed object count lines in the cluster's metrics", scraped.malformed);
-            }
-            self.record_counts(Ok(scraped));
+            return self.record_counts(Err("no apiserver_resource_objects or apiserver_storage_objects sample in the response".to_string()));
         }
+        if scraped.malformed > 0 {
+            log::warn!("apf: {} malformed object count lines in the cluster's metrics", scraped.malformed);
+        }
+        self.record_counts(Ok(scraped));
     }
 
-    fn record_counts(&mut self, outcome: Result<crate::digest::object_counts::ScrapedCounts, String>) {
+    fn record_counts(&mut self, outcome: Result<ScrapedCounts, String>) {
         let Some(c) = self.compiled.clone() else { return };
         let Some(cm) = c.config.cluster_metrics.as_ref() else { return };
         let now = host::monotonic_nanos();
@@ -269,37 +241,44 @@ impl Root {
     }
 }
 
+/// Pushes the metrics, and the limits of every level.
+fn flush_metrics(c: &Compiled, now: Nanos) {
+    if let Some(cm) = c.config.cluster_metrics.as_ref() {
+        let (stale, age) = worker::with(|w| match w.counts.as_ref() {
+            Some(s) => (s.tracker.stale(now, cm.stale_after) as u64, (s.last_success > 0).then(|| u64::try_from(now.saturating_sub(s.last_success) / crate::NANOS_PER_SEC).unwrap_or(0))),
+            None => (0, None),
+        });
+        metrics::set_own_gauges(stale, age);
+    }
+    metrics::flush();
+    for (i, l) in c.levels.iter().enumerate() {
+        metrics::set(c, M::NominalLimit, i, u64::from(l.nominal));
+        metrics::set(c, M::LowerLimit, i, u64::from(l.min_limit));
+        metrics::set(c, M::UpperLimit, i, u64::from(l.max_limit));
+        if let Ok(Some(st)) = engine::read_level(host::store(), &l.key) {
+            metrics::set(c, M::CurrentLimit, i, u64::from(st.qs.config().concurrency_limit));
+        }
+    }
+}
 
-impl Root {
-    fn call_response(&mut self, token: u32, body_size: usize) {
-        let Some(i) = self.fetch.tokens.iter().position(|t| *t == Some(token)) else { return };
-        if let Some(t) = self.fetch.tokens.get_mut(i) {
-            *t = None;
+impl Context for Root {
+    fn on_http_call_response(&mut self, token: u32, _headers: usize, body_size: usize, _trailers: usize) {
+        if self.counts_call == Some(token) {
+            self.counts_call = None;
+            self.counts_response(body_size);
+        } else {
+            self.call_response(token, body_size);
         }
-        let status = call_status();
-        if status != "200" {
-            log::warn!("apf: reading the cluster policy failed: HTTP status {status:?}; keeping the current one");
-            self.fetch.failed = true;
-            return;
-        }
-        let body = host::http_call_body(body_size);
-        if let Some(b) = self.fetch.bodies.get_mut(i) {
-            *b = Some(body);
-        }
-        self.fetched();
     }
 }
 
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
-        let bytes = host::plugin_configuration();
+        let bytes = host::buffer_bytes(host::BUFFER_PLUGIN_CONFIGURATION, 0, usize::MAX).unwrap_or_default();
         match parse_plugin_config(&bytes) {
             Ok(cfg) => {
-                self.base = if cfg.cluster_policy.is_some() {
-                    serde_json::from_slice(if bytes.iter().all(u8::is_ascii_whitespace) { b"{}" } else { &bytes }).ok()
-                } else {
-                    None
-                };
+                let doc: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) { b"{}" } else { &bytes };
+                self.base = cfg.cluster_policy.is_some().then(|| serde_json::from_slice(doc).ok()).flatten();
                 self.fetch = ClusterFetch::default();
                 self.apply(cfg, "configuration");
                 host::set_tick_period_ms(TICK_MS);
@@ -316,27 +295,14 @@ impl RootContext for Root {
         let Some(c) = self.compiled.clone() else { return };
         let now = host::monotonic_nanos();
         self.maybe_fetch(&c, now);
-        let due = worker::with(|w| {
-            if now.saturating_sub(w.last_tick) < Nanos::from(TICK_MS) * 800_000 {
-                false
-            } else {
-                w.last_tick = now;
-                true
-            }
-        });
-        if !due {
+        if !due(now, Nanos::from(TICK_MS) * 800_000, |w| &mut w.last_tick) {
             return;
         }
         worker::ensure_registered(now);
         worker::drain_mailbox(now, 10_000);
         let mut keys = c.level_keys();
-        worker::with(|w| {
-            for k in &w.known_levels {
-                if !keys.contains(k) {
-                    keys.push(k.clone());
-                }
-            }
-        });
+        let removed: Vec<String> = worker::with(|w| w.known_levels.iter().filter(|k| !keys.contains(k)).cloned().collect());
+        keys.extend(removed);
         let mut notices = Vec::new();
         for k in &keys {
             if let Err(e) = engine::expire_level(host::store(), now, k, &mut notices) {
@@ -353,47 +319,14 @@ impl RootContext for Root {
             Err(e) => log::warn!("apf: borrowing adjustment failed: {e}"),
         }
         worker::route(std::mem::take(&mut notices), now);
-        let flush = worker::with(|w| {
-            if now.saturating_sub(w.last_flush) >= METRICS_EVERY {
-                w.last_flush = now;
-                true
-            } else {
-                false
-            }
-        });
-        if flush {
-            if let Some(cm) = c.config.cluster_metrics.as_ref() {
-                let (stale, age) = worker::with(|w| match w.counts.as_ref() {
-                    Some(s) => (s.tracker.stale(now, cm.stale_after) as u64, (s.last_success > 0).then(|| u64::try_from(now.saturating_sub(s.last_success) / crate::NANOS_PER_SEC).unwrap_or(0))),
-                    None => (0, None),
-                });
-                metrics::set_own_gauges(stale, age);
-            }
-            metrics::flush();
-            for (i, l) in c.levels.iter().enumerate() {
-                metrics::set(&c, M::NominalLimit, i, u64::from(l.nominal));
-                metrics::set(&c, M::LowerLimit, i, u64::from(l.min_limit));
-                metrics::set(&c, M::UpperLimit, i, u64::from(l.max_limit));
-                if let Ok(Some(st)) = engine::read_level(host::store(), &l.key) {
-                    metrics::set(&c, M::CurrentLimit, i, u64::from(st.qs.config().concurrency_limit));
-                }
-            }
+        if due(now, METRICS_EVERY, |w| &mut w.last_flush) {
+            flush_metrics(&c, now);
         }
-        let reap = worker::with(|w| {
-            if now.saturating_sub(w.last_reap) >= REAP_EVERY {
-                w.last_reap = now;
-                true
-            } else {
-                false
-            }
-        });
-        if reap {
+        if due(now, REAP_EVERY, |w| &mut w.last_reap) {
             match engine::reap_dead_workers(host::store(), now, worker::LEASE_TTL, &keys, &mut notices) {
-                Ok(dead) => {
-                    for d in dead {
-                        log::warn!("apf: reaped worker slot {} (lease expired); its seats were released", d.slot);
-                    }
-                }
+                Ok(dead) => dead.iter().for_each(|d| {
+                    log::warn!("apf: reaped worker slot {} (lease expired); its seats were released", d.slot)
+                }),
                 Err(e) => log::warn!("apf: reaping failed: {e}"),
             }
             worker::route(notices, now);
@@ -401,7 +334,6 @@ impl RootContext for Root {
     }
 
     fn on_queue_ready(&mut self, _queue_id: u32) {
-        let _t = super::timing::span(super::timing::Span::QueueReady);
         worker::drain_mailbox(host::monotonic_nanos(), 1);
     }
 

@@ -2,11 +2,15 @@
 
 use super::host;
 use super::metrics::{self, EXTRA_NONE, M};
+use crate::digest::initial_events::MarkerScanner;
+use crate::digest::request_info::RequestInfo;
+use crate::digest::work_estimate::WatchInit;
 use crate::engine::requests::{Entry, Host, Requests};
+use crate::engine::store::Store;
 use crate::engine::{self, Notice};
 use crate::Nanos;
 use std::cell::RefCell;
-use hashbrown::HashMap;
+use hashbrown::{HashMap, HashSet};
 use std::rc::Rc;
 
 /// A worker whose lease is older than this is presumed dead and its seats are reclaimed.
@@ -30,39 +34,35 @@ pub struct Extra {
 
 pub type Local = Entry<Extra>;
 
-fn metric(e: &Local, m: M, extra: u8, delta: i64) {
-    metrics::add(&e.extra.compiled, m, e.extra.pl, e.extra.fs, extra, delta);
-}
-
-fn left_queue(e: &Local) {
-    metric(e, M::InqueueRequests, EXTRA_NONE, -1);
-    metric(e, M::InqueueSeats, EXTRA_NONE, -i64::from(e.extra.seats));
-}
-
-/// Bookkeeping when a request starts executing (`from_queue`: it waited in a queue).
-pub fn note_dispatched(e: &Local, from_queue: bool) {
-    if from_queue {
-        left_queue(e);
+impl Extra {
+    /// Adds `delta` to the request's series of `m`.
+    pub fn add(&self, m: M, label: &'static str, delta: i64) {
+        metrics::add(&self.compiled, m, self.pl, self.fs, label, delta);
     }
-    metric(e, M::Dispatched, EXTRA_NONE, 1);
-    metric(e, M::ExecutingRequests, EXTRA_NONE, 1);
-    metric(e, M::ExecutingSeats, EXTRA_NONE, i64::from(e.extra.seats));
-    metrics::observe(&e.extra.compiled, M::WaitDuration, e.extra.pl, e.extra.fs, metrics::EXECUTE_TRUE, e.waited as f64 / 1e9);
-}
 
-/// Bookkeeping when a waiting request is rejected (time-out or client gone).
-fn note_rejected_waiting(e: &Local, now: Nanos) {
-    left_queue(e);
-    metric(e, M::Rejected, metrics::reason_extra(crate::fairqueuing::RejectReason::TimeOut), 1);
-    metrics::observe(&e.extra.compiled, M::WaitDuration, e.extra.pl, e.extra.fs, metrics::EXECUTE_FALSE, now.saturating_sub(e.arrived) as f64 / 1e9);
-}
+    /// Records a duration in the request's histogram `m`.
+    pub fn observe(&self, m: M, label: &'static str, d: Nanos) {
+        metrics::observe(&self.compiled, m, self.pl, self.fs, label, d as f64 / 1e9);
+    }
 
-/// Bookkeeping when an executing request finishes.
-fn note_finished(e: &Local, now: Nanos) {
-    metric(e, M::ExecutingRequests, EXTRA_NONE, -1);
-    metric(e, M::ExecutingSeats, EXTRA_NONE, -i64::from(e.extra.seats));
-    let t = if e.extra.is_watch { metrics::TYPE_WATCH } else { metrics::TYPE_REGULAR };
-    metrics::observe(&e.extra.compiled, M::ExecutionDuration, e.extra.pl, e.extra.fs, t, now.saturating_sub(e.started) as f64 / 1e9);
+    /// Bookkeeping when a request enters its queue (`n` = 1), or leaves it (`n` = -1).
+    pub fn queued(&self, n: i64) {
+        self.add(M::InqueueRequests, EXTRA_NONE, n);
+        self.add(M::InqueueSeats, EXTRA_NONE, n * i64::from(self.seats));
+    }
+
+    /// Bookkeeping when a request starts executing (`n` = 1), or finishes (`n` = -1).
+    fn executing(&self, n: i64) {
+        self.add(M::ExecutingRequests, EXTRA_NONE, n);
+        self.add(M::ExecutingSeats, EXTRA_NONE, n * i64::from(self.seats));
+    }
+
+    /// Bookkeeping when a request starts executing, after waiting `waited` in a queue.
+    pub fn dispatched(&self, waited: Nanos) {
+        self.add(M::Dispatched, EXTRA_NONE, 1);
+        self.executing(1);
+        self.observe(M::WaitDuration, "true", waited);
+    }
 }
 
 #[derive(Default)]
@@ -80,7 +80,7 @@ pub struct Worker {
     /// Mailbox queue ids of other workers, by slot (slots are never reused).
     pub slot_mailboxes: HashMap<u32, u32>,
     /// Outcome of requests resolved from the root (by context), read by their HTTP context.
-    pub rejected: HashMap<u32, (i64, &'static str)>,
+    pub rejected: HashSet<u32>,
     /// Open watches of this worker, by context (forgotten when the stream ends).
     pub watches: HashMap<u32, crate::digest::work_estimate::WatchKey>,
     /// Watches of this worker holding their seats while their initial state streams, by context.
@@ -93,17 +93,18 @@ pub struct Worker {
 
 /// A WATCH in its initial phase: it keeps its seats until the phase ends (the bookmark passed,
 /// the unmarked stream went quiet or reached its expected size) or `deadline`.
-#[derive(Debug, Clone)]
 pub struct Hold {
-    pub init: crate::digest::work_estimate::WatchInit,
+    pub init: WatchInit,
     pub deadline: Nanos,
     /// Response headers or the last body chunk.
     pub last_data: Nanos,
     pub bytes: u64,
     /// Unmarked watches: the initial state's estimated size (count × average object size).
     pub expected_bytes: Option<u64>,
+    /// Looks for the initial-events-end bookmark (`sendInitialEvents` watches).
+    pub marker: Option<MarkerScanner>,
     /// Registered as an open watch when the phase ends.
-    pub info: Rc<crate::digest::request_info::RequestInfo>,
+    pub info: RequestInfo,
 }
 
 /// An unmarked initial phase ends when the stream has been quiet this long: the initial events
@@ -134,22 +135,51 @@ impl Host<Extra> for FilterHost {
         !e.extra.enforce || (host::set_effective_context(context) && host::resume_request())
     }
     fn reject(&mut self, context: u32, e: &Local, reason: crate::fairqueuing::RejectReason, retry_after: i64) {
-        with(|w| w.rejected.insert(context, (retry_after, reason.as_str())));
+        with(|w| w.rejected.insert(context));
         if e.extra.enforce && host::set_effective_context(context) {
-            send_429(&e.extra.compiled, e.extra.fs, e.extra.pl, retry_after, e.extra.explain, reason.as_str(), e.extra.seats);
+            send_429(&e.extra, retry_after, reason.as_str());
         }
     }
+    /// Posts a notice to its owner's mailbox; false when it cannot be delivered (the owner is
+    /// gone: its lease will be reaped).
     fn post(&mut self, n: &Notice) -> bool {
-        post(n)
+        let msg = n.encode();
+        // The owner's mailbox queue id is looked up once (registry, then the host's queue
+        // table); an enqueue that fails drops the cached id and looks it up again.
+        let cached = with(|w| w.slot_mailboxes.get(&n.owner).copied());
+        let mut delivered = cached.is_some_and(|q| host::enqueue(q, &msg).is_ok());
+        if !delivered {
+            with(|w| w.slot_mailboxes.remove(&n.owner));
+            if let Ok(Some(instance)) = engine::instance_of(host::store(), n.owner) {
+                if let Ok(Some(q)) = host::resolve_queue(&host::mailbox_name(instance)) {
+                    delivered = host::enqueue(q, &msg).is_ok();
+                    if delivered {
+                        with(|w| w.slot_mailboxes.insert(n.owner, q));
+                    }
+                }
+            }
+        }
+        if !delivered {
+            log::warn!("apf: cannot deliver notice to worker {}; releasing request {}", n.owner, n.id);
+        } else if let Some(s) = host::store().worker() {
+            s.count(|c| &mut c.wakeups);
+        }
+        delivered
     }
+    /// A waiting request rejected (time-out or client gone).
     fn left_queue(&mut self, e: &Local, now: Nanos) {
-        note_rejected_waiting(e, now);
+        e.extra.queued(-1);
+        e.extra.add(M::Rejected, crate::fairqueuing::RejectReason::TimeOut.as_str(), 1);
+        e.extra.observe(M::WaitDuration, "false", now.saturating_sub(e.arrived));
     }
     fn dispatched(&mut self, e: &Local) {
-        note_dispatched(e, true);
+        e.extra.queued(-1);
+        e.extra.dispatched(e.waited);
     }
     fn finished(&mut self, e: &Local, now: Nanos) {
-        note_finished(e, now);
+        e.extra.executing(-1);
+        let t = if e.extra.is_watch { "watch" } else { "regular" };
+        e.extra.observe(M::ExecutionDuration, t, now.saturating_sub(e.started));
     }
     fn failed(&mut self, what: &str, e: &engine::EngineError) {
         log::warn!("apf: {what} failed: {e}");
@@ -184,13 +214,10 @@ pub fn ensure_registered(now: Nanos) -> Option<u32> {
         return slot;
     }
     match engine::heartbeat(host::store(), instance, now) {
-        Ok(s) => {
-            with(|w| {
-                w.slot = Some(s);
-                w.last_heartbeat = now;
-            });
-            Some(s)
-        }
+        Ok(s) => with(|w| {
+            w.last_heartbeat = now;
+            Some(*w.slot.insert(s))
+        }),
         Err(e) => {
             log::warn!("apf: heartbeat failed: {e}");
             slot
@@ -202,10 +229,9 @@ pub fn ensure_registered(now: Nanos) -> Option<u32> {
 /// removed by a later configuration still get their timers until they drain.
 pub fn note_levels(c: &crate::engine::Compiled) {
     with(|w| {
-        if w.noted_generation == Some(c.generation) {
+        if w.noted_generation.replace(c.generation) == Some(c.generation) {
             return;
         }
-        w.noted_generation = Some(c.generation);
         for l in &c.levels {
             if !w.known_levels.iter().any(|k| **k == *l.key) {
                 w.known_levels.push(l.key.to_string());
@@ -216,37 +242,7 @@ pub fn note_levels(c: &crate::engine::Compiled) {
 
 /// Delivers notices: our own are handled here, others go to their owner's mailbox.
 pub fn route(notices: Vec<Notice>, now: Nanos) {
-    if notices.is_empty() {
-        return;
-    }
     requests(|r| r.route(host::store(), &mut FilterHost, notices, now));
-}
-
-/// Posts a notice to its owner's mailbox; false when it cannot be delivered (the owner is gone:
-/// its lease will be reaped).
-fn post(n: &Notice) -> bool {
-    let msg = n.encode();
-    // The owner's mailbox queue id is looked up once (registry, then the host's queue table);
-    // an enqueue that fails drops the cached id and looks it up again.
-    let cached = with(|w| w.slot_mailboxes.get(&n.owner).copied());
-    let mut delivered = cached.is_some_and(|q| host::enqueue(q, &msg).is_ok());
-    if !delivered {
-        with(|w| w.slot_mailboxes.remove(&n.owner));
-        if let Ok(Some(instance)) = engine::instance_of(host::store(), n.owner) {
-            if let Ok(Some(q)) = host::resolve_queue(&host::mailbox_name(instance)) {
-                delivered = host::enqueue(q, &msg).is_ok();
-                if delivered {
-                    with(|w| w.slot_mailboxes.insert(n.owner, q));
-                }
-            }
-        }
-    }
-    if delivered {
-        host::store().state().count(|c| &mut c.wakeups);
-    } else {
-        log::warn!("apf: cannot deliver notice to worker {}; releasing request {}", n.owner, n.id);
-    }
-    delivered
 }
 
 /// Backstop for the wait limit: a queued request of ours whose deadline passed (and that no
@@ -262,9 +258,10 @@ pub const TOO_MANY: &[u8] = b"Too many requests, please try again later.\n";
 pub fn pf_headers(c: &crate::engine::Compiled, fs: usize, pl: usize, explain: bool) -> Vec<(&'static str, &[u8])> {
     let fs_obj = c.config.policy.flow_schemas.get(fs);
     let lvl = c.levels.get(pl);
-    let mut h: Vec<(&'static str, &[u8])> = Vec::with_capacity(4);
-    h.push((super::http::FS_UID_HEADER, fs_obj.map(|f| f.uid.as_bytes()).unwrap_or_default()));
-    h.push((super::http::PL_UID_HEADER, lvl.map(|l| l.uid.as_bytes()).unwrap_or_default()));
+    let mut h = vec![
+        (super::http::FS_UID_HEADER, fs_obj.map(|f| f.uid.as_bytes()).unwrap_or_default()),
+        (super::http::PL_UID_HEADER, lvl.map(|l| l.uid.as_bytes()).unwrap_or_default()),
+    ];
     if explain {
         h.push(("x-apf-flowschema", fs_obj.map(|f| f.name.as_bytes()).unwrap_or_default()));
         h.push(("x-apf-prioritylevel", lvl.map(|l| l.name.as_bytes()).unwrap_or_default()));
@@ -272,15 +269,17 @@ pub fn pf_headers(c: &crate::engine::Compiled, fs: usize, pl: usize, explain: bo
     h
 }
 
-pub fn send_429(c: &crate::engine::Compiled, fs: usize, pl: usize, retry_after: i64, explain: bool, reason: &str, seats: u32) {
+/// Answers the request `e` describes with a 429.
+pub fn send_429(e: &Extra, retry_after: i64, reason: &str) {
     let ra = retry_after.clamp(1, 32).to_string();
-    let seats = seats.to_string();
-    let mut headers: Vec<(&str, &[u8])> = Vec::with_capacity(8);
-    headers.push(("retry-after", ra.as_bytes()));
-    headers.push(("content-type", b"text/plain; charset=utf-8"));
-    headers.push(("x-content-type-options", b"nosniff"));
-    headers.extend(pf_headers(c, fs, pl, explain));
-    if explain {
+    let seats = e.seats.to_string();
+    let mut headers = vec![
+        ("retry-after", ra.as_bytes()),
+        ("content-type", b"text/plain; charset=utf-8"),
+        ("x-content-type-options", b"nosniff"),
+    ];
+    headers.extend(pf_headers(&e.compiled, e.fs, e.pl, e.explain));
+    if e.explain {
         headers.push(("x-apf-reject-reason", reason.as_bytes()));
         headers.push(("x-apf-seats", seats.as_bytes()));
     }
@@ -299,10 +298,7 @@ pub fn drain_mailbox(now: Nanos, limit: usize) {
                 Err(e) => log::warn!("apf: bad mailbox message: {e}"),
             },
             Ok(None) => return,
-            Err(s) => {
-                log::warn!("apf: dequeue failed: status {s}");
-                return;
-            }
+            Err(s) => return log::warn!("apf: dequeue failed: status {s}"),
         }
     }
 }
@@ -312,17 +308,11 @@ pub fn drain_mailbox(now: Nanos, limit: usize) {
 /// common path where `on_log` already released everything before the context is dropped).
 pub fn stream_ended_with(context: u32, now: impl FnOnce() -> Nanos) {
     let (watch, slot) = with(|w| {
-        if !w.rejected.is_empty() {
-            w.rejected.remove(&context);
-        }
-        let watch = if w.watches.is_empty() { None } else { w.watches.remove(&context) };
-        if !w.holds.is_empty() {
-            w.holds.remove(&context);
-        }
-        (watch, w.slot)
+        w.rejected.remove(&context);
+        w.holds.remove(&context);
+        (w.watches.remove(&context), w.slot)
     });
-    let held = requests(|r| r.get(context).is_some());
-    if !held && watch.is_none() {
+    if watch.is_none() && requests(|r| r.get(context).is_none()) {
         return;
     }
     let now = now();
@@ -331,17 +321,15 @@ pub fn stream_ended_with(context: u32, now: impl FnOnce() -> Nanos) {
             log::warn!("apf: forgetting a watch failed: {e}");
         }
     }
-    if held {
-        requests(|r| r.end(host::store(), &mut FilterHost, context, now));
-    }
+    requests(|r| r.end(host::store(), &mut FilterHost, context, now));
 }
 
 /// A WATCH's initial phase ended (or it has none): release its seats and count it as an open
 /// watch for the mutating-request estimator (`info`, or the one its hold kept).
-pub fn end_watch_init(context: u32, now: Nanos, info: Option<&crate::digest::request_info::RequestInfo>) {
+pub fn end_watch_init(context: u32, now: Nanos, info: Option<&RequestInfo>) {
     let (hold, slot) = with(|w| (w.holds.remove(&context), w.slot));
     requests(|r| r.end(host::store(), &mut FilterHost, context, now));
-    let info = info.or(hold.as_ref().map(|h| &*h.info));
+    let info = info.or(hold.as_ref().map(|h| &h.info));
     if let (Some(info), Some(slot)) = (info, slot) {
         match engine::watches::register(host::store(), slot, info) {
             Ok(Some(key)) => with(|w| {
@@ -355,20 +343,12 @@ pub fn end_watch_init(context: u32, now: Nanos, info: Option<&crate::digest::req
 
 /// Ends the initial phase of held watches past their deadline or, unmarked, quiet long enough.
 pub fn check_watch_holds(now: Nanos) {
-    let due: Vec<u32> = with(|w| {
-        if w.holds.is_empty() {
-            return Vec::new();
-        }
-        w.holds
-            .iter()
-            .filter(|(_, h)| {
-                now >= h.deadline || (h.init == crate::digest::work_estimate::WatchInit::Unmarked && now.saturating_sub(h.last_data) >= UNMARKED_QUIET)
-            })
-            .map(|(c, _)| *c)
-            .collect()
+    let quiet = |h: &Hold| h.init == WatchInit::Unmarked && now.saturating_sub(h.last_data) >= UNMARKED_QUIET;
+    let due: Vec<(u32, bool)> = with(|w| {
+        let due = w.holds.iter().filter(|(_, h)| now >= h.deadline || quiet(h));
+        due.map(|(c, h)| (*c, now >= h.deadline)).collect()
     });
-    for ctx in due {
-        let timed_out = with(|w| w.holds.get(&ctx).is_some_and(|h| now >= h.deadline));
+    for (ctx, timed_out) in due {
         if timed_out {
             log::info!("apf: a watch's initial phase exceeded watchInitialEventsMaxHold; releasing its seats");
             metrics::count_own(metrics::Own::WatchHoldTimeouts);
