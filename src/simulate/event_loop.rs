@@ -5,7 +5,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
 
 use super::add_time;
-use super::admission::{Admission, Call, CallId, Outcome};
+use super::admission::{Admission, Call, CallId};
 use super::jitter::service_time;
 use super::results::{Accounts, CallEvent, CallKind};
 use super::scenario::{Client, Pacing, Scenario};
@@ -134,31 +134,34 @@ impl<'a> EventLoop<'a> {
             }
             Ev::ExecEnd(id) => {
                 let Some((c, th)) = self.thread(id) else { return Ok(()) };
-                let (worker, pacing) = (th.worker, c.pacing);
                 self.acc.ended(th.client, now, c.work.initial_seats as i64);
                 self.record(now, id, CallKind::End);
-                if let Pacing::AfterResponse { round_trip } = pacing {
+                if let Pacing::AfterResponse { round_trip } = c.pacing {
                     self.schedule(add_time(now, round_trip)?, Ev::Call(CallId { k: id.k + 1, ..id }));
                 }
-                self.adm.finish(now, id, worker, &mut out)?;
+                self.adm.finish(now, id, &mut out)?;
             }
             Ev::Timer => {
                 self.timers.remove(&now);
                 self.adm.expire(now, &mut out)?;
             }
         }
-        for o in out {
-            match o {
-                Outcome::Started { call, waited } => self.started(now, call, waited)?,
-                Outcome::Rejected { call, reason } => {
+        for (call, kind) in out {
+            match kind {
+                CallKind::Start { waited } => self.started(now, call, waited)?,
+                CallKind::Reject(reason) => {
                     if let Some(th) = self.threads.get(call.thread as usize) {
                         self.acc.rejected(th.client, reason);
-                        self.record(now, call, CallKind::Reject(reason));
+                        self.record(now, call, kind);
                     }
                 }
+                CallKind::Arrive | CallKind::End => {}
             }
         }
-        if let Some(t) = self.adm.next_event()? {
+        if !self.sc.timers {
+            return Ok(());
+        }
+        if let Some(t) = self.adm.queue_set()?.and_then(|qs| qs.next_event()) {
             if self.timers.insert(t) {
                 self.schedule(t, Ev::Timer);
             }

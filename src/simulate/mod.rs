@@ -141,7 +141,7 @@ pub fn run_scenario_with(json: &[u8], opts: &Options) -> Result<Run, String> {
     };
     let mut lp = EventLoop::new(&sc, adm, acc, opts.record_calls)?;
     lp.run()?;
-    let epoch_advances = lp.adm.epoch_advances()?;
+    let epoch_advances = lp.adm.queue_set()?.map_or(0, |qs| qs.counters().epoch_advances);
     let (clients, changes) = lp.acc.finish();
     let [start, _, eval_end] = bounds;
     let concurrency_limit = sc.cfg.concurrency_limit;
