@@ -24,16 +24,14 @@ pub struct CallId {
     pub k: u32,
 }
 
-/// One call as it reaches the filter.
+/// One call as it reaches the filter; its tag's owner and context are the path's to set.
 #[derive(Debug, Clone, Copy)]
 pub struct Call {
     pub id: CallId,
     /// The simulated Envoy worker the thread's connection is on.
     pub worker: u32,
     pub work: WorkEstimate,
-    pub flow_schema: u16,
-    pub flow_hash: u64,
-    pub wait_deadline: Nanos,
+    pub tag: RequestTag,
 }
 
 /// An admission path: the bare QueueSet ([`BareQueueSet`]) or the engine with simulated
@@ -76,7 +74,7 @@ impl BareQueueSet {
 
 impl Admission for BareQueueSet {
     fn arrive(&mut self, now: Nanos, call: &Call, out: &mut Outcomes) -> Result<(), String> {
-        let tag = RequestTag { owner: 0, context: call.id.thread, flow_schema: call.flow_schema, flow_hash: call.flow_hash, wait_deadline: call.wait_deadline };
+        let tag = RequestTag { owner: 0, context: call.id.thread, ..call.tag };
         match self.qs.arrive(now, call.work, tag, &mut self.out) {
             Arrival::Executing(receipt) => {
                 self.running.insert(call.id, receipt);

@@ -169,10 +169,10 @@ impl Admission for EngineLevel<'_> {
         let w = self.workers.get_mut(call.worker as usize).ok_or_else(|| String::from("no such worker"))?;
         let context = w.next_context;
         w.next_context = w.next_context.wrapping_add(1).max(1);
-        let tag = RequestTag { owner: w.slot, context, flow_schema: call.flow_schema, flow_hash: call.flow_hash, wait_deadline: call.wait_deadline };
+        let tag = RequestTag { owner: w.slot, context, ..call.tag };
         let mut notices = Vec::new();
         let decision = engine::admit(&self.compiled, &w.store, now, 0, call.work, tag, &mut notices).map_err(err)?;
-        let entry = |id, phase, receipt| Entry { level_key: self.key.clone(), id, phase, arrived: now, wait_deadline: call.wait_deadline, waited: 0, started: now, receipt, extra: call.id };
+        let entry = |id, phase, receipt| Entry { level_key: self.key.clone(), id, phase, arrived: now, wait_deadline: tag.wait_deadline, waited: 0, started: now, receipt, extra: call.id };
         match decision {
             Decision::Execute(rc) => {
                 w.requests.insert(context, entry(rc.id, Phase::Executing, Some(rc)));

@@ -9,6 +9,7 @@ use super::admission::{Admission, Call, CallId};
 use super::jitter::service_time;
 use super::results::{Accounts, CallEvent, CallKind};
 use super::scenario::{Client, Pacing, Scenario};
+use crate::fairqueuing::RequestTag;
 use crate::Nanos;
 
 /// Bound on the events of one run.
@@ -128,7 +129,8 @@ impl<'a> EventLoop<'a> {
                 }
                 let wait_deadline = self.sc.wait_limit.map_or(Nanos::MAX, |l| now.saturating_add(l));
                 let flow_schema = u16::try_from(th.client).unwrap_or(u16::MAX);
-                let call = Call { id, worker: th.worker, work: c.work, flow_schema, flow_hash: c.hash, wait_deadline };
+                let tag = RequestTag { owner: 0, context: 0, flow_schema, flow_hash: c.hash, wait_deadline };
+                let call = Call { id, worker: th.worker, work: c.work, tag };
                 self.record(now, id, CallKind::Arrive);
                 self.adm.arrive(now, &call, &mut out)?;
             }
