@@ -43,9 +43,7 @@ pub struct EventLoop<'a> {
 }
 
 impl<'a> EventLoop<'a> {
-    /// Schedules every thread's first call: thread `j` of client `i` at `90·j + 20·i` ns
-    /// (upstream `uniformScenario`; a split client's second half of threads at `evalDuration/2`
-    /// with half the calls), on worker `(i + j) mod workers`.
+    /// Schedules every thread's first call (upstream `uniformScenario`'s times, see [`super`]).
     pub fn new(sc: &'a Scenario, adm: Box<dyn Admission + 'a>, acc: Accounts, record_calls: bool) -> Result<EventLoop<'a>, String> {
         let mut lp = EventLoop {
             sc,
