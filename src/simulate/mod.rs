@@ -108,22 +108,19 @@ pub fn run_scenario_with(json: &[u8], opts: &Options) -> Result<Run, String> {
     sc.engine = opts.engine.unwrap_or(sc.engine);
     scenario::check_workers(sc.engine, sc.workers)?;
     let bounds = [sc.start, add_time(sc.start, sc.eval / 2)?, add_time(sc.start, sc.eval)?];
-    let acc = Accounts::new(sc.clients.len(), bounds, opts.trace);
+    let acc = Accounts::new(sc.clients.len(), bounds, opts);
     let shared = MemStore::new();
     let adm: Box<dyn Admission> = if sc.engine {
         Box::new(EngineLevel::new(&shared, &sc)?)
     } else {
         Box::new(BareQueueSet::new(sc.cfg, sc.start)?)
     };
-    let mut lp = EventLoop::new(&sc, adm, acc, opts.record_calls)?;
+    let mut lp = EventLoop::new(&sc, adm, acc)?;
     lp.run()?;
     let epoch_advances = lp.adm.queue_set()?.map_or(0, |qs| qs.counters().epoch_advances);
-    let (clients, changes) = lp.acc.finish();
-    let [start, _, eval_end] = bounds;
-    let concurrency_limit = sc.cfg.concurrency_limit;
-    let trace = SeatTrace { start, eval_end, concurrency_limit, changes: changes.unwrap_or_default() };
+    let (clients, trace, calls) = lp.acc.finish(sc.cfg.concurrency_limit);
     let result = SimulationResult { clients, epoch_advances, workers: sc.workers };
-    Ok(Run { result, trace, calls: lp.calls.unwrap_or_default() })
+    Ok(Run { result, trace, calls })
 }
 
 /// Upstream test helper `fairAlloc`: max-min fair allocation of `capacity` to `demands`.
