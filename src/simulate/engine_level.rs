@@ -2,17 +2,12 @@
 //! of Envoy's shared data), driven by simulated Envoy workers the way `crate::filter` drives it.
 //!
 //! Each worker registers with [`engine::heartbeat`] (its slot is the owner of its requests) and
-//! keeps its requests in the engine's own table ([`Requests`], the filter's) with the simulator
-//! as host, which routes notices exactly as in the filter. An arrival is [`engine::admit`] (the
-//! filter's `on_http_request_headers`); a handler return is `Requests::end` (the filter's
-//! `stream_ended`); timer work is [`engine::expire_level`] when the stored level's
-//! `QueueSet::next_event` is due (in Envoy whichever worker's tick comes first does it, so which
-//! worker does it here does not matter). A notice for another worker is handled at once, not
-//! through that worker's mailbox a few microseconds later.
-//!
-//! Each worker reaches the store through its own [`WorkerStore`], so it keeps its own cache of
-//! the level state it wrote last ([`crate::engine::cache`]) as an Envoy worker VM does. A cache
-//! hit gives exactly what decoding gives, so this changes costs, not results.
+//! keeps its requests in the engine's own table ([`Requests`]) with the simulator as host. An
+//! arrival is [`engine::admit`] (the filter's `on_http_request_headers`); a handler return is
+//! `Requests::end` (the filter's `stream_ended`); timer work is [`engine::expire_level`] (in
+//! Envoy whichever worker's tick comes first does it, so which worker does it here does not
+//! matter). Each worker reaches the store through its own [`WorkerStore`] and so keeps its own
+//! cache of the level state ([`crate::engine::cache`]), as an Envoy worker VM does.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -30,13 +25,10 @@ use crate::policy::config::PluginConfig;
 use crate::policy::model::Policy;
 use crate::Nanos;
 
-/// Name of the simulated priority level.
 const LEVEL_NAME: &str = "sim";
 
-/// One simulated Envoy worker (VM): its view of the store and its request table (the engine's
-/// own, as the filter's), each request's data being its call.
+/// One simulated Envoy worker (VM): its view of the store and its requests (their calls).
 struct Worker<'a> {
-    /// The shared store as this worker sees it (with its own cache).
     store: WorkerStore<'a>,
     slot: u32,
     next_context: u32,
