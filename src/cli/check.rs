@@ -4,18 +4,12 @@
 //! (`apf_controller.go: digestFlowSchemasLocked`) — plus warnings. Without `--config` the built-in
 //! defaults (600 seats) are shown; `--config -` reads standard input. Exit 0 when valid, 1 with
 //! every error on stderr otherwise, 2 on usage errors.
-use std::io::Write;
-
 use crate::policy::config::{parse_plugin_config, PluginConfig};
 use crate::policy::model::{Distinguisher, LimitResponse, PriorityLevelSpec};
 
 const USAGE: &str = "usage: apf check [--config FILE|-]\n";
 
-pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    super::report(check(args), out, err)
-}
-
-fn check(args: &[String]) -> super::Outcome {
+pub(super) fn check(args: &[String]) -> super::Outcome {
     let usage = |e: String| (2, format!("apf check: {e}\n{USAGE}"));
     let mut config_path = None;
     let mut it = args.iter();
@@ -114,6 +108,11 @@ pub fn render(cfg: &PluginConfig) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn run(args: &[String], out: &mut Vec<u8>, err: &mut Vec<u8>) -> i32 {
+        let args: Vec<String> = std::iter::once("check".to_string()).chain(args.iter().cloned()).collect();
+        crate::cli::main_with(&args, out, err)
+    }
 
     fn row_cells(out: &str, name: &str) -> Vec<String> {
         out.lines()
