@@ -36,10 +36,10 @@ struct Worker<'a> {
 }
 
 /// The simulator as the engine's host for one worker: a resumed request starts its call, a
-/// rejected one ends it; notices for other workers are delivered after this worker's routing.
+/// rejected one ends it; notices for other workers (every owner is one) are delivered after this
+/// worker's routing.
 struct SimHost<'o> {
     slot: u32,
-    workers: &'o [u32],
     outbox: Vec<Notice>,
     by_call: &'o mut HashMap<CallId, (usize, u32)>,
     out: &'o mut Outcomes,
@@ -58,12 +58,8 @@ impl Host<CallId> for SimHost<'_> {
         self.out.push((e.extra, CallKind::Reject(reason)));
     }
     fn post(&mut self, n: &Notice) -> bool {
-        if self.workers.contains(&n.owner) {
-            self.outbox.push(n.clone());
-            true
-        } else {
-            false
-        }
+        self.outbox.push(n.clone());
+        true
     }
     fn dispatched(&mut self, e: &Entry<CallId>) {
         self.out.push((e.extra, CallKind::Start { waited: e.waited }));
@@ -127,12 +123,11 @@ impl<'a> EngineLevel<'a> {
     /// its request table; what it posts to other workers is routed by them in turn
     /// (synchronously: no mailbox latency). `end`: worker `by` first ends that request.
     fn route(&mut self, now: Nanos, by: usize, end: Option<u32>, notices: Vec<Notice>, out: &mut Outcomes) {
-        let slots: Vec<u32> = self.workers.iter().map(|w| w.slot).collect();
         let mut pending = vec![(by, end, notices)];
         while let Some((w, end, notices)) = pending.pop() {
             let Some(wk) = self.workers.get_mut(w) else { continue };
             let by_call = &mut self.by_call;
-            let mut host = SimHost { slot: wk.slot, workers: &slots, outbox: Vec::new(), by_call, out };
+            let mut host = SimHost { slot: wk.slot, outbox: Vec::new(), by_call, out };
             match end {
                 Some(context) => drop(wk.requests.end(&wk.store, &mut host, context, now)),
                 None => wk.requests.route(&wk.store, &mut host, notices, now),

@@ -12,7 +12,6 @@ use super::scenario::{Client, Pacing, Scenario};
 use crate::fairqueuing::RequestTag;
 use crate::Nanos;
 
-/// Bound on the events of one run.
 const MAX_EVENTS: u64 = 50_000_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -34,7 +34,6 @@ impl DurationIn {
     }
 }
 
-/// `d.get(what)`, 0 when absent.
 fn or_zero(d: &Option<DurationIn>, what: &str) -> Result<Nanos, String> {
     d.as_ref().map_or(Ok(0), |d| d.get(what))
 }
