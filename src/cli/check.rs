@@ -5,7 +5,7 @@
 //! defaults (600 seats) are shown; `--config -` reads standard input. Exit 0 when valid, 1 with
 //! every error on stderr otherwise, 2 on usage errors.
 use crate::policy::config::{parse_plugin_config, PluginConfig};
-use crate::policy::model::{Distinguisher, LimitResponse, PriorityLevelSpec};
+use crate::policy::model::PriorityLevelSpec;
 
 const USAGE: &str = "usage: apf check [--config FILE|-]\n";
 
@@ -50,13 +50,13 @@ pub fn render(cfg: &PluginConfig) -> String {
     let dash = || "-".to_string();
     let mut rows = Vec::new();
     for (pl, lim) in cfg.policy.priority_levels.iter().zip(cfg.limits.iter()) {
-        let (typ, resp, borrow_pct, q) = match &pl.spec {
-            PriorityLevelSpec::Exempt { .. } => ("Exempt", dash(), dash(), None),
-            PriorityLevelSpec::Limited { borrowing_limit_percent, limit_response, .. } => (
+        let q = pl.queuing();
+        let (typ, resp, borrow_pct) = match &pl.spec {
+            PriorityLevelSpec::Exempt { .. } => ("Exempt", dash(), dash()),
+            PriorityLevelSpec::Limited { borrowing_limit_percent, .. } => (
                 "Limited",
-                if matches!(limit_response, LimitResponse::Queue(_)) { "Queue" } else { "Reject" }.to_string(),
+                if q.is_some() { "Queue" } else { "Reject" }.to_string(),
                 borrowing_limit_percent.map_or_else(|| "unlimited".to_string(), |b| b.to_string()),
-                pl.queuing(),
             ),
         };
         let name = if cfg.is_enforced(&pl.name) { pl.name.clone() } else { format!("{} (dry-run)", pl.name) };
@@ -87,11 +87,8 @@ pub fn render(cfg: &PluginConfig) -> String {
     ));
     s.push_str("\nFlowSchemas (matching order):\n");
     let rows: Vec<Vec<String>> = cfg.policy.flow_schemas.iter().map(|fs| {
-        let distinguisher = match fs.distinguisher {
-            Some(Distinguisher::ByUser) => "ByUser".to_string(),
-            Some(Distinguisher::ByNamespace) => "ByNamespace".to_string(),
-            None => dash(),
-        };
+        // The variant names are the API's (`ByUser`, `ByNamespace`).
+        let distinguisher = fs.distinguisher.map_or_else(dash, |d| format!("{d:?}"));
         let rules = fs.rules.len().to_string();
         vec![fs.matching_precedence.to_string(), fs.name.clone(), fs.priority_level.clone(), distinguisher, rules]
     }).collect();
