@@ -104,8 +104,6 @@ pub fn render(cfg: &PluginConfig) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     fn run(args: &[String], out: &mut Vec<u8>, err: &mut Vec<u8>) -> i32 {
         let args: Vec<String> = std::iter::once("check".to_string()).chain(args.iter().cloned()).collect();
         crate::cli::main_with(&args, out, err)
