@@ -4,18 +4,12 @@
 //! (`apf_controller.go: digestFlowSchemasLocked`) — plus warnings. Without `--config` the built-in
 //! defaults (600 seats) are shown; `--config -` reads standard input. Exit 0 when valid, 1 with
 //! every error on stderr otherwise, 2 on usage errors.
-use std::io::Write;
-
 use crate::policy::config::{parse_plugin_config, PluginConfig};
-use crate::policy::model::{Distinguisher, LimitResponse, PriorityLevelSpec};
+use crate::policy::model::PriorityLevelSpec;
 
 const USAGE: &str = "usage: apf check [--config FILE|-]\n";
 
-pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    super::report(check(args), out, err)
-}
-
-fn check(args: &[String]) -> super::Outcome {
+pub(super) fn check(args: &[String]) -> super::Outcome {
     let usage = |e: String| (2, format!("apf check: {e}\n{USAGE}"));
     let mut config_path = None;
     let mut it = args.iter();
@@ -56,13 +50,13 @@ pub fn render(cfg: &PluginConfig) -> String {
     let dash = || "-".to_string();
     let mut rows = Vec::new();
     for (pl, lim) in cfg.policy.priority_levels.iter().zip(cfg.limits.iter()) {
-        let (typ, resp, borrow_pct, q) = match &pl.spec {
-            PriorityLevelSpec::Exempt { .. } => ("Exempt", dash(), dash(), None),
-            PriorityLevelSpec::Limited { borrowing_limit_percent, limit_response, .. } => (
+        let q = pl.queuing();
+        let (typ, resp, borrow_pct) = match &pl.spec {
+            PriorityLevelSpec::Exempt { .. } => ("Exempt", dash(), dash()),
+            PriorityLevelSpec::Limited { borrowing_limit_percent, .. } => (
                 "Limited",
-                if matches!(limit_response, LimitResponse::Queue(_)) { "Queue" } else { "Reject" }.to_string(),
+                if q.is_some() { "Queue" } else { "Reject" }.to_string(),
                 borrowing_limit_percent.map_or_else(|| "unlimited".to_string(), |b| b.to_string()),
-                pl.queuing(),
             ),
         };
         let name = if cfg.is_enforced(&pl.name) { pl.name.clone() } else { format!("{} (dry-run)", pl.name) };
@@ -93,11 +87,8 @@ pub fn render(cfg: &PluginConfig) -> String {
     ));
     s.push_str("\nFlowSchemas (matching order):\n");
     let rows: Vec<Vec<String>> = cfg.policy.flow_schemas.iter().map(|fs| {
-        let distinguisher = match fs.distinguisher {
-            Some(Distinguisher::ByUser) => "ByUser".to_string(),
-            Some(Distinguisher::ByNamespace) => "ByNamespace".to_string(),
-            None => dash(),
-        };
+        // The variant names are the API's (`ByUser`, `ByNamespace`).
+        let distinguisher = fs.distinguisher.map_or_else(dash, |d| format!("{d:?}"));
         let rules = fs.rules.len().to_string();
         vec![fs.matching_precedence.to_string(), fs.name.clone(), fs.priority_level.clone(), distinguisher, rules]
     }).collect();
@@ -113,7 +104,10 @@ pub fn render(cfg: &PluginConfig) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    fn run(args: &[String], out: &mut Vec<u8>, err: &mut Vec<u8>) -> i32 {
+        let args: Vec<String> = std::iter::once("check".to_string()).chain(args.iter().cloned()).collect();
+        crate::cli::main_with(&args, out, err)
+    }
 
     fn row_cells(out: &str, name: &str) -> Vec<String> {
         out.lines()

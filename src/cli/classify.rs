@@ -149,7 +149,7 @@ pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     super::report(classify(args), out, err)
 }
 
-fn classify(args: &[String]) -> super::Outcome {
+pub(super) fn classify(args: &[String]) -> super::Outcome {
     let fail = |e: String| (1, format!("apf classify: {e}\n"));
     let Some(mut a) = parse_args(args).map_err(|e| (2, format!("apf classify: {e}\n{USAGE}")))? else {
         return Ok(USAGE.to_string());

@@ -1,6 +1,6 @@
-//! The `apf` command: `check`, `classify`, `simulate`. Each subcommand module exposes
-//! `pub fn run(args: &[String], out: &mut dyn std::io::Write, err: &mut dyn std::io::Write) -> i32`
-//! (args exclude the subcommand name) so tests can drive it in-process.
+//! The `apf` command: `check`, `classify`, `simulate`. Each subcommand returns its [`Outcome`]
+//! for its arguments (without the subcommand name); [`main_with`] and `classify::run` print it,
+//! so tests can drive the command in-process.
 use std::io::{Read, Write};
 
 pub mod check;
@@ -47,14 +47,15 @@ fn read_input(path: Option<&str>) -> Result<Vec<u8>, String> {
 }
 
 pub fn main_with(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let Some((cmd, rest)) = args.split_first() else {
-        return report(Err((2, USAGE.to_string())), out, err);
+    let outcome = match args.split_first() {
+        None => Err((2, USAGE.to_string())),
+        Some((cmd, rest)) => match cmd.as_str() {
+            "check" => check::check(rest),
+            "classify" => classify::classify(rest),
+            "simulate" => simulate::simulate(rest),
+            "help" | "--help" | "-h" => Ok(USAGE.to_string()),
+            other => Err((2, format!("apf: unknown command {other:?}\n{USAGE}\n"))),
+        },
     };
-    match cmd.as_str() {
-        "check" => check::run(rest, out, err),
-        "classify" => classify::run(rest, out, err),
-        "simulate" => simulate::run(rest, out, err),
-        "help" | "--help" | "-h" => report(Ok(USAGE.to_string()), out, err),
-        other => report(Err((2, format!("apf: unknown command {other:?}\n{USAGE}\n"))), out, err),
-    }
+    report(outcome, out, err)
 }

@@ -1,7 +1,6 @@
 //! `apf simulate [--workers N] SCENARIO.json` (or `-` for stdin): runs the deterministic
 //! fair-queuing simulator (`crate::simulate`) — the filter's admission path with N simulated
 //! Envoy workers — and prints its result as one line of JSON.
-use std::io::Write;
 
 pub const HELP: &str = "usage: apf simulate [--workers N] SCENARIO.json   (use - for stdin)
 
@@ -39,11 +38,7 @@ cycle after cycle and such a client waits for the next one (up to a whole exec):
 simulate module documentation, \"Phase locking\".
 ";
 
-pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    super::report(simulate(args), out, err)
-}
-
-fn simulate(args: &[String]) -> super::Outcome {
+pub(super) fn simulate(args: &[String]) -> super::Outcome {
     let mut workers = None;
     let mut path = None;
     let mut it = args.iter();
@@ -62,14 +57,12 @@ fn simulate(args: &[String]) -> super::Outcome {
         workers = Some(n.ok_or_else(|| (2, "apf simulate: --workers needs a number of workers\n".to_string()))?);
     }
     let path = path.ok_or_else(|| (2, HELP.to_string()))?;
+    let fail = |e: String| (1, format!("apf simulate: {e}\n"));
     let data = match path {
         "-" => super::read_input(Some(path)),
         _ => std::fs::read(path).map_err(|e| format!("{path}: {e}")),
     };
-    let data = data.map_err(|e| (1, format!("apf simulate: {e}\n")))?;
     let opts = crate::simulate::Options { workers, ..crate::simulate::Options::default() };
-    match crate::simulate::run_scenario_with(&data, &opts) {
-        Ok(r) => Ok(format!("{}\n", r.result.to_json())),
-        Err(e) => Err((1, format!("apf simulate: {e}\n"))),
-    }
+    let run = crate::simulate::run_scenario_with(&data.map_err(fail)?, &opts).map_err(fail)?;
+    Ok(format!("{}\n", run.result.to_json()))
 }

@@ -1,24 +1,21 @@
 //! What the event loop asks of the admission path it simulates, and the bare-QueueSet path.
 //!
 //! A call is named by its thread and its number within the thread (with upstream's pacing a
-//! thread's next call may arrive before its previous one returned). An operation reports what happened to calls as [`Outcome`]s in the order the path decided them: first
+//! thread's next call may arrive before its previous one returned). An operation reports the
+//! calls that started or were rejected ([`Outcomes`]) in the order the path decided them: first
 //! the operating call's own (for an arrival that executes at once or is rejected), then the
 //! waiting calls the operation dispatched or timed out.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
+use super::results::CallKind;
 use crate::fairqueuing::queueset::{Arrival, QueueSet};
 use crate::fairqueuing::{Dispatched, QueueSetConfig, Receipt, RejectReason, RequestId, RequestTag, WorkEstimate};
 use crate::Nanos;
 
-/// What happened to a call during an operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// The call started executing after waiting `waited` (0: at once).
-    Started { call: CallId, waited: Nanos },
-    /// The call was answered 429.
-    Rejected { call: CallId, reason: RejectReason },
-}
+/// Calls that started executing ([`CallKind::Start`]) or were rejected ([`CallKind::Reject`]).
+pub type Outcomes = Vec<(CallId, CallKind)>;
 
 /// Call `k` of thread `thread`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -27,31 +24,27 @@ pub struct CallId {
     pub k: u32,
 }
 
-/// One call as it reaches the filter.
+/// One call as it reaches the filter; its tag's owner and context are the path's to set.
 #[derive(Debug, Clone, Copy)]
 pub struct Call {
     pub id: CallId,
     /// The simulated Envoy worker the thread's connection is on.
     pub worker: u32,
     pub work: WorkEstimate,
-    pub flow_schema: u16,
-    pub flow_hash: u64,
-    pub wait_deadline: Nanos,
+    pub tag: RequestTag,
 }
 
 /// An admission path: the bare QueueSet ([`BareQueueSet`]) or the engine with simulated
 /// workers ([`super::engine_level::EngineLevel`]).
 pub trait Admission {
     /// The call arrives at `now`.
-    fn arrive(&mut self, now: Nanos, call: &Call, out: &mut Vec<Outcome>) -> Result<(), String>;
-    /// The executing call (on `worker`) returned from its handler at `now`.
-    fn finish(&mut self, now: Nanos, call: CallId, worker: u32, out: &mut Vec<Outcome>) -> Result<(), String>;
-    /// When the level next needs [`Admission::expire`] (`QueueSet::next_event`).
-    fn next_event(&self) -> Result<Option<Nanos>, String>;
+    fn arrive(&mut self, now: Nanos, call: &Call, out: &mut Outcomes) -> Result<(), String>;
+    /// The executing call returned from its handler at `now`.
+    fn finish(&mut self, now: Nanos, call: CallId, out: &mut Outcomes) -> Result<(), String>;
     /// Timer work due at `now`: wait deadlines and lingering seats.
-    fn expire(&mut self, now: Nanos, out: &mut Vec<Outcome>) -> Result<(), String>;
-    /// Successful epoch advances of the level's progress meter so far.
-    fn epoch_advances(&self) -> Result<u64, String>;
+    fn expire(&mut self, now: Nanos, out: &mut Outcomes) -> Result<(), String>;
+    /// The level's QueueSet as it is now (its next timer event, its epoch advances).
+    fn queue_set(&self) -> Result<Option<Cow<'_, QueueSet>>, String>;
 }
 
 /// Upstream's `uniformScenario` shape: the harness calls the QueueSet directly (one owner).
@@ -69,34 +62,34 @@ impl BareQueueSet {
         Ok(BareQueueSet { qs: QueueSet::new(cfg, start)?, pending: HashMap::new(), running: HashMap::new(), out: Vec::new() })
     }
 
-    fn dispatched(&mut self, out: &mut Vec<Outcome>) {
+    fn dispatched(&mut self, out: &mut Outcomes) {
         for d in self.out.drain(..) {
             if let Some(call) = self.pending.remove(&d.id) {
                 self.running.insert(call, d.receipt);
-                out.push(Outcome::Started { call, waited: d.waited });
+                out.push((call, CallKind::Start { waited: d.waited }));
             }
         }
     }
 }
 
 impl Admission for BareQueueSet {
-    fn arrive(&mut self, now: Nanos, call: &Call, out: &mut Vec<Outcome>) -> Result<(), String> {
-        let tag = RequestTag { owner: 0, context: call.id.thread, flow_schema: call.flow_schema, flow_hash: call.flow_hash, wait_deadline: call.wait_deadline };
+    fn arrive(&mut self, now: Nanos, call: &Call, out: &mut Outcomes) -> Result<(), String> {
+        let tag = RequestTag { owner: 0, context: call.id.thread, ..call.tag };
         match self.qs.arrive(now, call.work, tag, &mut self.out) {
             Arrival::Executing(receipt) => {
                 self.running.insert(call.id, receipt);
-                out.push(Outcome::Started { call: call.id, waited: 0 });
+                out.push((call.id, CallKind::Start { waited: 0 }));
             }
             Arrival::Queued(id) => {
                 self.pending.insert(id, call.id);
             }
-            Arrival::Rejected(reason) => out.push(Outcome::Rejected { call: call.id, reason }),
+            Arrival::Rejected(reason) => out.push((call.id, CallKind::Reject(reason))),
         }
         self.dispatched(out);
         Ok(())
     }
 
-    fn finish(&mut self, now: Nanos, call: CallId, _worker: u32, out: &mut Vec<Outcome>) -> Result<(), String> {
+    fn finish(&mut self, now: Nanos, call: CallId, out: &mut Outcomes) -> Result<(), String> {
         if let Some(receipt) = self.running.remove(&call) {
             self.qs.finish(now, &receipt, &mut self.out);
         }
@@ -104,23 +97,19 @@ impl Admission for BareQueueSet {
         Ok(())
     }
 
-    fn next_event(&self) -> Result<Option<Nanos>, String> {
-        Ok(self.qs.next_event())
-    }
-
-    fn expire(&mut self, now: Nanos, out: &mut Vec<Outcome>) -> Result<(), String> {
+    fn expire(&mut self, now: Nanos, out: &mut Outcomes) -> Result<(), String> {
         let mut timed_out = Vec::new();
         self.qs.expire(now, &mut timed_out, &mut self.out);
         for (id, _) in timed_out {
             if let Some(call) = self.pending.remove(&id) {
-                out.push(Outcome::Rejected { call, reason: RejectReason::TimeOut });
+                out.push((call, CallKind::Reject(RejectReason::TimeOut)));
             }
         }
         self.dispatched(out);
         Ok(())
     }
 
-    fn epoch_advances(&self) -> Result<u64, String> {
-        Ok(self.qs.counters().epoch_advances)
+    fn queue_set(&self) -> Result<Option<Cow<'_, QueueSet>>, String> {
+        Ok(Some(Cow::Borrowed(&self.qs)))
     }
 }

@@ -2,53 +2,47 @@
 //! of Envoy's shared data), driven by simulated Envoy workers the way `crate::filter` drives it.
 //!
 //! Each worker registers with [`engine::heartbeat`] (its slot is the owner of its requests) and
-//! keeps its requests in the engine's own table ([`Requests`], the filter's) with the simulator
-//! as host, which routes notices exactly as in the filter. An arrival is [`engine::admit`] (the
-//! filter's `on_http_request_headers`); a handler return is `Requests::end` (the filter's
-//! `stream_ended`); timer work is [`engine::expire_level`] when the stored level's
-//! `QueueSet::next_event` is due (in Envoy whichever worker's tick comes first does it, so which
-//! worker does it here does not matter). A notice for another worker is handled at once, not
-//! through that worker's mailbox a few microseconds later.
-//!
-//! Each worker reaches the store through its own [`WorkerStore`], so it keeps its own cache of
-//! the level state it wrote last ([`crate::engine::cache`]) as an Envoy worker VM does. A cache
-//! hit gives exactly what decoding gives, so this changes costs, not results.
+//! keeps its requests in the engine's own table ([`Requests`]) with the simulator as host. An
+//! arrival is [`engine::admit`] (the filter's `on_http_request_headers`); a handler return is
+//! `Requests::end` (the filter's `stream_ended`); timer work is [`engine::expire_level`] (in
+//! Envoy whichever worker's tick comes first does it, so which worker does it here does not
+//! matter). Each worker reaches the store through its own [`WorkerStore`] and so keeps its own
+//! cache of the level state ([`crate::engine::cache`]), as an Envoy worker VM does.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::admission::{Admission, Call, CallId, Outcome};
+use super::admission::{Admission, Call, CallId, Outcomes};
+use super::results::CallKind;
 use super::scenario::Scenario;
 use crate::engine::requests::{Entry, Host, Phase, Requests};
 use crate::engine::store::{MemStore, Store, WorkerStore};
 use crate::engine::{self, Compiled, Decision, LevelRuntime, LevelState, Notice};
+use crate::fairqueuing::queueset::QueueSet;
 use crate::fairqueuing::{QueueSetConfig, RejectReason, RequestTag};
 use crate::policy::config::PluginConfig;
 use crate::policy::model::Policy;
 use crate::Nanos;
 
-/// Name of the simulated priority level.
 const LEVEL_NAME: &str = "sim";
 
-/// One simulated Envoy worker (VM): its view of the store and its request table (the engine's
-/// own, as the filter's), each request's data being its call.
+/// One simulated Envoy worker (VM): its view of the store and its requests (their calls).
 struct Worker<'a> {
-    /// The shared store as this worker sees it (with its own cache).
     store: WorkerStore<'a>,
     slot: u32,
     next_context: u32,
     requests: Requests<CallId>,
-    /// The context of each call in flight.
-    by_call: HashMap<CallId, u32>,
 }
 
 /// The simulator as the engine's host for one worker: a resumed request starts its call, a
-/// rejected one ends it; notices for other workers are delivered after this worker's routing.
+/// rejected one ends it; notices for other workers (every owner is one) are delivered after this
+/// worker's routing.
 struct SimHost<'o> {
     slot: u32,
-    workers: &'o [u32],
     outbox: Vec<Notice>,
-    out: &'o mut Vec<Outcome>,
+    by_call: &'o mut HashMap<CallId, (usize, u32)>,
+    out: &'o mut Outcomes,
 }
 
 impl Host<CallId> for SimHost<'_> {
@@ -59,18 +53,16 @@ impl Host<CallId> for SimHost<'_> {
         true
     }
     fn reject(&mut self, _context: u32, e: &Entry<CallId>, reason: RejectReason, _retry_after: i64) {
-        self.out.push(Outcome::Rejected { call: e.extra, reason });
+        // A rejected call is over: forget its context.
+        self.by_call.remove(&e.extra);
+        self.out.push((e.extra, CallKind::Reject(reason)));
     }
     fn post(&mut self, n: &Notice) -> bool {
-        if self.workers.contains(&n.owner) {
-            self.outbox.push(n.clone());
-            true
-        } else {
-            false
-        }
+        self.outbox.push(n.clone());
+        true
     }
     fn dispatched(&mut self, e: &Entry<CallId>) {
-        self.out.push(Outcome::Started { call: e.extra, waited: e.waited });
+        self.out.push((e.extra, CallKind::Start { waited: e.waited }));
     }
 }
 
@@ -78,7 +70,8 @@ pub struct EngineLevel<'a> {
     compiled: Compiled,
     key: Arc<str>,
     workers: Vec<Worker<'a>>,
-    timers: bool,
+    /// The worker and the context of each call in flight.
+    by_call: HashMap<CallId, (usize, u32)>,
 }
 
 fn err(e: engine::EngineError) -> String {
@@ -121,32 +114,25 @@ impl<'a> EngineLevel<'a> {
         for w in 0..sc.workers {
             let store = WorkerStore::new(store);
             let slot = engine::heartbeat(&store, u64::from(w) + 1, sc.start).map_err(err)?;
-            workers.push(Worker { store, slot, next_context: 1, requests: Requests::new(), by_call: HashMap::new() });
+            workers.push(Worker { store, slot, next_context: 1, requests: Requests::new() });
         }
-        Ok(EngineLevel { compiled, key, workers, timers: sc.has_timers() })
+        Ok(EngineLevel { compiled, key, workers, by_call: HashMap::new() })
     }
 
     /// `filter::worker::route`: each worker of `pending` (a stack) routes its notices through
     /// its request table; what it posts to other workers is routed by them in turn
     /// (synchronously: no mailbox latency). `end`: worker `by` first ends that request.
-    fn route(&mut self, now: Nanos, by: usize, end: Option<u32>, notices: Vec<Notice>, out: &mut Vec<Outcome>) {
-        let slots: Vec<u32> = self.workers.iter().map(|w| w.slot).collect();
+    fn route(&mut self, now: Nanos, by: usize, end: Option<u32>, notices: Vec<Notice>, out: &mut Outcomes) {
         let mut pending = vec![(by, end, notices)];
         while let Some((w, end, notices)) = pending.pop() {
             let Some(wk) = self.workers.get_mut(w) else { continue };
-            let before = out.len();
-            let mut host = SimHost { slot: wk.slot, workers: &slots, outbox: Vec::new(), out };
+            let by_call = &mut self.by_call;
+            let mut host = SimHost { slot: wk.slot, outbox: Vec::new(), by_call, out };
             match end {
                 Some(context) => drop(wk.requests.end(&wk.store, &mut host, context, now)),
                 None => wk.requests.route(&wk.store, &mut host, notices, now),
             }
             let outbox = host.outbox;
-            // A rejected call is over: forget its context.
-            for o in out.iter().skip(before) {
-                if let Outcome::Rejected { call, .. } = o {
-                    wk.by_call.remove(call);
-                }
-            }
             let owner = |n: &Notice| self.workers.iter().position(|w| w.slot == n.owner);
             let next = outbox.into_iter().filter_map(|n| Some((owner(&n)?, None, vec![n])));
             // What an ending request posts is routed in order, each notice with all it causes.
@@ -166,53 +152,45 @@ impl<'a> EngineLevel<'a> {
 }
 
 impl Admission for EngineLevel<'_> {
-    fn arrive(&mut self, now: Nanos, call: &Call, out: &mut Vec<Outcome>) -> Result<(), String> {
+    fn arrive(&mut self, now: Nanos, call: &Call, out: &mut Outcomes) -> Result<(), String> {
         let w = self.workers.get_mut(call.worker as usize).ok_or_else(|| String::from("no such worker"))?;
         let context = w.next_context;
         w.next_context = w.next_context.wrapping_add(1).max(1);
-        let tag = RequestTag { owner: w.slot, context, flow_schema: call.flow_schema, flow_hash: call.flow_hash, wait_deadline: call.wait_deadline };
+        let tag = RequestTag { owner: w.slot, context, ..call.tag };
         let mut notices = Vec::new();
         let decision = engine::admit(&self.compiled, &w.store, now, 0, call.work, tag, &mut notices).map_err(err)?;
-        let entry = |id, phase, receipt| Entry { level_key: self.key.clone(), id, phase, arrived: now, wait_deadline: call.wait_deadline, waited: 0, started: now, receipt, extra: call.id };
+        let entry = |id, phase, receipt| Entry { level_key: self.key.clone(), id, phase, arrived: now, wait_deadline: tag.wait_deadline, waited: 0, started: now, receipt, extra: call.id };
         match decision {
             Decision::Execute(rc) => {
                 w.requests.insert(context, entry(rc.id, Phase::Executing, Some(rc)));
-                w.by_call.insert(call.id, context);
-                out.push(Outcome::Started { call: call.id, waited: 0 });
+                self.by_call.insert(call.id, (call.worker as usize, context));
+                out.push((call.id, CallKind::Start { waited: 0 }));
             }
             Decision::Queued(id) => {
                 w.requests.insert(context, entry(id, Phase::Waiting, None));
-                w.by_call.insert(call.id, context);
+                self.by_call.insert(call.id, (call.worker as usize, context));
             }
-            Decision::Rejected { reason, .. } => out.push(Outcome::Rejected { call: call.id, reason }),
+            Decision::Rejected { reason, .. } => out.push((call.id, CallKind::Reject(reason))),
         }
         self.route(now, call.worker as usize, None, notices, out);
         Ok(())
     }
 
-    fn finish(&mut self, now: Nanos, call: CallId, worker: u32, out: &mut Vec<Outcome>) -> Result<(), String> {
-        let context = self.workers.get_mut(worker as usize).and_then(|w| w.by_call.remove(&call));
-        if let Some(context) = context {
-            self.route(now, worker as usize, Some(context), Vec::new(), out);
+    fn finish(&mut self, now: Nanos, call: CallId, out: &mut Outcomes) -> Result<(), String> {
+        if let Some((worker, context)) = self.by_call.remove(&call) {
+            self.route(now, worker, Some(context), Vec::new(), out);
         }
         Ok(())
     }
 
-    fn next_event(&self) -> Result<Option<Nanos>, String> {
-        if !self.timers {
-            return Ok(None);
-        }
-        Ok(engine::read_level(self.timer_store()?, &self.key).map_err(err)?.and_then(|st| st.qs.next_event()))
-    }
-
-    fn expire(&mut self, now: Nanos, out: &mut Vec<Outcome>) -> Result<(), String> {
+    fn expire(&mut self, now: Nanos, out: &mut Outcomes) -> Result<(), String> {
         let mut notices = Vec::new();
         engine::expire_level(self.timer_store()?, now, &self.key, &mut notices).map_err(err)?;
         self.route(now, 0, None, notices, out);
         Ok(())
     }
 
-    fn epoch_advances(&self) -> Result<u64, String> {
-        Ok(engine::read_level(self.timer_store()?, &self.key).map_err(err)?.map(|st| st.qs.counters().epoch_advances).unwrap_or(0))
+    fn queue_set(&self) -> Result<Option<Cow<'_, QueueSet>>, String> {
+        Ok(engine::read_level(self.timer_store()?, &self.key).map_err(err)?.map(|st| Cow::Owned(st.qs)))
     }
 }

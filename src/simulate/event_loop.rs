@@ -5,13 +5,13 @@ use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
 
 use super::add_time;
-use super::admission::{Admission, Call, CallId, Outcome};
+use super::admission::{Admission, Call, CallId};
 use super::jitter::service_time;
-use super::results::{Accounts, CallEvent, CallKind};
+use super::results::{Accounts, CallKind};
 use super::scenario::{Client, Pacing, Scenario};
+use crate::fairqueuing::RequestTag;
 use crate::Nanos;
 
-/// Bound on the events of one run.
 const MAX_EVENTS: u64 = 50_000_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -38,14 +38,11 @@ pub struct EventLoop<'a> {
     seq: u64,
     timers: BTreeSet<Nanos>,
     pub acc: Accounts,
-    pub calls: Option<Vec<CallEvent>>,
 }
 
 impl<'a> EventLoop<'a> {
-    /// Schedules every thread's first call: thread `j` of client `i` at `90·j + 20·i` ns
-    /// (upstream `uniformScenario`; a split client's second half of threads at `evalDuration/2`
-    /// with half the calls), on worker `(i + j) mod workers`.
-    pub fn new(sc: &'a Scenario, adm: Box<dyn Admission + 'a>, acc: Accounts, record_calls: bool) -> Result<EventLoop<'a>, String> {
+    /// Schedules every thread's first call (upstream `uniformScenario`'s times, see [`super`]).
+    pub fn new(sc: &'a Scenario, adm: Box<dyn Admission + 'a>, acc: Accounts) -> Result<EventLoop<'a>, String> {
         let mut lp = EventLoop {
             sc,
             adm,
@@ -54,7 +51,6 @@ impl<'a> EventLoop<'a> {
             seq: 0,
             timers: BTreeSet::new(),
             acc,
-            calls: record_calls.then(Vec::new),
         };
         let workers = sc.workers.max(1);
         for (i, c) in sc.clients.iter().enumerate() {
@@ -85,10 +81,10 @@ impl<'a> EventLoop<'a> {
         Some((self.sc.clients.get(th.client)?, th))
     }
 
-    fn record(&mut self, t: Nanos, call: CallId, kind: CallKind) {
-        let Some(calls) = self.calls.as_mut() else { return };
-        let Some(th) = self.threads.get(call.thread as usize) else { return };
-        calls.push(CallEvent { t, client: u32::try_from(th.client).unwrap_or(u32::MAX), thread: call.thread, call: call.k, kind });
+    /// Accounts for what happened to `call` at `t`.
+    fn note(&mut self, t: Nanos, call: CallId, kind: CallKind) {
+        let Some((c, th)) = self.thread(call) else { return };
+        self.acc.note(t, th.client, call, kind, c.work.initial_seats.into());
     }
 
     /// Runs every event to completion.
@@ -106,10 +102,9 @@ impl<'a> EventLoop<'a> {
 
     /// The call started executing at `now` after waiting `waited`.
     fn started(&mut self, now: Nanos, call: CallId, waited: Nanos) -> Result<(), String> {
-        let Some((c, th)) = self.thread(call) else { return Ok(()) };
+        let Some((c, _)) = self.thread(call) else { return Ok(()) };
         let exec = service_time(self.sc.seed, call.thread, call.k, c.exec, c.jitter);
-        self.acc.started(th.client, now, waited, c.work.initial_seats as i64);
-        self.record(now, call, CallKind::Start { waited });
+        self.note(now, call, CallKind::Start { waited });
         if let Pacing::AfterDispatch { think } = c.pacing {
             let next = add_time(now, add_time(exec, think)?)?.max(now);
             self.schedule(next, Ev::Call(CallId { k: call.k + 1, ..call }));
@@ -128,37 +123,34 @@ impl<'a> EventLoop<'a> {
                 }
                 let wait_deadline = self.sc.wait_limit.map_or(Nanos::MAX, |l| now.saturating_add(l));
                 let flow_schema = u16::try_from(th.client).unwrap_or(u16::MAX);
-                let call = Call { id, worker: th.worker, work: c.work, flow_schema, flow_hash: c.hash, wait_deadline };
-                self.record(now, id, CallKind::Arrive);
+                let tag = RequestTag { owner: 0, context: 0, flow_schema, flow_hash: c.hash, wait_deadline };
+                let call = Call { id, worker: th.worker, work: c.work, tag };
+                self.note(now, id, CallKind::Arrive);
                 self.adm.arrive(now, &call, &mut out)?;
             }
             Ev::ExecEnd(id) => {
-                let Some((c, th)) = self.thread(id) else { return Ok(()) };
-                let (worker, pacing) = (th.worker, c.pacing);
-                self.acc.ended(th.client, now, c.work.initial_seats as i64);
-                self.record(now, id, CallKind::End);
-                if let Pacing::AfterResponse { round_trip } = pacing {
+                let Some((c, _)) = self.thread(id) else { return Ok(()) };
+                self.note(now, id, CallKind::End);
+                if let Pacing::AfterResponse { round_trip } = c.pacing {
                     self.schedule(add_time(now, round_trip)?, Ev::Call(CallId { k: id.k + 1, ..id }));
                 }
-                self.adm.finish(now, id, worker, &mut out)?;
+                self.adm.finish(now, id, &mut out)?;
             }
             Ev::Timer => {
                 self.timers.remove(&now);
                 self.adm.expire(now, &mut out)?;
             }
         }
-        for o in out {
-            match o {
-                Outcome::Started { call, waited } => self.started(now, call, waited)?,
-                Outcome::Rejected { call, reason } => {
-                    if let Some(th) = self.threads.get(call.thread as usize) {
-                        self.acc.rejected(th.client, reason);
-                        self.record(now, call, CallKind::Reject(reason));
-                    }
-                }
+        for (call, kind) in out {
+            match kind {
+                CallKind::Start { waited } => self.started(now, call, waited)?,
+                _ => self.note(now, call, kind),
             }
         }
-        if let Some(t) = self.adm.next_event()? {
+        if !self.sc.timers {
+            return Ok(());
+        }
+        if let Some(t) = self.adm.queue_set()?.and_then(|qs| qs.next_event()) {
             if self.timers.insert(t) {
                 self.schedule(t, Ev::Timer);
             }

@@ -1,64 +1,40 @@
 //! Deterministic discrete-event simulator behind `apf simulate`: upstream's `uniformScenario`
 //! harness (`queueset_test.go`) driving the filter's admission path — the engine
 //! (`crate::engine`: `admit`, `finish`, `expire_level` over a store with the semantics of
-//! Envoy's shared data) with `workers` simulated Envoy workers — on a virtual clock.
-//!
-//! # Scenario
-//! ```json
-//! {"priorityLevel": {"concurrencyLimit": 18, "queues": 64, "queueLengthLimit": 50, "handSize": 8},
-//!  "evalDuration": "20s", "workers": 2, "seed": 7,
-//!  "clients": [{"hash": "1001", "threads": 4, "calls": 400, "exec": "50ms", "roundTrip": "300us",
-//!               "serviceJitter": 0.2}]}
-//! ```
-//! The fields are those of `apf simulate --help` (0 `queues`: a Reject level); durations are Go
-//! durations (`"1s"`, `"999999999ns"`) or integer nanoseconds. `requestWaitLimit` is each
-//! request's queue wait limit, as the filter derives it from the request deadline; `startTime`
-//! (the absolute time of the scenario start) exercises large clock values.
+//! Envoy's shared data) with `workers` simulated Envoy workers — on a virtual clock. The
+//! scenario's fields are those of `apf simulate --help` (0 `queues`: a Reject level; durations
+//! are Go durations or integer nanoseconds); why a closed-loop client beside a heavier flow gets
+//! less than its fair share with a constant service time (phase locking): docs/simulate.md.
 //!
 //! # Clients
 //! Thread `j` of client `i` starts at `90·j + 20·i` ns (a `split` client starts its second half
-//! of threads at `evalDuration/2` with half the calls) and makes `calls` synchronous calls; a
-//! rejected or timed-out call stops its thread. A call's handler runs `exec`, then returns
-//! (the request may keep its seats for `additionalLatency`). The next call is issued
-//! - with `think` (upstream `uniformClient`): `exec + think` after the previous call was
-//!   *dispatched* — queueing delay shortens the think time, and with `think` 0 the next call
-//!   arrives at the very instant its predecessor's seat is released, just before it is;
-//! - with `roundTrip` (a real closed-loop client): `roundTrip` after the previous call's
-//!   handler *returned*, i.e. after its response (say the loopback round trip through Envoy).
+//! of threads at `evalDuration/2` with half the calls), is a connection to worker
+//! `(i + j) mod workers` and makes `calls` synchronous calls; a rejected or timed-out call
+//! stops its thread. A call's handler runs `exec` (drawn by [`jitter`] with `serviceJitter`),
+//! then returns (the request may keep its seats for `additionalLatency`). With `think`
+//! (upstream `uniformClient`) the next call arrives `exec + think` after the previous one was
+//! *dispatched*, so with `think` 0 just before its predecessor's seat is released; with
+//! `roundTrip` (a real closed-loop client) that long after the previous handler returned.
 //!
 //! The flow hash is used as is, as upstream's harness does. The shuffle-sharding dealer reads
 //! it as digits (in bases `queues`, `queues − 1`, …), so a small hash (such as upstream's
 //! `1001001001`) deals a hand whose last cards are the lowest queues: with 64 queues and hands
-//! of 8, `1001001001` and `2002002002` share 4 queues. Real flow hashes are 64-bit; use such
-//! hashes to model independent flows.
-//!
-//! `serviceJitter` j draws each call's exec uniformly from `[exec·(1−j), exec·(1+j)]`
-//! ([`jitter`]). Without it every call takes exactly `exec`.
+//! of 8, `1001001001` and `2002002002` share 4 queues. Real flow hashes are 64-bit.
 //!
 //! # Workers
-//! Thread `j` of client `i` is a connection to worker `(i + j) mod workers`. Each worker is an
-//! Envoy worker of the filter ([`engine_level`]). With one worker the dispatch order, times and
-//! rejections are exactly the bare QueueSet's (upstream's harness, `"engine": false`;
-//! tests/simulate_engine.rs compares them event by event on every fixture), and with several
-//! the same (the dispatch order does not depend on which worker dispatches). Not modelled:
-//! borrowing between levels (upstream's harness has none), mailbox latency (a notice for
-//! another worker is handled at once), CAS conflicts (workers take turns), lease expiry
-//! (workers never die).
+//! Each worker is an Envoy worker of the filter ([`engine_level`]). With any number of them
+//! the dispatch order, times and rejections are the bare QueueSet's (upstream's harness,
+//! `"engine": false`; tests/simulate_engine.rs compares them event by event with one worker):
+//! the dispatch order does not depend on which worker dispatches. Not modelled: borrowing
+//! between levels (upstream's harness has none), mailbox latency (a notice for another worker
+//! is handled at once), CAS conflicts (workers take turns), lease expiry (workers never die).
 //!
 //! # Results
-//! Per client ([`ClientResult`]): the time-weighted number of *initial* seats executing over
-//! `[start, start + evalDuration]` and its two halves, exactly as the upstream harness
-//! integrates it (from exact integer integrals, seat·ns); calls executed and rejected over the
-//! whole run, which continues past the window until every thread is done; throughput and
-//! queue-wait percentiles inside the window.
-//!
-//! Time is virtual. Upstream's fake event clock runs all events due at one instant concurrently
-//! (in an unspecified order) before advancing; here events are processed in (time, scheduling
-//! order), which is one of those orders, so the result is deterministic: same input, same bytes.
-//!
-//! # Phase locking
-//! Why a closed-loop client (`roundTrip`) beside a heavier flow gets less than its fair share
-//! with a constant service time, measured in Envoy and predicted here: docs/simulate.md.
+//! [`ClientResult`]; seats are integrated as the upstream harness does, from exact integer
+//! integrals (seat·ns). Upstream's fake event clock runs all events due at one instant
+//! concurrently (in an unspecified order) before advancing; here events are processed in
+//! (time, scheduling order), which is one of those orders, so the same input gives the same
+//! bytes.
 
 mod admission;
 mod engine_level;
@@ -132,22 +108,19 @@ pub fn run_scenario_with(json: &[u8], opts: &Options) -> Result<Run, String> {
     sc.engine = opts.engine.unwrap_or(sc.engine);
     scenario::check_workers(sc.engine, sc.workers)?;
     let bounds = [sc.start, add_time(sc.start, sc.eval / 2)?, add_time(sc.start, sc.eval)?];
-    let acc = Accounts::new(sc.clients.len(), bounds, opts.trace);
+    let acc = Accounts::new(sc.clients.len(), bounds, opts);
     let shared = MemStore::new();
     let adm: Box<dyn Admission> = if sc.engine {
         Box::new(EngineLevel::new(&shared, &sc)?)
     } else {
         Box::new(BareQueueSet::new(sc.cfg, sc.start)?)
     };
-    let mut lp = EventLoop::new(&sc, adm, acc, opts.record_calls)?;
+    let mut lp = EventLoop::new(&sc, adm, acc)?;
     lp.run()?;
-    let epoch_advances = lp.adm.epoch_advances()?;
-    let (clients, changes) = lp.acc.finish();
-    let [start, _, eval_end] = bounds;
-    let concurrency_limit = sc.cfg.concurrency_limit;
-    let trace = SeatTrace { start, eval_end, concurrency_limit, changes: changes.unwrap_or_default() };
+    let epoch_advances = lp.adm.queue_set()?.map_or(0, |qs| qs.counters().epoch_advances);
+    let (clients, trace, calls) = lp.acc.finish(sc.cfg.concurrency_limit);
     let result = SimulationResult { clients, epoch_advances, workers: sc.workers };
-    Ok(Run { result, trace, calls: lp.calls.unwrap_or_default() })
+    Ok(Run { result, trace, calls })
 }
 
 /// Upstream test helper `fairAlloc`: max-min fair allocation of `capacity` to `demands`.

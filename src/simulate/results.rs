@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use super::admission::CallId;
 use crate::fairqueuing::RejectReason;
 use crate::Nanos;
 
@@ -124,18 +125,14 @@ pub struct Accounts {
     bounds: [Nanos; 3],
     clients: Vec<Account>,
     trace: Option<Vec<SeatChange>>,
+    calls: Option<Vec<CallEvent>>,
 }
 
 impl Accounts {
-    pub fn new(clients: usize, bounds: [Nanos; 3], traced: bool) -> Accounts {
+    pub fn new(clients: usize, bounds: [Nanos; 3], opts: &super::Options) -> Accounts {
         let [start, ..] = bounds;
         let clients = (0..clients).map(|_| Account { last: start, ..Account::default() }).collect();
-        Accounts { bounds, clients, trace: traced.then(Vec::new) }
-    }
-
-    fn in_window(&self, t: Nanos) -> bool {
-        let [start, _, end] = self.bounds;
-        t >= start && t <= end
+        Accounts { bounds, clients, trace: opts.trace.then(Vec::new), calls: opts.record_calls.then(Vec::new) }
     }
 
     /// The client's executing seats change by `delta` at `now`.
@@ -155,40 +152,44 @@ impl Accounts {
         }
     }
 
-    /// A call of the client started executing at `now` after waiting `waited`.
-    pub fn started(&mut self, client: usize, now: Nanos, waited: Nanos, seats: i64) {
-        let in_window = self.in_window(now);
-        if let Some(a) = self.clients.get_mut(client) {
-            a.result.executed += 1;
-            if in_window {
-                a.waits.push(waited);
+    /// What happened at `t` to `call` of the client, whose calls take `seats` initial seats.
+    pub fn note(&mut self, t: Nanos, client: usize, call: CallId, kind: CallKind, seats: i64) {
+        let client32 = u32::try_from(client).unwrap_or(u32::MAX);
+        if let Some(calls) = self.calls.as_mut() {
+            calls.push(CallEvent { t, client: client32, thread: call.thread, call: call.k, kind });
+        }
+        let [start, _, end] = self.bounds;
+        let in_window = t >= start && t <= end;
+        let Some(a) = self.clients.get_mut(client) else { return };
+        let delta = match kind {
+            CallKind::Arrive => return,
+            CallKind::Start { waited } => {
+                a.result.executed += 1;
+                if in_window {
+                    a.waits.push(waited);
+                }
+                seats
             }
-        }
-        self.add_seats(client, now, seats);
-    }
-
-    /// A call of the client returned from its handler at `now`.
-    pub fn ended(&mut self, client: usize, now: Nanos, seats: i64) {
-        if let (true, Some(a)) = (self.in_window(now), self.clients.get_mut(client)) {
-            a.completed += 1;
-        }
-        self.add_seats(client, now, -seats);
-    }
-
-    pub fn rejected(&mut self, client: usize, reason: RejectReason) {
-        if let Some(a) = self.clients.get_mut(client) {
-            let r = &mut a.result.rejected;
-            match reason {
-                RejectReason::QueueFull => r.queue_full += 1,
-                RejectReason::ConcurrencyLimit => r.concurrency_limit += 1,
-                RejectReason::TimeOut => r.time_out += 1,
+            CallKind::End => {
+                a.completed += u64::from(in_window);
+                -seats
             }
-        }
+            CallKind::Reject(reason) => {
+                let r = &mut a.result.rejected;
+                *match reason {
+                    RejectReason::QueueFull => &mut r.queue_full,
+                    RejectReason::ConcurrencyLimit => &mut r.concurrency_limit,
+                    RejectReason::TimeOut => &mut r.time_out,
+                } += 1;
+                return;
+            }
+        };
+        self.add_seats(client, t, delta);
     }
 
     /// Closes the integrals at the end of the window and computes the averages, throughputs
-    /// and wait percentiles.
-    pub fn finish(mut self) -> (Vec<ClientResult>, Option<Vec<SeatChange>>) {
+    /// and wait percentiles; the seat trace of a level of `concurrency_limit` seats.
+    pub fn finish(mut self, concurrency_limit: u32) -> (Vec<ClientResult>, SeatTrace, Vec<CallEvent>) {
         let [start, mid, end] = self.bounds;
         for i in 0..self.clients.len() {
             let last = self.clients.get(i).map_or(end, |a| a.last);
@@ -205,7 +206,9 @@ impl Accounts {
             a.result.queue_wait = percentiles(&mut a.waits);
             a.result
         });
-        (results.collect(), self.trace)
+        let changes = self.trace.unwrap_or_default();
+        let trace = SeatTrace { start, eval_end: end, concurrency_limit, changes };
+        (results.collect(), trace, self.calls.unwrap_or_default())
     }
 }
 

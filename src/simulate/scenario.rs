@@ -34,7 +34,6 @@ impl DurationIn {
     }
 }
 
-/// `d.get(what)`, 0 when absent.
 fn or_zero(d: &Option<DurationIn>, what: &str) -> Result<Nanos, String> {
     d.as_ref().map_or(Ok(0), |d| d.get(what))
 }
@@ -133,6 +132,9 @@ pub struct Scenario {
     pub seed: u64,
     /// False: the bare QueueSet instead of the engine (`"engine": false`).
     pub engine: bool,
+    /// Whether the level can ever have a timer event (`QueueSet::next_event`: a wait deadline,
+    /// or seats lingering for an additional latency).
+    pub timers: bool,
 }
 
 pub fn ranged(v: i64, lo: i64, hi: i64, what: &str) -> Result<u32, String> {
@@ -219,13 +221,7 @@ impl Scenario {
             clients.push(Client { hash, threads, calls, exec, jitter, pacing, work, split: ci.split });
         }
         let seed = sc.seed.unwrap_or(1);
-        Ok(Scenario { cfg, exempt: pl.exempt, eval, start, wait_limit, clients, workers, seed, engine })
-    }
-
-    /// Whether the level can ever have a timer event (`QueueSet::next_event`: a wait deadline,
-    /// or seats lingering for an additional latency): only then does the event loop read the
-    /// level's next event after each step.
-    pub fn has_timers(&self) -> bool {
-        self.wait_limit.is_some() || self.clients.iter().any(|c| c.work.additional_latency != 0)
+        let timers = wait_limit.is_some() || clients.iter().any(|c| c.work.additional_latency != 0);
+        Ok(Scenario { cfg, exempt: pl.exempt, eval, start, wait_limit, clients, workers, seed, engine, timers })
     }
 }
