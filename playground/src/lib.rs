@@ -237,9 +237,7 @@ pub fn priority_level_json(p: &PriorityLevelObject) -> Value {
     if let Some(l) = &p.spec.limited {
         let mut lim = Map::new();
         lim.insert("nominalConcurrencyShares".into(), json!(l.nominal_concurrency_shares));
-        if let Some(x) = l.lendable_percent {
-            lim.insert("lendablePercent".into(), json!(x));
-        }
+        lim.insert("lendablePercent".into(), json!(l.lendable_percent));
         if let Some(x) = l.borrowing_limit_percent {
             lim.insert("borrowingLimitPercent".into(), json!(x));
         }
@@ -255,14 +253,13 @@ pub fn priority_level_json(p: &PriorityLevelObject) -> Value {
         spec.insert("limited".into(), Value::Object(lim));
     }
     if let Some(e) = &p.spec.exempt {
-        let mut ex = Map::new();
-        if let Some(x) = e.nominal_concurrency_shares {
-            ex.insert("nominalConcurrencyShares".into(), json!(x));
-        }
-        if let Some(x) = e.lendable_percent {
-            ex.insert("lendablePercent".into(), json!(x));
-        }
-        spec.insert("exempt".into(), Value::Object(ex));
+        spec.insert(
+            "exempt".into(),
+            json!({
+                "nominalConcurrencyShares": e.nominal_concurrency_shares,
+                "lendablePercent": e.lendable_percent
+            }),
+        );
     }
     json!({
         "apiVersion": API_VERSION,
