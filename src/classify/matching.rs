@@ -26,10 +26,7 @@ fn resource_eq(entry: &str, resource: &str, subresource: &str) -> bool {
     if subresource.is_empty() {
         return entry == resource;
     }
-    entry.len() == resource.len() + 1 + subresource.len()
-        && entry.starts_with(resource)
-        && entry.ends_with(subresource)
-        && entry.as_bytes().get(resource.len()) == Some(&b'/')
+    entry.strip_prefix(resource).and_then(|r| r.strip_prefix('/')) == Some(subresource)
 }
 
 fn subject_matches(s: &Subject, user: &UserInfo) -> bool {
@@ -37,10 +34,8 @@ fn subject_matches(s: &Subject, user: &UserInfo) -> bool {
         Subject::User { name } => name == WILDCARD || *name == user.name,
         Subject::Group { name } => name == WILDCARD || user.groups.iter().any(|g| g == name),
         Subject::ServiceAccount { namespace, name } => {
-            let Some(rest) = user.name.strip_prefix(SA_PREFIX) else { return false };
-            let Some(rest) = rest.strip_prefix(namespace.as_str()) else { return false };
-            let Some(rest) = rest.strip_prefix(':') else { return false };
-            name == WILDCARD || rest == name
+            let rest = user.name.strip_prefix(SA_PREFIX).and_then(|r| r.strip_prefix(namespace.as_str()));
+            rest.and_then(|r| r.strip_prefix(':')).is_some_and(|r| name == WILDCARD || r == name)
         }
         Subject::Invalid => false,
     }

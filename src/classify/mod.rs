@@ -53,7 +53,7 @@ const HASH_MEMO_MAX_LEN: usize = 256;
 /// distinguisher). SHA-256 is by far the most expensive step of classification (especially in
 /// Wasm, without hardware SHA), and the same flows come back again and again. A hit returns
 /// exactly what `flow_hash` would compute; a miss (or a busy lock) computes it.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct HashMemo {
     slots: std::sync::Mutex<Vec<Option<(usize, String, u64)>>>,
 }
@@ -91,12 +91,6 @@ impl Clone for HashMemo {
     }
 }
 
-impl std::fmt::Debug for HashMemo {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("HashMemo")
-    }
-}
-
 /// A policy compiled for fast classification.
 #[derive(Debug, Clone)]
 pub struct Classifier {
@@ -118,16 +112,12 @@ impl Classifier {
         Classifier { schemas, fallback, memo: HashMemo::default() }
     }
 
-    /// Index of the first matching FlowSchema (or the catch-all).
-    pub fn matching_schema(&self, info: &RequestInfo, user: &UserInfo) -> usize {
-        let keys = UserKeys::new(user);
-        self.schemas.iter().position(|s| s.matches(info, user, &keys)).unwrap_or(self.fallback)
-    }
-
-    /// Classifies one request. The policy must contain at least one FlowSchema (the effective
-    /// policy always holds `catch-all`); otherwise indices 0 are returned.
+    /// Classifies one request: the first matching FlowSchema, or the catch-all. The policy must
+    /// contain at least one FlowSchema (the effective policy always holds `catch-all`); otherwise
+    /// indices 0 are returned.
     pub fn classify(&self, info: &RequestInfo, user: &UserInfo) -> Classification {
-        let idx = self.matching_schema(info, user);
+        let keys = UserKeys::new(user);
+        let idx = self.schemas.iter().position(|s| s.matches(info, user, &keys)).unwrap_or(self.fallback);
         let Some(s) = self.schemas.get(idx) else {
             return Classification { flow_schema: 0, priority_level: 0, distinguisher: String::new(), flow_hash: 0 };
         };

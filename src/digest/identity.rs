@@ -64,10 +64,7 @@ impl FromStr for Cidr {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let s = s.trim();
-        let (a, p) = match s.split_once('/') {
-            Some((a, p)) => (a, Some(p)),
-            None => (s, None),
-        };
+        let (a, p) = s.split_once('/').map_or((s, None), |(a, p)| (a, Some(p)));
         let addr = IpAddr::from_str(a).map_err(|_| format!("invalid CIDR {s:?}: bad address"))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = match p {
@@ -519,22 +516,20 @@ impl IdentityConfig {
     /// Configuration problems (CIDRs are already checked while deserializing).
     pub fn validate(&self) -> Vec<String> {
         let mut errs = Vec::new();
+        let forwarding = self.set_front_proxy_headers;
         for (i, s) in self.sources.iter().enumerate() {
-            if self.set_front_proxy_headers {
-                match s {
-                    // Forwarding what Impersonate-* claims as the authenticated user would let any
-                    // client become anyone: kube-apiserver authorizes impersonation itself.
-                    IdentitySource::Impersonation { .. } => errs.push(format!(
-                        "identity.sources[{i}]: an impersonation source cannot be used with setFrontProxyHeaders (the impersonated user would be forwarded as authenticated; kube-apiserver authorizes Impersonate-* headers itself, which reach it unchanged)"
-                    )),
-                    IdentitySource::FrontProxy { trusted_source_cidrs, .. } if trusted_source_cidrs.is_empty() => errs.push(format!(
-                        "identity.sources[{i}]: a frontProxy source used with setFrontProxyHeaders needs trustedSourceCidrs (the authenticating hop's addresses); otherwise any client's X-Remote-* headers would be forwarded as its identity"
-                    )),
-                    _ => {}
-                }
-            }
             match s {
-                IdentitySource::FrontProxy { user_header, group_header, .. } => {
+                // Forwarding what Impersonate-* claims as the authenticated user would let any
+                // client become anyone: kube-apiserver authorizes impersonation itself.
+                IdentitySource::Impersonation { .. } if forwarding => errs.push(format!(
+                    "identity.sources[{i}]: an impersonation source cannot be used with setFrontProxyHeaders (the impersonated user would be forwarded as authenticated; kube-apiserver authorizes Impersonate-* headers itself, which reach it unchanged)"
+                )),
+                IdentitySource::FrontProxy { user_header, group_header, trusted_source_cidrs, .. } => {
+                    if forwarding && trusted_source_cidrs.is_empty() {
+                        errs.push(format!(
+                            "identity.sources[{i}]: a frontProxy source used with setFrontProxyHeaders needs trustedSourceCidrs (the authenticating hop's addresses); otherwise any client's X-Remote-* headers would be forwarded as its identity"
+                        ));
+                    }
                     for (key, h) in [("userHeader", user_header), ("groupHeader", group_header)] {
                         if !is_token(h) {
                             errs.push(format!("identity.sources[{i}].{key}: {h:?} is not a valid header name"));

@@ -169,13 +169,8 @@ fn lenient_bool(v: &str) -> bool {
     !(v == "0" || v.eq_ignore_ascii_case("false"))
 }
 
-/// The list options of a raw query (no parsing at all for the common empty query). Integers
-/// parse as Go's `strconv.ParseInt(s, 10, 64)` does.
+/// The list options of a raw query. Integers parse as Go's `strconv.ParseInt(s, 10, 64)` does.
 fn parse_list_query(raw_query: &[u8]) -> ListQuery {
-    if raw_query.is_empty() {
-        // Every option absent, and empty selectors parse.
-        return ListQuery::default();
-    }
     let q = parse_query(raw_query);
     let get = |key: &str| q.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
     let text = |key| get(key).unwrap_or_default().to_string();
@@ -206,10 +201,6 @@ fn split_target(path_and_query: &[u8]) -> (String, &[u8], bool) {
     let mut it = path_and_query.splitn(2, |&b| b == b'?');
     let (raw_path, raw_query) = (it.next().unwrap_or_default(), it.next().unwrap_or_default());
     let ctl = path_and_query.iter().any(|&b| b < 0x20 || b == 0x7f);
-    if !raw_path.contains(&b'%') {
-        // Nothing to decode: one allocation for the path.
-        return (String::from_utf8_lossy(raw_path).into_owned(), raw_query, ctl);
-    }
     let (path, bad) = percent_decode(raw_path, false);
     (lossy(path), raw_query, bad || ctl)
 }
@@ -291,21 +282,9 @@ pub fn parse_request_info(method: &str, path_and_query: &[u8]) -> RequestInfo {
 
     let mut verb_via_path = false;
     let mut verb: &str = match cur.peek3() {
-        [Some(v @ ("proxy" | "watch")), next, _] => {
-            if next.is_none() {
-                // upstream: "unable to determine kind and namespace from url" (500)
-                return RequestInfo {
-                    is_resource_request: true,
-                    verb: v.to_string(),
-                    api_prefix: api_prefix.to_string(),
-                    api_group: api_group.to_string(),
-                    api_version: api_version.to_string(),
-                    invalid: true,
-                    query,
-                    path,
-                    ..RequestInfo::default()
-                };
-            }
+        // Nothing after the verb: upstream fails with "unable to determine kind and namespace
+        // from url" (500); here the resource stays empty, which flags the request invalid.
+        [Some(v @ ("proxy" | "watch")), _, _] => {
             cur.next();
             verb_via_path = true;
             v
@@ -336,25 +315,17 @@ pub fn parse_request_info(method: &str, path_and_query: &[u8]) -> RequestInfo {
     if name.is_empty() && verb == "get" {
         verb = if query.watch { "watch" } else { "list" };
         // When decoding the list options fails, only `watch` is read.
-        let terms = if query.decode_failed() || query.field_selector.is_empty() {
-            None
-        } else {
-            selectors::parse_field_selector(&query.field_selector)
-        };
-        match terms.as_deref().and_then(|t| selectors::requires_exact_match(t, "metadata.name")) {
-            Some(n) if is_valid_path_segment_name(n) => name = n.to_string(),
-            _ => {}
+        let terms = selectors::parse_field_selector(&query.field_selector);
+        let terms = terms.filter(|_| !query.decode_failed()).unwrap_or_default();
+        let pinned = selectors::requires_exact_match(&terms, "metadata.name");
+        if let Some(n) = pinned.filter(|n| is_valid_path_segment_name(n)) {
+            name = n.to_string();
         }
     }
     if name.is_empty() && verb == "delete" {
         verb = "deletecollection";
     }
-    let (field_selector, label_selector) =
-        if !verb_via_path && matches!(verb, "list" | "watch" | "deletecollection") {
-            (query.field_selector.clone(), query.label_selector.clone())
-        } else {
-            (String::new(), String::new())
-        };
+    let keep_selectors = !verb_via_path && matches!(verb, "list" | "watch" | "deletecollection");
     // `cur` is a suffix of the trimmed path: its range in `path`.
     let parts_end = path.trim_end_matches('/').len();
     RequestInfo {
@@ -368,8 +339,8 @@ pub fn parse_request_info(method: &str, path_and_query: &[u8]) -> RequestInfo {
         subresource: subresource.to_string(),
         name,
         parts_range: (parts_end.saturating_sub(cur.0.len()), parts_end),
-        field_selector,
-        label_selector,
+        field_selector: keep_selectors.then(|| query.field_selector.clone()).unwrap_or_default(),
+        label_selector: keep_selectors.then(|| query.label_selector.clone()).unwrap_or_default(),
         invalid,
         query,
         path,

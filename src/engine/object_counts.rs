@@ -68,14 +68,6 @@ impl ObjectCountTracker {
         self.entries.iter().map(|(k, (s, at))| (k.as_str(), s, *at))
     }
 
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
     /// How many entries are stale at `now`.
     pub fn stale(&self, now: Nanos, stale_after: Nanos) -> usize {
         self.entries.values().filter(|(_, at)| now.saturating_sub(*at) > stale_after).count()
@@ -162,7 +154,8 @@ impl SharedCounts {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::with_capacity(64 + 48 * (self.tracker.len() + self.learned.len()));
+        let entries = self.tracker.entries.len() + self.learned.entries.len();
+        let mut w = Writer::with_capacity(64 + 48 * entries);
         w.u8(VERSION);
         w.i64(self.next_poll);
         w.u64(self.poller);
