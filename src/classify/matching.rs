@@ -111,13 +111,12 @@ pub(crate) struct UserKeys {
 impl UserKeys {
     pub(crate) fn new(user: &UserInfo) -> Self {
         let mut k = UserKeys { keys: [0; MAX_KEYS], len: 0, overflow: user.groups.len() + 1 > MAX_KEYS };
-        if !k.overflow {
-            let names = std::iter::once((KEY_USER, user.name.as_str()))
-                .chain(user.groups.iter().map(|g| (KEY_GROUP, g.as_str())));
-            for (slot, (kind, name)) in k.keys.iter_mut().zip(names) {
-                *slot = subject_key(kind, name);
-                k.len += 1;
-            }
+        // With too many groups only the first keys are filled, and `overflow` ignores them.
+        let names = std::iter::once((KEY_USER, user.name.as_str()))
+            .chain(user.groups.iter().map(|g| (KEY_GROUP, g.as_str())));
+        for (slot, (kind, name)) in k.keys.iter_mut().zip(names) {
+            *slot = subject_key(kind, name);
+            k.len += 1;
         }
         k
     }

@@ -74,10 +74,9 @@ impl HashMemo {
         }
         let i = Self::slot(schema, distinguisher);
         let Some(slot) = slots.get_mut(i) else { return flow_hash(fs_name, distinguisher) };
-        if let Some((s, d, h)) = slot {
-            if *s == schema && d == distinguisher {
-                return *h;
-            }
+        let hit = slot.as_ref().filter(|(s, d, _)| *s == schema && d == distinguisher);
+        if let Some((_, _, h)) = hit {
+            return *h;
         }
         let h = flow_hash(fs_name, distinguisher);
         *slot = Some((schema, distinguisher.to_string(), h));
@@ -117,7 +116,8 @@ impl Classifier {
     /// indices 0 are returned.
     pub fn classify(&self, info: &RequestInfo, user: &UserInfo) -> Classification {
         let keys = UserKeys::new(user);
-        let idx = self.schemas.iter().position(|s| s.matches(info, user, &keys)).unwrap_or(self.fallback);
+        let matches = |s: &CompiledSchema| s.matches(info, user, &keys);
+        let idx = self.schemas.iter().position(matches).unwrap_or(self.fallback);
         let Some(s) = self.schemas.get(idx) else {
             return Classification { flow_schema: 0, priority_level: 0, distinguisher: String::new(), flow_hash: 0 };
         };

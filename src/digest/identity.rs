@@ -122,8 +122,8 @@ fn default_groups() -> String {
 /// One identity source. Every kind accepts `trustedSourceCidrs`, `requireMtls`, `stripUntrusted`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "type", rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all_fields = "camelCase")]
 pub enum IdentitySource {
-    #[serde(rename_all = "camelCase")]
     FrontProxy {
         #[serde(default = "default_user_header")]
         user_header: String,
@@ -138,7 +138,6 @@ pub enum IdentitySource {
         #[serde(default)]
         strip_untrusted: bool,
     },
-    #[serde(rename_all = "camelCase")]
     Impersonation {
         #[serde(default)]
         trusted_source_cidrs: Vec<Cidr>,
@@ -147,7 +146,6 @@ pub enum IdentitySource {
         #[serde(default)]
         strip_untrusted: bool,
     },
-    #[serde(rename_all = "camelCase")]
     ClientCertificate {
         #[serde(default)]
         trusted_source_cidrs: Vec<Cidr>,
@@ -157,7 +155,6 @@ pub enum IdentitySource {
         #[serde(default)]
         strip_untrusted: bool,
     },
-    #[serde(rename_all = "camelCase")]
     Jwt {
         /// The `payload_in_metadata` name configured in Envoy's jwt_authn filter.
         #[serde(default = "default_jwt_metadata_key")]
@@ -380,10 +377,7 @@ fn raw_from_source(src: &IdentitySource, input: &IdentityInput) -> Option<Stated
         }
         IdentitySource::Jwt { user_claim, groups_claim, user_prefix, groups_prefix, .. } => {
             let claims = input.jwt_claims?;
-            let user = claims.get(user_claim.as_str())?.as_str()?;
-            if user.is_empty() {
-                return None;
-            }
+            let user = claims.get(user_claim.as_str())?.as_str().filter(|u| !u.is_empty())?;
             let groups: Vec<&str> = match claims.get(groups_claim.as_str()) {
                 Some(serde_json::Value::String(g)) => vec![g],
                 Some(serde_json::Value::Array(a)) => a.iter().filter_map(|v| v.as_str()).collect(),

@@ -225,9 +225,8 @@ impl<'a> Iterator for Segments<'a> {
 }
 
 impl<'a> Segments<'a> {
-    fn peek3(self) -> [Option<&'a str>; 3] {
-        let mut c = self;
-        [c.next(), c.next(), c.next()]
+    fn peek3(mut self) -> [Option<&'a str>; 3] {
+        [self.next(), self.next(), self.next()]
     }
 }
 

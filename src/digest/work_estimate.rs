@@ -283,14 +283,11 @@ fn ceil_div_f64(x: f64, d: f64) -> u64 {
 pub fn seats_based_on_object_count(stats: ObjectStats, limit: i64, has_selector: bool, from_cache: bool, matches_single: bool) -> u64 {
     let num_stored = stats.count;
     let limited = if limit > 0 && limit < num_stored { limit } else { num_stored };
-    let objects = if matches_single {
-        1
-    } else if from_cache {
-        num_stored
-    } else if has_selector {
-        num_stored.saturating_add(limited)
-    } else {
-        limited.saturating_mul(2)
+    let objects = match (matches_single, from_cache, has_selector) {
+        (true, _, _) => 1,
+        (_, true, _) => num_stored,
+        (_, _, true) => num_stored.saturating_add(limited),
+        _ => limited.saturating_mul(2),
     };
     ceil_div_f64(objects as f64, OBJECTS_PER_SEAT)
 }
@@ -301,14 +298,10 @@ pub fn seats_based_on_object_size(mut stats: ObjectStats, limit: i64, has_select
         stats.average_object_size_bytes = MAX_OBJECT_SIZE;
     }
     let limited = if limit > 0 && limit < stats.count { limit } else { stats.count };
-    let objects = if matches_single {
-        1
-    } else if from_cache {
-        limited
-    } else if has_selector {
-        limited.max(stats.count / 2)
-    } else {
-        limited
+    let objects = match (matches_single, from_cache, has_selector) {
+        (true, _, _) => 1,
+        (_, false, true) => limited.max(stats.count / 2),
+        _ => limited,
     };
     let mut bytes = objects.saturating_mul(stats.average_object_size_bytes);
     if from_cache {

@@ -194,13 +194,9 @@ pub fn claim(store: &dyn Store, now: Nanos, instance: u64, timeout: Nanos) -> Re
         }
         s.next_poll = now.saturating_add(timeout).saturating_add(CLAIM_GRACE);
         s.poller = instance;
-        Ok((s.encode(), ()))
+        Ok((s.encode(), true))
     });
-    match claimed {
-        Ok(()) => Ok(true),
-        Err(None) => Ok(false),
-        Err(Some(e)) => Err(EngineError::Store(e)),
-    }
+    claimed.or_else(|e| e.map_or(Ok(false), |e| Err(EngineError::Store(e))))
 }
 
 /// Records a poll's outcome: the scraped counts (each resource set at `now`, old entries
