@@ -101,13 +101,10 @@ pub struct Classifier {
 
 impl Classifier {
     pub fn new(policy: &Policy) -> Self {
-        let schemas: Vec<CompiledSchema> =
-            policy.flow_schemas.iter().map(|fs| CompiledSchema::new(fs, policy)).collect();
-        let fallback = policy
-            .flow_schemas
-            .iter()
-            .position(|fs| fs.name == "catch-all")
-            .unwrap_or(policy.flow_schemas.len().saturating_sub(1));
+        let fs = &policy.flow_schemas;
+        let schemas = fs.iter().map(|f| CompiledSchema::new(f, policy)).collect();
+        let catch_all = fs.iter().position(|f| f.name == "catch-all");
+        let fallback = catch_all.unwrap_or(fs.len().saturating_sub(1));
         Classifier { schemas, fallback, memo: HashMemo::default() }
     }
 

@@ -325,17 +325,14 @@ pub fn parse_subject(s: &str) -> Vec<(String, String)> {
     while let Some(&c) = b.get(i) {
         i += 1;
         match c {
-            b'\\' => match (b.get(i..).and_then(hex_byte), b.get(i)) {
-                (Some(d), _) => {
-                    cur.push(d);
-                    i += 2;
-                }
-                (None, Some(&n)) => {
-                    cur.push(n);
-                    i += 1;
-                }
-                (None, None) => {}
-            },
+            b'\\' => {
+                let (byte, len) = match b.get(i..).and_then(hex_byte) {
+                    Some(d) => (Some(d), 2),
+                    None => (b.get(i).copied(), 1),
+                };
+                cur.extend(byte);
+                i += len;
+            }
             b',' | b'+' | b';' => rdns.push(std::mem::take(&mut cur)),
             _ => cur.push(c),
         }

@@ -48,17 +48,13 @@ const STORAGE_OBJECTS: usize = 2;
 /// Bytes that decide whether a line is one of the three: the longest name and one more.
 const HEAD: usize = 39;
 
-/// Whether `b` can continue a Prometheus metric name (`[a-zA-Z0-9_:]`).
-fn is_name_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'_' || b == b':'
-}
-
 /// Which of the three metrics `line` is a sample of (its name, then the line's end or a byte
 /// that cannot continue a name), and what follows the name.
 fn metric_of(line: &[u8]) -> Option<(usize, &[u8])> {
     METRICS.iter().enumerate().find_map(|(i, name)| {
         let rest = line.strip_prefix(*name)?;
-        (!rest.first().is_some_and(|&b| is_name_byte(b))).then_some((i, rest))
+        let continues_name = |b: &u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b':');
+        (!rest.first().is_some_and(continues_name)).then_some((i, rest))
     })
 }
 

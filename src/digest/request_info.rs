@@ -25,7 +25,6 @@ use crate::Nanos;
 pub struct ListQuery {
     /// `limit` (0 when absent or unparsable).
     pub limit: i64,
-    /// `continue` token.
     pub continue_token: String,
     pub resource_version: String,
     pub resource_version_match: String,
@@ -130,16 +129,12 @@ fn percent_decode(s: &[u8], plus_is_space: bool) -> (Vec<u8>, bool) {
     while let Some(&b) = s.get(i) {
         i += 1;
         match b {
-            b'%' => match s.get(i..).and_then(hex_byte) {
-                Some(d) => {
-                    out.push(d);
-                    i += 2;
-                }
-                None => {
-                    bad = true;
-                    out.push(b);
-                }
-            },
+            b'%' => {
+                let decoded = s.get(i..).and_then(hex_byte);
+                bad |= decoded.is_none();
+                i += if decoded.is_some() { 2 } else { 0 };
+                out.push(decoded.unwrap_or(b));
+            }
             b'+' if plus_is_space => out.push(b' '),
             _ => out.push(b),
         }
@@ -245,12 +240,8 @@ pub fn parse_generic(method: &str, path_and_query: &[u8], namespace: Option<&[u8
 /// The verb of a resource request not named by the path (`POST` → create, …), by method.
 fn method_verb(method: &str) -> &'static str {
     const VERBS: [(&str, &str); 6] = [
-        ("POST", "create"),
-        ("GET", "get"),
-        ("HEAD", "get"),
-        ("PUT", "update"),
-        ("PATCH", "patch"),
-        ("DELETE", "delete"),
+        ("POST", "create"), ("GET", "get"), ("HEAD", "get"),
+        ("PUT", "update"), ("PATCH", "patch"), ("DELETE", "delete"),
     ];
     VERBS.iter().find(|(m, _)| method.eq_ignore_ascii_case(m)).map_or("", |(_, verb)| verb)
 }
@@ -338,8 +329,8 @@ pub fn parse_request_info(method: &str, path_and_query: &[u8]) -> RequestInfo {
         subresource: subresource.to_string(),
         name,
         parts_range: (parts_end.saturating_sub(cur.0.len()), parts_end),
-        field_selector: keep_selectors.then(|| query.field_selector.clone()).unwrap_or_default(),
-        label_selector: keep_selectors.then(|| query.label_selector.clone()).unwrap_or_default(),
+        field_selector: if keep_selectors { query.field_selector.clone() } else { String::new() },
+        label_selector: if keep_selectors { query.label_selector.clone() } else { String::new() },
         invalid,
         query,
         path,

@@ -43,10 +43,9 @@ pub struct ObjectCountTracker {
 impl ObjectCountTracker {
     /// `objectCountTracker.Set`.
     pub fn set(&mut self, key: &str, stats: ObjectStats, now: Nanos) {
-        if stats.count < 0 {
-            return;
+        if stats.count >= 0 {
+            self.entries.insert(key.to_string(), (stats, now));
         }
-        self.entries.insert(key.to_string(), (stats, now));
     }
 
     /// `objectCountTracker.Get` for (group, resource).
