@@ -47,11 +47,7 @@ fn url_matches(u: &str, path: &str) -> bool {
         return true;
     }
     let p = u.strip_suffix('*').unwrap_or(u);
-    if p.ends_with('/') {
-        path.starts_with(p)
-    } else {
-        path.len() > p.len() && path.starts_with(p) && path.as_bytes().get(p.len()) == Some(&b'/')
-    }
+    path.strip_prefix(p).is_some_and(|rest| p.ends_with('/') || rest.starts_with('/'))
 }
 
 fn resource_rule_matches(r: &ResourcePolicyRule, info: &RequestInfo) -> bool {

@@ -424,10 +424,7 @@ pub struct FrontProxyHeaders {
 /// NUL, …) and no leading or trailing whitespace (which an HTTP parser would trim, turning e.g.
 /// `" system:masters"` into `"system:masters"`).
 fn forwardable(v: &str) -> bool {
-    !v.is_empty()
-        && !v.bytes().any(|b| b < 0x20 || b == 0x7f)
-        && !v.starts_with([' ', '\t'])
-        && !v.ends_with([' ', '\t'])
+    !v.is_empty() && !v.bytes().any(|b| b.is_ascii_control()) && v.trim_matches([' ', '\t']) == v
 }
 
 impl IdentityConfig {
