@@ -8,10 +8,8 @@ use crate::Nanos;
 /// Parses a Go duration string into nanoseconds. Errors name the offending input like Go does.
 pub fn parse_go_duration(s: &str) -> Result<Nanos, String> {
     let err = || format!("time: invalid duration {s:?}");
-    let (neg, mut rest) = match s.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, s.strip_prefix('+').unwrap_or(s)),
-    };
+    let neg = s.starts_with('-');
+    let mut rest = s.strip_prefix(['-', '+']).unwrap_or(s);
     if rest == "0" {
         return Ok(0);
     }

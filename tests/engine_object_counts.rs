@@ -78,7 +78,7 @@ fn tracker_follows_upstream_rules() {
     assert_eq!(t.stale(stale_after + 1, stale_after), 2);
     t.set("pods", ObjectStats { count: 11, average_object_size_bytes: 100 }, PRUNE_AFTER);
     t.prune(PRUNE_AFTER + 1);
-    assert_eq!(t.len(), 1, "deployments not refreshed within an hour are pruned");
+    assert_eq!(t.entries().count(), 1, "deployments not refreshed within an hour are pruned");
     assert_eq!(t.get("apps", "deployments", PRUNE_AFTER + 1, stale_after), StatsLookup::NotFound);
 }
 

@@ -26,10 +26,7 @@ fn resource_eq(entry: &str, resource: &str, subresource: &str) -> bool {
     if subresource.is_empty() {
         return entry == resource;
     }
-    entry.len() == resource.len() + 1 + subresource.len()
-        && entry.starts_with(resource)
-        && entry.ends_with(subresource)
-        && entry.as_bytes().get(resource.len()) == Some(&b'/')
+    entry.strip_prefix(resource).and_then(|r| r.strip_prefix('/')) == Some(subresource)
 }
 
 fn subject_matches(s: &Subject, user: &UserInfo) -> bool {
@@ -37,10 +34,8 @@ fn subject_matches(s: &Subject, user: &UserInfo) -> bool {
         Subject::User { name } => name == WILDCARD || *name == user.name,
         Subject::Group { name } => name == WILDCARD || user.groups.iter().any(|g| g == name),
         Subject::ServiceAccount { namespace, name } => {
-            let Some(rest) = user.name.strip_prefix(SA_PREFIX) else { return false };
-            let Some(rest) = rest.strip_prefix(namespace.as_str()) else { return false };
-            let Some(rest) = rest.strip_prefix(':') else { return false };
-            name == WILDCARD || rest == name
+            let rest = user.name.strip_prefix(SA_PREFIX).and_then(|r| r.strip_prefix(namespace.as_str()));
+            rest.and_then(|r| r.strip_prefix(':')).is_some_and(|r| name == WILDCARD || r == name)
         }
         Subject::Invalid => false,
     }
@@ -52,11 +47,7 @@ fn url_matches(u: &str, path: &str) -> bool {
         return true;
     }
     let p = u.strip_suffix('*').unwrap_or(u);
-    if p.ends_with('/') {
-        path.starts_with(p)
-    } else {
-        path.len() > p.len() && path.starts_with(p) && path.as_bytes().get(p.len()) == Some(&b'/')
-    }
+    path.strip_prefix(p).is_some_and(|rest| p.ends_with('/') || rest.starts_with('/'))
 }
 
 fn resource_rule_matches(r: &ResourcePolicyRule, info: &RequestInfo) -> bool {
@@ -116,13 +107,12 @@ pub(crate) struct UserKeys {
 impl UserKeys {
     pub(crate) fn new(user: &UserInfo) -> Self {
         let mut k = UserKeys { keys: [0; MAX_KEYS], len: 0, overflow: user.groups.len() + 1 > MAX_KEYS };
-        if !k.overflow {
-            let names = std::iter::once((KEY_USER, user.name.as_str()))
-                .chain(user.groups.iter().map(|g| (KEY_GROUP, g.as_str())));
-            for (slot, (kind, name)) in k.keys.iter_mut().zip(names) {
-                *slot = subject_key(kind, name);
-                k.len += 1;
-            }
+        // With too many groups only the first keys are filled, and `overflow` ignores them.
+        let names = std::iter::once((KEY_USER, user.name.as_str()))
+            .chain(user.groups.iter().map(|g| (KEY_GROUP, g.as_str())));
+        for (slot, (kind, name)) in k.keys.iter_mut().zip(names) {
+            *slot = subject_key(kind, name);
+            k.len += 1;
         }
         k
     }

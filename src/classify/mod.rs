@@ -53,7 +53,7 @@ const HASH_MEMO_MAX_LEN: usize = 256;
 /// distinguisher). SHA-256 is by far the most expensive step of classification (especially in
 /// Wasm, without hardware SHA), and the same flows come back again and again. A hit returns
 /// exactly what `flow_hash` would compute; a miss (or a busy lock) computes it.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct HashMemo {
     slots: std::sync::Mutex<Vec<Option<(usize, String, u64)>>>,
 }
@@ -74,10 +74,9 @@ impl HashMemo {
         }
         let i = Self::slot(schema, distinguisher);
         let Some(slot) = slots.get_mut(i) else { return flow_hash(fs_name, distinguisher) };
-        if let Some((s, d, h)) = slot {
-            if *s == schema && d == distinguisher {
-                return *h;
-            }
+        let hit = slot.as_ref().filter(|(s, d, _)| *s == schema && d == distinguisher);
+        if let Some((_, _, h)) = hit {
+            return *h;
         }
         let h = flow_hash(fs_name, distinguisher);
         *slot = Some((schema, distinguisher.to_string(), h));
@@ -88,12 +87,6 @@ impl HashMemo {
 impl Clone for HashMemo {
     fn clone(&self) -> Self {
         HashMemo::default()
-    }
-}
-
-impl std::fmt::Debug for HashMemo {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("HashMemo")
     }
 }
 
@@ -108,26 +101,20 @@ pub struct Classifier {
 
 impl Classifier {
     pub fn new(policy: &Policy) -> Self {
-        let schemas: Vec<CompiledSchema> =
-            policy.flow_schemas.iter().map(|fs| CompiledSchema::new(fs, policy)).collect();
-        let fallback = policy
-            .flow_schemas
-            .iter()
-            .position(|fs| fs.name == "catch-all")
-            .unwrap_or(policy.flow_schemas.len().saturating_sub(1));
+        let fs = &policy.flow_schemas;
+        let schemas = fs.iter().map(|f| CompiledSchema::new(f, policy)).collect();
+        let catch_all = fs.iter().position(|f| f.name == "catch-all");
+        let fallback = catch_all.unwrap_or(fs.len().saturating_sub(1));
         Classifier { schemas, fallback, memo: HashMemo::default() }
     }
 
-    /// Index of the first matching FlowSchema (or the catch-all).
-    pub fn matching_schema(&self, info: &RequestInfo, user: &UserInfo) -> usize {
-        let keys = UserKeys::new(user);
-        self.schemas.iter().position(|s| s.matches(info, user, &keys)).unwrap_or(self.fallback)
-    }
-
-    /// Classifies one request. The policy must contain at least one FlowSchema (the effective
-    /// policy always holds `catch-all`); otherwise indices 0 are returned.
+    /// Classifies one request: the first matching FlowSchema, or the catch-all. The policy must
+    /// contain at least one FlowSchema (the effective policy always holds `catch-all`); otherwise
+    /// indices 0 are returned.
     pub fn classify(&self, info: &RequestInfo, user: &UserInfo) -> Classification {
-        let idx = self.matching_schema(info, user);
+        let keys = UserKeys::new(user);
+        let matches = |s: &CompiledSchema| s.matches(info, user, &keys);
+        let idx = self.schemas.iter().position(matches).unwrap_or(self.fallback);
         let Some(s) = self.schemas.get(idx) else {
             return Classification { flow_schema: 0, priority_level: 0, distinguisher: String::new(), flow_hash: 0 };
         };

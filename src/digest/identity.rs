@@ -64,10 +64,7 @@ impl FromStr for Cidr {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let s = s.trim();
-        let (a, p) = match s.split_once('/') {
-            Some((a, p)) => (a, Some(p)),
-            None => (s, None),
-        };
+        let (a, p) = s.split_once('/').map_or((s, None), |(a, p)| (a, Some(p)));
         let addr = IpAddr::from_str(a).map_err(|_| format!("invalid CIDR {s:?}: bad address"))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = match p {
@@ -125,8 +122,8 @@ fn default_groups() -> String {
 /// One identity source. Every kind accepts `trustedSourceCidrs`, `requireMtls`, `stripUntrusted`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "type", rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all_fields = "camelCase")]
 pub enum IdentitySource {
-    #[serde(rename_all = "camelCase")]
     FrontProxy {
         #[serde(default = "default_user_header")]
         user_header: String,
@@ -141,7 +138,6 @@ pub enum IdentitySource {
         #[serde(default)]
         strip_untrusted: bool,
     },
-    #[serde(rename_all = "camelCase")]
     Impersonation {
         #[serde(default)]
         trusted_source_cidrs: Vec<Cidr>,
@@ -150,7 +146,6 @@ pub enum IdentitySource {
         #[serde(default)]
         strip_untrusted: bool,
     },
-    #[serde(rename_all = "camelCase")]
     ClientCertificate {
         #[serde(default)]
         trusted_source_cidrs: Vec<Cidr>,
@@ -160,7 +155,6 @@ pub enum IdentitySource {
         #[serde(default)]
         strip_untrusted: bool,
     },
-    #[serde(rename_all = "camelCase")]
     Jwt {
         /// The `payload_in_metadata` name configured in Envoy's jwt_authn filter.
         #[serde(default = "default_jwt_metadata_key")]
@@ -331,17 +325,14 @@ pub fn parse_subject(s: &str) -> Vec<(String, String)> {
     while let Some(&c) = b.get(i) {
         i += 1;
         match c {
-            b'\\' => match (b.get(i..).and_then(hex_byte), b.get(i)) {
-                (Some(d), _) => {
-                    cur.push(d);
-                    i += 2;
-                }
-                (None, Some(&n)) => {
-                    cur.push(n);
-                    i += 1;
-                }
-                (None, None) => {}
-            },
+            b'\\' => {
+                let (byte, len) = match b.get(i..).and_then(hex_byte) {
+                    Some(d) => (Some(d), 2),
+                    None => (b.get(i).copied(), 1),
+                };
+                cur.extend(byte);
+                i += len;
+            }
             b',' | b'+' | b';' => rdns.push(std::mem::take(&mut cur)),
             _ => cur.push(c),
         }
@@ -383,10 +374,7 @@ fn raw_from_source(src: &IdentitySource, input: &IdentityInput) -> Option<Stated
         }
         IdentitySource::Jwt { user_claim, groups_claim, user_prefix, groups_prefix, .. } => {
             let claims = input.jwt_claims?;
-            let user = claims.get(user_claim.as_str())?.as_str()?;
-            if user.is_empty() {
-                return None;
-            }
+            let user = claims.get(user_claim.as_str())?.as_str().filter(|u| !u.is_empty())?;
             let groups: Vec<&str> = match claims.get(groups_claim.as_str()) {
                 Some(serde_json::Value::String(g)) => vec![g],
                 Some(serde_json::Value::Array(a)) => a.iter().filter_map(|v| v.as_str()).collect(),
@@ -436,10 +424,7 @@ pub struct FrontProxyHeaders {
 /// NUL, …) and no leading or trailing whitespace (which an HTTP parser would trim, turning e.g.
 /// `" system:masters"` into `"system:masters"`).
 fn forwardable(v: &str) -> bool {
-    !v.is_empty()
-        && !v.bytes().any(|b| b < 0x20 || b == 0x7f)
-        && !v.starts_with([' ', '\t'])
-        && !v.ends_with([' ', '\t'])
+    !v.is_empty() && !v.bytes().any(|b| b.is_ascii_control()) && v.trim_matches([' ', '\t']) == v
 }
 
 impl IdentityConfig {
@@ -519,22 +504,20 @@ impl IdentityConfig {
     /// Configuration problems (CIDRs are already checked while deserializing).
     pub fn validate(&self) -> Vec<String> {
         let mut errs = Vec::new();
+        let forwarding = self.set_front_proxy_headers;
         for (i, s) in self.sources.iter().enumerate() {
-            if self.set_front_proxy_headers {
-                match s {
-                    // Forwarding what Impersonate-* claims as the authenticated user would let any
-                    // client become anyone: kube-apiserver authorizes impersonation itself.
-                    IdentitySource::Impersonation { .. } => errs.push(format!(
-                        "identity.sources[{i}]: an impersonation source cannot be used with setFrontProxyHeaders (the impersonated user would be forwarded as authenticated; kube-apiserver authorizes Impersonate-* headers itself, which reach it unchanged)"
-                    )),
-                    IdentitySource::FrontProxy { trusted_source_cidrs, .. } if trusted_source_cidrs.is_empty() => errs.push(format!(
-                        "identity.sources[{i}]: a frontProxy source used with setFrontProxyHeaders needs trustedSourceCidrs (the authenticating hop's addresses); otherwise any client's X-Remote-* headers would be forwarded as its identity"
-                    )),
-                    _ => {}
-                }
-            }
             match s {
-                IdentitySource::FrontProxy { user_header, group_header, .. } => {
+                // Forwarding what Impersonate-* claims as the authenticated user would let any
+                // client become anyone: kube-apiserver authorizes impersonation itself.
+                IdentitySource::Impersonation { .. } if forwarding => errs.push(format!(
+                    "identity.sources[{i}]: an impersonation source cannot be used with setFrontProxyHeaders (the impersonated user would be forwarded as authenticated; kube-apiserver authorizes Impersonate-* headers itself, which reach it unchanged)"
+                )),
+                IdentitySource::FrontProxy { user_header, group_header, trusted_source_cidrs, .. } => {
+                    if forwarding && trusted_source_cidrs.is_empty() {
+                        errs.push(format!(
+                            "identity.sources[{i}]: a frontProxy source used with setFrontProxyHeaders needs trustedSourceCidrs (the authenticating hop's addresses); otherwise any client's X-Remote-* headers would be forwarded as its identity"
+                        ));
+                    }
                     for (key, h) in [("userHeader", user_header), ("groupHeader", group_header)] {
                         if !is_token(h) {
                             errs.push(format!("identity.sources[{i}].{key}: {h:?} is not a valid header name"));

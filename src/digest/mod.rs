@@ -6,6 +6,5 @@ pub mod identity;
 pub mod initial_events;
 pub mod list_size;
 pub mod object_counts;
-pub mod pbstruct;
 pub mod request_info;
 pub mod work_estimate;

@@ -48,38 +48,26 @@ const STORAGE_OBJECTS: usize = 2;
 /// Bytes that decide whether a line is one of the three: the longest name and one more.
 const HEAD: usize = 39;
 
-/// Whether `b` can continue a Prometheus metric name (`[a-zA-Z0-9_:]`).
-fn is_name_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'_' || b == b':'
-}
-
 /// Which of the three metrics `line` is a sample of (its name, then the line's end or a byte
 /// that cannot continue a name), and what follows the name.
 fn metric_of(line: &[u8]) -> Option<(usize, &[u8])> {
     METRICS.iter().enumerate().find_map(|(i, name)| {
         let rest = line.strip_prefix(*name)?;
-        (!rest.first().is_some_and(|&b| is_name_byte(b))).then_some((i, rest))
+        let continues_name = |b: &u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b':');
+        (!rest.first().is_some_and(continues_name)).then_some((i, rest))
     })
 }
 
 /// Index of the first `\n` in `s`, eight bytes at a time.
 fn find_newline(s: &[u8]) -> Option<usize> {
     const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = 0x8080_8080_8080_8080;
-    const NL: u64 = LO * (b'\n' as u64);
-    let mut words = s.chunks_exact(8);
-    let mut base = 0usize;
-    for w in words.by_ref() {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(w);
-        let x = u64::from_le_bytes(a) ^ NL;
-        // Nonzero iff some byte of x is zero, i.e. some byte of the word is '\n'.
-        if x.wrapping_sub(LO) & !x & HI != 0 {
-            return w.iter().position(|&b| b == b'\n').map(|i| base + i);
-        }
-        base += 8;
-    }
-    words.remainder().iter().position(|&b| b == b'\n').map(|i| base + i)
+    // `x` (the word with every byte xor '\n') has a zero byte iff the word has a '\n'.
+    let no_newline = |w: &[u8]| {
+        let x = u64::from_le_bytes(w.try_into().unwrap_or([b'\n'; 8])) ^ (LO * u64::from(b'\n'));
+        x.wrapping_sub(LO) & !x & (LO << 7) == 0
+    };
+    let skip = s.chunks_exact(8).take_while(|w| no_newline(w)).count() * 8;
+    s.get(skip..)?.iter().position(|&b| b == b'\n').map(|i| skip + i)
 }
 
 /// Streaming scanner of a kube-apiserver `/metrics` body: [`MetricsScanner::feed`] the body in

@@ -25,7 +25,6 @@ use crate::Nanos;
 pub struct ListQuery {
     /// `limit` (0 when absent or unparsable).
     pub limit: i64,
-    /// `continue` token.
     pub continue_token: String,
     pub resource_version: String,
     pub resource_version_match: String,
@@ -130,16 +129,12 @@ fn percent_decode(s: &[u8], plus_is_space: bool) -> (Vec<u8>, bool) {
     while let Some(&b) = s.get(i) {
         i += 1;
         match b {
-            b'%' => match s.get(i..).and_then(hex_byte) {
-                Some(d) => {
-                    out.push(d);
-                    i += 2;
-                }
-                None => {
-                    bad = true;
-                    out.push(b);
-                }
-            },
+            b'%' => {
+                let decoded = s.get(i..).and_then(hex_byte);
+                bad |= decoded.is_none();
+                i += if decoded.is_some() { 2 } else { 0 };
+                out.push(decoded.unwrap_or(b));
+            }
             b'+' if plus_is_space => out.push(b' '),
             _ => out.push(b),
         }
@@ -169,13 +164,8 @@ fn lenient_bool(v: &str) -> bool {
     !(v == "0" || v.eq_ignore_ascii_case("false"))
 }
 
-/// The list options of a raw query (no parsing at all for the common empty query). Integers
-/// parse as Go's `strconv.ParseInt(s, 10, 64)` does.
+/// The list options of a raw query. Integers parse as Go's `strconv.ParseInt(s, 10, 64)` does.
 fn parse_list_query(raw_query: &[u8]) -> ListQuery {
-    if raw_query.is_empty() {
-        // Every option absent, and empty selectors parse.
-        return ListQuery::default();
-    }
     let q = parse_query(raw_query);
     let get = |key: &str| q.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
     let text = |key| get(key).unwrap_or_default().to_string();
@@ -206,10 +196,6 @@ fn split_target(path_and_query: &[u8]) -> (String, &[u8], bool) {
     let mut it = path_and_query.splitn(2, |&b| b == b'?');
     let (raw_path, raw_query) = (it.next().unwrap_or_default(), it.next().unwrap_or_default());
     let ctl = path_and_query.iter().any(|&b| b < 0x20 || b == 0x7f);
-    if !raw_path.contains(&b'%') {
-        // Nothing to decode: one allocation for the path.
-        return (String::from_utf8_lossy(raw_path).into_owned(), raw_query, ctl);
-    }
     let (path, bad) = percent_decode(raw_path, false);
     (lossy(path), raw_query, bad || ctl)
 }
@@ -234,9 +220,8 @@ impl<'a> Iterator for Segments<'a> {
 }
 
 impl<'a> Segments<'a> {
-    fn peek3(self) -> [Option<&'a str>; 3] {
-        let mut c = self;
-        [c.next(), c.next(), c.next()]
+    fn peek3(mut self) -> [Option<&'a str>; 3] {
+        [self.next(), self.next(), self.next()]
     }
 }
 
@@ -255,12 +240,8 @@ pub fn parse_generic(method: &str, path_and_query: &[u8], namespace: Option<&[u8
 /// The verb of a resource request not named by the path (`POST` → create, …), by method.
 fn method_verb(method: &str) -> &'static str {
     const VERBS: [(&str, &str); 6] = [
-        ("POST", "create"),
-        ("GET", "get"),
-        ("HEAD", "get"),
-        ("PUT", "update"),
-        ("PATCH", "patch"),
-        ("DELETE", "delete"),
+        ("POST", "create"), ("GET", "get"), ("HEAD", "get"),
+        ("PUT", "update"), ("PATCH", "patch"), ("DELETE", "delete"),
     ];
     VERBS.iter().find(|(m, _)| method.eq_ignore_ascii_case(m)).map_or("", |(_, verb)| verb)
 }
@@ -291,21 +272,9 @@ pub fn parse_request_info(method: &str, path_and_query: &[u8]) -> RequestInfo {
 
     let mut verb_via_path = false;
     let mut verb: &str = match cur.peek3() {
-        [Some(v @ ("proxy" | "watch")), next, _] => {
-            if next.is_none() {
-                // upstream: "unable to determine kind and namespace from url" (500)
-                return RequestInfo {
-                    is_resource_request: true,
-                    verb: v.to_string(),
-                    api_prefix: api_prefix.to_string(),
-                    api_group: api_group.to_string(),
-                    api_version: api_version.to_string(),
-                    invalid: true,
-                    query,
-                    path,
-                    ..RequestInfo::default()
-                };
-            }
+        // Nothing after the verb: upstream fails with "unable to determine kind and namespace
+        // from url" (500); here the resource stays empty, which flags the request invalid.
+        [Some(v @ ("proxy" | "watch")), _, _] => {
             cur.next();
             verb_via_path = true;
             v
@@ -336,25 +305,17 @@ pub fn parse_request_info(method: &str, path_and_query: &[u8]) -> RequestInfo {
     if name.is_empty() && verb == "get" {
         verb = if query.watch { "watch" } else { "list" };
         // When decoding the list options fails, only `watch` is read.
-        let terms = if query.decode_failed() || query.field_selector.is_empty() {
-            None
-        } else {
-            selectors::parse_field_selector(&query.field_selector)
-        };
-        match terms.as_deref().and_then(|t| selectors::requires_exact_match(t, "metadata.name")) {
-            Some(n) if is_valid_path_segment_name(n) => name = n.to_string(),
-            _ => {}
+        let terms = selectors::parse_field_selector(&query.field_selector);
+        let terms = terms.filter(|_| !query.decode_failed()).unwrap_or_default();
+        let pinned = selectors::requires_exact_match(&terms, "metadata.name");
+        if let Some(n) = pinned.filter(|n| is_valid_path_segment_name(n)) {
+            name = n.to_string();
         }
     }
     if name.is_empty() && verb == "delete" {
         verb = "deletecollection";
     }
-    let (field_selector, label_selector) =
-        if !verb_via_path && matches!(verb, "list" | "watch" | "deletecollection") {
-            (query.field_selector.clone(), query.label_selector.clone())
-        } else {
-            (String::new(), String::new())
-        };
+    let keep_selectors = !verb_via_path && matches!(verb, "list" | "watch" | "deletecollection");
     // `cur` is a suffix of the trimmed path: its range in `path`.
     let parts_end = path.trim_end_matches('/').len();
     RequestInfo {
@@ -368,8 +329,8 @@ pub fn parse_request_info(method: &str, path_and_query: &[u8]) -> RequestInfo {
         subresource: subresource.to_string(),
         name,
         parts_range: (parts_end.saturating_sub(cur.0.len()), parts_end),
-        field_selector,
-        label_selector,
+        field_selector: if keep_selectors { query.field_selector.clone() } else { String::new() },
+        label_selector: if keep_selectors { query.label_selector.clone() } else { String::new() },
         invalid,
         query,
         path,

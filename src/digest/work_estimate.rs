@@ -108,23 +108,6 @@ pub enum StatsLookup {
 }
 
 impl WorkEstimatorConfig {
-    pub fn max_list_seats(&self) -> u32 {
-        if self.size_based_list_cost {
-            MAXIMUM_LIST_SEATS_SIZE_BASED
-        } else {
-            MAXIMUM_LIST_SEATS_COUNT_BASED
-        }
-    }
-
-    /// Object stats for (group, resource): the `objectCounts` table, which overrides the
-    /// cluster's counts (`cluster`, consulted only for resources the table does not list).
-    pub fn stats_with(&self, group: &str, resource: &str, cluster: ClusterStats) -> StatsLookup {
-        match self.stats(group, resource) {
-            StatsLookup::NotFound => cluster(group, resource),
-            found => found,
-        }
-    }
-
     /// Object stats for (group, resource) from the `objectCounts` table alone.
     pub fn stats(&self, group: &str, resource: &str) -> StatsLookup {
         let average_object_size_bytes = self.default_average_object_size_bytes;
@@ -166,6 +149,11 @@ pub fn resource_key(group: &str, resource: &str) -> String {
     }
 }
 
+/// An estimate of `initial_seats` seats and nothing more.
+fn seats(initial_seats: u32) -> WorkEstimate {
+    WorkEstimate { initial_seats, final_seats: 0, additional_latency: 0 }
+}
+
 /// The per-level limit (`plMaxSeats`; `None`/0 = estimator's own limit) clamped to `limit`.
 fn clamp_max(pl_max_seats: Option<u32>, limit: u32) -> u32 {
     pl_max_seats.filter(|&m| m != 0 && m <= limit).unwrap_or(limit)
@@ -189,11 +177,15 @@ pub fn estimate(cfg: &WorkEstimatorConfig, info: &RequestInfo, pl_max_seats: Opt
 pub fn estimate_with(cfg: &WorkEstimatorConfig, info: &RequestInfo, pl_max_seats: Option<u32>, watch_count: u32, cluster: ClusterStats) -> (WorkEstimate, Option<StatsLookup>) {
     match info.verb.as_str() {
         "list" | "watch" if info.verb == "list" || cfg.watch_list => {
-            let stats = cfg.stats_with(&info.api_group, &info.resource, cluster);
+            // The `objectCounts` table overrides the cluster's counts.
+            let stats = match cfg.stats(&info.api_group, &info.resource) {
+                StatsLookup::NotFound => cluster(&info.api_group, &info.resource),
+                found => found,
+            };
             (estimate_list_with_stats(cfg, info, pl_max_seats, stats), Some(stats))
         }
         "create" | "update" | "patch" | "delete" => (estimate_mutating(cfg, info, pl_max_seats, watch_count), None),
-        _ => (WorkEstimate { initial_seats: MINIMUM_SEATS, final_seats: 0, additional_latency: 0 }, None),
+        _ => (seats(MINIMUM_SEATS), None),
     }
 }
 
@@ -248,34 +240,38 @@ pub fn estimate_list_with_stats(
     pl_max_seats: Option<u32>,
     stats: StatsLookup,
 ) -> WorkEstimate {
-    let one = |s: u32| WorkEstimate { initial_seats: s, final_seats: 0, additional_latency: 0 };
-    let max_seats = clamp_max(pl_max_seats, cfg.max_list_seats());
+    let max_seats = if cfg.size_based_list_cost {
+        MAXIMUM_LIST_SEATS_SIZE_BASED
+    } else {
+        MAXIMUM_LIST_SEATS_COUNT_BASED
+    };
+    let max_seats = clamp_max(pl_max_seats, max_seats);
     let matches_single = !info.name.is_empty();
     let q = &info.query;
     if q.options_error {
-        return one(max_seats);
+        return seats(max_seats);
     }
     // A WATCH with no initial events: neither `sendInitialEvents=true` nor a legacy RV.
     let legacy = q.resource_version.is_empty() || q.resource_version == "0";
     if info.verb == "watch" && q.send_initial_events != Some(true) && !legacy {
-        return one(MINIMUM_SEATS);
+        return seats(MINIMUM_SEATS);
     }
     let from_cache = info.verb == "watch" || !list_from_storage(info, cfg.consistent_reads_from_cache);
     let stats = match stats {
         StatsLookup::Found(s) => s,
-        StatsLookup::NotFound => return one(MINIMUM_SEATS),
+        StatsLookup::NotFound => return seats(MINIMUM_SEATS),
         StatsLookup::Stale | StatsLookup::OtherError => {
             ObjectStats { count: INFINITE_OBJECT_COUNT, average_object_size_bytes: MAX_OBJECT_SIZE }
         }
     };
     let has_selector = !q.field_selector.is_empty() || !q.label_selector.is_empty();
-    let seats = if cfg.size_based_list_cost {
+    let n = if cfg.size_based_list_cost {
         seats_based_on_object_size(stats, q.limit, has_selector, from_cache, matches_single)
     } else {
         seats_based_on_object_count(stats, q.limit, has_selector, from_cache, matches_single)
     };
-    let seats = seats.clamp(u64::from(MINIMUM_SEATS), u64::from(max_seats.max(MINIMUM_SEATS)));
-    one(u32::try_from(seats).unwrap_or(max_seats))
+    let n = n.clamp(u64::from(MINIMUM_SEATS), u64::from(max_seats.max(MINIMUM_SEATS)));
+    seats(u32::try_from(n).unwrap_or(max_seats))
 }
 
 fn ceil_div_f64(x: f64, d: f64) -> u64 {
@@ -287,14 +283,11 @@ fn ceil_div_f64(x: f64, d: f64) -> u64 {
 pub fn seats_based_on_object_count(stats: ObjectStats, limit: i64, has_selector: bool, from_cache: bool, matches_single: bool) -> u64 {
     let num_stored = stats.count;
     let limited = if limit > 0 && limit < num_stored { limit } else { num_stored };
-    let objects = if matches_single {
-        1
-    } else if from_cache {
-        num_stored
-    } else if has_selector {
-        num_stored.saturating_add(limited)
-    } else {
-        limited.saturating_mul(2)
+    let objects = match (matches_single, from_cache, has_selector) {
+        (true, _, _) => 1,
+        (_, true, _) => num_stored,
+        (_, _, true) => num_stored.saturating_add(limited),
+        _ => limited.saturating_mul(2),
     };
     ceil_div_f64(objects as f64, OBJECTS_PER_SEAT)
 }
@@ -305,14 +298,10 @@ pub fn seats_based_on_object_size(mut stats: ObjectStats, limit: i64, has_select
         stats.average_object_size_bytes = MAX_OBJECT_SIZE;
     }
     let limited = if limit > 0 && limit < stats.count { limit } else { stats.count };
-    let objects = if matches_single {
-        1
-    } else if from_cache {
-        limited
-    } else if has_selector {
-        limited.max(stats.count / 2)
-    } else {
-        limited
+    let objects = match (matches_single, from_cache, has_selector) {
+        (true, _, _) => 1,
+        (_, false, true) => limited.max(stats.count / 2),
+        _ => limited,
     };
     let mut bytes = objects.saturating_mul(stats.average_object_size_bytes);
     if from_cache {
@@ -323,7 +312,7 @@ pub fn seats_based_on_object_size(mut stats: ObjectStats, limit: i64, has_select
 
 /// Mutating estimator (`mutating_work_estimator.go: estimate`).
 pub fn estimate_mutating(cfg: &WorkEstimatorConfig, info: &RequestInfo, pl_max_seats: Option<u32>, watch_count: u32) -> WorkEstimate {
-    let mut out = WorkEstimate { initial_seats: MINIMUM_SEATS, final_seats: 0, additional_latency: 0 };
+    let mut out = seats(MINIMUM_SEATS);
     // Disabled, or a request exempt from watch events (`isRequestExemptFromWatchEvents`).
     if !cfg.mutating_enabled || (info.resource == "serviceaccounts" && info.subresource == "token") {
         return out;
@@ -385,7 +374,7 @@ impl WatchTracker {
         if info.verb != "watch" {
             return None;
         }
-        if info.api_group.is_empty() && info.resource == "pods" && !pod_node_name_index(info).is_empty() {
+        if info.api_group.is_empty() && info.resource == "pods" && pinned_to_node(info) {
             return None;
         }
         let key = WatchKey {
@@ -471,14 +460,10 @@ impl WatchTracker {
     }
 }
 
-/// `getIndexValue(r, "spec.nodeName")`: the pinned node name, "" when not pinned or when the
-/// list options do not decode.
-fn pod_node_name_index(info: &RequestInfo) -> String {
-    if info.query.decode_failed() {
-        return String::new();
-    }
-    match selectors::parse_field_selector(&info.query.field_selector) {
-        Some(terms) => selectors::requires_exact_match(&terms, "spec.nodeName").unwrap_or_default().to_string(),
-        None => String::new(),
-    }
+/// Whether `getIndexValue(r, "spec.nodeName")` is a node name (not "", which it also is when the
+/// list options do not decode).
+fn pinned_to_node(info: &RequestInfo) -> bool {
+    let q = &info.query;
+    let node = |t: Vec<_>| selectors::requires_exact_match(&t, "spec.nodeName").is_some_and(|n| !n.is_empty());
+    !q.decode_failed() && selectors::parse_field_selector(&q.field_selector).is_some_and(node)
 }

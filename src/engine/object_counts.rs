@@ -43,10 +43,9 @@ pub struct ObjectCountTracker {
 impl ObjectCountTracker {
     /// `objectCountTracker.Set`.
     pub fn set(&mut self, key: &str, stats: ObjectStats, now: Nanos) {
-        if stats.count < 0 {
-            return;
+        if stats.count >= 0 {
+            self.entries.insert(key.to_string(), (stats, now));
         }
-        self.entries.insert(key.to_string(), (stats, now));
     }
 
     /// `objectCountTracker.Get` for (group, resource).
@@ -66,14 +65,6 @@ impl ObjectCountTracker {
     /// Every entry: key, stats, time last set.
     pub fn entries(&self) -> impl Iterator<Item = (&str, &ObjectStats, Nanos)> {
         self.entries.iter().map(|(k, (s, at))| (k.as_str(), s, *at))
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
     }
 
     /// How many entries are stale at `now`.
@@ -162,7 +153,8 @@ impl SharedCounts {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::with_capacity(64 + 48 * (self.tracker.len() + self.learned.len()));
+        let entries = self.tracker.entries.len() + self.learned.entries.len();
+        let mut w = Writer::with_capacity(64 + 48 * entries);
         w.u8(VERSION);
         w.i64(self.next_poll);
         w.u64(self.poller);
@@ -201,13 +193,9 @@ pub fn claim(store: &dyn Store, now: Nanos, instance: u64, timeout: Nanos) -> Re
         }
         s.next_poll = now.saturating_add(timeout).saturating_add(CLAIM_GRACE);
         s.poller = instance;
-        Ok((s.encode(), ()))
+        Ok((s.encode(), true))
     });
-    match claimed {
-        Ok(()) => Ok(true),
-        Err(None) => Ok(false),
-        Err(Some(e)) => Err(EngineError::Store(e)),
-    }
+    claimed.or_else(|e| e.map_or(Ok(false), |e| Err(EngineError::Store(e))))
 }
 
 /// Records a poll's outcome: the scraped counts (each resource set at `now`, old entries
