@@ -47,11 +47,6 @@ pub fn tabwrite(text: &str, minwidth: usize, padding: usize) -> String {
     out
 }
 
-/// Upstream `row(columns...)`: join with `",\t"`.
-pub fn row(columns: &[&str]) -> String {
-    columns.join(",\t")
-}
-
 /// One row of `dump_priority_levels`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PriorityLevelRow {
@@ -121,7 +116,7 @@ pub struct RequestRow {
     pub details: Option<RequestDetails>,
 }
 
-/// Appends upstream's `row(columns...)` and a newline.
+/// Appends upstream's `row(columns...)` (joined with `",\t"`) and a newline.
 fn push_row(text: &mut String, columns: &[&dyn Display]) {
     for (i, c) in columns.iter().enumerate() {
         let _ = write!(text, "{}{c}", if i == 0 { "" } else { ",\t" });
@@ -133,11 +128,11 @@ fn push_row(text: &mut String, columns: &[&dyn Display]) {
 pub fn dump_priority_levels(rows: &[PriorityLevelRow]) -> String {
     let mut sorted: Vec<&PriorityLevelRow> = rows.iter().collect();
     sorted.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut text = row(&[
+    let mut text = [
         "PriorityLevelName", "ActiveQueues", "IsIdle", "IsQuiescing", "WaitingRequests",
         "ExecutingRequests", "DispatchedRequests", "RejectedRequests", "TimedoutRequests",
         "CancelledRequests",
-    ]) + "\n";
+    ].join(",\t") + "\n";
     for r in sorted {
         push_row(&mut text, &[&r.name, &r.active_queues, &r.is_idle, &r.is_quiescing, &r.waiting,
             &r.executing, &r.dispatched, &r.rejected, &r.timedout, &r.cancelled]);
@@ -147,10 +142,10 @@ pub fn dump_priority_levels(rows: &[PriorityLevelRow]) -> String {
 
 /// `dump_queues` body.
 pub fn dump_queues(rows: &[QueueRow]) -> String {
-    let mut text = row(&[
+    let mut text = [
         "PriorityLevelName", "Index", "PendingRequests", "ExecutingRequests", "SeatsInUse",
         "NextDispatchR", "InitialSeatsSum", "MaxSeatsSum", "TotalWorkSum",
-    ]) + "\n";
+    ].join(",\t") + "\n";
     for r in rows {
         push_row(&mut text, &[&r.level, &r.index, &r.pending, &r.executing, &r.seats_in_use,
             &r.next_dispatch_r, &r.initial_seats_sum, &r.max_seats_sum, &r.total_work_sum]);
@@ -178,11 +173,12 @@ pub fn dump_requests(rows: &[RequestRow], include_details: bool) -> String {
         header.extend(["UserName", "Verb", "APIPath", "Namespace", "Name", "APIVersion", "Resource",
             "SubResource"]);
     }
-    let mut text = row(&header) + "\n";
+    let mut text = header.join(",\t") + "\n";
     let empty = RequestDetails::default();
     for r in rows {
         let arrive = format_rfc3339_nano(r.arrive_time_ns_unix);
-        let start = format_rfc3339_nano_opt(r.start_time_ns_unix);
+        // Not started: Go's zero `time.Time`.
+        let start = r.start_time_ns_unix.map_or("0001-01-01T00:00:00Z".into(), format_rfc3339_nano);
         let mut cells: Vec<&dyn Display> = vec![&r.level, &r.flow_schema, &r.queue_index,
             &r.index_in_queue, &r.flow_distinguisher, &arrive, &r.initial_seats, &r.final_seats,
             &r.additional_latency, &start];
@@ -196,9 +192,6 @@ pub fn dump_requests(rows: &[RequestRow], include_details: bool) -> String {
     }
     tabwrite(&text, TAB_MINWIDTH, TAB_PADDING)
 }
-
-/// Go's zero `time.Time` formatted with RFC3339Nano.
-pub const GO_ZERO_TIME_RFC3339: &str = "0001-01-01T00:00:00Z";
 
 /// Civil date from days since 1970-01-01 (proleptic Gregorian; H. Hinnant's algorithm).
 pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
@@ -231,11 +224,6 @@ pub fn format_rfc3339_nano(unix_nanos: i64) -> String {
     s
 }
 
-/// As [`format_rfc3339_nano`], `None` → Go's zero time `0001-01-01T00:00:00Z`.
-pub fn format_rfc3339_nano_opt(unix_nanos: Option<i64>) -> String {
-    unix_nanos.map_or_else(|| GO_ZERO_TIME_RFC3339.to_string(), format_rfc3339_nano)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,7 +235,6 @@ mod tests {
         assert_eq!(format_rfc3339_nano(1_700_000_000_123_456_789), "2023-11-14T22:13:20.123456789Z");
         assert_eq!(format_rfc3339_nano(951_782_400_000_000_010), "2000-02-29T00:00:00.00000001Z");
         assert_eq!(format_rfc3339_nano(-1), "1969-12-31T23:59:59.999999999Z");
-        assert_eq!(format_rfc3339_nano_opt(None), "0001-01-01T00:00:00Z");
         let _ = format_rfc3339_nano(i64::MIN);
         let _ = format_rfc3339_nano(i64::MAX);
         assert_eq!(civil_from_days(-719_162), (1, 1, 1));
