@@ -58,8 +58,7 @@ pub fn encode(store: &dyn Store, key: &str, st: LevelState) -> Vec<u8> {
     let mut c = w.cache.borrow_mut();
     match c.entries.iter_mut().find(|e| e.key == key) {
         Some(e) => {
-            e.bytes.clear();
-            e.bytes.extend_from_slice(&bytes);
+            e.bytes.clone_from(&bytes);
             e.state = Some(st);
         }
         None => {

@@ -173,7 +173,7 @@ pub fn render_object_counts(c: &Compiled, store: &dyn Store, now: Nanos) -> Stri
             text.push_str(&format!("{k},\t{},\t{},\tlearned,\t{},\tfalse\n", st.count, st.average_object_size_bytes, secs(at)));
         }
     }
-    let mut out = dumps::tabwrite(&text, dumps::TAB_MINWIDTH, dumps::TAB_PADDING);
+    let mut out = dumps::tabwrite(&text);
     let Some(m) = &c.config.cluster_metrics else {
         out.push_str("# cluster metrics: off (workEstimator.clusterMetrics)\n");
         return out;

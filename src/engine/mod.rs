@@ -479,12 +479,10 @@ pub fn adjust_borrowing(c: &Compiled, store: &dyn Store, now: Nanos, notices: &m
         }
         let mut runs = Vec::new();
         let r = update_level(store, now, &lvl.key, Some((lvl, c.generation)), &mut runs, |st, out| {
-            let mut cfg = st.qs.config();
-            if cfg.concurrency_limit == b.current {
-                return Ok(());
+            let cfg = QueueSetConfig { concurrency_limit: b.current, ..st.qs.config() };
+            if cfg != st.qs.config() {
+                out.extend(st.qs.reconfigure(cfg, now)?);
             }
-            cfg.concurrency_limit = b.current;
-            out.extend(st.qs.reconfigure(cfg, now)?);
             Ok(())
         })?;
         r.transpose().map_err(EngineError::Config)?;

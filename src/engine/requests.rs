@@ -79,15 +79,12 @@ impl<X> Requests<X> {
         self.map.insert(context, entry);
     }
 
-    pub fn get(&self, context: u32) -> Option<&Entry<X>> {
-        if self.map.is_empty() {
-            return None;
-        }
-        self.map.get(&context)
-    }
-
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
+    }
+
+    pub fn get(&self, context: u32) -> Option<&Entry<X>> {
+        self.map.get(&context)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (u32, &Entry<X>)> {

@@ -66,10 +66,7 @@ impl Registry {
 
     /// Removes and returns the workers whose lease expired.
     pub fn reap(&mut self, now: Nanos, ttl: Nanos) -> Vec<WorkerEntry> {
-        let (dead, live): (Vec<_>, Vec<_>) =
-            self.workers.iter().partition(|e| now.saturating_sub(e.heartbeat) > ttl);
-        self.workers = live;
-        dead
+        self.workers.extract_if(.., |e| now.saturating_sub(e.heartbeat) > ttl).collect()
     }
 
     pub fn instance_of(&self, slot: u32) -> Option<u64> {

@@ -9,16 +9,10 @@
 
 use std::fmt::{Display, Write as _};
 
-/// Go tabwriter parameters used by upstream.
-pub const TAB_MINWIDTH: usize = 8;
-pub const TAB_PADDING: usize = 1;
-
-/// Align `text` like Go's `text/tabwriter` with (minwidth, tabwidth 0, padding, ' ', flags 0).
-///
-/// Cells are tab-terminated; the last cell of a line is not part of any column. A column block
-/// is a run of consecutive lines that all have a cell in that column; its width is
-/// `max(minwidth, max cell width (in chars) + padding)`.
-pub fn tabwrite(text: &str, minwidth: usize, padding: usize) -> String {
+/// Aligns `text` like Go's `text/tabwriter` configured as upstream's. Cells are tab-terminated;
+/// the last cell of a line is not part of any column. A column block is a run of consecutive
+/// lines that all have a cell in that column; its width is `max(8, widest cell in chars + 1)`.
+pub fn tabwrite(text: &str) -> String {
     let lines: Vec<Vec<&str>> = text.split('\n').map(|l| l.split('\t').collect()).collect();
     // Per line, the width of each of its tab-terminated cells (that of the cell's block).
     let mut widths = vec![Vec::new(); lines.len()];
@@ -28,23 +22,17 @@ pub fn tabwrite(text: &str, minwidth: usize, padding: usize) -> String {
         for block in lines.chunk_by(|a, b| (a.len() > j + 1) == (b.len() > j + 1)) {
             if block.first().is_some_and(|l| l.len() > j + 1) {
                 let cells = block.iter().filter_map(|l| l.get(j));
-                let w = cells.fold(minwidth, |w, c| w.max(c.chars().count() + padding));
+                let w = cells.fold(8, |w, c| w.max(c.chars().count() + 1));
                 widths.iter_mut().skip(first).take(block.len()).for_each(|ws| ws.push(w));
             }
             first += block.len();
         }
     }
-    let mut out = String::with_capacity(text.len() * 2);
-    for (i, (line, ws)) in lines.iter().zip(&widths).enumerate() {
-        if i > 0 {
-            out.push('\n');
-        }
-        for (j, cell) in line.iter().enumerate() {
-            let w = ws.get(j).copied().unwrap_or(0);
-            let _ = write!(out, "{cell:<w$}");
-        }
-    }
-    out
+    let pad = |(line, ws): (&Vec<&str>, &Vec<usize>)| -> String {
+        let ws = ws.iter().copied().chain(std::iter::repeat(0));
+        line.iter().zip(ws).map(|(cell, w)| format!("{cell:<w$}")).collect()
+    };
+    lines.iter().zip(&widths).map(pad).collect::<Vec<_>>().join("\n")
 }
 
 /// One row of `dump_priority_levels`.
@@ -137,7 +125,7 @@ pub fn dump_priority_levels(rows: &[PriorityLevelRow]) -> String {
         push_row(&mut text, &[&r.name, &r.active_queues, &r.is_idle, &r.is_quiescing, &r.waiting,
             &r.executing, &r.dispatched, &r.rejected, &r.timedout, &r.cancelled]);
     }
-    tabwrite(&text, TAB_MINWIDTH, TAB_PADDING)
+    tabwrite(&text)
 }
 
 /// `dump_queues` body.
@@ -150,7 +138,7 @@ pub fn dump_queues(rows: &[QueueRow]) -> String {
         push_row(&mut text, &[&r.level, &r.index, &r.pending, &r.executing, &r.seats_in_use,
             &r.next_dispatch_r, &r.initial_seats_sum, &r.max_seats_sum, &r.total_work_sum]);
     }
-    tabwrite(&text, TAB_MINWIDTH, TAB_PADDING)
+    tabwrite(&text)
 }
 
 /// Go `schema.GroupVersion{Group, Version}.String()`.
@@ -190,7 +178,7 @@ pub fn dump_requests(rows: &[RequestRow], include_details: bool) -> String {
         }
         push_row(&mut text, &cells);
     }
-    tabwrite(&text, TAB_MINWIDTH, TAB_PADDING)
+    tabwrite(&text)
 }
 
 /// Civil date from days since 1970-01-01 (proleptic Gregorian; H. Hinnant's algorithm).
@@ -243,13 +231,13 @@ mod tests {
     #[test]
     fn tabwriter_basics() {
         // Column width = max(8, widest + 1); last cell unaligned.
-        assert_eq!(tabwrite("a,\tb\nccc,\td\n", 8, 1), "a,      b\nccc,    d\n");
-        assert_eq!(tabwrite("abcdefghij,\tx\ny,\tz\n", 8, 1), "abcdefghij, x\ny,          z\n");
+        assert_eq!(tabwrite("a,\tb\nccc,\td\n"), "a,      b\nccc,    d\n");
+        assert_eq!(tabwrite("abcdefghij,\tx\ny,\tz\n"), "abcdefghij, x\ny,          z\n");
         // A line with fewer cells ends the column block.
-        assert_eq!(tabwrite("a\tb\nlong-line\nabcdefghijk\tc\n", 8, 1), "a       b\nlong-line\nabcdefghijk c\n");
+        assert_eq!(tabwrite("a\tb\nlong-line\nabcdefghijk\tc\n"), "a       b\nlong-line\nabcdefghijk c\n");
         // Nested blocks: column 1 block only spans lines that have a 3rd cell.
-        assert_eq!(tabwrite("a\tbb\tc\nd\te\n", 8, 1), "a       bb      c\nd       e\n");
-        assert_eq!(tabwrite("", 8, 1), "");
-        assert_eq!(tabwrite("é\tx\n", 8, 1), "é       x\n");
+        assert_eq!(tabwrite("a\tbb\tc\nd\te\n"), "a       bb      c\nd       e\n");
+        assert_eq!(tabwrite(""), "");
+        assert_eq!(tabwrite("é\tx\n"), "é       x\n");
     }
 }
