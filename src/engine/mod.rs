@@ -36,15 +36,12 @@ pub use compiled::{Compiled, LevelRuntime};
 use store::{update, Store, StoreError};
 use workers::Registry;
 
-/// Format version of [`LevelState`] values.
 pub const LEVEL_STATE_VERSION: u8 = 1;
 /// CAS retries before an operation gives up (the caller then fails open for that request).
 pub const MAX_CAS_TRIES: u32 = 64;
 pub const REGISTRY_KEY: &str = "apf/v3/workers";
 pub const BORROW_KEY: &str = "apf/v3/borrow";
 pub const WATCHES_KEY: &str = "apf/v3/watches";
-
-/// Prefix of the level state keys.
 pub const LEVEL_KEY_PREFIX: &str = "apf/v3/pl/";
 
 pub fn level_key(level_name: &str) -> String {
@@ -316,7 +313,7 @@ pub fn expire_level(store: &dyn Store, now: Nanos, level_key: &str, notices: &mu
     }
     // The time-outs come before the dispatches they made room for.
     let mut runs = Vec::new();
-    let Some(timed_out) = update_level(store, now, level_key, None, &mut runs, |st, out| {
+    let timed_out = update_level(store, now, level_key, None, &mut runs, |st, out| {
         let mut timed = Vec::new();
         st.qs.expire(now, &mut timed, out);
         let notice = |(id, tag): (RequestId, RequestTag), retry_after| {
@@ -324,11 +321,8 @@ pub fn expire_level(store: &dyn Store, now: Nanos, level_key: &str, notices: &mu
             Notice { owner: tag.owner, context: tag.context, level_key: level_key.to_string(), id, kind }
         };
         timed.into_iter().map(|t| notice(t, st.reject(now))).collect::<Vec<_>>()
-    })?
-    else {
-        return Ok(());
-    };
-    notices.extend(timed_out);
+    })?;
+    notices.extend(timed_out.into_iter().flatten());
     notices.append(&mut runs);
     Ok(())
 }
@@ -458,8 +452,7 @@ pub fn adjust_borrowing(c: &Compiled, store: &dyn Store, now: Nanos, notices: &m
     // Collect each level's demand over the period.
     let mut levels = Vec::with_capacity(c.levels.len());
     for lvl in &c.levels {
-        let create = Some((lvl, c.generation));
-        let r = update_level(store, now, &lvl.key, create, notices, |st, _| (st.demand.reset(now), st.qs.config().concurrency_limit))?;
+        let r = update_level(store, now, &lvl.key, Some((lvl, c.generation)), notices, |st, _| (st.demand.reset(now), st.qs.config().concurrency_limit))?;
         let Some((results, current)) = r else { continue };
         let mut stats = prev.levels.iter().find(|(n, _, _)| n == &lvl.name).map(|(_, s, _)| *s).unwrap_or_default();
         stats.update(&results);

@@ -1,49 +1,27 @@
 //! Upstream APF metrics (`pkg/util/flowcontrol/metrics/metrics.go`) and their mapping to flat
-//! Envoy stat names.
+//! Envoy stat names; `docs/observability.md` describes what is exported and why.
 //!
 //! ## Naming scheme
 //! proxy-wasm metrics have flat names (Envoy stores them as `wasmcustom.<name>`), so labels are
 //! encoded as `.key.value` pairs after the metric name, in the label order of [`MetricSpec`]:
-//!
-//! ```text
-//! apiserver_flowcontrol_<name>(.<label>.<sanitized value>)*
-//! e.g. apiserver_flowcontrol_rejected_requests_total.priority_level.workload-low.flow_schema.service-accounts.reason.queue-full
-//! ```
-//!
-//! Label values are sanitized by [`sanitize_label_value`]: every `.` becomes `_` and the empty
-//! value becomes `_`. Kubernetes object names never contain `_`, so the mapping is collision-free
-//! for them (a name with dots, e.g. `a.b`, is reported as `a_b`).
+//! `apiserver_flowcontrol_<name>(.<label>.<sanitized value>)*`. Label values are sanitized by
+//! [`sanitize_label_value`]; Kubernetes object names never contain `_`, so the mapping is
+//! collision-free for them.
 //!
 //! ## Turning names back into Prometheus labels
-//! For each label key `k`, Envoy's `stats_config.stats_tags` gets
-//! `{tag_name: k, regex: '^(?:wasmcustom\.)?apiserver_flowcontrol_[a-z_]+(?:\.[a-z_]+\.[^.]+)*?(\.k\.([^.]+))'}`.
-//! Envoy semantics: the first capture group (`.k.value`) is removed from the tag-extracted name,
-//! the second one is the tag value; every specifier runs against the full name. The pair
-//! structure before the group keeps key/value alignment, so a value equal to a key name can't
-//! be mistaken for a key. After all tags are extracted the name is
-//! `wasmcustom.apiserver_flowcontrol_<name>`, which Envoy's Prometheus endpoint exports
-//! as `apiserver_flowcontrol_<name>{k="value",...}` (custom namespace stripped, no
-//! `envoy_` prefix). In Istio, put [`envoy_stats_config_yaml`] into an `EnvoyFilter`
-//! `BOOTSTRAP` `MERGE` patch and list `wasmcustom.apiserver_flowcontrol_` and
-//! `apiserver_flowcontrol_` in `proxyStatsMatcher.inclusionPrefixes`.
+//! One Envoy `stats_config.stats_tags` entry per label key ([`stats_tags`]): the first capture
+//! group (`.k.value`) is removed from the tag-extracted name, the second one is the tag value;
+//! every specifier runs against the full name. The pair structure before the group keeps
+//! key/value alignment, so a value equal to a key name can't be mistaken for a key. Envoy's
+//! Prometheus endpoint then exports `apiserver_flowcontrol_<name>{k="value",...}`.
 //!
-//! ## Histograms
+//! ## Histograms and fractional values
 //! A histogram is exported as Prometheus' classic series, each an Envoy counter:
-//! `<name>_bucket.<labels>.le.<bound>` (cumulative; one per upstream bound, then `+Inf`) and
-//! `<name>_count.<labels>`, with upstream's names, units (seconds) and bounds. `le` is always the
-//! last pair and the only value that may contain a dot (`0.005`); its tag regex is anchored at
-//! the end of the name and takes the whole bound (see [`tag_regex`]). Bounds print as Go's
-//! `strconv.FormatFloat(b, 'g', -1, 64)` does for them (`0`, `0.005`, `30`), see [`le_label`].
-//!
-//! Envoy stat values are integers. A histogram with integer samples (seats, queue lengths)
-//! exports `<name>_sum` as upstream; one with fractional samples exports its sum in a smaller
-//! unit under `<envoy_name>_sum` (`request_wait_duration_microseconds_sum`) and no `<name>_sum`,
-//! so a wrong-unit `_sum` is never summed with kube-apiserver's (recording rules in
-//! `observability/apf-wasm-rules.yaml` derive upstream's). The sum is exact: samples are added in
-//! nanoseconds per worker and the part below one exported unit is carried to the next flush
-//! ([`HistogramAcc`]), so it never drifts.
-//!
-//! Other fractional upstream values (gauges such as `current_r`) are recorded as
+//! `<name>_bucket.<labels>.le.<bound>` (cumulative, then `+Inf`) and `<name>_count.<labels>`.
+//! `le` is always the last pair and the only value that may contain a dot (`0.005`). Envoy stat
+//! values are integers: a histogram with fractional samples exports its exact sum in a smaller
+//! unit under `<envoy_name>_sum` instead of `<name>_sum` ([`HistogramAcc`] carries the
+//! remainder), and fractional gauges such as `current_r` are recorded as
 //! `round(value × envoy_scale)` under `envoy_name` (a `_milli` suffix for ×1000).
 
 /// Common prefix of all APF metrics.
@@ -283,26 +261,22 @@ impl HistogramAcc {
     }
 }
 
-/// Envoy `stats_tags` regex for one label key (RE2 syntax; group 1 removed, group 2 = value).
-/// `le` is always the last pair and its value may have one dot (`0.005`), so its regex is
-/// anchored at the end and takes an optional `.digits` after the first part.
-pub fn tag_regex(label_key: &str) -> String {
-    let value = if label_key == "le" { r"([^.]+(?:\.[0-9]+)?))$" } else { r"([^.]+))" };
-    format!(r"^(?:wasmcustom\.)?apiserver_flowcontrol_[a-z_]+(?:\.[a-z_]+\.[^.]+)*?(\.{label_key}\.{value}")
-}
-
-/// `(tag_name, regex)` for every label key.
+/// `(tag_name, regex)` for every label key: Envoy `stats_tags` regexes (RE2 syntax; group 1
+/// removed, group 2 = value). `le` is always the last pair and its value may have one dot
+/// (`0.005`), so its regex is anchored at the end and takes an optional `.digits`.
 pub fn stats_tags() -> Vec<(String, String)> {
-    LABEL_KEYS.iter().map(|k| (k.to_string(), tag_regex(k))).collect()
+    let tag = |k: &&str| {
+        let value = if *k == "le" { r"([^.]+(?:\.[0-9]+)?))$" } else { r"([^.]+))" };
+        let prefix = r"^(?:wasmcustom\.)?apiserver_flowcontrol_[a-z_]+(?:\.[a-z_]+\.[^.]+)*?";
+        (k.to_string(), format!(r"{prefix}(\.{k}\.{value}"))
+    };
+    LABEL_KEYS.iter().map(tag).collect()
 }
 
-/// Envoy bootstrap `stats_config` snippet: tag regexes and histogram buckets.
+/// Envoy bootstrap `stats_config` snippet: the tag regexes.
 pub fn envoy_stats_config_yaml() -> String {
-    let mut y = String::from("stats_config:\n  use_all_default_tags: true\n  stats_tags:\n");
-    for (tag, re) in stats_tags() {
-        y.push_str(&format!("  - tag_name: {tag}\n    regex: '{re}'\n"));
-    }
-    y
+    let tags = stats_tags().into_iter().map(|(tag, re)| format!("  - tag_name: {tag}\n    regex: '{re}'\n"));
+    String::from("stats_config:\n  use_all_default_tags: true\n  stats_tags:\n") + &tags.collect::<String>()
 }
 
 #[cfg(test)]
