@@ -1,14 +1,11 @@
 //! Decoded level states kept by the worker that last wrote them, keyed by their exact bytes.
 //!
-//! Every operation on a level reads its shared value, decodes it, changes it and writes it back.
-//! When the value read is byte for byte the one this thread wrote last (nobody else changed the
-//! level in between: always with one worker, often with more), the state it encoded is taken
-//! from here instead of being decoded again. Decoding is a pure function of the bytes, so a hit
-//! gives exactly what decoding would; a miss (another worker wrote, or a CAS failed) decodes,
-//! reusing the held state's queues whose encoding is unchanged
-//! ([`LevelState::decode_reusing`]). One entry per level key and worker, so memory is bounded
-//! by the number of levels. The cache is part of the worker's own state, which the host passes
-//! in with its store ([`super::store::Store::worker`]); a store without one always decodes.
+//! When the value an operation reads is byte for byte the one this thread wrote last (always
+//! with one worker, often with more), the state it encoded is taken from here instead of being
+//! decoded again. Decoding is a pure function of the bytes, so a hit gives exactly what decoding
+//! would; a miss decodes, reusing the held state's unchanged queues
+//! ([`LevelState::decode_reusing`]). One entry per level key, in the worker's own state
+//! ([`super::store::Store::worker`]); a store without one always decodes.
 
 use super::store::Store;
 use super::LevelState;

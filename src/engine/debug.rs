@@ -1,12 +1,7 @@
 //! The debug dumps of upstream's `/debug/api_priority_and_fairness/*` endpoints
 //! (`apf_controller_debug.go`), built from the global shared state so every worker answers with the
-//! whole gateway's view.
-//!
-//! Deviation: requests in shared state carry their flow hash, not the distinguisher string (to
-//! keep shared values small), so `FlowDistingsher` shows `hash:<16 hex digits>`; with
-//! `includeRequestDetails` the user/verb/path columns are empty for the same reason. Executing
-//! requests are kept by their owning worker, not in shared state: they are listed one row each
-//! with the owner as `worker:<slot>` and without FlowSchema or times.
+//! whole gateway's view. Shared state keeps flow hashes and per-owner executing counts, not
+//! requests' details: `docs/deviations.md` lists what the dumps show instead.
 
 use super::{read_level, Compiled};
 use crate::engine::store::Store;

@@ -1,19 +1,10 @@
-//! The APF engine: one global QueueSet per priority level, kept in a shared key-value store with
-//! compare-and-swap so that every Envoy worker VM of the process sees and updates the same seats
-//! and queues. The engine is host-independent: the clock is a `Nanos` argument, the store a
-//! [`store::Store`]; the proxy-wasm glue (`crate::filter`) and native tests drive it alike.
-//!
-//! Shared keys (namespaced and versioned; Istio leaves `vm_id` empty so several plugins may share
-//! one namespace):
-//! - `apf/v3/pl/<level>`: [`LevelState`] — the level's QueueSet, seat-demand integrator and
-//!   Retry-After tracker. Arrival and finish of a request are one CAS update each of this value.
-//! - `apf/v3/workers`: the [`workers::Registry`] of live worker VMs (leases).
-//! - `apf/v3/borrow`: borrowing adjustment state (last run, smoothed demand per level).
-//! - `apf/v3/watches`: open WATCH counts for the mutating-request work estimator.
-//!
-//! Operations return [`Notice`]s: requests owned by some worker that must now be resumed
-//! (dispatched) or answered 429 (timed out in queue). The caller routes a notice to the owning
-//! worker (itself, or another worker's mailbox).
+//! The APF engine: one global QueueSet per priority level ([`LevelState`]), kept in a shared
+//! key-value store with compare-and-swap so that every Envoy worker VM of the process sees and
+//! updates the same seats and queues (`docs/design.md` shows the shared keys). The engine is
+//! host-independent: the clock is a `Nanos` argument, the store a [`store::Store`]. Keys are
+//! namespaced and versioned because Istio leaves `vm_id` empty, so several plugins may share one
+//! namespace. Operations return [`Notice`]s: requests owned by some worker that must now be
+//! resumed (dispatched) or answered 429; [`requests`] routes them to their owner.
 
 pub mod cache;
 pub mod compiled;
@@ -102,10 +93,7 @@ impl LevelState {
 
     /// [`LevelState::decode`] reusing `prior`'s unchanged queues ([`QueueSet::decode_reusing`]).
     pub fn decode_reusing(bytes: &[u8], prior: Option<LevelState>) -> Result<LevelState, CodecError> {
-        let mut r = Reader::new(bytes);
-        if r.u8()? != LEVEL_STATE_VERSION {
-            return Err(CodecError("level state version"));
-        }
+        let mut r = versioned(bytes, LEVEL_STATE_VERSION, "level state version")?;
         let generation = r.u64()?;
         let qs = QueueSet::decode_reusing(&mut r, prior.map(|p| p.qs))?;
         let demand = Integrator::decode(&mut r)?;
@@ -339,6 +327,12 @@ pub fn read_level(store: &dyn Store, level_key: &str) -> Result<Option<LevelStat
     Ok(cur.map(|b| LevelState::decode(&b)).transpose()?)
 }
 
+/// A reader of a shared value's fields after its format version, which must be `version`.
+pub(crate) fn versioned<'a>(bytes: &'a [u8], version: u8, what: &'static str) -> Result<Reader<'a>, CodecError> {
+    let mut r = Reader::new(bytes);
+    if r.u8()? == version { Ok(r) } else { Err(CodecError(what)) }
+}
+
 /// Read-modify-write of a whole shared value with [`update`]; an absent or unreadable value
 /// starts from the default.
 pub(crate) fn update_value<S: Default, T>(
@@ -399,10 +393,7 @@ pub struct BorrowState {
 impl BorrowState {
     pub fn decode(bytes: Option<&[u8]>) -> Result<BorrowState, CodecError> {
         let Some(b) = bytes else { return Ok(BorrowState::default()) };
-        let mut r = Reader::new(b);
-        if r.u8()? != 1 {
-            return Err(CodecError("borrow state version"));
-        }
+        let mut r = versioned(b, 1, "borrow state version")?;
         let last = r.i64()?;
         let generation = r.u64()?;
         let fair_frac = r.f64()?;

@@ -5,7 +5,7 @@
 
 use super::store::Store;
 use super::{update_value, EngineError, WATCHES_KEY};
-use crate::codec::{CodecError, Reader, Writer};
+use crate::codec::{CodecError, Writer};
 use crate::digest::request_info::RequestInfo;
 use crate::digest::work_estimate::{WatchKey, WatchTracker};
 
@@ -17,10 +17,7 @@ pub struct Watches {
 impl Watches {
     pub fn decode(bytes: Option<&[u8]>) -> Result<Watches, CodecError> {
         let Some(b) = bytes else { return Ok(Watches::default()) };
-        let mut r = Reader::new(b);
-        if r.u8()? != 1 {
-            return Err(CodecError("watches version"));
-        }
+        let mut r = super::versioned(b, 1, "watches version")?;
         let n = r.count(2)?;
         let per_slot = (0..n).map(|_| Ok((r.u32()?, WatchTracker::decode(&mut r)?)));
         Ok(Watches { per_slot: per_slot.collect::<Result<_, CodecError>>()? })
@@ -35,11 +32,6 @@ impl Watches {
             t.encode(&mut w);
         }
         w.into_bytes()
-    }
-
-    /// Upstream `GetInterestedWatchCount` over every worker's watches.
-    pub fn interested_count(&self, info: &RequestInfo) -> u32 {
-        self.per_slot.iter().fold(0u32, |a, (_, t)| a.saturating_add(t.interested_count(info)))
     }
 }
 
@@ -74,8 +66,10 @@ pub fn purge(store: &dyn Store, slot: u32) -> Result<(), EngineError> {
     update_value(store, WATCHES_KEY, Watches::decode, Watches::encode, |w| w.per_slot.retain(|(s, _)| *s != slot))
 }
 
-/// Number of open watches a mutating request would notify (one read; 0 on any error).
+/// Number of open watches a mutating request would notify: upstream `GetInterestedWatchCount`
+/// over every worker's watches (one read; 0 on any error).
 pub fn interested_count(store: &dyn Store, info: &RequestInfo) -> u32 {
     let Ok((cur, _)) = store.get(WATCHES_KEY) else { return 0 };
-    Watches::decode(cur.as_deref()).map_or(0, |w| w.interested_count(info))
+    let per_slot = Watches::decode(cur.as_deref()).map(|w| w.per_slot).unwrap_or_default();
+    per_slot.iter().fold(0u32, |a, (_, t)| a.saturating_add(t.interested_count(info)))
 }

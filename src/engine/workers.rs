@@ -7,7 +7,7 @@
 //! worker reaps it, which removes its waiting requests and releases the seats of its executing
 //! ones, so no seat can leak whatever happens to a VM.
 
-use crate::codec::{CodecResult, Reader, Writer};
+use crate::codec::{CodecResult, Writer};
 use crate::Nanos;
 
 pub const REGISTRY_VERSION: u8 = 1;
@@ -29,10 +29,7 @@ pub struct Registry {
 impl Registry {
     pub fn decode(bytes: Option<&[u8]>) -> CodecResult<Registry> {
         let Some(bytes) = bytes else { return Ok(Registry::default()) };
-        let mut r = Reader::new(bytes);
-        if r.u8()? != REGISTRY_VERSION {
-            return Err(crate::codec::CodecError("registry version"));
-        }
+        let mut r = super::versioned(bytes, REGISTRY_VERSION, "registry version")?;
         let last_slot = r.u32()?;
         let n = r.count(3)?;
         let workers = (0..n).map(|_| Ok(WorkerEntry { slot: r.u32()?, instance: r.fixed64()?, heartbeat: r.i64()? }));
