@@ -5,6 +5,7 @@
 
 use super::{read_level, Compiled};
 use crate::engine::store::Store;
+use crate::fairqueuing::queueset::ExecutingByOwner;
 use crate::observe::dumps::{self, PriorityLevelRow, QueueRow, RequestRow};
 use crate::Nanos;
 use std::fmt::Write as _;
@@ -106,14 +107,10 @@ pub fn render(c: &Compiled, store: &dyn Store, kind: DumpKind, now: Nanos, to_un
                 additional_latency: crate::duration::format_go_duration(w.additional_latency),
                 ..Default::default()
             }));
-            for e in &q.executing_by_owner {
-                push_exec_rows(&mut r_rows, &lvl.name, i64::from(q.index), e);
-            }
+            push_exec_rows(&mut r_rows, &lvl.name, i64::from(q.index), &q.executing_by_owner);
         }
         q_rows.extend((next_idle..desired).map(idle_row));
-        for e in &snap.queueless_executing_by_owner {
-            push_exec_rows(&mut r_rows, &lvl.name, -1, e);
-        }
+        push_exec_rows(&mut r_rows, &lvl.name, -1, &snap.queueless_executing_by_owner);
     }
     match kind {
         // (ObjectCounts returned above.)
@@ -126,19 +123,21 @@ pub fn render(c: &Compiled, store: &dyn Store, kind: DumpKind, now: Nanos, to_un
 
 /// Executing requests are not stored individually (their owners keep them), only counted per
 /// owner: one row per executing request with what is known.
-fn push_exec_rows(rows: &mut Vec<RequestRow>, level: &str, queue: i64, e: &crate::fairqueuing::queueset::ExecutingByOwner) {
-    let per = e.seats / u64::from(e.executing.max(1));
-    let row = RequestRow {
-        level: level.to_string(),
-        queue_index: queue,
-        index_in_queue: -1,
-        flow_distinguisher: format!("worker:{}", e.owner),
-        initial_seats: per,
-        final_seats: per,
-        additional_latency: "0s".to_string(),
-        ..Default::default()
-    };
-    rows.extend(std::iter::repeat_n(row, e.executing.min(10_000) as usize));
+fn push_exec_rows(rows: &mut Vec<RequestRow>, level: &str, queue: i64, owners: &[ExecutingByOwner]) {
+    for e in owners {
+        let per = e.seats / u64::from(e.executing.max(1));
+        let row = RequestRow {
+            level: level.to_string(),
+            queue_index: queue,
+            index_in_queue: -1,
+            flow_distinguisher: format!("worker:{}", e.owner),
+            initial_seats: per,
+            final_seats: per,
+            additional_latency: "0s".to_string(),
+            ..Default::default()
+        };
+        rows.extend(std::iter::repeat_n(row, e.executing.min(10_000) as usize));
+    }
 }
 
 /// The object counts the work estimator uses: one row per resource of the configuration's
@@ -159,13 +158,10 @@ pub fn render_object_counts(c: &Compiled, store: &dyn Store, now: Nanos) -> Stri
     let shared = shared.ok().and_then(|(s, _)| s);
     let stale_after = c.config.cluster_metrics.as_ref().map(|m| m.stale_after).unwrap_or(crate::policy::cluster::DEFAULT_STALE_AFTER);
     let secs = |t: Nanos| format!("{:.1}", now.saturating_sub(t) as f64 / 1e9);
-    if let Some(s) = &shared {
-        for (k, st, at) in s.tracker.entries() {
-            let stale = now.saturating_sub(at) > stale_after;
-            text.push_str(&format!("{k},\t{},\t{},\tcluster,\t{},\t{stale}\n", st.count, st.average_object_size_bytes, secs(at)));
-        }
-        for (k, st, at) in s.learned.entries() {
-            text.push_str(&format!("{k},\t{},\t{},\tlearned,\t{},\tfalse\n", st.count, st.average_object_size_bytes, secs(at)));
+    for (counts, source) in shared.iter().flat_map(|s| [(&s.tracker, "cluster"), (&s.learned, "learned")]) {
+        for (k, st, at) in counts.entries() {
+            let stale = source == "cluster" && now.saturating_sub(at) > stale_after;
+            let _ = writeln!(text, "{k},\t{},\t{},\t{source},\t{},\t{stale}", st.count, st.average_object_size_bytes, secs(at));
         }
     }
     let mut out = dumps::tabwrite(&text);

@@ -271,8 +271,7 @@ fn update_level<T>(
 /// (after its additional latency, if any) and dispatch what fits. Returns false when the seats
 /// were already released (double finish, or the owner's lease was reaped).
 pub fn finish(store: &dyn Store, now: Nanos, level_key: &str, receipt: &Receipt, notices: &mut Vec<Notice>) -> Result<bool, EngineError> {
-    let r = update_level(store, now, level_key, None, notices, |st, out| st.qs.finish(now, receipt, out))?;
-    Ok(r.unwrap_or(false))
+    Ok(update_level(store, now, level_key, None, notices, |st, out| st.qs.finish(now, receipt, out))?.unwrap_or(false))
 }
 
 /// The request's stream ended: an executing request (its receipt given) finishes; a waiting
@@ -295,8 +294,7 @@ pub fn time_out(store: &dyn Store, now: Nanos, level_key: &str, id: RequestId) -
 /// Timer work for one level: wait deadlines and lingering seats that are due. Cheap when
 /// nothing is due (one read, no write).
 pub fn expire_level(store: &dyn Store, now: Nanos, level_key: &str, notices: &mut Vec<Notice>) -> Result<(), EngineError> {
-    let Some(st) = read_level(store, level_key)? else { return Ok(()) };
-    if st.qs.next_event().is_none_or(|t| t > now) {
+    if read_level(store, level_key)?.and_then(|st| st.qs.next_event()).is_none_or(|t| t > now) {
         return Ok(());
     }
     // The time-outs come before the dispatches they made room for.
@@ -317,8 +315,7 @@ pub fn expire_level(store: &dyn Store, now: Nanos, level_key: &str, notices: &mu
 
 /// Lease expiry: drops every request of a dead worker from a level and dispatches what fits.
 pub fn purge_owner(store: &dyn Store, now: Nanos, level_key: &str, owner: u32, notices: &mut Vec<Notice>) -> Result<usize, EngineError> {
-    let r = update_level(store, now, level_key, None, notices, |st, out| st.qs.remove_owner(owner, now, out))?;
-    Ok(r.unwrap_or(0))
+    Ok(update_level(store, now, level_key, None, notices, |st, out| st.qs.remove_owner(owner, now, out))?.unwrap_or(0))
 }
 
 /// Reads a level's state (for dumps and metrics).

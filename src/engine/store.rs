@@ -20,7 +20,6 @@ impl std::fmt::Display for StoreError {
     }
 }
 
-/// Result of a conditional write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SetOutcome {
     Written,
@@ -160,12 +159,10 @@ pub fn update<T, E: From<StoreError>>(
             continue;
         };
         let (new, out) = f(cur.as_deref())?;
-        match store.set(key, &new, Some(token))? {
-            SetOutcome::Written => {
-                super::contention::count(store, |c| &mut c.writes);
-                return Ok(out);
-            }
-            SetOutcome::CasMismatch => super::contention::count(store, |c| &mut c.conflicts),
+        let written = store.set(key, &new, Some(token))? == SetOutcome::Written;
+        super::contention::count(store, if written { |c| &mut c.writes } else { |c| &mut c.conflicts });
+        if written {
+            return Ok(out);
         }
     }
     Err(E::from(StoreError(format!("too much contention on {key}"))))
