@@ -12,12 +12,9 @@ use super::LevelState;
 use crate::codec::CodecError;
 
 /// A worker's cached level states.
-#[derive(Default)]
-pub struct LevelCache {
-    entries: Vec<Entry>,
-}
+pub(crate) type LevelCache = Vec<Entry>;
 
-struct Entry {
+pub(crate) struct Entry {
     key: String,
     /// The value this thread wrote last.
     bytes: Vec<u8>,
@@ -33,7 +30,7 @@ const MAX_ENTRIES: usize = 128;
 pub fn decode(store: &dyn Store, key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
     let Some(w) = store.worker() else { return LevelState::decode(bytes) };
     let mut c = w.cache.borrow_mut();
-    let entry = c.entries.iter_mut().find(|e| e.key == key);
+    let entry = c.iter_mut().find(|e| e.key == key);
     // Whether the bytes are this worker's last write, and the state it holds for the key.
     let held = entry.and_then(|e| Some((e.bytes == bytes, e.state.take()?)));
     match held {
@@ -53,16 +50,16 @@ pub fn encode(store: &dyn Store, key: &str, st: LevelState) -> Vec<u8> {
     let bytes = st.encode();
     let Some(w) = store.worker() else { return bytes };
     let mut c = w.cache.borrow_mut();
-    match c.entries.iter_mut().find(|e| e.key == key) {
+    match c.iter_mut().find(|e| e.key == key) {
         Some(e) => {
             e.bytes.clone_from(&bytes);
             e.state = Some(st);
         }
         None => {
-            if c.entries.len() >= MAX_ENTRIES {
-                c.entries.remove(0);
+            if c.len() >= MAX_ENTRIES {
+                c.remove(0);
             }
-            c.entries.push(Entry { key: key.to_string(), bytes: bytes.clone(), state: Some(st) });
+            c.push(Entry { key: key.to_string(), bytes: bytes.clone(), state: Some(st) });
         }
     }
     bytes

@@ -7,7 +7,7 @@
 //! configuration, so the output is byte-identical to upstream for the same rows. The engine
 //! fills the plain row structs; this module only formats.
 
-use std::fmt::{Display, Write as _};
+use std::fmt::Display;
 
 /// Aligns `text` like Go's `text/tabwriter` configured as upstream's. Cells are tab-terminated;
 /// the last cell of a line is not part of any column. A column block is a run of consecutive
@@ -104,41 +104,34 @@ pub struct RequestRow {
     pub details: Option<RequestDetails>,
 }
 
-/// Appends upstream's `row(columns...)` (joined with `",\t"`) and a newline.
-fn push_row(text: &mut String, columns: &[&dyn Display]) {
-    for (i, c) in columns.iter().enumerate() {
-        let _ = write!(text, "{}{c}", if i == 0 { "" } else { ",\t" });
-    }
-    text.push('\n');
+/// Upstream's `row(columns...)` (joined with `",\t"`) and a newline.
+fn row(columns: &[&dyn Display]) -> String {
+    columns.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",\t") + "\n"
 }
 
 /// `dump_priority_levels` body. Rows are sorted by name (as upstream).
 pub fn dump_priority_levels(rows: &[PriorityLevelRow]) -> String {
     let mut sorted: Vec<&PriorityLevelRow> = rows.iter().collect();
     sorted.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut text = [
+    let header = [
         "PriorityLevelName", "ActiveQueues", "IsIdle", "IsQuiescing", "WaitingRequests",
         "ExecutingRequests", "DispatchedRequests", "RejectedRequests", "TimedoutRequests",
         "CancelledRequests",
     ].join(",\t") + "\n";
-    for r in sorted {
-        push_row(&mut text, &[&r.name, &r.active_queues, &r.is_idle, &r.is_quiescing, &r.waiting,
-            &r.executing, &r.dispatched, &r.rejected, &r.timedout, &r.cancelled]);
-    }
-    tabwrite(&text)
+    let rows = sorted.iter().map(|r| row(&[&r.name, &r.active_queues, &r.is_idle, &r.is_quiescing,
+        &r.waiting, &r.executing, &r.dispatched, &r.rejected, &r.timedout, &r.cancelled]));
+    tabwrite(&(header + &rows.collect::<String>()))
 }
 
 /// `dump_queues` body.
 pub fn dump_queues(rows: &[QueueRow]) -> String {
-    let mut text = [
+    let header = [
         "PriorityLevelName", "Index", "PendingRequests", "ExecutingRequests", "SeatsInUse",
         "NextDispatchR", "InitialSeatsSum", "MaxSeatsSum", "TotalWorkSum",
     ].join(",\t") + "\n";
-    for r in rows {
-        push_row(&mut text, &[&r.level, &r.index, &r.pending, &r.executing, &r.seats_in_use,
-            &r.next_dispatch_r, &r.initial_seats_sum, &r.max_seats_sum, &r.total_work_sum]);
-    }
-    tabwrite(&text)
+    let rows = rows.iter().map(|r| row(&[&r.level, &r.index, &r.pending, &r.executing, &r.seats_in_use,
+        &r.next_dispatch_r, &r.initial_seats_sum, &r.max_seats_sum, &r.total_work_sum]));
+    tabwrite(&(header + &rows.collect::<String>()))
 }
 
 /// Go `schema.GroupVersion{Group, Version}.String()`.
@@ -176,7 +169,7 @@ pub fn dump_requests(rows: &[RequestRow], include_details: bool) -> String {
             cells.extend([&d.user_name as &dyn Display, &d.verb, &d.api_path, &d.namespace, &d.name,
                 &gv, &d.resource, &d.subresource]);
         }
-        push_row(&mut text, &cells);
+        text.push_str(&row(&cells));
     }
     tabwrite(&text)
 }
