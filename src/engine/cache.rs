@@ -1,26 +1,20 @@
 //! Decoded level states kept by the worker that last wrote them, keyed by their exact bytes.
 //!
-//! Every operation on a level reads its shared value, decodes it, changes it and writes it back.
-//! When the value read is byte for byte the one this thread wrote last (nobody else changed the
-//! level in between: always with one worker, often with more), the state it encoded is taken
-//! from here instead of being decoded again. Decoding is a pure function of the bytes, so a hit
-//! gives exactly what decoding would; a miss (another worker wrote, or a CAS failed) decodes,
-//! reusing the held state's queues whose encoding is unchanged
-//! ([`LevelState::decode_reusing`]). One entry per level key and worker, so memory is bounded
-//! by the number of levels. The cache is part of the worker's own state, which the host passes
-//! in with its store ([`super::store::Store::worker`]); a store without one always decodes.
+//! When the value an operation reads is byte for byte the one this thread wrote last (always
+//! with one worker, often with more), the state it encoded is taken from here instead of being
+//! decoded again. Decoding is a pure function of the bytes, so a hit gives exactly what decoding
+//! would; a miss decodes, reusing the held state's unchanged queues
+//! ([`LevelState::decode_reusing`]). One entry per level key, in the worker's own state
+//! ([`super::store::Store::worker`]); a store without one always decodes.
 
 use super::store::Store;
 use super::LevelState;
 use crate::codec::CodecError;
 
 /// A worker's cached level states.
-#[derive(Default)]
-pub struct LevelCache {
-    entries: Vec<Entry>,
-}
+pub(crate) type LevelCache = Vec<Entry>;
 
-struct Entry {
+pub(crate) struct Entry {
     key: String,
     /// The value this thread wrote last.
     bytes: Vec<u8>,
@@ -36,7 +30,7 @@ const MAX_ENTRIES: usize = 128;
 pub fn decode(store: &dyn Store, key: &str, bytes: &[u8]) -> Result<LevelState, CodecError> {
     let Some(w) = store.worker() else { return LevelState::decode(bytes) };
     let mut c = w.cache.borrow_mut();
-    let entry = c.entries.iter_mut().find(|e| e.key == key);
+    let entry = c.iter_mut().find(|e| e.key == key);
     // Whether the bytes are this worker's last write, and the state it holds for the key.
     let held = entry.and_then(|e| Some((e.bytes == bytes, e.state.take()?)));
     match held {
@@ -56,17 +50,16 @@ pub fn encode(store: &dyn Store, key: &str, st: LevelState) -> Vec<u8> {
     let bytes = st.encode();
     let Some(w) = store.worker() else { return bytes };
     let mut c = w.cache.borrow_mut();
-    match c.entries.iter_mut().find(|e| e.key == key) {
+    match c.iter_mut().find(|e| e.key == key) {
         Some(e) => {
-            e.bytes.clear();
-            e.bytes.extend_from_slice(&bytes);
+            e.bytes.clone_from(&bytes);
             e.state = Some(st);
         }
         None => {
-            if c.entries.len() >= MAX_ENTRIES {
-                c.entries.remove(0);
+            if c.len() >= MAX_ENTRIES {
+                c.remove(0);
             }
-            c.entries.push(Entry { key: key.to_string(), bytes: bytes.clone(), state: Some(st) });
+            c.push(Entry { key: key.to_string(), bytes: bytes.clone(), state: Some(st) });
         }
     }
     bytes

@@ -112,7 +112,6 @@ impl Compiled {
                 },
                 (_, None) => QueueSetConfig { desired_queues: 0, queue_length_limit: 0, hand_size: 0, concurrency_limit: lim.initial_current },
             };
-            let enforce = config.enforce && !config.dry_run_priority_levels.iter().any(|n| n == &pl.name);
             LevelRuntime {
                 name: pl.name.clone(),
                 uid: pl.uid.clone(),
@@ -123,7 +122,7 @@ impl Compiled {
                 nominal: lim.nominal,
                 min_limit: lim.min,
                 max_limit: lim.max,
-                enforce,
+                enforce: config.enforce && !config.dry_run_priority_levels.contains(&pl.name),
             }
         }).collect();
         let identity_headers = config.identity.header_names();

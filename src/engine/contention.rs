@@ -1,11 +1,7 @@
-//! What the global state costs one worker: counters of shared-state writes, CAS conflicts
-//! (another worker wrote between our read and our write, so the update was redone), level
-//! states decoded versus reused from [`super::cache`], and wake-ups posted to other workers.
-//!
-//! Counted in the worker's own state ([`super::store::WorkerState`], which the host passes in
-//! with its store) and taken as deltas by the host glue, which exports them as diagnostics
-//! (`apf_wasm_*_total`). With one worker conflicts, decodes after the first and wake-ups stay
-//! at 0; with several they measure how much the workers get in each other's way.
+//! What the global state costs one worker, counted in its [`super::store::WorkerState`] and
+//! exported as deltas by the host glue (`apf_wasm_*_total`). With one worker conflicts, decodes
+//! after the first and wake-ups stay at 0; with several they measure how much the workers get
+//! in each other's way.
 
 /// Counter values (or deltas, from [`WorkerState::take`](super::store::WorkerState::take)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

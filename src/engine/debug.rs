@@ -1,15 +1,11 @@
 //! The debug dumps of upstream's `/debug/api_priority_and_fairness/*` endpoints
 //! (`apf_controller_debug.go`), built from the global shared state so every worker answers with the
-//! whole gateway's view.
-//!
-//! Deviation: requests in shared state carry their flow hash, not the distinguisher string (to
-//! keep shared values small), so `FlowDistingsher` shows `hash:<16 hex digits>`; with
-//! `includeRequestDetails` the user/verb/path columns are empty for the same reason. Executing
-//! requests are kept by their owning worker, not in shared state: they are listed one row each
-//! with the owner as `worker:<slot>` and without FlowSchema or times.
+//! whole gateway's view. Shared state keeps flow hashes and per-owner executing counts, not
+//! requests' details: `docs/deviations.md` lists what the dumps show instead.
 
 use super::{read_level, Compiled};
 use crate::engine::store::Store;
+use crate::fairqueuing::queueset::ExecutingByOwner;
 use crate::observe::dumps::{self, PriorityLevelRow, QueueRow, RequestRow};
 use crate::Nanos;
 use std::fmt::Write as _;
@@ -111,14 +107,10 @@ pub fn render(c: &Compiled, store: &dyn Store, kind: DumpKind, now: Nanos, to_un
                 additional_latency: crate::duration::format_go_duration(w.additional_latency),
                 ..Default::default()
             }));
-            for e in &q.executing_by_owner {
-                push_exec_rows(&mut r_rows, &lvl.name, i64::from(q.index), e);
-            }
+            push_exec_rows(&mut r_rows, &lvl.name, i64::from(q.index), &q.executing_by_owner);
         }
         q_rows.extend((next_idle..desired).map(idle_row));
-        for e in &snap.queueless_executing_by_owner {
-            push_exec_rows(&mut r_rows, &lvl.name, -1, e);
-        }
+        push_exec_rows(&mut r_rows, &lvl.name, -1, &snap.queueless_executing_by_owner);
     }
     match kind {
         // (ObjectCounts returned above.)
@@ -131,19 +123,21 @@ pub fn render(c: &Compiled, store: &dyn Store, kind: DumpKind, now: Nanos, to_un
 
 /// Executing requests are not stored individually (their owners keep them), only counted per
 /// owner: one row per executing request with what is known.
-fn push_exec_rows(rows: &mut Vec<RequestRow>, level: &str, queue: i64, e: &crate::fairqueuing::queueset::ExecutingByOwner) {
-    let per = e.seats / u64::from(e.executing.max(1));
-    let row = RequestRow {
-        level: level.to_string(),
-        queue_index: queue,
-        index_in_queue: -1,
-        flow_distinguisher: format!("worker:{}", e.owner),
-        initial_seats: per,
-        final_seats: per,
-        additional_latency: "0s".to_string(),
-        ..Default::default()
-    };
-    rows.extend(std::iter::repeat_n(row, e.executing.min(10_000) as usize));
+fn push_exec_rows(rows: &mut Vec<RequestRow>, level: &str, queue: i64, owners: &[ExecutingByOwner]) {
+    for e in owners {
+        let per = e.seats / u64::from(e.executing.max(1));
+        let row = RequestRow {
+            level: level.to_string(),
+            queue_index: queue,
+            index_in_queue: -1,
+            flow_distinguisher: format!("worker:{}", e.owner),
+            initial_seats: per,
+            final_seats: per,
+            additional_latency: "0s".to_string(),
+            ..Default::default()
+        };
+        rows.extend(std::iter::repeat_n(row, e.executing.min(10_000) as usize));
+    }
 }
 
 /// The object counts the work estimator uses: one row per resource of the configuration's
@@ -164,16 +158,13 @@ pub fn render_object_counts(c: &Compiled, store: &dyn Store, now: Nanos) -> Stri
     let shared = shared.ok().and_then(|(s, _)| s);
     let stale_after = c.config.cluster_metrics.as_ref().map(|m| m.stale_after).unwrap_or(crate::policy::cluster::DEFAULT_STALE_AFTER);
     let secs = |t: Nanos| format!("{:.1}", now.saturating_sub(t) as f64 / 1e9);
-    if let Some(s) = &shared {
-        for (k, st, at) in s.tracker.entries() {
-            let stale = now.saturating_sub(at) > stale_after;
-            text.push_str(&format!("{k},\t{},\t{},\tcluster,\t{},\t{stale}\n", st.count, st.average_object_size_bytes, secs(at)));
-        }
-        for (k, st, at) in s.learned.entries() {
-            text.push_str(&format!("{k},\t{},\t{},\tlearned,\t{},\tfalse\n", st.count, st.average_object_size_bytes, secs(at)));
+    for (counts, source) in shared.iter().flat_map(|s| [(&s.tracker, "cluster"), (&s.learned, "learned")]) {
+        for (k, st, at) in counts.entries() {
+            let stale = source == "cluster" && now.saturating_sub(at) > stale_after;
+            let _ = writeln!(text, "{k},\t{},\t{},\t{source},\t{},\t{stale}", st.count, st.average_object_size_bytes, secs(at));
         }
     }
-    let mut out = dumps::tabwrite(&text, dumps::TAB_MINWIDTH, dumps::TAB_PADDING);
+    let mut out = dumps::tabwrite(&text);
     let Some(m) = &c.config.cluster_metrics else {
         out.push_str("# cluster metrics: off (workEstimator.clusterMetrics)\n");
         return out;

@@ -1,19 +1,10 @@
-//! The APF engine: one global QueueSet per priority level, kept in a shared key-value store with
-//! compare-and-swap so that every Envoy worker VM of the process sees and updates the same seats
-//! and queues. The engine is host-independent: the clock is a `Nanos` argument, the store a
-//! [`store::Store`]; the proxy-wasm glue (`crate::filter`) and native tests drive it alike.
-//!
-//! Shared keys (namespaced and versioned; Istio leaves `vm_id` empty so several plugins may share
-//! one namespace):
-//! - `apf/v3/pl/<level>`: [`LevelState`] — the level's QueueSet, seat-demand integrator and
-//!   Retry-After tracker. Arrival and finish of a request are one CAS update each of this value.
-//! - `apf/v3/workers`: the [`workers::Registry`] of live worker VMs (leases).
-//! - `apf/v3/borrow`: borrowing adjustment state (last run, smoothed demand per level).
-//! - `apf/v3/watches`: open WATCH counts for the mutating-request work estimator.
-//!
-//! Operations return [`Notice`]s: requests owned by some worker that must now be resumed
-//! (dispatched) or answered 429 (timed out in queue). The caller routes a notice to the owning
-//! worker (itself, or another worker's mailbox).
+//! The APF engine: one global QueueSet per priority level ([`LevelState`]), kept in a shared
+//! key-value store with compare-and-swap so that every Envoy worker VM of the process sees and
+//! updates the same seats and queues (`docs/design.md` shows the shared keys). The engine is
+//! host-independent: the clock is a `Nanos` argument, the store a [`store::Store`]. Keys are
+//! namespaced and versioned because Istio leaves `vm_id` empty, so several plugins may share one
+//! namespace. Operations return [`Notice`]s: requests owned by some worker that must now be
+//! resumed (dispatched) or answered 429; [`requests`] routes them to their owner.
 
 pub mod cache;
 pub mod compiled;
@@ -36,15 +27,12 @@ pub use compiled::{Compiled, LevelRuntime};
 use store::{update, Store, StoreError};
 use workers::Registry;
 
-/// Format version of [`LevelState`] values.
 pub const LEVEL_STATE_VERSION: u8 = 1;
 /// CAS retries before an operation gives up (the caller then fails open for that request).
 pub const MAX_CAS_TRIES: u32 = 64;
 pub const REGISTRY_KEY: &str = "apf/v3/workers";
 pub const BORROW_KEY: &str = "apf/v3/borrow";
 pub const WATCHES_KEY: &str = "apf/v3/watches";
-
-/// Prefix of the level state keys.
 pub const LEVEL_KEY_PREFIX: &str = "apf/v3/pl/";
 
 pub fn level_key(level_name: &str) -> String {
@@ -105,10 +93,7 @@ impl LevelState {
 
     /// [`LevelState::decode`] reusing `prior`'s unchanged queues ([`QueueSet::decode_reusing`]).
     pub fn decode_reusing(bytes: &[u8], prior: Option<LevelState>) -> Result<LevelState, CodecError> {
-        let mut r = Reader::new(bytes);
-        if r.u8()? != LEVEL_STATE_VERSION {
-            return Err(CodecError("level state version"));
-        }
+        let mut r = versioned(bytes, LEVEL_STATE_VERSION, "level state version")?;
         let generation = r.u64()?;
         let qs = QueueSet::decode_reusing(&mut r, prior.map(|p| p.qs))?;
         let demand = Integrator::decode(&mut r)?;
@@ -286,8 +271,7 @@ fn update_level<T>(
 /// (after its additional latency, if any) and dispatch what fits. Returns false when the seats
 /// were already released (double finish, or the owner's lease was reaped).
 pub fn finish(store: &dyn Store, now: Nanos, level_key: &str, receipt: &Receipt, notices: &mut Vec<Notice>) -> Result<bool, EngineError> {
-    let r = update_level(store, now, level_key, None, notices, |st, out| st.qs.finish(now, receipt, out))?;
-    Ok(r.unwrap_or(false))
+    Ok(update_level(store, now, level_key, None, notices, |st, out| st.qs.finish(now, receipt, out))?.unwrap_or(false))
 }
 
 /// The request's stream ended: an executing request (its receipt given) finishes; a waiting
@@ -310,13 +294,12 @@ pub fn time_out(store: &dyn Store, now: Nanos, level_key: &str, id: RequestId) -
 /// Timer work for one level: wait deadlines and lingering seats that are due. Cheap when
 /// nothing is due (one read, no write).
 pub fn expire_level(store: &dyn Store, now: Nanos, level_key: &str, notices: &mut Vec<Notice>) -> Result<(), EngineError> {
-    let Some(st) = read_level(store, level_key)? else { return Ok(()) };
-    if st.qs.next_event().is_none_or(|t| t > now) {
+    if read_level(store, level_key)?.and_then(|st| st.qs.next_event()).is_none_or(|t| t > now) {
         return Ok(());
     }
     // The time-outs come before the dispatches they made room for.
     let mut runs = Vec::new();
-    let Some(timed_out) = update_level(store, now, level_key, None, &mut runs, |st, out| {
+    let timed_out = update_level(store, now, level_key, None, &mut runs, |st, out| {
         let mut timed = Vec::new();
         st.qs.expire(now, &mut timed, out);
         let notice = |(id, tag): (RequestId, RequestTag), retry_after| {
@@ -324,25 +307,27 @@ pub fn expire_level(store: &dyn Store, now: Nanos, level_key: &str, notices: &mu
             Notice { owner: tag.owner, context: tag.context, level_key: level_key.to_string(), id, kind }
         };
         timed.into_iter().map(|t| notice(t, st.reject(now))).collect::<Vec<_>>()
-    })?
-    else {
-        return Ok(());
-    };
-    notices.extend(timed_out);
+    })?;
+    notices.extend(timed_out.into_iter().flatten());
     notices.append(&mut runs);
     Ok(())
 }
 
 /// Lease expiry: drops every request of a dead worker from a level and dispatches what fits.
 pub fn purge_owner(store: &dyn Store, now: Nanos, level_key: &str, owner: u32, notices: &mut Vec<Notice>) -> Result<usize, EngineError> {
-    let r = update_level(store, now, level_key, None, notices, |st, out| st.qs.remove_owner(owner, now, out))?;
-    Ok(r.unwrap_or(0))
+    Ok(update_level(store, now, level_key, None, notices, |st, out| st.qs.remove_owner(owner, now, out))?.unwrap_or(0))
 }
 
 /// Reads a level's state (for dumps and metrics).
 pub fn read_level(store: &dyn Store, level_key: &str) -> Result<Option<LevelState>, EngineError> {
     let (cur, _) = store.get(level_key)?;
     Ok(cur.map(|b| LevelState::decode(&b)).transpose()?)
+}
+
+/// A reader of a shared value's fields after its format version, which must be `version`.
+pub(crate) fn versioned<'a>(bytes: &'a [u8], version: u8, what: &'static str) -> Result<Reader<'a>, CodecError> {
+    let mut r = Reader::new(bytes);
+    if r.u8()? == version { Ok(r) } else { Err(CodecError(what)) }
 }
 
 /// Read-modify-write of a whole shared value with [`update`]; an absent or unreadable value
@@ -405,10 +390,7 @@ pub struct BorrowState {
 impl BorrowState {
     pub fn decode(bytes: Option<&[u8]>) -> Result<BorrowState, CodecError> {
         let Some(b) = bytes else { return Ok(BorrowState::default()) };
-        let mut r = Reader::new(b);
-        if r.u8()? != 1 {
-            return Err(CodecError("borrow state version"));
-        }
+        let mut r = versioned(b, 1, "borrow state version")?;
         let last = r.i64()?;
         let generation = r.u64()?;
         let fair_frac = r.f64()?;
@@ -458,8 +440,7 @@ pub fn adjust_borrowing(c: &Compiled, store: &dyn Store, now: Nanos, notices: &m
     // Collect each level's demand over the period.
     let mut levels = Vec::with_capacity(c.levels.len());
     for lvl in &c.levels {
-        let create = Some((lvl, c.generation));
-        let r = update_level(store, now, &lvl.key, create, notices, |st, _| (st.demand.reset(now), st.qs.config().concurrency_limit))?;
+        let r = update_level(store, now, &lvl.key, Some((lvl, c.generation)), notices, |st, _| (st.demand.reset(now), st.qs.config().concurrency_limit))?;
         let Some((results, current)) = r else { continue };
         let mut stats = prev.levels.iter().find(|(n, _, _)| n == &lvl.name).map(|(_, s, _)| *s).unwrap_or_default();
         stats.update(&results);
@@ -479,12 +460,10 @@ pub fn adjust_borrowing(c: &Compiled, store: &dyn Store, now: Nanos, notices: &m
         }
         let mut runs = Vec::new();
         let r = update_level(store, now, &lvl.key, Some((lvl, c.generation)), &mut runs, |st, out| {
-            let mut cfg = st.qs.config();
-            if cfg.concurrency_limit == b.current {
-                return Ok(());
+            let cfg = QueueSetConfig { concurrency_limit: b.current, ..st.qs.config() };
+            if cfg != st.qs.config() {
+                out.extend(st.qs.reconfigure(cfg, now)?);
             }
-            cfg.concurrency_limit = b.current;
-            out.extend(st.qs.reconfigure(cfg, now)?);
             Ok(())
         })?;
         r.transpose().map_err(EngineError::Config)?;

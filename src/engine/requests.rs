@@ -1,12 +1,8 @@
 //! One worker's requests: the table of those queued or holding seats, and what the worker does
-//! with the [`Notice`]s the engine returns. A request is only ever resumed or answered by the
-//! worker that owns its stream, so a notice for another worker goes to that worker (the host's
-//! mailbox); a notice for a request whose stream is gone gives its seats back at once.
-//!
-//! The host (the proxy-wasm filter, the simulator, native tests) implements [`Host`]: resume or
-//! answer a paused stream, post a notice to another worker, and its bookkeeping hooks
-//! (metrics). Everything else — which notice means what, when seats are released — is here,
-//! so every host behaves alike.
+//! with the [`Notice`]s the engine returns. Only the worker that owns a stream resumes or answers
+//! it, so a notice for another worker is posted to that worker; a notice for a request whose
+//! stream is gone gives its seats back at once. Hosts (the filter, the simulator, native tests)
+//! implement [`Host`]; everything else is here, so every host behaves alike.
 
 use super::store::Store;
 use super::{EngineError, Notice, NoticeKind};
@@ -79,15 +75,12 @@ impl<X> Requests<X> {
         self.map.insert(context, entry);
     }
 
-    pub fn get(&self, context: u32) -> Option<&Entry<X>> {
-        if self.map.is_empty() {
-            return None;
-        }
-        self.map.get(&context)
-    }
-
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
+    }
+
+    pub fn get(&self, context: u32) -> Option<&Entry<X>> {
+        self.map.get(&context)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (u32, &Entry<X>)> {

@@ -20,7 +20,6 @@ impl std::fmt::Display for StoreError {
     }
 }
 
-/// Result of a conditional write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SetOutcome {
     Written,
@@ -109,11 +108,6 @@ impl MemStore {
     pub fn new() -> Self {
         Self::default()
     }
-    pub fn keys(&self) -> Vec<String> {
-        let mut k: Vec<String> = self.inner.lock().map(|g| g.map.keys().cloned().collect()).unwrap_or_default();
-        k.sort();
-        k
-    }
     pub fn value_len(&self, key: &str) -> usize {
         self.inner.lock().ok().and_then(|g| g.map.get(key).map(|(v, _)| v.len())).unwrap_or(0)
     }
@@ -138,13 +132,7 @@ impl Store for MemStore {
         // Tokens are never 0 (the host's "no token").
         g.next_cas = g.next_cas.wrapping_add(1).max(1);
         let token = g.next_cas;
-        if let Some(slot) = g.map.get_mut(key) {
-            slot.0.clear();
-            slot.0.extend_from_slice(value);
-            slot.1 = token;
-        } else {
-            g.map.insert(key.to_string(), (value.to_vec(), token));
-        }
+        g.map.insert(key.to_string(), (value.to_vec(), token));
         Ok(SetOutcome::Written)
     }
 }
@@ -171,12 +159,10 @@ pub fn update<T, E: From<StoreError>>(
             continue;
         };
         let (new, out) = f(cur.as_deref())?;
-        match store.set(key, &new, Some(token))? {
-            SetOutcome::Written => {
-                super::contention::count(store, |c| &mut c.writes);
-                return Ok(out);
-            }
-            SetOutcome::CasMismatch => super::contention::count(store, |c| &mut c.conflicts),
+        let written = store.set(key, &new, Some(token))? == SetOutcome::Written;
+        super::contention::count(store, if written { |c| &mut c.writes } else { |c| &mut c.conflicts });
+        if written {
+            return Ok(out);
         }
     }
     Err(E::from(StoreError(format!("too much contention on {key}"))))

@@ -5,42 +5,29 @@
 
 use super::store::Store;
 use super::{update_value, EngineError, WATCHES_KEY};
-use crate::codec::{CodecError, Reader, Writer};
+use crate::codec::{CodecError, Writer};
 use crate::digest::request_info::RequestInfo;
 use crate::digest::work_estimate::{WatchKey, WatchTracker};
 
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Watches {
-    pub per_slot: Vec<(u32, WatchTracker)>,
+/// The shared value: each worker slot's watches.
+type PerSlot = Vec<(u32, WatchTracker)>;
+
+fn decode(bytes: Option<&[u8]>) -> Result<PerSlot, CodecError> {
+    let Some(b) = bytes else { return Ok(PerSlot::new()) };
+    let mut r = super::versioned(b, 1, "watches version")?;
+    let n = r.count(2)?;
+    (0..n).map(|_| Ok((r.u32()?, WatchTracker::decode(&mut r)?))).collect()
 }
 
-impl Watches {
-    pub fn decode(bytes: Option<&[u8]>) -> Result<Watches, CodecError> {
-        let Some(b) = bytes else { return Ok(Watches::default()) };
-        let mut r = Reader::new(b);
-        if r.u8()? != 1 {
-            return Err(CodecError("watches version"));
-        }
-        let n = r.count(2)?;
-        let per_slot = (0..n).map(|_| Ok((r.u32()?, WatchTracker::decode(&mut r)?)));
-        Ok(Watches { per_slot: per_slot.collect::<Result<_, CodecError>>()? })
+fn encode(per_slot: &PerSlot) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.u8(1);
+    w.usize(per_slot.len());
+    for (slot, t) in per_slot {
+        w.u32(*slot);
+        t.encode(&mut w);
     }
-
-    pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::new();
-        w.u8(1);
-        w.usize(self.per_slot.len());
-        for (slot, t) in &self.per_slot {
-            w.u32(*slot);
-            t.encode(&mut w);
-        }
-        w.into_bytes()
-    }
-
-    /// Upstream `GetInterestedWatchCount` over every worker's watches.
-    pub fn interested_count(&self, info: &RequestInfo) -> u32 {
-        self.per_slot.iter().fold(0u32, |a, (_, t)| a.saturating_add(t.interested_count(info)))
-    }
+    w.into_bytes()
 }
 
 /// Registers a WATCH of worker `slot`; returns the key to forget when it ends.
@@ -48,34 +35,36 @@ pub fn register(store: &dyn Store, slot: u32, info: &RequestInfo) -> Result<Opti
     if info.verb != "watch" {
         return Ok(None);
     }
-    update_value(store, WATCHES_KEY, Watches::decode, Watches::encode, |w| {
-        if !w.per_slot.iter().any(|(s, _)| *s == slot) {
-            w.per_slot.push((slot, WatchTracker::new()));
+    update_value(store, WATCHES_KEY, decode, encode, |w| {
+        if !w.iter().any(|(s, _)| *s == slot) {
+            w.push((slot, WatchTracker::new()));
         }
-        w.per_slot.iter_mut().find(|(s, _)| *s == slot).and_then(|(_, t)| t.register(info))
+        w.iter_mut().find(|(s, _)| *s == slot).and_then(|(_, t)| t.register(info))
     })
 }
 
 pub fn forget(store: &dyn Store, slot: u32, key: &WatchKey) -> Result<(), EngineError> {
-    update_value(store, WATCHES_KEY, Watches::decode, Watches::encode, |w| {
-        if let Some((_, t)) = w.per_slot.iter_mut().find(|(s, _)| *s == slot) {
+    update_value(store, WATCHES_KEY, decode, encode, |w| {
+        if let Some((_, t)) = w.iter_mut().find(|(s, _)| *s == slot) {
             t.forget(key);
         }
-        w.per_slot.retain(|(_, t)| t.total() > 0);
+        w.retain(|(_, t)| t.total() > 0);
     })
 }
 
 /// Drops every watch of a dead worker.
 pub fn purge(store: &dyn Store, slot: u32) -> Result<(), EngineError> {
     let (cur, _) = store.get(WATCHES_KEY)?;
-    if !Watches::decode(cur.as_deref()).unwrap_or_default().per_slot.iter().any(|(s, _)| *s == slot) {
+    if !decode(cur.as_deref()).unwrap_or_default().iter().any(|(s, _)| *s == slot) {
         return Ok(());
     }
-    update_value(store, WATCHES_KEY, Watches::decode, Watches::encode, |w| w.per_slot.retain(|(s, _)| *s != slot))
+    update_value(store, WATCHES_KEY, decode, encode, |w| w.retain(|(s, _)| *s != slot))
 }
 
-/// Number of open watches a mutating request would notify (one read; 0 on any error).
+/// Number of open watches a mutating request would notify: upstream `GetInterestedWatchCount`
+/// over every worker's watches (one read; 0 on any error).
 pub fn interested_count(store: &dyn Store, info: &RequestInfo) -> u32 {
     let Ok((cur, _)) = store.get(WATCHES_KEY) else { return 0 };
-    Watches::decode(cur.as_deref()).map_or(0, |w| w.interested_count(info))
+    let per_slot = decode(cur.as_deref()).unwrap_or_default();
+    per_slot.iter().fold(0u32, |a, (_, t)| a.saturating_add(t.interested_count(info)))
 }

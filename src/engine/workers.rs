@@ -7,7 +7,7 @@
 //! worker reaps it, which removes its waiting requests and releases the seats of its executing
 //! ones, so no seat can leak whatever happens to a VM.
 
-use crate::codec::{CodecResult, Reader, Writer};
+use crate::codec::{CodecResult, Writer};
 use crate::Nanos;
 
 pub const REGISTRY_VERSION: u8 = 1;
@@ -29,10 +29,7 @@ pub struct Registry {
 impl Registry {
     pub fn decode(bytes: Option<&[u8]>) -> CodecResult<Registry> {
         let Some(bytes) = bytes else { return Ok(Registry::default()) };
-        let mut r = Reader::new(bytes);
-        if r.u8()? != REGISTRY_VERSION {
-            return Err(crate::codec::CodecError("registry version"));
-        }
+        let mut r = super::versioned(bytes, REGISTRY_VERSION, "registry version")?;
         let last_slot = r.u32()?;
         let n = r.count(3)?;
         let workers = (0..n).map(|_| Ok(WorkerEntry { slot: r.u32()?, instance: r.fixed64()?, heartbeat: r.i64()? }));
@@ -66,10 +63,7 @@ impl Registry {
 
     /// Removes and returns the workers whose lease expired.
     pub fn reap(&mut self, now: Nanos, ttl: Nanos) -> Vec<WorkerEntry> {
-        let (dead, live): (Vec<_>, Vec<_>) =
-            self.workers.iter().partition(|e| now.saturating_sub(e.heartbeat) > ttl);
-        self.workers = live;
-        dead
+        self.workers.extract_if(.., |e| now.saturating_sub(e.heartbeat) > ttl).collect()
     }
 
     pub fn instance_of(&self, slot: u32) -> Option<u64> {

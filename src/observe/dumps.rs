@@ -7,18 +7,12 @@
 //! configuration, so the output is byte-identical to upstream for the same rows. The engine
 //! fills the plain row structs; this module only formats.
 
-use std::fmt::{Display, Write as _};
+use std::fmt::Display;
 
-/// Go tabwriter parameters used by upstream.
-pub const TAB_MINWIDTH: usize = 8;
-pub const TAB_PADDING: usize = 1;
-
-/// Align `text` like Go's `text/tabwriter` with (minwidth, tabwidth 0, padding, ' ', flags 0).
-///
-/// Cells are tab-terminated; the last cell of a line is not part of any column. A column block
-/// is a run of consecutive lines that all have a cell in that column; its width is
-/// `max(minwidth, max cell width (in chars) + padding)`.
-pub fn tabwrite(text: &str, minwidth: usize, padding: usize) -> String {
+/// Aligns `text` like Go's `text/tabwriter` configured as upstream's. Cells are tab-terminated;
+/// the last cell of a line is not part of any column. A column block is a run of consecutive
+/// lines that all have a cell in that column; its width is `max(8, widest cell in chars + 1)`.
+pub fn tabwrite(text: &str) -> String {
     let lines: Vec<Vec<&str>> = text.split('\n').map(|l| l.split('\t').collect()).collect();
     // Per line, the width of each of its tab-terminated cells (that of the cell's block).
     let mut widths = vec![Vec::new(); lines.len()];
@@ -28,28 +22,17 @@ pub fn tabwrite(text: &str, minwidth: usize, padding: usize) -> String {
         for block in lines.chunk_by(|a, b| (a.len() > j + 1) == (b.len() > j + 1)) {
             if block.first().is_some_and(|l| l.len() > j + 1) {
                 let cells = block.iter().filter_map(|l| l.get(j));
-                let w = cells.fold(minwidth, |w, c| w.max(c.chars().count() + padding));
+                let w = cells.fold(8, |w, c| w.max(c.chars().count() + 1));
                 widths.iter_mut().skip(first).take(block.len()).for_each(|ws| ws.push(w));
             }
             first += block.len();
         }
     }
-    let mut out = String::with_capacity(text.len() * 2);
-    for (i, (line, ws)) in lines.iter().zip(&widths).enumerate() {
-        if i > 0 {
-            out.push('\n');
-        }
-        for (j, cell) in line.iter().enumerate() {
-            let w = ws.get(j).copied().unwrap_or(0);
-            let _ = write!(out, "{cell:<w$}");
-        }
-    }
-    out
-}
-
-/// Upstream `row(columns...)`: join with `",\t"`.
-pub fn row(columns: &[&str]) -> String {
-    columns.join(",\t")
+    let pad = |(line, ws): (&Vec<&str>, &Vec<usize>)| -> String {
+        let ws = ws.iter().copied().chain(std::iter::repeat(0));
+        line.iter().zip(ws).map(|(cell, w)| format!("{cell:<w$}")).collect()
+    };
+    lines.iter().zip(&widths).map(pad).collect::<Vec<_>>().join("\n")
 }
 
 /// One row of `dump_priority_levels`.
@@ -121,41 +104,34 @@ pub struct RequestRow {
     pub details: Option<RequestDetails>,
 }
 
-/// Appends upstream's `row(columns...)` and a newline.
-fn push_row(text: &mut String, columns: &[&dyn Display]) {
-    for (i, c) in columns.iter().enumerate() {
-        let _ = write!(text, "{}{c}", if i == 0 { "" } else { ",\t" });
-    }
-    text.push('\n');
+/// Upstream's `row(columns...)` (joined with `",\t"`) and a newline.
+fn row(columns: &[&dyn Display]) -> String {
+    columns.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",\t") + "\n"
 }
 
 /// `dump_priority_levels` body. Rows are sorted by name (as upstream).
 pub fn dump_priority_levels(rows: &[PriorityLevelRow]) -> String {
     let mut sorted: Vec<&PriorityLevelRow> = rows.iter().collect();
     sorted.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut text = row(&[
+    let header = [
         "PriorityLevelName", "ActiveQueues", "IsIdle", "IsQuiescing", "WaitingRequests",
         "ExecutingRequests", "DispatchedRequests", "RejectedRequests", "TimedoutRequests",
         "CancelledRequests",
-    ]) + "\n";
-    for r in sorted {
-        push_row(&mut text, &[&r.name, &r.active_queues, &r.is_idle, &r.is_quiescing, &r.waiting,
-            &r.executing, &r.dispatched, &r.rejected, &r.timedout, &r.cancelled]);
-    }
-    tabwrite(&text, TAB_MINWIDTH, TAB_PADDING)
+    ].join(",\t") + "\n";
+    let rows = sorted.iter().map(|r| row(&[&r.name, &r.active_queues, &r.is_idle, &r.is_quiescing,
+        &r.waiting, &r.executing, &r.dispatched, &r.rejected, &r.timedout, &r.cancelled]));
+    tabwrite(&(header + &rows.collect::<String>()))
 }
 
 /// `dump_queues` body.
 pub fn dump_queues(rows: &[QueueRow]) -> String {
-    let mut text = row(&[
+    let header = [
         "PriorityLevelName", "Index", "PendingRequests", "ExecutingRequests", "SeatsInUse",
         "NextDispatchR", "InitialSeatsSum", "MaxSeatsSum", "TotalWorkSum",
-    ]) + "\n";
-    for r in rows {
-        push_row(&mut text, &[&r.level, &r.index, &r.pending, &r.executing, &r.seats_in_use,
-            &r.next_dispatch_r, &r.initial_seats_sum, &r.max_seats_sum, &r.total_work_sum]);
-    }
-    tabwrite(&text, TAB_MINWIDTH, TAB_PADDING)
+    ].join(",\t") + "\n";
+    let rows = rows.iter().map(|r| row(&[&r.level, &r.index, &r.pending, &r.executing, &r.seats_in_use,
+        &r.next_dispatch_r, &r.initial_seats_sum, &r.max_seats_sum, &r.total_work_sum]));
+    tabwrite(&(header + &rows.collect::<String>()))
 }
 
 /// Go `schema.GroupVersion{Group, Version}.String()`.
@@ -178,11 +154,12 @@ pub fn dump_requests(rows: &[RequestRow], include_details: bool) -> String {
         header.extend(["UserName", "Verb", "APIPath", "Namespace", "Name", "APIVersion", "Resource",
             "SubResource"]);
     }
-    let mut text = row(&header) + "\n";
+    let mut text = header.join(",\t") + "\n";
     let empty = RequestDetails::default();
     for r in rows {
         let arrive = format_rfc3339_nano(r.arrive_time_ns_unix);
-        let start = format_rfc3339_nano_opt(r.start_time_ns_unix);
+        // Not started: Go's zero `time.Time`.
+        let start = r.start_time_ns_unix.map_or("0001-01-01T00:00:00Z".into(), format_rfc3339_nano);
         let mut cells: Vec<&dyn Display> = vec![&r.level, &r.flow_schema, &r.queue_index,
             &r.index_in_queue, &r.flow_distinguisher, &arrive, &r.initial_seats, &r.final_seats,
             &r.additional_latency, &start];
@@ -192,13 +169,10 @@ pub fn dump_requests(rows: &[RequestRow], include_details: bool) -> String {
             cells.extend([&d.user_name as &dyn Display, &d.verb, &d.api_path, &d.namespace, &d.name,
                 &gv, &d.resource, &d.subresource]);
         }
-        push_row(&mut text, &cells);
+        text.push_str(&row(&cells));
     }
-    tabwrite(&text, TAB_MINWIDTH, TAB_PADDING)
+    tabwrite(&text)
 }
-
-/// Go's zero `time.Time` formatted with RFC3339Nano.
-pub const GO_ZERO_TIME_RFC3339: &str = "0001-01-01T00:00:00Z";
 
 /// Civil date from days since 1970-01-01 (proleptic Gregorian; H. Hinnant's algorithm).
 pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
@@ -231,11 +205,6 @@ pub fn format_rfc3339_nano(unix_nanos: i64) -> String {
     s
 }
 
-/// As [`format_rfc3339_nano`], `None` → Go's zero time `0001-01-01T00:00:00Z`.
-pub fn format_rfc3339_nano_opt(unix_nanos: Option<i64>) -> String {
-    unix_nanos.map_or_else(|| GO_ZERO_TIME_RFC3339.to_string(), format_rfc3339_nano)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,7 +216,6 @@ mod tests {
         assert_eq!(format_rfc3339_nano(1_700_000_000_123_456_789), "2023-11-14T22:13:20.123456789Z");
         assert_eq!(format_rfc3339_nano(951_782_400_000_000_010), "2000-02-29T00:00:00.00000001Z");
         assert_eq!(format_rfc3339_nano(-1), "1969-12-31T23:59:59.999999999Z");
-        assert_eq!(format_rfc3339_nano_opt(None), "0001-01-01T00:00:00Z");
         let _ = format_rfc3339_nano(i64::MIN);
         let _ = format_rfc3339_nano(i64::MAX);
         assert_eq!(civil_from_days(-719_162), (1, 1, 1));
@@ -256,13 +224,13 @@ mod tests {
     #[test]
     fn tabwriter_basics() {
         // Column width = max(8, widest + 1); last cell unaligned.
-        assert_eq!(tabwrite("a,\tb\nccc,\td\n", 8, 1), "a,      b\nccc,    d\n");
-        assert_eq!(tabwrite("abcdefghij,\tx\ny,\tz\n", 8, 1), "abcdefghij, x\ny,          z\n");
+        assert_eq!(tabwrite("a,\tb\nccc,\td\n"), "a,      b\nccc,    d\n");
+        assert_eq!(tabwrite("abcdefghij,\tx\ny,\tz\n"), "abcdefghij, x\ny,          z\n");
         // A line with fewer cells ends the column block.
-        assert_eq!(tabwrite("a\tb\nlong-line\nabcdefghijk\tc\n", 8, 1), "a       b\nlong-line\nabcdefghijk c\n");
+        assert_eq!(tabwrite("a\tb\nlong-line\nabcdefghijk\tc\n"), "a       b\nlong-line\nabcdefghijk c\n");
         // Nested blocks: column 1 block only spans lines that have a 3rd cell.
-        assert_eq!(tabwrite("a\tbb\tc\nd\te\n", 8, 1), "a       bb      c\nd       e\n");
-        assert_eq!(tabwrite("", 8, 1), "");
-        assert_eq!(tabwrite("é\tx\n", 8, 1), "é       x\n");
+        assert_eq!(tabwrite("a\tbb\tc\nd\te\n"), "a       bb      c\nd       e\n");
+        assert_eq!(tabwrite(""), "");
+        assert_eq!(tabwrite("é\tx\n"), "é       x\n");
     }
 }

@@ -1,54 +1,31 @@
 //! Upstream APF metrics (`pkg/util/flowcontrol/metrics/metrics.go`) and their mapping to flat
-//! Envoy stat names.
+//! Envoy stat names; `docs/observability.md` describes what is exported and why.
 //!
 //! ## Naming scheme
 //! proxy-wasm metrics have flat names (Envoy stores them as `wasmcustom.<name>`), so labels are
 //! encoded as `.key.value` pairs after the metric name, in the label order of [`MetricSpec`]:
-//!
-//! ```text
-//! apiserver_flowcontrol_<name>(.<label>.<sanitized value>)*
-//! e.g. apiserver_flowcontrol_rejected_requests_total.priority_level.workload-low.flow_schema.service-accounts.reason.queue-full
-//! ```
-//!
-//! Label values are sanitized by [`sanitize_label_value`]: every `.` becomes `_` and the empty
-//! value becomes `_`. Kubernetes object names never contain `_`, so the mapping is collision-free
-//! for them (a name with dots, e.g. `a.b`, is reported as `a_b`).
+//! `apiserver_flowcontrol_<name>(.<label>.<sanitized value>)*`. Label values are sanitized by
+//! [`sanitize_label_value`]; Kubernetes object names never contain `_`, so the mapping is
+//! collision-free for them.
 //!
 //! ## Turning names back into Prometheus labels
-//! For each label key `k`, Envoy's `stats_config.stats_tags` gets
-//! `{tag_name: k, regex: '^(?:wasmcustom\.)?apiserver_flowcontrol_[a-z_]+(?:\.[a-z_]+\.[^.]+)*?(\.k\.([^.]+))'}`.
-//! Envoy semantics: the first capture group (`.k.value`) is removed from the tag-extracted name,
-//! the second one is the tag value; every specifier runs against the full name. The pair
-//! structure before the group keeps key/value alignment, so a value equal to a key name can't
-//! be mistaken for a key. After all tags are extracted the name is
-//! `wasmcustom.apiserver_flowcontrol_<name>`, which Envoy's Prometheus endpoint exports
-//! as `apiserver_flowcontrol_<name>{k="value",...}` (custom namespace stripped, no
-//! `envoy_` prefix). In Istio, put [`envoy_stats_config_yaml`] into an `EnvoyFilter`
-//! `BOOTSTRAP` `MERGE` patch and [`istio_proxy_stats_matcher_yaml`] into `proxyStatsMatcher`.
+//! One Envoy `stats_config.stats_tags` entry per label key ([`stats_tags`]): the first capture
+//! group (`.k.value`) is removed from the tag-extracted name, the second one is the tag value;
+//! every specifier runs against the full name. The pair structure before the group keeps
+//! key/value alignment, so a value equal to a key name can't be mistaken for a key. Envoy's
+//! Prometheus endpoint then exports `apiserver_flowcontrol_<name>{k="value",...}`.
 //!
-//! ## Histograms
+//! ## Histograms and fractional values
 //! A histogram is exported as Prometheus' classic series, each an Envoy counter:
-//! `<name>_bucket.<labels>.le.<bound>` (cumulative; one per upstream bound, then `+Inf`) and
-//! `<name>_count.<labels>`, with upstream's names, units (seconds) and bounds. `le` is always the
-//! last pair and the only value that may contain a dot (`0.005`); its tag regex is anchored at
-//! the end of the name and takes the whole bound (see [`tag_regex`]). Bounds print as Go's
-//! `strconv.FormatFloat(b, 'g', -1, 64)` does for them (`0`, `0.005`, `30`), see [`le_label`].
-//!
-//! Envoy stat values are integers. A histogram with integer samples (seats, queue lengths)
-//! exports `<name>_sum` as upstream; one with fractional samples exports its sum in a smaller
-//! unit under `<envoy_name>_sum` (`request_wait_duration_microseconds_sum`) and no `<name>_sum`,
-//! so a wrong-unit `_sum` is never summed with kube-apiserver's (recording rules in
-//! `observability/apf-wasm-rules.yaml` derive upstream's). The sum is exact: samples are added in
-//! nanoseconds per worker and the part below one exported unit is carried to the next flush
-//! ([`HistogramAcc`]), so it never drifts.
-//!
-//! Other fractional upstream values (gauges such as `current_r`) are recorded as
+//! `<name>_bucket.<labels>.le.<bound>` (cumulative, then `+Inf`) and `<name>_count.<labels>`.
+//! `le` is always the last pair and the only value that may contain a dot (`0.005`). Envoy stat
+//! values are integers: a histogram with fractional samples exports its exact sum in a smaller
+//! unit under `<envoy_name>_sum` instead of `<name>_sum` ([`HistogramAcc`] carries the
+//! remainder), and fractional gauges such as `current_r` are recorded as
 //! `round(value × envoy_scale)` under `envoy_name` (a `_milli` suffix for ×1000).
 
 /// Common prefix of all APF metrics.
 pub const PREFIX: &str = "apiserver_flowcontrol_";
-/// Envoy's namespace for proxy-wasm stats.
-pub const ENVOY_CUSTOM_NAMESPACE: &str = "wasmcustom";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetricKind {
@@ -66,7 +43,6 @@ pub struct MetricSpec {
     pub labels: &'static [&'static str],
     /// Upstream histogram buckets (upstream units); empty for counters/gauges.
     pub buckets: &'static [f64],
-    pub stability: &'static str,
     /// Counters and gauges: recorded Envoy value = `round(upstream value × envoy_scale)`.
     /// Histograms: the exported sum counts units of `1 / envoy_scale` (1e6: microseconds).
     pub envoy_scale: f64,
@@ -90,54 +66,47 @@ pub const DEMAND_SEATS_BUCKETS: &[f64] = &[0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.
 const PL: &[&str] = &["priority_level"];
 const PL_FS: &[&str] = &["priority_level", "flow_schema"];
 
-const fn m(
-    name: &'static str,
-    kind: MetricKind,
-    labels: &'static [&'static str],
-    buckets: &'static [f64],
-    stability: &'static str,
-    envoy_scale: f64,
-    envoy_name: &'static str,
-) -> MetricSpec {
-    MetricSpec { name, kind, labels, buckets, stability, envoy_scale, envoy_name }
+const fn m(name: &'static str, kind: MetricKind, labels: &'static [&'static str],
+    buckets: &'static [f64], envoy_scale: f64, envoy_name: &'static str) -> MetricSpec {
+    MetricSpec { name, kind, labels, buckets, envoy_scale, envoy_name }
 }
 
 use MetricKind::{Counter, Gauge, Histogram};
 
 /// All upstream APF metrics (HEAD; the two removed after 1.36 are not included).
 pub const METRICS: &[MetricSpec] = &[
-    m("rejected_requests_total", Counter, &["priority_level", "flow_schema", "reason"], &[], "BETA", 1.0, "rejected_requests_total"),
-    m("dispatched_requests_total", Counter, PL_FS, &[], "BETA", 1.0, "dispatched_requests_total"),
-    m("current_inqueue_requests", Gauge, PL_FS, &[], "BETA", 1.0, "current_inqueue_requests"),
-    m("current_inqueue_seats", Gauge, PL_FS, &[], "ALPHA", 1.0, "current_inqueue_seats"),
-    m("current_executing_requests", Gauge, PL_FS, &[], "BETA", 1.0, "current_executing_requests"),
-    m("current_executing_seats", Gauge, PL_FS, &[], "BETA", 1.0, "current_executing_seats"),
-    m("request_wait_duration_seconds", Histogram, &["priority_level", "flow_schema", "execute"], DURATION_BUCKETS, "BETA", 1e6, "request_wait_duration_microseconds"),
-    m("request_execution_seconds", Histogram, &["priority_level", "flow_schema", "type"], DURATION_BUCKETS, "ALPHA", 1e6, "request_execution_microseconds"),
-    m("request_queue_length_after_enqueue", Histogram, PL_FS, QUEUE_LENGTH_BUCKETS, "ALPHA", 1.0, "request_queue_length_after_enqueue"),
-    m("work_estimated_seats", Histogram, PL_FS, WORK_ESTIMATED_SEATS_BUCKETS, "ALPHA", 1.0, "work_estimated_seats"),
-    m("watch_count_samples", Histogram, PL_FS, WATCH_COUNT_BUCKETS, "ALPHA", 1.0, "watch_count_samples"),
-    m("request_dispatch_no_accommodation_total", Counter, PL_FS, &[], "ALPHA", 1.0, "request_dispatch_no_accommodation_total"),
-    m("epoch_advance_total", Counter, &["priority_level", "success"], &[], "ALPHA", 1.0, "epoch_advance_total"),
-    m("current_r", Gauge, PL, &[], "ALPHA", 1000.0, "current_r_milli"),
-    m("dispatch_r", Gauge, PL, &[], "ALPHA", 1000.0, "dispatch_r_milli"),
-    m("latest_s", Gauge, PL, &[], "ALPHA", 1000.0, "latest_s_milli"),
-    m("next_s_bounds", Gauge, &["priority_level", "bound"], &[], "ALPHA", 1000.0, "next_s_bounds_milli"),
-    m("next_discounted_s_bounds", Gauge, &["priority_level", "bound"], &[], "ALPHA", 1000.0, "next_discounted_s_bounds_milli"),
-    m("nominal_limit_seats", Gauge, PL, &[], "BETA", 1.0, "nominal_limit_seats"),
-    m("lower_limit_seats", Gauge, PL, &[], "ALPHA", 1.0, "lower_limit_seats"),
-    m("upper_limit_seats", Gauge, PL, &[], "ALPHA", 1.0, "upper_limit_seats"),
-    m("current_limit_seats", Gauge, PL, &[], "ALPHA", 1.0, "current_limit_seats"),
-    m("demand_seats_high_watermark", Gauge, PL, &[], "ALPHA", 1.0, "demand_seats_high_watermark"),
-    m("demand_seats_average", Gauge, PL, &[], "ALPHA", 1000.0, "demand_seats_average_milli"),
-    m("demand_seats_stdev", Gauge, PL, &[], "ALPHA", 1000.0, "demand_seats_stdev_milli"),
-    m("demand_seats_smoothed", Gauge, PL, &[], "ALPHA", 1000.0, "demand_seats_smoothed_milli"),
-    m("target_seats", Gauge, PL, &[], "ALPHA", 1000.0, "target_seats_milli"),
-    m("seat_fair_frac", Gauge, &[], &[], "ALPHA", 1000.0, "seat_fair_frac_milli"),
-    m("priority_level_seat_utilization", Histogram, &["priority_level", "phase"], SEAT_UTILIZATION_BUCKETS, "ALPHA", 1e6, "priority_level_seat_utilization_micro"),
-    m("priority_level_request_utilization", Histogram, &["phase", "priority_level"], REQUEST_UTILIZATION_BUCKETS, "ALPHA", 1e6, "priority_level_request_utilization_micro"),
-    m("read_vs_write_current_requests", Histogram, &["phase", "request_kind"], READ_WRITE_BUCKETS, "ALPHA", 1e6, "read_vs_write_current_requests_micro"),
-    m("demand_seats", Histogram, PL, DEMAND_SEATS_BUCKETS, "ALPHA", 1e6, "demand_seats_micro"),
+    m("rejected_requests_total", Counter, &["priority_level", "flow_schema", "reason"], &[], 1.0, "rejected_requests_total"),
+    m("dispatched_requests_total", Counter, PL_FS, &[], 1.0, "dispatched_requests_total"),
+    m("current_inqueue_requests", Gauge, PL_FS, &[], 1.0, "current_inqueue_requests"),
+    m("current_inqueue_seats", Gauge, PL_FS, &[], 1.0, "current_inqueue_seats"),
+    m("current_executing_requests", Gauge, PL_FS, &[], 1.0, "current_executing_requests"),
+    m("current_executing_seats", Gauge, PL_FS, &[], 1.0, "current_executing_seats"),
+    m("request_wait_duration_seconds", Histogram, &["priority_level", "flow_schema", "execute"], DURATION_BUCKETS, 1e6, "request_wait_duration_microseconds"),
+    m("request_execution_seconds", Histogram, &["priority_level", "flow_schema", "type"], DURATION_BUCKETS, 1e6, "request_execution_microseconds"),
+    m("request_queue_length_after_enqueue", Histogram, PL_FS, QUEUE_LENGTH_BUCKETS, 1.0, "request_queue_length_after_enqueue"),
+    m("work_estimated_seats", Histogram, PL_FS, WORK_ESTIMATED_SEATS_BUCKETS, 1.0, "work_estimated_seats"),
+    m("watch_count_samples", Histogram, PL_FS, WATCH_COUNT_BUCKETS, 1.0, "watch_count_samples"),
+    m("request_dispatch_no_accommodation_total", Counter, PL_FS, &[], 1.0, "request_dispatch_no_accommodation_total"),
+    m("epoch_advance_total", Counter, &["priority_level", "success"], &[], 1.0, "epoch_advance_total"),
+    m("current_r", Gauge, PL, &[], 1000.0, "current_r_milli"),
+    m("dispatch_r", Gauge, PL, &[], 1000.0, "dispatch_r_milli"),
+    m("latest_s", Gauge, PL, &[], 1000.0, "latest_s_milli"),
+    m("next_s_bounds", Gauge, &["priority_level", "bound"], &[], 1000.0, "next_s_bounds_milli"),
+    m("next_discounted_s_bounds", Gauge, &["priority_level", "bound"], &[], 1000.0, "next_discounted_s_bounds_milli"),
+    m("nominal_limit_seats", Gauge, PL, &[], 1.0, "nominal_limit_seats"),
+    m("lower_limit_seats", Gauge, PL, &[], 1.0, "lower_limit_seats"),
+    m("upper_limit_seats", Gauge, PL, &[], 1.0, "upper_limit_seats"),
+    m("current_limit_seats", Gauge, PL, &[], 1.0, "current_limit_seats"),
+    m("demand_seats_high_watermark", Gauge, PL, &[], 1.0, "demand_seats_high_watermark"),
+    m("demand_seats_average", Gauge, PL, &[], 1000.0, "demand_seats_average_milli"),
+    m("demand_seats_stdev", Gauge, PL, &[], 1000.0, "demand_seats_stdev_milli"),
+    m("demand_seats_smoothed", Gauge, PL, &[], 1000.0, "demand_seats_smoothed_milli"),
+    m("target_seats", Gauge, PL, &[], 1000.0, "target_seats_milli"),
+    m("seat_fair_frac", Gauge, &[], &[], 1000.0, "seat_fair_frac_milli"),
+    m("priority_level_seat_utilization", Histogram, &["priority_level", "phase"], SEAT_UTILIZATION_BUCKETS, 1e6, "priority_level_seat_utilization_micro"),
+    m("priority_level_request_utilization", Histogram, &["phase", "priority_level"], REQUEST_UTILIZATION_BUCKETS, 1e6, "priority_level_request_utilization_micro"),
+    m("read_vs_write_current_requests", Histogram, &["phase", "request_kind"], READ_WRITE_BUCKETS, 1e6, "read_vs_write_current_requests_micro"),
+    m("demand_seats", Histogram, PL, DEMAND_SEATS_BUCKETS, 1e6, "demand_seats_micro"),
 ];
 
 /// Every label key used by some metric (one `stats_tags` entry each).
@@ -236,13 +205,7 @@ pub fn histogram_stat_names(spec: &MetricSpec, label_values: &[&str]) -> Result<
 }
 
 /// Sums are accumulated in units of 1e-9 of the upstream unit (nanoseconds for seconds).
-pub const SUM_FINE_PER_UNIT: f64 = 1e9;
-
-/// A sample in [`SUM_FINE_PER_UNIT`] units, clamped to `u64` (negative and NaN → 0: `as`
-/// saturates).
-pub fn fine_value(x: f64) -> u64 {
-    (x * SUM_FINE_PER_UNIT).round() as u64
-}
+const SUM_FINE_PER_UNIT: f64 = 1e9;
 
 /// One histogram series aggregated in a VM between flushes, as Prometheus' client does it
 /// (`prometheus/client_golang` `histogram.observe`: a sample goes into the first bucket whose
@@ -272,12 +235,9 @@ impl HistogramAcc {
         if let Some(c) = self.counts.get_mut(i) {
             *c = c.saturating_add(1);
         }
-        self.sum_fine = self.sum_fine.saturating_add(fine_value(x));
-    }
-
-    /// Samples recorded since the last take.
-    pub fn pending(&self) -> u64 {
-        self.counts.iter().fold(0u64, |a, c| a.saturating_add(*c))
+        // Clamped to `u64`: negative and NaN add 0 (`as` saturates).
+        let fine = (x * SUM_FINE_PER_UNIT).round() as u64;
+        self.sum_fine = self.sum_fine.saturating_add(fine);
     }
 
     /// What to add to the exported counters since the last call, in the order of
@@ -285,58 +245,38 @@ impl HistogramAcc {
     /// exported units; the remainder is carried to the next call), `_count`. `None` when
     /// nothing was recorded.
     pub fn take(&mut self) -> Option<Vec<u64>> {
-        let total = self.pending();
+        let mut total = 0u64;
+        let cumulative = self.counts.iter_mut().map(|c| {
+            total = total.saturating_add(std::mem::take(c));
+            total
+        });
+        let mut out: Vec<u64> = cumulative.collect();
         if total == 0 {
             return None;
         }
-        let mut out = Vec::with_capacity(self.counts.len() + 2);
-        let mut cum = 0u64;
-        for c in &mut self.counts {
-            cum = cum.saturating_add(*c);
-            out.push(cum);
-            *c = 0;
-        }
-        let fine = self.carry_fine.saturating_add(self.sum_fine);
-        self.sum_fine = 0;
-        out.push(fine / self.step);
+        let fine = self.carry_fine.saturating_add(std::mem::take(&mut self.sum_fine));
         self.carry_fine = fine % self.step;
-        out.push(total);
+        out.extend([fine / self.step, total]);
         Some(out)
     }
 }
 
-/// Value to record in Envoy for an upstream value: `round(x × scale)`, clamped to `u64`
-/// (negative and NaN → 0: `as` saturates).
-pub fn envoy_value(spec: &MetricSpec, x: f64) -> u64 {
-    (x * spec.envoy_scale).round() as u64
-}
-
-/// Envoy `stats_tags` regex for one label key (RE2 syntax; group 1 removed, group 2 = value).
-/// `le` is always the last pair and its value may have one dot (`0.005`), so its regex is
-/// anchored at the end and takes an optional `.digits` after the first part.
-pub fn tag_regex(label_key: &str) -> String {
-    let value = if label_key == "le" { r"([^.]+(?:\.[0-9]+)?))$" } else { r"([^.]+))" };
-    format!(r"^(?:wasmcustom\.)?apiserver_flowcontrol_[a-z_]+(?:\.[a-z_]+\.[^.]+)*?(\.{label_key}\.{value}")
-}
-
-/// `(tag_name, regex)` for every label key.
+/// `(tag_name, regex)` for every label key: Envoy `stats_tags` regexes (RE2 syntax; group 1
+/// removed, group 2 = value). `le` is always the last pair and its value may have one dot
+/// (`0.005`), so its regex is anchored at the end and takes an optional `.digits`.
 pub fn stats_tags() -> Vec<(String, String)> {
-    LABEL_KEYS.iter().map(|k| (k.to_string(), tag_regex(k))).collect()
+    let tag = |k: &&str| {
+        let value = if *k == "le" { r"([^.]+(?:\.[0-9]+)?))$" } else { r"([^.]+))" };
+        let prefix = r"^(?:wasmcustom\.)?apiserver_flowcontrol_[a-z_]+(?:\.[a-z_]+\.[^.]+)*?";
+        (k.to_string(), format!(r"{prefix}(\.{k}\.{value}"))
+    };
+    LABEL_KEYS.iter().map(tag).collect()
 }
 
-/// Envoy bootstrap `stats_config` snippet: tag regexes and histogram buckets.
+/// Envoy bootstrap `stats_config` snippet: the tag regexes.
 pub fn envoy_stats_config_yaml() -> String {
-    let mut y = String::from("stats_config:\n  use_all_default_tags: true\n  stats_tags:\n");
-    for (tag, re) in stats_tags() {
-        y.push_str(&format!("  - tag_name: {tag}\n    regex: '{re}'\n"));
-    }
-    y
-}
-
-/// Istio `proxyStatsMatcher` snippet (mesh config `defaultConfig` or the
-/// `proxy.istio.io/config` annotation) so the custom stats reach the Prometheus endpoint.
-pub fn istio_proxy_stats_matcher_yaml() -> String {
-    format!("proxyStatsMatcher:\n  inclusionPrefixes:\n  - {ENVOY_CUSTOM_NAMESPACE}.{PREFIX}\n  - {PREFIX}\n")
+    let tags = stats_tags().into_iter().map(|(tag, re)| format!("  - tag_name: {tag}\n    regex: '{re}'\n"));
+    String::from("stats_config:\n  use_all_default_tags: true\n  stats_tags:\n") + &tags.collect::<String>()
 }
 
 #[cfg(test)]
@@ -354,11 +294,6 @@ mod tests {
         assert_eq!(stat_name(spec("seat_fair_frac").unwrap(), &[]).unwrap(), "apiserver_flowcontrol_seat_fair_frac_milli");
         assert_eq!(sanitize_label_value("a.b.c"), "a_b_c");
         assert_eq!(sanitize_label_value(""), "_");
-        let r = spec("current_r").unwrap();
-        assert_eq!(envoy_value(r, 0.0125), 13);
-        assert_eq!(envoy_value(r, f64::NAN), 0);
-        assert_eq!(envoy_value(r, -1.0), 0);
-        assert_eq!(envoy_value(r, f64::INFINITY), u64::MAX);
         let w = spec("request_wait_duration_seconds").unwrap();
         assert!(stat_name(w, &["a", "b", "true"]).is_err());
         let h = histogram_stat_names(w, &["a", "b", "true"]).unwrap();
@@ -394,7 +329,5 @@ mod tests {
         assert!(y.contains("  - tag_name: priority_level\n    regex: '^(?:wasmcustom\\.)?apiserver_flowcontrol_[a-z_]+(?:\\.[a-z_]+\\.[^.]+)*?(\\.priority_level\\.([^.]+))'\n"), "{y}");
         assert!(y.contains("  - tag_name: le\n"), "{y}");
         assert!(!y.contains("histogram_bucket_settings"), "histograms are bucket counters: {y}");
-        let i = istio_proxy_stats_matcher_yaml();
-        assert!(i.contains("- wasmcustom.apiserver_flowcontrol_\n"));
     }
 }
