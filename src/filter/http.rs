@@ -1,6 +1,6 @@
 //! HTTP context: digest, classify, admit / queue / reject, and release at the end.
 
-use super::host::{self, REQUEST_HEADERS, RESPONSE_HEADERS};
+use super::host;
 use super::metrics::{self, EXTRA_NONE, M};
 use super::worker::{self, Extra, Local};
 use crate::digest::identity::{IdentityConfig, IdentityInput, IdentitySource};
@@ -12,17 +12,14 @@ use crate::engine::requests::Phase;
 use crate::engine::{self, debug, Compiled, Decision};
 use crate::fairqueuing::RequestTag;
 use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::Action;
+use proxy_wasm::types::{Action, BufferType, MapType::{HttpRequestHeaders, HttpResponseHeaders}};
 use serde_json::Value;
 use std::rc::Rc;
 
-pub const FS_UID_HEADER: &str = "x-kubernetes-pf-flowschema-uid";
-pub const PL_UID_HEADER: &str = "x-kubernetes-pf-prioritylevel-uid";
-
 #[derive(Default)]
 pub struct Http {
-    ctx: u32,
-    compiled: Option<Rc<Compiled>>,
+    pub ctx: u32,
+    pub compiled: Option<Rc<Compiled>>,
     /// (FlowSchema index, level index) of a classified request, for the PF response headers.
     class: Option<(usize, usize)>,
     explain: bool,
@@ -38,13 +35,6 @@ pub struct Http {
 }
 
 impl Http {
-    pub fn new(ctx: u32, compiled: Option<Rc<Compiled>>) -> Http {
-        let mut h = Http::default();
-        h.ctx = ctx;
-        h.compiled = compiled;
-        h
-    }
-
     /// At a WATCH's response headers: hold its seats while its initial state streams, or
     /// release them now (no initial events, not admitted here, or not a watch stream).
     fn start_watch(&mut self, max_hold: crate::Nanos) {
@@ -63,7 +53,6 @@ impl Http {
                     _ => None,
                 };
                 let hold = worker::Hold {
-                    init,
                     deadline: now.saturating_add(max_hold),
                     last_data: now,
                     bytes: 0,
@@ -82,7 +71,7 @@ impl Http {
     fn admit(&mut self, rc: Rc<Compiled>) -> Action {
         let c: &Compiled = &rc;
         let now = host::monotonic_nanos();
-        let raw = host::header_map_bytes(REQUEST_HEADERS);
+        let raw = host::header_map_bytes(HttpRequestHeaders);
         let headers = host::borrowed_pairs(&raw);
         let last = |name: &str| headers.iter().rev().find(|(k, _)| *k == name).map(|(_, v)| *v);
         let (method, path) = (last(":method").unwrap_or(b"GET"), last(":path").unwrap_or(b"/"));
@@ -103,7 +92,7 @@ impl Http {
         let input = IdentityInput { headers: &identity_headers, peer, mtls, cert_subject: cert_subject.as_deref(), jwt_claims: jwt_claims.as_ref() };
         if needs.strip {
             for h in c.config.identity.headers_to_strip(&input) {
-                host::remove_header(REQUEST_HEADERS, &h);
+                host::remove_header(HttpRequestHeaders, &h);
             }
         }
         // setFrontProxyHeaders: the upstream sees only the identity derived here, on every
@@ -111,10 +100,10 @@ impl Http {
         if c.config.identity.set_front_proxy_headers {
             let fwd = c.config.identity.front_proxy_headers(&input, headers.iter().map(|(k, _)| *k));
             for h in &fwd.remove {
-                host::remove_header(REQUEST_HEADERS, h);
+                host::remove_header(HttpRequestHeaders, h);
             }
             for (k, v) in &fwd.add {
-                host::add_header(REQUEST_HEADERS, k, v.as_bytes());
+                host::add_header(HttpRequestHeaders, k, v.as_bytes());
             }
         }
         let stale_after = c.config.cluster_metrics.as_ref().map(|m| m.stale_after);
@@ -215,16 +204,12 @@ impl Http {
 
     /// Feeds a LIST response chunk to the learning scanner; at the end, stores what it learned.
     fn learn_from(&mut self, body_size: usize, end_of_stream: bool) {
-        let Some((_, scanner)) = self.learn.as_mut() else { return };
-        let Some(chunk) = host::buffer_bytes(host::BUFFER_HTTP_RESPONSE_BODY, 0, body_size) else {
-            self.learn = None;
-            return;
-        };
+        let Some((key, mut scanner)) = self.learn.take() else { return };
+        let Some(chunk) = host::buffer_bytes(BufferType::HttpResponseBody, 0, body_size) else { return };
         scanner.feed(&chunk);
         if !end_of_stream {
-            return;
+            return self.learn = Some((key, scanner));
         }
-        let Some((key, scanner)) = self.learn.take() else { return };
         if let Some(obs) = scanner.finish() {
             let stats = obs.stats();
             log::debug!("apf: learned {key}: {} objects of {} bytes from a LIST response", stats.count, stats.average_object_size_bytes);
@@ -248,12 +233,12 @@ impl HttpContext for Http {
         }
         let (Some((fs, pl)), Some(c)) = (self.class, self.compiled.clone()) else { return Action::Continue };
         for (k, v) in worker::pf_headers(&c, fs, pl, self.explain) {
-            host::add_header(RESPONSE_HEADERS, k, v);
+            host::add_header(HttpResponseHeaders, k, v);
         }
         if self.explain {
             let waited = worker::requests(|r| r.get(self.ctx).map(|l| l.waited)).unwrap_or(0);
-            host::add_header(RESPONSE_HEADERS, "x-apf-queued-ms", (waited / 1_000_000).to_string().as_bytes());
-            host::add_header(RESPONSE_HEADERS, "x-apf-seats", self.seats.to_string().as_bytes());
+            host::add_header(HttpResponseHeaders, "x-apf-queued-ms", (waited / 1_000_000).to_string().as_bytes());
+            host::add_header(HttpResponseHeaders, "x-apf-seats", self.seats.to_string().as_bytes());
         }
         if self.learn.is_some() && !Response::read().learnable() {
             self.learn = None;
@@ -276,18 +261,14 @@ impl HttpContext for Http {
             h.last_data = now;
             h.bytes = h.bytes.saturating_add(body_size as u64);
             Some(end_of_stream || match h.marker.as_mut() {
-                Some(m) => host::buffer_bytes(host::BUFFER_HTTP_RESPONSE_BODY, 0, body_size).is_some_and(|chunk| m.feed(&chunk)),
+                Some(m) => host::buffer_bytes(BufferType::HttpResponseBody, 0, body_size).is_some_and(|chunk| m.feed(&chunk)),
                 None => h.expected_bytes.is_some_and(|e| h.bytes >= e),
             })
         });
-        match ended {
-            // Released meanwhile (maximum hold time, or the quiet rule on the timer).
-            None => self.holding = false,
-            Some(true) => {
-                self.holding = false;
-                worker::end_watch_init(self.ctx, now, None);
-            }
-            Some(false) => {}
+        // `None`: released meanwhile (maximum hold time, or the quiet rule on the timer).
+        self.holding = ended == Some(false);
+        if ended == Some(true) {
+            worker::end_watch_init(self.ctx, now, None);
         }
         Action::Continue
     }
@@ -322,8 +303,9 @@ struct Response {
 impl Response {
     fn read() -> Response {
         let mut r = Response { ok: false, json: false, identity: true };
-        for (k, v) in host::header_pairs(RESPONSE_HEADERS) {
-            match k.as_str() {
+        let raw = host::header_map_bytes(HttpResponseHeaders);
+        for (k, v) in host::borrowed_pairs(&raw) {
+            match k {
                 ":status" => r.ok = v == b"200",
                 "content-type" => r.json = v.windows(4).any(|w| w.eq_ignore_ascii_case(b"json")),
                 "content-encoding" if !v.eq_ignore_ascii_case(b"identity") => r.identity = false,

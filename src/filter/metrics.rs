@@ -13,11 +13,12 @@
 //! recording rules in `observability/apf-wasm-rules.yaml`. Label cardinality is bounded by the
 //! number of levels and FlowSchemas.
 
-use super::host::{self, METRIC_COUNTER, METRIC_GAUGE};
+use super::host;
 use crate::engine::store::{Store, WorkerState};
 use crate::engine::Compiled;
 use crate::observe::metrics::{self as names, MetricKind};
 use hashbrown::HashMap;
+use proxy_wasm::types::MetricType;
 use std::cell::{Cell, RefCell};
 
 /// The metrics the filter records (names from upstream).
@@ -73,7 +74,7 @@ type Key = (u64, M, u16, u16, &'static str);
 /// samples aggregated in the VM; `names`, `ids`: its counters, in the order of
 /// [`names::HistogramStatNames::all`]).
 struct Series {
-    kind: u32,
+    kind: MetricType,
     names: Vec<String>,
     ids: Vec<Option<u32>>,
     pending: i64,
@@ -105,7 +106,7 @@ fn new_series(c: &Compiled, m: M, pl: usize, fs: usize, extra: &'static str) -> 
         }
         _ => (vec![names::stat_name(spec, &values).ok()?], None),
     };
-    let kind = if spec.kind == MetricKind::Gauge { METRIC_GAUGE } else { METRIC_COUNTER };
+    let kind = if spec.kind == MetricKind::Gauge { MetricType::Gauge } else { MetricType::Counter };
     Some(Series { kind, ids: vec![None; names.len()], names, pending: 0, hist })
 }
 
@@ -194,7 +195,7 @@ pub fn set_own_gauges(stale_resources: u64, age_seconds: Option<u64>) {
     OWN_GAUGE_IDS.with_borrow_mut(|ids| {
         for ((name, value), id) in OWN_GAUGES.iter().zip([Some(stale_resources), age_seconds]).zip(ids) {
             let Some(value) = value else { continue };
-            if let Some(id) = host::metric_id(id, METRIC_GAUGE, name) {
+            if let Some(id) = host::metric_id(id, MetricType::Gauge, name) {
                 host::record_metric(id, value);
             }
         }
@@ -205,7 +206,7 @@ pub fn set_own_gauges(stale_resources: u64, age_seconds: Option<u64>) {
 /// 0, so that the series exist from the start).
 fn add_to_counters(names: &[impl AsRef<str>], ids: &mut [Option<u32>], deltas: impl IntoIterator<Item = u64>) {
     for ((name, id), delta) in names.iter().zip(ids).zip(deltas) {
-        if let (Some(id), true) = (host::metric_id(id, METRIC_COUNTER, name.as_ref()), delta > 0) {
+        if let (Some(id), true) = (host::metric_id(id, MetricType::Counter, name.as_ref()), delta > 0) {
             host::increment_metric(id, i64::try_from(delta).unwrap_or(i64::MAX));
         }
     }

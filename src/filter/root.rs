@@ -11,7 +11,7 @@ use crate::engine::{self, Compiled};
 use crate::policy::config::{parse_plugin_config, PluginConfig};
 use crate::Nanos;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{ContextType, Status};
+use proxy_wasm::types::{BufferType, ContextType, MapType, Status};
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::rc::Rc;
 use std::time::Duration;
@@ -68,9 +68,9 @@ fn next_generation() -> u64 {
 
 /// The `:status` of the HTTP call response being delivered ("" if none).
 fn call_status() -> String {
-    let headers = host::header_pairs(host::HTTP_CALL_RESPONSE_HEADERS);
-    let status = headers.into_iter().find_map(|(k, v)| (k == ":status").then_some(v));
-    String::from_utf8_lossy(&status.unwrap_or_default()).into_owned()
+    let raw = host::header_map_bytes(MapType::HttpCallResponseHeaders);
+    let status = host::borrowed_pairs(&raw).into_iter().find_map(|(k, v)| (k == ":status").then_some(v));
+    String::from_utf8_lossy(status.unwrap_or_default()).into_owned()
 }
 
 /// Re-reads the shared object counts into this worker's copy when they changed.
@@ -145,7 +145,7 @@ impl Root {
             self.fetch.bodies = [None, None];
             return;
         }
-        let body = host::buffer_bytes(host::BUFFER_HTTP_CALL_RESPONSE_BODY, 0, body_size).unwrap_or_default();
+        let body = host::buffer_bytes(BufferType::HttpCallResponseBody, 0, body_size).unwrap_or_default();
         if let Some(b) = self.fetch.bodies.get_mut(i) {
             *b = Some(body);
         }
@@ -202,7 +202,7 @@ impl Root {
         let mut scanner = crate::digest::object_counts::MetricsScanner::new();
         let mut at = 0usize;
         while at < body_size {
-            match host::buffer_bytes(host::BUFFER_HTTP_CALL_RESPONSE_BODY, at, METRICS_READ_CHUNK.min(body_size - at)) {
+            match host::buffer_bytes(BufferType::HttpCallResponseBody, at, METRICS_READ_CHUNK.min(body_size - at)) {
                 Some(chunk) if !chunk.is_empty() => {
                     at = at.saturating_add(chunk.len());
                     scanner.feed(&chunk);
@@ -274,7 +274,7 @@ impl Context for Root {
 
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
-        let bytes = host::buffer_bytes(host::BUFFER_PLUGIN_CONFIGURATION, 0, usize::MAX).unwrap_or_default();
+        let bytes = host::buffer_bytes(BufferType::PluginConfiguration, 0, usize::MAX).unwrap_or_default();
         match parse_plugin_config(&bytes) {
             Ok(cfg) => {
                 let doc: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) { b"{}" } else { &bytes };
@@ -338,7 +338,9 @@ impl RootContext for Root {
     }
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
-        Some(Box::new(Http::new(context_id, self.compiled.clone())))
+        let mut http = Http::default();
+        (http.ctx, http.compiled) = (context_id, self.compiled.clone());
+        Some(Box::new(http))
     }
 
     fn get_type(&self) -> Option<ContextType> {

@@ -4,7 +4,6 @@ use super::host;
 use super::metrics::{self, EXTRA_NONE, M};
 use crate::digest::initial_events::MarkerScanner;
 use crate::digest::request_info::RequestInfo;
-use crate::digest::work_estimate::WatchInit;
 use crate::engine::requests::{Entry, Host, Requests};
 use crate::engine::store::Store;
 use crate::engine::{self, Notice};
@@ -94,14 +93,13 @@ pub struct Worker {
 /// A WATCH in its initial phase: it keeps its seats until the phase ends (the bookmark passed,
 /// the unmarked stream went quiet or reached its expected size) or `deadline`.
 pub struct Hold {
-    pub init: WatchInit,
     pub deadline: Nanos,
     /// Response headers or the last body chunk.
     pub last_data: Nanos,
     pub bytes: u64,
     /// Unmarked watches: the initial state's estimated size (count × average object size).
     pub expected_bytes: Option<u64>,
-    /// Looks for the initial-events-end bookmark (`sendInitialEvents` watches).
+    /// Looks for the initial-events-end bookmark (`sendInitialEvents` watches; `None`: unmarked).
     pub marker: Option<MarkerScanner>,
     /// Registered as an open watch when the phase ends.
     pub info: RequestInfo,
@@ -146,19 +144,15 @@ impl Host<Extra> for FilterHost {
         let msg = n.encode();
         // The owner's mailbox queue id is looked up once (registry, then the host's queue
         // table); an enqueue that fails drops the cached id and looks it up again.
+        let enqueue = |q: &u32| host::enqueue(*q, &msg).is_ok();
         let cached = with(|w| w.slot_mailboxes.get(&n.owner).copied());
-        let mut delivered = cached.is_some_and(|q| host::enqueue(q, &msg).is_ok());
-        if !delivered {
+        let delivered = cached.as_ref().is_some_and(enqueue) || {
             with(|w| w.slot_mailboxes.remove(&n.owner));
-            if let Ok(Some(instance)) = engine::instance_of(host::store(), n.owner) {
-                if let Ok(Some(q)) = host::resolve_queue(&host::mailbox_name(instance)) {
-                    delivered = host::enqueue(q, &msg).is_ok();
-                    if delivered {
-                        with(|w| w.slot_mailboxes.insert(n.owner, q));
-                    }
-                }
-            }
-        }
+            let instance = engine::instance_of(host::store(), n.owner).ok().flatten();
+            let q = instance.and_then(|i| host::resolve_queue(&host::mailbox_name(i)).ok().flatten());
+            let q = q.filter(enqueue);
+            q.inspect(|&q| with(|w| { w.slot_mailboxes.insert(n.owner, q); })).is_some()
+        };
         if !delivered {
             log::warn!("apf: cannot deliver notice to worker {}; releasing request {}", n.owner, n.id);
         } else if let Some(s) = host::store().worker() {
@@ -252,15 +246,13 @@ pub fn enforce_local_deadlines(now: Nanos) {
     requests(|r| r.time_out_overdue(host::store(), &mut FilterHost, now, GRACE));
 }
 
-pub const TOO_MANY: &[u8] = b"Too many requests, please try again later.\n";
-
 /// The PF response headers of a classified request (UIDs; names for explain callers).
 pub fn pf_headers(c: &crate::engine::Compiled, fs: usize, pl: usize, explain: bool) -> Vec<(&'static str, &[u8])> {
     let fs_obj = c.config.policy.flow_schemas.get(fs);
     let lvl = c.levels.get(pl);
     let mut h = vec![
-        (super::http::FS_UID_HEADER, fs_obj.map(|f| f.uid.as_bytes()).unwrap_or_default()),
-        (super::http::PL_UID_HEADER, lvl.map(|l| l.uid.as_bytes()).unwrap_or_default()),
+        ("x-kubernetes-pf-flowschema-uid", fs_obj.map(|f| f.uid.as_bytes()).unwrap_or_default()),
+        ("x-kubernetes-pf-prioritylevel-uid", lvl.map(|l| l.uid.as_bytes()).unwrap_or_default()),
     ];
     if explain {
         h.push(("x-apf-flowschema", fs_obj.map(|f| f.name.as_bytes()).unwrap_or_default()));
@@ -283,7 +275,7 @@ pub fn send_429(e: &Extra, retry_after: i64, reason: &str) {
         headers.push(("x-apf-reject-reason", reason.as_bytes()));
         headers.push(("x-apf-seats", seats.as_bytes()));
     }
-    host::send_response(429, &headers, TOO_MANY);
+    host::send_response(429, &headers, b"Too many requests, please try again later.\n");
 }
 
 /// Takes up to `limit` messages from this VM's mailbox. The host posts one `on_queue_ready` per
@@ -343,7 +335,7 @@ pub fn end_watch_init(context: u32, now: Nanos, info: Option<&RequestInfo>) {
 
 /// Ends the initial phase of held watches past their deadline or, unmarked, quiet long enough.
 pub fn check_watch_holds(now: Nanos) {
-    let quiet = |h: &Hold| h.init == WatchInit::Unmarked && now.saturating_sub(h.last_data) >= UNMARKED_QUIET;
+    let quiet = |h: &Hold| h.marker.is_none() && now.saturating_sub(h.last_data) >= UNMARKED_QUIET;
     let due: Vec<(u32, bool)> = with(|w| {
         let due = w.holds.iter().filter(|(_, h)| now >= h.deadline || quiet(h));
         due.map(|(c, h)| (*c, now >= h.deadline)).collect()
