@@ -42,12 +42,12 @@ impl Http {
         let now = host::monotonic_nanos();
         let executing = worker::requests(|r| r.get(self.ctx).is_some_and(|l| l.phase == Phase::Executing));
         if init != WatchInit::None && executing {
-            let response = Response::read();
+            let (ok, _, identity) = response();
             // The bookmark's bytes are not visible in a compressed stream.
-            if !response.identity {
+            if !identity {
                 init = WatchInit::Unmarked;
             }
-            if response.ok {
+            if ok {
                 let expected_bytes = match stats {
                     Some(StatsLookup::Found(s)) if s.count > 0 && s.average_object_size_bytes > 0 => u64::try_from(s.count.saturating_mul(s.average_object_size_bytes)).ok(),
                     _ => None,
@@ -240,7 +240,8 @@ impl HttpContext for Http {
             host::add_header(HttpResponseHeaders, "x-apf-queued-ms", (waited / 1_000_000).to_string().as_bytes());
             host::add_header(HttpResponseHeaders, "x-apf-seats", self.seats.to_string().as_bytes());
         }
-        if self.learn.is_some() && !Response::read().learnable() {
+        // The learning scanner reads only `200` uncompressed JSON responses.
+        if self.learn.is_some() && response() != (true, true, true) {
             self.learn = None;
         }
         // A WATCH holds its seats while it initializes (upstream: until the storage layer
@@ -291,34 +292,20 @@ fn learnable(info: &RequestInfo) -> bool {
     info.verb == "list" && info.namespace.is_empty() && info.name.is_empty() && q.label_selector.is_empty() && q.field_selector.is_empty() && q.continue_token.is_empty()
 }
 
-/// What the response headers say about the body.
-struct Response {
-    /// `:status` 200.
-    ok: bool,
-    json: bool,
-    /// Not compressed (no `content-encoding` but `identity`).
-    identity: bool,
-}
-
-impl Response {
-    fn read() -> Response {
-        let mut r = Response { ok: false, json: false, identity: true };
-        let raw = host::header_map_bytes(HttpResponseHeaders);
-        for (k, v) in host::borrowed_pairs(&raw) {
-            match k {
-                ":status" => r.ok = v == b"200",
-                "content-type" => r.json = v.windows(4).any(|w| w.eq_ignore_ascii_case(b"json")),
-                "content-encoding" if !v.eq_ignore_ascii_case(b"identity") => r.identity = false,
-                _ => {}
-            }
+/// What the response headers say about the body: (`:status` 200, JSON, not compressed (no
+/// `content-encoding` but `identity`)).
+fn response() -> (bool, bool, bool) {
+    let (mut ok, mut json, mut identity) = (false, false, true);
+    let raw = host::header_map_bytes(HttpResponseHeaders);
+    for (k, v) in host::borrowed_pairs(&raw) {
+        match k {
+            ":status" => ok = v == b"200",
+            "content-type" => json = v.windows(4).any(|w| w.eq_ignore_ascii_case(b"json")),
+            "content-encoding" if !v.eq_ignore_ascii_case(b"identity") => identity = false,
+            _ => {}
         }
-        r
     }
-
-    /// A `200` uncompressed JSON response (the only kind the learning scanner reads).
-    fn learnable(&self) -> bool {
-        self.ok && self.json && self.identity
-    }
+    (ok, json, identity)
 }
 
 /// `source.address` is `ip:port` (`[v6]:port` for IPv6).

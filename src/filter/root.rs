@@ -112,11 +112,9 @@ impl Root {
     /// Starts a GET on `cluster` (with `token` as bearer token, if any); the call's token.
     fn get(&self, cluster: &str, authority: &str, path: &str, accept: &str, token: Option<&String>, timeout: Duration) -> Result<u32, Status> {
         let bearer = token.map(|t| format!("Bearer {t}"));
-        let mut headers = vec![(":method", "GET"), (":path", path), (":authority", authority), ("accept", accept)];
-        if let Some(b) = &bearer {
-            headers.push(("authorization", b.as_str()));
-        }
-        self.dispatch_http_call(cluster, headers, None, vec![], timeout)
+        let auth = bearer.as_deref().map(|b| ("authorization", b));
+        let headers = [(":method", "GET"), (":path", path), (":authority", authority), ("accept", accept)];
+        self.dispatch_http_call(cluster, headers.into_iter().chain(auth).collect(), None, vec![], timeout)
     }
 
     /// Starts reading the cluster's policy when due.
@@ -277,8 +275,7 @@ impl RootContext for Root {
         let bytes = host::buffer_bytes(BufferType::PluginConfiguration, 0, usize::MAX).unwrap_or_default();
         match parse_plugin_config(&bytes) {
             Ok(cfg) => {
-                let doc: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) { b"{}" } else { &bytes };
-                self.base = cfg.cluster_policy.is_some().then(|| serde_json::from_slice(doc).ok()).flatten();
+                self.base = cfg.cluster_policy.is_some().then(|| serde_json::from_slice(&bytes).ok()).flatten();
                 self.fetch = ClusterFetch::default();
                 self.apply(cfg, "configuration");
                 host::set_tick_period_ms(TICK_MS);

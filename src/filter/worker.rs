@@ -70,7 +70,7 @@ pub struct Worker {
     pub slot: Option<u32>,
     pub mailbox: Option<u32>,
     /// Shared-state keys of every level this VM has used (so removed levels still drain).
-    pub known_levels: Vec<String>,
+    pub known_levels: HashSet<String>,
     pub noted_generation: Option<u64>,
     pub last_heartbeat: Nanos,
     pub last_reap: Nanos,
@@ -208,28 +208,18 @@ pub fn ensure_registered(now: Nanos) -> Option<u32> {
         return slot;
     }
     match engine::heartbeat(host::store(), instance, now) {
-        Ok(s) => with(|w| {
-            w.last_heartbeat = now;
-            Some(*w.slot.insert(s))
-        }),
-        Err(e) => {
-            log::warn!("apf: heartbeat failed: {e}");
-            slot
-        }
+        Ok(s) => with(|w| (w.last_heartbeat, w.slot) = (now, Some(s))),
+        Err(e) => log::warn!("apf: heartbeat failed: {e}"),
     }
+    with(|w| w.slot)
 }
 
 /// Remembers the level keys of a configuration (once per configuration and VM), so that levels
 /// removed by a later configuration still get their timers until they drain.
 pub fn note_levels(c: &crate::engine::Compiled) {
     with(|w| {
-        if w.noted_generation.replace(c.generation) == Some(c.generation) {
-            return;
-        }
-        for l in &c.levels {
-            if !w.known_levels.iter().any(|k| **k == *l.key) {
-                w.known_levels.push(l.key.to_string());
-            }
+        if w.noted_generation.replace(c.generation) != Some(c.generation) {
+            w.known_levels.extend(c.level_keys());
         }
     })
 }
@@ -296,7 +286,7 @@ pub fn drain_mailbox(now: Nanos, limit: usize) {
 }
 
 /// The stream of `context` ended (client gone, response done, or reset): release what it
-/// holds, reading the clock only when something is held (a host call saved on the
+/// holds, reading the clock only when seats are held or awaited (a host call saved on the
 /// common path where `on_log` already released everything before the context is dropped).
 pub fn stream_ended_with(context: u32, now: impl FnOnce() -> Nanos) {
     let (watch, slot) = with(|w| {
@@ -304,16 +294,12 @@ pub fn stream_ended_with(context: u32, now: impl FnOnce() -> Nanos) {
         w.holds.remove(&context);
         (w.watches.remove(&context), w.slot)
     });
-    if watch.is_none() && requests(|r| r.get(context).is_none()) {
-        return;
-    }
-    let now = now();
     if let (Some(key), Some(slot)) = (watch, slot) {
         if let Err(e) = engine::watches::forget(host::store(), slot, &key) {
             log::warn!("apf: forgetting a watch failed: {e}");
         }
     }
-    requests(|r| r.end(host::store(), &mut FilterHost, context, now));
+    requests(|r| r.get(context).is_some().then(|| r.end(host::store(), &mut FilterHost, context, now())));
 }
 
 /// A WATCH's initial phase ended (or it has none): release its seats and count it as an open
@@ -324,10 +310,7 @@ pub fn end_watch_init(context: u32, now: Nanos, info: Option<&RequestInfo>) {
     let info = info.or(hold.as_ref().map(|h| &h.info));
     if let (Some(info), Some(slot)) = (info, slot) {
         match engine::watches::register(host::store(), slot, info) {
-            Ok(Some(key)) => with(|w| {
-                w.watches.insert(context, key);
-            }),
-            Ok(None) => {}
+            Ok(key) => with(|w| w.watches.extend(key.map(|k| (context, k)))),
             Err(e) => log::warn!("apf: watch registration failed: {e}"),
         }
     }
