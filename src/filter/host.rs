@@ -143,19 +143,16 @@ pub fn register_queue(name: &str) -> Result<u32, u32> {
     status(unsafe { proxy_register_shared_queue(name.as_ptr(), name.len(), &mut id) }).map(|()| id)
 }
 
-pub fn resolve_queue(name: &str) -> Result<Option<u32>, u32> {
+/// The id of the queue `name` of this VM (`None`: there is none, or a host error).
+pub fn resolve_queue(name: &str) -> Option<u32> {
     let mut id: u32 = 0;
     // SAFETY: pointers to locals / live slices (an empty VM id: this VM's).
-    match status(unsafe { proxy_resolve_shared_queue("".as_ptr(), 0, name.as_ptr(), name.len(), &mut id) }) {
-        Ok(()) => Ok(Some(id)),
-        Err(NOT_FOUND) => Ok(None),
-        Err(other) => Err(other),
-    }
+    status(unsafe { proxy_resolve_shared_queue("".as_ptr(), 0, name.as_ptr(), name.len(), &mut id) }).ok().map(|()| id)
 }
 
-pub fn enqueue(queue: u32, msg: &[u8]) -> Result<(), u32> {
+pub fn enqueue(queue: u32, msg: &[u8]) -> bool {
     // SAFETY: pointer into a live slice.
-    status(unsafe { proxy_enqueue_shared_queue(queue, msg.as_ptr(), msg.len()) })
+    unsafe { proxy_enqueue_shared_queue(queue, msg.as_ptr(), msg.len()) == OK }
 }
 
 pub fn dequeue(queue: u32) -> Result<Option<Vec<u8>>, u32> {
@@ -208,20 +205,12 @@ pub fn remove_header(map: MapType, name: &str) -> bool {
     unsafe { proxy_remove_header_map_value(map, name.as_ptr(), name.len()) == OK }
 }
 
+/// The host's header map serialization (see [`borrowed_pairs`]).
 fn serialize_map(headers: &[(&str, &[u8])]) -> Vec<u8> {
-    let mut b = Vec::with_capacity(4 + headers.iter().map(|(k, v)| k.len() + v.len() + 10).sum::<usize>());
-    b.extend_from_slice(&(headers.len() as u32).to_le_bytes());
-    for (k, v) in headers {
-        b.extend_from_slice(&(k.len() as u32).to_le_bytes());
-        b.extend_from_slice(&(v.len() as u32).to_le_bytes());
-    }
-    for (k, v) in headers {
-        b.extend_from_slice(k.as_bytes());
-        b.push(0);
-        b.extend_from_slice(v);
-        b.push(0);
-    }
-    b
+    let len = |n: usize| (n as u32).to_le_bytes();
+    let sizes = headers.iter().flat_map(|(k, v)| [len(k.len()), len(v.len())]).flatten();
+    let data = headers.iter().flat_map(|(k, v)| [k.as_bytes(), b"\0", v, b"\0"]).flatten();
+    len(headers.len()).into_iter().chain(sizes).chain(data.copied()).collect()
 }
 
 /// Sends a local reply on the current (or effective) context.

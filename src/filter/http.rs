@@ -38,28 +38,20 @@ impl Http {
     /// At a WATCH's response headers: hold its seats while its initial state streams, or
     /// release them now (no initial events, not admitted here, or not a watch stream).
     fn start_watch(&mut self, max_hold: crate::Nanos) {
-        let Some((info, mut init, stats)) = self.watch.take() else { return };
+        let Some((info, init, stats)) = self.watch.take() else { return };
         let now = host::monotonic_nanos();
         let executing = worker::requests(|r| r.get(self.ctx).is_some_and(|l| l.phase == Phase::Executing));
         if init != WatchInit::None && executing {
             let (ok, _, identity) = response();
-            // The bookmark's bytes are not visible in a compressed stream.
-            if !identity {
-                init = WatchInit::Unmarked;
-            }
             if ok {
                 let expected_bytes = match stats {
                     Some(StatsLookup::Found(s)) if s.count > 0 && s.average_object_size_bytes > 0 => u64::try_from(s.count.saturating_mul(s.average_object_size_bytes)).ok(),
                     _ => None,
                 };
-                let hold = worker::Hold {
-                    deadline: now.saturating_add(max_hold),
-                    last_data: now,
-                    bytes: 0,
-                    expected_bytes,
-                    marker: (init == WatchInit::Bookmark).then(MarkerScanner::new),
-                    info,
-                };
+                // The bookmark's bytes are not visible in a compressed stream.
+                let marker = (init == WatchInit::Bookmark && identity).then(MarkerScanner::new);
+                let deadline = now.saturating_add(max_hold);
+                let hold = worker::Hold { deadline, last_data: now, bytes: 0, expected_bytes, marker, info };
                 worker::with(|w| w.holds.insert(self.ctx, hold));
                 self.holding = true;
                 return;
@@ -160,7 +152,7 @@ impl Http {
         // Dry run: the request is accounted as queued or rejected but let through.
         let stop = if level.enforce { Action::Pause } else { Action::Continue };
         let extra = Extra { explain: self.explain, enforce: level.enforce, compiled: rc.clone(), pl, fs, seats, is_watch: d.is_watch };
-        let local = |id, phase| Local {
+        let local = |id, phase, receipt| Local {
             level_key: level.key.clone(),
             id,
             phase,
@@ -168,20 +160,18 @@ impl Http {
             wait_deadline: tag.wait_deadline,
             waited: 0,
             started: now,
-            receipt: None,
+            receipt,
             extra: extra.clone(),
         };
         let action = match decision.map(|(d, _)| d) {
             Ok(Decision::Execute(rc)) => {
-                let mut l = local(rc.id, Phase::Executing);
-                l.receipt = Some(rc);
                 extra.dispatched(0);
-                worker::requests(|r| r.insert(self.ctx, l));
+                worker::requests(|r| r.insert(self.ctx, local(rc.id, Phase::Executing, Some(rc))));
                 Action::Continue
             }
             Ok(Decision::Queued(id)) => {
                 extra.queued(1);
-                worker::requests(|r| r.insert(self.ctx, local(id, Phase::Waiting)));
+                worker::requests(|r| r.insert(self.ctx, local(id, Phase::Waiting, None)));
                 stop
             }
             Ok(Decision::Rejected { reason, retry_after }) => {

@@ -144,12 +144,12 @@ impl Host<Extra> for FilterHost {
         let msg = n.encode();
         // The owner's mailbox queue id is looked up once (registry, then the host's queue
         // table); an enqueue that fails drops the cached id and looks it up again.
-        let enqueue = |q: &u32| host::enqueue(*q, &msg).is_ok();
+        let enqueue = |q: &u32| host::enqueue(*q, &msg);
         let cached = with(|w| w.slot_mailboxes.get(&n.owner).copied());
         let delivered = cached.as_ref().is_some_and(enqueue) || {
             with(|w| w.slot_mailboxes.remove(&n.owner));
             let instance = engine::instance_of(host::store(), n.owner).ok().flatten();
-            let q = instance.and_then(|i| host::resolve_queue(&host::mailbox_name(i)).ok().flatten());
+            let q = instance.and_then(|i| host::resolve_queue(&host::mailbox_name(i)));
             let q = q.filter(enqueue);
             q.inspect(|&q| with(|w| { w.slot_mailboxes.insert(n.owner, q); })).is_some()
         };
