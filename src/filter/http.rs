@@ -309,10 +309,8 @@ fn parse_peer(b: &[u8]) -> Option<std::net::IpAddr> {
 /// Envoy serializes leaf strings, not whole structs). A list claim arrives as the host's pair
 /// serialization or as a string; both are handled.
 fn jwt_claims(cfg: &IdentityConfig) -> Option<Value> {
-    let (key, user_claim, groups_claim) = cfg.sources.iter().find_map(|s| match s {
-        IdentitySource::Jwt { metadata_key, user_claim, groups_claim, .. } => Some((metadata_key, user_claim, groups_claim)),
-        _ => None,
-    })?;
+    let jwt = cfg.sources.iter().find(|s| matches!(s, IdentitySource::Jwt { .. }));
+    let Some(IdentitySource::Jwt { metadata_key: key, user_claim, groups_claim, .. }) = jwt else { return None };
     let get = |claim: &str| host::property(&["metadata", "filter_metadata", "envoy.filters.http.jwt_authn", key.as_str(), claim]);
     let user = get(user_claim).and_then(|b| String::from_utf8(b).ok())?;
     let b = get(groups_claim).unwrap_or_default();

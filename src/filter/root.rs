@@ -83,14 +83,9 @@ fn read_counts(now: Nanos) {
     if worker::with(|w| w.counts_cas == cas && w.counts.is_some()) {
         return;
     }
-    let counts = bytes.map(|b| SharedCounts::decode(&b)).transpose().unwrap_or_else(|e| {
-        log::warn!("apf: unreadable object counts in shared data: {e}");
-        None
-    });
-    worker::with(|w| {
-        w.counts = counts.map(Rc::new);
-        w.counts_cas = cas;
-    });
+    let counts = bytes.map(|b| SharedCounts::decode(&b)).transpose();
+    let counts = counts.inspect_err(|e| log::warn!("apf: unreadable object counts in shared data: {e}"));
+    worker::with(|w| (w.counts, w.counts_cas) = (counts.ok().flatten().map(Rc::new), cas));
 }
 
 impl Root {
@@ -198,15 +193,10 @@ impl Root {
             return self.record_counts(Err(why));
         }
         let mut scanner = crate::digest::object_counts::MetricsScanner::new();
-        let mut at = 0usize;
-        while at < body_size {
-            match host::buffer_bytes(BufferType::HttpCallResponseBody, at, METRICS_READ_CHUNK.min(body_size - at)) {
-                Some(chunk) if !chunk.is_empty() => {
-                    at = at.saturating_add(chunk.len());
-                    scanner.feed(&chunk);
-                }
-                _ => break,
-            }
+        for at in (0..body_size).step_by(METRICS_READ_CHUNK) {
+            let chunk = host::buffer_bytes(BufferType::HttpCallResponseBody, at, METRICS_READ_CHUNK.min(body_size - at));
+            let Some(chunk) = chunk.filter(|c| !c.is_empty()) else { break };
+            scanner.feed(&chunk);
         }
         let scraped = scanner.finish();
         if scraped.samples == 0 {
