@@ -20,12 +20,9 @@ use std::rc::Rc;
 pub struct Http {
     pub ctx: u32,
     pub compiled: Option<Rc<Compiled>>,
-    /// (FlowSchema index, level index) of a classified request, for the PF response headers.
-    class: Option<(usize, usize)>,
-    explain: bool,
+    /// A classified request, for the PF response headers (`x-apf-seats`: the seats charged).
+    class: Option<Extra>,
     local_reply: bool,
-    /// Seats the request was charged (`x-apf-seats`).
-    seats: u32,
     /// A WATCH: its request, how its initial phase ends, and the counts it was costed with.
     watch: Option<(RequestInfo, WatchInit, Option<StatsLookup>)>,
     /// The WATCH holds its seats while its initial state streams (body chunks are inspected).
@@ -120,8 +117,10 @@ impl Http {
             return Action::Continue;
         }
         let Some(level) = c.levels.get(d.class.priority_level) else { return Action::Continue };
-        self.explain = !c.config.explain_groups.is_empty() && d.user.groups.iter().any(|g| c.config.explain_groups.contains(g));
-        self.class = Some((d.class.flow_schema, d.class.priority_level));
+        let explain = !c.config.explain_groups.is_empty() && d.user.groups.iter().any(|g| c.config.explain_groups.contains(g));
+        let (pl, fs, seats) = (d.class.priority_level, d.class.flow_schema, d.work.max_seats());
+        let extra = Extra { explain, enforce: level.enforce, compiled: rc.clone(), pl, fs, seats, is_watch: d.is_watch };
+        self.class = Some(Extra { seats: 0, ..extra.clone() });
         if learn && d.stats == Some(StatsLookup::NotFound) && learnable(&d.info) {
             self.learn = Some((engine::object_counts::resource_key(&d.info.api_group, &d.info.resource), ListBodyScanner::new()));
         }
@@ -132,6 +131,7 @@ impl Http {
             log::warn!("apf: worker not registered; letting the request through");
             return Action::Continue;
         };
+        self.class = Some(extra.clone());
         worker::note_levels(c);
         let tag = RequestTag {
             owner: slot,
@@ -142,16 +142,12 @@ impl Http {
         };
         let mut notices = Vec::new();
         let decision = engine::admit_observed(c, host::store(), now, d.class.priority_level, d.work, tag, &mut notices);
-        let (pl, fs) = (d.class.priority_level, d.class.flow_schema);
-        let seats = d.work.max_seats();
-        self.seats = seats;
         metrics::observe(c, M::WorkEstimatedSeats, pl, fs, EXTRA_NONE, f64::from(seats));
         if let Ok((_, Some(length))) = decision {
             metrics::observe(c, M::QueueLengthAfterEnqueue, pl, fs, EXTRA_NONE, f64::from(length));
         }
         // Dry run: the request is accounted as queued or rejected but let through.
         let stop = if level.enforce { Action::Pause } else { Action::Continue };
-        let extra = Extra { explain: self.explain, enforce: level.enforce, compiled: rc.clone(), pl, fs, seats, is_watch: d.is_watch };
         let local = |id, phase, receipt| Local {
             level_key: level.key.clone(),
             id,
@@ -221,14 +217,14 @@ impl HttpContext for Http {
         if self.local_reply || worker::with(|w| !w.rejected.is_empty() && w.rejected.contains(&self.ctx)) {
             return Action::Continue;
         }
-        let (Some((fs, pl)), Some(c)) = (self.class, self.compiled.clone()) else { return Action::Continue };
-        for (k, v) in worker::pf_headers(&c, fs, pl, self.explain) {
+        let Some(x) = self.class.clone() else { return Action::Continue };
+        for (k, v) in worker::pf_headers(&x) {
             host::add_header(HttpResponseHeaders, k, v);
         }
-        if self.explain {
+        if x.explain {
             let waited = worker::requests(|r| r.get(self.ctx).map(|l| l.waited)).unwrap_or(0);
             host::add_header(HttpResponseHeaders, "x-apf-queued-ms", (waited / 1_000_000).to_string().as_bytes());
-            host::add_header(HttpResponseHeaders, "x-apf-seats", self.seats.to_string().as_bytes());
+            host::add_header(HttpResponseHeaders, "x-apf-seats", x.seats.to_string().as_bytes());
         }
         // The learning scanner reads only `200` uncompressed JSON responses.
         if self.learn.is_some() && response() != (true, true, true) {
@@ -237,7 +233,7 @@ impl HttpContext for Http {
         // A WATCH holds its seats while it initializes (upstream: until the storage layer
         // signals that its initial events were sent); from then on it counts as an open
         // watch for the mutating-request estimator.
-        self.start_watch(c.config.watch_initial_events_max_hold);
+        self.start_watch(x.compiled.config.watch_initial_events_max_hold);
         Action::Continue
     }
 

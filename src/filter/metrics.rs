@@ -19,7 +19,7 @@ use crate::engine::Compiled;
 use crate::observe::metrics::{self as names, MetricKind};
 use hashbrown::HashMap;
 use proxy_wasm::types::MetricType;
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 
 /// The metrics the filter records (names from upstream).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -83,6 +83,9 @@ struct Series {
 
 thread_local! {
     static SERIES: RefCell<HashMap<Key, Series>> = RefCell::new(HashMap::new());
+    static OWN_PENDING: RefCell<[u64; 3]> = const { RefCell::new([0; 3]) };
+    static OWN_IDS: RefCell<[Option<u32>; 8]> = const { RefCell::new([None; 8]) };
+    static OWN_GAUGE_IDS: RefCell<[Option<u32>; 2]> = const { RefCell::new([None; 2]) };
 }
 
 /// A new series: its stat name (counters, gauges) or its histogram's.
@@ -176,18 +179,8 @@ pub enum Own {
 /// Gauges: resources whose cluster count is stale; seconds since the last successful poll.
 const OWN_GAUGES: [&str; 2] = ["apf_wasm_object_counts_stale_resources", "apf_wasm_object_counts_age_seconds"];
 
-thread_local! {
-    static OWN_PENDING: Cell<[u64; 3]> = const { Cell::new([0; 3]) };
-    static OWN_IDS: RefCell<[Option<u32>; 8]> = const { RefCell::new([None; 8]) };
-    static OWN_GAUGE_IDS: RefCell<[Option<u32>; 2]> = const { RefCell::new([None; 2]) };
-}
-
 pub fn count_own(m: Own) {
-    let mut v = OWN_PENDING.get();
-    if let Some(x) = v.get_mut(m as usize) {
-        *x = x.saturating_add(1);
-    }
-    OWN_PENDING.set(v);
+    OWN_PENDING.with_borrow_mut(|v| v.get_mut(m as usize).map(|x| *x = x.saturating_add(1)));
 }
 
 /// Sets the cost gauges (the same value from every worker).

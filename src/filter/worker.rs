@@ -237,14 +237,14 @@ pub fn enforce_local_deadlines(now: Nanos) {
 }
 
 /// The PF response headers of a classified request (UIDs; names for explain callers).
-pub fn pf_headers(c: &crate::engine::Compiled, fs: usize, pl: usize, explain: bool) -> Vec<(&'static str, &[u8])> {
-    let fs_obj = c.config.policy.flow_schemas.get(fs);
-    let lvl = c.levels.get(pl);
+pub fn pf_headers(e: &Extra) -> Vec<(&'static str, &[u8])> {
+    let fs_obj = e.compiled.config.policy.flow_schemas.get(e.fs);
+    let lvl = e.compiled.levels.get(e.pl);
     let mut h = vec![
         ("x-kubernetes-pf-flowschema-uid", fs_obj.map(|f| f.uid.as_bytes()).unwrap_or_default()),
         ("x-kubernetes-pf-prioritylevel-uid", lvl.map(|l| l.uid.as_bytes()).unwrap_or_default()),
     ];
-    if explain {
+    if e.explain {
         h.push(("x-apf-flowschema", fs_obj.map(|f| f.name.as_bytes()).unwrap_or_default()));
         h.push(("x-apf-prioritylevel", lvl.map(|l| l.name.as_bytes()).unwrap_or_default()));
     }
@@ -260,7 +260,7 @@ pub fn send_429(e: &Extra, retry_after: i64, reason: &str) {
         ("content-type", b"text/plain; charset=utf-8"),
         ("x-content-type-options", b"nosniff"),
     ];
-    headers.extend(pf_headers(&e.compiled, e.fs, e.pl, e.explain));
+    headers.extend(pf_headers(e));
     if e.explain {
         headers.push(("x-apf-reject-reason", reason.as_bytes()));
         headers.push(("x-apf-seats", seats.as_bytes()));
