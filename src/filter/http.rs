@@ -214,7 +214,7 @@ impl HttpContext for Http {
     }
 
     fn on_http_response_headers(&mut self, _n: usize, _end: bool) -> Action {
-        if self.local_reply || worker::with(|w| !w.rejected.is_empty() && w.rejected.contains(&self.ctx)) {
+        if self.local_reply || worker::with(|w| w.rejected.contains(&self.ctx)) {
             return Action::Continue;
         }
         let Some(x) = self.class.clone() else { return Action::Continue };

@@ -136,20 +136,12 @@ pub fn add(c: &Compiled, m: M, pl: usize, fs: usize, extra: &'static str, delta:
 
 /// Records one histogram sample, in upstream units (seconds, seats); flushed on the timer.
 pub fn observe(c: &Compiled, m: M, pl: usize, fs: usize, extra: &'static str, value: f64) {
-    with_series(c, m, pl, fs, extra, |s| {
-        if let Some(h) = s.hist.as_mut() {
-            h.observe(value);
-        }
-    });
+    with_series(c, m, pl, fs, extra, |s| s.hist.as_mut().map(|h| h.observe(value)));
 }
 
 /// Sets a per-level gauge to an absolute value (values that are the same for every worker).
 pub fn set(c: &Compiled, m: M, pl: usize, value: u64) {
-    with_series(c, m, pl, 0, EXTRA_NONE, |s| {
-        if let Some(id) = scalar_id(s) {
-            host::record_metric(id, value);
-        }
-    });
+    with_series(c, m, pl, 0, EXTRA_NONE, |s| scalar_id(s).map(|id| host::record_metric(id, value)));
 }
 
 /// The filter's own counters (not upstream metrics): global-state contention (see
