@@ -74,9 +74,8 @@ impl Http {
         let needs = c.needs;
         let peer = if needs.peer { host::property(&["source", "address"]).and_then(|b| parse_peer(&b)) } else { None };
         let mtls = needs.mtls && host::property(&["connection", "mtls"]).is_some_and(|b| b.first().is_some_and(|&m| m != 0));
-        let cert_subject = (needs.cert_subject && mtls)
-            .then(|| host::property(&["connection", "subject_peer_certificate"]).and_then(|b| String::from_utf8(b).ok()))
-            .flatten();
+        let subject = || host::property(&["connection", "subject_peer_certificate"]).and_then(|b| String::from_utf8(b).ok());
+        let cert_subject = (needs.cert_subject && mtls).then(subject).flatten();
         let jwt_claims = if needs.jwt { jwt_claims(&c.config.identity) } else { None };
         let input = IdentityInput { headers: &identity_headers, peer, mtls, cert_subject: cert_subject.as_deref(), jwt_claims: jwt_claims.as_ref() };
         if needs.strip {
@@ -104,14 +103,13 @@ impl Http {
         };
         let watch_count = |info: &RequestInfo| engine::watches::interested_count(host::store(), info);
         let d = c.digest(method, path, &input, ns_header, watch_count, &cluster);
-        if let Some(kind) = debug::dump_kind(path) {
-            if d.user.groups.iter().any(|g| c.config.debug_groups.contains(g)) {
-                let offset = host::realtime_nanos().saturating_sub(now);
-                let body = debug::render(c, host::store(), kind, now, &|t| t.saturating_add(offset));
-                self.local_reply = true;
-                host::send_response(200, &[("content-type", b"text/plain; charset=utf-8"), ("x-content-type-options", b"nosniff")], body.as_bytes());
-                return Action::Pause;
-            }
+        let debug_caller = || d.user.groups.iter().any(|g| c.config.debug_groups.contains(g));
+        if let Some(kind) = debug::dump_kind(path).filter(|_| debug_caller()) {
+            let offset = host::realtime_nanos().saturating_sub(now);
+            let body = debug::render(c, host::store(), kind, now, &|t| t.saturating_add(offset));
+            self.local_reply = true;
+            host::send_response(200, &[("content-type", b"text/plain; charset=utf-8"), ("x-content-type-options", b"nosniff")], body.as_bytes());
+            return Action::Pause;
         }
         if d.long_running && !d.is_watch {
             return Action::Continue;
@@ -121,12 +119,9 @@ impl Http {
         let (pl, fs, seats) = (d.class.priority_level, d.class.flow_schema, d.work.max_seats());
         let extra = Extra { explain, enforce: level.enforce, compiled: rc.clone(), pl, fs, seats, is_watch: d.is_watch };
         self.class = Some(Extra { seats: 0, ..extra.clone() });
-        if learn && d.stats == Some(StatsLookup::NotFound) && learnable(&d.info) {
-            self.learn = Some((engine::object_counts::resource_key(&d.info.api_group, &d.info.resource), ListBodyScanner::new()));
-        }
-        if d.is_watch {
-            self.watch = Some((d.info.clone(), d.watch_init, d.stats));
-        }
+        let key = || engine::object_counts::resource_key(&d.info.api_group, &d.info.resource);
+        self.learn = (learn && d.stats == Some(StatsLookup::NotFound) && learnable(&d.info)).then(|| (key(), ListBodyScanner::new()));
+        self.watch = d.is_watch.then(|| (d.info.clone(), d.watch_init, d.stats));
         let Some(slot) = worker::ensure_registered(now) else {
             log::warn!("apf: worker not registered; letting the request through");
             return Action::Continue;

@@ -50,9 +50,7 @@ fn due(now: Nanos, every: Nanos, last: fn(&mut Worker) -> &mut Nanos) -> bool {
     worker::with(|w| {
         let last = last(w);
         let due = now.saturating_sub(*last) >= every;
-        if due {
-            *last = now;
-        }
+        *last = if due { now } else { *last };
         due
     })
 }
