@@ -93,15 +93,12 @@ fn new_series(c: &Compiled, m: M, pl: usize, fs: usize, extra: &'static str) -> 
     let spec = names::spec(m.upstream_name())?;
     let pl_name = c.levels.get(pl).map(|l| l.name.as_str()).unwrap_or("");
     let fs_name = c.config.policy.flow_schemas.get(fs).map(|f| f.name.as_str()).unwrap_or("");
-    let values: Vec<&str> = spec
-        .labels
-        .iter()
-        .map(|k| match *k {
-            "priority_level" => pl_name,
-            "flow_schema" => fs_name,
-            _ => extra,
-        })
-        .collect();
+    let value = |k: &&str| match *k {
+        "priority_level" => pl_name,
+        "flow_schema" => fs_name,
+        _ => extra,
+    };
+    let values: Vec<&str> = spec.labels.iter().map(value).collect();
     let (names, hist) = match spec.kind {
         MetricKind::Histogram => {
             let names = names::histogram_stat_names(spec, &values).ok()?.all().cloned().collect();

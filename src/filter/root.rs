@@ -93,12 +93,8 @@ impl Root {
         }
         let generation = next_generation();
         let c = Compiled::new(cfg, generation);
-        log::info!(
-            "apf: {what} generation {generation} applied: {} priority levels, {} flow schemas, {} seats",
-            c.levels.len(),
-            c.config.policy.flow_schemas.len(),
-            c.config.server_concurrency_limit
-        );
+        let (levels, schemas, seats) = (c.levels.len(), c.config.policy.flow_schemas.len(), c.config.server_concurrency_limit);
+        log::info!("apf: {what} generation {generation} applied: {levels} priority levels, {schemas} flow schemas, {seats} seats");
         self.compiled = Some(Rc::new(c));
     }
 
@@ -153,9 +149,7 @@ impl Root {
         self.fetch.applied = Some(digest);
         match parse_plugin_config(&merged) {
             Ok(cfg) => self.apply(cfg, "cluster policy"),
-            Err(errors) => {
-                log::error!("apf: invalid cluster policy ({} errors); keeping the current one: {}", errors.len(), errors.join("; "));
-            }
+            Err(errors) => log::error!("apf: invalid cluster policy ({} errors); keeping the current one: {}", errors.len(), errors.join("; ")),
         }
     }
 
