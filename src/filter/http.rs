@@ -311,6 +311,5 @@ fn jwt_claims(cfg: &IdentityConfig) -> Option<Value> {
     } else {
         pairs.iter().map(|(k, _)| Value::from(*k)).collect()
     };
-    let claims = [(user_claim.clone(), Value::String(user)), (groups_claim.clone(), Value::Array(groups))];
-    Some(Value::Object(claims.into_iter().collect()))
+    Some(serde_json::json!({ user_claim.as_str(): user, groups_claim.as_str(): groups }))
 }

@@ -183,10 +183,8 @@ impl Host<Extra> for FilterHost {
 impl Worker {
     fn new() -> Worker {
         let mut b = [0u8; 8];
-        let instance = match getrandom::getrandom(&mut b) {
-            Ok(()) => u64::from_le_bytes(b),
-            Err(_) => (host::monotonic_nanos() as u64) ^ 0x9e37_79b9_7f4a_7c15,
-        };
+        let random = getrandom::getrandom(&mut b).map(|()| u64::from_le_bytes(b));
+        let instance = random.unwrap_or_else(|_| (host::monotonic_nanos() as u64) ^ 0x9e37_79b9_7f4a_7c15);
         Worker { instance: instance.max(1), ..Default::default() }
     }
 }
