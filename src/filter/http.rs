@@ -20,9 +20,9 @@ use std::rc::Rc;
 pub struct Http {
     pub ctx: u32,
     pub compiled: Option<Rc<Compiled>>,
-    /// A classified request, for the PF response headers (`x-apf-seats`: the seats charged).
+    /// A classified request, for the PF response headers (`x-apf-seats`: the seats charged);
+    /// `None` for a request answered here (429, debug dump).
     class: Option<Extra>,
-    local_reply: bool,
     /// A WATCH: its request, how its initial phase ends, and the counts it was costed with.
     watch: Option<(RequestInfo, WatchInit, Option<StatsLookup>)>,
     /// The WATCH holds its seats while its initial state streams (body chunks are inspected).
@@ -107,7 +107,6 @@ impl Http {
         if let Some(kind) = debug::dump_kind(path).filter(|_| debug_caller()) {
             let offset = host::realtime_nanos().saturating_sub(now);
             let body = debug::render(c, host::store(), kind, now, &|t| t.saturating_add(offset));
-            self.local_reply = true;
             host::send_response(200, &[("content-type", b"text/plain; charset=utf-8"), ("x-content-type-options", b"nosniff")], body.as_bytes());
             return Action::Pause;
         }
@@ -169,7 +168,7 @@ impl Http {
                 extra.add(M::Rejected, reason.as_str(), 1);
                 extra.observe(M::WaitDuration, "false", 0);
                 if level.enforce {
-                    self.local_reply = true;
+                    self.class = None;
                     worker::send_429(&extra, retry_after, reason.as_str());
                 }
                 stop
@@ -209,10 +208,10 @@ impl HttpContext for Http {
     }
 
     fn on_http_response_headers(&mut self, _n: usize, _end: bool) -> Action {
-        if self.local_reply || worker::with(|w| w.rejected.contains(&self.ctx)) {
+        let Some(x) = self.class.clone() else { return Action::Continue };
+        if worker::with(|w| w.rejected.contains(&self.ctx)) {
             return Action::Continue;
         }
-        let Some(x) = self.class.clone() else { return Action::Continue };
         for (k, v) in worker::pf_headers(&x) {
             host::add_header(HttpResponseHeaders, k, v);
         }
