@@ -64,35 +64,27 @@ impl Http {
         let headers = host::borrowed_pairs(&raw);
         let last = |name: &str| headers.iter().rev().find(|(k, _)| *k == name).map(|(_, v)| *v);
         let (method, path) = (last(":method").unwrap_or(b"GET"), last(":path").unwrap_or(b"/"));
-        let identity_headers: Vec<(String, Vec<u8>)> = headers
-            .iter()
-            .filter(|(k, _)| c.identity_headers.iter().any(|n| n == k) || c.identity_prefixes.iter().any(|p| k.starts_with(p.as_str())))
-            .map(|(k, v)| ((*k).to_string(), v.to_vec()))
-            .collect();
+        let wanted = |k: &str| c.identity_headers.iter().any(|n| n == k) || c.identity_prefixes.iter().any(|p| k.starts_with(p.as_str()));
+        let identity_headers = headers.iter().filter(|(k, _)| wanted(k)).map(|(k, v)| ((*k).to_string(), v.to_vec()));
+        let identity_headers: Vec<(String, Vec<u8>)> = identity_headers.collect();
         let ns_header = c.config.namespace_header.as_deref().and_then(|n| headers.iter().find(|(k, _)| *k == n)).map(|(_, v)| *v);
         // Facts about the downstream connection that identity sources may need.
-        let needs = c.needs;
-        let peer = if needs.peer { host::property(&["source", "address"]).and_then(|b| parse_peer(&b)) } else { None };
-        let mtls = needs.mtls && host::property(&["connection", "mtls"]).is_some_and(|b| b.first().is_some_and(|&m| m != 0));
+        let peer = if c.needs.peer { host::property(&["source", "address"]).and_then(|b| parse_peer(&b)) } else { None };
+        let mtls = c.needs.mtls && host::property(&["connection", "mtls"]).is_some_and(|b| b.first().is_some_and(|&m| m != 0));
         let subject = || host::property(&["connection", "subject_peer_certificate"]).and_then(|b| String::from_utf8(b).ok());
-        let cert_subject = (needs.cert_subject && mtls).then(subject).flatten();
-        let jwt_claims = if needs.jwt { jwt_claims(&c.config.identity) } else { None };
+        let cert_subject = (c.needs.cert_subject && mtls).then(subject).flatten();
+        let jwt_claims = if c.needs.jwt { jwt_claims(&c.config.identity) } else { None };
         let input = IdentityInput { headers: &identity_headers, peer, mtls, cert_subject: cert_subject.as_deref(), jwt_claims: jwt_claims.as_ref() };
-        if needs.strip {
-            for h in c.config.identity.headers_to_strip(&input) {
-                host::remove_header(HttpRequestHeaders, &h);
-            }
+        let strip = if c.needs.strip { c.config.identity.headers_to_strip(&input) } else { Vec::new() };
+        // setFrontProxyHeaders (nothing to change without it): the upstream sees only the identity
+        // derived here, on every request this filter sees (before any early return: exempt,
+        // long-running, debug paths).
+        let fwd = c.config.identity.front_proxy_headers(&input, headers.iter().map(|(k, _)| *k));
+        for h in strip.iter().chain(&fwd.remove) {
+            host::remove_header(HttpRequestHeaders, h);
         }
-        // setFrontProxyHeaders: the upstream sees only the identity derived here, on every
-        // request this filter sees (before any early return: exempt, long-running, debug paths).
-        if c.config.identity.set_front_proxy_headers {
-            let fwd = c.config.identity.front_proxy_headers(&input, headers.iter().map(|(k, _)| *k));
-            for h in &fwd.remove {
-                host::remove_header(HttpRequestHeaders, h);
-            }
-            for (k, v) in &fwd.add {
-                host::add_header(HttpRequestHeaders, k, v.as_bytes());
-            }
+        for (k, v) in &fwd.add {
+            host::add_header(HttpRequestHeaders, k, v.as_bytes());
         }
         let stale_after = c.config.cluster_metrics.as_ref().map(|m| m.stale_after);
         let learn = c.config.work_estimator.learn_from_responses;
