@@ -72,10 +72,8 @@ extern "C" {
 fn clock(id: u32) -> i64 {
     let mut t: u64 = 0;
     // SAFETY: plain out-pointer to a local.
-    match unsafe { clock_time_get(id, 1, &mut t) } {
-        0 => i64::try_from(t).unwrap_or(i64::MAX),
-        _ => 0,
-    }
+    let ok = unsafe { clock_time_get(id, 1, &mut t) } == 0;
+    if ok { i64::try_from(t).unwrap_or(i64::MAX) } else { 0 }
 }
 
 /// Process-wide monotonic time in nanoseconds (the same clock for every worker VM).

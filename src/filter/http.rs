@@ -37,8 +37,7 @@ impl Http {
     fn start_watch(&mut self, max_hold: crate::Nanos) {
         let Some((info, init, stats)) = self.watch.take() else { return };
         let now = host::monotonic_nanos();
-        let executing = worker::requests(|r| r.get(self.ctx).is_some_and(|l| l.phase == Phase::Executing));
-        if init != WatchInit::None && executing {
+        if init != WatchInit::None && worker::requests(|r| r.get(self.ctx).is_some_and(|l| l.phase == Phase::Executing)) {
             let (ok, _, identity) = response();
             if ok {
                 let expected_bytes = match stats {
@@ -99,7 +98,7 @@ impl Http {
         if let Some(kind) = debug::dump_kind(path).filter(|_| debug_caller()) {
             let offset = host::realtime_nanos().saturating_sub(now);
             let body = debug::render(c, host::store(), kind, now, &|t| t.saturating_add(offset));
-            host::send_response(200, &[("content-type", b"text/plain; charset=utf-8"), ("x-content-type-options", b"nosniff")], body.as_bytes());
+            host::send_response(200, &worker::TEXT_PLAIN, body.as_bytes());
             return Action::Pause;
         }
         if d.long_running && !d.is_watch {

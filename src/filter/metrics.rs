@@ -17,7 +17,7 @@ use super::host;
 use crate::engine::store::{Store, WorkerState};
 use crate::engine::Compiled;
 use crate::observe::metrics::{self as names, MetricKind};
-use hashbrown::HashMap;
+use hashbrown::hash_map::{Entry, HashMap};
 use proxy_wasm::types::MetricType;
 use std::cell::RefCell;
 
@@ -112,11 +112,9 @@ fn new_series(c: &Compiled, m: M, pl: usize, fs: usize, extra: &'static str) -> 
 
 fn with_series<T>(c: &Compiled, m: M, pl: usize, fs: usize, extra: &'static str, f: impl FnOnce(&mut Series) -> T) -> Option<T> {
     let key: Key = (c.generation, m, pl as u16, fs as u16, extra);
-    SERIES.with_borrow_mut(|r| {
-        if let Some(s) = r.get_mut(&key) {
-            return Some(f(s));
-        }
-        Some(f(r.entry(key).or_insert(new_series(c, m, pl, fs, extra)?)))
+    SERIES.with_borrow_mut(|r| match r.entry(key) {
+        Entry::Occupied(s) => Some(f(s.into_mut())),
+        Entry::Vacant(v) => Some(f(v.insert(new_series(c, m, pl, fs, extra)?))),
     })
 }
 

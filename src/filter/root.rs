@@ -164,8 +164,7 @@ impl Root {
         if self.counts_call.is_some() || worker::with(|w| w.counts.as_ref().is_some_and(|s| now < s.next_poll)) {
             return;
         }
-        let instance = worker::with(|w| w.instance);
-        match engine::object_counts::claim(host::store(), now, instance, cm.timeout) {
+        match engine::object_counts::claim(host::store(), now, worker::with(|w| w.instance), cm.timeout) {
             Ok(true) => {}
             Ok(false) => return read_counts(now),
             Err(e) => return log::warn!("apf: claiming the object counts poll failed: {e}"),

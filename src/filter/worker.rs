@@ -249,16 +249,15 @@ pub fn pf_headers(e: &Extra) -> Vec<(&'static str, &[u8])> {
     h
 }
 
+/// The content headers of the filter's own (plain text) responses.
+pub const TEXT_PLAIN: [(&str, &[u8]); 2] = [("content-type", b"text/plain; charset=utf-8"), ("x-content-type-options", b"nosniff")];
+
 /// Answers the request `e` describes with a 429.
 pub fn send_429(e: &Extra, retry_after: i64, reason: &str) {
     let ra = retry_after.clamp(1, 32).to_string();
     let seats = e.seats.to_string();
-    let mut headers = vec![
-        ("retry-after", ra.as_bytes()),
-        ("content-type", b"text/plain; charset=utf-8"),
-        ("x-content-type-options", b"nosniff"),
-    ];
-    headers.extend(pf_headers(e));
+    let mut headers = vec![("retry-after", ra.as_bytes())];
+    headers.extend(TEXT_PLAIN.into_iter().chain(pf_headers(e)));
     if e.explain {
         headers.push(("x-apf-reject-reason", reason.as_bytes()));
         headers.push(("x-apf-seats", seats.as_bytes()));
