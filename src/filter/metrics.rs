@@ -205,11 +205,9 @@ pub fn flush() {
                 // missing lower bucket `histogram_quantile` would interpolate from 0 instead of
                 // from that bound.
                 add_to_counters(&s.names, &mut s.ids, deltas.into_iter().flatten());
-            } else if s.pending != 0 {
-                if let Some(id) = scalar_id(s) {
-                    host::increment_metric(id, s.pending);
-                    s.pending = 0;
-                }
+            } else if let Some(id) = (s.pending != 0).then(|| scalar_id(s)).flatten() {
+                host::increment_metric(id, s.pending);
+                s.pending = 0;
             }
         }
     });

@@ -242,8 +242,7 @@ fn flush_metrics(c: &Compiled, now: Nanos) {
 
 impl Context for Root {
     fn on_http_call_response(&mut self, token: u32, _headers: usize, body_size: usize, _trailers: usize) {
-        if self.counts_call == Some(token) {
-            self.counts_call = None;
+        if self.counts_call.take_if(|t| *t == token).is_some() {
             self.counts_response(body_size);
         } else {
             self.call_response(token, body_size);

@@ -149,8 +149,7 @@ impl Host<Extra> for FilterHost {
         let delivered = cached.as_ref().is_some_and(enqueue) || {
             with(|w| w.slot_mailboxes.remove(&n.owner));
             let instance = engine::instance_of(host::store(), n.owner).ok().flatten();
-            let q = instance.and_then(|i| host::resolve_queue(&host::mailbox_name(i)));
-            let q = q.filter(enqueue);
+            let q = instance.and_then(|i| host::resolve_queue(&host::mailbox_name(i))).filter(enqueue);
             q.inspect(|&q| with(|w| { w.slot_mailboxes.insert(n.owner, q); })).is_some()
         };
         if !delivered {
