@@ -181,12 +181,10 @@ impl Http {
         if !end_of_stream {
             return self.learn = Some((key, scanner));
         }
-        if let Some(obs) = scanner.finish() {
-            let stats = obs.stats();
-            log::debug!("apf: learned {key}: {} objects of {} bytes from a LIST response", stats.count, stats.average_object_size_bytes);
-            if let Err(e) = engine::object_counts::learn(host::store(), host::monotonic_nanos(), &key, stats) {
-                log::warn!("apf: storing a learned object count failed: {e}");
-            }
+        let Some(stats) = scanner.finish().map(|obs| obs.stats()) else { return };
+        log::debug!("apf: learned {key}: {} objects of {} bytes from a LIST response", stats.count, stats.average_object_size_bytes);
+        if let Err(e) = engine::object_counts::learn(host::store(), host::monotonic_nanos(), &key, stats) {
+            log::warn!("apf: storing a learned object count failed: {e}");
         }
     }
 }

@@ -57,8 +57,7 @@ fn due(now: Nanos, every: Nanos, last: fn(&mut Worker) -> &mut Nanos) -> bool {
 
 fn next_generation() -> u64 {
     engine::store::update::<u64, engine::EngineError>(host::store(), GENERATION_KEY, engine::MAX_CAS_TRIES, |cur| {
-        let g = cur.and_then(|b| b.get(..8)?.try_into().ok()).map(u64::from_le_bytes);
-        let n = g.unwrap_or(0).wrapping_add(1);
+        let n = cur.and_then(|b| b.get(..8)?.try_into().ok()).map_or(0, u64::from_le_bytes).wrapping_add(1);
         Ok((n.to_le_bytes().to_vec(), n))
     })
     .unwrap_or(1)
@@ -116,9 +115,8 @@ impl Root {
         self.fetch.bodies = [None, None];
         let timeout = Duration::from_nanos(u64::try_from(cp.timeout).unwrap_or(5_000_000_000));
         self.fetch.tokens = cp.paths().map(|path| {
-            self.get(&cp.cluster, &cp.authority, &path, "application/json", cp.token.as_ref(), timeout)
-                .map_err(|e| log::warn!("apf: cannot read the cluster policy from cluster {:?}: {e:?}", cp.cluster))
-                .ok()
+            let call = self.get(&cp.cluster, &cp.authority, &path, "application/json", cp.token.as_ref(), timeout);
+            call.map_err(|e| log::warn!("apf: cannot read the cluster policy from cluster {:?}: {e:?}", cp.cluster)).ok()
         });
     }
 

@@ -290,10 +290,8 @@ pub fn stream_ended_with(context: u32, now: impl FnOnce() -> Nanos) {
         w.holds.remove(&context);
         (w.watches.remove(&context), w.slot)
     });
-    if let (Some(key), Some(slot)) = (watch, slot) {
-        if let Err(e) = engine::watches::forget(host::store(), slot, &key) {
-            log::warn!("apf: forgetting a watch failed: {e}");
-        }
+    if let Some(Err(e)) = watch.zip(slot).map(|(key, slot)| engine::watches::forget(host::store(), slot, &key)) {
+        log::warn!("apf: forgetting a watch failed: {e}");
     }
     requests(|r| r.get(context).is_some().then(|| r.end(host::store(), &mut FilterHost, context, now())));
 }
