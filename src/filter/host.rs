@@ -8,19 +8,13 @@
 #![allow(clashing_extern_declarations)]
 
 use crate::engine::store::{SetOutcome, Store, StoreError, WorkerState};
+use proxy_wasm::types::{BufferType, MapType, MetricType, StreamType};
 use std::ptr::{null, null_mut};
 
 const OK: u32 = 0;
 const NOT_FOUND: u32 = 1;
 const EMPTY: u32 = 7;
 const CAS_MISMATCH: u32 = 8;
-
-pub const REQUEST_HEADERS: u32 = 0;
-pub const RESPONSE_HEADERS: u32 = 2;
-const STREAM_HTTP_REQUEST: u32 = 0;
-
-pub const METRIC_COUNTER: u32 = 0;
-pub const METRIC_GAUGE: u32 = 1;
 
 #[link(wasm_import_module = "env")]
 extern "C" {
@@ -30,24 +24,19 @@ extern "C" {
     fn proxy_resolve_shared_queue(vm_id_data: *const u8, vm_id_size: usize, name_data: *const u8, name_size: usize, return_id: *mut u32) -> u32;
     fn proxy_enqueue_shared_queue(queue_id: u32, value_data: *const u8, value_size: usize) -> u32;
     fn proxy_dequeue_shared_queue(queue_id: u32, value_data: *mut *mut u8, value_size: *mut usize) -> u32;
-    fn proxy_get_header_map_pairs(map_type: u32, value_data: *mut *mut u8, value_size: *mut usize) -> u32;
-    fn proxy_add_header_map_value(map_type: u32, key_data: *const u8, key_size: usize, value_data: *const u8, value_size: usize) -> u32;
-    fn proxy_remove_header_map_value(map_type: u32, key_data: *const u8, key_size: usize) -> u32;
+    fn proxy_get_header_map_pairs(map_type: MapType, value_data: *mut *mut u8, value_size: *mut usize) -> u32;
+    fn proxy_add_header_map_value(map_type: MapType, key_data: *const u8, key_size: usize, value_data: *const u8, value_size: usize) -> u32;
+    fn proxy_remove_header_map_value(map_type: MapType, key_data: *const u8, key_size: usize) -> u32;
     fn proxy_send_local_response(status_code: u32, details_data: *const u8, details_size: usize, body_data: *const u8, body_size: usize, headers_data: *const u8, headers_size: usize, grpc_status: i32) -> u32;
     fn proxy_set_effective_context(context_id: u32) -> u32;
-    fn proxy_continue_stream(stream_type: u32) -> u32;
+    fn proxy_continue_stream(stream_type: StreamType) -> u32;
     fn proxy_get_property(path_data: *const u8, path_size: usize, value_data: *mut *mut u8, value_size: *mut usize) -> u32;
-    fn proxy_define_metric(metric_type: u32, name_data: *const u8, name_size: usize, return_id: *mut u32) -> u32;
+    fn proxy_define_metric(metric_type: MetricType, name_data: *const u8, name_size: usize, return_id: *mut u32) -> u32;
     fn proxy_increment_metric(metric_id: u32, offset: i64) -> u32;
     fn proxy_record_metric(metric_id: u32, value: u64) -> u32;
-    fn proxy_get_buffer_bytes(buffer_type: u32, start: usize, max_size: usize, value_data: *mut *mut u8, value_size: *mut usize) -> u32;
+    fn proxy_get_buffer_bytes(buffer_type: BufferType, start: usize, max_size: usize, value_data: *mut *mut u8, value_size: *mut usize) -> u32;
     fn proxy_set_tick_period_milliseconds(period: u32) -> u32;
 }
-
-pub const BUFFER_HTTP_RESPONSE_BODY: u32 = 1;
-pub const BUFFER_HTTP_CALL_RESPONSE_BODY: u32 = 4;
-pub const HTTP_CALL_RESPONSE_HEADERS: u32 = 6;
-pub const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
 
 /// Calls a host function that hands over a buffer: the buffer (`None` if the host gave none),
 /// or the status.
@@ -63,7 +52,7 @@ fn read(call: impl FnOnce(&mut *mut u8, &mut usize) -> u32) -> Result<Option<Vec
 }
 
 /// `max` bytes from `start` of a host buffer (fewer at its end; `None` on a host error).
-pub fn buffer_bytes(buffer: u32, start: usize, max: usize) -> Option<Vec<u8>> {
+pub fn buffer_bytes(buffer: BufferType, start: usize, max: usize) -> Option<Vec<u8>> {
     // SAFETY: out-pointers from `read`.
     let r = read(|d, s| unsafe { proxy_get_buffer_bytes(buffer, start, max, d, s) });
     Some(r.ok()?.unwrap_or_default())
@@ -83,10 +72,8 @@ extern "C" {
 fn clock(id: u32) -> i64 {
     let mut t: u64 = 0;
     // SAFETY: plain out-pointer to a local.
-    match unsafe { clock_time_get(id, 1, &mut t) } {
-        0 => i64::try_from(t).unwrap_or(i64::MAX),
-        _ => 0,
-    }
+    let ok = unsafe { clock_time_get(id, 1, &mut t) } == 0;
+    if ok { i64::try_from(t).unwrap_or(i64::MAX) } else { 0 }
 }
 
 /// Process-wide monotonic time in nanoseconds (the same clock for every worker VM).
@@ -154,19 +141,16 @@ pub fn register_queue(name: &str) -> Result<u32, u32> {
     status(unsafe { proxy_register_shared_queue(name.as_ptr(), name.len(), &mut id) }).map(|()| id)
 }
 
-pub fn resolve_queue(name: &str) -> Result<Option<u32>, u32> {
+/// The id of the queue `name` of this VM (`None`: there is none, or a host error).
+pub fn resolve_queue(name: &str) -> Option<u32> {
     let mut id: u32 = 0;
     // SAFETY: pointers to locals / live slices (an empty VM id: this VM's).
-    match status(unsafe { proxy_resolve_shared_queue("".as_ptr(), 0, name.as_ptr(), name.len(), &mut id) }) {
-        Ok(()) => Ok(Some(id)),
-        Err(NOT_FOUND) => Ok(None),
-        Err(other) => Err(other),
-    }
+    status(unsafe { proxy_resolve_shared_queue("".as_ptr(), 0, name.as_ptr(), name.len(), &mut id) }).ok().map(|()| id)
 }
 
-pub fn enqueue(queue: u32, msg: &[u8]) -> Result<(), u32> {
+pub fn enqueue(queue: u32, msg: &[u8]) -> bool {
     // SAFETY: pointer into a live slice.
-    status(unsafe { proxy_enqueue_shared_queue(queue, msg.as_ptr(), msg.len()) })
+    unsafe { proxy_enqueue_shared_queue(queue, msg.as_ptr(), msg.len()) == OK }
 }
 
 pub fn dequeue(queue: u32) -> Result<Option<Vec<u8>>, u32> {
@@ -183,14 +167,8 @@ pub fn mailbox_name(instance: u64) -> String {
     format!("apf/v3/mailbox/{instance:016x}")
 }
 
-/// All headers of a map as (lowercase name, value) pairs in order.
-pub fn header_pairs(map: u32) -> Vec<(String, Vec<u8>)> {
-    let bytes = header_map_bytes(map);
-    borrowed_pairs(&bytes).into_iter().map(|(k, v)| (k.to_ascii_lowercase(), v.to_vec())).collect()
-}
-
 /// The host's serialized header map (parse with [`borrowed_pairs`]).
-pub fn header_map_bytes(map: u32) -> Vec<u8> {
+pub fn header_map_bytes(map: MapType) -> Vec<u8> {
     // SAFETY: out-pointers from `read`.
     read(|d, s| unsafe { proxy_get_header_map_pairs(map, d, s) }).ok().flatten().unwrap_or_default()
 }
@@ -215,30 +193,22 @@ pub fn borrowed_pairs(bytes: &[u8]) -> Vec<(&str, &[u8])> {
     pairs.filter_map(|(k, v)| Some((std::str::from_utf8(k).ok()?, v))).collect()
 }
 
-pub fn add_header(map: u32, name: &str, value: &[u8]) -> bool {
+pub fn add_header(map: MapType, name: &str, value: &[u8]) -> bool {
     // SAFETY: pointers into live slices.
     unsafe { proxy_add_header_map_value(map, name.as_ptr(), name.len(), value.as_ptr(), value.len()) == OK }
 }
 
-pub fn remove_header(map: u32, name: &str) -> bool {
+pub fn remove_header(map: MapType, name: &str) -> bool {
     // SAFETY: pointer into a live slice.
     unsafe { proxy_remove_header_map_value(map, name.as_ptr(), name.len()) == OK }
 }
 
+/// The host's header map serialization (see [`borrowed_pairs`]).
 fn serialize_map(headers: &[(&str, &[u8])]) -> Vec<u8> {
-    let mut b = Vec::with_capacity(4 + headers.iter().map(|(k, v)| k.len() + v.len() + 10).sum::<usize>());
-    b.extend_from_slice(&(headers.len() as u32).to_le_bytes());
-    for (k, v) in headers {
-        b.extend_from_slice(&(k.len() as u32).to_le_bytes());
-        b.extend_from_slice(&(v.len() as u32).to_le_bytes());
-    }
-    for (k, v) in headers {
-        b.extend_from_slice(k.as_bytes());
-        b.push(0);
-        b.extend_from_slice(v);
-        b.push(0);
-    }
-    b
+    let len = |n: usize| (n as u32).to_le_bytes();
+    let sizes = headers.iter().flat_map(|(k, v)| [len(k.len()), len(v.len())]).flatten();
+    let data = headers.iter().flat_map(|(k, v)| [k.as_bytes(), b"\0", v, b"\0"]).flatten();
+    len(headers.len()).into_iter().chain(sizes).chain(data.copied()).collect()
 }
 
 /// Sends a local reply on the current (or effective) context.
@@ -257,7 +227,7 @@ pub fn set_effective_context(context: u32) -> bool {
 
 pub fn resume_request() -> bool {
     // SAFETY: no pointers.
-    unsafe { proxy_continue_stream(STREAM_HTTP_REQUEST) == OK }
+    unsafe { proxy_continue_stream(StreamType::HttpRequest) == OK }
 }
 
 /// A property (e.g. `source.address`) as raw bytes.
@@ -270,7 +240,7 @@ pub fn property(path: &[&str]) -> Option<Vec<u8>> {
 
 /// The id of the metric `name` kept in `slot`, defined on first use (`None` while the host
 /// refuses it).
-pub fn metric_id(slot: &mut Option<u32>, kind: u32, name: &str) -> Option<u32> {
+pub fn metric_id(slot: &mut Option<u32>, kind: MetricType, name: &str) -> Option<u32> {
     if slot.is_none() {
         let mut id: u32 = 0;
         // SAFETY: pointers to locals / live slices.

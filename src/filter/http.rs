@@ -1,6 +1,6 @@
 //! HTTP context: digest, classify, admit / queue / reject, and release at the end.
 
-use super::host::{self, REQUEST_HEADERS, RESPONSE_HEADERS};
+use super::host;
 use super::metrics::{self, EXTRA_NONE, M};
 use super::worker::{self, Extra, Local};
 use crate::digest::identity::{IdentityConfig, IdentityInput, IdentitySource};
@@ -12,23 +12,17 @@ use crate::engine::requests::Phase;
 use crate::engine::{self, debug, Compiled, Decision};
 use crate::fairqueuing::RequestTag;
 use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::Action;
+use proxy_wasm::types::{Action, BufferType, MapType::{HttpRequestHeaders, HttpResponseHeaders}};
 use serde_json::Value;
 use std::rc::Rc;
 
-pub const FS_UID_HEADER: &str = "x-kubernetes-pf-flowschema-uid";
-pub const PL_UID_HEADER: &str = "x-kubernetes-pf-prioritylevel-uid";
-
 #[derive(Default)]
 pub struct Http {
-    ctx: u32,
-    compiled: Option<Rc<Compiled>>,
-    /// (FlowSchema index, level index) of a classified request, for the PF response headers.
-    class: Option<(usize, usize)>,
-    explain: bool,
-    local_reply: bool,
-    /// Seats the request was charged (`x-apf-seats`).
-    seats: u32,
+    pub ctx: u32,
+    pub compiled: Option<Rc<Compiled>>,
+    /// A classified request, for the PF response headers (`x-apf-seats`: the seats charged);
+    /// `None` for a request answered here (429, debug dump).
+    class: Option<Extra>,
     /// A WATCH: its request, how its initial phase ends, and the counts it was costed with.
     watch: Option<(RequestInfo, WatchInit, Option<StatsLookup>)>,
     /// The WATCH holds its seats while its initial state streams (body chunks are inspected).
@@ -38,39 +32,22 @@ pub struct Http {
 }
 
 impl Http {
-    pub fn new(ctx: u32, compiled: Option<Rc<Compiled>>) -> Http {
-        let mut h = Http::default();
-        h.ctx = ctx;
-        h.compiled = compiled;
-        h
-    }
-
     /// At a WATCH's response headers: hold its seats while its initial state streams, or
     /// release them now (no initial events, not admitted here, or not a watch stream).
     fn start_watch(&mut self, max_hold: crate::Nanos) {
-        let Some((info, mut init, stats)) = self.watch.take() else { return };
+        let Some((info, init, stats)) = self.watch.take() else { return };
         let now = host::monotonic_nanos();
-        let executing = worker::requests(|r| r.get(self.ctx).is_some_and(|l| l.phase == Phase::Executing));
-        if init != WatchInit::None && executing {
-            let response = Response::read();
-            // The bookmark's bytes are not visible in a compressed stream.
-            if !response.identity {
-                init = WatchInit::Unmarked;
-            }
-            if response.ok {
+        if init != WatchInit::None && worker::requests(|r| r.get(self.ctx).is_some_and(|l| l.phase == Phase::Executing)) {
+            let (ok, _, identity) = response();
+            if ok {
                 let expected_bytes = match stats {
                     Some(StatsLookup::Found(s)) if s.count > 0 && s.average_object_size_bytes > 0 => u64::try_from(s.count.saturating_mul(s.average_object_size_bytes)).ok(),
                     _ => None,
                 };
-                let hold = worker::Hold {
-                    init,
-                    deadline: now.saturating_add(max_hold),
-                    last_data: now,
-                    bytes: 0,
-                    expected_bytes,
-                    marker: (init == WatchInit::Bookmark).then(MarkerScanner::new),
-                    info,
-                };
+                // The bookmark's bytes are not visible in a compressed stream.
+                let marker = (init == WatchInit::Bookmark && identity).then(MarkerScanner::new);
+                let deadline = now.saturating_add(max_hold);
+                let hold = worker::Hold { deadline, last_data: now, bytes: 0, expected_bytes, marker, info };
                 worker::with(|w| w.holds.insert(self.ctx, hold));
                 self.holding = true;
                 return;
@@ -82,40 +59,31 @@ impl Http {
     fn admit(&mut self, rc: Rc<Compiled>) -> Action {
         let c: &Compiled = &rc;
         let now = host::monotonic_nanos();
-        let raw = host::header_map_bytes(REQUEST_HEADERS);
+        let raw = host::header_map_bytes(HttpRequestHeaders);
         let headers = host::borrowed_pairs(&raw);
         let last = |name: &str| headers.iter().rev().find(|(k, _)| *k == name).map(|(_, v)| *v);
         let (method, path) = (last(":method").unwrap_or(b"GET"), last(":path").unwrap_or(b"/"));
-        let identity_headers: Vec<(String, Vec<u8>)> = headers
-            .iter()
-            .filter(|(k, _)| c.identity_headers.iter().any(|n| n == k) || c.identity_prefixes.iter().any(|p| k.starts_with(p.as_str())))
-            .map(|(k, v)| ((*k).to_string(), v.to_vec()))
-            .collect();
+        let wanted = |k: &str| c.identity_headers.iter().any(|n| n == k) || c.identity_prefixes.iter().any(|p| k.starts_with(p.as_str()));
+        let identity_headers = headers.iter().filter(|(k, _)| wanted(k)).map(|(k, v)| ((*k).to_string(), v.to_vec()));
+        let identity_headers: Vec<(String, Vec<u8>)> = identity_headers.collect();
         let ns_header = c.config.namespace_header.as_deref().and_then(|n| headers.iter().find(|(k, _)| *k == n)).map(|(_, v)| *v);
         // Facts about the downstream connection that identity sources may need.
-        let needs = c.needs;
-        let peer = if needs.peer { host::property(&["source", "address"]).and_then(|b| parse_peer(&b)) } else { None };
-        let mtls = needs.mtls && host::property(&["connection", "mtls"]).is_some_and(|b| b.first().is_some_and(|&m| m != 0));
-        let cert_subject = (needs.cert_subject && mtls)
-            .then(|| host::property(&["connection", "subject_peer_certificate"]).and_then(|b| String::from_utf8(b).ok()))
-            .flatten();
-        let jwt_claims = if needs.jwt { jwt_claims(&c.config.identity) } else { None };
+        let peer = if c.needs.peer { host::property(&["source", "address"]).and_then(|b| parse_peer(&b)) } else { None };
+        let mtls = c.needs.mtls && host::property(&["connection", "mtls"]).is_some_and(|b| b.first().is_some_and(|&m| m != 0));
+        let subject = || host::property(&["connection", "subject_peer_certificate"]).and_then(|b| String::from_utf8(b).ok());
+        let cert_subject = (c.needs.cert_subject && mtls).then(subject).flatten();
+        let jwt_claims = if c.needs.jwt { jwt_claims(&c.config.identity) } else { None };
         let input = IdentityInput { headers: &identity_headers, peer, mtls, cert_subject: cert_subject.as_deref(), jwt_claims: jwt_claims.as_ref() };
-        if needs.strip {
-            for h in c.config.identity.headers_to_strip(&input) {
-                host::remove_header(REQUEST_HEADERS, &h);
-            }
+        let strip = if c.needs.strip { c.config.identity.headers_to_strip(&input) } else { Vec::new() };
+        // setFrontProxyHeaders (nothing to change without it): the upstream sees only the identity
+        // derived here, on every request this filter sees (before any early return: exempt,
+        // long-running, debug paths).
+        let fwd = c.config.identity.front_proxy_headers(&input, headers.iter().map(|(k, _)| *k));
+        for h in strip.iter().chain(&fwd.remove) {
+            host::remove_header(HttpRequestHeaders, h);
         }
-        // setFrontProxyHeaders: the upstream sees only the identity derived here, on every
-        // request this filter sees (before any early return: exempt, long-running, debug paths).
-        if c.config.identity.set_front_proxy_headers {
-            let fwd = c.config.identity.front_proxy_headers(&input, headers.iter().map(|(k, _)| *k));
-            for h in &fwd.remove {
-                host::remove_header(REQUEST_HEADERS, h);
-            }
-            for (k, v) in &fwd.add {
-                host::add_header(REQUEST_HEADERS, k, v.as_bytes());
-            }
+        for (k, v) in &fwd.add {
+            host::add_header(HttpRequestHeaders, k, v.as_bytes());
         }
         let stale_after = c.config.cluster_metrics.as_ref().map(|m| m.stale_after);
         let learn = c.config.work_estimator.learn_from_responses;
@@ -126,31 +94,29 @@ impl Http {
         };
         let watch_count = |info: &RequestInfo| engine::watches::interested_count(host::store(), info);
         let d = c.digest(method, path, &input, ns_header, watch_count, &cluster);
-        if let Some(kind) = debug::dump_kind(path) {
-            if d.user.groups.iter().any(|g| c.config.debug_groups.contains(g)) {
-                let offset = host::realtime_nanos().saturating_sub(now);
-                let body = debug::render(c, host::store(), kind, now, &|t| t.saturating_add(offset));
-                self.local_reply = true;
-                host::send_response(200, &[("content-type", b"text/plain; charset=utf-8"), ("x-content-type-options", b"nosniff")], body.as_bytes());
-                return Action::Pause;
-            }
+        let debug_caller = || d.user.groups.iter().any(|g| c.config.debug_groups.contains(g));
+        if let Some(kind) = debug::dump_kind(path).filter(|_| debug_caller()) {
+            let offset = host::realtime_nanos().saturating_sub(now);
+            let body = debug::render(c, host::store(), kind, now, &|t| t.saturating_add(offset));
+            host::send_response(200, &worker::TEXT_PLAIN, body.as_bytes());
+            return Action::Pause;
         }
         if d.long_running && !d.is_watch {
             return Action::Continue;
         }
         let Some(level) = c.levels.get(d.class.priority_level) else { return Action::Continue };
-        self.explain = !c.config.explain_groups.is_empty() && d.user.groups.iter().any(|g| c.config.explain_groups.contains(g));
-        self.class = Some((d.class.flow_schema, d.class.priority_level));
-        if learn && d.stats == Some(StatsLookup::NotFound) && learnable(&d.info) {
-            self.learn = Some((engine::object_counts::resource_key(&d.info.api_group, &d.info.resource), ListBodyScanner::new()));
-        }
-        if d.is_watch {
-            self.watch = Some((d.info.clone(), d.watch_init, d.stats));
-        }
+        let explain = !c.config.explain_groups.is_empty() && d.user.groups.iter().any(|g| c.config.explain_groups.contains(g));
+        let (pl, fs, seats) = (d.class.priority_level, d.class.flow_schema, d.work.max_seats());
+        let extra = Extra { explain, enforce: level.enforce, compiled: rc.clone(), pl, fs, seats, is_watch: d.is_watch };
+        self.class = Some(Extra { seats: 0, ..extra.clone() });
+        let key = || engine::object_counts::resource_key(&d.info.api_group, &d.info.resource);
+        self.learn = (learn && d.stats == Some(StatsLookup::NotFound) && learnable(&d.info)).then(|| (key(), ListBodyScanner::new()));
+        self.watch = d.is_watch.then(|| (d.info.clone(), d.watch_init, d.stats));
         let Some(slot) = worker::ensure_registered(now) else {
             log::warn!("apf: worker not registered; letting the request through");
             return Action::Continue;
         };
+        self.class = Some(extra.clone());
         worker::note_levels(c);
         let tag = RequestTag {
             owner: slot,
@@ -161,17 +127,13 @@ impl Http {
         };
         let mut notices = Vec::new();
         let decision = engine::admit_observed(c, host::store(), now, d.class.priority_level, d.work, tag, &mut notices);
-        let (pl, fs) = (d.class.priority_level, d.class.flow_schema);
-        let seats = d.work.max_seats();
-        self.seats = seats;
         metrics::observe(c, M::WorkEstimatedSeats, pl, fs, EXTRA_NONE, f64::from(seats));
         if let Ok((_, Some(length))) = decision {
             metrics::observe(c, M::QueueLengthAfterEnqueue, pl, fs, EXTRA_NONE, f64::from(length));
         }
         // Dry run: the request is accounted as queued or rejected but let through.
         let stop = if level.enforce { Action::Pause } else { Action::Continue };
-        let extra = Extra { explain: self.explain, enforce: level.enforce, compiled: rc.clone(), pl, fs, seats, is_watch: d.is_watch };
-        let local = |id, phase| Local {
+        let local = |id, phase, receipt| Local {
             level_key: level.key.clone(),
             id,
             phase,
@@ -179,27 +141,25 @@ impl Http {
             wait_deadline: tag.wait_deadline,
             waited: 0,
             started: now,
-            receipt: None,
+            receipt,
             extra: extra.clone(),
         };
         let action = match decision.map(|(d, _)| d) {
             Ok(Decision::Execute(rc)) => {
-                let mut l = local(rc.id, Phase::Executing);
-                l.receipt = Some(rc);
                 extra.dispatched(0);
-                worker::requests(|r| r.insert(self.ctx, l));
+                worker::requests(|r| r.insert(self.ctx, local(rc.id, Phase::Executing, Some(rc))));
                 Action::Continue
             }
             Ok(Decision::Queued(id)) => {
                 extra.queued(1);
-                worker::requests(|r| r.insert(self.ctx, local(id, Phase::Waiting)));
+                worker::requests(|r| r.insert(self.ctx, local(id, Phase::Waiting, None)));
                 stop
             }
             Ok(Decision::Rejected { reason, retry_after }) => {
                 extra.add(M::Rejected, reason.as_str(), 1);
                 extra.observe(M::WaitDuration, "false", 0);
                 if level.enforce {
-                    self.local_reply = true;
+                    self.class = None;
                     worker::send_429(&extra, retry_after, reason.as_str());
                 }
                 stop
@@ -215,22 +175,16 @@ impl Http {
 
     /// Feeds a LIST response chunk to the learning scanner; at the end, stores what it learned.
     fn learn_from(&mut self, body_size: usize, end_of_stream: bool) {
-        let Some((_, scanner)) = self.learn.as_mut() else { return };
-        let Some(chunk) = host::buffer_bytes(host::BUFFER_HTTP_RESPONSE_BODY, 0, body_size) else {
-            self.learn = None;
-            return;
-        };
+        let Some((key, mut scanner)) = self.learn.take() else { return };
+        let Some(chunk) = host::buffer_bytes(BufferType::HttpResponseBody, 0, body_size) else { return };
         scanner.feed(&chunk);
         if !end_of_stream {
-            return;
+            return self.learn = Some((key, scanner));
         }
-        let Some((key, scanner)) = self.learn.take() else { return };
-        if let Some(obs) = scanner.finish() {
-            let stats = obs.stats();
-            log::debug!("apf: learned {key}: {} objects of {} bytes from a LIST response", stats.count, stats.average_object_size_bytes);
-            if let Err(e) = engine::object_counts::learn(host::store(), host::monotonic_nanos(), &key, stats) {
-                log::warn!("apf: storing a learned object count failed: {e}");
-            }
+        let Some(stats) = scanner.finish().map(|obs| obs.stats()) else { return };
+        log::debug!("apf: learned {key}: {} objects of {} bytes from a LIST response", stats.count, stats.average_object_size_bytes);
+        if let Err(e) = engine::object_counts::learn(host::store(), host::monotonic_nanos(), &key, stats) {
+            log::warn!("apf: storing a learned object count failed: {e}");
         }
     }
 }
@@ -243,25 +197,26 @@ impl HttpContext for Http {
     }
 
     fn on_http_response_headers(&mut self, _n: usize, _end: bool) -> Action {
-        if self.local_reply || worker::with(|w| !w.rejected.is_empty() && w.rejected.contains(&self.ctx)) {
+        let Some(x) = self.class.clone() else { return Action::Continue };
+        if worker::with(|w| w.rejected.contains(&self.ctx)) {
             return Action::Continue;
         }
-        let (Some((fs, pl)), Some(c)) = (self.class, self.compiled.clone()) else { return Action::Continue };
-        for (k, v) in worker::pf_headers(&c, fs, pl, self.explain) {
-            host::add_header(RESPONSE_HEADERS, k, v);
+        for (k, v) in worker::pf_headers(&x) {
+            host::add_header(HttpResponseHeaders, k, v);
         }
-        if self.explain {
+        if x.explain {
             let waited = worker::requests(|r| r.get(self.ctx).map(|l| l.waited)).unwrap_or(0);
-            host::add_header(RESPONSE_HEADERS, "x-apf-queued-ms", (waited / 1_000_000).to_string().as_bytes());
-            host::add_header(RESPONSE_HEADERS, "x-apf-seats", self.seats.to_string().as_bytes());
+            host::add_header(HttpResponseHeaders, "x-apf-queued-ms", (waited / 1_000_000).to_string().as_bytes());
+            host::add_header(HttpResponseHeaders, "x-apf-seats", x.seats.to_string().as_bytes());
         }
-        if self.learn.is_some() && !Response::read().learnable() {
+        // The learning scanner reads only `200` uncompressed JSON responses.
+        if self.learn.is_some() && response() != (true, true, true) {
             self.learn = None;
         }
         // A WATCH holds its seats while it initializes (upstream: until the storage layer
         // signals that its initial events were sent); from then on it counts as an open
         // watch for the mutating-request estimator.
-        self.start_watch(c.config.watch_initial_events_max_hold);
+        self.start_watch(x.compiled.config.watch_initial_events_max_hold);
         Action::Continue
     }
 
@@ -276,18 +231,14 @@ impl HttpContext for Http {
             h.last_data = now;
             h.bytes = h.bytes.saturating_add(body_size as u64);
             Some(end_of_stream || match h.marker.as_mut() {
-                Some(m) => host::buffer_bytes(host::BUFFER_HTTP_RESPONSE_BODY, 0, body_size).is_some_and(|chunk| m.feed(&chunk)),
+                Some(m) => host::buffer_bytes(BufferType::HttpResponseBody, 0, body_size).is_some_and(|chunk| m.feed(&chunk)),
                 None => h.expected_bytes.is_some_and(|e| h.bytes >= e),
             })
         });
-        match ended {
-            // Released meanwhile (maximum hold time, or the quiet rule on the timer).
-            None => self.holding = false,
-            Some(true) => {
-                self.holding = false;
-                worker::end_watch_init(self.ctx, now, None);
-            }
-            Some(false) => {}
+        // `None`: released meanwhile (maximum hold time, or the quiet rule on the timer).
+        self.holding = ended == Some(false);
+        if ended == Some(true) {
+            worker::end_watch_init(self.ctx, now, None);
         }
         Action::Continue
     }
@@ -310,33 +261,20 @@ fn learnable(info: &RequestInfo) -> bool {
     info.verb == "list" && info.namespace.is_empty() && info.name.is_empty() && q.label_selector.is_empty() && q.field_selector.is_empty() && q.continue_token.is_empty()
 }
 
-/// What the response headers say about the body.
-struct Response {
-    /// `:status` 200.
-    ok: bool,
-    json: bool,
-    /// Not compressed (no `content-encoding` but `identity`).
-    identity: bool,
-}
-
-impl Response {
-    fn read() -> Response {
-        let mut r = Response { ok: false, json: false, identity: true };
-        for (k, v) in host::header_pairs(RESPONSE_HEADERS) {
-            match k.as_str() {
-                ":status" => r.ok = v == b"200",
-                "content-type" => r.json = v.windows(4).any(|w| w.eq_ignore_ascii_case(b"json")),
-                "content-encoding" if !v.eq_ignore_ascii_case(b"identity") => r.identity = false,
-                _ => {}
-            }
+/// What the response headers say about the body: (`:status` 200, JSON, not compressed (no
+/// `content-encoding` but `identity`)).
+fn response() -> (bool, bool, bool) {
+    let (mut ok, mut json, mut identity) = (false, false, true);
+    let raw = host::header_map_bytes(HttpResponseHeaders);
+    for (k, v) in host::borrowed_pairs(&raw) {
+        match k {
+            ":status" => ok = v == b"200",
+            "content-type" => json = v.windows(4).any(|w| w.eq_ignore_ascii_case(b"json")),
+            "content-encoding" if !v.eq_ignore_ascii_case(b"identity") => identity = false,
+            _ => {}
         }
-        r
     }
-
-    /// A `200` uncompressed JSON response (the only kind the learning scanner reads).
-    fn learnable(&self) -> bool {
-        self.ok && self.json && self.identity
-    }
+    (ok, json, identity)
 }
 
 /// `source.address` is `ip:port` (`[v6]:port` for IPv6).
@@ -350,10 +288,8 @@ fn parse_peer(b: &[u8]) -> Option<std::net::IpAddr> {
 /// Envoy serializes leaf strings, not whole structs). A list claim arrives as the host's pair
 /// serialization or as a string; both are handled.
 fn jwt_claims(cfg: &IdentityConfig) -> Option<Value> {
-    let (key, user_claim, groups_claim) = cfg.sources.iter().find_map(|s| match s {
-        IdentitySource::Jwt { metadata_key, user_claim, groups_claim, .. } => Some((metadata_key, user_claim, groups_claim)),
-        _ => None,
-    })?;
+    let jwt = cfg.sources.iter().find(|s| matches!(s, IdentitySource::Jwt { .. }));
+    let Some(IdentitySource::Jwt { metadata_key: key, user_claim, groups_claim, .. }) = jwt else { return None };
     let get = |claim: &str| host::property(&["metadata", "filter_metadata", "envoy.filters.http.jwt_authn", key.as_str(), claim]);
     let user = get(user_claim).and_then(|b| String::from_utf8(b).ok())?;
     let b = get(groups_claim).unwrap_or_default();
@@ -363,6 +299,5 @@ fn jwt_claims(cfg: &IdentityConfig) -> Option<Value> {
     } else {
         pairs.iter().map(|(k, _)| Value::from(*k)).collect()
     };
-    let claims = [(user_claim.clone(), Value::String(user)), (groups_claim.clone(), Value::Array(groups))];
-    Some(Value::Object(claims.into_iter().collect()))
+    Some(serde_json::json!({ user_claim.as_str(): user, groups_claim.as_str(): groups }))
 }

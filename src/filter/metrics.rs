@@ -13,12 +13,13 @@
 //! recording rules in `observability/apf-wasm-rules.yaml`. Label cardinality is bounded by the
 //! number of levels and FlowSchemas.
 
-use super::host::{self, METRIC_COUNTER, METRIC_GAUGE};
+use super::host;
 use crate::engine::store::{Store, WorkerState};
 use crate::engine::Compiled;
 use crate::observe::metrics::{self as names, MetricKind};
-use hashbrown::HashMap;
-use std::cell::{Cell, RefCell};
+use hashbrown::hash_map::{Entry, HashMap};
+use proxy_wasm::types::MetricType;
+use std::cell::RefCell;
 
 /// The metrics the filter records (names from upstream).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -73,7 +74,7 @@ type Key = (u64, M, u16, u16, &'static str);
 /// samples aggregated in the VM; `names`, `ids`: its counters, in the order of
 /// [`names::HistogramStatNames::all`]).
 struct Series {
-    kind: u32,
+    kind: MetricType,
     names: Vec<String>,
     ids: Vec<Option<u32>>,
     pending: i64,
@@ -82,6 +83,9 @@ struct Series {
 
 thread_local! {
     static SERIES: RefCell<HashMap<Key, Series>> = RefCell::new(HashMap::new());
+    static OWN_PENDING: RefCell<[u64; 3]> = const { RefCell::new([0; 3]) };
+    static OWN_IDS: RefCell<[Option<u32>; 8]> = const { RefCell::new([None; 8]) };
+    static OWN_GAUGE_IDS: RefCell<[Option<u32>; 2]> = const { RefCell::new([None; 2]) };
 }
 
 /// A new series: its stat name (counters, gauges) or its histogram's.
@@ -89,15 +93,12 @@ fn new_series(c: &Compiled, m: M, pl: usize, fs: usize, extra: &'static str) -> 
     let spec = names::spec(m.upstream_name())?;
     let pl_name = c.levels.get(pl).map(|l| l.name.as_str()).unwrap_or("");
     let fs_name = c.config.policy.flow_schemas.get(fs).map(|f| f.name.as_str()).unwrap_or("");
-    let values: Vec<&str> = spec
-        .labels
-        .iter()
-        .map(|k| match *k {
-            "priority_level" => pl_name,
-            "flow_schema" => fs_name,
-            _ => extra,
-        })
-        .collect();
+    let value = |k: &&str| match *k {
+        "priority_level" => pl_name,
+        "flow_schema" => fs_name,
+        _ => extra,
+    };
+    let values: Vec<&str> = spec.labels.iter().map(value).collect();
     let (names, hist) = match spec.kind {
         MetricKind::Histogram => {
             let names = names::histogram_stat_names(spec, &values).ok()?.all().cloned().collect();
@@ -105,17 +106,15 @@ fn new_series(c: &Compiled, m: M, pl: usize, fs: usize, extra: &'static str) -> 
         }
         _ => (vec![names::stat_name(spec, &values).ok()?], None),
     };
-    let kind = if spec.kind == MetricKind::Gauge { METRIC_GAUGE } else { METRIC_COUNTER };
+    let kind = if spec.kind == MetricKind::Gauge { MetricType::Gauge } else { MetricType::Counter };
     Some(Series { kind, ids: vec![None; names.len()], names, pending: 0, hist })
 }
 
 fn with_series<T>(c: &Compiled, m: M, pl: usize, fs: usize, extra: &'static str, f: impl FnOnce(&mut Series) -> T) -> Option<T> {
     let key: Key = (c.generation, m, pl as u16, fs as u16, extra);
-    SERIES.with_borrow_mut(|r| {
-        if let Some(s) = r.get_mut(&key) {
-            return Some(f(s));
-        }
-        Some(f(r.entry(key).or_insert(new_series(c, m, pl, fs, extra)?)))
+    SERIES.with_borrow_mut(|r| match r.entry(key) {
+        Entry::Occupied(s) => Some(f(s.into_mut())),
+        Entry::Vacant(v) => Some(f(v.insert(new_series(c, m, pl, fs, extra)?))),
     })
 }
 
@@ -132,20 +131,12 @@ pub fn add(c: &Compiled, m: M, pl: usize, fs: usize, extra: &'static str, delta:
 
 /// Records one histogram sample, in upstream units (seconds, seats); flushed on the timer.
 pub fn observe(c: &Compiled, m: M, pl: usize, fs: usize, extra: &'static str, value: f64) {
-    with_series(c, m, pl, fs, extra, |s| {
-        if let Some(h) = s.hist.as_mut() {
-            h.observe(value);
-        }
-    });
+    with_series(c, m, pl, fs, extra, |s| s.hist.as_mut().map(|h| h.observe(value)));
 }
 
 /// Sets a per-level gauge to an absolute value (values that are the same for every worker).
 pub fn set(c: &Compiled, m: M, pl: usize, value: u64) {
-    with_series(c, m, pl, 0, EXTRA_NONE, |s| {
-        if let Some(id) = scalar_id(s) {
-            host::record_metric(id, value);
-        }
-    });
+    with_series(c, m, pl, 0, EXTRA_NONE, |s| scalar_id(s).map(|id| host::record_metric(id, value)));
 }
 
 /// The filter's own counters (not upstream metrics): global-state contention (see
@@ -175,18 +166,8 @@ pub enum Own {
 /// Gauges: resources whose cluster count is stale; seconds since the last successful poll.
 const OWN_GAUGES: [&str; 2] = ["apf_wasm_object_counts_stale_resources", "apf_wasm_object_counts_age_seconds"];
 
-thread_local! {
-    static OWN_PENDING: Cell<[u64; 3]> = const { Cell::new([0; 3]) };
-    static OWN_IDS: RefCell<[Option<u32>; 8]> = const { RefCell::new([None; 8]) };
-    static OWN_GAUGE_IDS: RefCell<[Option<u32>; 2]> = const { RefCell::new([None; 2]) };
-}
-
 pub fn count_own(m: Own) {
-    let mut v = OWN_PENDING.get();
-    if let Some(x) = v.get_mut(m as usize) {
-        *x = x.saturating_add(1);
-    }
-    OWN_PENDING.set(v);
+    OWN_PENDING.with_borrow_mut(|v| v.get_mut(m as usize).map(|x| *x = x.saturating_add(1)));
 }
 
 /// Sets the cost gauges (the same value from every worker).
@@ -194,7 +175,7 @@ pub fn set_own_gauges(stale_resources: u64, age_seconds: Option<u64>) {
     OWN_GAUGE_IDS.with_borrow_mut(|ids| {
         for ((name, value), id) in OWN_GAUGES.iter().zip([Some(stale_resources), age_seconds]).zip(ids) {
             let Some(value) = value else { continue };
-            if let Some(id) = host::metric_id(id, METRIC_GAUGE, name) {
+            if let Some(id) = host::metric_id(id, MetricType::Gauge, name) {
                 host::record_metric(id, value);
             }
         }
@@ -205,7 +186,7 @@ pub fn set_own_gauges(stale_resources: u64, age_seconds: Option<u64>) {
 /// 0, so that the series exist from the start).
 fn add_to_counters(names: &[impl AsRef<str>], ids: &mut [Option<u32>], deltas: impl IntoIterator<Item = u64>) {
     for ((name, id), delta) in names.iter().zip(ids).zip(deltas) {
-        if let (Some(id), true) = (host::metric_id(id, METRIC_COUNTER, name.as_ref()), delta > 0) {
+        if let (Some(id), true) = (host::metric_id(id, MetricType::Counter, name.as_ref()), delta > 0) {
             host::increment_metric(id, i64::try_from(delta).unwrap_or(i64::MAX));
         }
     }
@@ -224,11 +205,9 @@ pub fn flush() {
                 // missing lower bucket `histogram_quantile` would interpolate from 0 instead of
                 // from that bound.
                 add_to_counters(&s.names, &mut s.ids, deltas.into_iter().flatten());
-            } else if s.pending != 0 {
-                if let Some(id) = scalar_id(s) {
-                    host::increment_metric(id, s.pending);
-                    s.pending = 0;
-                }
+            } else if let Some(id) = (s.pending != 0).then(|| scalar_id(s)).flatten() {
+                host::increment_metric(id, s.pending);
+                s.pending = 0;
             }
         }
     });

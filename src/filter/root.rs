@@ -11,7 +11,7 @@ use crate::engine::{self, Compiled};
 use crate::policy::config::{parse_plugin_config, PluginConfig};
 use crate::Nanos;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{ContextType, Status};
+use proxy_wasm::types::{BufferType, ContextType, MapType, Status};
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::rc::Rc;
 use std::time::Duration;
@@ -50,17 +50,14 @@ fn due(now: Nanos, every: Nanos, last: fn(&mut Worker) -> &mut Nanos) -> bool {
     worker::with(|w| {
         let last = last(w);
         let due = now.saturating_sub(*last) >= every;
-        if due {
-            *last = now;
-        }
+        *last = if due { now } else { *last };
         due
     })
 }
 
 fn next_generation() -> u64 {
     engine::store::update::<u64, engine::EngineError>(host::store(), GENERATION_KEY, engine::MAX_CAS_TRIES, |cur| {
-        let g = cur.and_then(|b| b.get(..8)?.try_into().ok()).map(u64::from_le_bytes);
-        let n = g.unwrap_or(0).wrapping_add(1);
+        let n = cur.and_then(|b| b.get(..8)?.try_into().ok()).map_or(0, u64::from_le_bytes).wrapping_add(1);
         Ok((n.to_le_bytes().to_vec(), n))
     })
     .unwrap_or(1)
@@ -68,9 +65,9 @@ fn next_generation() -> u64 {
 
 /// The `:status` of the HTTP call response being delivered ("" if none).
 fn call_status() -> String {
-    let headers = host::header_pairs(host::HTTP_CALL_RESPONSE_HEADERS);
-    let status = headers.into_iter().find_map(|(k, v)| (k == ":status").then_some(v));
-    String::from_utf8_lossy(&status.unwrap_or_default()).into_owned()
+    let raw = host::header_map_bytes(MapType::HttpCallResponseHeaders);
+    let status = host::borrowed_pairs(&raw).into_iter().find_map(|(k, v)| (k == ":status").then_some(v));
+    String::from_utf8_lossy(status.unwrap_or_default()).into_owned()
 }
 
 /// Re-reads the shared object counts into this worker's copy when they changed.
@@ -83,14 +80,9 @@ fn read_counts(now: Nanos) {
     if worker::with(|w| w.counts_cas == cas && w.counts.is_some()) {
         return;
     }
-    let counts = bytes.map(|b| SharedCounts::decode(&b)).transpose().unwrap_or_else(|e| {
-        log::warn!("apf: unreadable object counts in shared data: {e}");
-        None
-    });
-    worker::with(|w| {
-        w.counts = counts.map(Rc::new);
-        w.counts_cas = cas;
-    });
+    let counts = bytes.map(|b| SharedCounts::decode(&b)).transpose();
+    let counts = counts.inspect_err(|e| log::warn!("apf: unreadable object counts in shared data: {e}"));
+    worker::with(|w| (w.counts, w.counts_cas) = (counts.ok().flatten().map(Rc::new), cas));
 }
 
 impl Root {
@@ -100,23 +92,17 @@ impl Root {
         }
         let generation = next_generation();
         let c = Compiled::new(cfg, generation);
-        log::info!(
-            "apf: {what} generation {generation} applied: {} priority levels, {} flow schemas, {} seats",
-            c.levels.len(),
-            c.config.policy.flow_schemas.len(),
-            c.config.server_concurrency_limit
-        );
+        let (levels, schemas, seats) = (c.levels.len(), c.config.policy.flow_schemas.len(), c.config.server_concurrency_limit);
+        log::info!("apf: {what} generation {generation} applied: {levels} priority levels, {schemas} flow schemas, {seats} seats");
         self.compiled = Some(Rc::new(c));
     }
 
     /// Starts a GET on `cluster` (with `token` as bearer token, if any); the call's token.
     fn get(&self, cluster: &str, authority: &str, path: &str, accept: &str, token: Option<&String>, timeout: Duration) -> Result<u32, Status> {
         let bearer = token.map(|t| format!("Bearer {t}"));
-        let mut headers = vec![(":method", "GET"), (":path", path), (":authority", authority), ("accept", accept)];
-        if let Some(b) = &bearer {
-            headers.push(("authorization", b.as_str()));
-        }
-        self.dispatch_http_call(cluster, headers, None, vec![], timeout)
+        let auth = bearer.as_deref().map(|b| ("authorization", b));
+        let headers = [(":method", "GET"), (":path", path), (":authority", authority), ("accept", accept)];
+        self.dispatch_http_call(cluster, headers.into_iter().chain(auth).collect(), None, vec![], timeout)
     }
 
     /// Starts reading the cluster's policy when due.
@@ -129,9 +115,8 @@ impl Root {
         self.fetch.bodies = [None, None];
         let timeout = Duration::from_nanos(u64::try_from(cp.timeout).unwrap_or(5_000_000_000));
         self.fetch.tokens = cp.paths().map(|path| {
-            self.get(&cp.cluster, &cp.authority, &path, "application/json", cp.token.as_ref(), timeout)
-                .map_err(|e| log::warn!("apf: cannot read the cluster policy from cluster {:?}: {e:?}", cp.cluster))
-                .ok()
+            let call = self.get(&cp.cluster, &cp.authority, &path, "application/json", cp.token.as_ref(), timeout);
+            call.map_err(|e| log::warn!("apf: cannot read the cluster policy from cluster {:?}: {e:?}", cp.cluster)).ok()
         });
     }
 
@@ -145,7 +130,7 @@ impl Root {
             self.fetch.bodies = [None, None];
             return;
         }
-        let body = host::buffer_bytes(host::BUFFER_HTTP_CALL_RESPONSE_BODY, 0, body_size).unwrap_or_default();
+        let body = host::buffer_bytes(BufferType::HttpCallResponseBody, 0, body_size).unwrap_or_default();
         if let Some(b) = self.fetch.bodies.get_mut(i) {
             *b = Some(body);
         }
@@ -162,9 +147,7 @@ impl Root {
         self.fetch.applied = Some(digest);
         match parse_plugin_config(&merged) {
             Ok(cfg) => self.apply(cfg, "cluster policy"),
-            Err(errors) => {
-                log::error!("apf: invalid cluster policy ({} errors); keeping the current one: {}", errors.len(), errors.join("; "));
-            }
+            Err(errors) => log::error!("apf: invalid cluster policy ({} errors); keeping the current one: {}", errors.len(), errors.join("; ")),
         }
     }
 
@@ -179,8 +162,7 @@ impl Root {
         if self.counts_call.is_some() || worker::with(|w| w.counts.as_ref().is_some_and(|s| now < s.next_poll)) {
             return;
         }
-        let instance = worker::with(|w| w.instance);
-        match engine::object_counts::claim(host::store(), now, instance, cm.timeout) {
+        match engine::object_counts::claim(host::store(), now, worker::with(|w| w.instance), cm.timeout) {
             Ok(true) => {}
             Ok(false) => return read_counts(now),
             Err(e) => return log::warn!("apf: claiming the object counts poll failed: {e}"),
@@ -200,15 +182,10 @@ impl Root {
             return self.record_counts(Err(why));
         }
         let mut scanner = crate::digest::object_counts::MetricsScanner::new();
-        let mut at = 0usize;
-        while at < body_size {
-            match host::buffer_bytes(host::BUFFER_HTTP_CALL_RESPONSE_BODY, at, METRICS_READ_CHUNK.min(body_size - at)) {
-                Some(chunk) if !chunk.is_empty() => {
-                    at = at.saturating_add(chunk.len());
-                    scanner.feed(&chunk);
-                }
-                _ => break,
-            }
+        for at in (0..body_size).step_by(METRICS_READ_CHUNK) {
+            let chunk = host::buffer_bytes(BufferType::HttpCallResponseBody, at, METRICS_READ_CHUNK.min(body_size - at));
+            let Some(chunk) = chunk.filter(|c| !c.is_empty()) else { break };
+            scanner.feed(&chunk);
         }
         let scraped = scanner.finish();
         if scraped.samples == 0 {
@@ -263,8 +240,7 @@ fn flush_metrics(c: &Compiled, now: Nanos) {
 
 impl Context for Root {
     fn on_http_call_response(&mut self, token: u32, _headers: usize, body_size: usize, _trailers: usize) {
-        if self.counts_call == Some(token) {
-            self.counts_call = None;
+        if self.counts_call.take_if(|t| *t == token).is_some() {
             self.counts_response(body_size);
         } else {
             self.call_response(token, body_size);
@@ -274,11 +250,10 @@ impl Context for Root {
 
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
-        let bytes = host::buffer_bytes(host::BUFFER_PLUGIN_CONFIGURATION, 0, usize::MAX).unwrap_or_default();
+        let bytes = host::buffer_bytes(BufferType::PluginConfiguration, 0, usize::MAX).unwrap_or_default();
         match parse_plugin_config(&bytes) {
             Ok(cfg) => {
-                let doc: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) { b"{}" } else { &bytes };
-                self.base = cfg.cluster_policy.is_some().then(|| serde_json::from_slice(doc).ok()).flatten();
+                self.base = cfg.cluster_policy.is_some().then(|| serde_json::from_slice(&bytes).ok()).flatten();
                 self.fetch = ClusterFetch::default();
                 self.apply(cfg, "configuration");
                 host::set_tick_period_ms(TICK_MS);
@@ -338,7 +313,9 @@ impl RootContext for Root {
     }
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
-        Some(Box::new(Http::new(context_id, self.compiled.clone())))
+        let mut http = Http::default();
+        (http.ctx, http.compiled) = (context_id, self.compiled.clone());
+        Some(Box::new(http))
     }
 
     fn get_type(&self) -> Option<ContextType> {

@@ -4,7 +4,6 @@ use super::host;
 use super::metrics::{self, EXTRA_NONE, M};
 use crate::digest::initial_events::MarkerScanner;
 use crate::digest::request_info::RequestInfo;
-use crate::digest::work_estimate::WatchInit;
 use crate::engine::requests::{Entry, Host, Requests};
 use crate::engine::store::Store;
 use crate::engine::{self, Notice};
@@ -71,7 +70,7 @@ pub struct Worker {
     pub slot: Option<u32>,
     pub mailbox: Option<u32>,
     /// Shared-state keys of every level this VM has used (so removed levels still drain).
-    pub known_levels: Vec<String>,
+    pub known_levels: HashSet<String>,
     pub noted_generation: Option<u64>,
     pub last_heartbeat: Nanos,
     pub last_reap: Nanos,
@@ -94,14 +93,13 @@ pub struct Worker {
 /// A WATCH in its initial phase: it keeps its seats until the phase ends (the bookmark passed,
 /// the unmarked stream went quiet or reached its expected size) or `deadline`.
 pub struct Hold {
-    pub init: WatchInit,
     pub deadline: Nanos,
     /// Response headers or the last body chunk.
     pub last_data: Nanos,
     pub bytes: u64,
     /// Unmarked watches: the initial state's estimated size (count × average object size).
     pub expected_bytes: Option<u64>,
-    /// Looks for the initial-events-end bookmark (`sendInitialEvents` watches).
+    /// Looks for the initial-events-end bookmark (`sendInitialEvents` watches; `None`: unmarked).
     pub marker: Option<MarkerScanner>,
     /// Registered as an open watch when the phase ends.
     pub info: RequestInfo,
@@ -146,19 +144,14 @@ impl Host<Extra> for FilterHost {
         let msg = n.encode();
         // The owner's mailbox queue id is looked up once (registry, then the host's queue
         // table); an enqueue that fails drops the cached id and looks it up again.
+        let enqueue = |q: &u32| host::enqueue(*q, &msg);
         let cached = with(|w| w.slot_mailboxes.get(&n.owner).copied());
-        let mut delivered = cached.is_some_and(|q| host::enqueue(q, &msg).is_ok());
-        if !delivered {
+        let delivered = cached.as_ref().is_some_and(enqueue) || {
             with(|w| w.slot_mailboxes.remove(&n.owner));
-            if let Ok(Some(instance)) = engine::instance_of(host::store(), n.owner) {
-                if let Ok(Some(q)) = host::resolve_queue(&host::mailbox_name(instance)) {
-                    delivered = host::enqueue(q, &msg).is_ok();
-                    if delivered {
-                        with(|w| w.slot_mailboxes.insert(n.owner, q));
-                    }
-                }
-            }
-        }
+            let instance = engine::instance_of(host::store(), n.owner).ok().flatten();
+            let q = instance.and_then(|i| host::resolve_queue(&host::mailbox_name(i))).filter(enqueue);
+            q.inspect(|&q| with(|w| { w.slot_mailboxes.insert(n.owner, q); })).is_some()
+        };
         if !delivered {
             log::warn!("apf: cannot deliver notice to worker {}; releasing request {}", n.owner, n.id);
         } else if let Some(s) = host::store().worker() {
@@ -189,10 +182,8 @@ impl Host<Extra> for FilterHost {
 impl Worker {
     fn new() -> Worker {
         let mut b = [0u8; 8];
-        let instance = match getrandom::getrandom(&mut b) {
-            Ok(()) => u64::from_le_bytes(b),
-            Err(_) => (host::monotonic_nanos() as u64) ^ 0x9e37_79b9_7f4a_7c15,
-        };
+        let random = getrandom::getrandom(&mut b).map(|()| u64::from_le_bytes(b));
+        let instance = random.unwrap_or_else(|_| (host::monotonic_nanos() as u64) ^ 0x9e37_79b9_7f4a_7c15);
         Worker { instance: instance.max(1), ..Default::default() }
     }
 }
@@ -214,28 +205,18 @@ pub fn ensure_registered(now: Nanos) -> Option<u32> {
         return slot;
     }
     match engine::heartbeat(host::store(), instance, now) {
-        Ok(s) => with(|w| {
-            w.last_heartbeat = now;
-            Some(*w.slot.insert(s))
-        }),
-        Err(e) => {
-            log::warn!("apf: heartbeat failed: {e}");
-            slot
-        }
+        Ok(s) => with(|w| (w.last_heartbeat, w.slot) = (now, Some(s))),
+        Err(e) => log::warn!("apf: heartbeat failed: {e}"),
     }
+    with(|w| w.slot)
 }
 
 /// Remembers the level keys of a configuration (once per configuration and VM), so that levels
 /// removed by a later configuration still get their timers until they drain.
 pub fn note_levels(c: &crate::engine::Compiled) {
     with(|w| {
-        if w.noted_generation.replace(c.generation) == Some(c.generation) {
-            return;
-        }
-        for l in &c.levels {
-            if !w.known_levels.iter().any(|k| **k == *l.key) {
-                w.known_levels.push(l.key.to_string());
-            }
+        if w.noted_generation.replace(c.generation) != Some(c.generation) {
+            w.known_levels.extend(c.level_keys());
         }
     })
 }
@@ -252,38 +233,35 @@ pub fn enforce_local_deadlines(now: Nanos) {
     requests(|r| r.time_out_overdue(host::store(), &mut FilterHost, now, GRACE));
 }
 
-pub const TOO_MANY: &[u8] = b"Too many requests, please try again later.\n";
-
 /// The PF response headers of a classified request (UIDs; names for explain callers).
-pub fn pf_headers(c: &crate::engine::Compiled, fs: usize, pl: usize, explain: bool) -> Vec<(&'static str, &[u8])> {
-    let fs_obj = c.config.policy.flow_schemas.get(fs);
-    let lvl = c.levels.get(pl);
+pub fn pf_headers(e: &Extra) -> Vec<(&'static str, &[u8])> {
+    let fs_obj = e.compiled.config.policy.flow_schemas.get(e.fs);
+    let lvl = e.compiled.levels.get(e.pl);
     let mut h = vec![
-        (super::http::FS_UID_HEADER, fs_obj.map(|f| f.uid.as_bytes()).unwrap_or_default()),
-        (super::http::PL_UID_HEADER, lvl.map(|l| l.uid.as_bytes()).unwrap_or_default()),
+        ("x-kubernetes-pf-flowschema-uid", fs_obj.map(|f| f.uid.as_bytes()).unwrap_or_default()),
+        ("x-kubernetes-pf-prioritylevel-uid", lvl.map(|l| l.uid.as_bytes()).unwrap_or_default()),
     ];
-    if explain {
+    if e.explain {
         h.push(("x-apf-flowschema", fs_obj.map(|f| f.name.as_bytes()).unwrap_or_default()));
         h.push(("x-apf-prioritylevel", lvl.map(|l| l.name.as_bytes()).unwrap_or_default()));
     }
     h
 }
 
+/// The content headers of the filter's own (plain text) responses.
+pub const TEXT_PLAIN: [(&str, &[u8]); 2] = [("content-type", b"text/plain; charset=utf-8"), ("x-content-type-options", b"nosniff")];
+
 /// Answers the request `e` describes with a 429.
 pub fn send_429(e: &Extra, retry_after: i64, reason: &str) {
     let ra = retry_after.clamp(1, 32).to_string();
     let seats = e.seats.to_string();
-    let mut headers = vec![
-        ("retry-after", ra.as_bytes()),
-        ("content-type", b"text/plain; charset=utf-8"),
-        ("x-content-type-options", b"nosniff"),
-    ];
-    headers.extend(pf_headers(&e.compiled, e.fs, e.pl, e.explain));
+    let mut headers = vec![("retry-after", ra.as_bytes())];
+    headers.extend(TEXT_PLAIN.into_iter().chain(pf_headers(e)));
     if e.explain {
         headers.push(("x-apf-reject-reason", reason.as_bytes()));
         headers.push(("x-apf-seats", seats.as_bytes()));
     }
-    host::send_response(429, &headers, TOO_MANY);
+    host::send_response(429, &headers, b"Too many requests, please try again later.\n");
 }
 
 /// Takes up to `limit` messages from this VM's mailbox. The host posts one `on_queue_ready` per
@@ -304,7 +282,7 @@ pub fn drain_mailbox(now: Nanos, limit: usize) {
 }
 
 /// The stream of `context` ended (client gone, response done, or reset): release what it
-/// holds, reading the clock only when something is held (a host call saved on the
+/// holds, reading the clock only when seats are held or awaited (a host call saved on the
 /// common path where `on_log` already released everything before the context is dropped).
 pub fn stream_ended_with(context: u32, now: impl FnOnce() -> Nanos) {
     let (watch, slot) = with(|w| {
@@ -312,16 +290,10 @@ pub fn stream_ended_with(context: u32, now: impl FnOnce() -> Nanos) {
         w.holds.remove(&context);
         (w.watches.remove(&context), w.slot)
     });
-    if watch.is_none() && requests(|r| r.get(context).is_none()) {
-        return;
+    if let Some(Err(e)) = watch.zip(slot).map(|(key, slot)| engine::watches::forget(host::store(), slot, &key)) {
+        log::warn!("apf: forgetting a watch failed: {e}");
     }
-    let now = now();
-    if let (Some(key), Some(slot)) = (watch, slot) {
-        if let Err(e) = engine::watches::forget(host::store(), slot, &key) {
-            log::warn!("apf: forgetting a watch failed: {e}");
-        }
-    }
-    requests(|r| r.end(host::store(), &mut FilterHost, context, now));
+    requests(|r| r.get(context).is_some().then(|| r.end(host::store(), &mut FilterHost, context, now())));
 }
 
 /// A WATCH's initial phase ended (or it has none): release its seats and count it as an open
@@ -332,10 +304,7 @@ pub fn end_watch_init(context: u32, now: Nanos, info: Option<&RequestInfo>) {
     let info = info.or(hold.as_ref().map(|h| &h.info));
     if let (Some(info), Some(slot)) = (info, slot) {
         match engine::watches::register(host::store(), slot, info) {
-            Ok(Some(key)) => with(|w| {
-                w.watches.insert(context, key);
-            }),
-            Ok(None) => {}
+            Ok(key) => with(|w| w.watches.extend(key.map(|k| (context, k)))),
             Err(e) => log::warn!("apf: watch registration failed: {e}"),
         }
     }
@@ -343,7 +312,7 @@ pub fn end_watch_init(context: u32, now: Nanos, info: Option<&RequestInfo>) {
 
 /// Ends the initial phase of held watches past their deadline or, unmarked, quiet long enough.
 pub fn check_watch_holds(now: Nanos) {
-    let quiet = |h: &Hold| h.init == WatchInit::Unmarked && now.saturating_sub(h.last_data) >= UNMARKED_QUIET;
+    let quiet = |h: &Hold| h.marker.is_none() && now.saturating_sub(h.last_data) >= UNMARKED_QUIET;
     let due: Vec<(u32, bool)> = with(|w| {
         let due = w.holds.iter().filter(|(_, h)| now >= h.deadline || quiet(h));
         due.map(|(c, h)| (*c, now >= h.deadline)).collect()
