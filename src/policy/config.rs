@@ -75,19 +75,9 @@ pub struct PluginConfig {
 pub const DEFAULT_WATCH_INITIAL_EVENTS_MAX_HOLD: Nanos = 30 * NANOS_PER_SEC;
 
 const KNOWN_KEYS: [&str; 13] = [
-    "clusterPolicy",
-    "serverConcurrencyLimit",
-    "requestTimeout",
-    "suggestedDefaults",
-    "requestMode",
-    "namespaceHeader",
-    "identity",
-    "workEstimator",
-    "enforce",
-    "dryRunPriorityLevels",
-    "debugGroups",
-    "explainGroups",
-    "policy",
+    "clusterPolicy", "serverConcurrencyLimit", "requestTimeout", "suggestedDefaults", "requestMode",
+    "namespaceHeader", "identity", "workEstimator", "enforce", "dryRunPriorityLevels", "debugGroups",
+    "explainGroups", "policy",
 ];
 
 impl Default for PluginConfig {

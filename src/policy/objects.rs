@@ -19,7 +19,7 @@ use super::model::{
     Distinguisher, FlowSchema, LimitResponse, NonResourcePolicyRule, PolicyRulesWithSubjects,
     PriorityLevel, PriorityLevelSpec, Queuing, ResourcePolicyRule, Subject,
 };
-use super::validation::{json_repr, quote, FieldError};
+use super::validation::{invalid, json_repr, not_supported, quote, required};
 
 /// Annotation that keeps a v1beta3 `nominalConcurrencyShares: 0` from being defaulted to 30.
 pub const V1BETA3_PRESERVE_ZERO_ANNOTATION: &str =
@@ -30,7 +30,6 @@ const KINDS: [&str; 2] = [KIND_FLOW_SCHEMA, KIND_PRIORITY_LEVEL];
 
 /// Default shares of a Limited level (all versions).
 pub const DEFAULT_SHARES: i32 = 30;
-/// Default `matchingPrecedence`.
 pub const DEFAULT_MATCHING_PRECEDENCE: i32 = 1000;
 pub const DEFAULT_QUEUES: i32 = 64;
 pub const DEFAULT_HAND_SIZE: i32 = 8;
@@ -199,15 +198,6 @@ pub fn describe_object(kind: &str, name: &str, location: &str) -> String {
     }
 }
 
-/// Parses JSON bytes holding objects in any accepted form. Syntax errors give one error with
-/// line and column. Objects with type errors are left out and their errors returned.
-pub fn parse_objects_json(bytes: &[u8]) -> (Vec<ApiObject>, Vec<String>) {
-    match serde_json::from_slice::<Value>(bytes) {
-        Ok(v) => parse_objects(&v),
-        Err(e) => (Vec::new(), vec![format!("invalid JSON: {e}")]),
-    }
-}
-
 /// Parses an already-decoded JSON value holding objects in any accepted form.
 /// Returns the objects that parsed cleanly and every error found (type errors, unknown kinds
 /// or versions), each prefixed with the object it belongs to.
@@ -242,13 +232,9 @@ fn collect<'a>(
                 objs.extend(parse_object(map, loc, defaults, errs));
                 return;
             }
-            let item_defaults = match kind {
-                Some(k @ ("FlowSchemaList" | "PriorityLevelConfigurationList")) => {
-                    let api_version = map.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-                    k.strip_suffix("List").map(|k| (k, api_version))
-                }
-                _ => None,
-            };
+            let api_version = map.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+            let item_kind = kind.and_then(|k| k.strip_suffix("List")).filter(|k| KINDS.contains(k));
+            let item_defaults = item_kind.map(|k| (k, api_version));
             let prefix = if loc.is_empty() { "items".to_string() } else { format!("{loc}.items") };
             match map.get("items") {
                 None | Some(Value::Null) => return,
@@ -289,72 +275,66 @@ fn parse_object<'a>(
                 Value::String(_) => preserve_zero |= k == V1BETA3_PRESERVE_ZERO_ANNOTATION,
                 other => {
                     let path = format!("metadata.annotations[{}]", quote(k));
-                    fe.push(FieldError::invalid(&path, json_repr(other), "must be a string"));
+                    fe.push(invalid(&path, json_repr(other), "must be a string"));
                 }
             }
         }
     }
-    let kind_str = header(map, "kind", defaults.map(|d| d.0), fe);
-    let kind = kind_str.filter(|k| KINDS.contains(k));
-    if let Some(k) = kind_str.filter(|_| kind.is_none()) {
-        fe.push(FieldError::not_supported("kind", quote(k), &KINDS));
-    }
-    let api_version = header(map, "apiVersion", defaults.map(|d| d.1).filter(|s| !s.is_empty()), fe);
-    let version = api_version.and_then(ApiVersion::parse);
-    if let Some(s) = api_version.filter(|_| version.is_none()) {
-        let supported = ApiVersion::ALL.map(ApiVersion::api_version);
-        fe.push(FieldError::not_supported("apiVersion", quote(s), &supported));
-    }
-    let (Some(kind), Some(version)) = (kind, version) else {
-        push_errors(errs, &describe_object(kind_str.unwrap_or("object"), &meta.name, loc), fe);
-        return None;
-    };
-    let location = loc.to_string();
-    let raw_spec = map.get("spec").cloned().unwrap_or(Value::Null);
-    // An absent spec reads as an empty one (all defaults).
-    let no_spec = Map::new();
-    let spec = root.obj("spec", fe).unwrap_or(Node { m: &no_spec, path: "spec.".to_string() });
-    let condition_types = match root.obj("status", fe) {
-        Some(status) => status.objs("conditions", fe, |c, fe| c.str("type", fe)),
-        None => Vec::new(),
-    };
-    let obj = if kind == KIND_FLOW_SCHEMA {
-        let spec = parse_fs_spec(spec, fe);
-        ApiObject::FlowSchema(Object { version, meta, location, spec, condition_types, raw_spec })
-    } else {
-        let preserve_zero = preserve_zero && version == ApiVersion::V1beta3;
-        let spec = parse_pl_spec(spec, version, preserve_zero, fe);
-        ApiObject::PriorityLevel(Object { version, meta, location, spec, condition_types, raw_spec })
-    };
+    let kind_str = header(map, "kind", defaults.map(|d| d.0), &KINDS, fe);
+    let api_version = defaults.map(|d| d.1).filter(|s| !s.is_empty());
+    let supported = ApiVersion::ALL.map(ApiVersion::api_version);
+    let version = header(map, "apiVersion", api_version, &supported, fe).and_then(ApiVersion::parse);
+    let prefix = describe_object(kind_str.unwrap_or("object"), &meta.name, loc);
+    let obj = kind_str.filter(|k| KINDS.contains(k)).zip(version).map(|(kind, version)| {
+        let location = loc.to_string();
+        let raw_spec = map.get("spec").cloned().unwrap_or(Value::Null);
+        // An absent spec reads as an empty one (all defaults).
+        let no_spec = Map::new();
+        let spec = root.obj("spec", fe).unwrap_or(Node { m: &no_spec, path: "spec.".to_string() });
+        let condition_types = match root.obj("status", fe) {
+            Some(status) => status.objs("conditions", fe, |c, fe| c.str("type", fe)),
+            None => Vec::new(),
+        };
+        if kind == KIND_FLOW_SCHEMA {
+            let spec = parse_fs_spec(spec, fe);
+            ApiObject::FlowSchema(Object { version, meta, location, spec, condition_types, raw_spec })
+        } else {
+            let preserve_zero = preserve_zero && version == ApiVersion::V1beta3;
+            let spec = parse_pl_spec(spec, version, preserve_zero, fe);
+            ApiObject::PriorityLevel(Object { version, meta, location, spec, condition_types, raw_spec })
+        }
+    });
     if fe.is_empty() {
-        return Some(obj);
+        return obj;
     }
-    push_errors(errs, &obj.describe(), fe);
+    errs.extend(fe.iter().map(|e| format!("{prefix}: {e}")));
     None
 }
 
-fn push_errors(errs: &mut Vec<String>, prefix: &str, fe: &mut Vec<FieldError>) {
-    errs.extend(fe.drain(..).map(|e| format!("{prefix}: {e}")));
-}
-
-/// `kind` / `apiVersion`: its string value, else `default`; required unless defaulted.
+/// `kind` / `apiVersion`: its string value, else `default`; required unless defaulted, and one of
+/// `supported`.
 fn header<'a>(
     map: &'a Map<String, Value>,
     key: &str,
     default: Option<&'a str>,
-    fe: &mut Vec<FieldError>,
+    supported: &[&str],
+    fe: &mut Vec<String>,
 ) -> Option<&'a str> {
-    match map.get(key).filter(|v| !v.is_null()) {
+    let value = match map.get(key).filter(|v| !v.is_null()) {
         Some(v) => typed(v, key, fe, |v| v.as_str().ok_or("must be a string")),
         None if default.is_none() => {
-            fe.push(FieldError::required(key, ""));
+            fe.push(required(key, ""));
             None
         }
         None => default,
+    };
+    if let Some(s) = value.filter(|s| !supported.contains(s)) {
+        fe.push(not_supported(key, quote(s), supported));
     }
+    value
 }
 
-fn parse_fs_spec(s: Node, fe: &mut Vec<FieldError>) -> FlowSchemaSpec {
+fn parse_fs_spec(s: Node, fe: &mut Vec<String>) -> FlowSchemaSpec {
     let level = s.obj("priorityLevelConfiguration", fe).map(|plr| plr.str("name", fe));
     // Defaulting (`defaults.go: SetDefaults_FlowSchemaSpec`): 0 → 1000.
     let precedence = s.int("matchingPrecedence", fe).filter(|p| *p != 0);
@@ -366,7 +346,7 @@ fn parse_fs_spec(s: Node, fe: &mut Vec<FieldError>) -> FlowSchemaSpec {
     }
 }
 
-fn parse_rule(r: Node, fe: &mut Vec<FieldError>) -> RuleObject {
+fn parse_rule(r: Node, fe: &mut Vec<String>) -> RuleObject {
     RuleObject {
         subjects: r.objs("subjects", fe, |s, fe| SubjectObject {
             kind: s.str("kind", fe),
@@ -395,10 +375,10 @@ fn parse_pl_spec(
     s: Node,
     version: ApiVersion,
     preserve_zero: bool,
-    fe: &mut Vec<FieldError>,
+    fe: &mut Vec<String>,
 ) -> PriorityLevelSpecObject {
-    let mut out = PriorityLevelSpecObject { type_: s.str("type", fe), ..Default::default() };
-    out.limited = s.obj("limited", fe).map(|l| {
+    let type_ = s.str("type", fe);
+    let limited = s.obj("limited", fe).map(|l| {
         let shares = l.int(version.shares_field(), fe);
         let nominal_concurrency_shares = match version {
             // v1: pointer; nil → 30, explicit 0 kept.
@@ -427,14 +407,12 @@ fn parse_pl_spec(
         LimitedObject { nominal_concurrency_shares, lendable_percent, borrowing_limit_percent, limit_response }
     });
     // Exempt defaults: the section is created for type Exempt, and its fields nil → 0.
-    out.exempt = s.obj("exempt", fe).map(|e| ExemptObject {
+    let exempt = s.obj("exempt", fe).map(|e| ExemptObject {
         nominal_concurrency_shares: e.int("nominalConcurrencyShares", fe).unwrap_or(0),
         lendable_percent: e.int("lendablePercent", fe).unwrap_or(0),
     });
-    if out.type_ == "Exempt" && out.exempt.is_none() {
-        out.exempt = Some(ExemptObject::default());
-    }
-    out
+    let exempt = exempt.or_else(|| (type_ == "Exempt").then(ExemptObject::default));
+    PriorityLevelSpecObject { type_, limited, exempt }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -450,13 +428,13 @@ struct Node<'a> {
 fn typed<'a, T>(
     v: &'a Value,
     path: &str,
-    fe: &mut Vec<FieldError>,
+    fe: &mut Vec<String>,
     conv: impl FnOnce(&'a Value) -> Result<T, &'static str>,
 ) -> Option<T> {
     if v.is_null() {
         return None;
     }
-    conv(v).map_err(|msg| fe.push(FieldError::invalid(path, json_repr(v), msg))).ok()
+    conv(v).map_err(|msg| fe.push(invalid(path, json_repr(v), msg))).ok()
 }
 
 fn as_object(v: &Value) -> Result<&Map<String, Value>, &'static str> {
@@ -471,29 +449,25 @@ impl<'a> Node<'a> {
     fn get<T>(
         &self,
         key: &str,
-        fe: &mut Vec<FieldError>,
+        fe: &mut Vec<String>,
         conv: impl FnOnce(&'a Value) -> Result<T, &'static str>,
     ) -> Option<T> {
         typed(self.m.get(key)?, &format!("{}{key}", self.path), fe, conv)
     }
 
-    fn obj(&self, key: &str, fe: &mut Vec<FieldError>) -> Option<Node<'a>> {
+    fn obj(&self, key: &str, fe: &mut Vec<String>) -> Option<Node<'a>> {
         Some(Node { m: self.get(key, fe, as_object)?, path: format!("{}{key}.", self.path) })
     }
 
     /// A string member, "" when absent.
-    fn str(&self, key: &str, fe: &mut Vec<FieldError>) -> String {
+    fn str(&self, key: &str, fe: &mut Vec<String>) -> String {
         self.get(key, fe, as_string).unwrap_or_default()
     }
 
-    fn int(&self, key: &str, fe: &mut Vec<FieldError>) -> Option<i32> {
-        self.get(key, fe, |v| {
-            const RANGE: &str = "must fit in a 32-bit signed integer";
-            match v.as_i64() {
-                Some(i) => i32::try_from(i).map_err(|_| RANGE),
-                None if v.is_u64() => Err(RANGE),
-                None => Err("must be an integer"),
-            }
+    fn int(&self, key: &str, fe: &mut Vec<String>) -> Option<i32> {
+        self.get(key, fe, |v| match v.as_i64().or(v.as_u64().map(|_| i64::MAX)) {
+            Some(i) => i32::try_from(i).map_err(|_| "must fit in a 32-bit signed integer"),
+            None => Err("must be an integer"),
         })
     }
 
@@ -501,8 +475,8 @@ impl<'a> Node<'a> {
     fn each<T>(
         &self,
         key: &str,
-        fe: &mut Vec<FieldError>,
-        mut f: impl FnMut(String, &'a Value, &mut Vec<FieldError>) -> Option<T>,
+        fe: &mut Vec<String>,
+        mut f: impl FnMut(String, &'a Value, &mut Vec<String>) -> Option<T>,
     ) -> Vec<T> {
         let list = self.get(key, fe, |v| v.as_array().ok_or("must be a list"));
         let list = list.map_or(&[][..], Vec::as_slice).iter().enumerate();
@@ -513,8 +487,8 @@ impl<'a> Node<'a> {
     fn objs<T>(
         &self,
         key: &str,
-        fe: &mut Vec<FieldError>,
-        mut f: impl FnMut(Node<'a>, &mut Vec<FieldError>) -> T,
+        fe: &mut Vec<String>,
+        mut f: impl FnMut(Node<'a>, &mut Vec<String>) -> T,
     ) -> Vec<T> {
         self.each(key, fe, |path, v, fe| {
             let m = typed(v, &path, fe, as_object)?;
@@ -522,7 +496,7 @@ impl<'a> Node<'a> {
         })
     }
 
-    fn strs(&self, key: &str, fe: &mut Vec<FieldError>) -> Vec<String> {
+    fn strs(&self, key: &str, fe: &mut Vec<String>) -> Vec<String> {
         self.each(key, fe, |path, v, fe| match v {
             // Go decodes null into "" for a []string element.
             Value::Null => Some(String::new()),
