@@ -19,6 +19,8 @@ use super::validation::{quote, validate_objects};
 pub const NAME_EXEMPT: &str = "exempt";
 pub const NAME_CATCH_ALL: &str = "catch-all";
 
+const USER_KCM: &str = "system:kube-controller-manager";
+const USER_SCHEDULER: &str = "system:kube-scheduler";
 const BY_USER: Option<&str> = Some("ByUser");
 const BY_NAMESPACE: Option<&str> = Some("ByNamespace");
 
@@ -102,13 +104,13 @@ fn non_resource_rule(verbs: &[&str], urls: &[&str]) -> NonResourcePolicyRule {
     NonResourcePolicyRule { verbs: strs(verbs), non_resource_urls: strs(urls) }
 }
 
+fn rule(subjects: Vec<SubjectObject>, rr: Vec<ResourcePolicyRule>, nrr: Vec<NonResourcePolicyRule>) -> RuleObject {
+    RuleObject { subjects, resource_rules: rr, non_resource_rules: nrr }
+}
+
 /// "all resources + all non-resource" for the given subjects.
 fn everything(subjects: Vec<SubjectObject>) -> RuleObject {
-    RuleObject {
-        subjects,
-        resource_rules: vec![resource_rule(&["*"], &["*"], &["*"], true)],
-        non_resource_rules: vec![non_resource_rule(&["*"], &["*"])],
-    }
+    rule(subjects, vec![resource_rule(&["*"], &["*"], &["*"], true)], vec![non_resource_rule(&["*"], &["*"])])
 }
 
 /// A FlowSchema with one rule.
@@ -133,23 +135,13 @@ pub fn mandatory_flow_schemas() -> Vec<FlowSchemaObject> {
 /// The suggested FlowSchemas of Kubernetes 1.34+ (`default.go: SuggestedFlowSchemas`).
 pub fn suggested_flow_schemas() -> Vec<FlowSchemaObject> {
     let leases = |verbs: &[&str]| resource_rule(verbs, &["coordination.k8s.io"], &["leases"], false);
-    let probes = RuleObject {
-        subjects: everyone(),
-        resource_rules: vec![],
-        non_resource_rules: vec![non_resource_rule(&["get"], &["/healthz", "/readyz", "/livez"])],
-    };
-    let leader_election = RuleObject {
-        subjects: vec![user("system:kube-controller-manager"), user("system:kube-scheduler"), kube_system_service_accounts()],
-        resource_rules: vec![leases(&["get", "create", "update"])],
-        non_resource_rules: vec![],
-    };
-    let node_high = RuleObject {
-        subjects: vec![group("system:nodes")],
-        resource_rules: vec![resource_rule(&["*"], &[""], &["nodes", "nodes/status"], true), leases(&["*"])],
-        non_resource_rules: vec![],
-    };
-    let kcm = everything(vec![user("system:kube-controller-manager")]);
-    let scheduler = everything(vec![user("system:kube-scheduler")]);
+    let probes = rule(everyone(), vec![], vec![non_resource_rule(&["get"], &["/healthz", "/readyz", "/livez"])]);
+    let leaders = vec![user(USER_KCM), user(USER_SCHEDULER), kube_system_service_accounts()];
+    let leader_election = rule(leaders, vec![leases(&["get", "create", "update"])], vec![]);
+    let nodes = resource_rule(&["*"], &[""], &["nodes", "nodes/status"], true);
+    let node_high = rule(vec![group("system:nodes")], vec![nodes, leases(&["*"])], vec![]);
+    let kcm = everything(vec![user(USER_KCM)]);
+    let scheduler = everything(vec![user(USER_SCHEDULER)]);
     let kube_system = everything(vec![kube_system_service_accounts()]);
     vec![
         fs("probes", 2, NAME_EXEMPT, None, probes),
@@ -164,10 +156,8 @@ pub fn suggested_flow_schemas() -> Vec<FlowSchemaObject> {
     ]
 }
 
-/// Builds the effective policy from user objects (validated here; any error → `Err` with all
-/// errors): mandatory objects, plus suggested ones if `suggested_defaults`, with user objects
-/// replacing built-in ones of the same name. FlowSchemas referring to a missing level are
-/// dropped with a warning. FlowSchemas are sorted by (matchingPrecedence, name), levels by name.
+/// The effective policy (see the module documentation and [`Policy`]) of user objects, which are
+/// validated here: any error → `Err` with all errors.
 pub fn effective_policy(user_objects: &[ApiObject], suggested_defaults: bool) -> Result<Policy, Vec<String>> {
     let errs = validate_objects(user_objects);
     if !errs.is_empty() {

@@ -178,9 +178,7 @@ fn from_map(m: &Map<String, Value>) -> (PluginConfig, Vec<String>) {
 
     let default = DEFAULT_SERVER_CONCURRENCY_LIMIT;
     let server_concurrency_limit = field(m, "serverConcurrencyLimit", default, &mut errs, |v| {
-        let Value::Number(n) = v else {
-            return Err(expected("an integer", v));
-        };
+        let n = v.as_number().ok_or_else(|| expected("an integer", v))?;
         match n.as_u64().map(u32::try_from) {
             Some(Ok(x)) if x >= 1 => Ok(x),
             _ => Err(format!("must be an integer between 1 and {}, got {n}", u32::MAX)),

@@ -291,19 +291,13 @@ fn validate_resource_rule(r: &ResourcePolicyRule, path: &str, errs: &mut Vec<Str
     check_list(&r.resources, &p, "resource rules must supply at least one resource", "resources", errs);
     let p = format!("{path}.namespaces");
     if r.namespaces.is_empty() && !r.cluster_scope {
-        errs.push(required(
-            &p,
-            "resource rules that are not cluster scoped must supply at least one namespace",
-        ));
+        let detail = "resource rules that are not cluster scoped must supply at least one namespace";
+        errs.push(required(&p, detail));
     } else if no_wildcard(&r.namespaces, &p, "namespaces", errs) {
         for (i, ns) in r.namespaces.iter().enumerate() {
-            for msg in dns1123_label_errors(ns) {
-                errs.push(invalid(
-                    format!("{p}[{i}]"),
-                    quote(ns),
-                    &format!("each member of this list must be '*' or a DNS-1123 label; {msg}"),
-                ));
-            }
+            let msgs = dns1123_label_errors(ns).into_iter();
+            let msgs = msgs.map(|m| format!("each member of this list must be '*' or a DNS-1123 label; {m}"));
+            invalid_name(&format!("{p}[{i}]"), ns, msgs.collect(), errs);
         }
     }
 }
