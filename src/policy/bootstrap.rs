@@ -115,13 +115,12 @@ fn everything(subjects: Vec<SubjectObject>) -> RuleObject {
 
 /// A FlowSchema with one rule.
 fn fs(name: &str, precedence: i32, level: &str, distinguisher: Option<&str>, rule: RuleObject) -> FlowSchemaObject {
-    let spec = FlowSchemaSpec {
+    builtin(name, FlowSchemaSpec {
         priority_level_configuration: level.to_string(),
         matching_precedence: precedence,
         distinguisher_method: distinguisher.map(str::to_string),
         rules: vec![rule],
-    };
-    builtin(name, spec)
+    })
 }
 
 /// The mandatory FlowSchemas `exempt` and `catch-all` (`default.go: MandatoryFlowSchemas`).

@@ -43,14 +43,9 @@ struct Raw {
 
 /// A positive Go duration under `key` (an error naming the key otherwise), `default` if absent.
 pub fn positive_duration(key: &str, s: Option<&str>, default: Nanos, errs: &mut Vec<String>) -> Nanos {
-    let Some(s) = s else {
-        return default;
-    };
     let positive = |d: Nanos| (d > 0).then_some(d).ok_or_else(|| "must be positive".to_string());
-    parse_go_duration(s).and_then(positive).unwrap_or_else(|e| {
-        errs.push(format!("{key}: {e}"));
-        default
-    })
+    let d = s.map(|s| parse_go_duration(s).and_then(positive)).transpose();
+    d.map_err(|e| errs.push(format!("{key}: {e}"))).ok().flatten().unwrap_or(default)
 }
 
 impl ClusterPolicy {

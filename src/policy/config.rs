@@ -109,18 +109,8 @@ fn field<T>(
     errs: &mut Vec<String>,
     conv: impl FnOnce(&Value) -> Result<T, String>,
 ) -> T {
-    match m.get(key).filter(|v| !v.is_null()).map(conv) {
-        None => default,
-        Some(Ok(t)) => t,
-        Some(Err(e)) => {
-            errs.push(format!("{key}: {e}"));
-            default
-        }
-    }
-}
-
-fn get_bool(m: &Map<String, Value>, key: &str, default: bool, errs: &mut Vec<String>) -> bool {
-    field(m, key, default, errs, |v| v.as_bool().ok_or_else(|| expected("a boolean", v)))
+    let value = m.get(key).filter(|v| !v.is_null()).map(conv).transpose();
+    value.map_err(|e| errs.push(format!("{key}: {e}"))).ok().flatten().unwrap_or(default)
 }
 
 fn get_string_list(m: &Map<String, Value>, key: &str, default: &[&str], errs: &mut Vec<String>) -> Vec<String> {
@@ -157,10 +147,8 @@ pub fn parse_plugin_config(bytes: &[u8]) -> Result<PluginConfig, Vec<String>> {
     let Value::Object(m) = value else {
         return Err(vec![format!("configuration must be a JSON object, got {}", type_name(&value))]);
     };
-    match from_map(&m) {
-        (config, errs) if errs.is_empty() => Ok(config),
-        (_, errs) => Err(errs),
-    }
+    let (config, errs) = from_map(&m);
+    errs.is_empty().then_some(config).ok_or(errs)
 }
 
 /// The configuration of a document's top-level object and every error found (the
@@ -193,8 +181,9 @@ fn from_map(m: &Map<String, Value>) -> (PluginConfig, Vec<String>) {
         }
     });
 
-    let suggested_defaults = get_bool(m, "suggestedDefaults", true, &mut errs);
-    let enforce = get_bool(m, "enforce", true, &mut errs);
+    let boolean = |v: &Value| v.as_bool().ok_or_else(|| expected("a boolean", v));
+    let suggested_defaults = field(m, "suggestedDefaults", true, &mut errs, boolean);
+    let enforce = field(m, "enforce", true, &mut errs, boolean);
 
     let request_mode = field(m, "requestMode", RequestMode::Kubernetes, &mut errs, |v| match v.as_str() {
         Some("kubernetes") => Ok(RequestMode::Kubernetes),

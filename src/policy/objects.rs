@@ -234,16 +234,12 @@ fn collect<'a>(
             match map.get("items") {
                 None | Some(Value::Null) => return,
                 Some(Value::Array(items)) => (items, prefix, item_defaults),
-                Some(other) => {
-                    return errs.push(format!("{prefix}: Invalid value: {}: must be a list", json_repr(other)))
-                }
+                Some(other) => return errs.push(invalid(&prefix, json_repr(other), "must be a list")),
             }
         }
         other => {
-            return errs.push(format!(
-                "{here}: Invalid value: {}: expected a FlowSchema or PriorityLevelConfiguration object, an array of them, or a List",
-                json_repr(other)
-            ))
+            let detail = "expected a FlowSchema or PriorityLevelConfiguration object, an array of them, or a List";
+            return errs.push(invalid(here, json_repr(other), detail));
         }
     };
     for (i, item) in items.iter().enumerate() {
@@ -429,10 +425,10 @@ impl<'a> Node<'a> {
             None if default.is_none() => self.error(required(key, "")),
             None => default,
         };
-        match value {
-            Some(s) if !supported.contains(&s) => self.error(not_supported(key, quote(s), supported)),
-            _ => value,
+        if let Some(s) = value.filter(|s| !supported.contains(s)) {
+            self.fe.borrow_mut().push(not_supported(key, quote(s), supported));
         }
+        value
     }
 
     fn obj(&self, key: &str) -> Option<Node<'a>> {

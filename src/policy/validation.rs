@@ -71,10 +71,6 @@ pub fn quote(s: &str) -> String {
     json_repr(&Value::from(s))
 }
 
-fn list_repr(items: &[String]) -> String {
-    json_repr(&Value::from(items))
-}
-
 // ---------------------------------------------------------------------------------------------
 // Names (k8s.io/apimachinery/pkg/util/validation).
 
@@ -82,48 +78,34 @@ const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
 const DNS1123_SUBDOMAIN_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
 
 fn is_label_syntax(s: &str) -> bool {
-    let b = s.as_bytes();
-    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    match (b.first(), b.last()) {
-        (Some(f), Some(l)) => alnum(f) && alnum(l) && b.iter().all(|c| alnum(c) || *c == b'-'),
-        _ => false,
-    }
+    let valid = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-';
+    !s.is_empty() && !s.starts_with('-') && !s.ends_with('-') && s.bytes().all(valid)
 }
 
 fn is_subdomain_syntax(s: &str) -> bool {
     s.split('.').all(is_label_syntax)
 }
 
+/// The messages of the checks that failed.
+fn failed(checks: [(bool, String); 2]) -> Vec<String> {
+    checks.into_iter().filter_map(|(failed, msg)| failed.then_some(msg)).collect()
+}
+
 /// `IsDNS1123Label` messages (empty = valid).
 pub fn dns1123_label_errors(s: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    if s.len() > 63 {
-        out.push("must be no more than 63 characters".to_string());
-    }
-    if !is_label_syntax(s) {
-        if is_subdomain_syntax(s) {
-            out.push("must not contain dots".to_string());
-        } else {
-            out.push(format!(
-                "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '{DNS1123_LABEL_FMT}')"
-            ));
-        }
-    }
-    out
+    let syntax = if is_subdomain_syntax(s) {
+        "must not contain dots".to_string()
+    } else {
+        format!("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '{DNS1123_LABEL_FMT}')")
+    };
+    failed([(s.len() > 63, "must be no more than 63 characters".into()), (!is_label_syntax(s), syntax)])
 }
 
 /// `IsDNS1123Subdomain` messages (empty = valid).
 pub fn dns1123_subdomain_errors(s: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    if s.len() > 253 {
-        out.push("must be no more than 253 characters".to_string());
-    }
-    if !is_subdomain_syntax(s) {
-        out.push(format!(
-            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '{DNS1123_SUBDOMAIN_FMT}')"
-        ));
-    }
-    out
+    let syntax = format!("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '{DNS1123_SUBDOMAIN_FMT}')");
+    let too_long = (s.len() > 253, "must be no more than 253 characters".into());
+    failed([too_long, (!is_subdomain_syntax(s), syntax)])
 }
 
 /// One `Invalid value` error per message of a name check.
@@ -251,17 +233,14 @@ fn validate_subject(s: &SubjectObject, path: &str, errs: &mut Vec<String>) {
     }
 }
 
-fn has_wildcard(list: &[String]) -> bool {
-    list.iter().any(|s| s == "*")
-}
-
 /// Whether `list` holds no `'*'`; an error if it holds `'*'` and more.
 fn no_wildcard(list: &[String], p: &str, what: &str, errs: &mut Vec<String>) -> bool {
-    if list.len() > 1 && has_wildcard(list) {
+    let wildcard = list.iter().any(|s| s == "*");
+    if wildcard && list.len() > 1 {
         let detail = format!("if '*' is present, must not specify other {what}");
-        errs.push(invalid(p, list_repr(list), &detail));
+        errs.push(invalid(p, json_repr(&list.into()), &detail));
     }
-    !has_wildcard(list)
+    !wildcard
 }
 
 /// A list that must not be empty and may hold `'*'` only alone; whether to check its members.
@@ -279,7 +258,7 @@ fn validate_verbs(verbs: &[String], path: &str, errs: &mut Vec<String>) {
     if check_list(verbs, &p, verbs_required, "verbs", errs)
         && !verbs.iter().all(|v| SUPPORTED_VERBS.contains(&v.as_str()))
     {
-        errs.push(not_supported(&p, list_repr(verbs), &SUPPORTED_VERBS));
+        errs.push(not_supported(&p, json_repr(&verbs.into()), &SUPPORTED_VERBS));
     }
 }
 
@@ -317,26 +296,17 @@ fn validate_non_resource_rule(r: &NonResourcePolicyRule, path: &str, errs: &mut 
 
 /// `ValidateNonResourceURLPath`.
 fn non_resource_url_error(path: &str) -> Option<&'static str> {
-    if path.is_empty() {
-        return Some("must not be empty");
-    }
-    if path == "/" {
-        return None;
-    }
-    if !path.starts_with('/') {
-        return Some("must start with slash");
-    }
-    if path.contains(' ') {
-        return Some("must not contain white-space");
-    }
-    if path.contains("//") {
-        return Some("must not contain double slash");
-    }
     let wildcards = path.matches('*').count();
-    if wildcards > 1 || (wildcards == 1 && !path.ends_with("/*")) {
-        return Some("wildcard can only do suffix matching");
+    let wildcard_inside = wildcards > 1 || (wildcards == 1 && !path.ends_with("/*"));
+    match path {
+        "" => Some("must not be empty"),
+        "/" => None,
+        _ if !path.starts_with('/') => Some("must start with slash"),
+        _ if path.contains(' ') => Some("must not contain white-space"),
+        _ if path.contains("//") => Some("must not contain double slash"),
+        _ if wildcard_inside => Some("wildcard can only do suffix matching"),
+        _ => None,
     }
-    None
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -459,9 +429,8 @@ fn validate_queuing(q: &Queuing, path: &str, errs: &mut Vec<String>) {
 /// Validates every object and checks for duplicate names per kind. Returns every error,
 /// prefixed with its object (`FlowSchema "x": spec...`), in input order.
 pub fn validate_objects(objs: &[ApiObject]) -> Vec<String> {
-    let mut out = Vec::new();
     let mut seen = HashSet::new();
-    for o in objs {
+    objs.iter().flat_map(|o| {
         let (mut errs, is_fs) = match o {
             ApiObject::FlowSchema(fs) => (validate_flow_schema(fs), true),
             ApiObject::PriorityLevel(pl) => (validate_priority_level(pl), false),
@@ -470,7 +439,6 @@ pub fn validate_objects(objs: &[ApiObject]) -> Vec<String> {
             errs.insert(0, duplicate("metadata.name", quote(o.name())));
         }
         let prefix = o.describe();
-        out.extend(errs.into_iter().map(|e| format!("{prefix}: {e}")));
-    }
-    out
+        errs.into_iter().map(move |e| format!("{prefix}: {e}"))
+    }).collect()
 }
