@@ -118,14 +118,10 @@ fn get_string_list(m: &Map<String, Value>, key: &str, default: &[&str], errs: &m
     let list = field(m, key, default, errs, |v| {
         v.as_array().cloned().ok_or_else(|| expected("an array of strings", v))
     });
-    let mut out = Vec::new();
-    for (i, v) in list.into_iter().enumerate() {
-        match v {
-            Value::String(s) => out.push(s),
-            other => errs.push(format!("{key}[{i}]: {}", expected("a string", &other))),
-        }
-    }
-    out
+    let list = list.into_iter().enumerate();
+    let (strings, others): (Vec<_>, Vec<_>) = list.partition(|(_, v)| v.is_string());
+    errs.extend(others.iter().map(|(i, v)| format!("{key}[{i}]: {}", expected("a string", v))));
+    strings.into_iter().filter_map(|(_, v)| v.as_str().map(str::to_string)).collect()
 }
 
 fn is_header_token(s: &str) -> bool {

@@ -15,7 +15,7 @@ use std::fmt;
 
 use serde_json::Value;
 
-use super::bootstrap;
+use super::bootstrap::{mandatory_flow_schemas, mandatory_priority_levels};
 use super::model::{NonResourcePolicyRule, Queuing, ResourcePolicyRule};
 use super::objects::{ApiObject, FlowSchemaObject, PriorityLevelObject, RuleObject, SubjectObject};
 use crate::fairqueuing::shuffle_sharding::{required_entropy_bits, MAX_HASH_BITS};
@@ -170,7 +170,7 @@ pub fn validate_flow_schema(fs: &FlowSchemaObject) -> Vec<String> {
     for (i, rule) in spec.rules.iter().enumerate() {
         validate_rule(rule, &format!("spec.rules[{i}]"), &mut errs);
     }
-    let mandatory = bootstrap::mandatory_flow_schemas().into_iter().find(|m| m.meta.name == fs.meta.name);
+    let mandatory = mandatory_flow_schemas().into_iter().find(|m| m.meta.name == fs.meta.name);
     if mandatory.is_some_and(|mand| mand.spec != fs.spec) {
         let detail = format!("spec of '{}' must equal the fixed value", fs.meta.name);
         errs.push(invalid("spec", json_repr(&fs.raw_spec), &detail));
@@ -351,7 +351,7 @@ pub fn validate_priority_level(pl: &PriorityLevelObject) -> Vec<String> {
         }
         other => errs.push(not_supported("spec.type", quote(other), &["Exempt", "Limited"])),
     }
-    let mandatory = bootstrap::mandatory_priority_levels().into_iter().find(|m| m.meta.name == pl.meta.name);
+    let mandatory = mandatory_priority_levels().into_iter().find(|m| m.meta.name == pl.meta.name);
     if let Some(mand) = mandatory {
         let mut have = pl.spec.clone();
         let detail = if pl.meta.name == "exempt" {
