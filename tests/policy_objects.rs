@@ -2,7 +2,7 @@
 //! Parsing of API objects in every version and input form, and defaulting
 //! (`flowcontrol/*/types.go`, `pkg/apis/flowcontrol/v1*/defaults.go`).
 use apf_wasm::policy::model::{LimitResponse, PriorityLevelSpec, Queuing};
-use apf_wasm::policy::objects::{parse_objects, parse_objects_json, ApiObject, ApiVersion};
+use apf_wasm::policy::objects::{parse_objects, ApiObject, ApiVersion};
 use apf_wasm::policy::{policy_from_json, policy_from_value};
 use serde_json::{json, Value};
 
@@ -152,7 +152,7 @@ fn input_forms_and_mixed_versions() {
 #[test]
 fn kubectl_fixture_parses_ignoring_status_and_managed_fields() {
     let bytes = std::fs::read("tests/fixtures/policy/kubectl-get-v1.json").unwrap();
-    let (o, e) = parse_objects_json(&bytes);
+    let (o, e) = parse_objects(&serde_json::from_slice(&bytes).unwrap());
     assert!(e.is_empty(), "{e:?}");
     assert_eq!(o.len(), 6);
     assert_eq!(o.iter().map(|x| x.name()).collect::<Vec<_>>(), ["team-a", "catch-all", "orphan", "exempt", "team-a", "batch"]);

@@ -19,11 +19,6 @@ use super::validation::{quote, validate_objects};
 pub const NAME_EXEMPT: &str = "exempt";
 pub const NAME_CATCH_ALL: &str = "catch-all";
 
-const GROUP_MASTERS: &str = "system:masters";
-const GROUP_NODES: &str = "system:nodes";
-const GROUP_AUTHENTICATED: &str = "system:authenticated";
-const GROUP_UNAUTHENTICATED: &str = "system:unauthenticated";
-const GROUP_SERVICE_ACCOUNTS: &str = "system:serviceaccounts";
 const USER_KCM: &str = "system:kube-controller-manager";
 const USER_SCHEDULER: &str = "system:kube-scheduler";
 const BY_USER: Option<&str> = Some("ByUser");
@@ -40,8 +35,10 @@ fn builtin<S>(name: &str, spec: S) -> Object<S> {
     }
 }
 
-/// A Limited level that queues, or rejects when `queuing` is `None`.
-fn limited(name: &str, shares: i32, lendable_percent: i32, queuing: Option<Queuing>) -> PriorityLevelObject {
+/// A Limited level that queues with `(queues, handSize)` and queue length limit 50, or rejects
+/// when that is `None`.
+fn limited(name: &str, shares: i32, lendable_percent: i32, queues: Option<(i32, i32)>) -> PriorityLevelObject {
+    let queuing = queues.map(|(queues, hand_size)| Queuing { queues, hand_size, queue_length_limit: 50 });
     let type_ = if queuing.is_some() { "Queue" } else { "Reject" }.to_string();
     let limited = LimitedObject {
         nominal_concurrency_shares: shares,
@@ -50,10 +47,6 @@ fn limited(name: &str, shares: i32, lendable_percent: i32, queuing: Option<Queui
         limit_response: LimitResponseObject { type_, queuing },
     };
     builtin(name, PriorityLevelSpecObject { type_: "Limited".to_string(), limited: Some(limited), exempt: None })
-}
-
-fn queue_pl(name: &str, shares: i32, lendable: i32, queues: i32, hand_size: i32, qll: i32) -> PriorityLevelObject {
-    limited(name, shares, lendable, Some(Queuing { queues, hand_size, queue_length_limit: qll }))
 }
 
 /// The mandatory levels `exempt` and `catch-all`
@@ -67,12 +60,12 @@ pub fn mandatory_priority_levels() -> Vec<PriorityLevelObject> {
 /// The suggested levels (`default.go: SuggestedPriorityLevelConfigurations`).
 pub fn suggested_priority_levels() -> Vec<PriorityLevelObject> {
     vec![
-        queue_pl("system", 30, 33, 64, 6, 50),
-        queue_pl("node-high", 40, 25, 64, 6, 50),
-        queue_pl("leader-election", 10, 0, 16, 4, 50),
-        queue_pl("workload-high", 40, 50, 128, 6, 50),
-        queue_pl("workload-low", 100, 90, 128, 6, 50),
-        queue_pl("global-default", 20, 50, 128, 6, 50),
+        limited("system", 30, 33, Some((64, 6))),
+        limited("node-high", 40, 25, Some((64, 6))),
+        limited("leader-election", 10, 0, Some((16, 4))),
+        limited("workload-high", 40, 50, Some((128, 6))),
+        limited("workload-low", 100, 90, Some((128, 6))),
+        limited("global-default", 20, 50, Some((128, 6))),
     ]
 }
 
@@ -94,7 +87,7 @@ fn kube_system_service_accounts() -> SubjectObject {
 }
 
 fn everyone() -> Vec<SubjectObject> {
-    vec![group(GROUP_UNAUTHENTICATED), group(GROUP_AUTHENTICATED)]
+    vec![group("system:unauthenticated"), group("system:authenticated")]
 }
 
 fn resource_rule(verbs: &[&str], groups: &[&str], resources: &[&str], cluster: bool) -> ResourcePolicyRule {
@@ -111,30 +104,29 @@ fn non_resource_rule(verbs: &[&str], urls: &[&str]) -> NonResourcePolicyRule {
     NonResourcePolicyRule { verbs: strs(verbs), non_resource_urls: strs(urls) }
 }
 
+fn rule(subjects: Vec<SubjectObject>, rr: Vec<ResourcePolicyRule>, nrr: Vec<NonResourcePolicyRule>) -> RuleObject {
+    RuleObject { subjects, resource_rules: rr, non_resource_rules: nrr }
+}
+
 /// "all resources + all non-resource" for the given subjects.
 fn everything(subjects: Vec<SubjectObject>) -> RuleObject {
-    RuleObject {
-        subjects,
-        resource_rules: vec![resource_rule(&["*"], &["*"], &["*"], true)],
-        non_resource_rules: vec![non_resource_rule(&["*"], &["*"])],
-    }
+    rule(subjects, vec![resource_rule(&["*"], &["*"], &["*"], true)], vec![non_resource_rule(&["*"], &["*"])])
 }
 
 /// A FlowSchema with one rule.
 fn fs(name: &str, precedence: i32, level: &str, distinguisher: Option<&str>, rule: RuleObject) -> FlowSchemaObject {
-    let spec = FlowSchemaSpec {
+    builtin(name, FlowSchemaSpec {
         priority_level_configuration: level.to_string(),
         matching_precedence: precedence,
         distinguisher_method: distinguisher.map(str::to_string),
         rules: vec![rule],
-    };
-    builtin(name, spec)
+    })
 }
 
 /// The mandatory FlowSchemas `exempt` and `catch-all` (`default.go: MandatoryFlowSchemas`).
 pub fn mandatory_flow_schemas() -> Vec<FlowSchemaObject> {
     vec![
-        fs(NAME_EXEMPT, 1, NAME_EXEMPT, None, everything(vec![group(GROUP_MASTERS)])),
+        fs(NAME_EXEMPT, 1, NAME_EXEMPT, None, everything(vec![group("system:masters")])),
         fs(NAME_CATCH_ALL, 10_000, NAME_CATCH_ALL, BY_USER, everything(everyone())),
     ]
 }
@@ -142,21 +134,11 @@ pub fn mandatory_flow_schemas() -> Vec<FlowSchemaObject> {
 /// The suggested FlowSchemas of Kubernetes 1.34+ (`default.go: SuggestedFlowSchemas`).
 pub fn suggested_flow_schemas() -> Vec<FlowSchemaObject> {
     let leases = |verbs: &[&str]| resource_rule(verbs, &["coordination.k8s.io"], &["leases"], false);
-    let probes = RuleObject {
-        subjects: everyone(),
-        resource_rules: vec![],
-        non_resource_rules: vec![non_resource_rule(&["get"], &["/healthz", "/readyz", "/livez"])],
-    };
-    let leader_election = RuleObject {
-        subjects: vec![user(USER_KCM), user(USER_SCHEDULER), kube_system_service_accounts()],
-        resource_rules: vec![leases(&["get", "create", "update"])],
-        non_resource_rules: vec![],
-    };
-    let node_high = RuleObject {
-        subjects: vec![group(GROUP_NODES)],
-        resource_rules: vec![resource_rule(&["*"], &[""], &["nodes", "nodes/status"], true), leases(&["*"])],
-        non_resource_rules: vec![],
-    };
+    let probes = rule(everyone(), vec![], vec![non_resource_rule(&["get"], &["/healthz", "/readyz", "/livez"])]);
+    let leaders = vec![user(USER_KCM), user(USER_SCHEDULER), kube_system_service_accounts()];
+    let leader_election = rule(leaders, vec![leases(&["get", "create", "update"])], vec![]);
+    let nodes = resource_rule(&["*"], &[""], &["nodes", "nodes/status"], true);
+    let node_high = rule(vec![group("system:nodes")], vec![nodes, leases(&["*"])], vec![]);
     let kcm = everything(vec![user(USER_KCM)]);
     let scheduler = everything(vec![user(USER_SCHEDULER)]);
     let kube_system = everything(vec![kube_system_service_accounts()]);
@@ -164,29 +146,17 @@ pub fn suggested_flow_schemas() -> Vec<FlowSchemaObject> {
         fs("probes", 2, NAME_EXEMPT, None, probes),
         fs("system-leader-election", 100, "leader-election", BY_USER, leader_election),
         fs("system-node-high", 400, "node-high", BY_USER, node_high),
-        fs("system-nodes", 500, "system", BY_USER, everything(vec![group(GROUP_NODES)])),
+        fs("system-nodes", 500, "system", BY_USER, everything(vec![group("system:nodes")])),
         fs("kube-controller-manager", 800, "workload-high", BY_NAMESPACE, kcm),
         fs("kube-scheduler", 800, "workload-high", BY_NAMESPACE, scheduler),
         fs("kube-system-service-accounts", 900, "workload-high", BY_NAMESPACE, kube_system),
-        fs("service-accounts", 9000, "workload-low", BY_USER, everything(vec![group(GROUP_SERVICE_ACCOUNTS)])),
+        fs("service-accounts", 9000, "workload-low", BY_USER, everything(vec![group("system:serviceaccounts")])),
         fs("global-default", 9900, "global-default", BY_USER, everything(everyone())),
     ]
 }
 
-/// The built-in mandatory FlowSchema of that name, if any.
-pub fn mandatory_flow_schema(name: &str) -> Option<FlowSchemaObject> {
-    mandatory_flow_schemas().into_iter().find(|f| f.meta.name == name)
-}
-
-/// The built-in mandatory PriorityLevelConfiguration of that name, if any.
-pub fn mandatory_priority_level(name: &str) -> Option<PriorityLevelObject> {
-    mandatory_priority_levels().into_iter().find(|p| p.meta.name == name)
-}
-
-/// Builds the effective policy from user objects (validated here; any error → `Err` with all
-/// errors): mandatory objects, plus suggested ones if `suggested_defaults`, with user objects
-/// replacing built-in ones of the same name. FlowSchemas referring to a missing level are
-/// dropped with a warning. FlowSchemas are sorted by (matchingPrecedence, name), levels by name.
+/// The effective policy (see the module documentation and [`Policy`]) of user objects, which are
+/// validated here: any error → `Err` with all errors.
 pub fn effective_policy(user_objects: &[ApiObject], suggested_defaults: bool) -> Result<Policy, Vec<String>> {
     let errs = validate_objects(user_objects);
     if !errs.is_empty() {

@@ -43,20 +43,15 @@ struct Raw {
 
 /// A positive Go duration under `key` (an error naming the key otherwise), `default` if absent.
 pub fn positive_duration(key: &str, s: Option<&str>, default: Nanos, errs: &mut Vec<String>) -> Nanos {
-    let Some(s) = s else {
-        return default;
-    };
     let positive = |d: Nanos| (d > 0).then_some(d).ok_or_else(|| "must be positive".to_string());
-    parse_go_duration(s).and_then(positive).unwrap_or_else(|e| {
-        errs.push(format!("{key}: {e}"));
-        default
-    })
+    let d = s.map(|s| parse_go_duration(s).and_then(positive)).transpose();
+    d.map_err(|e| errs.push(format!("{key}: {e}"))).ok().flatten().unwrap_or(default)
 }
 
 impl ClusterPolicy {
     /// Parses the `clusterPolicy` value; errors are prefixed with the key path.
     pub fn parse(v: &Value) -> Result<ClusterPolicy, Vec<String>> {
-        let raw: Raw = serde_json::from_value(v.clone()).map_err(|e| vec![format!("clusterPolicy: {e}")])?;
+        let raw = Raw::deserialize(v).map_err(|e| vec![format!("clusterPolicy: {e}")])?;
         let mut errs = Vec::new();
         let period = positive_duration("clusterPolicy.period", raw.period.as_deref(), 30 * crate::NANOS_PER_SEC, &mut errs);
         let timeout = positive_duration("clusterPolicy.timeout", raw.timeout.as_deref(), 5 * crate::NANOS_PER_SEC, &mut errs);
@@ -67,17 +62,15 @@ impl ClusterPolicy {
         if !path_prefix.starts_with('/') {
             errs.push("clusterPolicy.pathPrefix: must start with /".to_string());
         }
-        if !errs.is_empty() {
-            return Err(errs);
-        }
-        Ok(ClusterPolicy {
+        let policy = ClusterPolicy {
             cluster: raw.cluster,
             authority: raw.authority.unwrap_or_else(|| "kubernetes.default.svc".to_string()),
             token: raw.token,
             period,
             timeout,
             path_prefix: path_prefix.trim_end_matches('/').to_string(),
-        })
+        };
+        errs.is_empty().then_some(policy).ok_or(errs)
     }
 
     /// The two list paths.
@@ -132,7 +125,7 @@ impl ClusterMetrics {
         let raw = match v {
             None | Some(Value::Null) | Some(Value::Bool(true)) => RawMetrics::default(),
             Some(Value::Bool(false)) => return Ok(None),
-            Some(v @ Value::Object(_)) => serde_json::from_value(v.clone()).map_err(|e| vec![format!("{KEY}: {e}")])?,
+            Some(v @ Value::Object(_)) => RawMetrics::deserialize(v).map_err(|e| vec![format!("{KEY}: {e}")])?,
             Some(_) => return Err(vec![format!("{KEY}: expected an object or a boolean")]),
         };
         let explicit = matches!(v, Some(Value::Object(_)) | Some(Value::Bool(true)));
@@ -153,10 +146,7 @@ impl ClusterMetrics {
         let period = positive_duration(&format!("{KEY}.period"), raw.period.as_deref(), DEFAULT_METRICS_PERIOD, &mut errs);
         let timeout = positive_duration(&format!("{KEY}.timeout"), raw.timeout.as_deref(), DEFAULT_METRICS_TIMEOUT, &mut errs);
         let stale_after = positive_duration(&format!("{KEY}.staleAfter"), raw.stale_after.as_deref(), DEFAULT_STALE_AFTER, &mut errs);
-        if !errs.is_empty() {
-            return Err(errs);
-        }
-        Ok(Some(ClusterMetrics {
+        let metrics = ClusterMetrics {
             cluster,
             authority: raw.authority.or_else(|| policy.map(|p| p.authority.clone())).unwrap_or_else(|| "kubernetes.default.svc".to_string()),
             token: raw.token.or_else(|| policy.and_then(|p| p.token.clone())),
@@ -164,29 +154,28 @@ impl ClusterMetrics {
             period,
             timeout,
             stale_after,
-        }))
+        };
+        errs.is_empty().then_some(Some(metrics)).ok_or(errs)
     }
 }
 
-fn key_of(o: &Value) -> Option<(String, String)> {
-    let kind = o.get("kind")?.as_str()?.to_string();
-    let name = o.get("metadata")?.get("name")?.as_str()?.to_string();
-    Some((kind, name))
+fn key_of(o: &Value) -> Option<(&str, &str)> {
+    Some((o.get("kind")?.as_str()?, o.get("metadata")?.get("name")?.as_str()?))
 }
 
 /// Items of an API list response; API servers omit `kind`/`apiVersion` on list items, so they
 /// are filled in from the list (`FlowSchemaList` → `FlowSchema`).
 fn list_items(list: &Value) -> Result<Vec<Value>, String> {
     let kind = list.get("kind").and_then(Value::as_str).unwrap_or("");
-    let item_kind = kind.strip_suffix("List").unwrap_or("").to_string();
-    let api_version = list.get("apiVersion").and_then(Value::as_str).unwrap_or("flowcontrol.apiserver.k8s.io/v1").to_string();
+    let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
+    let api_version = list.get("apiVersion").and_then(Value::as_str).unwrap_or("flowcontrol.apiserver.k8s.io/v1");
     let items = list.get("items").and_then(Value::as_array).ok_or_else(|| format!("{kind:?} response has no items"))?;
     let mut items = items.clone();
     for m in items.iter_mut().filter_map(Value::as_object_mut) {
-        if !item_kind.is_empty() {
-            m.entry("kind").or_insert_with(|| Value::String(item_kind.clone()));
+        if let Some(k) = item_kind {
+            m.entry("kind").or_insert_with(|| k.into());
         }
-        m.entry("apiVersion").or_insert_with(|| Value::String(api_version.clone()));
+        m.entry("apiVersion").or_insert_with(|| api_version.into());
     }
     Ok(items)
 }
@@ -207,7 +196,7 @@ pub fn merged_config(base: &Value, lists: &[&[u8]]) -> Result<Vec<u8>, String> {
         Some(v @ Value::Object(_)) => vec![v.clone()],
         _ => Vec::new(),
     };
-    let local_keys: Vec<(String, String)> = local.iter().filter_map(key_of).collect();
+    let local_keys: Vec<_> = local.iter().filter_map(key_of).collect();
     let mut policy: Vec<Value> = fetched.into_iter().filter(|o| key_of(o).is_none_or(|k| !local_keys.contains(&k))).collect();
     policy.extend(local);
     obj.insert("policy".to_string(), Value::Array(policy));

@@ -75,19 +75,9 @@ pub struct PluginConfig {
 pub const DEFAULT_WATCH_INITIAL_EVENTS_MAX_HOLD: Nanos = 30 * NANOS_PER_SEC;
 
 const KNOWN_KEYS: [&str; 13] = [
-    "clusterPolicy",
-    "serverConcurrencyLimit",
-    "requestTimeout",
-    "suggestedDefaults",
-    "requestMode",
-    "namespaceHeader",
-    "identity",
-    "workEstimator",
-    "enforce",
-    "dryRunPriorityLevels",
-    "debugGroups",
-    "explainGroups",
-    "policy",
+    "clusterPolicy", "serverConcurrencyLimit", "requestTimeout", "suggestedDefaults", "requestMode",
+    "namespaceHeader", "identity", "workEstimator", "enforce", "dryRunPriorityLevels", "debugGroups",
+    "explainGroups", "policy",
 ];
 
 impl Default for PluginConfig {
@@ -119,18 +109,8 @@ fn field<T>(
     errs: &mut Vec<String>,
     conv: impl FnOnce(&Value) -> Result<T, String>,
 ) -> T {
-    match m.get(key).filter(|v| !v.is_null()).map(conv) {
-        None => default,
-        Some(Ok(t)) => t,
-        Some(Err(e)) => {
-            errs.push(format!("{key}: {e}"));
-            default
-        }
-    }
-}
-
-fn get_bool(m: &Map<String, Value>, key: &str, default: bool, errs: &mut Vec<String>) -> bool {
-    field(m, key, default, errs, |v| v.as_bool().ok_or_else(|| expected("a boolean", v)))
+    let value = m.get(key).filter(|v| !v.is_null()).map(conv).transpose();
+    value.map_err(|e| errs.push(format!("{key}: {e}"))).ok().flatten().unwrap_or(default)
 }
 
 fn get_string_list(m: &Map<String, Value>, key: &str, default: &[&str], errs: &mut Vec<String>) -> Vec<String> {
@@ -138,14 +118,10 @@ fn get_string_list(m: &Map<String, Value>, key: &str, default: &[&str], errs: &m
     let list = field(m, key, default, errs, |v| {
         v.as_array().cloned().ok_or_else(|| expected("an array of strings", v))
     });
-    let mut out = Vec::new();
-    for (i, v) in list.into_iter().enumerate() {
-        match v {
-            Value::String(s) => out.push(s),
-            other => errs.push(format!("{key}[{i}]: {}", expected("a string", &other))),
-        }
-    }
-    out
+    let list = list.into_iter().enumerate();
+    let (strings, others): (Vec<_>, Vec<_>) = list.partition(|(_, v)| v.is_string());
+    errs.extend(others.iter().map(|(i, v)| format!("{key}[{i}]: {}", expected("a string", v))));
+    strings.into_iter().filter_map(|(_, v)| v.as_str().map(str::to_string)).collect()
 }
 
 fn is_header_token(s: &str) -> bool {
@@ -167,10 +143,8 @@ pub fn parse_plugin_config(bytes: &[u8]) -> Result<PluginConfig, Vec<String>> {
     let Value::Object(m) = value else {
         return Err(vec![format!("configuration must be a JSON object, got {}", type_name(&value))]);
     };
-    match from_map(&m) {
-        (config, errs) if errs.is_empty() => Ok(config),
-        (_, errs) => Err(errs),
-    }
+    let (config, errs) = from_map(&m);
+    errs.is_empty().then_some(config).ok_or(errs)
 }
 
 /// The configuration of a document's top-level object and every error found (the
@@ -188,9 +162,7 @@ fn from_map(m: &Map<String, Value>) -> (PluginConfig, Vec<String>) {
 
     let default = DEFAULT_SERVER_CONCURRENCY_LIMIT;
     let server_concurrency_limit = field(m, "serverConcurrencyLimit", default, &mut errs, |v| {
-        let Value::Number(n) = v else {
-            return Err(expected("an integer", v));
-        };
+        let n = v.as_number().ok_or_else(|| expected("an integer", v))?;
         match n.as_u64().map(u32::try_from) {
             Some(Ok(x)) if x >= 1 => Ok(x),
             _ => Err(format!("must be an integer between 1 and {}, got {n}", u32::MAX)),
@@ -205,8 +177,9 @@ fn from_map(m: &Map<String, Value>) -> (PluginConfig, Vec<String>) {
         }
     });
 
-    let suggested_defaults = get_bool(m, "suggestedDefaults", true, &mut errs);
-    let enforce = get_bool(m, "enforce", true, &mut errs);
+    let boolean = |v: &Value| v.as_bool().ok_or_else(|| expected("a boolean", v));
+    let suggested_defaults = field(m, "suggestedDefaults", true, &mut errs, boolean);
+    let enforce = field(m, "enforce", true, &mut errs, boolean);
 
     let request_mode = field(m, "requestMode", RequestMode::Kubernetes, &mut errs, |v| match v.as_str() {
         Some("kubernetes") => Ok(RequestMode::Kubernetes),

@@ -56,9 +56,10 @@ pub enum Distinguisher {
     ByNamespace,
 }
 
+/// One rule of a FlowSchema; as written (`objects::RuleObject`), its subjects are unchecked.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct PolicyRulesWithSubjects {
-    pub subjects: Vec<Subject>,
+pub struct PolicyRulesWithSubjects<S = Subject> {
+    pub subjects: Vec<S>,
     pub resource_rules: Vec<ResourcePolicyRule>,
     pub non_resource_rules: Vec<NonResourcePolicyRule>,
 }

@@ -13,13 +13,15 @@
 //! The parsed objects keep the API shape (optional sections stay optional) so that
 //! `policy::validation` can report upstream's field errors; `to_model` turns a valid object into
 //! the normalized `policy::model` types.
+use std::cell::RefCell;
+
 use serde_json::{Map, Value};
 
 use super::model::{
     Distinguisher, FlowSchema, LimitResponse, NonResourcePolicyRule, PolicyRulesWithSubjects,
     PriorityLevel, PriorityLevelSpec, Queuing, ResourcePolicyRule, Subject,
 };
-use super::validation::{json_repr, quote, FieldError};
+use super::validation::{invalid, json_repr, not_supported, quote, required};
 
 /// Annotation that keeps a v1beta3 `nominalConcurrencyShares: 0` from being defaulted to 30.
 pub const V1BETA3_PRESERVE_ZERO_ANNOTATION: &str =
@@ -30,7 +32,6 @@ const KINDS: [&str; 2] = [KIND_FLOW_SCHEMA, KIND_PRIORITY_LEVEL];
 
 /// Default shares of a Limited level (all versions).
 pub const DEFAULT_SHARES: i32 = 30;
-/// Default `matchingPrecedence`.
 pub const DEFAULT_MATCHING_PRECEDENCE: i32 = 1000;
 pub const DEFAULT_QUEUES: i32 = 64;
 pub const DEFAULT_HAND_SIZE: i32 = 8;
@@ -109,12 +110,7 @@ pub struct FlowSchemaSpec {
     pub rules: Vec<RuleObject>,
 }
 
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct RuleObject {
-    pub subjects: Vec<SubjectObject>,
-    pub resource_rules: Vec<ResourcePolicyRule>,
-    pub non_resource_rules: Vec<NonResourcePolicyRule>,
-}
+pub type RuleObject = PolicyRulesWithSubjects<SubjectObject>;
 
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SubjectObject {
@@ -190,21 +186,10 @@ impl ApiObject {
 
 /// `Kind "name"`, or `Kind at <location>` / `Kind (unnamed)` when the name is empty.
 pub fn describe_object(kind: &str, name: &str, location: &str) -> String {
-    if !name.is_empty() {
-        format!("{kind} {}", quote(name))
-    } else if !location.is_empty() {
-        format!("{kind} at {location}")
-    } else {
-        format!("{kind} (unnamed)")
-    }
-}
-
-/// Parses JSON bytes holding objects in any accepted form. Syntax errors give one error with
-/// line and column. Objects with type errors are left out and their errors returned.
-pub fn parse_objects_json(bytes: &[u8]) -> (Vec<ApiObject>, Vec<String>) {
-    match serde_json::from_slice::<Value>(bytes) {
-        Ok(v) => parse_objects(&v),
-        Err(e) => (Vec::new(), vec![format!("invalid JSON: {e}")]),
+    match (name, location) {
+        ("", "") => format!("{kind} (unnamed)"),
+        ("", location) => format!("{kind} at {location}"),
+        (name, _) => format!("{kind} {}", quote(name)),
     }
 }
 
@@ -242,27 +227,19 @@ fn collect<'a>(
                 objs.extend(parse_object(map, loc, defaults, errs));
                 return;
             }
-            let item_defaults = match kind {
-                Some(k @ ("FlowSchemaList" | "PriorityLevelConfigurationList")) => {
-                    let api_version = map.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-                    k.strip_suffix("List").map(|k| (k, api_version))
-                }
-                _ => None,
-            };
+            let api_version = map.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+            let item_kind = kind.and_then(|k| k.strip_suffix("List")).filter(|k| KINDS.contains(k));
+            let item_defaults = item_kind.map(|k| (k, api_version));
             let prefix = if loc.is_empty() { "items".to_string() } else { format!("{loc}.items") };
             match map.get("items") {
                 None | Some(Value::Null) => return,
                 Some(Value::Array(items)) => (items, prefix, item_defaults),
-                Some(other) => {
-                    return errs.push(format!("{prefix}: Invalid value: {}: must be a list", json_repr(other)))
-                }
+                Some(other) => return errs.push(invalid(&prefix, json_repr(other), "must be a list")),
             }
         }
         other => {
-            return errs.push(format!(
-                "{here}: Invalid value: {}: expected a FlowSchema or PriorityLevelConfiguration object, an array of them, or a List",
-                json_repr(other)
-            ))
+            let detail = "expected a FlowSchema or PriorityLevelConfiguration object, an array of them, or a List";
+            return errs.push(invalid(here, json_repr(other), detail));
         }
     };
     for (i, item) in items.iter().enumerate() {
@@ -276,130 +253,95 @@ fn parse_object<'a>(
     defaults: ItemDefaults<'a>,
     errs: &mut Vec<String>,
 ) -> Option<ApiObject> {
-    let fe = &mut Vec::new();
-    let root = Node { m: map, path: String::new() };
+    let fe = RefCell::new(Vec::new());
+    let root = Node { m: map, path: String::new(), fe: &fe };
     // metadata first: the name is needed for error prefixes.
     let mut meta = ObjectMeta::default();
     let mut preserve_zero = false;
-    if let Some(m) = root.obj("metadata", fe) {
-        let (name, uid, namespace) = (m.str("name", fe), m.str("uid", fe), m.str("namespace", fe));
-        meta = ObjectMeta { name, uid, namespace };
-        for (k, v) in m.obj("annotations", fe).into_iter().flat_map(|a| a.m) {
-            match v {
-                Value::String(_) => preserve_zero |= k == V1BETA3_PRESERVE_ZERO_ANNOTATION,
-                other => {
-                    let path = format!("metadata.annotations[{}]", quote(k));
-                    fe.push(FieldError::invalid(&path, json_repr(other), "must be a string"));
-                }
+    if let Some(m) = root.obj("metadata") {
+        meta = ObjectMeta { name: m.str("name"), uid: m.str("uid"), namespace: m.str("namespace") };
+        for (k, v) in m.obj("annotations").into_iter().flat_map(|a| a.m) {
+            if v.is_string() {
+                preserve_zero |= k == V1BETA3_PRESERVE_ZERO_ANNOTATION;
+            } else {
+                let path = format!("metadata.annotations[{}]", quote(k));
+                fe.borrow_mut().push(invalid(&path, json_repr(v), "must be a string"));
             }
         }
     }
-    let kind_str = header(map, "kind", defaults.map(|d| d.0), fe);
-    let kind = kind_str.filter(|k| KINDS.contains(k));
-    if let Some(k) = kind_str.filter(|_| kind.is_none()) {
-        fe.push(FieldError::not_supported("kind", quote(k), &KINDS));
-    }
-    let api_version = header(map, "apiVersion", defaults.map(|d| d.1).filter(|s| !s.is_empty()), fe);
-    let version = api_version.and_then(ApiVersion::parse);
-    if let Some(s) = api_version.filter(|_| version.is_none()) {
-        let supported = ApiVersion::ALL.map(ApiVersion::api_version);
-        fe.push(FieldError::not_supported("apiVersion", quote(s), &supported));
-    }
-    let (Some(kind), Some(version)) = (kind, version) else {
-        push_errors(errs, &describe_object(kind_str.unwrap_or("object"), &meta.name, loc), fe);
-        return None;
-    };
-    let location = loc.to_string();
-    let raw_spec = map.get("spec").cloned().unwrap_or(Value::Null);
-    // An absent spec reads as an empty one (all defaults).
-    let no_spec = Map::new();
-    let spec = root.obj("spec", fe).unwrap_or(Node { m: &no_spec, path: "spec.".to_string() });
-    let condition_types = match root.obj("status", fe) {
-        Some(status) => status.objs("conditions", fe, |c, fe| c.str("type", fe)),
-        None => Vec::new(),
-    };
-    let obj = if kind == KIND_FLOW_SCHEMA {
-        let spec = parse_fs_spec(spec, fe);
-        ApiObject::FlowSchema(Object { version, meta, location, spec, condition_types, raw_spec })
-    } else {
-        let preserve_zero = preserve_zero && version == ApiVersion::V1beta3;
-        let spec = parse_pl_spec(spec, version, preserve_zero, fe);
-        ApiObject::PriorityLevel(Object { version, meta, location, spec, condition_types, raw_spec })
-    };
+    let kind_str = root.header("kind", defaults.map(|d| d.0), &KINDS);
+    let api_version = defaults.map(|d| d.1).filter(|s| !s.is_empty());
+    let supported = ApiVersion::ALL.map(ApiVersion::api_version);
+    let version = root.header("apiVersion", api_version, &supported).and_then(ApiVersion::parse);
+    let prefix = describe_object(kind_str.unwrap_or("object"), &meta.name, loc);
+    let obj = kind_str.filter(|k| KINDS.contains(k)).zip(version).map(|(kind, version)| {
+        let location = loc.to_string();
+        let raw_spec = map.get("spec").cloned().unwrap_or(Value::Null);
+        // An absent spec reads as an empty one (all defaults).
+        let no_spec = Map::new();
+        let spec = root.obj("spec").unwrap_or(Node { m: &no_spec, path: "spec.".to_string(), fe: &fe });
+        let condition_types = match root.obj("status") {
+            Some(status) => status.objs("conditions", |c| c.str("type")),
+            None => Vec::new(),
+        };
+        if kind == KIND_FLOW_SCHEMA {
+            let spec = parse_fs_spec(spec);
+            ApiObject::FlowSchema(Object { version, meta, location, spec, condition_types, raw_spec })
+        } else {
+            let preserve_zero = preserve_zero && version == ApiVersion::V1beta3;
+            let spec = parse_pl_spec(spec, version, preserve_zero);
+            ApiObject::PriorityLevel(Object { version, meta, location, spec, condition_types, raw_spec })
+        }
+    });
+    let fe = fe.into_inner();
     if fe.is_empty() {
-        return Some(obj);
+        return obj;
     }
-    push_errors(errs, &obj.describe(), fe);
+    errs.extend(fe.iter().map(|e| format!("{prefix}: {e}")));
     None
 }
 
-fn push_errors(errs: &mut Vec<String>, prefix: &str, fe: &mut Vec<FieldError>) {
-    errs.extend(fe.drain(..).map(|e| format!("{prefix}: {e}")));
-}
-
-/// `kind` / `apiVersion`: its string value, else `default`; required unless defaulted.
-fn header<'a>(
-    map: &'a Map<String, Value>,
-    key: &str,
-    default: Option<&'a str>,
-    fe: &mut Vec<FieldError>,
-) -> Option<&'a str> {
-    match map.get(key).filter(|v| !v.is_null()) {
-        Some(v) => typed(v, key, fe, |v| v.as_str().ok_or("must be a string")),
-        None if default.is_none() => {
-            fe.push(FieldError::required(key, ""));
-            None
-        }
-        None => default,
-    }
-}
-
-fn parse_fs_spec(s: Node, fe: &mut Vec<FieldError>) -> FlowSchemaSpec {
-    let level = s.obj("priorityLevelConfiguration", fe).map(|plr| plr.str("name", fe));
+fn parse_fs_spec(s: Node) -> FlowSchemaSpec {
+    let level = s.obj("priorityLevelConfiguration").map(|plr| plr.str("name"));
     // Defaulting (`defaults.go: SetDefaults_FlowSchemaSpec`): 0 → 1000.
-    let precedence = s.int("matchingPrecedence", fe).filter(|p| *p != 0);
+    let precedence = s.int("matchingPrecedence").filter(|p| *p != 0);
     FlowSchemaSpec {
         priority_level_configuration: level.unwrap_or_default(),
         matching_precedence: precedence.unwrap_or(DEFAULT_MATCHING_PRECEDENCE),
-        distinguisher_method: s.obj("distinguisherMethod", fe).map(|dm| dm.str("type", fe)),
-        rules: s.objs("rules", fe, parse_rule),
+        distinguisher_method: s.obj("distinguisherMethod").map(|dm| dm.str("type")),
+        rules: s.objs("rules", parse_rule),
     }
 }
 
-fn parse_rule(r: Node, fe: &mut Vec<FieldError>) -> RuleObject {
+fn parse_rule(r: Node) -> RuleObject {
     RuleObject {
-        subjects: r.objs("subjects", fe, |s, fe| SubjectObject {
-            kind: s.str("kind", fe),
-            user: s.obj("user", fe).map(|u| u.str("name", fe)),
-            group: s.obj("group", fe).map(|g| g.str("name", fe)),
-            service_account: s.obj("serviceAccount", fe).map(|sa| ServiceAccountObject {
-                namespace: sa.str("namespace", fe),
-                name: sa.str("name", fe),
+        subjects: r.objs("subjects", |s| SubjectObject {
+            kind: s.str("kind"),
+            user: s.obj("user").map(|u| u.str("name")),
+            group: s.obj("group").map(|g| g.str("name")),
+            service_account: s.obj("serviceAccount").map(|sa| ServiceAccountObject {
+                namespace: sa.str("namespace"),
+                name: sa.str("name"),
             }),
         }),
-        resource_rules: r.objs("resourceRules", fe, |m, fe| ResourcePolicyRule {
-            verbs: m.strs("verbs", fe),
-            api_groups: m.strs("apiGroups", fe),
-            resources: m.strs("resources", fe),
-            cluster_scope: m.get("clusterScope", fe, |v| v.as_bool().ok_or("must be a boolean")) == Some(true),
-            namespaces: m.strs("namespaces", fe),
+        resource_rules: r.objs("resourceRules", |m| ResourcePolicyRule {
+            verbs: m.strs("verbs"),
+            api_groups: m.strs("apiGroups"),
+            resources: m.strs("resources"),
+            cluster_scope: m.get("clusterScope", |v| v.as_bool().ok_or("must be a boolean")) == Some(true),
+            namespaces: m.strs("namespaces"),
         }),
-        non_resource_rules: r.objs("nonResourceRules", fe, |m, fe| NonResourcePolicyRule {
-            verbs: m.strs("verbs", fe),
-            non_resource_urls: m.strs("nonResourceURLs", fe),
+        non_resource_rules: r.objs("nonResourceRules", |m| NonResourcePolicyRule {
+            verbs: m.strs("verbs"),
+            non_resource_urls: m.strs("nonResourceURLs"),
         }),
     }
 }
 
-fn parse_pl_spec(
-    s: Node,
-    version: ApiVersion,
-    preserve_zero: bool,
-    fe: &mut Vec<FieldError>,
-) -> PriorityLevelSpecObject {
-    let mut out = PriorityLevelSpecObject { type_: s.str("type", fe), ..Default::default() };
-    out.limited = s.obj("limited", fe).map(|l| {
-        let shares = l.int(version.shares_field(), fe);
+fn parse_pl_spec(s: Node, version: ApiVersion, preserve_zero: bool) -> PriorityLevelSpecObject {
+    let type_ = s.str("type");
+    let limited = s.obj("limited").map(|l| {
+        let shares = l.int(version.shares_field());
         let nominal_concurrency_shares = match version {
             // v1: pointer; nil → 30, explicit 0 kept.
             ApiVersion::V1 => shares.unwrap_or(DEFAULT_SHARES),
@@ -410,12 +352,12 @@ fn parse_pl_spec(
                 n => n,
             },
         };
-        let lendable_percent = l.int("lendablePercent", fe).unwrap_or(0);
-        let borrowing_limit_percent = l.int("borrowingLimitPercent", fe);
-        let limit_response = l.obj("limitResponse", fe).map(|lr| LimitResponseObject {
-            type_: lr.str("type", fe),
-            queuing: lr.obj("queuing", fe).map(|q| {
-                let mut int_or = |key, default| q.int(key, fe).filter(|n| *n != 0).unwrap_or(default);
+        let lendable_percent = l.int("lendablePercent").unwrap_or(0);
+        let borrowing_limit_percent = l.int("borrowingLimitPercent");
+        let limit_response = l.obj("limitResponse").map(|lr| LimitResponseObject {
+            type_: lr.str("type"),
+            queuing: lr.obj("queuing").map(|q| {
+                let int_or = |key, default| q.int(key).filter(|n| *n != 0).unwrap_or(default);
                 Queuing {
                     queues: int_or("queues", DEFAULT_QUEUES),
                     hand_size: int_or("handSize", DEFAULT_HAND_SIZE),
@@ -427,37 +369,26 @@ fn parse_pl_spec(
         LimitedObject { nominal_concurrency_shares, lendable_percent, borrowing_limit_percent, limit_response }
     });
     // Exempt defaults: the section is created for type Exempt, and its fields nil → 0.
-    out.exempt = s.obj("exempt", fe).map(|e| ExemptObject {
-        nominal_concurrency_shares: e.int("nominalConcurrencyShares", fe).unwrap_or(0),
-        lendable_percent: e.int("lendablePercent", fe).unwrap_or(0),
+    let exempt = s.obj("exempt").map(|e| ExemptObject {
+        nominal_concurrency_shares: e.int("nominalConcurrencyShares").unwrap_or(0),
+        lendable_percent: e.int("lendablePercent").unwrap_or(0),
     });
-    if out.type_ == "Exempt" && out.exempt.is_none() {
-        out.exempt = Some(ExemptObject::default());
-    }
-    out
+    let exempt = exempt.or_else(|| (type_ == "Exempt").then(ExemptObject::default));
+    PriorityLevelSpecObject { type_, limited, exempt }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Typed access: null / absent → None; wrong type → field error naming the path.
 
 /// A JSON object being read, with the path prefix of its fields (`spec.limited.`; empty for the
-/// object itself).
+/// object itself) and the field errors found so far in its object.
 struct Node<'a> {
     m: &'a Map<String, Value>,
     path: String,
+    fe: &'a RefCell<Vec<String>>,
 }
 
-fn typed<'a, T>(
-    v: &'a Value,
-    path: &str,
-    fe: &mut Vec<FieldError>,
-    conv: impl FnOnce(&'a Value) -> Result<T, &'static str>,
-) -> Option<T> {
-    if v.is_null() {
-        return None;
-    }
-    conv(v).map_err(|msg| fe.push(FieldError::invalid(path, json_repr(v), msg))).ok()
-}
+type Conv<'a, T> = fn(&'a Value) -> Result<T, &'static str>;
 
 fn as_object(v: &Value) -> Result<&Map<String, Value>, &'static str> {
     v.as_object().ok_or("must be an object")
@@ -468,65 +399,75 @@ fn as_string(v: &Value) -> Result<String, &'static str> {
 }
 
 impl<'a> Node<'a> {
-    fn get<T>(
-        &self,
-        key: &str,
-        fe: &mut Vec<FieldError>,
-        conv: impl FnOnce(&'a Value) -> Result<T, &'static str>,
-    ) -> Option<T> {
-        typed(self.m.get(key)?, &format!("{}{key}", self.path), fe, conv)
+    fn error<T>(&self, e: String) -> Option<T> {
+        self.fe.borrow_mut().push(e);
+        None
     }
 
-    fn obj(&self, key: &str, fe: &mut Vec<FieldError>) -> Option<Node<'a>> {
-        Some(Node { m: self.get(key, fe, as_object)?, path: format!("{}{key}.", self.path) })
+    /// `conv` of `v` at `path`.
+    fn typed<T>(&self, v: &'a Value, path: &str, conv: Conv<'a, T>) -> Option<T> {
+        match conv(v) {
+            _ if v.is_null() => None,
+            Ok(t) => Some(t),
+            Err(msg) => self.error(invalid(path, json_repr(v), msg)),
+        }
+    }
+
+    fn get<T>(&self, key: &str, conv: Conv<'a, T>) -> Option<T> {
+        self.typed(self.m.get(key)?, &format!("{}{key}", self.path), conv)
+    }
+
+    /// `kind` / `apiVersion`: its string value, else `default`; required unless defaulted, and
+    /// one of `supported`.
+    fn header(&self, key: &str, default: Option<&'a str>, supported: &[&str]) -> Option<&'a str> {
+        let value = match self.m.get(key).filter(|v| !v.is_null()) {
+            Some(_) => self.get(key, |v| v.as_str().ok_or("must be a string")),
+            None if default.is_none() => self.error(required(key, "")),
+            None => default,
+        };
+        if let Some(s) = value.filter(|s| !supported.contains(s)) {
+            self.fe.borrow_mut().push(not_supported(key, quote(s), supported));
+        }
+        value
+    }
+
+    fn obj(&self, key: &str) -> Option<Node<'a>> {
+        let m = self.get(key, as_object)?;
+        Some(Node { m, path: format!("{}{key}.", self.path), fe: self.fe })
     }
 
     /// A string member, "" when absent.
-    fn str(&self, key: &str, fe: &mut Vec<FieldError>) -> String {
-        self.get(key, fe, as_string).unwrap_or_default()
+    fn str(&self, key: &str) -> String {
+        self.get(key, as_string).unwrap_or_default()
     }
 
-    fn int(&self, key: &str, fe: &mut Vec<FieldError>) -> Option<i32> {
-        self.get(key, fe, |v| {
-            const RANGE: &str = "must fit in a 32-bit signed integer";
-            match v.as_i64() {
-                Some(i) => i32::try_from(i).map_err(|_| RANGE),
-                None if v.is_u64() => Err(RANGE),
-                None => Err("must be an integer"),
-            }
+    fn int(&self, key: &str) -> Option<i32> {
+        self.get(key, |v| match v.as_i64().or(v.as_u64().map(|_| i64::MAX)) {
+            Some(i) => i32::try_from(i).map_err(|_| "must fit in a 32-bit signed integer"),
+            None => Err("must be an integer"),
         })
     }
 
     /// `f` of each member of the list `key` and its path, where `f` gives a value.
-    fn each<T>(
-        &self,
-        key: &str,
-        fe: &mut Vec<FieldError>,
-        mut f: impl FnMut(String, &'a Value, &mut Vec<FieldError>) -> Option<T>,
-    ) -> Vec<T> {
-        let list = self.get(key, fe, |v| v.as_array().ok_or("must be a list"));
+    fn each<T>(&self, key: &str, mut f: impl FnMut(String, &'a Value) -> Option<T>) -> Vec<T> {
+        let list = self.get(key, |v| v.as_array().ok_or("must be a list"));
         let list = list.map_or(&[][..], Vec::as_slice).iter().enumerate();
-        list.filter_map(|(i, v)| f(format!("{}{key}[{i}]", self.path), v, fe)).collect()
+        list.filter_map(|(i, v)| f(format!("{}{key}[{i}]", self.path), v)).collect()
     }
 
     /// `f` of each object in the list `key` (`null` members are skipped).
-    fn objs<T>(
-        &self,
-        key: &str,
-        fe: &mut Vec<FieldError>,
-        mut f: impl FnMut(Node<'a>, &mut Vec<FieldError>) -> T,
-    ) -> Vec<T> {
-        self.each(key, fe, |path, v, fe| {
-            let m = typed(v, &path, fe, as_object)?;
-            Some(f(Node { m, path: format!("{path}.") }, fe))
+    fn objs<T>(&self, key: &str, mut f: impl FnMut(Node<'a>) -> T) -> Vec<T> {
+        self.each(key, |path, v| {
+            let m = self.typed(v, &path, as_object)?;
+            Some(f(Node { m, path: format!("{path}."), fe: self.fe }))
         })
     }
 
-    fn strs(&self, key: &str, fe: &mut Vec<FieldError>) -> Vec<String> {
-        self.each(key, fe, |path, v, fe| match v {
+    fn strs(&self, key: &str) -> Vec<String> {
+        self.each(key, |path, v| match v {
             // Go decodes null into "" for a []string element.
             Value::Null => Some(String::new()),
-            v => typed(v, &path, fe, as_string),
+            v => self.typed(v, &path, as_string),
         })
     }
 }
@@ -583,8 +524,8 @@ impl PriorityLevelObject {
                 },
             },
             _ => {
-                let e = self.spec.exempt.clone().unwrap_or_default();
-                let (nominal_concurrency_shares, lendable_percent) = (e.nominal_concurrency_shares, e.lendable_percent);
+                let ExemptObject { nominal_concurrency_shares, lendable_percent } =
+                    self.spec.exempt.clone().unwrap_or_default();
                 PriorityLevelSpec::Exempt { nominal_concurrency_shares, lendable_percent }
             }
         };

@@ -13,9 +13,9 @@
 use std::collections::HashSet;
 use std::fmt;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use super::bootstrap;
+use super::bootstrap::{mandatory_flow_schemas, mandatory_priority_levels};
 use super::model::{NonResourcePolicyRule, Queuing, ResourcePolicyRule};
 use super::objects::{ApiObject, FlowSchemaObject, PriorityLevelObject, RuleObject, SubjectObject};
 use crate::fairqueuing::shuffle_sharding::{required_entropy_bits, MAX_HASH_BITS};
@@ -28,68 +28,47 @@ pub const MAX_QUEUES: i32 = 10_000_000;
 const SUPPORTED_VERBS: [&str; 9] =
     ["create", "delete", "deletecollection", "get", "list", "patch", "proxy", "update", "watch"];
 
-/// One upstream-style field error: `<path>: <body>`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldError {
-    pub path: String,
-    pub body: String,
-}
-
-impl fmt::Display for FieldError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.body)
+/// One upstream-style field error: `<path>: <kind>[: <detail>]`.
+fn field_error(path: impl fmt::Display, kind: &str, detail: &str) -> String {
+    match detail {
+        "" => format!("{path}: {kind}"),
+        _ => format!("{path}: {kind}: {detail}"),
     }
 }
 
-fn with_detail(kind: &str, detail: &str) -> String {
-    if detail.is_empty() {
-        kind.to_string()
-    } else {
-        format!("{kind}: {detail}")
-    }
+/// `Invalid value: <value>: <detail>`; a string `value` is already rendered (see
+/// [`json_repr`]), numbers are bare.
+pub fn invalid(path: impl fmt::Display, value: impl fmt::Display, detail: &str) -> String {
+    field_error(path, &format!("Invalid value: {value}"), detail)
 }
-
-impl FieldError {
-    /// `Invalid value: <value>: <detail>`; a string `value` is already rendered (see
-    /// [`json_repr`]), numbers are bare.
-    pub fn invalid(path: impl Into<String>, value: impl fmt::Display, detail: &str) -> Self {
-        FieldError { path: path.into(), body: with_detail(&format!("Invalid value: {value}"), detail) }
-    }
-    pub fn required(path: impl Into<String>, detail: &str) -> Self {
-        FieldError { path: path.into(), body: with_detail("Required value", detail) }
-    }
-    pub fn forbidden(path: impl Into<String>, detail: &str) -> Self {
-        FieldError { path: path.into(), body: with_detail("Forbidden", detail) }
-    }
-    pub fn duplicate(path: &str, value: String) -> Self {
-        FieldError { path: path.to_string(), body: format!("Duplicate value: {value}") }
-    }
-    pub fn not_supported(path: impl Into<String>, value: String, supported: &[&str]) -> Self {
-        let list: Vec<String> = supported.iter().map(|s| quote(s)).collect();
-        let body = format!("Unsupported value: {value}: supported values: {}", list.join(", "));
-        FieldError { path: path.into(), body }
-    }
+pub fn required(path: impl fmt::Display, detail: &str) -> String {
+    field_error(path, "Required value", detail)
+}
+pub fn forbidden(path: impl fmt::Display, detail: &str) -> String {
+    field_error(path, "Forbidden", detail)
+}
+fn duplicate(path: &str, value: String) -> String {
+    format!("{path}: Duplicate value: {value}")
+}
+pub fn not_supported(path: impl fmt::Display, value: String, supported: &[&str]) -> String {
+    let list: Vec<String> = supported.iter().map(|s| quote(s)).collect();
+    let detail = format!("supported values: {}", list.join(", "));
+    field_error(path, &format!("Unsupported value: {value}"), &detail)
 }
 
 /// Renders a value like upstream's field errors do (strings quoted, numbers bare, compound
 /// values as JSON), shortened to at most 200 characters.
 pub fn json_repr(v: &Value) -> String {
-    let s = serde_json::to_string(v).unwrap_or_else(|_| "?".to_string());
-    if s.chars().count() > 200 {
-        let short: String = s.chars().take(200).collect();
-        format!("{short}...")
-    } else {
-        s
+    let s = v.to_string();
+    match s.char_indices().nth(200) {
+        Some((end, _)) => format!("{}...", s.get(..end).unwrap_or_default()),
+        None => s,
     }
 }
 
 /// A string rendered like Go's `%q` (close enough: JSON string escaping).
 pub fn quote(s: &str) -> String {
-    json_repr(&Value::String(s.to_string()))
-}
-
-fn list_repr(items: &[String]) -> String {
-    json_repr(&Value::Array(items.iter().map(|s| Value::String(s.clone())).collect()))
+    json_repr(&Value::from(s))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -99,76 +78,60 @@ const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
 const DNS1123_SUBDOMAIN_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
 
 fn is_label_syntax(s: &str) -> bool {
-    let b = s.as_bytes();
-    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    match (b.first(), b.last()) {
-        (Some(f), Some(l)) => alnum(f) && alnum(l) && b.iter().all(|c| alnum(c) || *c == b'-'),
-        _ => false,
-    }
+    let valid = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-';
+    !s.is_empty() && !s.starts_with('-') && !s.ends_with('-') && s.bytes().all(valid)
 }
 
 fn is_subdomain_syntax(s: &str) -> bool {
     s.split('.').all(is_label_syntax)
 }
 
+/// The messages of the checks that failed.
+fn failed(checks: [(bool, String); 2]) -> Vec<String> {
+    checks.into_iter().filter_map(|(failed, msg)| failed.then_some(msg)).collect()
+}
+
 /// `IsDNS1123Label` messages (empty = valid).
 pub fn dns1123_label_errors(s: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    if s.len() > 63 {
-        out.push("must be no more than 63 characters".to_string());
-    }
-    if !is_label_syntax(s) {
-        if is_subdomain_syntax(s) {
-            out.push("must not contain dots".to_string());
-        } else {
-            out.push(format!(
-                "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '{DNS1123_LABEL_FMT}')"
-            ));
-        }
-    }
-    out
+    let syntax = if is_subdomain_syntax(s) {
+        "must not contain dots".to_string()
+    } else {
+        format!("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '{DNS1123_LABEL_FMT}')")
+    };
+    failed([(s.len() > 63, "must be no more than 63 characters".into()), (!is_label_syntax(s), syntax)])
 }
 
 /// `IsDNS1123Subdomain` messages (empty = valid).
 pub fn dns1123_subdomain_errors(s: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    if s.len() > 253 {
-        out.push("must be no more than 253 characters".to_string());
-    }
-    if !is_subdomain_syntax(s) {
-        out.push(format!(
-            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '{DNS1123_SUBDOMAIN_FMT}')"
-        ));
-    }
-    out
+    let syntax = format!("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '{DNS1123_SUBDOMAIN_FMT}')");
+    let too_long = (s.len() > 253, "must be no more than 253 characters".into());
+    failed([too_long, (!is_subdomain_syntax(s), syntax)])
 }
 
 /// One `Invalid value` error per message of a name check.
-fn invalid_name(path: &str, name: &str, msgs: Vec<String>, errs: &mut Vec<FieldError>) {
-    errs.extend(msgs.iter().map(|msg| FieldError::invalid(path, quote(name), msg)));
+fn invalid_name(path: &str, name: &str, msgs: Vec<String>, errs: &mut Vec<String>) {
+    errs.extend(msgs.iter().map(|msg| invalid(path, quote(name), msg)));
 }
 
-fn validate_meta(name: &str, namespace: &str, errs: &mut Vec<FieldError>) {
+fn validate_meta(name: &str, namespace: &str, errs: &mut Vec<String>) {
     if name.is_empty() {
-        errs.push(FieldError::required("metadata.name", "name or generateName is required"));
+        errs.push(required("metadata.name", "name or generateName is required"));
     } else {
         invalid_name("metadata.name", name, dns1123_subdomain_errors(name), errs);
     }
     if !namespace.is_empty() {
-        errs.push(FieldError::forbidden("metadata.namespace", "not allowed on this type"));
+        errs.push(forbidden("metadata.namespace", "not allowed on this type"));
     }
 }
 
-fn validate_conditions(types: &[String], errs: &mut Vec<FieldError>) {
-    let mut seen: Vec<&str> = Vec::new();
+fn validate_conditions(types: &[String], errs: &mut Vec<String>) {
     for (i, t) in types.iter().enumerate() {
         let p = format!("status.conditions[{i}].type");
-        if seen.contains(&t.as_str()) {
-            errs.push(FieldError::duplicate(&p, quote(t)));
+        if types.iter().take(i).any(|seen| seen == t) {
+            errs.push(duplicate(&p, quote(t)));
         }
-        seen.push(t);
         if t.is_empty() {
-            errs.push(FieldError::required(&p, "must not be empty"));
+            errs.push(required(&p, "must not be empty"));
         }
     }
 }
@@ -177,12 +140,12 @@ fn validate_conditions(types: &[String], errs: &mut Vec<FieldError>) {
 // FlowSchema.
 
 /// All field errors of one FlowSchema (unprefixed).
-pub fn validate_flow_schema(fs: &FlowSchemaObject) -> Vec<FieldError> {
+pub fn validate_flow_schema(fs: &FlowSchemaObject) -> Vec<String> {
     let mut errs = Vec::new();
     validate_meta(&fs.meta.name, &fs.meta.namespace, &mut errs);
     let spec = &fs.spec;
     let mp = spec.matching_precedence;
-    let invalid_mp = |detail: &str| FieldError::invalid("spec.matchingPrecedence", mp, detail);
+    let invalid_mp = |detail: &str| invalid("spec.matchingPrecedence", mp, detail);
     if mp <= 0 {
         errs.push(invalid_mp("must be a positive value"));
     }
@@ -194,37 +157,37 @@ pub fn validate_flow_schema(fs: &FlowSchemaObject) -> Vec<FieldError> {
     }
     let supported = ["ByNamespace", "ByUser"];
     if let Some(t) = spec.distinguisher_method.as_ref().filter(|t| !supported.contains(&t.as_str())) {
-        let method = Value::Object(Map::from_iter([("type".into(), Value::String(t.clone()))]));
-        let method = json_repr(&method);
-        errs.push(FieldError::not_supported("spec.distinguisherMethod.type", method, &supported));
+        let method = json_repr(&serde_json::json!({ "type": t }));
+        errs.push(not_supported("spec.distinguisherMethod.type", method, &supported));
     }
     let pl = &spec.priority_level_configuration;
     let pl_path = "spec.priorityLevelConfiguration.name";
     if pl.is_empty() {
-        errs.push(FieldError::required(pl_path, "must reference a priority level"));
+        errs.push(required(pl_path, "must reference a priority level"));
     } else {
         invalid_name(pl_path, pl, dns1123_subdomain_errors(pl), &mut errs);
     }
     for (i, rule) in spec.rules.iter().enumerate() {
         validate_rule(rule, &format!("spec.rules[{i}]"), &mut errs);
     }
-    if bootstrap::mandatory_flow_schema(&fs.meta.name).is_some_and(|mand| mand.spec != fs.spec) {
+    let mandatory = mandatory_flow_schemas().into_iter().find(|m| m.meta.name == fs.meta.name);
+    if mandatory.is_some_and(|mand| mand.spec != fs.spec) {
         let detail = format!("spec of '{}' must equal the fixed value", fs.meta.name);
-        errs.push(FieldError::invalid("spec", json_repr(&fs.raw_spec), &detail));
+        errs.push(invalid("spec", json_repr(&fs.raw_spec), &detail));
     }
     validate_conditions(&fs.condition_types, &mut errs);
     errs
 }
 
-fn validate_rule(rule: &RuleObject, path: &str, errs: &mut Vec<FieldError>) {
+fn validate_rule(rule: &RuleObject, path: &str, errs: &mut Vec<String>) {
     if rule.subjects.is_empty() {
-        errs.push(FieldError::required(format!("{path}.subjects"), "subjects must contain at least one value"));
+        errs.push(required(format!("{path}.subjects"), "subjects must contain at least one value"));
     }
     for (i, s) in rule.subjects.iter().enumerate() {
         validate_subject(s, &format!("{path}.subjects[{i}]"), errs);
     }
     if rule.resource_rules.is_empty() && rule.non_resource_rules.is_empty() {
-        errs.push(FieldError::required(path, "at least one of resourceRules and nonResourceRules has to be non-empty"));
+        errs.push(required(path, "at least one of resourceRules and nonResourceRules has to be non-empty"));
     }
     for (i, r) in rule.resource_rules.iter().enumerate() {
         validate_resource_rule(r, &format!("{path}.resourceRules[{i}]"), errs);
@@ -234,87 +197,72 @@ fn validate_rule(rule: &RuleObject, path: &str, errs: &mut Vec<FieldError>) {
     }
 }
 
-fn validate_subject(s: &SubjectObject, path: &str, errs: &mut Vec<FieldError>) {
-    match s.kind.as_str() {
-        "ServiceAccount" => {
-            let p = format!("{path}.serviceAccount");
-            match &s.service_account {
-                None => errs.push(FieldError::required(&p, "serviceAccount is required when subject kind is 'ServiceAccount'")),
-                Some(sa) => {
-                    let (name_path, ns_path) = (format!("{p}.name"), format!("{p}.namespace"));
-                    if sa.name.is_empty() {
-                        errs.push(FieldError::required(name_path, ""));
-                    } else if sa.name != "*" {
-                        invalid_name(&name_path, &sa.name, dns1123_subdomain_errors(&sa.name), errs);
-                    }
-                    if sa.namespace.is_empty() {
-                        errs.push(FieldError::required(ns_path, "must specify namespace for service account"));
-                    } else {
-                        invalid_name(&ns_path, &sa.namespace, dns1123_label_errors(&sa.namespace), errs);
-                    }
-                }
-            }
-        }
-        kind @ ("User" | "Group") => {
-            let (field, name) = if kind == "User" { ("user", &s.user) } else { ("group", &s.group) };
-            let p = format!("{path}.{field}");
-            match name {
-                None => errs.push(FieldError::required(&p, &format!("{field} is required when subject kind is '{kind}'"))),
-                Some(n) if n.is_empty() => errs.push(FieldError::required(format!("{p}.name"), "")),
-                Some(_) => {}
-            }
-        }
-        other => {
-            let supported = ["Group", "ServiceAccount", "User"];
-            return errs.push(FieldError::not_supported(format!("{path}.kind"), quote(other), &supported));
-        }
-    }
+fn validate_subject(s: &SubjectObject, path: &str, errs: &mut Vec<String>) {
+    let sa = s.service_account.as_ref();
     let members = [
-        ("serviceAccount", "ServiceAccount", s.service_account.is_some()),
-        ("user", "User", s.user.is_some()),
-        ("group", "Group", s.group.is_some()),
+        ("serviceAccount", "ServiceAccount", sa.map(|sa| &sa.name)),
+        ("user", "User", s.user.as_ref()),
+        ("group", "Group", s.group.as_ref()),
     ];
-    for (field, kind, set) in members {
-        if set && s.kind != kind {
-            let detail = format!("{field} is forbidden when subject kind is not '{kind}'");
-            errs.push(FieldError::forbidden(format!("{path}.{field}"), &detail));
+    let Some(&(field, kind, name)) = members.iter().find(|m| m.1 == s.kind) else {
+        let supported = ["Group", "ServiceAccount", "User"];
+        return errs.push(not_supported(format!("{path}.kind"), quote(&s.kind), &supported));
+    };
+    let p = format!("{path}.{field}");
+    match name {
+        None => errs.push(required(&p, &format!("{field} is required when subject kind is '{kind}'"))),
+        Some(n) if n.is_empty() => errs.push(required(format!("{p}.name"), "")),
+        Some(n) if kind == "ServiceAccount" && n != "*" => {
+            invalid_name(&format!("{p}.name"), n, dns1123_subdomain_errors(n), errs)
+        }
+        Some(_) => {}
+    }
+    if let Some(sa) = sa.filter(|_| kind == "ServiceAccount") {
+        let ns_path = format!("{p}.namespace");
+        if sa.namespace.is_empty() {
+            errs.push(required(ns_path, "must specify namespace for service account"));
+        } else {
+            invalid_name(&ns_path, &sa.namespace, dns1123_label_errors(&sa.namespace), errs);
         }
     }
-}
-
-fn has_wildcard(list: &[String]) -> bool {
-    list.iter().any(|s| s == "*")
+    for (field, kind, name) in members {
+        if name.is_some() && s.kind != kind {
+            let detail = format!("{field} is forbidden when subject kind is not '{kind}'");
+            errs.push(forbidden(format!("{path}.{field}"), &detail));
+        }
+    }
 }
 
 /// Whether `list` holds no `'*'`; an error if it holds `'*'` and more.
-fn no_wildcard(list: &[String], p: &str, what: &str, errs: &mut Vec<FieldError>) -> bool {
-    if list.len() > 1 && has_wildcard(list) {
+fn no_wildcard(list: &[String], p: &str, what: &str, errs: &mut Vec<String>) -> bool {
+    let wildcard = list.iter().any(|s| s == "*");
+    if wildcard && list.len() > 1 {
         let detail = format!("if '*' is present, must not specify other {what}");
-        errs.push(FieldError::invalid(p, list_repr(list), &detail));
+        errs.push(invalid(p, json_repr(&list.into()), &detail));
     }
-    !has_wildcard(list)
+    !wildcard
 }
 
 /// A list that must not be empty and may hold `'*'` only alone; whether to check its members.
-fn check_list(list: &[String], p: &str, required: &str, what: &str, errs: &mut Vec<FieldError>) -> bool {
+fn check_list(list: &[String], p: &str, if_empty: &str, what: &str, errs: &mut Vec<String>) -> bool {
     if list.is_empty() {
-        errs.push(FieldError::required(p, required));
+        errs.push(required(p, if_empty));
         return false;
     }
     no_wildcard(list, p, what, errs)
 }
 
-fn validate_verbs(verbs: &[String], path: &str, errs: &mut Vec<FieldError>) {
+fn validate_verbs(verbs: &[String], path: &str, errs: &mut Vec<String>) {
     let p = format!("{path}.verbs");
     let verbs_required = "verbs must contain at least one value";
     if check_list(verbs, &p, verbs_required, "verbs", errs)
         && !verbs.iter().all(|v| SUPPORTED_VERBS.contains(&v.as_str()))
     {
-        errs.push(FieldError::not_supported(&p, list_repr(verbs), &SUPPORTED_VERBS));
+        errs.push(not_supported(&p, json_repr(&verbs.into()), &SUPPORTED_VERBS));
     }
 }
 
-fn validate_resource_rule(r: &ResourcePolicyRule, path: &str, errs: &mut Vec<FieldError>) {
+fn validate_resource_rule(r: &ResourcePolicyRule, path: &str, errs: &mut Vec<String>) {
     validate_verbs(&r.verbs, path, errs);
     let p = format!("{path}.apiGroups");
     check_list(&r.api_groups, &p, "resource rules must supply at least one api group", "api groups", errs);
@@ -322,31 +270,25 @@ fn validate_resource_rule(r: &ResourcePolicyRule, path: &str, errs: &mut Vec<Fie
     check_list(&r.resources, &p, "resource rules must supply at least one resource", "resources", errs);
     let p = format!("{path}.namespaces");
     if r.namespaces.is_empty() && !r.cluster_scope {
-        errs.push(FieldError::required(
-            &p,
-            "resource rules that are not cluster scoped must supply at least one namespace",
-        ));
+        let detail = "resource rules that are not cluster scoped must supply at least one namespace";
+        errs.push(required(&p, detail));
     } else if no_wildcard(&r.namespaces, &p, "namespaces", errs) {
         for (i, ns) in r.namespaces.iter().enumerate() {
-            for msg in dns1123_label_errors(ns) {
-                errs.push(FieldError::invalid(
-                    format!("{p}[{i}]"),
-                    quote(ns),
-                    &format!("each member of this list must be '*' or a DNS-1123 label; {msg}"),
-                ));
-            }
+            let msgs = dns1123_label_errors(ns).into_iter();
+            let msgs = msgs.map(|m| format!("each member of this list must be '*' or a DNS-1123 label; {m}"));
+            invalid_name(&format!("{p}[{i}]"), ns, msgs.collect(), errs);
         }
     }
 }
 
-fn validate_non_resource_rule(r: &NonResourcePolicyRule, path: &str, errs: &mut Vec<FieldError>) {
+fn validate_non_resource_rule(r: &NonResourcePolicyRule, path: &str, errs: &mut Vec<String>) {
     validate_verbs(&r.verbs, path, errs);
     let p = format!("{path}.nonResourceURLs");
     let required = "nonResourceURLs must contain at least one value";
     if check_list(&r.non_resource_urls, &p, required, "non-resource URLs", errs) {
         for (i, u) in r.non_resource_urls.iter().enumerate() {
             if let Some(msg) = non_resource_url_error(u) {
-                errs.push(FieldError::invalid(format!("{p}[{i}]"), quote(u), msg));
+                errs.push(invalid(format!("{p}[{i}]"), quote(u), msg));
             }
         }
     }
@@ -354,43 +296,34 @@ fn validate_non_resource_rule(r: &NonResourcePolicyRule, path: &str, errs: &mut 
 
 /// `ValidateNonResourceURLPath`.
 fn non_resource_url_error(path: &str) -> Option<&'static str> {
-    if path.is_empty() {
-        return Some("must not be empty");
-    }
-    if path == "/" {
-        return None;
-    }
-    if !path.starts_with('/') {
-        return Some("must start with slash");
-    }
-    if path.contains(' ') {
-        return Some("must not contain white-space");
-    }
-    if path.contains("//") {
-        return Some("must not contain double slash");
-    }
     let wildcards = path.matches('*').count();
-    if wildcards > 1 || (wildcards == 1 && !path.ends_with("/*")) {
-        return Some("wildcard can only do suffix matching");
+    let wildcard_inside = wildcards > 1 || (wildcards == 1 && !path.ends_with("/*"));
+    match path {
+        "" => Some("must not be empty"),
+        "/" => None,
+        _ if !path.starts_with('/') => Some("must start with slash"),
+        _ if path.contains(' ') => Some("must not contain white-space"),
+        _ if path.contains("//") => Some("must not contain double slash"),
+        _ if wildcard_inside => Some("wildcard can only do suffix matching"),
+        _ => None,
     }
-    None
 }
 
 // ---------------------------------------------------------------------------------------------
 // PriorityLevelConfiguration.
 
 /// All field errors of one PriorityLevelConfiguration (unprefixed).
-pub fn validate_priority_level(pl: &PriorityLevelObject) -> Vec<FieldError> {
+pub fn validate_priority_level(pl: &PriorityLevelObject) -> Vec<String> {
     let mut errs = Vec::new();
     validate_meta(&pl.meta.name, &pl.meta.namespace, &mut errs);
     let spec = &pl.spec;
     if (pl.meta.name == "exempt") != (spec.type_ == "Exempt") {
-        errs.push(FieldError::invalid("spec.type", quote(&spec.type_), "type must be 'Exempt' if and only if name is 'exempt'"));
+        errs.push(invalid("spec.type", quote(&spec.type_), "type must be 'Exempt' if and only if name is 'exempt'"));
     }
     match spec.type_.as_str() {
         "Exempt" => {
             if spec.limited.is_some() {
-                errs.push(FieldError::forbidden("spec.limited", "must be nil if the type is not Limited"));
+                errs.push(forbidden("spec.limited", "must be nil if the type is not Limited"));
             }
             if let Some(e) = &spec.exempt {
                 let shares = e.nominal_concurrency_shares;
@@ -400,10 +333,10 @@ pub fn validate_priority_level(pl: &PriorityLevelObject) -> Vec<FieldError> {
         }
         "Limited" => {
             if spec.exempt.is_some() {
-                errs.push(FieldError::forbidden("spec.exempt", "must be nil if the type is Limited"));
+                errs.push(forbidden("spec.exempt", "must be nil if the type is Limited"));
             }
             match &spec.limited {
-                None => errs.push(FieldError::required("spec.limited", "must not be empty when type is Limited")),
+                None => errs.push(required("spec.limited", "must not be empty when type is Limited")),
                 Some(l) => {
                     let shares_path = format!("spec.limited.{}", pl.version.shares_field());
                     non_negative_shares(&shares_path, l.nominal_concurrency_shares, &mut errs);
@@ -411,14 +344,15 @@ pub fn validate_priority_level(pl: &PriorityLevelObject) -> Vec<FieldError> {
                     lendable_percent("spec.limited.lendablePercent", l.lendable_percent, &mut errs);
                     if let Some(b) = l.borrowing_limit_percent.filter(|b| *b < 0) {
                         let detail = "if specified, must be a non-negative integer";
-                        errs.push(FieldError::invalid("spec.limited.borrowingLimitPercent", b, detail));
+                        errs.push(invalid("spec.limited.borrowingLimitPercent", b, detail));
                     }
                 }
             }
         }
-        other => errs.push(FieldError::not_supported("spec.type", quote(other), &["Exempt", "Limited"])),
+        other => errs.push(not_supported("spec.type", quote(other), &["Exempt", "Limited"])),
     }
-    if let Some(mand) = bootstrap::mandatory_priority_level(&pl.meta.name) {
+    let mandatory = mandatory_priority_levels().into_iter().find(|m| m.meta.name == pl.meta.name);
+    if let Some(mand) = mandatory {
         let mut have = pl.spec.clone();
         let detail = if pl.meta.name == "exempt" {
             have.exempt = mand.spec.exempt.clone();
@@ -427,46 +361,46 @@ pub fn validate_priority_level(pl: &PriorityLevelObject) -> Vec<FieldError> {
             format!("spec of '{}' must equal the fixed value", pl.meta.name)
         };
         if have != mand.spec {
-            errs.push(FieldError::invalid("spec", json_repr(&pl.raw_spec), &detail));
+            errs.push(invalid("spec", json_repr(&pl.raw_spec), &detail));
         }
     }
     validate_conditions(&pl.condition_types, &mut errs);
     errs
 }
 
-fn non_negative_shares(path: &str, value: i32, errs: &mut Vec<FieldError>) {
+fn non_negative_shares(path: &str, value: i32, errs: &mut Vec<String>) {
     if value < 0 {
-        errs.push(FieldError::invalid(path, value, "must be a non-negative integer"));
+        errs.push(invalid(path, value, "must be a non-negative integer"));
     }
 }
 
-fn lendable_percent(path: &str, value: i32, errs: &mut Vec<FieldError>) {
+fn lendable_percent(path: &str, value: i32, errs: &mut Vec<String>) {
     if !(0..=100).contains(&value) {
-        errs.push(FieldError::invalid(path, value, "must be between 0 and 100, inclusive"));
+        errs.push(invalid(path, value, "must be between 0 and 100, inclusive"));
     }
 }
 
-fn validate_limit_response(type_: &str, queuing: Option<Queuing>, errs: &mut Vec<FieldError>) {
+fn validate_limit_response(type_: &str, queuing: Option<Queuing>, errs: &mut Vec<String>) {
     let p = "spec.limited.limitResponse.queuing";
     match (type_, queuing) {
         ("Reject", Some(_)) => {
-            errs.push(FieldError::forbidden(p, "must be nil if limited.limitResponse.type is not Limited"))
+            errs.push(forbidden(p, "must be nil if limited.limitResponse.type is not Limited"))
         }
         ("Queue", None) => {
-            errs.push(FieldError::required(p, "must not be empty if limited.limitResponse.type is Limited"))
+            errs.push(required(p, "must not be empty if limited.limitResponse.type is Limited"))
         }
         ("Queue", Some(q)) => validate_queuing(&q, p, errs),
         ("Reject", None) => {}
         (other, _) => {
             let supported = ["Queue", "Reject"];
-            errs.push(FieldError::not_supported("spec.limited.limitResponse.type", quote(other), &supported))
+            errs.push(not_supported("spec.limited.limitResponse.type", quote(other), &supported))
         }
     }
 }
 
-fn validate_queuing(q: &Queuing, path: &str, errs: &mut Vec<FieldError>) {
+fn validate_queuing(q: &Queuing, path: &str, errs: &mut Vec<String>) {
     let mut invalid = |field: &str, value: i32, detail: &str| {
-        errs.push(FieldError::invalid(format!("{path}.{field}"), value, detail));
+        errs.push(invalid(format!("{path}.{field}"), value, detail));
     };
     if q.queue_length_limit <= 0 {
         invalid("queueLengthLimit", q.queue_length_limit, "must be positive");
@@ -495,18 +429,16 @@ fn validate_queuing(q: &Queuing, path: &str, errs: &mut Vec<FieldError>) {
 /// Validates every object and checks for duplicate names per kind. Returns every error,
 /// prefixed with its object (`FlowSchema "x": spec...`), in input order.
 pub fn validate_objects(objs: &[ApiObject]) -> Vec<String> {
-    let mut out = Vec::new();
     let mut seen = HashSet::new();
-    for o in objs {
+    objs.iter().flat_map(|o| {
         let (mut errs, is_fs) = match o {
             ApiObject::FlowSchema(fs) => (validate_flow_schema(fs), true),
             ApiObject::PriorityLevel(pl) => (validate_priority_level(pl), false),
         };
         if !o.name().is_empty() && !seen.insert((is_fs, o.name())) {
-            errs.insert(0, FieldError::duplicate("metadata.name", quote(o.name())));
+            errs.insert(0, duplicate("metadata.name", quote(o.name())));
         }
         let prefix = o.describe();
-        out.extend(errs.into_iter().map(|e| format!("{prefix}: {e}")));
-    }
-    out
+        errs.into_iter().map(move |e| format!("{prefix}: {e}"))
+    }).collect()
 }
