@@ -161,7 +161,7 @@ impl QueueSet {
             epoch_advance_failures: r.u64()?,
             no_accommodation: r.u64()?,
         };
-        let mut ids = IdSet { ids: Vec::with_capacity(id_room) };
+        let mut ids: Vec<RequestId> = Vec::with_capacity(id_room);
         let n = r.count(4)?;
         qs.execs.reserve(n);
         for _ in 0..n {
@@ -223,9 +223,11 @@ impl QueueSet {
                     }
                 }
             }
-            for w in q.waiting.iter() {
-                ids.add(w.id, qs.next_id)?;
+            // Ids the state has handed out: 1 to `next_id` − 1.
+            if q.waiting.iter().any(|w| w.id == 0 || w.id >= qs.next_id) {
+                return Err(CodecError("bad request id"));
             }
+            ids.extend(q.waiting.iter().map(|w| w.id));
             let n = u32::try_from(q.waiting.len()).map_err(|_| CodecError("too many requests"))?;
             qs.tot_requests_waiting = qs.tot_requests_waiting.checked_add(n).ok_or(CodecError("too many requests"))?;
             qs.tot_seats_waiting = qs.tot_seats_waiting.checked_add(q.max_seats_sum).ok_or(CodecError("seat overflow"))?;
@@ -245,7 +247,7 @@ impl QueueSet {
         if qs.queues.iter().any(|q| q.is_stored_idle()) {
             return Err(CodecError("idle queue stored"));
         }
-        if ids.has_duplicates() {
+        if has_duplicates(&mut ids) {
             return Err(CodecError("duplicate request id"));
         }
         Ok(qs)
@@ -288,39 +290,23 @@ impl QueueSet {
     }
 }
 
-/// Request ids seen while decoding, to reject duplicates.
-#[derive(Default)]
-pub(super) struct IdSet {
-    pub(super) ids: Vec<RequestId>,
-}
+/// Ids within this distance of the smallest are checked for duplicates with a bitmap (the usual
+/// case: waiting requests arrived recently), others by sorting.
+pub(super) const ID_WINDOW: u64 = 4096;
 
-impl IdSet {
-    /// Ids within this distance of the smallest are checked with a bitmap (the usual case:
-    /// waiting requests arrived recently), others by sorting.
-    pub(super) const WINDOW: u64 = 4096;
-
-    /// Adds a request's id, which must be one the state has handed out (1 to `next_id` − 1).
-    pub(super) fn add(&mut self, id: RequestId, next_id: RequestId) -> CodecResult<()> {
-        if id == 0 || id >= next_id {
-            return Err(CodecError("bad request id"));
-        }
-        self.ids.push(id);
-        Ok(())
+/// Whether a request id appears twice in `ids`.
+pub(super) fn has_duplicates(ids: &mut [RequestId]) -> bool {
+    let (Some(&lo), Some(&hi)) = (ids.iter().min(), ids.iter().max()) else { return false };
+    if hi - lo >= ID_WINDOW {
+        ids.sort_unstable();
+        return ids.windows(2).any(|w| w.first() == w.get(1));
     }
-
-    pub(super) fn has_duplicates(&mut self) -> bool {
-        let (Some(&lo), Some(&hi)) = (self.ids.iter().min(), self.ids.iter().max()) else { return false };
-        if hi - lo >= Self::WINDOW {
-            self.ids.sort_unstable();
-            return self.ids.windows(2).any(|w| w.first() == w.get(1));
-        }
-        // A bitmap of the ids from `lo`.
-        let mut seen = [0u64; (IdSet::WINDOW / 64) as usize];
-        !self.ids.iter().all(|&id| {
-            let (word, bit) = (seen.get_mut(((id - lo) / 64) as usize), 1u64 << ((id - lo) % 64));
-            word.is_some_and(|w| std::mem::replace(w, *w | bit) & bit == 0)
-        })
-    }
+    // A bitmap of the ids from `lo`.
+    let mut seen = [0u64; (ID_WINDOW / 64) as usize];
+    !ids.iter().all(|&id| {
+        let (word, bit) = (seen.get_mut(((id - lo) / 64) as usize), 1u64 << ((id - lo) % 64));
+        word.is_some_and(|w| std::mem::replace(w, *w | bit) & bit == 0)
+    })
 }
 
 /// A queue's segment: its requests, each delta-coded against the one before it.

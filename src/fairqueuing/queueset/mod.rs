@@ -51,8 +51,6 @@
 
 use std::collections::VecDeque;
 
-use serde::Serialize;
-
 use super::seat_seconds::{duration_per_seat, seats_times_duration, SeatSeconds};
 use super::shuffle_sharding::Dealer;
 use super::{Dispatched, QueueSetConfig, Receipt, RejectReason, RequestId, RequestTag, WorkEstimate};
@@ -91,7 +89,7 @@ pub enum Arrival {
 }
 
 /// Totals kept for dumps and metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Counters {
     /// Requests that started executing (queued or not).
     pub dispatched: u64,

@@ -1,8 +1,6 @@
 //! Debug views of a QueueSet, for upstream's `dump_queues` / `dump_requests`
 //! (`apf_controller_debug.go`).
 
-use serde::Serialize;
-
 use super::{qkey, request_work, sat_u32, Counters, QueueSet};
 use crate::fairqueuing::RequestId;
 use crate::fairqueuing::seat_seconds::SeatSeconds;
@@ -75,7 +73,7 @@ impl QueueSet {
 }
 
 /// Debug view of a QueueSet (for `dump_queues` / `dump_requests`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct QueueSetSnapshot {
     pub desired_queues: i32,
     pub queue_length_limit: u32,
@@ -97,7 +95,7 @@ pub struct QueueSetSnapshot {
     pub queueless_lingering: Vec<LingeringSnapshot>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct QueueSnapshot {
     pub index: u32,
     pub next_dispatch_r: String,
@@ -114,7 +112,7 @@ pub struct QueueSnapshot {
     pub lingering: Vec<LingeringSnapshot>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct WaitingSnapshot {
     pub id: RequestId,
     pub owner: u32,
@@ -131,7 +129,7 @@ pub struct WaitingSnapshot {
 }
 
 /// The executing requests of one owner (worker slot) in one queue.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecutingByOwner {
     pub owner: u32,
     /// Executing (not lingering) requests.
@@ -141,7 +139,7 @@ pub struct ExecutingByOwner {
 }
 
 /// Seats of a finished request still held for its `AdditionalLatency`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LingeringSnapshot {
     pub owner: u32,
     pub seats: u64,

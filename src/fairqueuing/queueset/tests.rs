@@ -1,6 +1,6 @@
 //! White-box tests of the QueueSet (upstream's `queueset_test.go` vectors and our properties).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
-use super::codec::{encode_segment, IdSet};
+use super::codec::{encode_segment, has_duplicates, ID_WINDOW};
 use super::fifo::Waiting;
 use super::*;
 use crate::codec::{Reader, Writer};
@@ -536,20 +536,20 @@ fn config_fast_check_agrees_with_dealer() {
 fn id_set_finds_duplicates() {
     for n in [0usize, 1, 2, 15, 16, 17, 40] {
         // Close ids (bitmap) and spread ones (sorting).
-        for spread in [1u64, 3, IdSet::WINDOW - 1, IdSet::WINDOW, 1 << 40] {
+        for spread in [1u64, 3, ID_WINDOW - 1, ID_WINDOW, 1 << 40] {
             let id = |i: usize| 7 + i as u64 * spread;
-            let mut s = IdSet::default();
+            let mut s = Vec::new();
             for i in 0..n {
-                s.ids.push(id(i));
+                s.push(id(i));
             }
-            assert!(!s.has_duplicates(), "{n} {spread}");
+            assert!(!has_duplicates(&mut s), "{n} {spread}");
             for dup in 0..n {
-                let mut s = IdSet::default();
+                let mut s = Vec::new();
                 for i in 0..n {
-                    s.ids.push(id(i));
+                    s.push(id(i));
                 }
-                s.ids.push(id(dup));
-                assert!(s.has_duplicates(), "{n} {dup} {spread}");
+                s.push(id(dup));
+                assert!(has_duplicates(&mut s), "{n} {dup} {spread}");
             }
         }
     }
