@@ -205,9 +205,7 @@ impl QueueSet {
             // is unchanged (the sums depend on the requests alone); else decoded.
             let nw = r.count(0)?;
             let seg = r.bytes()?;
-            while prior_queues.peek().is_some_and(|p| p.index < index) {
-                prior_queues.next();
-            }
+            while prior_queues.next_if(|p| p.index < index).is_some() {}
             match prior_queues.next_if(|p| p.index == index) {
                 Some(p) if p.waiting.len() == nw && p.waiting.enc.get().map(Vec::as_slice) == Some(seg) => {
                     (q.initial_seats_sum, q.max_seats_sum, q.total_work_sum) = (p.initial_seats_sum, p.max_seats_sum, p.total_work_sum);
@@ -215,8 +213,7 @@ impl QueueSet {
                 }
                 _ => {
                     q.waiting = decode_segment(seg, nw)?;
-                    for w in q.waiting.iter() {
-                        let work = w.work;
+                    for &Waiting { work, .. } in q.waiting.iter() {
                         q.initial_seats_sum = q.initial_seats_sum.checked_add(work.initial_seats as u64).ok_or(CodecError("seat overflow"))?;
                         q.max_seats_sum = q.max_seats_sum.checked_add(work.max_seats() as u64).ok_or(CodecError("seat overflow"))?;
                         q.total_work_sum = q.total_work_sum.wrapping_add(request_work(&work, qs.g).1 .0);

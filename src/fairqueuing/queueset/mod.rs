@@ -287,16 +287,11 @@ impl QueueSet {
 
     // ---------------------------------------------------------------- arrival
 
+    /// Upstream `canAccommodateSeatsLocked` ("too wide runs alone"); exempt levels always can.
     fn can_accommodate(&self, seats: u32) -> bool {
-        let c = self.cfg.concurrency_limit as u64;
-        let seats = seats as u64;
-        if self.cfg.desired_queues < 0 {
-            return true;
-        }
-        if seats > c {
-            return self.tot_requests_executing == 0;
-        }
-        self.tot_seats_in_use.saturating_add(seats) <= c
+        let (c, seats) = (self.cfg.concurrency_limit as u64, seats as u64);
+        let fits = self.tot_seats_in_use.saturating_add(seats) <= c;
+        self.cfg.desired_queues < 0 || if seats > c { self.tot_requests_executing == 0 } else { fits }
     }
 
     fn queue_pos(&self, index: u32) -> Result<usize, usize> {
@@ -630,9 +625,7 @@ thread_local! {
 /// Upstream `boundNextDispatchLocked` (anti-windup).
 fn bound_next_dispatch(q: &mut Queue) {
     if let Some(head) = q.waiting.front() {
-        if q.next_dispatch_r < head.arrival_r {
-            q.next_dispatch_r = head.arrival_r;
-        }
+        q.next_dispatch_r = q.next_dispatch_r.max(head.arrival_r);
     }
 }
 
