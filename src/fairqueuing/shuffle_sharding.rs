@@ -58,8 +58,7 @@ impl Dealer {
             *r = (hash % d) as u32;
             hash /= d;
         }
-        // Each remainder skips the cards dealt before it; from the last one down, so that the
-        // earlier ones are still remainders.
+        // Each remainder skips the cards before it (from the last: those are still remainders).
         for i in (0..n).rev() {
             if let Some((earlier, [card, ..])) = cards.split_at_mut_checked(i) {
                 *card = earlier.iter().rev().fold(*card, |c, &e| if c >= e { c + 1 } else { c });

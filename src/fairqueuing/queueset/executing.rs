@@ -63,12 +63,20 @@ impl QueueSet {
             }
             self.lingers.swap_remove(i);
             n += 1;
-            self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(l.seats);
-            if let Some(q) = self.stored_pos(l.queue).and_then(|p| self.queues.get_mut(p)) {
-                q.seats_in_use = q.seats_in_use.saturating_sub(l.seats);
-                q.lingering = q.lingering.saturating_sub(1);
-            }
+            self.release(l.queue, 0, 1, l.seats);
         }
         n
+    }
+
+    /// Takes executing or lingering requests and their seats off the totals and their queue (if
+    /// stored; it is left in place even when it becomes idle).
+    pub(super) fn release(&mut self, queue: i32, executing: u32, lingering: u32, seats: u64) {
+        self.tot_requests_executing = self.tot_requests_executing.saturating_sub(executing);
+        self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(seats);
+        if let Some(q) = self.stored_pos(queue).and_then(|p| self.queues.get_mut(p)) {
+            q.requests_executing = q.requests_executing.saturating_sub(executing);
+            q.lingering = q.lingering.saturating_sub(lingering);
+            q.seats_in_use = q.seats_in_use.saturating_sub(seats);
+        }
     }
 }

@@ -496,26 +496,20 @@ impl QueueSet {
         if e.executing == 0 {
             self.execs.remove(p);
         }
-        self.tot_requests_executing = self.tot_requests_executing.saturating_sub(1);
+        // Its seats linger (still in use) or are released.
         let linger = rc.additional_latency > 0;
+        self.release(rc.queue, 1, 0, if linger { 0 } else { seats });
         if linger {
             self.lingers.push(Linger { until: now.saturating_add(rc.additional_latency), queue: rc.queue, owner: rc.owner, seats });
-        } else {
-            self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(seats);
         }
         if let Some((pos, q)) = self.stored_pos(rc.queue).and_then(|p| Some((p, self.queues.get_mut(p)?))) {
-            q.requests_executing = q.requests_executing.saturating_sub(1);
             let actual = now.saturating_sub(rc.start);
             let corr = seats_times_duration(rc.initial_seats as f64, self.g.saturating_sub(actual));
             q.next_dispatch_r = q.next_dispatch_r.wrapping_sub(corr.0);
             bound_next_dispatch(q);
-            if linger {
-                q.lingering = q.lingering.saturating_add(1);
-            } else {
-                q.seats_in_use = q.seats_in_use.saturating_sub(seats);
-                if q.is_stored_idle() {
-                    self.queues.remove(pos);
-                }
+            q.lingering = q.lingering.saturating_add(u32::from(linger));
+            if q.is_stored_idle() {
+                self.queues.remove(pos);
             }
         }
         self.dispatch_as_much_as_possible(now, out);
@@ -599,15 +593,9 @@ impl QueueSet {
         let mut count = removed.len();
         let lo = self.execs.partition_point(|e| e.owner < owner);
         let hi = self.execs.partition_point(|e| e.owner <= owner);
-        let gone: Vec<OwnerExec> = self.execs.drain(lo..hi.max(lo)).collect();
-        for e in gone {
+        for e in self.execs.drain(lo..hi.max(lo)).collect::<Vec<OwnerExec>>() {
             count = count.saturating_add(e.executing as usize);
-            self.tot_requests_executing = self.tot_requests_executing.saturating_sub(e.executing);
-            self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(e.seats);
-            if let Some(q) = self.stored_pos(e.queue).and_then(|p| self.queues.get_mut(p)) {
-                q.requests_executing = q.requests_executing.saturating_sub(e.executing);
-                q.seats_in_use = q.seats_in_use.saturating_sub(e.seats);
-            }
+            self.release(e.queue, e.executing, 0, e.seats);
         }
         count = count.saturating_add(self.release_lingers_where(|l| l.owner == owner));
         self.queues.retain(|q| !q.is_stored_idle());
