@@ -140,21 +140,21 @@ pub struct QueueSet {
     tot_seats_waiting: u64,
 }
 
+fn dealer(cfg: &QueueSetConfig) -> Result<Dealer, String> {
+    Dealer::new(cfg.desired_queues, cfg.hand_size.min(i32::MAX as u32) as i32)
+}
+
 fn check_config(cfg: &QueueSetConfig) -> Result<(), String> {
-    if cfg.desired_queues > 0 {
-        // Cheap sufficient condition for `Dealer::new` to succeed (it is checked on every
-        // decode): 0 < hand ≤ deck ≤ 2^26 and hand·⌈log2 deck⌉ ≤ 60 imply
-        // ⌈log2(deck)·hand⌉ ≤ 60 (the float log2 of an integer never exceeds its ceiling).
-        let deck = cfg.desired_queues as u32;
-        let hand = cfg.hand_size;
-        if hand > 0 && hand <= deck && deck <= MAX_QUEUES && hand.saturating_mul(deck.next_power_of_two().trailing_zeros()) <= 60 {
-            return Ok(());
-        }
-        Dealer::new(cfg.desired_queues, cfg.hand_size.min(i32::MAX as u32) as i32).map_err(|e| {
-            format!("the QueueSetConfig implies an invalid shuffle sharding config (DesiredNumQueues is deckSize): {e}")
-        })?;
+    // Cheap sufficient condition for `Dealer::new` to succeed (it is checked on every decode):
+    // 0 < hand ≤ deck ≤ 2^26 and hand·⌈log2 deck⌉ ≤ 60 imply ⌈log2(deck)·hand⌉ ≤ 60 (the float
+    // log2 of an integer never exceeds its ceiling).
+    let (deck, hand) = (cfg.desired_queues as u32, cfg.hand_size);
+    let cheap = hand > 0 && hand <= deck && deck <= MAX_QUEUES;
+    if cfg.desired_queues <= 0 || cheap && hand.saturating_mul(deck.next_power_of_two().trailing_zeros()) <= 60 {
+        return Ok(());
     }
-    Ok(())
+    let what = "the QueueSetConfig implies an invalid shuffle sharding config (DesiredNumQueues is deckSize)";
+    dealer(cfg).map(drop).map_err(|e| format!("{what}: {e}"))
 }
 
 fn sat_u32(v: u64) -> u32 {
@@ -309,9 +309,7 @@ impl QueueSet {
 
     /// Upstream `shuffleShardLocked`.
     fn shuffle_shard(&mut self, hash: u64) -> u32 {
-        let Ok(dealer) = Dealer::new(self.cfg.desired_queues, self.cfg.hand_size.min(i32::MAX as u32) as i32) else {
-            return 0;
-        };
+        let Ok(dealer) = dealer(&self.cfg) else { return 0 };
         let (hand, n) = dealer.deal_array(hash);
         let hand = hand.get(..n).unwrap_or(&[]);
         if hand.is_empty() {

@@ -8,7 +8,6 @@ use crate::Nanos;
 
 impl QueueSet {
     pub fn snapshot(&self) -> QueueSetSnapshot {
-        let g = self.g;
         let executing_of = |queue: i32| -> Vec<ExecutingByOwner> {
             let execs = self.execs.iter().filter(|e| e.queue == queue);
             execs.map(|e| ExecutingByOwner { owner: e.owner, executing: e.executing, seats: e.seats }).collect()
@@ -59,7 +58,7 @@ impl QueueSet {
                             initial_seats: w.work.initial_seats,
                             final_seats: w.work.final_seats,
                             additional_latency: w.work.additional_latency,
-                            total_work: request_work(&w.work, g).1.to_string(),
+                            total_work: request_work(&w.work, self.g).1.to_string(),
                         })
                         .collect(),
                     executing_by_owner: executing_of(qkey(q.index)),
