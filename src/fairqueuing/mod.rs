@@ -90,8 +90,6 @@ pub struct Dispatched {
     pub tag: RequestTag,
     /// Time spent waiting in queue.
     pub waited: Nanos,
-    /// Seats it holds while executing (`max_seats`).
-    pub seats: u32,
     /// What the owner must hand back to `QueueSet::finish`.
     pub receipt: Receipt,
 }

@@ -29,10 +29,8 @@ impl SeatSeconds {
 /// 2⁶³ go through int64 (so negative values wrap modulo 2⁶⁴), larger ones are offset by 2⁶³.
 fn go_f64_to_u64(x: f64) -> u64 {
     const TWO63: f64 = 9_223_372_036_854_775_808.0;
-    if x.is_nan() {
-        return 0;
-    }
-    if x < TWO63 {
+    // NaN goes through int64 too, to 0.
+    if x.is_nan() || x < TWO63 {
         (x as i64) as u64
     } else {
         ((x - TWO63) as i64 as u64).wrapping_add(1u64 << 63)

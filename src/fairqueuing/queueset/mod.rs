@@ -347,11 +347,8 @@ impl QueueSet {
             self.queues.insert(p, Queue::new(qidx));
             p
         });
-        let reject = self.queues.get(pos).is_none_or(|q| {
-            self.tot_seats_in_use >= self.cfg.concurrency_limit as u64
-                && q.waiting.len() as u64 >= self.cfg.queue_length_limit as u64
-        });
-        if reject {
+        let waiting = self.queues.get(pos).map_or(0, |q| q.waiting.len() as u64);
+        if self.tot_seats_in_use >= self.cfg.concurrency_limit as u64 && waiting >= self.cfg.queue_length_limit as u64 {
             if self.queues.get(pos).is_some_and(|q| q.is_stored_idle()) {
                 self.queues.remove(pos);
             }
@@ -360,7 +357,7 @@ impl QueueSet {
         }
         let id = self.new_id();
         let r = self.current_r;
-        let length = Some(sat_u32(self.queues.get(pos).map_or(0, |q| q.waiting.len() as u64).saturating_add(1)));
+        let length = Some(sat_u32(waiting.saturating_add(1)));
         if let Some(receipt) = self.try_dispatch_directly(pos, id, tag, work, now) {
             return (Arrival::Executing(receipt), length);
         }
@@ -470,7 +467,7 @@ impl QueueSet {
         self.tot_seats_waiting = self.tot_seats_waiting.saturating_sub(req.work.max_seats() as u64);
         let Some(receipt) = self.start_in_queue(pos, req.id, req.tag.owner, req.work, now) else { return false };
         let waited = now.saturating_sub(req.arrival);
-        out.push(Dispatched { id: req.id, tag: req.tag, waited, seats: receipt.max_seats, receipt });
+        out.push(Dispatched { id: req.id, tag: req.tag, waited, receipt });
         true
     }
 

@@ -254,7 +254,7 @@ fn reject_levels_and_exempt() {
     let Arrival::Executing(a) = qs.arrive(0, one(), tag(0), &mut out) else { panic!() };
     let Arrival::Queued(b) = qs.arrive(0, w3, tag(1), &mut out) else { panic!() };
     assert!(qs.finish(SEC, &a, &mut out));
-    assert_eq!(out.iter().map(|d| (d.id, d.seats)).collect::<Vec<_>>(), vec![(b, 3)]);
+    assert_eq!(out.iter().map(|d| (d.id, d.receipt.max_seats)).collect::<Vec<_>>(), vec![(b, 3)]);
     assert_eq!(qs.seats_in_use(), 3);
 }
 
