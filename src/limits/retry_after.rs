@@ -85,14 +85,12 @@ impl DroppedRequestsTracker {
     }
 
     pub fn encode(&self, w: &mut Writer) {
-        w.i64(self.retry_after);
-        w.i64(self.retry_after_update_unix);
-        w.i64(self.current_unix);
-        w.i64(self.current_count);
+        for v in [self.retry_after, self.retry_after_update_unix, self.current_unix, self.current_count] {
+            w.i64(v);
+        }
         w.usize(self.history.len());
-        for &(t, n) in &self.history {
-            w.i64(t);
-            w.i64(n);
+        for v in self.history.iter().flat_map(|&(t, n)| [t, n]) {
+            w.i64(v);
         }
     }
 
@@ -101,9 +99,7 @@ impl DroppedRequestsTracker {
         if !(1..=MAX_RETRY_AFTER).contains(&retry_after) {
             return Err(CodecError("retry-after out of range"));
         }
-        let retry_after_update_unix = r.i64()?;
-        let current_unix = r.i64()?;
-        let current_count = r.i64()?;
+        let (retry_after_update_unix, current_unix, current_count) = (r.i64()?, r.i64()?, r.i64()?);
         let n = r.count(2)?;
         if n > MAX_HISTORY {
             return Err(CodecError("retry-after history too long"));

@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 
 use super::fifo::{Queue, WaitList, Waiting};
-use super::executing::{Linger, OwnerExec};
+use super::executing::{Linger, ExecutingByOwner};
 use super::{request_work, Counters, QueueSet, MAX_QUEUES};
 use crate::codec::{CodecError, CodecResult, Reader, Writer};
 use crate::fairqueuing::{QueueSetConfig, RequestId, RequestTag, WorkEstimate};
@@ -165,7 +165,7 @@ impl QueueSet {
         let n = r.count(4)?;
         qs.execs.reserve(n);
         for _ in 0..n {
-            let e = OwnerExec { owner: r.u32()?, queue: r.i32()?, executing: r.u32()?, seats: r.u64()? };
+            let e = ExecutingByOwner { owner: r.u32()?, queue: r.i32()?, executing: r.u32()?, seats: r.u64()? };
             if e.queue < -1 || e.executing == 0 {
                 return Err(CodecError("bad executing aggregate"));
             }

@@ -6,25 +6,26 @@ use super::QueueSet;
 use crate::fairqueuing::{Receipt, RequestId, WorkEstimate};
 use crate::Nanos;
 
-/// The executing requests of one owner in one queue (−1: queue-less). Kept sorted by
-/// (owner, queue); an entry exists only while `executing > 0`.
+/// The executing requests of one owner (worker slot) in one queue (−1: queue-less). Kept
+/// sorted by (owner, queue); an entry exists only while `executing > 0`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct OwnerExec {
-    pub(super) owner: u32,
-    pub(super) queue: i32,
-    pub(super) executing: u32,
+pub struct ExecutingByOwner {
+    pub owner: u32,
+    pub queue: i32,
+    /// Executing (not lingering) requests.
+    pub executing: u32,
     /// Sum of their MaxSeats.
-    pub(super) seats: u64,
+    pub seats: u64,
 }
 
 /// Seats of a finished request held until `until` (`AdditionalLatency`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Linger {
-    pub(super) until: Nanos,
+pub struct Linger {
+    pub until: Nanos,
     /// Queue index, or −1 for queue-less.
-    pub(super) queue: i32,
-    pub(super) owner: u32,
-    pub(super) seats: u64,
+    pub queue: i32,
+    pub owner: u32,
+    pub seats: u64,
 }
 
 impl QueueSet {
@@ -37,7 +38,7 @@ impl QueueSet {
     pub(super) fn start_executing(&mut self, id: RequestId, owner: u32, queue: i32, work: &WorkEstimate, now: Nanos) -> Receipt {
         let seats = work.max_seats();
         let p = self.exec_pos(owner, queue).unwrap_or_else(|p| {
-            self.execs.insert(p, OwnerExec { owner, queue, executing: 0, seats: 0 });
+            self.execs.insert(p, ExecutingByOwner { owner, queue, executing: 0, seats: 0 });
             p
         });
         if let Some(e) = self.execs.get_mut(p) {

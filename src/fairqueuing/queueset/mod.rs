@@ -63,9 +63,9 @@ mod snapshot;
 #[cfg(test)]
 mod tests;
 
-use executing::{Linger, OwnerExec};
+pub use executing::{ExecutingByOwner, Linger};
 use fifo::{Queue, Waiting};
-pub use snapshot::{ExecutingByOwner, LingeringSnapshot, QueueSetSnapshot, QueueSnapshot, WaitingSnapshot};
+pub use snapshot::{QueueSetSnapshot, QueueSnapshot, WaitingSnapshot};
 
 /// G: the estimated service duration used for the initial work guess (upstream: 3 ms).
 pub const ESTIMATED_SERVICE_DURATION: Nanos = 3_000_000;
@@ -129,7 +129,7 @@ pub struct QueueSet {
     next_id: u64,
     queues: Vec<Queue>,
     /// Executing requests per (owner, queue), sorted by (owner, queue).
-    execs: Vec<OwnerExec>,
+    execs: Vec<ExecutingByOwner>,
     /// Lingering seats.
     lingers: Vec<Linger>,
     counters: Counters,
@@ -588,7 +588,7 @@ impl QueueSet {
         let mut count = removed.len();
         let lo = self.execs.partition_point(|e| e.owner < owner);
         let hi = self.execs.partition_point(|e| e.owner <= owner);
-        for e in self.execs.drain(lo..hi.max(lo)).collect::<Vec<OwnerExec>>() {
+        for e in self.execs.drain(lo..hi.max(lo)).collect::<Vec<ExecutingByOwner>>() {
             count = count.saturating_add(e.executing as usize);
             self.release(e.queue, e.executing, 0, e.seats);
         }

@@ -1,21 +1,16 @@
 //! Debug views of a QueueSet, for upstream's `dump_queues` / `dump_requests`
 //! (`apf_controller_debug.go`).
 
-use super::{qkey, request_work, sat_u32, Counters, QueueSet};
+use super::{qkey, request_work, sat_u32, Counters, ExecutingByOwner, Linger, QueueSet};
 use crate::fairqueuing::RequestId;
 use crate::fairqueuing::seat_seconds::SeatSeconds;
 use crate::Nanos;
 
 impl QueueSet {
     pub fn snapshot(&self) -> QueueSetSnapshot {
-        let executing_of = |queue: i32| -> Vec<ExecutingByOwner> {
-            let execs = self.execs.iter().filter(|e| e.queue == queue);
-            execs.map(|e| ExecutingByOwner { owner: e.owner, executing: e.executing, seats: e.seats }).collect()
-        };
-        let lingering_of = |queue: i32| -> Vec<LingeringSnapshot> {
-            let lingers = self.lingers.iter().filter(|l| l.queue == queue);
-            let mut v: Vec<_> =
-                lingers.map(|l| LingeringSnapshot { owner: l.owner, seats: l.seats, until: l.until }).collect();
+        let executing_of = |queue: i32| self.execs.iter().filter(|e| e.queue == queue).copied().collect();
+        let lingering_of = |queue: i32| {
+            let mut v: Vec<Linger> = self.lingers.iter().filter(|l| l.queue == queue).copied().collect();
             v.sort_by_key(|l| (l.until, l.owner, l.seats));
             v
         };
@@ -91,7 +86,7 @@ pub struct QueueSetSnapshot {
     /// Executing requests of queue-less levels (exempt, Reject), per owner.
     pub queueless_executing_by_owner: Vec<ExecutingByOwner>,
     /// Lingering seats of queue-less levels, by release time.
-    pub queueless_lingering: Vec<LingeringSnapshot>,
+    pub queueless_lingering: Vec<Linger>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -108,7 +103,7 @@ pub struct QueueSnapshot {
     /// are not stored (their owners keep their receipts).
     pub executing_by_owner: Vec<ExecutingByOwner>,
     /// Seats held after a finish (`AdditionalLatency`), by release time.
-    pub lingering: Vec<LingeringSnapshot>,
+    pub lingering: Vec<Linger>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -125,23 +120,4 @@ pub struct WaitingSnapshot {
     pub final_seats: u32,
     pub additional_latency: Nanos,
     pub total_work: String,
-}
-
-/// The executing requests of one owner (worker slot) in one queue.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExecutingByOwner {
-    pub owner: u32,
-    /// Executing (not lingering) requests.
-    pub executing: u32,
-    /// Their MaxSeats, summed.
-    pub seats: u64,
-}
-
-/// Seats of a finished request still held for its `AdditionalLatency`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LingeringSnapshot {
-    pub owner: u32,
-    pub seats: u64,
-    /// Release time.
-    pub until: Nanos,
 }

@@ -105,8 +105,8 @@ fn finish_request_vectors() {
         qs.queues.push(q);
         // Request 1 (owner 1) under test; another one of owner 2 holds the other seats.
         qs.execs = vec![
-            OwnerExec { owner: 1, queue: 0, executing: 1, seats: max as u64 },
-            OwnerExec { owner: 2, queue: 0, executing: 1, seats: 22 - max as u64 },
+            ExecutingByOwner { owner: 1, queue: 0, executing: 1, seats: max as u64 },
+            ExecutingByOwner { owner: 2, queue: 0, executing: 1, seats: 22 - max as u64 },
         ];
         qs.tot_requests_executing = 111;
         qs.tot_seats_in_use = 222;
@@ -133,7 +133,7 @@ fn finish_request_vectors() {
         assert_eq!(qs.tot_seats_in_use, 222 - max as u64);
         assert_eq!(qs.queues[0].seats_in_use, 22 - max as u64);
         assert_eq!(qs.queues[0].requests_executing, 1);
-        assert_eq!(qs.execs, vec![OwnerExec { owner: 2, queue: 0, executing: 1, seats: 22 - max as u64 }]);
+        assert_eq!(qs.execs, vec![ExecutingByOwner { owner: 2, queue: 0, executing: 1, seats: 22 - max as u64 }]);
         assert!(qs.lingers.is_empty());
         assert!(out.is_empty() && to.is_empty());
     }
@@ -320,7 +320,7 @@ fn remove_owner_releases_aggregates_and_lingers() {
     assert_eq!((qs.seats_in_use(), qs.requests_executing()), (1, 1));
     assert!(qs.lingers.is_empty() && qs.next_event().is_none());
     assert!(!qs.finish(3 * MS, &b, &mut out), "reaped");
-    assert_eq!(qs.snapshot().queues[0].executing_by_owner, vec![ExecutingByOwner { owner: 1, executing: 1, seats: 1 }]);
+    assert_eq!(qs.snapshot().queues[0].executing_by_owner, vec![ExecutingByOwner { owner: 1, queue: 0, executing: 1, seats: 1 }]);
     assert!(qs.finish(3 * MS, &c, &mut out));
     assert!(!qs.finish(3 * MS, &c, &mut out), "double finish");
     assert!(qs.is_empty());
@@ -384,7 +384,7 @@ fn decode_rejects_inconsistent_aggregates() {
     assert!(QueueSet::decode(&mut Reader::new(&enc(&bad))).is_err());
     // Overflowing totals.
     bad = qs.clone();
-    bad.execs.push(OwnerExec { owner: 9, queue: -1, executing: 1, seats: u64::MAX });
+    bad.execs.push(ExecutingByOwner { owner: 9, queue: -1, executing: 1, seats: u64::MAX });
     assert!(QueueSet::decode(&mut Reader::new(&enc(&bad))).is_err());
 }
 
