@@ -43,10 +43,8 @@ pub fn seats_times_duration(seats: f64, d: Nanos) -> SeatSeconds {
     // work in practice): the same result in integer arithmetic (the float product is exact
     // there and the quotient's rounding cannot cross a half).
     if d >= 0 && (0.0..=4_294_967_295.0).contains(&seats) && seats.fract() == 0.0 {
-        if let Some(x) = (seats as u64).checked_mul(d as u64) {
-            if x < 1 << 50 {
-                return SeatSeconds((x + 5) / 10);
-            }
+        if let Some(x) = (seats as u64).checked_mul(d as u64).filter(|&x| x < 1 << 50) {
+            return SeatSeconds((x + 5) / 10);
         }
     }
     seats_times_duration_float(seats, d)

@@ -479,10 +479,7 @@ impl QueueSet {
     pub fn finish(&mut self, now: Nanos, rc: &Receipt, out: &mut Vec<Dispatched>) -> bool {
         let Ok(p) = self.exec_pos(rc.owner, rc.queue) else { return false };
         self.sync_time(now);
-        let Some(e) = self.execs.get_mut(p) else { return false };
-        if e.executing == 0 {
-            return false;
-        }
+        let Some(e) = self.execs.get_mut(p).filter(|e| e.executing > 0) else { return false };
         e.executing -= 1;
         // The seats counted for this request (all that is left with the last one, so that the
         // aggregate always drains to zero whatever the receipts say).
