@@ -15,11 +15,8 @@ pub const MAX_HAND: usize = 15;
 /// Upstream `RequiredEntropyBits`: `ceil(log2(deck) * hand)` computed in float64.
 pub fn required_entropy_bits(deck_size: i32, hand_size: i32) -> i32 {
     let v = ((deck_size as f64).log2() * hand_size as f64).ceil();
-    if v.is_nan() {
-        return i32::MIN;
-    }
     // `as` saturates for out-of-range floats.
-    v as i32
+    if v.is_nan() { i32::MIN } else { v as i32 }
 }
 
 /// A validated (deck size, hand size) pair.

@@ -109,9 +109,8 @@ pub struct BorrowingOutcome {
 /// Recompute every level's `current` (upstream `updateBorrowingLocked`, after the stats update).
 pub fn update_borrowing(levels: &mut [BorrowingLevel], nominal_sum: u32) -> BorrowingOutcome {
     let mut items: Vec<AllocProblemItem> = Vec::with_capacity(levels.len());
-    let (mut min_cl_sum, mut min_current_cl_sum) = (0i64, 0i64);
-    // `nominalCLSum − Σ exempt MinCurrentCL`.
-    let mut remaining: i64 = nominal_sum as i64;
+    // `remaining` = `nominalCLSum − Σ exempt MinCurrentCL`.
+    let (mut min_cl_sum, mut min_current_cl_sum, mut remaining) = (0i64, 0i64, i64::from(nominal_sum));
     for l in levels.iter() {
         let mc = l.min_current();
         if l.exempt {

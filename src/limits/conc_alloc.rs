@@ -82,10 +82,8 @@ pub fn compute_concurrency_allocation(
         ascending.extend([(rel_lower, target, true), (rel_upper, target, false)]);
     }
     if lb_max > 1.0 {
-        return Err(format!(
-            "lbRange.max-1={}, which is impossible because lbRange.max can not be greater than 1",
-            lb_max - 1.0
-        ));
+        let excess = lb_max - 1.0;
+        return Err(format!("lbRange.max-1={excess}, which is impossible because lbRange.max can not be greater than 1"));
     }
     if low_sum - required > EPSILON {
         return Err(format!("lower bounds sum to {low_sum}, which is higher than the required sum of {required_sum}"));

@@ -52,8 +52,7 @@ pub fn go_duration_seconds(d: Nanos) -> f64 {
     sec as f64 + nsec as f64 / 1e9
 }
 
-/// Piecewise-constant integrator over `Nanos` time: the integrals of the 0th, 1st and 2nd
-/// powers of x (upstream `Moments`) and the min and max of x.
+/// Piecewise-constant integrator over `Nanos` time (with upstream's `Moments` inline).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Integrator {
     last_time: Nanos,

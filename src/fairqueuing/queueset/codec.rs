@@ -137,12 +137,8 @@ impl QueueSet {
         if r.u8()? != ENCODING_VERSION {
             return Err(CodecError("unknown queueset encoding version"));
         }
-        let cfg = QueueSetConfig {
-            desired_queues: r.i32()?,
-            queue_length_limit: r.u32()?,
-            hand_size: r.u32()?,
-            concurrency_limit: r.u32()?,
-        };
+        let (desired_queues, queue_length_limit, hand_size) = (r.i32()?, r.u32()?, r.u32()?);
+        let cfg = QueueSetConfig { desired_queues, queue_length_limit, hand_size, concurrency_limit: r.u32()? };
         let mut qs = QueueSet::new(cfg, 0).map_err(|_| CodecError("invalid queueset config"))?;
         qs.current_r = r.u64()?;
         qs.last_real_time = r.i64()?;
@@ -309,10 +305,8 @@ pub(super) fn has_duplicates(ids: &mut [RequestId]) -> bool {
 /// A queue's segment: its requests, each delta-coded against the one before it.
 pub(super) fn encode_segment(reqs: &VecDeque<Waiting>) -> Vec<u8> {
     let mut w = Writer::with_capacity(12 * reqs.len());
-    let mut prev: Option<&Waiting> = None;
-    for r in reqs {
-        QueueSet::encode_waiting(&mut w, r, prev);
-        prev = Some(r);
+    for (i, r) in reqs.iter().enumerate() {
+        QueueSet::encode_waiting(&mut w, r, i.checked_sub(1).and_then(|p| reqs.get(p)));
     }
     w.into_bytes()
 }
@@ -326,8 +320,7 @@ pub(super) fn decode_segment(seg: &[u8], n: usize) -> CodecResult<WaitList> {
     let mut r = Reader::new(seg);
     let mut reqs: VecDeque<Waiting> = VecDeque::with_capacity(n);
     for _ in 0..n {
-        let w = QueueSet::decode_waiting(&mut r, reqs.back())?;
-        reqs.push_back(w);
+        reqs.push_back(QueueSet::decode_waiting(&mut r, reqs.back())?);
     }
     if r.remaining() != 0 {
         return Err(CodecError("trailing bytes in a queue"));

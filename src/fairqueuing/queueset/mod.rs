@@ -397,10 +397,7 @@ impl QueueSet {
         }
         let r = self.current_r;
         let total_work = request_work(&work, self.g).1;
-        let q = self.queues.get(pos)?;
-        if !q.waiting.is_empty() {
-            return None;
-        }
+        let q = self.queues.get(pos).filter(|q| q.waiting.is_empty())?;
         // next_dispatch_r after the enqueue (idle reset, then anti-windup against the arrival R).
         let ndr = if q.requests_executing == 0 { r } else { q.next_dispatch_r }.max(r);
         // `find_dispatch_queue`: the head's virtual finish must be below the initial minimum.
@@ -510,8 +507,7 @@ impl QueueSet {
 
     /// Removes the waiting requests `pred` selects (counted as `time-out`) into `removed`.
     fn remove_waiting_where(&mut self, pred: impl Fn(&Waiting) -> bool, removed: &mut Vec<(RequestId, RequestTag)>) {
-        let mut n = 0u32;
-        let mut seats = 0u64;
+        let (mut n, mut seats) = (0u32, 0u64);
         for q in &mut self.queues {
             if !q.waiting.iter().any(&pred) {
                 continue;
