@@ -276,7 +276,7 @@ fn write_state_corpus() {
     igr.encode(&mut w);
     write_corpus("state_integrator", "reset", &w.into_bytes());
 
-    let mut t = DroppedRequestsTracker::new();
+    let mut t = DroppedRequestsTracker::default();
     let mut w = Writer::new();
     t.encode(&mut w);
     write_corpus("state_retry_after", "new", &w.into_bytes());

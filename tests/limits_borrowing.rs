@@ -42,7 +42,7 @@ impl Harness {
 
     fn adjust(&mut self) -> BorrowingOutcome {
         for (l, igr) in self.levels.iter_mut().zip(self.integrators.iter_mut()) {
-            l.observe(&igr.reset(self.now));
+            l.stats.update(&igr.reset(self.now));
         }
         update_borrowing(&mut self.levels, self.nominal_sum)
     }

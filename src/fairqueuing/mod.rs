@@ -90,16 +90,12 @@ pub struct Dispatched {
     pub tag: RequestTag,
     /// Time spent waiting in queue.
     pub waited: Nanos,
-    /// Seats it holds while executing (`max_seats`).
-    pub seats: u32,
     /// What the owner must hand back to `QueueSet::finish`.
     pub receipt: Receipt,
 }
 
-/// What the owner of an executing request keeps so that the QueueSet does not have to store
-/// executing requests at all (keeping shared values small whatever the concurrency): everything
-/// `finish` needs. The QueueSet keeps only per-(owner, queue) aggregates, which also guard
-/// against a finish after the owner's lease was reaped.
+/// What the owner of an executing request keeps, everything `QueueSet::finish` needs (the
+/// QueueSet does not store executing requests, keeping shared values small).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Receipt {
     pub id: RequestId,

@@ -29,10 +29,8 @@ impl SeatSeconds {
 /// 2⁶³ go through int64 (so negative values wrap modulo 2⁶⁴), larger ones are offset by 2⁶³.
 fn go_f64_to_u64(x: f64) -> u64 {
     const TWO63: f64 = 9_223_372_036_854_775_808.0;
-    if x.is_nan() {
-        return 0;
-    }
-    if x < TWO63 {
+    // NaN goes through int64 too, to 0.
+    if x.is_nan() || x < TWO63 {
         (x as i64) as u64
     } else {
         ((x - TWO63) as i64 as u64).wrapping_add(1u64 << 63)
@@ -45,10 +43,8 @@ pub fn seats_times_duration(seats: f64, d: Nanos) -> SeatSeconds {
     // work in practice): the same result in integer arithmetic (the float product is exact
     // there and the quotient's rounding cannot cross a half).
     if d >= 0 && (0.0..=4_294_967_295.0).contains(&seats) && seats.fract() == 0.0 {
-        if let Some(x) = (seats as u64).checked_mul(d as u64) {
-            if x < 1 << 50 {
-                return SeatSeconds((x + 5) / 10);
-            }
+        if let Some(x) = (seats as u64).checked_mul(d as u64).filter(|&x| x < 1 << 50) {
+            return SeatSeconds((x + 5) / 10);
         }
     }
     seats_times_duration_float(seats, d)

@@ -15,11 +15,8 @@ pub const MAX_HAND: usize = 15;
 /// Upstream `RequiredEntropyBits`: `ceil(log2(deck) * hand)` computed in float64.
 pub fn required_entropy_bits(deck_size: i32, hand_size: i32) -> i32 {
     let v = ((deck_size as f64).log2() * hand_size as f64).ceil();
-    if v.is_nan() {
-        return i32::MIN;
-    }
     // `as` saturates for out-of-range floats.
-    v as i32
+    if v.is_nan() { i32::MIN } else { v as i32 }
 }
 
 /// A validated (deck size, hand size) pair.
@@ -51,20 +48,20 @@ impl Dealer {
 
     /// Upstream `Deal`: the hand as a fixed array plus its length (no heap allocation).
     pub fn deal_array(&self, mut hash: u64) -> ([u32; MAX_HAND], usize) {
-        let mut rem = [0u32; MAX_HAND];
+        let mut cards = [0u32; MAX_HAND];
         let n = (self.hand as usize).min(MAX_HAND);
-        for (i, r) in rem.iter_mut().enumerate().take(n) {
+        for (i, r) in cards.iter_mut().enumerate().take(n) {
             let d = (self.deck as u64).saturating_sub(i as u64).max(1);
-            let next = hash / d;
-            *r = (hash - d * next) as u32;
-            hash = next;
+            *r = (hash % d) as u32;
+            hash /= d;
         }
-        let mut out = [0u32; MAX_HAND];
-        for (i, o) in out.iter_mut().enumerate().take(n) {
-            let earlier = rem.get(..i).unwrap_or_default().iter().rev();
-            *o = earlier.fold(rem.get(i).copied().unwrap_or(0), |card, &e| if card >= e { card + 1 } else { card });
+        // Each remainder skips the cards before it (from the last: those are still remainders).
+        for i in (0..n).rev() {
+            if let Some((earlier, [card, ..])) = cards.split_at_mut_checked(i) {
+                *card = earlier.iter().rev().fold(*card, |c, &e| if c >= e { c + 1 } else { c });
+            }
         }
-        (out, n)
+        (cards, n)
     }
 
     /// Upstream `DealIntoHand`: replaces the contents of `hand` with the dealt cards.

@@ -3,17 +3,14 @@
 //!
 //! Every `BORROWING_ADJUSTMENT_PERIOD` (10 s) and right after every config digest, the engine
 //! resets each level's seat-demand integrator, feeds the results to [`SeatDemandStats::update`]
-//! (or [`BorrowingLevel::observe`]) and then calls [`update_borrowing`], which sets every level's
-//! `current` (CurrentCL) in one of three regimes:
+//! and then calls [`update_borrowing`], which sets every level's `current` (CurrentCL) in one of
+//! three regimes:
 //! 1. `remaining ≤ Σ MinCL` → every non-exempt level gets its MinCL;
 //! 2. `remaining ≤ Σ MinCurrentCL` → MinCL plus a `shareFrac` of `MinCurrentCL − MinCL`;
 //! 3. otherwise `computeConcurrencyAllocation(nominalCLSum, items)` (the code passes
 //!    `nominalCLSum`, not `remaining`, and we reproduce that), on error the previous values stay.
 //!
 //! Exempt levels get `max(MinCL, highWatermark)` and that is subtracted from `remaining`.
-//!
-//! Deviation: upstream reports, as the exempt level's `target_seats` metric, the target of an
-//! arbitrary non-exempt item (an indexing quirk); we report the exempt level's MinCurrentCL.
 
 use super::conc_alloc::{compute_concurrency_allocation, go_max, AllocProblemItem};
 use super::integrator::IntegratorResults;
@@ -24,15 +21,6 @@ use crate::Nanos;
 pub const SEAT_DEMAND_SMOOTHING_COEFFICIENT: f64 = 0.977;
 /// `borrowingAdjustmentPeriod`.
 pub const BORROWING_ADJUSTMENT_PERIOD: Nanos = 10 * crate::NANOS_PER_SEC;
-
-/// Go's `int(math.Round(x))` made total: NaN → 0, out-of-range saturates.
-fn round_to_i64(x: f64) -> i64 {
-    x.round() as i64
-}
-
-fn clamp_u32(x: i64) -> u32 {
-    x.clamp(0, u32::MAX as i64) as u32
-}
 
 /// Per-level seat-demand statistics (upstream `seatDemandStats`).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -47,7 +35,8 @@ pub struct SeatDemandStats {
 impl SeatDemandStats {
     /// Fold in one period's integrator results.
     pub fn update(&mut self, obs: &IntegratorResults) {
-        self.high_watermark = round_to_i64(obs.max);
+        // Go's `int(math.Round(x))` made total: NaN → 0, out-of-range saturates.
+        self.high_watermark = obs.max.round() as i64;
         if obs.duration_secs <= 0.0 || obs.duration_secs.is_nan() {
             return;
         }
@@ -87,12 +76,6 @@ pub struct BorrowingLevel {
 }
 
 impl BorrowingLevel {
-    /// Fold a period's integrator results into the stats (`seatDemandStats.update`, the first
-    /// step of `updateBorrowingLocked`).
-    pub fn observe(&mut self, obs: &IntegratorResults) {
-        self.stats.update(obs);
-    }
-
     /// `MinCurrentCL` of `updateBorrowingLocked` for this level with its current stats.
     pub fn min_current(&self) -> i64 {
         let hw = self.stats.high_watermark;
@@ -101,7 +84,7 @@ impl BorrowingLevel {
 }
 
 /// Which of the three regimes of `updateBorrowingLocked` applied.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum BorrowingRegime {
     /// No non-exempt level and a positive nominal sum: nothing was changed (upstream returns).
     NoLevels,
@@ -111,8 +94,8 @@ pub enum BorrowingRegime {
     Shared { share_frac: f64 },
     /// Allocation problem solved.
     Allocated,
-    /// Allocation problem failed: previous CurrentCLs kept.
-    AllocationFailed,
+    /// Allocation problem failed (why): previous CurrentCLs kept.
+    AllocationFailed(String),
 }
 
 /// Result of one adjustment (for metrics and logs).
@@ -121,51 +104,29 @@ pub struct BorrowingOutcome {
     pub regime: BorrowingRegime,
     /// `seat_fair_frac` metric: fairProp in the allocated regime, else 0.
     pub fair_frac: f64,
-    /// Per level (same order as the input): the allocation target (`target_seats` metric).
-    pub targets: Vec<f64>,
-    /// Per level: MinCurrentCL.
-    pub min_current: Vec<i64>,
-    /// `nominalCLSum − Σ exempt MinCurrentCL`.
-    pub remaining: i64,
-    /// Error from the allocation problem, if any.
-    pub error: Option<String>,
 }
 
 /// Recompute every level's `current` (upstream `updateBorrowingLocked`, after the stats update).
 pub fn update_borrowing(levels: &mut [BorrowingLevel], nominal_sum: u32) -> BorrowingOutcome {
     let mut items: Vec<AllocProblemItem> = Vec::with_capacity(levels.len());
-    let mut targets = Vec::with_capacity(levels.len());
-    let mut min_current = Vec::with_capacity(levels.len());
-    let mut min_cl_sum: i64 = 0;
-    let mut min_current_cl_sum: i64 = 0;
-    let mut remaining: i64 = nominal_sum as i64;
+    // `remaining` = `nominalCLSum − Σ exempt MinCurrentCL`.
+    let (mut min_cl_sum, mut min_current_cl_sum, mut remaining) = (0i64, 0i64, i64::from(nominal_sum));
     for l in levels.iter() {
         let mc = l.min_current();
-        min_current.push(mc);
         if l.exempt {
             remaining = remaining.saturating_sub(mc);
-            targets.push(mc as f64);
         } else {
             let target = go_max(mc as f64, l.stats.smoothed);
             items.push(AllocProblemItem { lower_bound: mc as f64, upper_bound: l.max as f64, target });
-            targets.push(target);
             min_cl_sum = min_cl_sum.saturating_add(l.min as i64);
             min_current_cl_sum = min_current_cl_sum.saturating_add(mc);
         }
     }
-    let mut outcome = BorrowingOutcome {
-        regime: BorrowingRegime::NoLevels,
-        fair_frac: 0.0,
-        targets,
-        min_current,
-        remaining,
-        error: None,
-    };
     if items.is_empty() && nominal_sum > 0 {
-        return outcome;
+        return BorrowingOutcome { regime: BorrowingRegime::NoLevels, fair_frac: 0.0 };
     }
-    let mut allocs: Vec<f64> = Vec::new();
-    outcome.regime = if remaining <= min_cl_sum {
+    let (mut allocs, mut fair_frac) = (Vec::new(), 0.0);
+    let regime = if remaining <= min_cl_sum {
         BorrowingRegime::AllMin
     } else if remaining <= min_current_cl_sum {
         // Here min_current_cl_sum > min_cl_sum, so the division is safe.
@@ -174,32 +135,29 @@ pub fn update_borrowing(levels: &mut [BorrowingLevel], nominal_sum: u32) -> Borr
         BorrowingRegime::Shared { share_frac }
     } else {
         match compute_concurrency_allocation(nominal_sum as i64, &items) {
-            Ok((a, fair)) => {
-                (allocs, outcome.fair_frac) = (a, fair);
+            Ok(solution) => {
+                (allocs, fair_frac) = solution;
                 BorrowingRegime::Allocated
             }
-            Err(e) => {
-                outcome.error = Some(e);
-                BorrowingRegime::AllocationFailed
-            }
+            Err(e) => BorrowingRegime::AllocationFailed(e),
         }
     };
     // The non-exempt levels' allocations, in order.
     let mut allocs = allocs.into_iter();
-    for (l, &mc) in levels.iter_mut().zip(&outcome.min_current) {
-        let alloc = if l.exempt { None } else { allocs.next() };
-        let new_cl: i64 = match outcome.regime {
+    for l in levels.iter_mut() {
+        let mc = l.min_current();
+        let new_cl: i64 = match regime {
             _ if l.exempt => mc,
             BorrowingRegime::AllMin => l.min as i64,
             BorrowingRegime::Shared { share_frac } => {
-                (l.min as i64).saturating_add(round_to_i64((mc - l.min as i64) as f64 * share_frac))
+                (l.min as i64).saturating_add(((mc - l.min as i64) as f64 * share_frac).round() as i64)
             }
-            BorrowingRegime::Allocated => alloc.map_or(l.current as i64, round_to_i64),
-            BorrowingRegime::AllocationFailed | BorrowingRegime::NoLevels => l.current as i64,
+            BorrowingRegime::Allocated => allocs.next().map_or(l.current as i64, |a| a.round() as i64),
+            BorrowingRegime::AllocationFailed(_) | BorrowingRegime::NoLevels => l.current as i64,
         };
-        l.current = clamp_u32(new_cl);
+        l.current = new_cl.clamp(0, u32::MAX as i64) as u32;
     }
-    outcome
+    BorrowingOutcome { regime, fair_frac }
 }
 
 #[cfg(test)]
@@ -234,7 +192,7 @@ mod tests {
             stats: SeatDemandStats::default(),
             current: 7,
         };
-        l.observe(&IntegratorResults { duration_secs: 1.0, average: f64::NAN, deviation: 0.0, min: 0.0, max: f64::INFINITY });
+        l.stats.update(&IntegratorResults { duration_secs: 1.0, average: f64::NAN, deviation: 0.0, min: 0.0, max: f64::INFINITY });
         let mut ex = BorrowingLevel { exempt: true, nominal: 0, min: 0, max: 600, stats: SeatDemandStats::default(), current: 0 };
         ex.stats.high_watermark = i64::MAX;
         let mut levels = [l, ex];
@@ -244,8 +202,7 @@ mod tests {
         assert_eq!(levels[1].current, u32::MAX);
         levels[0].current = 7;
         let out = update_borrowing(&mut levels[..1], 30);
-        assert_eq!(out.regime, BorrowingRegime::AllocationFailed);
-        assert!(out.error.is_some());
+        assert!(matches!(out.regime, BorrowingRegime::AllocationFailed(_)));
         assert_eq!(levels[0].current, 7);
         let out = update_borrowing(&mut [], 5);
         assert_eq!(out.regime, BorrowingRegime::NoLevels);

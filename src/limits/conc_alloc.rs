@@ -51,11 +51,12 @@ pub fn compute_concurrency_allocation(
         }
     }
     let required = required_sum as f64;
+    // The target used (inputs are finite here).
+    let target_of = |c: &AllocProblemItem| c.target.max(MIN_TARGET);
     let (mut low_sum, mut high_sum, mut target_sum) = (0.0f64, 0.0f64, 0.0f64);
     // The ranges of the relative upper and lower bounds.
     let (mut ub_min, mut ub_max) = (f32::MAX as f64, 0.0f64);
     let (mut lb_min, mut lb_max) = (f32::MAX as f64, 0.0f64);
-    let mut targets: Vec<f64> = Vec::with_capacity(classes.len());
     // The relative bounds: (bound / target, target, is lower), item by item, lower first.
     let mut ascending: Vec<(f64, f64, bool)> = Vec::with_capacity(classes.len() * 2);
     for (idx, item) in classes.iter().enumerate() {
@@ -69,7 +70,7 @@ pub fn compute_concurrency_allocation(
         if upper < lower {
             return Err(format!("upper bound {idx} is {upper} but should not be less than the lower bound {lower}"));
         }
-        let target = if target < MIN_TARGET { MIN_TARGET } else { target };
+        let target = target_of(item);
         low_sum += lower;
         high_sum += upper;
         target_sum += target;
@@ -78,14 +79,11 @@ pub fn compute_concurrency_allocation(
         ub_max = go_max(ub_max, rel_upper);
         lb_min = go_min(lb_min, rel_lower);
         lb_max = go_max(lb_max, rel_lower);
-        targets.push(target);
         ascending.extend([(rel_lower, target, true), (rel_upper, target, false)]);
     }
     if lb_max > 1.0 {
-        return Err(format!(
-            "lbRange.max-1={}, which is impossible because lbRange.max can not be greater than 1",
-            lb_max - 1.0
-        ));
+        let excess = lb_max - 1.0;
+        return Err(format!("lbRange.max-1={excess}, which is impossible because lbRange.max can not be greater than 1"));
     }
     if low_sum - required > EPSILON {
         return Err(format!("lower bounds sum to {low_sum}, which is higher than the required sum of {required_sum}"));
@@ -104,7 +102,7 @@ pub fn compute_concurrency_allocation(
     }
     let mut fair_prop = required / target_sum;
     if lb_max <= fair_prop && fair_prop <= ub_min {
-        return Ok((targets.iter().map(|t| t * fair_prop).collect(), fair_prop));
+        return Ok((classes.iter().map(|c| target_of(c) * fair_prop).collect(), fair_prop));
     }
     // Some bounds matter: walk the relative bounds in ascending order (a stable sort).
     ascending.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));
@@ -140,8 +138,8 @@ pub fn compute_concurrency_allocation(
         sum_so_far += (next_bound - fair_prop) * sensitive_target_sum;
         fair_prop = next_bound;
     }
-    let clamp = |(c, t): (&AllocProblemItem, &f64)| go_max(c.lower_bound, go_min(c.upper_bound, fair_prop * t));
-    Ok((classes.iter().zip(&targets).map(clamp).collect(), fair_prop))
+    let clamp = |c: &AllocProblemItem| go_max(c.lower_bound, go_min(c.upper_bound, fair_prop * target_of(c)));
+    Ok((classes.iter().map(clamp).collect(), fair_prop))
 }
 
 #[cfg(test)]

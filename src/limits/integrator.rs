@@ -45,36 +45,6 @@ impl IntegratorResults {
     }
 }
 
-/// Integrals of the 0th, 1st and 2nd powers of x over time (upstream `Moments`).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Moments {
-    pub elapsed_secs: f64,
-    pub integral_x: f64,
-    pub integral_xx: f64,
-}
-
-impl Moments {
-    /// Adds (upstream `Add`) the moments of `x` held constant for `dt` seconds (`ConstantMoments`).
-    pub fn add_constant(&mut self, dt: f64, x: f64) {
-        self.elapsed_secs += dt;
-        self.integral_x += x * dt;
-        self.integral_xx += x * x * dt;
-    }
-    /// `(average, standard deviation)` with upstream's NaN rules.
-    pub fn avg_and_std_dev(&self) -> (f64, f64) {
-        if self.elapsed_secs <= 0.0 || self.elapsed_secs.is_nan() {
-            return (f64::NAN, f64::NAN);
-        }
-        let avg = self.integral_x / self.elapsed_secs;
-        let variance = self.integral_xx / self.elapsed_secs - avg * avg;
-        if variance >= 0.0 {
-            (avg, variance.sqrt())
-        } else {
-            (avg, f64::NAN)
-        }
-    }
-}
-
 /// Go's `time.Duration.Seconds()` for a nanosecond difference.
 pub fn go_duration_seconds(d: Nanos) -> f64 {
     let sec = d / crate::NANOS_PER_SEC;
@@ -82,19 +52,22 @@ pub fn go_duration_seconds(d: Nanos) -> f64 {
     sec as f64 + nsec as f64 / 1e9
 }
 
-/// Piecewise-constant integrator over `Nanos` time.
+/// Piecewise-constant integrator over `Nanos` time (with upstream's `Moments` inline).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Integrator {
     last_time: Nanos,
     x: f64,
-    moments: Moments,
+    elapsed_secs: f64,
+    integral_x: f64,
+    integral_xx: f64,
     min: f64,
     max: f64,
 }
 
 impl Integrator {
     pub fn new(now: Nanos) -> Self {
-        Integrator { last_time: now, x: 0.0, moments: Moments::default(), min: 0.0, max: 0.0 }
+        let (elapsed_secs, integral_x, integral_xx) = (0.0, 0.0, 0.0);
+        Integrator { last_time: now, x: 0.0, elapsed_secs, integral_x, integral_xx, min: 0.0, max: 0.0 }
     }
 
     /// Current value of x.
@@ -102,10 +75,13 @@ impl Integrator {
         self.x
     }
 
+    /// Adds the moments of the old x held constant up to `now` (`ConstantMoments`, `Add`).
     fn update(&mut self, now: Nanos) {
         let dt = go_duration_seconds(now.saturating_sub(self.last_time));
         self.last_time = now;
-        self.moments.add_constant(dt, self.x);
+        self.elapsed_secs += dt;
+        self.integral_x += self.x * dt;
+        self.integral_xx += self.x * self.x * dt;
     }
 
     /// Set x to a new value at time `now` (upstream `Observe`/`Set`).
@@ -125,37 +101,38 @@ impl Integrator {
         self.set(now, self.x + dx);
     }
 
-    /// Integrate up to `now` and return the results.
+    /// Integrate up to `now` and return the results (average and standard deviation with
+    /// upstream's NaN rules).
     pub fn get_results(&mut self, now: Nanos) -> IntegratorResults {
         self.update(now);
-        let (average, deviation) = self.moments.avg_and_std_dev();
-        let (min, max) = (self.min, self.max);
-        IntegratorResults { duration_secs: self.moments.elapsed_secs, average, deviation, min, max }
+        let (duration_secs, min, max) = (self.elapsed_secs, self.min, self.max);
+        if duration_secs <= 0.0 || duration_secs.is_nan() {
+            return IntegratorResults { duration_secs, average: f64::NAN, deviation: f64::NAN, min, max };
+        }
+        let average = self.integral_x / duration_secs;
+        let variance = self.integral_xx / duration_secs - average * average;
+        let deviation = if variance >= 0.0 { variance.sqrt() } else { f64::NAN };
+        IntegratorResults { duration_secs, average, deviation, min, max }
     }
 
     /// Results up to `now`, then restart integration at `now` with `min = max = x`.
     pub fn reset(&mut self, now: Nanos) -> IntegratorResults {
         let r = self.get_results(now);
-        self.moments = Moments::default();
-        self.min = self.x;
-        self.max = self.x;
+        *self = Integrator { min: self.x, max: self.x, x: self.x, ..Integrator::new(now) };
         r
     }
 
     pub fn encode(&self, w: &mut Writer) {
         w.i64(self.last_time);
-        w.f64(self.x);
-        w.f64(self.moments.elapsed_secs);
-        w.f64(self.moments.integral_x);
-        w.f64(self.moments.integral_xx);
-        w.f64(self.min);
-        w.f64(self.max);
+        for v in [self.x, self.elapsed_secs, self.integral_x, self.integral_xx, self.min, self.max] {
+            w.f64(v);
+        }
     }
 
     pub fn decode(r: &mut Reader<'_>) -> CodecResult<Self> {
         let (last_time, x) = (r.i64()?, r.f64()?);
-        let moments = Moments { elapsed_secs: r.f64()?, integral_x: r.f64()?, integral_xx: r.f64()? };
-        Ok(Integrator { last_time, x, moments, min: r.f64()?, max: r.f64()? })
+        let (elapsed_secs, integral_x, integral_xx) = (r.f64()?, r.f64()?, r.f64()?);
+        Ok(Integrator { last_time, x, elapsed_secs, integral_x, integral_xx, min: r.f64()?, max: r.f64()? })
     }
 }
 

@@ -30,12 +30,6 @@ pub struct DroppedRequestsTracker {
 
 impl Default for DroppedRequestsTracker {
     fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl DroppedRequestsTracker {
-    pub fn new() -> Self {
         DroppedRequestsTracker {
             history: Vec::new(),
             current_unix: 0,
@@ -44,6 +38,9 @@ impl DroppedRequestsTracker {
             retry_after_update_unix: 0,
         }
     }
+}
+
+impl DroppedRequestsTracker {
 
     /// Current suggested Retry-After in seconds (1..=32).
     pub fn retry_after(&self) -> i64 {
@@ -64,12 +61,8 @@ impl DroppedRequestsTracker {
 
     fn update_history(&mut self, unix: i64, count: i64) {
         self.history.push((unix, count));
-        let start = self
-            .history
-            .iter()
-            .position(|&(t, _)| unix.saturating_sub(t) <= MAX_RETRY_AFTER)
-            .unwrap_or(self.history.len());
-        self.history.drain(..start);
+        let start = self.history.iter().position(|&(t, _)| unix.saturating_sub(t) <= MAX_RETRY_AFTER);
+        self.history.drain(..start.unwrap_or(self.history.len()));
         // Keep the bound even if time jumps backwards (not possible upstream with a real clock).
         self.history.drain(..self.history.len().saturating_sub(MAX_HISTORY));
     }
@@ -92,14 +85,12 @@ impl DroppedRequestsTracker {
     }
 
     pub fn encode(&self, w: &mut Writer) {
-        w.i64(self.retry_after);
-        w.i64(self.retry_after_update_unix);
-        w.i64(self.current_unix);
-        w.i64(self.current_count);
+        for v in [self.retry_after, self.retry_after_update_unix, self.current_unix, self.current_count] {
+            w.i64(v);
+        }
         w.usize(self.history.len());
-        for &(t, n) in &self.history {
-            w.i64(t);
-            w.i64(n);
+        for v in self.history.iter().flat_map(|&(t, n)| [t, n]) {
+            w.i64(v);
         }
     }
 
@@ -108,17 +99,12 @@ impl DroppedRequestsTracker {
         if !(1..=MAX_RETRY_AFTER).contains(&retry_after) {
             return Err(CodecError("retry-after out of range"));
         }
-        let retry_after_update_unix = r.i64()?;
-        let current_unix = r.i64()?;
-        let current_count = r.i64()?;
+        let (retry_after_update_unix, current_unix, current_count) = (r.i64()?, r.i64()?, r.i64()?);
         let n = r.count(2)?;
         if n > MAX_HISTORY {
             return Err(CodecError("retry-after history too long"));
         }
-        let mut history = Vec::with_capacity(n);
-        for _ in 0..n {
-            history.push((r.i64()?, r.i64()?));
-        }
+        let history = (0..n).map(|_| Ok((r.i64()?, r.i64()?))).collect::<CodecResult<_>>()?;
         Ok(DroppedRequestsTracker { history, current_unix, current_count, retry_after, retry_after_update_unix })
     }
 }
@@ -145,7 +131,7 @@ mod tests {
             (21, 14, 5),
             (22, 1, 10),
         ];
-        let mut t = DroppedRequestsTracker::new();
+        let mut t = DroppedRequestsTracker::default();
         for (i, &(secs, drops, expected)) in steps.iter().enumerate() {
             for _ in 0..drops {
                 t.record_dropped(START + secs);
@@ -158,7 +144,7 @@ mod tests {
     /// `TestDroppedRequestsTrackerPLIndependent`, one tracker per level.
     #[test]
     fn levels_independent() {
-        let mut pls: Vec<DroppedRequestsTracker> = (0..10).map(|_| DroppedRequestsTracker::new()).collect();
+        let mut pls: Vec<DroppedRequestsTracker> = (0..10).map(|_| DroppedRequestsTracker::default()).collect();
         for pl in pls.iter_mut() {
             pl.record_dropped(START);
         }
@@ -178,7 +164,7 @@ mod tests {
 
     #[test]
     fn saturates_at_32_and_history_bounded() {
-        let mut t = DroppedRequestsTracker::new();
+        let mut t = DroppedRequestsTracker::default();
         for s in 0..200 {
             for _ in 0..200 {
                 t.record_dropped(START + s);
@@ -201,7 +187,7 @@ mod tests {
 
     #[test]
     fn codec_roundtrip_and_garbage() {
-        let mut t = DroppedRequestsTracker::new();
+        let mut t = DroppedRequestsTracker::default();
         for s in 0..10 {
             for _ in 0..(s * 3) {
                 t.record_dropped(START + s);

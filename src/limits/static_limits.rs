@@ -29,41 +29,26 @@ pub struct LevelLimits {
     pub initial_current: u32,
 }
 
-fn f64_to_u32(x: f64) -> u32 {
-    // `as` saturates (NaN → 0, negative → 0, too large → u32::MAX).
-    x as u32
-}
-
 /// `round(nominal × percent / 100)` with Go's `math.Round`.
 fn percent_of(nominal: u32, percent: i32) -> u32 {
-    f64_to_u32((f64::from(nominal) * f64::from(percent) / 100.0).round())
+    (f64::from(nominal) * f64::from(percent) / 100.0).round() as u32
 }
 
 /// `apf_controller.go: finishQueueSetReconfigsLocked`:
 /// `max(1, min(ceil(NominalCL × 0.15), NominalCL div handSize))`.
 pub fn max_seats(nominal: u32, hand_size: i32) -> u32 {
-    let mut seats = f64_to_u32((f64::from(nominal) * PRIORITY_LEVEL_MAX_SEATS_FRACTION).ceil());
-    if let Ok(h) = u32::try_from(hand_size) {
-        if let Some(with_hand) = nominal.checked_div(h) {
-            seats = seats.min(with_hand);
-        }
-    }
-    seats.max(1)
+    let seats = (f64::from(nominal) * PRIORITY_LEVEL_MAX_SEATS_FRACTION).ceil() as u32;
+    let with_hand = u32::try_from(hand_size).ok().and_then(|h| nominal.checked_div(h));
+    seats.min(with_hand.unwrap_or(u32::MAX)).max(1)
 }
 
 /// Computes every level's static limits and `nominalCLSum` (which may exceed `server_cl`
 /// because of the ceil rounding). `shareSum` covers all levels, Exempt ones included.
 pub fn compute_limits(server_cl: u32, levels: &[PriorityLevel]) -> (Vec<LevelLimits>, u32) {
-    let share_sum: f64 = levels.iter().map(|l| f64::from(l.nominal_concurrency_shares().max(0))).sum();
-    let mut out = Vec::with_capacity(levels.len());
-    let mut sum: u32 = 0;
-    for l in levels {
-        let shares = f64::from(l.nominal_concurrency_shares().max(0));
-        let nominal = if share_sum > 0.0 {
-            f64_to_u32((f64::from(server_cl) * shares / share_sum).ceil())
-        } else {
-            0
-        };
+    let shares = |l: &PriorityLevel| f64::from(l.nominal_concurrency_shares().max(0));
+    let share_sum: f64 = levels.iter().map(shares).sum();
+    let limits: Vec<LevelLimits> = levels.iter().map(|l| {
+        let nominal = if share_sum > 0.0 { (f64::from(server_cl) * shares(l) / share_sum).ceil() as u32 } else { 0 };
         let lendable = percent_of(nominal, l.lendable_percent()).min(nominal);
         let (borrowing, seats) = match &l.spec {
             PriorityLevelSpec::Exempt { .. } => (server_cl, None),
@@ -72,8 +57,7 @@ pub fn compute_limits(server_cl: u32, levels: &[PriorityLevel]) -> (Vec<LevelLim
                 l.queuing().map(|q| max_seats(nominal, q.hand_size)),
             ),
         };
-        sum = sum.saturating_add(nominal);
-        out.push(LevelLimits {
+        LevelLimits {
             nominal,
             lendable,
             borrowing,
@@ -81,9 +65,10 @@ pub fn compute_limits(server_cl: u32, levels: &[PriorityLevel]) -> (Vec<LevelLim
             max: nominal.saturating_add(borrowing),
             max_seats: seats,
             initial_current: nominal.saturating_sub(lendable / 2),
-        });
-    }
-    (out, sum)
+        }
+    }).collect();
+    let sum = limits.iter().fold(0u32, |s, l| s.saturating_add(l.nominal));
+    (limits, sum)
 }
 
 #[cfg(test)]

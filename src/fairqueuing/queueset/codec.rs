@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 
 use super::fifo::{Queue, WaitList, Waiting};
-use super::executing::{Linger, OwnerExec};
+use super::executing::{Linger, ExecutingByOwner};
 use super::{request_work, Counters, QueueSet, MAX_QUEUES};
 use crate::codec::{CodecError, CodecResult, Reader, Writer};
 use crate::fairqueuing::{QueueSetConfig, RequestId, RequestTag, WorkEstimate};
@@ -137,12 +137,8 @@ impl QueueSet {
         if r.u8()? != ENCODING_VERSION {
             return Err(CodecError("unknown queueset encoding version"));
         }
-        let cfg = QueueSetConfig {
-            desired_queues: r.i32()?,
-            queue_length_limit: r.u32()?,
-            hand_size: r.u32()?,
-            concurrency_limit: r.u32()?,
-        };
+        let (desired_queues, queue_length_limit, hand_size) = (r.i32()?, r.u32()?, r.u32()?);
+        let cfg = QueueSetConfig { desired_queues, queue_length_limit, hand_size, concurrency_limit: r.u32()? };
         let mut qs = QueueSet::new(cfg, 0).map_err(|_| CodecError("invalid queueset config"))?;
         qs.current_r = r.u64()?;
         qs.last_real_time = r.i64()?;
@@ -161,11 +157,11 @@ impl QueueSet {
             epoch_advance_failures: r.u64()?,
             no_accommodation: r.u64()?,
         };
-        let mut ids = IdSet { ids: Vec::with_capacity(id_room) };
+        let mut ids: Vec<RequestId> = Vec::with_capacity(id_room);
         let n = r.count(4)?;
         qs.execs.reserve(n);
         for _ in 0..n {
-            let e = OwnerExec { owner: r.u32()?, queue: r.i32()?, executing: r.u32()?, seats: r.u64()? };
+            let e = ExecutingByOwner { owner: r.u32()?, queue: r.i32()?, executing: r.u32()?, seats: r.u64()? };
             if e.queue < -1 || e.executing == 0 {
                 return Err(CodecError("bad executing aggregate"));
             }
@@ -205,9 +201,7 @@ impl QueueSet {
             // is unchanged (the sums depend on the requests alone); else decoded.
             let nw = r.count(0)?;
             let seg = r.bytes()?;
-            while prior_queues.peek().is_some_and(|p| p.index < index) {
-                prior_queues.next();
-            }
+            while prior_queues.next_if(|p| p.index < index).is_some() {}
             match prior_queues.next_if(|p| p.index == index) {
                 Some(p) if p.waiting.len() == nw && p.waiting.enc.get().map(Vec::as_slice) == Some(seg) => {
                     (q.initial_seats_sum, q.max_seats_sum, q.total_work_sum) = (p.initial_seats_sum, p.max_seats_sum, p.total_work_sum);
@@ -215,17 +209,18 @@ impl QueueSet {
                 }
                 _ => {
                     q.waiting = decode_segment(seg, nw)?;
-                    for w in q.waiting.iter() {
-                        let work = w.work;
+                    for &Waiting { work, .. } in q.waiting.iter() {
                         q.initial_seats_sum = q.initial_seats_sum.checked_add(work.initial_seats as u64).ok_or(CodecError("seat overflow"))?;
                         q.max_seats_sum = q.max_seats_sum.checked_add(work.max_seats() as u64).ok_or(CodecError("seat overflow"))?;
                         q.total_work_sum = q.total_work_sum.wrapping_add(request_work(&work, qs.g).1 .0);
                     }
                 }
             }
-            for w in q.waiting.iter() {
-                ids.add(w.id, qs.next_id)?;
+            // Ids the state has handed out: 1 to `next_id` − 1.
+            if q.waiting.iter().any(|w| w.id == 0 || w.id >= qs.next_id) {
+                return Err(CodecError("bad request id"));
             }
+            ids.extend(q.waiting.iter().map(|w| w.id));
             let n = u32::try_from(q.waiting.len()).map_err(|_| CodecError("too many requests"))?;
             qs.tot_requests_waiting = qs.tot_requests_waiting.checked_add(n).ok_or(CodecError("too many requests"))?;
             qs.tot_seats_waiting = qs.tot_seats_waiting.checked_add(q.max_seats_sum).ok_or(CodecError("seat overflow"))?;
@@ -245,7 +240,7 @@ impl QueueSet {
         if qs.queues.iter().any(|q| q.is_stored_idle()) {
             return Err(CodecError("idle queue stored"));
         }
-        if ids.has_duplicates() {
+        if has_duplicates(&mut ids) {
             return Err(CodecError("duplicate request id"));
         }
         Ok(qs)
@@ -288,48 +283,30 @@ impl QueueSet {
     }
 }
 
-/// Request ids seen while decoding, to reject duplicates.
-#[derive(Default)]
-pub(super) struct IdSet {
-    pub(super) ids: Vec<RequestId>,
-}
+/// Ids within this distance of the smallest are checked for duplicates with a bitmap (the usual
+/// case: waiting requests arrived recently), others by sorting.
+pub(super) const ID_WINDOW: u64 = 4096;
 
-impl IdSet {
-    /// Ids within this distance of the smallest are checked with a bitmap (the usual case:
-    /// waiting requests arrived recently), others by sorting.
-    pub(super) const WINDOW: u64 = 4096;
-
-    /// Adds a request's id, which must be one the state has handed out (1 to `next_id` − 1).
-    pub(super) fn add(&mut self, id: RequestId, next_id: RequestId) -> CodecResult<()> {
-        if id == 0 || id >= next_id {
-            return Err(CodecError("bad request id"));
-        }
-        self.ids.push(id);
-        Ok(())
+/// Whether a request id appears twice in `ids`.
+pub(super) fn has_duplicates(ids: &mut [RequestId]) -> bool {
+    let (Some(&lo), Some(&hi)) = (ids.iter().min(), ids.iter().max()) else { return false };
+    if hi - lo >= ID_WINDOW {
+        ids.sort_unstable();
+        return ids.windows(2).any(|w| w.first() == w.get(1));
     }
-
-    pub(super) fn has_duplicates(&mut self) -> bool {
-        let (Some(&lo), Some(&hi)) = (self.ids.iter().min(), self.ids.iter().max()) else { return false };
-        if hi - lo >= Self::WINDOW {
-            self.ids.sort_unstable();
-            return self.ids.windows(2).any(|w| w.first() == w.get(1));
-        }
-        // A bitmap of the ids from `lo`.
-        let mut seen = [0u64; (IdSet::WINDOW / 64) as usize];
-        !self.ids.iter().all(|&id| {
-            let (word, bit) = (seen.get_mut(((id - lo) / 64) as usize), 1u64 << ((id - lo) % 64));
-            word.is_some_and(|w| std::mem::replace(w, *w | bit) & bit == 0)
-        })
-    }
+    // A bitmap of the ids from `lo`.
+    let mut seen = [0u64; (ID_WINDOW / 64) as usize];
+    !ids.iter().all(|&id| {
+        let (word, bit) = (seen.get_mut(((id - lo) / 64) as usize), 1u64 << ((id - lo) % 64));
+        word.is_some_and(|w| std::mem::replace(w, *w | bit) & bit == 0)
+    })
 }
 
 /// A queue's segment: its requests, each delta-coded against the one before it.
 pub(super) fn encode_segment(reqs: &VecDeque<Waiting>) -> Vec<u8> {
     let mut w = Writer::with_capacity(12 * reqs.len());
-    let mut prev: Option<&Waiting> = None;
-    for r in reqs {
-        QueueSet::encode_waiting(&mut w, r, prev);
-        prev = Some(r);
+    for (i, r) in reqs.iter().enumerate() {
+        QueueSet::encode_waiting(&mut w, r, i.checked_sub(1).and_then(|p| reqs.get(p)));
     }
     w.into_bytes()
 }
@@ -343,8 +320,7 @@ pub(super) fn decode_segment(seg: &[u8], n: usize) -> CodecResult<WaitList> {
     let mut r = Reader::new(seg);
     let mut reqs: VecDeque<Waiting> = VecDeque::with_capacity(n);
     for _ in 0..n {
-        let w = QueueSet::decode_waiting(&mut r, reqs.back())?;
-        reqs.push_back(w);
+        reqs.push_back(QueueSet::decode_waiting(&mut r, reqs.back())?);
     }
     if r.remaining() != 0 {
         return Err(CodecError("trailing bytes in a queue"));

@@ -6,25 +6,26 @@ use super::QueueSet;
 use crate::fairqueuing::{Receipt, RequestId, WorkEstimate};
 use crate::Nanos;
 
-/// The executing requests of one owner in one queue (−1: queue-less). Kept sorted by
-/// (owner, queue); an entry exists only while `executing > 0`.
+/// The executing requests of one owner (worker slot) in one queue (−1: queue-less). Kept
+/// sorted by (owner, queue); an entry exists only while `executing > 0`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct OwnerExec {
-    pub(super) owner: u32,
-    pub(super) queue: i32,
-    pub(super) executing: u32,
+pub struct ExecutingByOwner {
+    pub owner: u32,
+    pub queue: i32,
+    /// Executing (not lingering) requests.
+    pub executing: u32,
     /// Sum of their MaxSeats.
-    pub(super) seats: u64,
+    pub seats: u64,
 }
 
 /// Seats of a finished request held until `until` (`AdditionalLatency`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Linger {
-    pub(super) until: Nanos,
+pub struct Linger {
+    pub until: Nanos,
     /// Queue index, or −1 for queue-less.
-    pub(super) queue: i32,
-    pub(super) owner: u32,
-    pub(super) seats: u64,
+    pub queue: i32,
+    pub owner: u32,
+    pub seats: u64,
 }
 
 impl QueueSet {
@@ -37,7 +38,7 @@ impl QueueSet {
     pub(super) fn start_executing(&mut self, id: RequestId, owner: u32, queue: i32, work: &WorkEstimate, now: Nanos) -> Receipt {
         let seats = work.max_seats();
         let p = self.exec_pos(owner, queue).unwrap_or_else(|p| {
-            self.execs.insert(p, OwnerExec { owner, queue, executing: 0, seats: 0 });
+            self.execs.insert(p, ExecutingByOwner { owner, queue, executing: 0, seats: 0 });
             p
         });
         if let Some(e) = self.execs.get_mut(p) {
@@ -63,12 +64,20 @@ impl QueueSet {
             }
             self.lingers.swap_remove(i);
             n += 1;
-            self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(l.seats);
-            if let Some(q) = self.stored_pos(l.queue).and_then(|p| self.queues.get_mut(p)) {
-                q.seats_in_use = q.seats_in_use.saturating_sub(l.seats);
-                q.lingering = q.lingering.saturating_sub(1);
-            }
+            self.release(l.queue, 0, 1, l.seats);
         }
         n
+    }
+
+    /// Takes executing or lingering requests and their seats off the totals and their queue (if
+    /// stored; it is left in place even when it becomes idle).
+    pub(super) fn release(&mut self, queue: i32, executing: u32, lingering: u32, seats: u64) {
+        self.tot_requests_executing = self.tot_requests_executing.saturating_sub(executing);
+        self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(seats);
+        if let Some(q) = self.stored_pos(queue).and_then(|p| self.queues.get_mut(p)) {
+            q.requests_executing = q.requests_executing.saturating_sub(executing);
+            q.lingering = q.lingering.saturating_sub(lingering);
+            q.seats_in_use = q.seats_in_use.saturating_sub(seats);
+        }
     }
 }

@@ -68,12 +68,12 @@ impl WaitList {
     }
 
     /// Removes the head; a kept encoding gets the new head's entry written in full (the first
-    /// entry of a segment is absolute) before the unchanged entries after it, in place.
+    /// entry of a segment is absolute) before the unchanged entries after it, in place (an
+    /// emptied queue just drops it).
     pub(super) fn pop_front(&mut self) -> Option<Waiting> {
         let first = self.reqs.pop_front()?;
-        let Some(enc) = self.enc.get_mut() else { return Some(first) };
-        let Some(head) = self.reqs.front() else {
-            enc.clear();
+        let (Some(enc), Some(head)) = (self.enc.get_mut(), self.reqs.front()) else {
+            self.enc.take();
             return Some(first);
         };
         // Where the entries after the new head start: past the old head's entry and the new

@@ -51,8 +51,6 @@
 
 use std::collections::VecDeque;
 
-use serde::Serialize;
-
 use super::seat_seconds::{duration_per_seat, seats_times_duration, SeatSeconds};
 use super::shuffle_sharding::Dealer;
 use super::{Dispatched, QueueSetConfig, Receipt, RejectReason, RequestId, RequestTag, WorkEstimate};
@@ -65,9 +63,9 @@ mod snapshot;
 #[cfg(test)]
 mod tests;
 
-use executing::{Linger, OwnerExec};
+pub use executing::{ExecutingByOwner, Linger};
 use fifo::{Queue, Waiting};
-pub use snapshot::{ExecutingByOwner, LingeringSnapshot, QueueSetSnapshot, QueueSnapshot, WaitingSnapshot};
+pub use snapshot::{QueueSetSnapshot, QueueSnapshot, WaitingSnapshot};
 
 /// G: the estimated service duration used for the initial work guess (upstream: 3 ms).
 pub const ESTIMATED_SERVICE_DURATION: Nanos = 3_000_000;
@@ -91,7 +89,7 @@ pub enum Arrival {
 }
 
 /// Totals kept for dumps and metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Counters {
     /// Requests that started executing (queued or not).
     pub dispatched: u64,
@@ -131,7 +129,7 @@ pub struct QueueSet {
     next_id: u64,
     queues: Vec<Queue>,
     /// Executing requests per (owner, queue), sorted by (owner, queue).
-    execs: Vec<OwnerExec>,
+    execs: Vec<ExecutingByOwner>,
     /// Lingering seats.
     lingers: Vec<Linger>,
     counters: Counters,
@@ -142,21 +140,21 @@ pub struct QueueSet {
     tot_seats_waiting: u64,
 }
 
+fn dealer(cfg: &QueueSetConfig) -> Result<Dealer, String> {
+    Dealer::new(cfg.desired_queues, cfg.hand_size.min(i32::MAX as u32) as i32)
+}
+
 fn check_config(cfg: &QueueSetConfig) -> Result<(), String> {
-    if cfg.desired_queues > 0 {
-        // Cheap sufficient condition for `Dealer::new` to succeed (it is checked on every
-        // decode): 0 < hand ≤ deck ≤ 2^26 and hand·⌈log2 deck⌉ ≤ 60 imply
-        // ⌈log2(deck)·hand⌉ ≤ 60 (the float log2 of an integer never exceeds its ceiling).
-        let deck = cfg.desired_queues as u32;
-        let hand = cfg.hand_size;
-        if hand > 0 && hand <= deck && deck <= MAX_QUEUES && hand.saturating_mul(deck.next_power_of_two().trailing_zeros()) <= 60 {
-            return Ok(());
-        }
-        Dealer::new(cfg.desired_queues, cfg.hand_size.min(i32::MAX as u32) as i32).map_err(|e| {
-            format!("the QueueSetConfig implies an invalid shuffle sharding config (DesiredNumQueues is deckSize): {e}")
-        })?;
+    // Cheap sufficient condition for `Dealer::new` to succeed (it is checked on every decode):
+    // 0 < hand ≤ deck ≤ 2^26 and hand·⌈log2 deck⌉ ≤ 60 imply ⌈log2(deck)·hand⌉ ≤ 60 (the float
+    // log2 of an integer never exceeds its ceiling).
+    let (deck, hand) = (cfg.desired_queues as u32, cfg.hand_size);
+    let cheap = hand > 0 && hand <= deck && deck <= MAX_QUEUES;
+    if cfg.desired_queues <= 0 || cheap && hand.saturating_mul(deck.next_power_of_two().trailing_zeros()) <= 60 {
+        return Ok(());
     }
-    Ok(())
+    let what = "the QueueSetConfig implies an invalid shuffle sharding config (DesiredNumQueues is deckSize)";
+    dealer(cfg).map(drop).map_err(|e| format!("{what}: {e}"))
 }
 
 fn sat_u32(v: u64) -> u32 {
@@ -289,16 +287,11 @@ impl QueueSet {
 
     // ---------------------------------------------------------------- arrival
 
+    /// Upstream `canAccommodateSeatsLocked` ("too wide runs alone"); exempt levels always can.
     fn can_accommodate(&self, seats: u32) -> bool {
-        let c = self.cfg.concurrency_limit as u64;
-        let seats = seats as u64;
-        if self.cfg.desired_queues < 0 {
-            return true;
-        }
-        if seats > c {
-            return self.tot_requests_executing == 0;
-        }
-        self.tot_seats_in_use.saturating_add(seats) <= c
+        let (c, seats) = (self.cfg.concurrency_limit as u64, seats as u64);
+        let fits = self.tot_seats_in_use.saturating_add(seats) <= c;
+        self.cfg.desired_queues < 0 || if seats > c { self.tot_requests_executing == 0 } else { fits }
     }
 
     fn queue_pos(&self, index: u32) -> Result<usize, usize> {
@@ -316,9 +309,7 @@ impl QueueSet {
 
     /// Upstream `shuffleShardLocked`.
     fn shuffle_shard(&mut self, hash: u64) -> u32 {
-        let Ok(dealer) = Dealer::new(self.cfg.desired_queues, self.cfg.hand_size.min(i32::MAX as u32) as i32) else {
-            return 0;
-        };
+        let Ok(dealer) = dealer(&self.cfg) else { return 0 };
         let (hand, n) = dealer.deal_array(hash);
         let hand = hand.get(..n).unwrap_or(&[]);
         if hand.is_empty() {
@@ -356,11 +347,8 @@ impl QueueSet {
             self.queues.insert(p, Queue::new(qidx));
             p
         });
-        let reject = self.queues.get(pos).is_none_or(|q| {
-            self.tot_seats_in_use >= self.cfg.concurrency_limit as u64
-                && q.waiting.len() as u64 >= self.cfg.queue_length_limit as u64
-        });
-        if reject {
+        let waiting = self.queues.get(pos).map_or(0, |q| q.waiting.len() as u64);
+        if self.tot_seats_in_use >= self.cfg.concurrency_limit as u64 && waiting >= self.cfg.queue_length_limit as u64 {
             if self.queues.get(pos).is_some_and(|q| q.is_stored_idle()) {
                 self.queues.remove(pos);
             }
@@ -369,7 +357,7 @@ impl QueueSet {
         }
         let id = self.new_id();
         let r = self.current_r;
-        let length = Some(sat_u32(self.queues.get(pos).map_or(0, |q| q.waiting.len() as u64).saturating_add(1)));
+        let length = Some(sat_u32(waiting.saturating_add(1)));
         if let Some(receipt) = self.try_dispatch_directly(pos, id, tag, work, now) {
             return (Arrival::Executing(receipt), length);
         }
@@ -409,10 +397,7 @@ impl QueueSet {
         }
         let r = self.current_r;
         let total_work = request_work(&work, self.g).1;
-        let q = self.queues.get(pos)?;
-        if !q.waiting.is_empty() {
-            return None;
-        }
+        let q = self.queues.get(pos).filter(|q| q.waiting.is_empty())?;
         // next_dispatch_r after the enqueue (idle reset, then anti-windup against the arrival R).
         let ndr = if q.requests_executing == 0 { r } else { q.next_dispatch_r }.max(r);
         // `find_dispatch_queue`: the head's virtual finish must be below the initial minimum.
@@ -479,7 +464,7 @@ impl QueueSet {
         self.tot_seats_waiting = self.tot_seats_waiting.saturating_sub(req.work.max_seats() as u64);
         let Some(receipt) = self.start_in_queue(pos, req.id, req.tag.owner, req.work, now) else { return false };
         let waited = now.saturating_sub(req.arrival);
-        out.push(Dispatched { id: req.id, tag: req.tag, waited, seats: receipt.max_seats, receipt });
+        out.push(Dispatched { id: req.id, tag: req.tag, waited, receipt });
         true
     }
 
@@ -491,10 +476,7 @@ impl QueueSet {
     pub fn finish(&mut self, now: Nanos, rc: &Receipt, out: &mut Vec<Dispatched>) -> bool {
         let Ok(p) = self.exec_pos(rc.owner, rc.queue) else { return false };
         self.sync_time(now);
-        let Some(e) = self.execs.get_mut(p) else { return false };
-        if e.executing == 0 {
-            return false;
-        }
+        let Some(e) = self.execs.get_mut(p).filter(|e| e.executing > 0) else { return false };
         e.executing -= 1;
         // The seats counted for this request (all that is left with the last one, so that the
         // aggregate always drains to zero whatever the receipts say).
@@ -503,26 +485,20 @@ impl QueueSet {
         if e.executing == 0 {
             self.execs.remove(p);
         }
-        self.tot_requests_executing = self.tot_requests_executing.saturating_sub(1);
+        // Its seats linger (still in use) or are released.
         let linger = rc.additional_latency > 0;
+        self.release(rc.queue, 1, 0, if linger { 0 } else { seats });
         if linger {
             self.lingers.push(Linger { until: now.saturating_add(rc.additional_latency), queue: rc.queue, owner: rc.owner, seats });
-        } else {
-            self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(seats);
         }
         if let Some((pos, q)) = self.stored_pos(rc.queue).and_then(|p| Some((p, self.queues.get_mut(p)?))) {
-            q.requests_executing = q.requests_executing.saturating_sub(1);
             let actual = now.saturating_sub(rc.start);
             let corr = seats_times_duration(rc.initial_seats as f64, self.g.saturating_sub(actual));
             q.next_dispatch_r = q.next_dispatch_r.wrapping_sub(corr.0);
             bound_next_dispatch(q);
-            if linger {
-                q.lingering = q.lingering.saturating_add(1);
-            } else {
-                q.seats_in_use = q.seats_in_use.saturating_sub(seats);
-                if q.is_stored_idle() {
-                    self.queues.remove(pos);
-                }
+            q.lingering = q.lingering.saturating_add(u32::from(linger));
+            if q.is_stored_idle() {
+                self.queues.remove(pos);
             }
         }
         self.dispatch_as_much_as_possible(now, out);
@@ -531,8 +507,7 @@ impl QueueSet {
 
     /// Removes the waiting requests `pred` selects (counted as `time-out`) into `removed`.
     fn remove_waiting_where(&mut self, pred: impl Fn(&Waiting) -> bool, removed: &mut Vec<(RequestId, RequestTag)>) {
-        let mut n = 0u32;
-        let mut seats = 0u64;
+        let (mut n, mut seats) = (0u32, 0u64);
         for q in &mut self.queues {
             if !q.waiting.iter().any(&pred) {
                 continue;
@@ -606,15 +581,9 @@ impl QueueSet {
         let mut count = removed.len();
         let lo = self.execs.partition_point(|e| e.owner < owner);
         let hi = self.execs.partition_point(|e| e.owner <= owner);
-        let gone: Vec<OwnerExec> = self.execs.drain(lo..hi.max(lo)).collect();
-        for e in gone {
+        for e in self.execs.drain(lo..hi.max(lo)).collect::<Vec<ExecutingByOwner>>() {
             count = count.saturating_add(e.executing as usize);
-            self.tot_requests_executing = self.tot_requests_executing.saturating_sub(e.executing);
-            self.tot_seats_in_use = self.tot_seats_in_use.saturating_sub(e.seats);
-            if let Some(q) = self.stored_pos(e.queue).and_then(|p| self.queues.get_mut(p)) {
-                q.requests_executing = q.requests_executing.saturating_sub(e.executing);
-                q.seats_in_use = q.seats_in_use.saturating_sub(e.seats);
-            }
+            self.release(e.queue, e.executing, 0, e.seats);
         }
         count = count.saturating_add(self.release_lingers_where(|l| l.owner == owner));
         self.queues.retain(|q| !q.is_stored_idle());
@@ -632,9 +601,7 @@ thread_local! {
 /// Upstream `boundNextDispatchLocked` (anti-windup).
 fn bound_next_dispatch(q: &mut Queue) {
     if let Some(head) = q.waiting.front() {
-        if q.next_dispatch_r < head.arrival_r {
-            q.next_dispatch_r = head.arrival_r;
-        }
+        q.next_dispatch_r = q.next_dispatch_r.max(head.arrival_r);
     }
 }
 

@@ -1,24 +1,16 @@
 //! Debug views of a QueueSet, for upstream's `dump_queues` / `dump_requests`
 //! (`apf_controller_debug.go`).
 
-use serde::Serialize;
-
-use super::{qkey, request_work, sat_u32, Counters, QueueSet};
+use super::{qkey, request_work, sat_u32, Counters, ExecutingByOwner, Linger, QueueSet};
 use crate::fairqueuing::RequestId;
 use crate::fairqueuing::seat_seconds::SeatSeconds;
 use crate::Nanos;
 
 impl QueueSet {
     pub fn snapshot(&self) -> QueueSetSnapshot {
-        let g = self.g;
-        let executing_of = |queue: i32| -> Vec<ExecutingByOwner> {
-            let execs = self.execs.iter().filter(|e| e.queue == queue);
-            execs.map(|e| ExecutingByOwner { owner: e.owner, executing: e.executing, seats: e.seats }).collect()
-        };
-        let lingering_of = |queue: i32| -> Vec<LingeringSnapshot> {
-            let lingers = self.lingers.iter().filter(|l| l.queue == queue);
-            let mut v: Vec<_> =
-                lingers.map(|l| LingeringSnapshot { owner: l.owner, seats: l.seats, until: l.until }).collect();
+        let executing_of = |queue: i32| self.execs.iter().filter(|e| e.queue == queue).copied().collect();
+        let lingering_of = |queue: i32| {
+            let mut v: Vec<Linger> = self.lingers.iter().filter(|l| l.queue == queue).copied().collect();
             v.sort_by_key(|l| (l.until, l.owner, l.seats));
             v
         };
@@ -35,39 +27,31 @@ impl QueueSet {
             seats_in_use: self.seats_in_use(),
             seats_waiting: sat_u32(self.tot_seats_waiting),
             counters: self.counters,
-            queues: self
-                .queues
-                .iter()
-                .map(|q| QueueSnapshot {
-                    index: q.index,
-                    next_dispatch_r: SeatSeconds(q.next_dispatch_r).to_string(),
-                    initial_seats_sum: q.initial_seats_sum,
-                    max_seats_sum: q.max_seats_sum,
-                    total_work_sum: SeatSeconds(q.total_work_sum).to_string(),
-                    requests_executing: q.requests_executing,
-                    seats_in_use: q.seats_in_use,
-                    waiting: q
-                        .waiting
-                        .iter()
-                        .map(|w| WaitingSnapshot {
-                            id: w.id,
-                            owner: w.tag.owner,
-                            context: w.tag.context,
-                            flow_schema: w.tag.flow_schema,
-                            flow_hash: w.tag.flow_hash,
-                            wait_deadline: w.tag.wait_deadline,
-                            arrival: w.arrival,
-                            arrival_r: SeatSeconds(w.arrival_r).to_string(),
-                            initial_seats: w.work.initial_seats,
-                            final_seats: w.work.final_seats,
-                            additional_latency: w.work.additional_latency,
-                            total_work: request_work(&w.work, g).1.to_string(),
-                        })
-                        .collect(),
-                    executing_by_owner: executing_of(qkey(q.index)),
-                    lingering: lingering_of(qkey(q.index)),
-                })
-                .collect(),
+            queues: self.queues.iter().map(|q| QueueSnapshot {
+                index: q.index,
+                next_dispatch_r: SeatSeconds(q.next_dispatch_r).to_string(),
+                initial_seats_sum: q.initial_seats_sum,
+                max_seats_sum: q.max_seats_sum,
+                total_work_sum: SeatSeconds(q.total_work_sum).to_string(),
+                requests_executing: q.requests_executing,
+                seats_in_use: q.seats_in_use,
+                waiting: q.waiting.iter().map(|w| WaitingSnapshot {
+                    id: w.id,
+                    owner: w.tag.owner,
+                    context: w.tag.context,
+                    flow_schema: w.tag.flow_schema,
+                    flow_hash: w.tag.flow_hash,
+                    wait_deadline: w.tag.wait_deadline,
+                    arrival: w.arrival,
+                    arrival_r: SeatSeconds(w.arrival_r).to_string(),
+                    initial_seats: w.work.initial_seats,
+                    final_seats: w.work.final_seats,
+                    additional_latency: w.work.additional_latency,
+                    total_work: request_work(&w.work, self.g).1.to_string(),
+                }).collect(),
+                executing_by_owner: executing_of(qkey(q.index)),
+                lingering: lingering_of(qkey(q.index)),
+            }).collect(),
             queueless_executing_by_owner: executing_of(-1),
             queueless_lingering: lingering_of(-1),
         }
@@ -75,7 +59,7 @@ impl QueueSet {
 }
 
 /// Debug view of a QueueSet (for `dump_queues` / `dump_requests`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct QueueSetSnapshot {
     pub desired_queues: i32,
     pub queue_length_limit: u32,
@@ -94,10 +78,10 @@ pub struct QueueSetSnapshot {
     /// Executing requests of queue-less levels (exempt, Reject), per owner.
     pub queueless_executing_by_owner: Vec<ExecutingByOwner>,
     /// Lingering seats of queue-less levels, by release time.
-    pub queueless_lingering: Vec<LingeringSnapshot>,
+    pub queueless_lingering: Vec<Linger>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct QueueSnapshot {
     pub index: u32,
     pub next_dispatch_r: String,
@@ -111,10 +95,10 @@ pub struct QueueSnapshot {
     /// are not stored (their owners keep their receipts).
     pub executing_by_owner: Vec<ExecutingByOwner>,
     /// Seats held after a finish (`AdditionalLatency`), by release time.
-    pub lingering: Vec<LingeringSnapshot>,
+    pub lingering: Vec<Linger>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct WaitingSnapshot {
     pub id: RequestId,
     pub owner: u32,
@@ -128,23 +112,4 @@ pub struct WaitingSnapshot {
     pub final_seats: u32,
     pub additional_latency: Nanos,
     pub total_work: String,
-}
-
-/// The executing requests of one owner (worker slot) in one queue.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ExecutingByOwner {
-    pub owner: u32,
-    /// Executing (not lingering) requests.
-    pub executing: u32,
-    /// Their MaxSeats, summed.
-    pub seats: u64,
-}
-
-/// Seats of a finished request still held for its `AdditionalLatency`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct LingeringSnapshot {
-    pub owner: u32,
-    pub seats: u64,
-    /// Release time.
-    pub until: Nanos,
 }

@@ -1,6 +1,6 @@
 //! White-box tests of the QueueSet (upstream's `queueset_test.go` vectors and our properties).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
-use super::codec::{encode_segment, IdSet};
+use super::codec::{encode_segment, has_duplicates, ID_WINDOW};
 use super::fifo::Waiting;
 use super::*;
 use crate::codec::{Reader, Writer};
@@ -105,8 +105,8 @@ fn finish_request_vectors() {
         qs.queues.push(q);
         // Request 1 (owner 1) under test; another one of owner 2 holds the other seats.
         qs.execs = vec![
-            OwnerExec { owner: 1, queue: 0, executing: 1, seats: max as u64 },
-            OwnerExec { owner: 2, queue: 0, executing: 1, seats: 22 - max as u64 },
+            ExecutingByOwner { owner: 1, queue: 0, executing: 1, seats: max as u64 },
+            ExecutingByOwner { owner: 2, queue: 0, executing: 1, seats: 22 - max as u64 },
         ];
         qs.tot_requests_executing = 111;
         qs.tot_seats_in_use = 222;
@@ -133,7 +133,7 @@ fn finish_request_vectors() {
         assert_eq!(qs.tot_seats_in_use, 222 - max as u64);
         assert_eq!(qs.queues[0].seats_in_use, 22 - max as u64);
         assert_eq!(qs.queues[0].requests_executing, 1);
-        assert_eq!(qs.execs, vec![OwnerExec { owner: 2, queue: 0, executing: 1, seats: 22 - max as u64 }]);
+        assert_eq!(qs.execs, vec![ExecutingByOwner { owner: 2, queue: 0, executing: 1, seats: 22 - max as u64 }]);
         assert!(qs.lingers.is_empty());
         assert!(out.is_empty() && to.is_empty());
     }
@@ -254,7 +254,7 @@ fn reject_levels_and_exempt() {
     let Arrival::Executing(a) = qs.arrive(0, one(), tag(0), &mut out) else { panic!() };
     let Arrival::Queued(b) = qs.arrive(0, w3, tag(1), &mut out) else { panic!() };
     assert!(qs.finish(SEC, &a, &mut out));
-    assert_eq!(out.iter().map(|d| (d.id, d.seats)).collect::<Vec<_>>(), vec![(b, 3)]);
+    assert_eq!(out.iter().map(|d| (d.id, d.receipt.max_seats)).collect::<Vec<_>>(), vec![(b, 3)]);
     assert_eq!(qs.seats_in_use(), 3);
 }
 
@@ -320,7 +320,7 @@ fn remove_owner_releases_aggregates_and_lingers() {
     assert_eq!((qs.seats_in_use(), qs.requests_executing()), (1, 1));
     assert!(qs.lingers.is_empty() && qs.next_event().is_none());
     assert!(!qs.finish(3 * MS, &b, &mut out), "reaped");
-    assert_eq!(qs.snapshot().queues[0].executing_by_owner, vec![ExecutingByOwner { owner: 1, executing: 1, seats: 1 }]);
+    assert_eq!(qs.snapshot().queues[0].executing_by_owner, vec![ExecutingByOwner { owner: 1, queue: 0, executing: 1, seats: 1 }]);
     assert!(qs.finish(3 * MS, &c, &mut out));
     assert!(!qs.finish(3 * MS, &c, &mut out), "double finish");
     assert!(qs.is_empty());
@@ -384,7 +384,7 @@ fn decode_rejects_inconsistent_aggregates() {
     assert!(QueueSet::decode(&mut Reader::new(&enc(&bad))).is_err());
     // Overflowing totals.
     bad = qs.clone();
-    bad.execs.push(OwnerExec { owner: 9, queue: -1, executing: 1, seats: u64::MAX });
+    bad.execs.push(ExecutingByOwner { owner: 9, queue: -1, executing: 1, seats: u64::MAX });
     assert!(QueueSet::decode(&mut Reader::new(&enc(&bad))).is_err());
 }
 
@@ -536,20 +536,20 @@ fn config_fast_check_agrees_with_dealer() {
 fn id_set_finds_duplicates() {
     for n in [0usize, 1, 2, 15, 16, 17, 40] {
         // Close ids (bitmap) and spread ones (sorting).
-        for spread in [1u64, 3, IdSet::WINDOW - 1, IdSet::WINDOW, 1 << 40] {
+        for spread in [1u64, 3, ID_WINDOW - 1, ID_WINDOW, 1 << 40] {
             let id = |i: usize| 7 + i as u64 * spread;
-            let mut s = IdSet::default();
+            let mut s = Vec::new();
             for i in 0..n {
-                s.ids.push(id(i));
+                s.push(id(i));
             }
-            assert!(!s.has_duplicates(), "{n} {spread}");
+            assert!(!has_duplicates(&mut s), "{n} {spread}");
             for dup in 0..n {
-                let mut s = IdSet::default();
+                let mut s = Vec::new();
                 for i in 0..n {
-                    s.ids.push(id(i));
+                    s.push(id(i));
                 }
-                s.ids.push(id(dup));
-                assert!(s.has_duplicates(), "{n} {dup} {spread}");
+                s.push(id(dup));
+                assert!(has_duplicates(&mut s), "{n} {dup} {spread}");
             }
         }
     }
