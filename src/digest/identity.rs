@@ -311,8 +311,14 @@ fn first_non_empty(input: &IdentityInput, lname: &str) -> Option<String> {
 }
 
 fn groups_from(input: &IdentityInput, lname: &str) -> Vec<String> {
-    let groups = header_values(input, lname).flat_map(|v| v.split(',')).map(str::trim);
-    groups.filter(|g| !g.is_empty()).map(str::to_string).collect()
+    // Plain loops: a `flat_map` chain here costs measurably more on the request path.
+    let mut out = Vec::new();
+    for v in header_values(input, lname) {
+        for g in v.split(',').map(str::trim).filter(|g| !g.is_empty()) {
+            out.push(g.to_string());
+        }
+    }
+    out
 }
 
 /// Splits an RFC 2253 subject into (attribute, value) pairs, honouring `\` escapes

@@ -111,7 +111,7 @@ impl WorkEstimatorConfig {
     /// Object stats for (group, resource) from the `objectCounts` table alone.
     pub fn stats(&self, group: &str, resource: &str) -> StatsLookup {
         let average_object_size_bytes = self.default_average_object_size_bytes;
-        match self.object_counts.get(&resource_key(group, resource)) {
+        match get_by_resource(&self.object_counts, group, resource) {
             None => StatsLookup::NotFound,
             Some(&ObjectCountEntry::Count(count)) => StatsLookup::Found(ObjectStats { count, average_object_size_bytes }),
             Some(ObjectCountEntry::Detailed(s)) => StatsLookup::Found(*s),
@@ -146,6 +146,16 @@ pub fn resource_key(group: &str, resource: &str) -> String {
         resource.to_string()
     } else {
         format!("{group}/{resource}")
+    }
+}
+
+/// `map.get(&resource_key(group, resource))` without building the key for the core group (the
+/// common case): lookups on the request path allocate nothing for it.
+pub fn get_by_resource<'m, V>(map: &'m BTreeMap<String, V>, group: &str, resource: &str) -> Option<&'m V> {
+    if group.is_empty() {
+        map.get(resource)
+    } else {
+        map.get(&resource_key(group, resource))
     }
 }
 

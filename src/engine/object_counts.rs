@@ -20,7 +20,7 @@ use super::{EngineError, MAX_CAS_TRIES};
 use crate::codec::{CodecError, CodecResult, Reader, Writer};
 use crate::digest::object_counts::ScrapedCounts;
 pub use crate::digest::work_estimate::resource_key;
-use crate::digest::work_estimate::{ObjectStats, StatsLookup};
+use crate::digest::work_estimate::{get_by_resource, ObjectStats, StatsLookup};
 use crate::Nanos;
 use std::collections::BTreeMap;
 
@@ -50,7 +50,7 @@ impl ObjectCountTracker {
 
     /// `objectCountTracker.Get` for (group, resource).
     pub fn get(&self, group: &str, resource: &str, now: Nanos, stale_after: Nanos) -> StatsLookup {
-        match self.entries.get(&resource_key(group, resource)) {
+        match get_by_resource(&self.entries, group, resource) {
             None => StatsLookup::NotFound,
             Some((_, at)) if now.saturating_sub(*at) > stale_after => StatsLookup::Stale,
             Some((s, _)) => StatsLookup::Found(*s),
