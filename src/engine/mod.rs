@@ -115,8 +115,14 @@ impl LevelState {
     /// Loads the stored state, creating it for `lvl` when absent or unreadable, and applies
     /// `lvl`'s queuing configuration if it comes from a newer generation.
     fn load(store: &dyn Store, key: &str, bytes: Option<&[u8]>, lvl: &LevelRuntime, generation: u64, now: Nanos, out: &mut Vec<Dispatched>) -> Result<LevelState, EngineError> {
-        let decoded = bytes.map(|b| cache::decode(store, key, b));
-        let existing = decoded.and_then(|r| r.inspect_err(|e| log::error!("apf: discarding unreadable level state ({e})")).ok());
+        // A match, not Option/Result adapters: those move the whole state twice more (memcpy).
+        let existing = bytes.and_then(|b| match cache::decode(store, key, b) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                log::error!("apf: discarding unreadable level state ({e})");
+                None
+            }
+        });
         let Some(mut st) = existing else { return LevelState::new(lvl.qs_config, generation, now) };
         if generation > st.generation {
             let mut cfg = lvl.qs_config;

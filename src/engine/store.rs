@@ -132,7 +132,15 @@ impl Store for MemStore {
         // Tokens are never 0 (the host's "no token").
         g.next_cas = g.next_cas.wrapping_add(1).max(1);
         let token = g.next_cas;
-        g.map.insert(key.to_string(), (value.to_vec(), token));
+        // Overwrites in place: no key string or value buffer allocated per write.
+        match g.map.get_mut(key) {
+            Some(slot) => {
+                slot.0.clear();
+                slot.0.extend_from_slice(value);
+                slot.1 = token;
+            }
+            None => drop(g.map.insert(key.to_string(), (value.to_vec(), token))),
+        }
         Ok(SetOutcome::Written)
     }
 }
