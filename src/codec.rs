@@ -141,6 +141,7 @@ impl<'a> Reader<'a> {
         }
         Ok(n)
     }
+    #[inline]
     pub fn i64(&mut self) -> CodecResult<i64> {
         let u = self.u64()?;
         Ok(((u >> 1) as i64) ^ -((u & 1) as i64))
@@ -148,11 +149,23 @@ impl<'a> Reader<'a> {
     pub fn i32(&mut self) -> CodecResult<i32> {
         i32::try_from(self.i64()?).map_err(|_| CodecError("i32 out of range"))
     }
+    #[inline]
     pub fn fixed64(&mut self) -> CodecResult<u64> {
         let bytes = self.buf.get(self.pos..).and_then(|s| s.first_chunk::<8>());
         let bytes = bytes.ok_or(CodecError("truncated"))?;
         self.pos += 8;
         Ok(u64::from_le_bytes(*bytes))
+    }
+    /// Skips `n` varints without decoding them (finding where a kept segment's entries end).
+    pub fn skip_varints(&mut self, n: usize) -> CodecResult<()> {
+        for _ in 0..n {
+            let rest = self.buf.get(self.pos..).unwrap_or_default();
+            // Fast path: the varint ends within the next 8 bytes (one of them below 0x80).
+            let ends = rest.first_chunk::<8>().map_or(0, |a| !u64::from_le_bytes(*a) & 0x8080_8080_8080_8080);
+            let last = if ends != 0 { (ends.trailing_zeros() / 8) as usize } else { rest.iter().take(10).position(|&b| b < 0x80).ok_or(CodecError("truncated"))? };
+            self.pos += last + 1;
+        }
+        Ok(())
     }
     pub fn f64(&mut self) -> CodecResult<f64> {
         Ok(f64::from_bits(self.fixed64()?))

@@ -89,8 +89,9 @@ impl DroppedRequestsTracker {
             w.i64(v);
         }
         w.usize(self.history.len());
-        for v in self.history.iter().flat_map(|&(t, n)| [t, n]) {
-            w.i64(v);
+        for &(t, n) in &self.history {
+            w.i64(t);
+            w.i64(n);
         }
     }
 
@@ -104,7 +105,11 @@ impl DroppedRequestsTracker {
         if n > MAX_HISTORY {
             return Err(CodecError("retry-after history too long"));
         }
-        let history = (0..n).map(|_| Ok((r.i64()?, r.i64()?))).collect::<CodecResult<_>>()?;
+        // A loop, not a `collect` into a `Result` (which cannot size the vector up front).
+        let mut history = Vec::with_capacity(n);
+        for _ in 0..n {
+            history.push((r.i64()?, r.i64()?));
+        }
         Ok(DroppedRequestsTracker { history, current_unix, current_count, retry_after, retry_after_update_unix })
     }
 }

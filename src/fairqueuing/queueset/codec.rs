@@ -37,9 +37,8 @@ impl QueueSet {
         w.u64(self.enqueues);
         w.u64(self.next_id);
         let c = &self.counters;
-        let rejections = [c.rejected_queue_full, c.rejected_concurrency_limit, c.timed_out];
-        let epochs = [c.epoch_advances, c.epoch_advance_failures, c.no_accommodation];
-        for v in [c.dispatched].into_iter().chain(rejections).chain(epochs) {
+        // One array literal, not a chain of iterators: the loop unrolls into plain writes.
+        for v in [c.dispatched, c.rejected_queue_full, c.rejected_concurrency_limit, c.timed_out, c.epoch_advances, c.epoch_advance_failures, c.no_accommodation] {
             w.u64(v);
         }
         w.usize(self.execs.len());
@@ -201,7 +200,10 @@ impl QueueSet {
             // is unchanged (the sums depend on the requests alone); else decoded.
             let nw = r.count(0)?;
             let seg = r.bytes()?;
-            while prior_queues.next_if(|p| p.index < index).is_some() {}
+            // `peek` rather than `next_if`: the latter does not inline here.
+            while prior_queues.peek().is_some_and(|p| p.index < index) {
+                prior_queues.next();
+            }
             match prior_queues.next_if(|p| p.index == index) {
                 Some(p) if p.waiting.len() == nw && p.waiting.enc.get().map(Vec::as_slice) == Some(seg) => {
                     (q.initial_seats_sum, q.max_seats_sum, q.total_work_sum) = (p.initial_seats_sum, p.max_seats_sum, p.total_work_sum);
@@ -216,11 +218,13 @@ impl QueueSet {
                     }
                 }
             }
-            // Ids the state has handed out: 1 to `next_id` − 1.
-            if q.waiting.iter().any(|w| w.id == 0 || w.id >= qs.next_id) {
-                return Err(CodecError("bad request id"));
+            // Ids the state has handed out (1 to `next_id` − 1), checked and collected in one pass.
+            for w in q.waiting.iter() {
+                if w.id == 0 || w.id >= qs.next_id {
+                    return Err(CodecError("bad request id"));
+                }
+                ids.push(w.id);
             }
-            ids.extend(q.waiting.iter().map(|w| w.id));
             let n = u32::try_from(q.waiting.len()).map_err(|_| CodecError("too many requests"))?;
             qs.tot_requests_waiting = qs.tot_requests_waiting.checked_add(n).ok_or(CodecError("too many requests"))?;
             qs.tot_seats_waiting = qs.tot_seats_waiting.checked_add(q.max_seats_sum).ok_or(CodecError("seat overflow"))?;
@@ -246,6 +250,26 @@ impl QueueSet {
         Ok(qs)
     }
 
+    /// Moves past one entry written by [`Self::encode_waiting`] (`first`: the segment's first,
+    /// written without a previous request) without decoding it: where an entry ends is all a
+    /// kept segment's edits need.
+    pub(super) fn skip_waiting(r: &mut Reader, first: bool) -> CodecResult<()> {
+        let flags = r.u8()?;
+        let given = |bit: u8| usize::from(first || flags & bit == 0);
+        // In the encoding's order: id, context, arrival R and time, owner and FlowSchema
+        // (varints), flow (fixed 8 bytes), work (3 varints), allowance (flag byte, varint).
+        r.skip_varints(4 + given(SAME_OWNER) + given(SAME_SCHEMA))?;
+        if given(SAME_FLOW) == 1 {
+            r.fixed64()?;
+        }
+        r.skip_varints(3 * given(SAME_WORK))?;
+        let deadline = if given(SAME_ALLOWANCE) == 1 { r.u8()? } else { 0 };
+        if deadline > 1 {
+            return Err(CodecError("bad deadline flag"));
+        }
+        r.skip_varints(deadline.into())
+    }
+
     /// The inverse of [`QueueSet::encode_waiting`] (the id is checked by the caller).
     pub(super) fn decode_waiting(r: &mut Reader, prev: Option<&Waiting>) -> CodecResult<Waiting> {
         let flags = r.u8()?;
@@ -262,10 +286,19 @@ impl QueueSet {
             ),
         };
         let same = |bit: u8| prev.filter(|_| flags & bit != 0);
-        let owner = same(SAME_OWNER).map_or_else(|| r.u32(), |p| Ok(p.tag.owner))?;
-        let schema = |r: &mut Reader| u16::try_from(r.u32()?).map_err(|_| CodecError("bad flow schema"));
-        let flow_schema = same(SAME_SCHEMA).map_or_else(|| schema(r), |p| Ok(p.tag.flow_schema))?;
-        let flow_hash = same(SAME_FLOW).map_or_else(|| r.fixed64(), |p| Ok(p.tag.flow_hash))?;
+        // `match`es, not `map_or_else` with closures: these inline into the decoding loop.
+        let owner = match same(SAME_OWNER) {
+            Some(p) => p.tag.owner,
+            None => r.u32()?,
+        };
+        let flow_schema = match same(SAME_SCHEMA) {
+            Some(p) => p.tag.flow_schema,
+            None => u16::try_from(r.u32()?).map_err(|_| CodecError("bad flow schema"))?,
+        };
+        let flow_hash = match same(SAME_FLOW) {
+            Some(p) => p.tag.flow_hash,
+            None => r.fixed64()?,
+        };
         let work = match same(SAME_WORK) {
             Some(p) => p.work,
             None => WorkEstimate { initial_seats: r.u32()?, final_seats: r.u32()?, additional_latency: r.i64()? },
@@ -289,13 +322,20 @@ pub(super) const ID_WINDOW: u64 = 4096;
 
 /// Whether a request id appears twice in `ids`.
 pub(super) fn has_duplicates(ids: &mut [RequestId]) -> bool {
-    let (Some(&lo), Some(&hi)) = (ids.iter().min(), ids.iter().max()) else { return false };
-    if hi - lo >= ID_WINDOW {
-        ids.sort_unstable();
-        return ids.windows(2).any(|w| w.first() == w.get(1));
+    let Some((lo, hi)) = ids.iter().fold(None, |b, &id| Some(b.map_or((id, id), |(lo, hi): (u64, u64)| (lo.min(id), hi.max(id))))) else { return false };
+    // A bitmap no larger than the ids span (usually a few hundred ids: 8 words, not 64 to zero).
+    match hi - lo {
+        0..512 => repeats(ids, lo, &mut [0u64; 8]),
+        512..ID_WINDOW => repeats(ids, lo, &mut [0u64; (ID_WINDOW / 64) as usize]),
+        _ => {
+            ids.sort_unstable();
+            ids.windows(2).any(|w| w.first() == w.get(1))
+        }
     }
-    // A bitmap of the ids from `lo`.
-    let mut seen = [0u64; (ID_WINDOW / 64) as usize];
+}
+
+/// Whether an id occurs twice, with `seen` (zeroed) as a bitmap from `lo`.
+fn repeats(ids: &[RequestId], lo: u64, seen: &mut [u64]) -> bool {
     !ids.iter().all(|&id| {
         let (word, bit) = (seen.get_mut(((id - lo) / 64) as usize), 1u64 << ((id - lo) % 64));
         word.is_some_and(|w| std::mem::replace(w, *w | bit) & bit == 0)
@@ -305,8 +345,11 @@ pub(super) fn has_duplicates(ids: &mut [RequestId]) -> bool {
 /// A queue's segment: its requests, each delta-coded against the one before it.
 pub(super) fn encode_segment(reqs: &VecDeque<Waiting>) -> Vec<u8> {
     let mut w = Writer::with_capacity(12 * reqs.len());
-    for (i, r) in reqs.iter().enumerate() {
-        QueueSet::encode_waiting(&mut w, r, i.checked_sub(1).and_then(|p| reqs.get(p)));
+    // The previous entry carried along, not looked up by index (a `VecDeque` lookup each).
+    let mut prev: Option<&Waiting> = None;
+    for r in reqs {
+        QueueSet::encode_waiting(&mut w, r, prev);
+        prev = Some(r);
     }
     w.into_bytes()
 }

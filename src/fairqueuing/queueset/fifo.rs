@@ -69,22 +69,29 @@ impl WaitList {
 
     /// Removes the head; a kept encoding gets the new head's entry written in full (the first
     /// entry of a segment is absolute) before the unchanged entries after it, in place (an
-    /// emptied queue just drops it).
+    /// emptied queue keeps its empty encoding, so a later `push_back` extends it).
     pub(super) fn pop_front(&mut self) -> Option<Waiting> {
         let first = self.reqs.pop_front()?;
-        let (Some(enc), Some(head)) = (self.enc.get_mut(), self.reqs.front()) else {
-            self.enc.take();
+        let Some(enc) = self.enc.get_mut() else { return Some(first) };
+        let Some(head) = self.reqs.front() else {
+            enc.clear();
             return Some(first);
         };
         // Where the entries after the new head start: past the old head's entry and the new
-        // head's (delta-coded) one.
+        // head's (delta-coded) one, skipped over rather than decoded.
         let mut r = Reader::new(enc);
-        let old = QueueSet::decode_waiting(&mut r, None);
-        match old.and_then(|old| QueueSet::decode_waiting(&mut r, Some(&old))).map(|_| r.position()) {
+        match QueueSet::skip_waiting(&mut r, true).and_then(|()| QueueSet::skip_waiting(&mut r, false)).map(|()| r.position()) {
             Ok(end) if end <= enc.len() => {
-                let mut w = Writer::with_capacity(32);
+                // Append the new head's full entry, drop the two old entries and rotate the new
+                // entry to the front: no allocation.
+                let mut w = Writer { buf: std::mem::take(enc) };
+                let old_len = w.buf.len();
                 QueueSet::encode_waiting(&mut w, head, None);
-                enc.splice(..end, w.buf);
+                let head_len = w.buf.len().saturating_sub(old_len);
+                w.buf.drain(..end);
+                let n = w.buf.len();
+                w.buf.rotate_right(head_len.min(n));
+                *enc = w.buf;
             }
             _ => {
                 self.enc.take();

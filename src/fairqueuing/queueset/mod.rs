@@ -162,7 +162,9 @@ fn sat_u32(v: u64) -> u32 {
 }
 
 impl QueueSet {
-    /// Upstream `BeginConstruction` + `Complete`.
+    /// Upstream `BeginConstruction` + `Complete`. Inlined: every decode builds on it, and a
+    /// call returns the whole set by copy.
+    #[inline]
     pub fn new(cfg: QueueSetConfig, now: Nanos) -> Result<QueueSet, String> {
         check_config(&cfg)?;
         Ok(QueueSet {
