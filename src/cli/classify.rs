@@ -24,7 +24,7 @@ use crate::classify::Classifier;
 use crate::digest::identity::{identify, IdentityInput, UserInfo};
 use crate::digest::request_info::{parse_generic, parse_request_info};
 use crate::digest::object_counts::{scan_metrics, ScrapedCounts};
-use crate::digest::work_estimate::{estimate_with, StatsLookup};
+use crate::digest::work_estimate::{estimate_with, get_by_resource, StatsLookup};
 use crate::engine::object_counts::resource_key;
 use crate::fairqueuing::shuffle_sharding::Dealer;
 use crate::policy::config::{parse_plugin_config, PluginConfig, RequestMode};
@@ -222,7 +222,7 @@ pub fn classify_request(cfg: &PluginConfig, req: &ClassifyRequest) -> serde_json
     }
     let max_seats = cfg.limits.get(cl.priority_level).and_then(|l| l.max_seats);
     let cluster = |group: &str, resource: &str| {
-        let found = req.metrics.as_ref().and_then(|m| m.entries.get(&resource_key(group, resource)));
+        let found = req.metrics.as_ref().and_then(|m| get_by_resource(&m.entries, group, resource));
         found.map_or(StatsLookup::NotFound, |s| StatsLookup::Found(*s))
     };
     let (work, stats) = estimate_with(&cfg.work_estimator, &info, max_seats, 0, &cluster);
