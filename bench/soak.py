@@ -23,6 +23,12 @@ every user is classified into: with more connections than seats, requests queue 
 limits the rate to about N / D per second) and the users' flows pass through the shared queues.
 With --filter none, the same Envoy and load without any filter (router only): a control for
 what Envoy itself does over time.
+With --interleave localqueue|none, a second gateway Envoy runs beside apf-wasm's for the whole
+run with a control (bench/localqueue: the same pause-and-resume shape with a per-worker seat
+limit of seats ÷ workers and no shared state; or no filter), and windows alternate between the
+two (odd windows apf-wasm, even the control; same upstream, same load). A drift of the machine
+(CPU frequency, steal, caches) then shows in both; the summary reports each gateway and the
+ratio apf-wasm ÷ control of the CPU per request over adjacent window pairs, with its slope.
 
 Per window (one line each; all in --out JSON):
   req/s        requests Envoy counted (http.apf_gateway.downstream_rq_total delta, minus this
@@ -301,7 +307,7 @@ def row(w: dict) -> str:
     ok = sum(v for k, v in codes.items() if k.startswith("2"))
     other = sum(v for k, v in codes.items() if not k.startswith("2") and k != "429")
     lv = w.get("level") or {}
-    return (f"| {w['index']} | {w['t_end_min']:.1f} | {w['rps']:.0f} | {w['cpu_us_per_req']:.1f} | "
+    return (f"| {w['index']}{' ' + w['target'] if w.get('target') not in (None, 'gateway') else ''} | {w['t_end_min']:.1f} | {w['rps']:.0f} | {w['cpu_us_per_req']:.1f} | "
             f"{w['rss_mib']:.1f} | {fmt(w.get('heap_allocated_mib'))} / {fmt(w.get('heap_size_mib'))} | "
             f"{w['wasm_size_mib']:.2f} ({w['wasm_rss_mib']:.2f}) | {w['stats_count']} | "
             f"{lv.get('waiting', '–')} / {lv.get('executing', '–')} / {lv.get('stored_queues', '–')} | "
@@ -418,6 +424,9 @@ def main() -> int:
     ap.add_argument("--filter", choices=["apf", "none"], default="apf",
                     help="none: a control run of the same Envoy with the router only (no Wasm "
                     "filter), to tell Envoy's own memory and CPU drift from the module's")
+    ap.add_argument("--interleave", choices=["localqueue", "none"],
+                    help="run a control gateway (localqueue module or no filter) beside apf-wasm's "
+                    "and alternate windows between them (see above)")
     ap.add_argument("--apf-wasm", help="use this module instead of building with ./wasm-build.sh")
     ap.add_argument("--module-label", help="with --apf-wasm: where the module comes from (e.g. the "
                     "commit it was built from), printed instead of this checkout's commit")
@@ -481,14 +490,33 @@ def main() -> int:
                       name="upstream", log_level="warning")
     up.start().wait_ready()
     harness.make_idle(up.pid)
-    cfg = gateway_config(upstream_port=up.ports["direct"], wasm_path=str(wasm),
-                         plugin_config=(apf_policy.single_level_config(
-                             args.seats, group=GROUP, queues=128, hand_size=6, queue_length_limit=50)
-                             if args.seats else apf_policy.plugin_config()),
-                         http_filter="none" if control else "wasm")
-    env = EnvoyProcess(cfg, work, envoy_bin=envoy_bin, concurrency=args.workers, name="gateway",
-                       log_level="warning")
-    env.start()
+    # (target label, Envoy, whether it has apf-wasm's debug dumps)
+    gateways: list[tuple[str, EnvoyProcess, bool]] = []
+
+    def start_gateway(name: str, kind: str) -> None:
+        if kind == "apf":
+            cfg = gateway_config(upstream_port=up.ports["direct"], wasm_path=str(wasm),
+                                 plugin_config=(apf_policy.single_level_config(
+                                     args.seats, group=GROUP, queues=128, hand_size=6, queue_length_limit=50)
+                                     if args.seats else apf_policy.plugin_config()))
+        elif kind == "localqueue":
+            lq = harness.cargo_wasm(REPO / "bench/localqueue/Cargo.toml",
+                                    harness.target_dir() / "bench-localqueue", "localqueue")
+            shutil.copyfile(lq, work / "localqueue.wasm")
+            per_worker = max(1, args.seats // args.workers) if args.seats else 1_000_000
+            cfg = gateway_config(upstream_port=up.ports["direct"], wasm_path=str(work / "localqueue.wasm"),
+                                 plugin_config=str(per_worker))
+        else:
+            cfg = gateway_config(upstream_port=up.ports["direct"], http_filter="none")
+        env = EnvoyProcess(cfg, work, envoy_bin=envoy_bin, concurrency=args.workers, name=name,
+                           log_level="warning")
+        gateways.append((name, env, kind == "apf"))
+        env.start()
+
+    start_gateway("gateway", "none" if control else "apf")
+    if args.interleave:
+        start_gateway("control", args.interleave)
+        meta["interleave"] = args.interleave
     windows: list[dict] = []
     stop = [False]
 
@@ -496,7 +524,6 @@ def main() -> int:
         stop[0] = True
 
     signal.signal(signal.SIGTERM, on_term)
-    summary_text = ""
 
     def write_out(summary: dict | None = None) -> None:
         if args.out:
@@ -504,19 +531,22 @@ def main() -> int:
                                                  indent=1, default=str))
 
     try:
-        env.wait_ready(timeout=60)
-        port = env.ports["gateway"]
-        bad = env.fatal_log_lines()
-        if bad:
-            raise RuntimeError("gateway module failed: " + bad[0])
+        for name, env, _ in gateways:
+            env.wait_ready(timeout=60)
+            bad = env.fatal_log_lines()
+            if bad:
+                raise RuntimeError(f"{name} module failed: " + bad[0])
         n_windows = max(1, int(round(args.minutes * 60 / args.window)))
         log(f"{n_windows} windows of {args.window:g} s; {args.connections} connections, think "
-            f"{args.think_ms} ms, {args.users:,} users, {args.workers} workers")
+            f"{args.think_ms} ms, {args.users:,} users, {args.workers} workers"
+            + (f"; alternating with the control ({args.interleave})" if args.interleave else ""))
         print(f"Envoy {meta['envoy']}, {args.workers} workers, {os.cpu_count()} CPUs; module git "
               f"{meta['git']} sha256 {meta['module_sha256']}…; policy: {meta['policy']}"
               + (f"; upstream delay {args.upstream_delay_ms:g} ms" if args.upstream_delay_ms else "")
               + f"; wrk {args.connections} connections, think "
-              f"{args.think_ms} ms; {args.users:,} users; {n_windows} × {args.window:g} s windows.\n", flush=True)
+              f"{args.think_ms} ms; {args.users:,} users; {n_windows} × {args.window:g} s windows"
+              + (f", alternating apf-wasm / control ({args.interleave})" if args.interleave else "")
+              + ".\n", flush=True)
         print(HEADER)
         print(SEP, flush=True)
         script = work / "soak.lua"
@@ -525,6 +555,8 @@ def main() -> int:
         for i in range(n_windows):
             if stop[0]:
                 break
+            target, env, dumps = gateways[i % len(gateways)]
+            port = env.ports["gateway"]
             wrk_script(script, args.users, next_user, args.threads, args.think_ms)
             c0, cpu0, w0 = counters(env), proc_cpu_s(env.pid), time.monotonic()
             sched0 = env.cpu_split()["cpu_s"]
@@ -538,11 +570,12 @@ def main() -> int:
             rss_max = 0
             next_sample = time.monotonic() + min(args.sample, args.window / 2)
             while p.poll() is None:
-                if not env.alive():
+                if not all(g.alive() for _, g, _ in gateways):
                     p.kill()
-                    raise RuntimeError("gateway Envoy exited\n" + env.log_tail(20))
+                    dead = next((n, g) for n, g, _ in gateways if not g.alive())
+                    raise RuntimeError(f"{dead[0]} Envoy exited\n" + dead[1].log_tail(20))
                 if time.monotonic() >= next_sample and time.monotonic() < w0 + args.window - 1:
-                    if not control:
+                    if dumps:
                         try:
                             samples.append(level_sample(port))
                         except Exception as e:  # noqa: BLE001
@@ -564,7 +597,7 @@ def main() -> int:
             wm = wasm_memory(env.pid)
             d = {k: c1[k] - c0[k] for k in c1 if k != "stats_count"}
             served = max(1, d["downstream_rq_total"] - probes)
-            win = dict(index=i + 1, t_start_min=(w0 - t0) / 60, t_end_min=(w1 - t0) / 60,
+            win = dict(index=i + 1, target=target, t_start_min=(w0 - t0) / 60, t_end_min=(w1 - t0) / 60,
                        wall_s=w1 - w0, requests=served, probes=probes, rps=served / (w1 - w0),
                        cpu_s=cpu1 - cpu0, cpu_us_per_req=(cpu1 - cpu0) / served * 1e6,
                        cpu_us_per_req_schedstat=(sched1 - sched0) / served * 1e6,
@@ -585,10 +618,12 @@ def main() -> int:
     except Exception as e:  # noqa: BLE001 - e.g. the gateway was killed: keep what was measured
         log(f"aborted after {len(windows)} windows: {type(e).__name__}: {e}")
         meta["aborted"] = f"{type(e).__name__}: {e}".splitlines()[0]
-        if env.proc is not None and env.proc.poll() is not None:
-            log(env.log_tail(10))
+        for name, env, _ in gateways:
+            if env.proc is not None and env.proc.poll() is not None:
+                log(f"{name}: " + env.log_tail(10))
     finally:
-        env.stop()
+        for _, env, _ in gateways:
+            env.stop()
         up.stop()
     summary = report(windows, meta, args)
     write_out(summary)
@@ -596,9 +631,39 @@ def main() -> int:
     return 0
 
 
+def pair_ratios(windows: list[dict], args) -> tuple[str, dict]:
+    """apf-wasm ÷ control of the CPU per request over adjacent window pairs (window 2k−1 on
+    apf-wasm, 2k on the control) after the warm-up, with its least-squares slope: flat if the
+    module's cost does not rise relative to what the machine does."""
+    pairs = [(a, b) for a, b in zip(windows[::2], windows[1::2])
+             if a["t_start_min"] >= args.warmup_minutes - 1e-9]
+    if len(pairs) < 2:
+        return "Too few window pairs after the warm-up for a ratio.", {}
+    xs = [(a["t_start_min"] + b["t_end_min"]) / 2 for a, b in pairs]
+    rs = [a["cpu_us_per_req"] / b["cpu_us_per_req"] for a, b in pairs]
+    out = dict(pairs=len(pairs), median_first5=statistics.median(rs[:5]),
+               median_last5=statistics.median(rs[-5:]), slope_per_10min=lsq_slope(xs, rs) * 10,
+               mean=statistics.mean(rs))
+    text = (f"### apf-wasm ÷ control, CPU per request over {len(pairs)} window pairs\n\n"
+            f"median of the first 5 pairs {out['median_first5']:.3f}, of the last 5 "
+            f"{out['median_last5']:.3f}; mean {out['mean']:.3f}; least-squares slope "
+            f"{out['slope_per_10min']:+.4f} per 10 min ({out['slope_per_10min'] / out['mean'] * 100:+.2f} % of the mean).")
+    return text, out
+
+
 def report(windows: list[dict], meta: dict, args) -> dict:
-    """Prints the summary (and writes --md: setup line, window table, summary)."""
-    summary_text, summary = summarize(windows, args, meta)
+    """Prints the summary (and writes --md: setup line, window table, summary). With windows of
+    two gateways (--interleave), a summary of each and of apf-wasm ÷ control per window pair."""
+    targets = list(dict.fromkeys(w.get("target", "gateway") for w in windows))
+    if len(targets) < 2:
+        summary_text, summary = summarize(windows, args, meta)
+    else:
+        parts, summary = [], {}
+        for t in targets:
+            text, summary[t] = summarize([w for w in windows if w.get("target", "gateway") == t], args, meta)
+            parts.append(f"### {t}\n\n{text}")
+        text, summary["ratio"] = pair_ratios(windows, args)
+        summary_text = "\n\n".join(parts + [text])
     summary["meta"] = meta
     print()
     print(summary_text, flush=True)
