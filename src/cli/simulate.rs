@@ -24,6 +24,8 @@ Scenario (JSON; durations as Go durations such as \"50ms\" or integer nanosecond
                                   (a real closed-loop client)
                      serviceJitter  j: each call's exec drawn uniformly from
                                   [exec*(1-j), exec*(1+j)] (deterministic, see seed)
+                     serviceTimes   instead of exec: a list of measured service times,
+                                  each call's drawn from them (each equally likely)
                      initialSeats, finalSeats (default 1), additionalLatency, split
   workers            simulated Envoy workers (default 1)
   seed               seed of the serviceJitter draws (default 1)

@@ -10,7 +10,8 @@
 //! Thread `j` of client `i` starts at `90·j + 20·i` ns (a `split` client starts its second half
 //! of threads at `evalDuration/2` with half the calls), is a connection to worker
 //! `(i + j) mod workers` and makes `calls` synchronous calls; a rejected or timed-out call
-//! stops its thread. A call's handler runs `exec` (drawn by [`jitter`] with `serviceJitter`),
+//! stops its thread. A call's handler runs `exec` (drawn by [`jitter`] with `serviceJitter`, or
+//! one of the measured `serviceTimes`),
 //! then returns (the request may keep its seats for `additionalLatency`). With `think`
 //! (upstream `uniformClient`) the next call arrives `exec + think` after the previous one was
 //! *dispatched*, so with `think` 0 just before its predecessor's seat is released; with
@@ -206,10 +207,16 @@ mod tests {
             (r#","roundTrip":"-1ms""#, "roundTrip must not be negative"),
             (r#","think":"0s","serviceJitter":1.5"#, "serviceJitter"),
             (r#","think":"0s","serviceJitter":-0.1"#, "serviceJitter"),
+            (r#","think":"0s","serviceTimes":["1ms"]"#, "serviceTimes excludes exec"),
+            (r#","think":"0s","serviceTimes":["-1ms"]"#, "serviceTimes[] must not be negative"),
         ] {
             let e = run_scenario(client(extra).as_bytes()).unwrap_err();
             assert!(e.contains(want), "{extra}: {e}");
         }
+        let no_exec = |extra: &str| client(extra).replace(r#","exec":"1s""#, "");
+        assert!(run_scenario(no_exec(r#","think":"0s""#).as_bytes()).unwrap_err().contains("one of exec and serviceTimes"));
+        assert!(run_scenario(no_exec(r#","think":"0s","serviceTimes":["1ms"],"serviceJitter":0.1"#).as_bytes()).unwrap_err().contains("excludes"));
+        assert!(run_scenario(no_exec(r#","think":"0s","serviceTimes":["1ms","2ms"]"#).as_bytes()).is_ok());
         let e = run_scenario_with(client(r#","think":"0s""#).as_bytes(), &Options { workers: Some(MAX_WORKERS + 1), ..Options::default() }).unwrap_err();
         assert!(e.contains("workers"), "{e}");
     }

@@ -69,7 +69,8 @@ struct ClientIn {
     hash: HashIn,
     threads: i64,
     calls: i64,
-    exec: DurationIn,
+    exec: Option<DurationIn>,
+    service_times: Option<Vec<DurationIn>>,
     think: Option<DurationIn>,
     round_trip: Option<DurationIn>,
     service_jitter: Option<f64>,
@@ -114,6 +115,8 @@ pub struct Client {
     pub exec: Nanos,
     /// Half-width of the service-time jitter (0: every call takes exactly `exec`).
     pub jitter: Nanos,
+    /// Measured service times a call's is drawn from (empty: `exec` and `jitter`).
+    pub samples: Vec<Nanos>,
     pub pacing: Pacing,
     pub work: WorkEstimate,
     pub split: bool,
@@ -196,7 +199,14 @@ impl Scenario {
             if total_calls > MAX_TOTAL_CALLS {
                 return Err(format!("too many calls in total (threads × calls summed over clients > {MAX_TOTAL_CALLS})"));
             }
-            let exec = ci.exec.non_negative(&what("exec"))?;
+            let samples = ci.service_times.as_deref().unwrap_or_default();
+            let samples: Vec<Nanos> = samples.iter().map(|d| d.non_negative(&what("serviceTimes[]"))).collect::<Result<_, _>>()?;
+            let exec = match (&ci.exec, samples.is_empty(), ci.service_jitter) {
+                (Some(e), true, _) => e.non_negative(&what("exec"))?,
+                (None, false, None) => samples.iter().fold(0, |a: Nanos, &b| a.saturating_add(b / samples.len() as Nanos)),
+                (None, true, _) => return Err(format!("{}: one of exec and serviceTimes is required", what("exec"))),
+                _ => return Err(format!("{}: serviceTimes excludes exec and serviceJitter", what("serviceTimes"))),
+            };
             let pacing = match (&ci.think, &ci.round_trip) {
                 (Some(t), None) => Pacing::AfterDispatch { think: t.get(&what("think"))? },
                 (None, Some(r)) => Pacing::AfterResponse { round_trip: r.non_negative(&what("roundTrip"))? },
@@ -218,7 +228,7 @@ impl Scenario {
                 final_seats: ranged(ci.final_seats, 0, MAX_SEATS, &what("finalSeats"))?,
                 additional_latency,
             };
-            clients.push(Client { hash, threads, calls, exec, jitter, pacing, work, split: ci.split });
+            clients.push(Client { hash, threads, calls, exec, jitter, samples, pacing, work, split: ci.split });
         }
         let seed = sc.seed.unwrap_or(1);
         let timers = wait_limit.is_some() || clients.iter().any(|c| c.work.additional_latency != 0);
