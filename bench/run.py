@@ -345,6 +345,14 @@ def variant_specs(args, mods) -> list[dict]:
                 specs.append(dict(name="localqueue-saturated", workers=sw, http_filter="wasm",
                                   wasm=mods["localqueue"], cfg=str(max(1, args.saturated_seats // sw)),
                                   conns=args.saturated_connections))
+            if args.localqueue_value_bytes:
+                # The host's part of sharing: localqueue bumping a value of apf's size on one
+                # key (both workers) and on a key per worker (see bench/localqueue).
+                per = max(1, args.saturated_seats // 2)
+                for name, how in (("lq-shared-value", ""), ("lq-private-value", ",private")):
+                    specs.append(dict(name=name, workers=2, http_filter="wasm", wasm=mods["localqueue"],
+                                      cfg=f"{per},{args.localqueue_value_bytes}{how}",
+                                      conns=args.saturated_connections))
         else:
             raise SystemExit(f"unknown variant {v}")
     return specs
@@ -706,6 +714,11 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=1, help="Envoy workers for all but apf-saturated")
     ap.add_argument("--connections", type=int, default=4)
     ap.add_argument("--saturated-connections", type=int, default=64)
+    ap.add_argument("--localqueue-value-bytes", type=int, default=0,
+                    help="with apf-saturated: also lq-shared-value and lq-private-value (2 workers), "
+                    "localqueue bumping a value of this size (apf's level value: ≈ 1100) on one "
+                    "shared key and on a key per worker; their ratio is the host's part of the "
+                    "sharing cost")
     ap.add_argument("--saturated-seats", type=int, default=8,
                     help="apf-saturated: the level's seats (the references: all with 1 worker, half each "
                     "with 2); the shape before 2026-11-22 was 2 seats and 16 connections")

@@ -9,6 +9,12 @@
 //! so that apf-wasm ÷ localqueue at the same worker count is the cost of APF's logic and global
 //! state in that shape, and localqueue's own 2-worker ÷ 1-worker ratio is what splitting a
 //! paused-and-resumed pipeline over two Envoy workers costs by itself.
+//!
+//! The configuration may add `,BYTES` and `,private`: the shared-data value it bumps is then
+//! BYTES long (as apf-wasm's level value: ≈ 1.1 KB in the saturated shape) and, with
+//! `private`, each worker bumps a key of its own. Shared ÷ private with 2 workers is what Envoy
+//! charges for two workers reading and writing one value of that size with CAS, with no
+//! decoding and no wake-ups: the host's part of apf-wasm's sharing cost.
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::*;
 use proxy_wasm::types::*;
@@ -17,6 +23,9 @@ use std::collections::VecDeque;
 
 struct Local {
     limit: u32,
+    /// Size of the bumped value, and its key (shared, or this worker's own).
+    value_bytes: usize,
+    key: String,
     in_use: u32,
     waiting: VecDeque<u32>,
     /// Waiting requests that were given a seat (their own context still says Waiting).
@@ -24,7 +33,7 @@ struct Local {
 }
 
 thread_local! {
-    static LOCAL: RefCell<Local> = const { RefCell::new(Local { limit: 1, in_use: 0, waiting: VecDeque::new(), promoted: Vec::new() }) };
+    static LOCAL: RefCell<Local> = const { RefCell::new(Local { limit: 1, value_bytes: 8, key: String::new(), in_use: 0, waiting: VecDeque::new(), promoted: Vec::new() }) };
 }
 
 proxy_wasm::main! {{
@@ -35,13 +44,19 @@ struct Root;
 impl Context for Root {}
 impl RootContext for Root {
     fn on_configure(&mut self, _: usize) -> bool {
-        let limit = self
-            .get_plugin_configuration()
-            .and_then(|b| String::from_utf8(b).ok())
-            .and_then(|s| s.trim().trim_matches('"').parse::<u32>().ok())
-            .unwrap_or(1)
-            .max(1);
-        LOCAL.with(|l| l.borrow_mut().limit = limit);
+        let cfg = self.get_plugin_configuration().and_then(|b| String::from_utf8(b).ok()).unwrap_or_default();
+        let mut parts = cfg.trim().trim_matches('"').split(',').map(str::trim);
+        let limit = parts.next().and_then(|v| v.parse::<u32>().ok()).unwrap_or(1).max(1);
+        let value_bytes = parts.next().and_then(|v| v.parse::<usize>().ok()).unwrap_or(8).max(8);
+        let key = match parts.next() {
+            // Each VM (worker) its own key: the time it was configured at tells them apart.
+            Some("private") => format!("localqueue/seats/{}", hostcalls::get_current_time().map(|t| format!("{t:?}")).unwrap_or_default()),
+            _ => "localqueue/seats".to_string(),
+        };
+        LOCAL.with(|l| {
+            let mut l = l.borrow_mut();
+            (l.limit, l.value_bytes, l.key) = (limit, value_bytes, key);
+        });
         true
     }
     fn create_http_context(&self, id: u32) -> Option<Box<dyn HttpContext>> {
@@ -66,11 +81,17 @@ struct Req {
 }
 
 fn bump(ctx: &dyn Context, delta: i64) {
+    let (key, size) = LOCAL.with(|l| {
+        let l = l.borrow();
+        (l.key.clone(), l.value_bytes)
+    });
     for _ in 0..8 {
-        let (cur, cas) = ctx.get_shared_data("localqueue/seats");
-        let mut n = cur.and_then(|b| b.get(..8).map(|s| i64::from_le_bytes(s.try_into().unwrap_or([0; 8])))).unwrap_or(0);
-        n += delta;
-        if ctx.set_shared_data("localqueue/seats", Some(&n.to_le_bytes()), cas).is_ok() {
+        let (cur, cas) = ctx.get_shared_data(&key);
+        let mut value = cur.unwrap_or_default();
+        value.resize(size, 0);
+        let n = i64::from_le_bytes(value[..8].try_into().unwrap_or([0; 8])) + delta;
+        value[..8].copy_from_slice(&n.to_le_bytes());
+        if ctx.set_shared_data(&key, Some(&value), cas).is_ok() {
             return;
         }
     }
