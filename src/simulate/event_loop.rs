@@ -103,7 +103,7 @@ impl<'a> EventLoop<'a> {
     /// The call started executing at `now` after waiting `waited`.
     fn started(&mut self, now: Nanos, call: CallId, waited: Nanos) -> Result<(), String> {
         let Some((c, _)) = self.thread(call) else { return Ok(()) };
-        let exec = service_time(self.sc.seed, call.thread, call.k, c.exec, c.jitter, &c.samples);
+        let exec = service_time(self.sc.seed, call.thread, call.k, &c.service);
         self.note(now, call, CallKind::Start { waited });
         if let Pacing::AfterDispatch { think } = c.pacing {
             let next = add_time(now, add_time(exec, think)?)?.max(now);

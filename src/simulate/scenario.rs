@@ -7,6 +7,7 @@ use crate::duration::parse_go_duration;
 use crate::fairqueuing::{QueueSetConfig, WorkEstimate};
 use crate::Nanos;
 
+use super::jitter::ServiceTime;
 use super::{MAX_TOTAL_CALLS, MAX_TOTAL_THREADS, MAX_WORKERS};
 
 const MAX_SEATS: i64 = 1_000_000;
@@ -111,12 +112,7 @@ pub struct Client {
     pub hash: u64,
     pub threads: u32,
     pub calls: u32,
-    /// Nominal service time of a call (before jitter).
-    pub exec: Nanos,
-    /// Half-width of the service-time jitter (0: every call takes exactly `exec`).
-    pub jitter: Nanos,
-    /// Measured service times a call's is drawn from (empty: `exec` and `jitter`).
-    pub samples: Vec<Nanos>,
+    pub service: ServiceTime,
     pub pacing: Pacing,
     pub work: WorkEstimate,
     pub split: bool,
@@ -201,9 +197,10 @@ impl Scenario {
             }
             let samples = ci.service_times.as_deref().unwrap_or_default();
             let samples: Vec<Nanos> = samples.iter().map(|d| d.non_negative(&what("serviceTimes[]"))).collect::<Result<_, _>>()?;
+            // `None`: the call times are drawn from `samples`.
             let exec = match (&ci.exec, samples.is_empty(), ci.service_jitter) {
-                (Some(e), true, _) => e.non_negative(&what("exec"))?,
-                (None, false, None) => samples.iter().fold(0, |a: Nanos, &b| a.saturating_add(b / samples.len() as Nanos)),
+                (Some(e), true, _) => Some(e.non_negative(&what("exec"))?),
+                (None, false, None) => None,
                 (None, true, _) => return Err(format!("{}: one of exec and serviceTimes is required", what("exec"))),
                 _ => return Err(format!("{}: serviceTimes excludes exec and serviceJitter", what("serviceTimes"))),
             };
@@ -213,10 +210,16 @@ impl Scenario {
                 (None, None) => return Err(format!("{}: one of think and roundTrip is required", what("think"))),
                 (Some(_), Some(_)) => return Err(format!("{}: think and roundTrip exclude each other", what("roundTrip"))),
             };
-            let jitter = match ci.service_jitter {
-                None => 0,
-                Some(j) if (0.0..=1.0).contains(&j) => (exec as f64 * j).floor() as Nanos,
-                Some(j) => return Err(format!("{} must be in [0, 1], got {j}", what("serviceJitter"))),
+            let service = match exec {
+                None => ServiceTime::Sampled(samples),
+                Some(exec) => ServiceTime::Uniform {
+                    exec,
+                    jitter: match ci.service_jitter {
+                        None => 0,
+                        Some(j) if (0.0..=1.0).contains(&j) => (exec as f64 * j).floor() as Nanos,
+                        Some(j) => return Err(format!("{} must be in [0, 1], got {j}", what("serviceJitter"))),
+                    },
+                },
             };
             let additional_latency = or_zero(&ci.additional_latency, &what("additionalLatency"))?;
             let hash = match &ci.hash {
@@ -228,7 +231,7 @@ impl Scenario {
                 final_seats: ranged(ci.final_seats, 0, MAX_SEATS, &what("finalSeats"))?,
                 additional_latency,
             };
-            clients.push(Client { hash, threads, calls, exec, jitter, samples, pacing, work, split: ci.split });
+            clients.push(Client { hash, threads, calls, service, pacing, work, split: ci.split });
         }
         let seed = sc.seed.unwrap_or(1);
         let timers = wait_limit.is_some() || clients.iter().any(|c| c.work.additional_latency != 0);

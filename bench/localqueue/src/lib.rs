@@ -81,20 +81,19 @@ struct Req {
 }
 
 fn bump(ctx: &dyn Context, delta: i64) {
-    let (key, size) = LOCAL.with(|l| {
-        let l = l.borrow();
-        (l.key.clone(), l.value_bytes)
-    });
-    for _ in 0..8 {
-        let (cur, cas) = ctx.get_shared_data(&key);
-        let mut value = cur.unwrap_or_default();
-        value.resize(size, 0);
-        let n = i64::from_le_bytes(value[..8].try_into().unwrap_or([0; 8])) + delta;
-        value[..8].copy_from_slice(&n.to_le_bytes());
-        if ctx.set_shared_data(&key, Some(&value), cas).is_ok() {
-            return;
+    // Borrowed, not cloned: the host calls do not re-enter the module.
+    LOCAL.with_borrow(|l| {
+        for _ in 0..8 {
+            let (cur, cas) = ctx.get_shared_data(&l.key);
+            let mut value = cur.unwrap_or_default();
+            value.resize(l.value_bytes, 0);
+            let n = i64::from_le_bytes(value[..8].try_into().unwrap_or([0; 8])) + delta;
+            value[..8].copy_from_slice(&n.to_le_bytes());
+            if ctx.set_shared_data(&l.key, Some(&value), cas).is_ok() {
+                return;
+            }
         }
-    }
+    });
 }
 
 impl Req {
