@@ -11,7 +11,8 @@ Usage: python3 bench/pool.py LOG [LOG ...] [--ratio A/B ...] [--metric M]
   (A ÷ B) ÷ (C ÷ D) in every round. Default ratios: the saturated shape's (apf 2 ÷ 1 workers,
   control ÷ apf 1 worker, apf ÷ control, localqueue 2 ÷ 1, and apf's 2 ÷ 1 over localqueue's:
   what a second worker costs apf-wasm beyond what it costs the trivial localqueue reference in
-  the same round) and the uncontended apf ÷ floor, each where the logs have all variants.
+  the same round; with lq-global, what global seats cost a trivial module, and apf's sharing
+  cost over that) and the uncontended apf ÷ floor, each where the logs have all variants.
   --metric pools another per-window figure instead of the CPU per request: `user` or `sys`
   (the Envoy process's user / kernel CPU per request), `workers` (its worker threads' CPU),
   `sleeps` or `preempted` (its workers' voluntary / involuntary context switches per request);
@@ -35,6 +36,8 @@ DEFAULT = [
     "apf-saturated|2/isolated-saturated|2",
     "localqueue-saturated|2/localqueue-saturated|1",
     "apf-saturated|2/apf-saturated|1//localqueue-saturated|2/localqueue-saturated|1",
+    "lq-global|2/localqueue-saturated|2",
+    "apf-saturated|2/isolated-saturated|2//lq-global|2/localqueue-saturated|2",
     "apf|1/floor|1",
 ]
 

@@ -18,7 +18,10 @@ Variants (interleaved, repeated for --rounds; medians reported):
                    with 2 workers, the no-sharing control isolated-saturated: this very module
                    built with the feature bench-isolated-levels (each worker keys its levels
                    apart: same code, nothing shared, half the seats each), so that apf ÷ it is
-                   what sharing the level across workers costs. By default the upstream answers
+                   what sharing the level across workers costs; with --localqueue-global also
+                   lq-global, localqueue with global seats (one seat count and FIFO in a shared
+                   value, cross-worker hand-offs), whose ratio to localqueue with 2 workers is
+                   what a global seat pool costs on this host by itself. By default the upstream answers
                    at once and the gateway is CPU-bound; with --upstream-delay-ms D it holds
                    each response D ms, as an apiserver does, so the level (8 seats / D) limits
                    the rate and every variant serves the same req/s with CPU to spare
@@ -353,6 +356,14 @@ def variant_specs(args, mods) -> list[dict]:
                     specs.append(dict(name=name, workers=2, http_filter="wasm", wasm=mods["localqueue"],
                                       cfg=f"{per},{args.localqueue_value_bytes}{how}",
                                       conns=args.saturated_connections))
+            if args.localqueue_global:
+                # What a global seat pool costs on this host by itself: localqueue with one seat
+                # count and FIFO for both workers (CAS) and cross-worker hand-offs (see
+                # bench/localqueue); ÷ localqueue-saturated|2 it is the reference for apf ÷
+                # the no-sharing control.
+                specs.append(dict(name="lq-global", workers=2, http_filter="wasm", wasm=mods["localqueue"],
+                                  cfg=f"{args.saturated_seats},{args.localqueue_value_bytes or 1100},global",
+                                  conns=args.saturated_connections))
         else:
             raise SystemExit(f"unknown variant {v}")
     return specs
@@ -719,6 +730,11 @@ def main() -> int:
                     "localqueue bumping a value of this size (apf's level value: ≈ 1100) on one "
                     "shared key and on a key per worker; their ratio is the host's part of the "
                     "sharing cost")
+    ap.add_argument("--localqueue-global", action="store_true",
+                    help="with apf-saturated: also lq-global (2 workers), localqueue with the level's "
+                    "seats global (one seat count and FIFO in a shared value, CAS, cross-worker "
+                    "hand-offs); ÷ localqueue-saturated|2 it is what a global seat pool costs by "
+                    "itself, the reference for apf ÷ the no-sharing control")
     ap.add_argument("--saturated-seats", type=int, default=8,
                     help="apf-saturated: the level's seats (the references: all with 1 worker, half each "
                     "with 2); the shape before 2026-11-22 was 2 seats and 16 connections")
@@ -877,6 +893,10 @@ def main() -> int:
                   f"half the seats), 2 workers ÷ apf 1 worker {per_round('isolated-saturated|2', 'apf-saturated|1'):.2f}; "
                   f"apf ÷ control with 2 workers (what sharing the level costs) "
                   f"{per_round('apf-saturated|2', 'isolated-saturated|2'):.2f}.")
+    if "lq-global|2" in results and "localqueue-saturated|2" in results:
+        table += ("\nGlobal seats in a trivial module (lq-global ÷ localqueue, 2 workers): "
+                  f"{per_round('lq-global|2', 'localqueue-saturated|2'):.2f}, what a global seat pool "
+                  "costs on this host by itself (pool.py gives apf's sharing cost over it).")
     sat = [k for k in ("apf-saturated|1", "apf-saturated|2", "isolated-saturated|2",
                        "localqueue-saturated|1", "localqueue-saturated|2") if k in results]
     if any("split" in r for k in sat for r in results[k]):

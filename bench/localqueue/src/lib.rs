@@ -15,6 +15,14 @@
 //! `private`, each worker bumps a key of its own. Shared ÷ private with 2 workers is what Envoy
 //! charges for two workers reading and writing one value of that size with CAS, with no
 //! decoding and no wake-ups: the host's part of apf-wasm's sharing cost.
+//!
+//! `,global` as the third part makes the seats global instead, as apf-wasm's are: one seat
+//! count and one FIFO of (worker, request) for all workers in a shared value of BYTES bytes,
+//! taken and released with CAS (those are its two writes per request, in place of the bumps),
+//! and a seat released on one worker passes to the head of the FIFO, on another worker through
+//! that worker's shared queue (a cross-worker wake-up). Global ÷ per-worker seats with 2 workers
+//! is what a global seat pool costs on this host with no fair queuing and no decoding; apf-wasm ÷
+//! its no-sharing control should be compared with it.
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::*;
 use proxy_wasm::types::*;
@@ -30,10 +38,12 @@ struct Local {
     waiting: VecDeque<u32>,
     /// Waiting requests that were given a seat (their own context still says Waiting).
     promoted: Vec<u32>,
+    /// Global seats: this worker's id in the FIFO (0: per-worker seats).
+    worker: u32,
 }
 
 thread_local! {
-    static LOCAL: RefCell<Local> = const { RefCell::new(Local { limit: 1, value_bytes: 8, key: String::new(), in_use: 0, waiting: VecDeque::new(), promoted: Vec::new() }) };
+    static LOCAL: RefCell<Local> = const { RefCell::new(Local { limit: 1, value_bytes: 8, key: String::new(), in_use: 0, waiting: VecDeque::new(), promoted: Vec::new(), worker: 0 }) };
 }
 
 proxy_wasm::main! {{
@@ -48,16 +58,31 @@ impl RootContext for Root {
         let mut parts = cfg.trim().trim_matches('"').split(',').map(str::trim);
         let limit = parts.next().and_then(|v| v.parse::<u32>().ok()).unwrap_or(1).max(1);
         let value_bytes = parts.next().and_then(|v| v.parse::<usize>().ok()).unwrap_or(8).max(8);
-        let key = match parts.next() {
-            // Each VM (worker) its own key: the time it was configured at tells them apart.
-            Some("private") => format!("localqueue/seats/{}", hostcalls::get_current_time().map(|t| format!("{t:?}")).unwrap_or_default()),
-            _ => "localqueue/seats".to_string(),
+        // The time this VM (worker) was configured at tells the workers apart.
+        let stamp = hostcalls::get_current_time().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map_or(1, |d| d.as_nanos() as u32 | 1);
+        let (key, worker) = match parts.next() {
+            Some("private") => (format!("localqueue/seats/{stamp}"), 0),
+            Some("global") => {
+                if hostcalls::register_shared_queue(&mailbox(stamp)).is_err() {
+                    return false;
+                }
+                ("localqueue/global".to_string(), stamp)
+            }
+            _ => ("localqueue/seats".to_string(), 0),
         };
         LOCAL.with(|l| {
             let mut l = l.borrow_mut();
-            (l.limit, l.value_bytes, l.key) = (limit, value_bytes, key);
+            (l.limit, l.value_bytes, l.key, l.worker) = (limit, value_bytes, key, worker);
         });
         true
+    }
+    /// Requests of this worker that another worker's released seat passed to.
+    fn on_queue_ready(&mut self, queue: u32) {
+        while let Ok(Some(msg)) = hostcalls::dequeue_shared_queue(queue) {
+            if let Some(b) = msg.first_chunk::<4>() {
+                start(u32::from_le_bytes(*b));
+            }
+        }
     }
     fn create_http_context(&self, id: u32) -> Option<Box<dyn HttpContext>> {
         Some(Box::new(Req { id, state: State::New }))
@@ -96,8 +121,103 @@ fn bump(ctx: &dyn Context, delta: i64) {
     });
 }
 
+fn mailbox(worker: u32) -> String {
+    format!("localqueue/mailbox/{worker}")
+}
+
+/// Global seats: the shared value's seat count and FIFO of (worker, request).
+struct Global {
+    in_use: u32,
+    fifo: VecDeque<(u32, u32)>,
+}
+
+impl Global {
+    fn decode(v: &[u8]) -> Global {
+        let word = |i: usize| v.get(4 * i..4 * i + 4).and_then(|b| b.try_into().ok()).map_or(0, u32::from_le_bytes);
+        let fifo = (0..word(1) as usize).map(|i| (word(2 + 2 * i), word(3 + 2 * i))).collect();
+        Global { in_use: word(0), fifo }
+    }
+    fn encode(&self, bytes: usize) -> Vec<u8> {
+        let mut v = Vec::with_capacity(bytes.max(8 + 8 * self.fifo.len()));
+        v.extend(self.in_use.to_le_bytes());
+        v.extend((self.fifo.len() as u32).to_le_bytes());
+        for &(w, c) in &self.fifo {
+            v.extend(w.to_le_bytes());
+            v.extend(c.to_le_bytes());
+        }
+        v.resize(v.len().max(bytes), 0);
+        v
+    }
+}
+
+/// One CAS update of the global seats; returns what `f` returned for the update that landed.
+fn update<T>(f: impl Fn(&mut Global) -> T) -> Option<T> {
+    LOCAL.with_borrow(|l| {
+        for _ in 0..64 {
+            let (cur, cas) = hostcalls::get_shared_data(&l.key).ok()?;
+            let mut g = Global::decode(cur.as_deref().unwrap_or_default());
+            let out = f(&mut g);
+            if hostcalls::set_shared_data(&l.key, Some(&g.encode(l.value_bytes)), cas).is_ok() {
+                return Some(out);
+            }
+        }
+        None
+    })
+}
+
+/// Resumes this worker's request `ctx`, which a released seat passed to (if it is gone, the
+/// seat passes on).
+fn start(ctx: u32) {
+    if hostcalls::set_effective_context(ctx).is_ok() && hostcalls::resume_http_request().is_ok() {
+        LOCAL.with(|l| l.borrow_mut().promoted.push(ctx));
+    } else {
+        release_global();
+    }
+}
+
+/// Releases a global seat: it passes to the head of the FIFO (woken on its own worker).
+fn release_global() {
+    let me = LOCAL.with_borrow(|l| l.worker);
+    let next = update(|g| {
+        let next = g.fifo.pop_front();
+        if next.is_none() {
+            g.in_use = g.in_use.saturating_sub(1);
+        }
+        next
+    });
+    match next.flatten() {
+        Some((w, c)) if w == me => start(c),
+        Some((w, c)) => {
+            let q = hostcalls::resolve_shared_queue("", &mailbox(w)).ok().flatten();
+            if q.and_then(|q| hostcalls::enqueue_shared_queue(q, Some(&c.to_le_bytes())).ok()).is_none() {
+                release_global();
+            }
+        }
+        None => {}
+    }
+}
+
 impl Req {
+    /// Global seats: takes one or joins the FIFO; whether the request runs now.
+    fn arrive_global(&self, me: u32) -> bool {
+        let limit = LOCAL.with_borrow(|l| l.limit);
+        let id = self.id;
+        update(|g| {
+            if g.in_use < limit {
+                g.in_use += 1;
+                true
+            } else {
+                g.fifo.push_back((me, id));
+                false
+            }
+        })
+        .unwrap_or(true)
+    }
+
     fn release(&mut self) {
+        if LOCAL.with_borrow(|l| l.worker) != 0 {
+            return self.release_from_global();
+        }
         let mut was = std::mem::replace(&mut self.state, State::Done);
         if was == State::Waiting {
             let id = self.id;
@@ -138,6 +258,30 @@ impl Req {
     }
 }
 
+impl Req {
+    fn release_from_global(&mut self) {
+        let (id, me) = (self.id, LOCAL.with_borrow(|l| l.worker));
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Executing => release_global(),
+            State::Waiting => {
+                let promoted = LOCAL.with(|l| {
+                    let mut l = l.borrow_mut();
+                    let p = l.promoted.iter().position(|&c| c == id);
+                    p.map(|i| l.promoted.swap_remove(i)).is_some()
+                });
+                // Not promoted: still in the FIFO, or a seat is on its way (then `start`
+                // finds it gone and passes the seat on).
+                if promoted {
+                    release_global();
+                } else {
+                    update(|g| g.fifo.retain(|&e| e != (me, id)));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 impl Context for Req {}
 impl HttpContext for Req {
     fn on_http_request_headers(&mut self, _: usize, _: bool) -> Action {
@@ -145,8 +289,11 @@ impl HttpContext for Req {
         let _p = self.get_http_request_header_bytes(":path");
         let _u = self.get_http_request_header_bytes("x-remote-user");
         let _g = self.get_http_request_header_bytes("x-remote-group");
-        bump(self, 1);
-        let run = LOCAL.with(|l| {
+        let me = LOCAL.with_borrow(|l| l.worker);
+        if me == 0 {
+            bump(self, 1);
+        }
+        let run = if me != 0 { self.arrive_global(me) } else { LOCAL.with(|l| {
             let mut l = l.borrow_mut();
             if l.in_use < l.limit {
                 l.in_use += 1;
@@ -155,7 +302,7 @@ impl HttpContext for Req {
                 l.waiting.push_back(self.id);
                 false
             }
-        });
+        }) };
         if run {
             self.state = State::Executing;
             Action::Continue
@@ -170,7 +317,9 @@ impl HttpContext for Req {
         Action::Continue
     }
     fn on_log(&mut self) {
-        bump(self, -1);
+        if LOCAL.with_borrow(|l| l.worker) == 0 {
+            bump(self, -1);
+        }
         self.release();
     }
 }
