@@ -177,7 +177,7 @@ fn start(ctx: u32) {
 
 /// Releases a global seat: it passes to the head of the FIFO (woken on its own worker).
 fn release_global() {
-    let me = LOCAL.with_borrow(|l| l.worker);
+    let me = worker();
     let next = update(|g| {
         let next = g.fifo.pop_front();
         if next.is_none() {
@@ -197,7 +197,53 @@ fn release_global() {
     }
 }
 
+/// Global seats: this worker's id in the FIFO (0: per-worker seats).
+fn worker() -> u32 {
+    LOCAL.with_borrow(|l| l.worker)
+}
+
+/// Whether waiting request `id` was given a seat (forgetting it).
+fn take_promoted(id: u32) -> bool {
+    LOCAL.with(|l| {
+        let mut l = l.borrow_mut();
+        let p = l.promoted.iter().position(|&c| c == id);
+        p.map(|i| l.promoted.swap_remove(i)).is_some()
+    })
+}
+
+/// Releases a per-worker seat: it passes to the next waiting request of this worker.
+fn release_local() {
+    let next = LOCAL.with(|l| {
+        let mut l = l.borrow_mut();
+        let next = l.waiting.pop_front();
+        match next {
+            Some(n) => l.promoted.push(n),
+            None => l.in_use = l.in_use.saturating_sub(1),
+        }
+        next
+    });
+    if let Some(n) = next {
+        if hostcalls::set_effective_context(n).is_ok() {
+            let _ = hostcalls::resume_http_request();
+        }
+    }
+}
+
 impl Req {
+    /// Per-worker seats: takes one or joins this worker's FIFO; whether the request runs now.
+    fn arrive_local(&self) -> bool {
+        LOCAL.with(|l| {
+            let mut l = l.borrow_mut();
+            if l.in_use < l.limit {
+                l.in_use += 1;
+                true
+            } else {
+                l.waiting.push_back(self.id);
+                false
+            }
+        })
+    }
+
     /// Global seats: takes one or joins the FIFO; whether the request runs now.
     fn arrive_global(&self, me: u32) -> bool {
         let limit = LOCAL.with_borrow(|l| l.limit);
@@ -215,67 +261,19 @@ impl Req {
     }
 
     fn release(&mut self) {
-        if LOCAL.with_borrow(|l| l.worker) != 0 {
-            return self.release_from_global();
-        }
+        let id = self.id;
         let mut was = std::mem::replace(&mut self.state, State::Done);
-        if was == State::Waiting {
-            let id = self.id;
-            let promoted = LOCAL.with(|l| {
-                let mut l = l.borrow_mut();
-                let p = l.promoted.iter().position(|&c| c == id);
-                p.map(|i| l.promoted.swap_remove(i)).is_some()
-            });
-            if promoted {
-                was = State::Executing;
-            }
+        if was == State::Waiting && take_promoted(id) {
+            was = State::Executing;
         }
-        match was {
-            State::Executing => {
-                let next = LOCAL.with(|l| {
-                    let mut l = l.borrow_mut();
-                    match l.waiting.pop_front() {
-                        Some(n) => {
-                            l.promoted.push(n);
-                            Some(n)
-                        }
-                        None => {
-                            l.in_use = l.in_use.saturating_sub(1);
-                            None
-                        }
-                    }
-                });
-                // The seat passes to the next waiting request of this worker.
-                if let Some(n) = next {
-                    if hostcalls::set_effective_context(n).is_ok() {
-                        let _ = hostcalls::resume_http_request();
-                    }
-                }
-            }
-            State::Waiting => LOCAL.with(|l| l.borrow_mut().waiting.retain(|&c| c != self.id)),
-            _ => {}
-        }
-    }
-}
-
-impl Req {
-    fn release_from_global(&mut self) {
-        let (id, me) = (self.id, LOCAL.with_borrow(|l| l.worker));
-        match std::mem::replace(&mut self.state, State::Done) {
-            State::Executing => release_global(),
-            State::Waiting => {
-                let promoted = LOCAL.with(|l| {
-                    let mut l = l.borrow_mut();
-                    let p = l.promoted.iter().position(|&c| c == id);
-                    p.map(|i| l.promoted.swap_remove(i)).is_some()
-                });
-                // Not promoted: still in the FIFO, or a seat is on its way (then `start`
-                // finds it gone and passes the seat on).
-                if promoted {
-                    release_global();
-                } else {
-                    update(|g| g.fifo.retain(|&e| e != (me, id)));
-                }
+        match (was, worker()) {
+            (State::Executing, 0) => release_local(),
+            (State::Executing, _) => release_global(),
+            (State::Waiting, 0) => LOCAL.with(|l| l.borrow_mut().waiting.retain(|&c| c != id)),
+            // Not promoted: still in the FIFO, or a seat is on its way (then `start` finds the
+            // request gone and passes the seat on).
+            (State::Waiting, me) => {
+                update(|g| g.fifo.retain(|&e| e != (me, id)));
             }
             _ => {}
         }
@@ -289,20 +287,13 @@ impl HttpContext for Req {
         let _p = self.get_http_request_header_bytes(":path");
         let _u = self.get_http_request_header_bytes("x-remote-user");
         let _g = self.get_http_request_header_bytes("x-remote-group");
-        let me = LOCAL.with_borrow(|l| l.worker);
-        if me == 0 {
+        let me = worker();
+        let run = if me != 0 {
+            self.arrive_global(me)
+        } else {
             bump(self, 1);
-        }
-        let run = if me != 0 { self.arrive_global(me) } else { LOCAL.with(|l| {
-            let mut l = l.borrow_mut();
-            if l.in_use < l.limit {
-                l.in_use += 1;
-                true
-            } else {
-                l.waiting.push_back(self.id);
-                false
-            }
-        }) };
+            self.arrive_local()
+        };
         if run {
             self.state = State::Executing;
             Action::Continue
@@ -317,7 +308,7 @@ impl HttpContext for Req {
         Action::Continue
     }
     fn on_log(&mut self) {
-        if LOCAL.with_borrow(|l| l.worker) == 0 {
+        if worker() == 0 {
             bump(self, -1);
         }
         self.release();
