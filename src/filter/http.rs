@@ -187,16 +187,18 @@ impl Http {
             log::warn!("apf: storing a learned object count failed: {e}");
         }
     }
-}
 
-impl Context for Http {}
-
-impl HttpContext for Http {
-    fn on_http_request_headers(&mut self, _n: usize, _end: bool) -> Action {
-        self.compiled.clone().map_or(Action::Continue, |c| self.admit(c))
+    /// The upstream's response has ended (the apiserver's handler returned): the request's
+    /// seats are free, whether or not the client has read the response. Upstream frees them
+    /// when the handler returns (`priority-and-fairness.go: priorityAndFairnessHandler.Handle`,
+    /// the `execute` closure), so a client that never reads (an HTTP/2 stream with a zero
+    /// window, open downstream long after this) cannot keep them. A watch that ends closes.
+    fn upstream_ended(&mut self) {
+        self.holding = false;
+        worker::stream_ended_with(self.ctx, host::monotonic_nanos);
     }
 
-    fn on_http_response_headers(&mut self, _n: usize, _end: bool) -> Action {
+    fn response_headers(&mut self) -> Action {
         let Some(x) = self.class.clone() else { return Action::Continue };
         if worker::with(|w| w.rejected.contains(&self.ctx)) {
             return Action::Continue;
@@ -220,17 +222,15 @@ impl HttpContext for Http {
         Action::Continue
     }
 
-    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        self.learn_from(body_size, end_of_stream);
-        if !self.holding {
-            return Action::Continue;
-        }
+    /// A chunk of a held WATCH's initial state (not the stream's end): ends the initial phase
+    /// at the initial-events bookmark or, unmarked, at the expected size.
+    fn watch_data(&mut self, body_size: usize) {
         let now = host::monotonic_nanos();
         let ended = worker::with(|w| {
             let h = w.holds.get_mut(&self.ctx)?;
             h.last_data = now;
             h.bytes = h.bytes.saturating_add(body_size as u64);
-            Some(end_of_stream || match h.marker.as_mut() {
+            Some(match h.marker.as_mut() {
                 Some(m) => host::buffer_bytes(BufferType::HttpResponseBody, 0, body_size).is_some_and(|chunk| m.feed(&chunk)),
                 None => h.expected_bytes.is_some_and(|e| h.bytes >= e),
             })
@@ -240,6 +240,36 @@ impl HttpContext for Http {
         if ended == Some(true) {
             worker::end_watch_init(self.ctx, now, None);
         }
+    }
+}
+
+impl Context for Http {}
+
+impl HttpContext for Http {
+    fn on_http_request_headers(&mut self, _n: usize, _end: bool) -> Action {
+        self.compiled.clone().map_or(Action::Continue, |c| self.admit(c))
+    }
+
+    fn on_http_response_headers(&mut self, _n: usize, end: bool) -> Action {
+        let action = self.response_headers();
+        if end {
+            self.upstream_ended();
+        }
+        action
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        self.learn_from(body_size, end_of_stream);
+        if end_of_stream {
+            self.upstream_ended();
+        } else if self.holding {
+            self.watch_data(body_size);
+        }
+        Action::Continue
+    }
+
+    fn on_http_response_trailers(&mut self, _n: usize) -> Action {
+        self.upstream_ended();
         Action::Continue
     }
 
