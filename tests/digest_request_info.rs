@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Upstream `requestinfo_test.go` vectors (`TestGetAPIRequestInfo`, `TestGetNonAPIRequestInfo`,
 //! `TestSelectorParsing`) for `parse_request_info`, plus odd-input robustness.
-use apf_wasm::digest::request_info::{parse_generic, parse_request_info, RequestInfo};
+use apf_wasm::digest::request_info::{equal_fold_ascii, parse_generic, parse_request_info, RequestInfo};
 
 fn p(m: &str, u: &str) -> RequestInfo {
     parse_request_info(m, u.as_bytes())
@@ -111,6 +111,70 @@ fn selector_details() {
     // lenient bool: empty watch value means true
     sel("GET", "resource?watch=", "", "watch", "", "");
     sel("GET", "resource?watch=FALSE", "", "list", "", "");
+}
+
+/// `watch` and `sendInitialEvents` as apimachinery converts them (`conversion.go:
+/// Convert_Slice_string_To_bool`: "0" or `strings.EqualFold(v, "false")` is false, anything else
+/// true), and `watch` as `requestinfo.go: NewRequestInfo` rereads it when the list options do
+/// not decode (`strings.ToLower(v)` is "false" or "0").
+#[test]
+fn watch_bool_like_go() {
+    let verb = |q: &str| p("GET", &format!("/api/v1/pods?{q}")).verb;
+    // U+017F LATIN SMALL LETTER LONG S folds to `s`: a LIST upstream, not a WATCH.
+    assert_eq!(verb("watch=fal%C5%BFe&resourceVersion=1&resourceVersionMatch=Exact"), "list");
+    assert_eq!(verb("watch=FAL%C5%BFE"), "list");
+    assert_eq!(verb("watch=fAlSe"), "list");
+    // Decoding fails (invalid limit, timeoutSeconds or selector): only ASCII case is ignored.
+    assert_eq!(verb("watch=fal%C5%BFe&limit=x"), "watch");
+    assert_eq!(verb("watch=fal%C5%BFe&timeoutSeconds=x"), "watch");
+    assert_eq!(verb("watch=fal%C5%BFe&fieldSelector=a"), "watch");
+    assert_eq!(verb("watch=fal%C5%BFe&labelSelector=!!!"), "watch");
+    assert_eq!(verb("watch=FALSE&limit=x"), "list");
+    assert_eq!(verb("watch=0&limit=x"), "list");
+    assert_eq!(verb("watch=00&limit=x"), "watch");
+    // A bad `timeout` is not a list option: decoding succeeds.
+    assert_eq!(verb("watch=fal%C5%BFe&timeout=x"), "list");
+    // Only "0" itself; any other value, the empty one included, is true.
+    assert_eq!(verb("watch=0"), "list");
+    assert_eq!(verb("watch=00"), "watch");
+    assert_eq!(verb("watch="), "watch");
+    assert_eq!(verb("watch"), "watch");
+    assert_eq!(verb("watch=f"), "watch");
+    assert_eq!(verb("watch=falsee"), "watch");
+    assert_eq!(verb("watch=%C5%BF"), "watch");
+    // Non-UTF-8 never folds to ASCII.
+    assert_eq!(verb("watch=fal%FFe"), "watch");
+    assert_eq!(verb("watch=fal%C5e"), "watch");
+    // The first value counts.
+    assert_eq!(verb("watch=fal%C5%BFe&watch=true"), "list");
+    let sie = |q: &str| p("GET", &format!("/api/v1/pods?watch=1&{q}")).query.send_initial_events;
+    assert_eq!(sie("sendInitialEvents=fal%C5%BFe"), Some(false));
+    assert_eq!(sie("sendInitialEvents=0"), Some(false));
+    assert_eq!(sie("sendInitialEvents="), Some(true));
+    assert_eq!(sie("sendInitialEvents=00"), Some(true));
+    assert_eq!(sie("x=1"), None);
+}
+
+/// Go's `strings.EqualFold` against ASCII targets.
+#[test]
+fn equal_fold_like_go() {
+    assert!(equal_fold_ascii("false", "false"));
+    assert!(equal_fold_ascii("FaLsE", "false"));
+    assert!(equal_fold_ascii("fal\u{17F}e", "FALSE"));
+    // U+212A KELVIN SIGN folds to `k` and `K`.
+    assert!(equal_fold_ascii("\u{212A}", "k"));
+    assert!(equal_fold_ascii("\u{212A}ube", "KUBE"));
+    assert!(equal_fold_ascii("\u{212A}\u{17F}", "ks"));
+    assert!(!equal_fold_ascii("\u{212A}", "s"));
+    assert!(!equal_fold_ascii("\u{17F}", "k"));
+    // Turkic dotted / dotless i are not in the simple-fold orbit of `i`.
+    assert!(!equal_fold_ascii("\u{130}", "i"));
+    assert!(!equal_fold_ascii("\u{131}", "i"));
+    // Length counts in characters.
+    assert!(!equal_fold_ascii("fals", "false"));
+    assert!(!equal_fold_ascii("falsee", "false"));
+    assert!(equal_fold_ascii("", ""));
+    assert!(!equal_fold_ascii("\u{fffd}", "f"));
 }
 
 #[test]
