@@ -177,6 +177,44 @@ fn equal_fold_like_go() {
     assert!(!equal_fold_ascii("\u{fffd}", "f"));
 }
 
+/// `equal_fold_ascii` on every Unicode scalar value against an oracle built from Rust's case
+/// mappings. Oracle: `c` equals the ASCII character `x` under Unicode simple case folding (Go's
+/// `unicode.SimpleFold` orbits, which `strings.EqualFold` walks) iff `c == x`, or `c` lowercases
+/// to exactly the one character `x.to_ascii_lowercase()`, or uppercases to exactly the one
+/// character `x.to_ascii_uppercase()` (an orbit that holds an ASCII letter holds its two cases,
+/// and every other member maps to one of them by a one-to-one case mapping) — except U+0130
+/// (lowercases to `i`) and U+0131 (uppercases to `I`), whose foldings are Turkic-only
+/// (CaseFolding.txt status T), not simple ones.
+#[test]
+fn equal_fold_matches_std_case_mappings() {
+    fn single(mut it: impl Iterator<Item = char>) -> Option<char> {
+        let c = it.next()?;
+        it.next().is_none().then_some(c)
+    }
+    // The characters the bool conversion compares (`truefals`, `1`, `0`), `S` for an uppercase
+    // target, and `k`, `K` for the Kelvin sign (every target costs ~0.1 s in a debug build).
+    let targets = ['t', 'r', 'u', 'e', 'f', 'a', 'l', 's', 'S', 'k', 'K', '1', '0'];
+    let mut buf = [0u8; 4];
+    let mut matches = Vec::new();
+    for c in (0..=0x10FFFFu32).filter_map(char::from_u32) {
+        let turkic = c == '\u{130}' || c == '\u{131}';
+        let (lower, upper) = (single(c.to_lowercase()), single(c.to_uppercase()));
+        let s = c.encode_utf8(&mut buf);
+        for &x in &targets {
+            let oracle = c == x
+                || (!turkic
+                    && (lower == Some(x.to_ascii_lowercase()) || upper == Some(x.to_ascii_uppercase())));
+            let got = equal_fold_ascii(s, x.encode_utf8(&mut [0u8; 4]));
+            assert_eq!(got, oracle, "U+{:04X} vs {x:?}", c as u32);
+            if got && !c.is_ascii() {
+                matches.push((c, x));
+            }
+        }
+    }
+    // The only non-ASCII matches: long s and the Kelvin sign.
+    assert_eq!(matches, [('\u{17F}', 's'), ('\u{17F}', 'S'), ('\u{212A}', 'k'), ('\u{212A}', 'K')]);
+}
+
 #[test]
 fn query_digest() {
     let i = p("GET", "/apis/foo.bar/v1/events?limit=399&resourceVersion=1&resourceVersionMatch=Exact&continue=tok&sendInitialEvents=true&timeout=8s&timeoutSeconds=5");
