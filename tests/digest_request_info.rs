@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Upstream `requestinfo_test.go` vectors (`TestGetAPIRequestInfo`, `TestGetNonAPIRequestInfo`,
 //! `TestSelectorParsing`) for `parse_request_info`, plus odd-input robustness.
-use apf_wasm::digest::request_info::{parse_generic, parse_request_info, RequestInfo};
+use apf_wasm::digest::request_info::{equal_fold_ascii, parse_generic, parse_request_info, RequestInfo};
 
 fn p(m: &str, u: &str) -> RequestInfo {
     parse_request_info(m, u.as_bytes())
@@ -111,6 +111,108 @@ fn selector_details() {
     // lenient bool: empty watch value means true
     sel("GET", "resource?watch=", "", "watch", "", "");
     sel("GET", "resource?watch=FALSE", "", "list", "", "");
+}
+
+/// `watch` and `sendInitialEvents` as apimachinery converts them (`conversion.go:
+/// Convert_Slice_string_To_bool`: "0" or `strings.EqualFold(v, "false")` is false, anything else
+/// true), and `watch` as `requestinfo.go: NewRequestInfo` rereads it when the list options do
+/// not decode (`strings.ToLower(v)` is "false" or "0").
+#[test]
+fn watch_bool_like_go() {
+    let verb = |q: &str| p("GET", &format!("/api/v1/pods?{q}")).verb;
+    // U+017F LATIN SMALL LETTER LONG S folds to `s`: a LIST upstream, not a WATCH.
+    assert_eq!(verb("watch=fal%C5%BFe&resourceVersion=1&resourceVersionMatch=Exact"), "list");
+    assert_eq!(verb("watch=FAL%C5%BFE"), "list");
+    assert_eq!(verb("watch=fAlSe"), "list");
+    // Decoding fails (invalid limit, timeoutSeconds or selector): only ASCII case is ignored.
+    assert_eq!(verb("watch=fal%C5%BFe&limit=x"), "watch");
+    assert_eq!(verb("watch=fal%C5%BFe&timeoutSeconds=x"), "watch");
+    assert_eq!(verb("watch=fal%C5%BFe&fieldSelector=a"), "watch");
+    assert_eq!(verb("watch=fal%C5%BFe&labelSelector=!!!"), "watch");
+    assert_eq!(verb("watch=FALSE&limit=x"), "list");
+    assert_eq!(verb("watch=0&limit=x"), "list");
+    assert_eq!(verb("watch=00&limit=x"), "watch");
+    // A bad `timeout` is not a list option: decoding succeeds.
+    assert_eq!(verb("watch=fal%C5%BFe&timeout=x"), "list");
+    // Only "0" itself; any other value, the empty one included, is true.
+    assert_eq!(verb("watch=0"), "list");
+    assert_eq!(verb("watch=00"), "watch");
+    assert_eq!(verb("watch="), "watch");
+    assert_eq!(verb("watch"), "watch");
+    assert_eq!(verb("watch=f"), "watch");
+    assert_eq!(verb("watch=falsee"), "watch");
+    assert_eq!(verb("watch=%C5%BF"), "watch");
+    // Non-UTF-8 never folds to ASCII.
+    assert_eq!(verb("watch=fal%FFe"), "watch");
+    assert_eq!(verb("watch=fal%C5e"), "watch");
+    // The first value counts.
+    assert_eq!(verb("watch=fal%C5%BFe&watch=true"), "list");
+    let sie = |q: &str| p("GET", &format!("/api/v1/pods?watch=1&{q}")).query.send_initial_events;
+    assert_eq!(sie("sendInitialEvents=fal%C5%BFe"), Some(false));
+    assert_eq!(sie("sendInitialEvents=0"), Some(false));
+    assert_eq!(sie("sendInitialEvents="), Some(true));
+    assert_eq!(sie("sendInitialEvents=00"), Some(true));
+    assert_eq!(sie("x=1"), None);
+}
+
+/// Go's `strings.EqualFold` against ASCII targets.
+#[test]
+fn equal_fold_like_go() {
+    assert!(equal_fold_ascii("false", "false"));
+    assert!(equal_fold_ascii("FaLsE", "false"));
+    assert!(equal_fold_ascii("fal\u{17F}e", "FALSE"));
+    // U+212A KELVIN SIGN folds to `k` and `K`.
+    assert!(equal_fold_ascii("\u{212A}", "k"));
+    assert!(equal_fold_ascii("\u{212A}ube", "KUBE"));
+    assert!(equal_fold_ascii("\u{212A}\u{17F}", "ks"));
+    assert!(!equal_fold_ascii("\u{212A}", "s"));
+    assert!(!equal_fold_ascii("\u{17F}", "k"));
+    // Turkic dotted / dotless i are not in the simple-fold orbit of `i`.
+    assert!(!equal_fold_ascii("\u{130}", "i"));
+    assert!(!equal_fold_ascii("\u{131}", "i"));
+    // Length counts in characters.
+    assert!(!equal_fold_ascii("fals", "false"));
+    assert!(!equal_fold_ascii("falsee", "false"));
+    assert!(equal_fold_ascii("", ""));
+    assert!(!equal_fold_ascii("\u{fffd}", "f"));
+}
+
+/// `equal_fold_ascii` on every Unicode scalar value against an oracle built from Rust's case
+/// mappings. Oracle: `c` equals the ASCII character `x` under Unicode simple case folding (Go's
+/// `unicode.SimpleFold` orbits, which `strings.EqualFold` walks) iff `c == x`, or `c` lowercases
+/// to exactly the one character `x.to_ascii_lowercase()`, or uppercases to exactly the one
+/// character `x.to_ascii_uppercase()` (an orbit that holds an ASCII letter holds its two cases,
+/// and every other member maps to one of them by a one-to-one case mapping) — except U+0130
+/// (lowercases to `i`) and U+0131 (uppercases to `I`), whose foldings are Turkic-only
+/// (CaseFolding.txt status T), not simple ones.
+#[test]
+fn equal_fold_matches_std_case_mappings() {
+    fn single(mut it: impl Iterator<Item = char>) -> Option<char> {
+        let c = it.next()?;
+        it.next().is_none().then_some(c)
+    }
+    // The characters the bool conversion compares (`truefals`, `1`, `0`), `S` for an uppercase
+    // target, and `k`, `K` for the Kelvin sign (every target costs ~0.1 s in a debug build).
+    let targets = ['t', 'r', 'u', 'e', 'f', 'a', 'l', 's', 'S', 'k', 'K', '1', '0'];
+    let mut buf = [0u8; 4];
+    let mut matches = Vec::new();
+    for c in (0..=0x10FFFFu32).filter_map(char::from_u32) {
+        let turkic = c == '\u{130}' || c == '\u{131}';
+        let (lower, upper) = (single(c.to_lowercase()), single(c.to_uppercase()));
+        let s = c.encode_utf8(&mut buf);
+        for &x in &targets {
+            let oracle = c == x
+                || (!turkic
+                    && (lower == Some(x.to_ascii_lowercase()) || upper == Some(x.to_ascii_uppercase())));
+            let got = equal_fold_ascii(s, x.encode_utf8(&mut [0u8; 4]));
+            assert_eq!(got, oracle, "U+{:04X} vs {x:?}", c as u32);
+            if got && !c.is_ascii() {
+                matches.push((c, x));
+            }
+        }
+    }
+    // The only non-ASCII matches: long s and the Kelvin sign.
+    assert_eq!(matches, [('\u{17F}', 's'), ('\u{17F}', 'S'), ('\u{212A}', 'k'), ('\u{212A}', 'K')]);
 }
 
 #[test]

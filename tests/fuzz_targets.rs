@@ -80,6 +80,11 @@ fn fuzz_request_info() {
 }
 
 #[test]
+fn fuzz_request_verb() {
+    run("request_verb", 20_000, 4.0);
+}
+
+#[test]
 fn fuzz_identity() {
     run("identity", 10_000, 4.0);
 }

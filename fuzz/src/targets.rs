@@ -6,6 +6,7 @@
 //! Input formats (seed corpora under `fuzz/corpus/<target>/`):
 //! - `plugin_config`: the plugin configuration JSON.
 //! - `request_info`: `METHOD SP path?query [LF namespace-header-value]`.
+//! - `request_verb`: bytes choosing a method, a path and query parameters (see `verb_case`).
 //! - `identity`: first line an `IdentityConfig` JSON (a fixed config with every source kind when
 //!   it does not parse), then lines `@peer IP`, `@mtls`, `@subject SUBJECT`, `@jwt JSON` or
 //!   `header-name: value` (raw bytes).
@@ -44,6 +45,7 @@ pub type Entry = (&'static str, fn(&[u8]) -> bool, &'static [&'static [u8]], usi
 pub const TARGETS: &[Entry] = &[
     ("plugin_config", plugin_config, CONFIG_DICT, 64 * 1024),
     ("request_info", request_info, PATH_DICT, 8 * 1024),
+    ("request_verb", request_verb, &[], 1024),
     ("identity", identity, IDENTITY_DICT, 8 * 1024),
     ("duration", duration, DURATION_DICT, 256),
     ("codec_reader", codec_reader, &[], 4096),
@@ -884,4 +886,224 @@ pub fn state_object_counts(data: &[u8]) -> bool {
         }
         Err(_) => false,
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// request verb against a reference model
+
+/// Request paths by what upstream's `NewRequestInfo` makes of them (collections first: most
+/// inputs exercise the `watch` query parameter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PathKind {
+    /// A resource request with no name: GET and HEAD are list or watch.
+    Collection,
+    /// A resource request with a name: GET and HEAD are get.
+    Named,
+    /// `…/watch/…`: the verb is watch whatever the method.
+    WatchPrefix,
+    /// Not a resource request: the verb is the lowercase method.
+    NonResource,
+}
+
+const VERB_PATHS: &[(&str, PathKind)] = &[
+    ("/api/v1/pods", PathKind::Collection),
+    ("/api/v1/pods", PathKind::Collection),
+    ("/api/v1/pods", PathKind::Collection),
+    ("/api/v1/namespaces/ns/pods", PathKind::Collection),
+    ("/apis/apps/v1/deployments", PathKind::Collection),
+    ("/apis/apps/v1/namespaces/ns/deployments", PathKind::Collection),
+    ("/api/v1/namespaces", PathKind::Collection),
+    ("/api/v1/pods/foo", PathKind::Named),
+    ("/api/v1/namespaces/ns/pods/foo", PathKind::Named),
+    ("/api/v1/namespaces/ns", PathKind::Named),
+    ("/api/v1/namespaces/ns/pods/foo/status", PathKind::Named),
+    ("/api/v1/watch/pods", PathKind::WatchPrefix),
+    ("/apis/apps/v1/watch/namespaces/ns/deployments", PathKind::WatchPrefix),
+    ("/healthz", PathKind::NonResource),
+    ("/api/v1", PathKind::NonResource),
+    ("/apis/apps/v1", PathKind::NonResource),
+];
+
+const VERB_METHODS: &[&str] = &["GET", "GET", "GET", "GET", "GET", "GET", "HEAD", "DELETE", "POST", "PUT", "PATCH", "OPTIONS"];
+
+/// Query keys (the low 4 bits of a key byte pick one).
+const VERB_KEYS: &[&str] = &[
+    "watch", "watch", "watch", "watch", "sendInitialEvents", "sendInitialEvents", "limit", "timeoutSeconds",
+    "fieldSelector", "labelSelector", "resourceVersion", "resourceVersionMatch", "timeout", "allowWatchBookmarks",
+    "continue", "x",
+];
+
+/// Decoded query values for the bool and integer parameters.
+const VERB_VALUES: &[&[u8]] = &[
+    b"false", b"FALSE", b"False", "fal\u{17F}e".as_bytes(), "FAL\u{17F}E".as_bytes(), "\u{17F}".as_bytes(), b"0", b"00",
+    b"1", b"true", b"TRUE", b"t", b"f", b"", "\u{212A}".as_bytes(), "fal\u{212A}e".as_bytes(), b"falsee", b"fals",
+    b"fal\xffe", b"fal\xc5e", b"false ", b" false", "\u{130}".as_bytes(), "\u{131}".as_bytes(), "FALSE\u{17F}".as_bytes(),
+    b"500", b"-1", b"+5", b"x", b"99999999999999999999", b"9223372036854775807", b"9223372036854775808",
+    b"-9223372036854775808", b"-9223372036854775809", b"1_000", b"0x10", b" 1", b"+", b"-", b"1m", b"bogus",
+];
+
+/// Field selectors and whether `fields.ParseSelector` accepts them.
+const VERB_FIELD_SELECTORS: &[(&str, bool)] = &[
+    ("", true), ("metadata.name=foo", true), ("metadata.name==foo,a!=b", true), ("spec.nodeName=n1", true),
+    ("a", false), ("metadata.name=name1,foo", false), ("a=b=c", false),
+];
+
+/// Label selectors and whether `labels.Parse` accepts them.
+const VERB_LABEL_SELECTORS: &[(&str, bool)] = &[
+    ("", true), ("app=a", true), ("a in (b,c)", true), ("!x", true), ("a,b", true),
+    ("!!!", false), ("a in (", false), ("e>z", false),
+];
+
+/// One generated request: what goes on the wire and what the reference model reads.
+struct VerbCase {
+    method: &'static str,
+    kind: PathKind,
+    target: Vec<u8>,
+    /// The decoded (key, value) pairs, in order.
+    params: Vec<(&'static str, Vec<u8>)>,
+}
+
+/// Percent-encodes `raw` for a query: ASCII letters and digits stay literal unless
+/// `encode_all`, spaces become `+` when `plus`, every other byte is `%XX`.
+fn encode_query_part(raw: &[u8], encode_all: bool, plus: bool, out: &mut Vec<u8>) {
+    for &b in raw {
+        if b.is_ascii_alphanumeric() && !encode_all {
+            out.push(b);
+        } else if b == b' ' && plus {
+            out.push(b'+');
+        } else {
+            let hex = |n: u8| b"0123456789ABCDEF".get(usize::from(n)).copied().unwrap_or(b'0');
+            out.extend_from_slice(&[b'%', hex(b >> 4), hex(b & 0x0F)]);
+        }
+    }
+}
+
+/// Input: a method byte, a path byte, then parameters: a key byte (low 4 bits: the key; bit 4:
+/// percent-encode the key; bit 5: percent-encode letters and digits of the value; bit 6: spaces
+/// as `+`) and a value byte (selectors: an entry of their table; otherwise below 0xC0 an entry of
+/// `VERB_VALUES`, else the next `byte & 0x3F` input bytes verbatim).
+fn verb_case(data: &[u8]) -> VerbCase {
+    let mut it = data.iter().copied();
+    let pick = |b: Option<u8>, n: usize| usize::from(b.unwrap_or(0)) % n;
+    let method = VERB_METHODS.get(pick(it.next(), VERB_METHODS.len())).copied().unwrap_or("GET");
+    let (path, kind) = VERB_PATHS.get(pick(it.next(), VERB_PATHS.len())).copied().unwrap_or(("/api/v1/pods", PathKind::Collection));
+    let mut target = path.as_bytes().to_vec();
+    let mut params = Vec::new();
+    while let Some(kb) = it.next() {
+        let key = VERB_KEYS.get(usize::from(kb & 0x0F)).copied().unwrap_or("x");
+        let vb = it.next().unwrap_or(0);
+        let table = match key {
+            "fieldSelector" => Some(VERB_FIELD_SELECTORS),
+            "labelSelector" => Some(VERB_LABEL_SELECTORS),
+            _ => None,
+        };
+        let value: Vec<u8> = match table {
+            Some(t) => t.get(usize::from(vb) % t.len()).map(|s| s.0.as_bytes().to_vec()).unwrap_or_default(),
+            None if vb < 0xC0 => VERB_VALUES.get(usize::from(vb) % VERB_VALUES.len()).map(|v| v.to_vec()).unwrap_or_default(),
+            None => it.by_ref().take(usize::from(vb & 0x3F)).collect(),
+        };
+        target.push(if params.is_empty() { b'?' } else { b'&' });
+        encode_query_part(key.as_bytes(), kb & 0x10 != 0, false, &mut target);
+        target.push(b'=');
+        encode_query_part(&value, kb & 0x20 != 0, kb & 0x40 != 0, &mut target);
+        params.push((key, value));
+    }
+    VerbCase { method, kind, target, params }
+}
+
+/// Reference: `c` equals the ASCII `x` under Unicode simple case folding iff it is `x`, or its
+/// case mapping is exactly the other case of `x`, Turkic-only mappings (U+0130, U+0131) aside.
+fn ref_fold_eq(c: char, x: char) -> bool {
+    fn single(mut cs: impl Iterator<Item = char>) -> Option<char> {
+        cs.next().filter(|_| cs.next().is_none())
+    }
+    c == x
+        || (c != '\u{130}'
+            && c != '\u{131}'
+            && (single(c.to_lowercase()) == Some(x.to_ascii_lowercase())
+                || single(c.to_uppercase()) == Some(x.to_ascii_uppercase())))
+}
+
+/// Reference: Go's `strings.EqualFold(v, target)` for an ASCII target; invalid UTF-8 decodes to
+/// U+FFFD, which equals no ASCII character.
+fn ref_equal_fold(v: &[u8], target: &str) -> bool {
+    let Ok(v) = std::str::from_utf8(v) else { return false };
+    v.chars().count() == target.chars().count() && v.chars().zip(target.chars()).all(|(c, x)| ref_fold_eq(c, x))
+}
+
+/// Reference: apimachinery's `Convert_Slice_string_To_bool` on one value.
+fn ref_convert_bool(v: &[u8]) -> bool {
+    !(v == b"0" || ref_equal_fold(v, "false"))
+}
+
+/// Reference: Go's `strconv.ParseInt(v, 10, 64)` succeeds.
+fn ref_parses_int64(v: &[u8]) -> bool {
+    let (negative, digits) = match v.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        Some((b'+', rest)) => (false, rest),
+        _ => (false, v),
+    };
+    let limit: u128 = if negative { 1 << 63 } else { (1 << 63) - 1 };
+    let mut n: u128 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return false;
+        }
+        n = n * 10 + u128::from(d - b'0');
+        if n > limit {
+            return false;
+        }
+    }
+    !digits.is_empty()
+}
+
+/// Reference: the verb upstream's `NewRequestInfo` gives the case.
+fn reference_verb(case: &VerbCase) -> String {
+    let first = |key: &str| case.params.iter().find(|(k, _)| *k == key).map(|(_, v)| v.as_slice());
+    let valid_in = |key: &str, table: &[(&str, bool)]| {
+        first(key).is_none_or(|v| table.iter().any(|(s, ok)| s.as_bytes() == v && *ok))
+    };
+    let by_method = |get: &str| match case.method {
+        "GET" | "HEAD" => get.to_string(),
+        "POST" => "create".into(),
+        "PUT" => "update".into(),
+        "PATCH" => "patch".into(),
+        "DELETE" if case.kind == PathKind::Collection => "deletecollection".into(),
+        "DELETE" => "delete".into(),
+        _ => String::new(),
+    };
+    match case.kind {
+        PathKind::NonResource => case.method.to_ascii_lowercase(),
+        PathKind::WatchPrefix => "watch".into(),
+        PathKind::Named => by_method("get"),
+        PathKind::Collection => {
+            let decodes = first("limit").is_none_or(ref_parses_int64)
+                && first("timeoutSeconds").is_none_or(ref_parses_int64)
+                && valid_in("fieldSelector", VERB_FIELD_SELECTORS)
+                && valid_in("labelSelector", VERB_LABEL_SELECTORS);
+            let watch = first("watch").is_some_and(|v| {
+                if decodes {
+                    ref_convert_bool(v)
+                } else {
+                    // `strings.ToLower(v)` is "false" or "0": no non-ASCII rune lowercases to
+                    // a character of either.
+                    !(v == b"0" || v.eq_ignore_ascii_case(b"false"))
+                }
+            });
+            by_method(if watch { "watch" } else { "list" })
+        }
+    }
+}
+
+/// `parse_request_info` gives the verb a small reference model of upstream's rules gives (the
+/// `watch` query parameter converted by `strings.EqualFold`, or lowercased when the list options
+/// do not decode), and `sendInitialEvents` converted as upstream converts it.
+pub fn request_verb(data: &[u8]) -> bool {
+    let case = verb_case(data);
+    let info = parse_request_info(case.method, &case.target);
+    let shown = String::from_utf8_lossy(&case.target).into_owned();
+    assert_eq!(info.verb, reference_verb(&case), "{} {shown}", case.method);
+    let initial_events = case.params.iter().find(|(k, _)| *k == "sendInitialEvents").map(|(_, v)| ref_convert_bool(v));
+    assert_eq!(info.query.send_initial_events, initial_events, "{} {shown}", case.method);
+    case.kind == PathKind::Collection && !case.params.is_empty()
 }

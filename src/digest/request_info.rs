@@ -5,11 +5,12 @@
 //! (`longrunning.go: BasicLongRunningRequestCheck`).
 //!
 //! Parsing follows upstream exactly (APIPrefixes {api, apis}, GrouplessAPIPrefixes {api},
-//! special verbs {proxy, watch}, namespace subresources {status, finalize}, `?watch=` with the
-//! lenient apimachinery bool conversion, `metadata.name` field selector → Name,
-//! deletecollection). The path is percent-decoded as Go's `url.ParseRequestURI` does (so `%2F`
-//! becomes a `/` and splits a segment, exactly as upstream), the query is parsed as Go's
-//! `url.ParseQuery` (pairs with `;` or bad escapes are dropped, `+` means space).
+//! special verbs {proxy, watch}, namespace subresources {status, finalize}, `?watch=` with
+//! apimachinery's bool conversion (Go `strings.EqualFold`; `strings.ToLower` when the list
+//! options do not decode), `metadata.name` field selector → Name, deletecollection). The path
+//! is percent-decoded as Go's `url.ParseRequestURI` does (so `%2F` becomes a `/` and splits a
+//! segment, exactly as upstream), the query is parsed as Go's `url.ParseQuery` (pairs with `;`
+//! or bad escapes are dropped, `+` means space).
 //!
 //! Deviation: Go keeps arbitrary bytes in strings; here non-UTF-8 bytes (after decoding) become
 //! U+FFFD. Go's HTTP server answers 400 to a target with a bad `%` escape or a control character
@@ -28,9 +29,11 @@ pub struct ListQuery {
     pub continue_token: String,
     pub resource_version: String,
     pub resource_version_match: String,
-    /// `sendInitialEvents` (lenient bool: only "0"/"false" are false; absent → None).
+    /// `sendInitialEvents` (apimachinery's bool conversion: only "0" and "false" under Go's
+    /// `strings.EqualFold` are false; absent → None).
     pub send_initial_events: Option<bool>,
-    /// `watch` (lenient bool).
+    /// `watch` as `RequestInfoFactory` reads it: by the bool conversion when the list options
+    /// decode, else only "0" and ASCII-case-insensitive "false" are false.
     pub watch: bool,
     /// Raw first `fieldSelector` value ("" when absent).
     pub field_selector: String,
@@ -159,8 +162,39 @@ pub fn parse_query(raw: &[u8]) -> Vec<(String, String)> {
         .collect()
 }
 
-/// apimachinery's lenient bool conversion: only "0" and "false" (any case) are false.
-fn lenient_bool(v: &str) -> bool {
+/// Go's `strings.EqualFold(value, target)` for an ASCII `target`: equal under Unicode simple
+/// case folding. Go compares rune by rune; the only non-ASCII runes whose simple-fold orbit
+/// holds an ASCII letter are U+017F `ſ` (with `s`, `S`) and U+212A KELVIN SIGN (with `k`, `K`),
+/// so apart from ASCII case those two are all that can match. A non-ASCII character of `target`
+/// matches only itself (the function is meant for ASCII targets).
+///
+/// Go decodes invalid UTF-8 as U+FFFD per bad byte, here a value was decoded lossily (one U+FFFD
+/// per bad sequence); U+FFFD folds to no ASCII character, so either way the value is unequal.
+pub fn equal_fold_ascii(value: &str, target: &str) -> bool {
+    let folds = |c: char, t: char| {
+        c.eq_ignore_ascii_case(&t)
+            || match c {
+                '\u{17F}' => t.eq_ignore_ascii_case(&'s'),
+                '\u{212A}' => t.eq_ignore_ascii_case(&'k'),
+                _ => false,
+            }
+    };
+    let mut target = target.chars();
+    value.chars().all(|c| target.next().is_some_and(|t| folds(c, t))) && target.next().is_none()
+}
+
+/// apimachinery's bool conversion of a query parameter's first value (`conversion.go:
+/// Convert_Slice_string_To_bool`, `Convert_Slice_string_To_Pointer_bool`): false for "0" and
+/// for what `strings.EqualFold` finds equal to "false" (`FALſE` included); anything else, the
+/// empty value included, is true.
+fn convert_bool(v: &str) -> bool {
+    !(v == "0" || equal_fold_ascii(v, "false"))
+}
+
+/// `requestinfo.go: NewRequestInfo`'s reading of `watch` when the list options do not decode:
+/// true unless `strings.ToLower(v)` is "false" or "0". Go's `unicode.ToLower` maps no non-ASCII
+/// rune to one of those characters, so only ASCII case is ignored (`falſe` is true here).
+fn lower_bool(v: &str) -> bool {
     !(v == "0" || v.eq_ignore_ascii_case("false"))
 }
 
@@ -177,17 +211,22 @@ fn parse_list_query(raw_query: &[u8]) -> ListQuery {
     let timeout_seconds = get("timeoutSeconds").map(str::parse::<i64>).transpose();
     let timeout = get("timeout").filter(|t| !t.is_empty()).map(parse_go_duration).transpose();
     let (field_selector, label_selector) = (text("fieldSelector"), text("labelSelector"));
+    let options_error = limit.is_err() || timeout_seconds.is_err();
+    let selector_error = selectors::parse_field_selector(&field_selector).is_none()
+        || !selectors::label_selector_is_valid(&label_selector);
+    // `requestinfo.go: NewRequestInfo`: decoded options give `watch` by the conversion; when
+    // decoding fails, the options are reset and only `watch` is read again, lowercased.
+    let watch_bool = if options_error || selector_error { lower_bool } else { convert_bool };
     ListQuery {
-        options_error: limit.is_err() || timeout_seconds.is_err(),
+        options_error,
         limit: limit.ok().flatten().unwrap_or(0),
         timeout_seconds: timeout_seconds.ok().flatten(),
         continue_token: text("continue"),
         resource_version: text("resourceVersion"),
         resource_version_match: text("resourceVersionMatch"),
-        send_initial_events: get("sendInitialEvents").map(lenient_bool),
-        watch: get("watch").is_some_and(lenient_bool),
-        selector_error: selectors::parse_field_selector(&field_selector).is_none()
-            || !selectors::label_selector_is_valid(&label_selector),
+        send_initial_events: get("sendInitialEvents").map(convert_bool),
+        watch: get("watch").is_some_and(watch_bool),
+        selector_error,
         field_selector,
         label_selector,
         timeout_invalid: timeout.is_err(),
