@@ -286,8 +286,10 @@ fn decoding_like_go() {
     assert_eq!(i.namespace, "\u{fffd}\u{fffd}");
     let i = p("GET", "/api/v1/namespaces/%ff/pods");
     assert_eq!(i.namespace, "\u{fffd}");
+    // Methods are case-sensitive (`switch req.Method`): a lowercase one maps to no verb.
     let i = p("get", "/api/v1/pods");
-    assert_eq!(i.verb, "list");
+    assert_eq!(i.verb, "");
+    assert_eq!(p("delete", "/api/v1/pods").verb, "");
 }
 
 #[test]

@@ -289,13 +289,14 @@ pub fn parse_generic(method: &str, path_and_query: &[u8], namespace: Option<&[u8
     }
 }
 
-/// The verb of a resource request not named by the path (`POST` → create, …), by method.
+/// The verb of a resource request not named by the path (`POST` → create, …), by method:
+/// case-sensitive, as `requestinfo.go: NewRequestInfo`'s `switch req.Method` (`get` → "").
 fn method_verb(method: &str) -> &'static str {
     const VERBS: [(&str, &str); 6] = [
         ("POST", "create"), ("GET", "get"), ("HEAD", "get"),
         ("PUT", "update"), ("PATCH", "patch"), ("DELETE", "delete"),
     ];
-    VERBS.iter().find(|(m, _)| method.eq_ignore_ascii_case(m)).map_or("", |(_, verb)| verb)
+    VERBS.iter().find(|(m, _)| *m == method).map_or("", |(_, verb)| verb)
 }
 
 /// kube-apiserver's `RequestInfoFactory.NewRequestInfo` (`requestinfo.go`).
