@@ -22,8 +22,9 @@ certificate) is exercised too. Its `/metrics` reports POD_COUNT pods of POD_SIZE
 
 Test PKI (openssl): cluster CA (signs client certificates — the listener's client CA — and the
 apiserver's serving certificate), front-proxy CA (signs `front-proxy-client`), the gateway's
-serving certificate, clients alice (O=dev, O=qa) and admin (O=system:masters), and two rogue
-`admin`s in `system:masters`: self-signed, and signed by an unknown CA."""
+serving certificate, clients alice (O=dev, O=qa) and admin (O=system:masters), a client of the
+cluster CA in `system:masters` without a CN, and two rogue `admin`s in `system:masters`:
+self-signed, and signed by an unknown CA."""
 
 from __future__ import annotations
 
@@ -147,6 +148,7 @@ def pki(tmp_path_factory) -> Path:
     issue(d, "alice", "ca", subject("alice", ("dev", "qa")))
     issue(d, "admin", "ca", subject("admin", ("system:masters",)))
     issue(d, "rogue-admin", "rogue-ca", subject("admin", ("system:masters",)))
+    issue(d, "no-cn", "ca", subject("", ("system:masters",)))  # openssl skips the empty CN
     self_signed(d, "selfsigned-admin", subject("admin", ("system:masters",)))
     for src, dst in [("ca.crt", kube / "ca.crt"),
                      ("front-proxy-client.crt", kube / "front-proxy-client.crt"),
@@ -600,3 +602,72 @@ def test_exec_upgrade_streams_both_ways_outside_apf(secure, kind):
         sock.close()
     wait_until(lambda: secure.upstream.snapshot()["upgrades_open"] == 0, timeout=10,
                what="the stand-in's upgraded connection to close with the client's")
+
+
+# -- identities that cannot be forwarded ---------------------------------------------------------
+
+def test_certificate_without_a_common_name_is_refused(secure):
+    """A verified certificate (cluster CA, O=system:masters) with an empty CN names no user the
+    gateway can forward; with a bearer token beside it, kube-apiserver would authenticate the
+    token, which the gateway did not classify. The gateway answers 403 and forwards nothing."""
+    secure.upstream.reset()
+    for path in (PODS, "/version", EXEC, DUMP):
+        r = secure.get(path, cert="no-cn", headers=[("Authorization", "Bearer some-service-account-token")])
+        assert r.status == 403, (path, r)
+        body = json.loads(r.body)
+        assert body["kind"] == "Status" and body["code"] == 403 and body["reason"] == "Forbidden", body
+        assert body["message"] == "client certificate identity cannot be forwarded: empty or invalid common name", body
+        assert r.h("x-kubernetes-pf-flowschema-uid") is None, r.headers
+    assert secure.upstream.received() == []
+
+
+# -- probes that must keep failing ---------------------------------------------------------------
+
+def test_odd_case_and_repeated_identity_headers_do_not_reach_the_apiserver(secure):
+    """X-Remote-* in any case, repeated, with odd values: the apiserver sees alice only."""
+    secure.upstream.reset()
+    odd = [("X-REMOTE-USER", "system:admin"), ("x-remote-user", "root"), ("x-ReMoTe-GrOuP", "system:masters"),
+           ("X-Remote-Group", "system:masters, system:nodes"), ("X-REMOTE-EXTRA-scopes", "all"),
+           ("x-remote-uid", "0"), ("X-Remote-User", " system:admin ")]
+    r = secure.get(PODS, cert="alice", headers=odd)
+    assert r.status == 200 and r.h("x-apf-flowschema") == DEV_FS, r
+    got = secure.upstream.received(PODS)
+    assert len(got) == 1, got
+    assert received_identity(got[0][1]) == {"x-remote-user": ["alice"], "x-remote-group": ["dev", "qa"]}, got
+
+
+def test_identity_in_trailers_does_not_reach_the_apiserver(secure):
+    """X-Remote-* sent as HTTP/1.1 request trailers: neither trailers nor headers at the apiserver
+    carry anything but alice's verified identity."""
+    secure.upstream.reset()
+    sock = _tls(secure, "alice")
+    try:
+        body = b'{"kind":"Pod"}'
+        req = (f"POST {PODS} HTTP/1.1\r\nHost: kubernetes.default.svc\r\nContent-Type: application/json\r\n"
+               "Transfer-Encoding: chunked\r\nTrailer: X-Remote-User, X-Remote-Group\r\n\r\n").encode()
+        req += b"%x\r\n%s\r\n0\r\nX-Remote-User: system:admin\r\nX-Remote-Group: system:masters\r\n\r\n" % (len(body), body)
+        sock.sendall(req)
+        status, hs, _ = _read_head(sock)
+    finally:
+        sock.close()
+    assert status == 200, (status, hs)
+    got = secure.upstream.received(PODS)
+    assert len(got) == 1, got
+    assert received_identity(got[0][1]) == {"x-remote-user": ["alice"], "x-remote-group": ["dev", "qa"]}, got
+    assert secure.upstream.trailers() == [], secure.upstream.trailers()
+
+
+@pytest.mark.parametrize("path,served", [
+    ("/api/v1/namespaces/default/pods;x", "/api/v1/namespaces/default/pods;x"),
+    ("/api/v1/namespaces/default;x/pods", "/api/v1/namespaces/default;x/pods"),
+    ("/api/v1/namespaces/default/pods%3Bx", "/api/v1/namespaces/default/pods%3Bx"),
+])
+def test_semicolons_classify_as_served(secure, path, served):
+    """`;` is no path-parameter separator for kube-apiserver (resource `pods;x`, namespace
+    `default;x`): the gateway forwards the path as is and does not classify it as pods in
+    `default`."""
+    secure.upstream.reset()
+    r = secure.get(path, cert="alice")
+    assert r.status == 200, r
+    assert [p for p, _ in secure.upstream.received()] == [served]
+    assert r.h("x-apf-flowschema") not in (None, DEV_FS), r.headers
