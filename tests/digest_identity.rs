@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Identity sources, trust, group completion, header stripping, robustness.
-use apf_wasm::digest::identity::{identify, parse_subject, FrontProxyHeaders, IdentityConfig, IdentityInput, UserInfo};
+use apf_wasm::digest::identity::{forbidden_status, identify, parse_subject, FrontProxyHeaders, IdentityConfig, IdentityInput, UserInfo};
 use std::net::IpAddr;
 
 fn cfg(j: &str) -> IdentityConfig {
@@ -170,7 +170,7 @@ fn never_panics() {
         s ^= s << 17;
         s
     };
-    let names = ["x-remote-user", "x-remote-group", "impersonate-user", "impersonate-group", "x-remote-extra-\u{e9}", "junk"];
+    let names = ["x-remote-user", "x-remote-group", "impersonate-user", "impersonate-group", "x-remote-extra-\u{e9}", "junk", "authorization", "sec-websocket-protocol"];
     let claims = serde_json::json!({"sub": 5, "groups": {"a": 1}});
     for _ in 0..5000 {
         let mut hs = Vec::new();
@@ -184,9 +184,12 @@ fn never_panics() {
         let u = identify(&c, &inp);
         assert!(!u.name.is_empty());
         let _ = c.headers_to_strip(&inp);
-        let fwd = cf.front_proxy_headers(&inp, hs.iter().map(|(n, _)| n.as_str()));
+        let fwd = cf.front_proxy_headers(&inp, hs.iter().map(|(n, v)| (n.as_str(), v.as_slice())));
+        if fwd.refuse.is_some() {
+            assert!(fwd.add.is_empty(), "{fwd:?}");
+        }
         for (n, v) in &fwd.add {
-            assert!(n.starts_with("x-remote-"));
+            assert!(n.starts_with("x-remote-") || n == "sec-websocket-protocol", "{n}");
             assert!(!v.is_empty() && !v.bytes().any(|b| b < 0x20 || b == 0x7f) && v.trim() == v, "{v:?}");
         }
     }
@@ -197,7 +200,7 @@ fn never_panics() {
 // --- setFrontProxyHeaders ------------------------------------------------------------------------
 
 fn fwd(c: &IdentityConfig, inp: &IdentityInput) -> FrontProxyHeaders {
-    c.front_proxy_headers(inp, inp.headers.iter().map(|(n, _)| n.as_str()))
+    c.front_proxy_headers(inp, inp.headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())))
 }
 fn adds(v: &[(&str, &str)]) -> Vec<(String, String)> {
     v.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect()
@@ -246,7 +249,7 @@ fn set_front_proxy_headers_from_client_certificate() {
     assert_eq!(fwd(&c, &inp).add, adds(&[("x-remote-user", "bob")]));
     // system:masters from a verified certificate is forwarded as such.
     let inp = IdentityInput { mtls: true, cert_subject: Some("CN=admin,O=system:masters"), ..Default::default() };
-    assert_eq!(fwd(&c, &inp), FrontProxyHeaders { remove: vec![], add: adds(&[("x-remote-user", "admin"), ("x-remote-group", "system:masters")]) });
+    assert_eq!(fwd(&c, &inp), FrontProxyHeaders { remove: vec![], add: adds(&[("x-remote-user", "admin"), ("x-remote-group", "system:masters")]), refuse: None });
     // A service-account-looking CN gets no service-account groups (kube-apiserver's x509
     // authenticator gives none; forwarding them would grant more than the certificate does).
     let inp = IdentityInput { mtls: true, cert_subject: Some("CN=system:serviceaccount:kube-system:x"), ..Default::default() };
@@ -262,12 +265,10 @@ fn set_front_proxy_headers_anonymous_forwards_no_identity() {
         IdentityInput { headers: &hs, ..Default::default() },
         // a subject without a verified connection is not believed
         IdentityInput { headers: &hs, mtls: false, cert_subject: Some("CN=admin,O=system:masters"), ..Default::default() },
-        // verified, but no CN
-        IdentityInput { headers: &hs, mtls: true, cert_subject: Some("O=system:masters"), ..Default::default() },
     ] {
         let f = fwd(&c, &inp);
         assert_eq!(f.remove, vec!["x-remote-user", "x-remote-group", "x-remote-extra-scopes", "x-remote-uid"]);
-        assert!(f.add.is_empty(), "{f:?}");
+        assert!(f.add.is_empty() && f.refuse.is_none(), "{f:?}");
         assert_eq!(identify(&c, &inp), UserInfo::anonymous());
     }
     // No sources at all: everyone is anonymous, the headers still go.
@@ -345,11 +346,11 @@ fn set_front_proxy_headers_refuses_values_a_header_cannot_carry() {
     let hs = h(&[("x-remote-user", "x")]);
     // A user name with a line break (RFC 2253 hex escape), a control character, or edge
     // whitespace forwards no identity at all (never a header injection, never a trimmed name).
-    for subject in ["CN=ali\\0Ace,O=dev", "CN=a\\00b", "CN=\\20admin,O=dev", "CN=admin\\20,O=dev", "CN=a\\7Fb"] {
+    for subject in ["CN=ali\\0Ace,O=dev", "CN=a\\00b", "CN=\\20admin,O=dev", "CN=admin\\20,O=dev", "CN=a\\7Fb", "CN=\\20"] {
         let inp = IdentityInput { headers: &hs, mtls: true, cert_subject: Some(subject), ..Default::default() };
         let f = fwd(&c, &inp);
-        assert_eq!(f.remove, vec!["x-remote-user"], "{subject}");
         assert!(f.add.is_empty(), "{subject}: {f:?}");
+        assert_eq!(f.refuse.as_deref(), Some("client certificate identity cannot be forwarded: empty or invalid common name"), "{subject}");
     }
     // Such a group is dropped (" system:masters" must not become "system:masters"); the rest stays.
     let inp = IdentityInput { mtls: true, cert_subject: Some("CN=alice,O=\\20system:masters,O=a\\0D\\0Ab,O=\\09x,O=dev,O="), ..Default::default() };
@@ -376,4 +377,77 @@ fn set_front_proxy_headers_config_errors() {
     for bad in [r#"{"setFrontProxyHeaders":"yes"}"#, r#"{"setFrontProxyHeaders":1}"#, r#"{"setFrontproxyHeaders":true}"#] {
         assert!(serde_json::from_str::<IdentityConfig>(bad).is_err(), "{bad}");
     }
+}
+
+#[test]
+fn set_front_proxy_headers_refuses_a_verified_credential_without_a_forwardable_user() {
+    // A verified certificate with an empty or missing CN (kube-apiserver's x509 authenticator
+    // would skip it and authenticate the request's bearer token instead): refused, whatever else
+    // the request carries; the classification is anonymous but the request never goes upstream.
+    let c = cfg(r#"{"sources":[{"type":"clientCertificate"}],"setFrontProxyHeaders":true}"#);
+    let hs = h(&[("authorization", "Bearer t0ken"), ("x-remote-user", "system:admin")]);
+    for subject in ["O=system:masters", "CN=,O=dev", "", "OU=x"] {
+        let inp = IdentityInput { headers: &hs, mtls: true, cert_subject: Some(subject), ..Default::default() };
+        let f = fwd(&c, &inp);
+        assert_eq!(f.refuse.as_deref(), Some("client certificate identity cannot be forwarded: empty or invalid common name"), "{subject:?}");
+        assert!(f.add.is_empty(), "{subject:?}: {f:?}");
+        assert_eq!(identify(&c, &inp), UserInfo::anonymous());
+    }
+    // Verified JWT claims without a usable user claim: refused too.
+    let c = cfg(r#"{"sources":[{"type":"jwt","userClaim":"email"}],"setFrontProxyHeaders":true}"#);
+    for claims in [serde_json::json!({"email": ""}), serde_json::json!({"sub": "x"}), serde_json::json!({"email": " root"})] {
+        let inp = IdentityInput { headers: &hs, jwt_claims: Some(&claims), ..Default::default() };
+        assert_eq!(fwd(&c, &inp).refuse.as_deref(), Some("JWT identity cannot be forwarded: empty or invalid user claim \"email\""), "{claims}");
+    }
+    // A trusted front proxy stating a user a header cannot carry on.
+    let c = cfg(r#"{"sources":[{"type":"frontProxy","trustedSourceCidrs":["10.0.0.0/8"]}],"setFrontProxyHeaders":true}"#);
+    let bad = h(&[("x-remote-user", "a\u{1}b")]);
+    let inp = IdentityInput { headers: &bad, peer: ip("10.0.0.1"), ..Default::default() };
+    assert_eq!(fwd(&c, &inp).refuse.as_deref(), Some("front-proxy identity cannot be forwarded: invalid X-Remote-User value"));
+    // The first source yielding a user still wins: a certificate without a CN, then a JWT.
+    let c = cfg(r#"{"sources":[{"type":"clientCertificate"},{"type":"jwt"}],"setFrontProxyHeaders":true}"#);
+    let claims = serde_json::json!({"sub": "carol"});
+    let inp = IdentityInput { headers: &hs, mtls: true, cert_subject: Some("O=dev"), jwt_claims: Some(&claims), ..Default::default() };
+    let f = fwd(&c, &inp);
+    assert_eq!((f.add, f.refuse), (adds(&[("x-remote-user", "carol")]), None));
+    assert_eq!(identify(&c, &inp).name, "carol");
+    // Without setFrontProxyHeaders nothing is refused (nothing is forwarded as an identity).
+    let c = cfg(r#"{"sources":[{"type":"clientCertificate"}]}"#);
+    let inp = IdentityInput { headers: &hs, mtls: true, cert_subject: Some("O=dev"), ..Default::default() };
+    assert_eq!(fwd(&c, &inp), FrontProxyHeaders::default());
+    // The body is kube-apiserver's Status for a 403.
+    let body: serde_json::Value = serde_json::from_str(&forbidden_status("no \"way\"")).unwrap();
+    assert_eq!(body, serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "no \"way\"", "reason": "Forbidden", "details": {}, "code": 403}));
+}
+
+#[test]
+fn set_front_proxy_headers_anonymous_carries_no_other_credential() {
+    // No certificate: the apiserver must serve the request as anonymous, as classified, so the
+    // credentials it would authenticate instead go: the Authorization header (any scheme, any
+    // case) and the WebSocket bearer-token subprotocol; the other subprotocols are written back.
+    let c = cfg(r#"{"sources":[{"type":"clientCertificate"}],"setFrontProxyHeaders":true}"#);
+    let hs = h(&[
+        ("Authorization", "Bearer t0ken"),
+        ("sec-websocket-protocol", "v5.channel.k8s.io, base64url.bearer.authorization.k8s.io.dDBrZW4"),
+        ("Sec-WebSocket-Protocol", "v4.channel.k8s.io"),
+        ("accept", "*/*"),
+    ]);
+    let inp = IdentityInput { headers: &hs, ..Default::default() };
+    let f = fwd(&c, &inp);
+    assert_eq!(f.remove, vec!["authorization", "sec-websocket-protocol"]);
+    assert_eq!(f.add, adds(&[("sec-websocket-protocol", "v5.channel.k8s.io, v4.channel.k8s.io")]));
+    assert_eq!(f.refuse, None);
+    assert_eq!(identify(&c, &inp), UserInfo::anonymous());
+    // Only the token subprotocol: the header goes entirely.
+    let hs = h(&[("sec-websocket-protocol", "base64url.bearer.authorization.k8s.io.dDBrZW4")]);
+    let f = fwd(&c, &IdentityInput { headers: &hs, ..Default::default() });
+    assert_eq!((f.remove, f.add), (vec!["sec-websocket-protocol".to_string()], vec![]));
+    // Subprotocols without a token are left alone; so is everything when an identity is forwarded
+    // (kube-apiserver's request-header authenticator runs first and wins).
+    let hs = h(&[("sec-websocket-protocol", "v5.channel.k8s.io"), ("authorization", "Bearer t0ken")]);
+    assert_eq!(fwd(&c, &IdentityInput { headers: &hs, ..Default::default() }).remove, vec!["authorization"]);
+    let hs = h(&[("sec-websocket-protocol", "v5.channel.k8s.io, base64url.bearer.authorization.k8s.io.dDBrZW4"), ("authorization", "Bearer t0ken")]);
+    let inp = IdentityInput { headers: &hs, mtls: true, cert_subject: Some("CN=alice"), ..Default::default() };
+    assert_eq!(fwd(&c, &inp), FrontProxyHeaders { remove: vec![], add: adds(&[("x-remote-user", "alice")]), refuse: None });
 }

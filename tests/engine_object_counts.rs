@@ -163,6 +163,48 @@ fn cluster_metrics_configuration() {
 }
 
 #[test]
+fn tokens_from_the_environment() {
+    use apf_wasm::policy::config::parse_plugin_config_with_env;
+    let env = |name: &str| match name {
+        "APF_WASM_TOKEN" => Some("s3cret\n".to_string()),
+        "OTHER_TOKEN" => Some("other".to_string()),
+        "EMPTY" => Some(" \n".to_string()),
+        "BAD" => Some("a\r\nx-remote-user: admin".to_string()),
+        _ => None,
+    };
+    let parse = |doc: &str| parse_plugin_config_with_env(doc.as_bytes(), &env);
+    // Read when the configuration is parsed; a trailing newline (a Secret file) is trimmed.
+    let cfg = parse(r#"{"workEstimator": {"clusterMetrics": {"cluster": "kube", "tokenEnv": "APF_WASM_TOKEN"}}}"#).unwrap();
+    assert_eq!(cfg.cluster_metrics.unwrap().token.as_deref(), Some("s3cret"));
+    let cfg = parse(r#"{"clusterPolicy": {"cluster": "api", "tokenEnv": "APF_WASM_TOKEN"}}"#).unwrap();
+    assert_eq!(cfg.cluster_policy.unwrap().token.as_deref(), Some("s3cret"));
+    // clusterMetrics inherits clusterPolicy's token unless it names its own.
+    assert_eq!(cfg.cluster_metrics.unwrap().token.as_deref(), Some("s3cret"));
+    let cfg = parse(r#"{"clusterPolicy": {"cluster": "api", "tokenEnv": "APF_WASM_TOKEN"},
+                        "workEstimator": {"clusterMetrics": {"tokenEnv": "OTHER_TOKEN"}}}"#).unwrap();
+    assert_eq!(cfg.cluster_metrics.unwrap().token.as_deref(), Some("other"));
+    // Neither: no token (no Authorization header).
+    assert_eq!(parse(r#"{"workEstimator": {"clusterMetrics": {"cluster": "kube"}}}"#).unwrap().cluster_metrics.unwrap().token, None);
+    // Errors name the field: unset, empty, both set, a control character.
+    for (doc, field) in [
+        (r#"{"workEstimator": {"clusterMetrics": {"cluster": "kube", "tokenEnv": "UNSET"}}}"#, "workEstimator.clusterMetrics.tokenEnv"),
+        (r#"{"workEstimator": {"clusterMetrics": {"cluster": "kube", "tokenEnv": "EMPTY"}}}"#, "workEstimator.clusterMetrics.tokenEnv"),
+        (r#"{"workEstimator": {"clusterMetrics": {"cluster": "kube", "tokenEnv": ""}}}"#, "workEstimator.clusterMetrics.tokenEnv"),
+        (r#"{"workEstimator": {"clusterMetrics": {"cluster": "kube", "tokenEnv": "BAD"}}}"#, "workEstimator.clusterMetrics.tokenEnv"),
+        (r#"{"workEstimator": {"clusterMetrics": {"cluster": "kube", "token": "t", "tokenEnv": "APF_WASM_TOKEN"}}}"#, "workEstimator.clusterMetrics.tokenEnv"),
+        (r#"{"clusterPolicy": {"cluster": "api", "tokenEnv": "UNSET"}}"#, "clusterPolicy.tokenEnv"),
+        (r#"{"clusterPolicy": {"cluster": "api", "token": "t", "tokenEnv": "APF_WASM_TOKEN"}}"#, "clusterPolicy.tokenEnv"),
+        (r#"{"clusterPolicy": {"cluster": "api", "token": "a\nb"}}"#, "clusterPolicy.token"),
+    ] {
+        let errs = parse(doc).unwrap_err();
+        assert!(errs.iter().any(|e| e.starts_with(&format!("{field}:"))), "{doc}: {errs:?}");
+        assert!(!errs.iter().any(|e| e.contains("s3cret") || e.contains("x-remote-user")), "a token never appears in an error: {errs:?}");
+    }
+    let errs = parse(r#"{"workEstimator": {"clusterMetrics": {"cluster": "kube", "tokenEnv": "UNSET"}}}"#).unwrap_err();
+    assert!(errs.iter().any(|e| e.contains("\"UNSET\"") && e.contains("unset or empty")), "{errs:?}");
+}
+
+#[test]
 fn learned_counts_come_after_the_clusters_and_are_forgotten_not_stale() {
     use apf_wasm::engine::object_counts::learn;
     let store = MemStore::new();

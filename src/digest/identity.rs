@@ -15,7 +15,10 @@
 //! client-supplied `X-Remote-*` header is removed and the identity derived here (from what Envoy
 //! verified) is written as `X-Remote-User` / `X-Remote-Group` / `X-Remote-Extra-*` for the
 //! upstream kube-apiserver's request-header authenticator (see
-//! [`IdentityConfig::front_proxy_headers`]).
+//! [`IdentityConfig::front_proxy_headers`]). The apiserver then authenticates exactly the
+//! identity classified here: a verified credential whose user cannot be forwarded is refused
+//! (`403`), and an anonymous request loses the other credentials kube-apiserver would
+//! authenticate instead (`Authorization`, the WebSocket bearer-token subprotocol).
 //!
 //! Groups are completed as kube-apiserver does: authenticated users get `system:authenticated`
 //! (unless they already carry it or `system:unauthenticated`); service accounts
@@ -416,14 +419,85 @@ pub const FORWARD_EXTRA_PREFIX: &str = "x-remote-extra-";
 /// group, extra, and `X-Remote-Uid`, which kube-apiserver reads with `--requestheader-uid-headers`).
 pub const FORWARD_STRIP_PREFIX: &str = "x-remote-";
 
+/// Credentials kube-apiserver authenticates when a request carries no front-proxy identity:
+/// a bearer token in `Authorization` (`request/bearertoken/bearertoken.go: AuthenticateRequest`;
+/// the header is removed whatever its scheme) and, on WebSocket requests, a subprotocol
+/// `base64url.bearer.authorization.k8s.io.<token>` in `Sec-WebSocket-Protocol`
+/// (`request/websocket/protocol.go: ProtocolAuthenticator`, which browsers and kubectl's
+/// WebSocket executor use). kube-apiserver reads no token from the query (`access_token` only
+/// names the attempted method in `endpoints/filters/authn_audit.go: getAuthMethods`).
+pub const AUTHORIZATION_HEADER: &str = "authorization";
+pub const WEBSOCKET_PROTOCOL_HEADER: &str = "sec-websocket-protocol";
+pub const WEBSOCKET_BEARER_PROTOCOL_PREFIX: &str = "base64url.bearer.authorization.k8s.io.";
+
 /// Request-header changes that make the upstream see exactly the identity the filter derived
-/// (see [`IdentityConfig::front_proxy_headers`]): remove first, then add.
+/// (see [`IdentityConfig::front_proxy_headers`]): remove first, then add — or, with `refuse`,
+/// do not forward the request at all.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FrontProxyHeaders {
     /// Lowercase names of request headers to remove (every value of each).
     pub remove: Vec<String>,
     /// Headers to add, in order (one `x-remote-group` per group).
     pub add: Vec<(String, String)>,
+    /// A verified credential names a user that cannot be forwarded: answer `403` with this
+    /// message (see [`forbidden_status`]) and never forward the request.
+    pub refuse: Option<String>,
+}
+
+/// kube-apiserver's `Status` body for a `403` (`responsewriters.ErrorNegotiated` of
+/// `errors.NewForbidden`-like errors): `reason: Forbidden`, `code: 403`, the message as given.
+pub fn forbidden_status(message: &str) -> String {
+    let status = serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": "Forbidden", "details": {}, "code": 403,
+    });
+    status.to_string()
+}
+
+/// Why a source's verified user cannot be forwarded (the `403` message).
+fn unforwardable(src: &IdentitySource) -> String {
+    match src {
+        IdentitySource::ClientCertificate { .. } => {
+            "client certificate identity cannot be forwarded: empty or invalid common name".to_string()
+        }
+        IdentitySource::Jwt { user_claim, .. } => {
+            format!("JWT identity cannot be forwarded: empty or invalid user claim {user_claim:?}")
+        }
+        IdentitySource::FrontProxy { user_header, .. } => {
+            format!("front-proxy identity cannot be forwarded: invalid {user_header} value")
+        }
+        IdentitySource::Impersonation { .. } => "impersonated identity cannot be forwarded".to_string(),
+    }
+}
+
+/// Whether `src` is trusted for this request and its verified credential is there, whether or
+/// not it names a usable user: a verified client certificate (whatever its subject) or verified
+/// JWT claims (whatever the user claim). Header sources present nothing beyond the user they
+/// yield.
+fn presented(src: &IdentitySource, input: &IdentityInput) -> bool {
+    src.trusted(input)
+        && match src {
+            IdentitySource::ClientCertificate { .. } => input.mtls && input.cert_subject.is_some(),
+            IdentitySource::Jwt { .. } => input.jwt_claims.is_some(),
+            IdentitySource::FrontProxy { .. } | IdentitySource::Impersonation { .. } => false,
+        }
+}
+
+/// `Sec-WebSocket-Protocol` values without the bearer-token subprotocols (each value split at
+/// commas and trimmed, as `protocol.go` does); `None` when no value carries one.
+fn without_bearer_protocols<'v>(values: impl IntoIterator<Item = &'v [u8]>) -> Option<String> {
+    let mut kept = Vec::new();
+    let mut dropped = false;
+    for v in values {
+        for p in String::from_utf8_lossy(v).split(',').map(str::trim) {
+            if p.starts_with(WEBSOCKET_BEARER_PROTOCOL_PREFIX) {
+                dropped = true;
+            } else if !p.is_empty() {
+                kept.push(p.to_string());
+            }
+        }
+    }
+    dropped.then(|| kept.join(", "))
 }
 
 /// Whether `v` can travel as one header value unchanged: not empty, no control character (CR, LF,
@@ -459,32 +533,64 @@ impl IdentityConfig {
         unique(input.headers.iter().map(|(name, _)| name.to_ascii_lowercase()).filter(strip))
     }
 
-    /// With `setFrontProxyHeaders`: the header changes for one request. Removed: every header in
-    /// `request_header_names` starting with `x-remote-`, and any header a `frontProxy` source
-    /// reads under another name. Added: the identity of the first trusted source yielding a user
-    /// (the one [`identify`] picks) as the source stated it, before group completion — the user as
-    /// `x-remote-user`, each group once as its own `x-remote-group`, and, from a `frontProxy`
-    /// source, its extra headers as `x-remote-extra-<key>` (key as received, so still escaped).
-    /// Group completion is left to kube-apiserver, which adds `system:authenticated` itself, so it
-    /// sees the same user and groups as if the client had presented the credential directly
-    /// (upstream `x509.CommonNameUserConversion`, `headerrequest.requestHeaderAuthRequestHandler`,
-    /// client-go `transport.SetAuthProxyHeaders`). No user (anonymous) → nothing is added: the
-    /// request reaches kube-apiserver without front-proxy identity. A user name that cannot travel
-    /// as a header value unchanged forwards no identity at all; such a group or extra value is
-    /// dropped. Without the option: nothing to do.
-    pub fn front_proxy_headers<'n>(&self, input: &IdentityInput, request_header_names: impl IntoIterator<Item = &'n str>) -> FrontProxyHeaders {
+    /// With `setFrontProxyHeaders`: the header changes for one request (`request_headers`: its
+    /// headers, names in any case, repeated ones as separate entries). Removed: every header
+    /// starting with `x-remote-`, and any header a `frontProxy` source reads under another name.
+    /// Added: the identity of the first trusted source yielding a user (the one [`identify`]
+    /// picks) as the source stated it, before group completion — the user as `x-remote-user`,
+    /// each group once as its own `x-remote-group`, and, from a `frontProxy` source, its extra
+    /// headers as `x-remote-extra-<key>` (key as received, so still escaped). Group completion is
+    /// left to kube-apiserver, which adds `system:authenticated` itself, so it sees the same user
+    /// and groups as if the client had presented the credential directly (upstream
+    /// `x509.CommonNameUserConversion`, `headerrequest.requestHeaderAuthRequestHandler`,
+    /// client-go `transport.SetAuthProxyHeaders`). A group or extra value that cannot travel as a
+    /// header value unchanged is dropped.
+    ///
+    /// The apiserver must authenticate exactly the identity classified here, so:
+    /// - the winning source's user name cannot travel unchanged (empty, control characters,
+    ///   whitespace at the ends), or no source yields a user while a trusted source's verified
+    ///   credential is there (a verified certificate without a usable CN, verified JWT claims
+    ///   without a usable user claim): `refuse` — the request is answered `403`, never forwarded
+    ///   (forwarding no identity would let the apiserver authenticate another credential of the
+    ///   request, e.g. its bearer token, that the gateway did not classify);
+    /// - no source yields a user and none presented a credential (anonymous): the credentials
+    ///   kube-apiserver would authenticate instead are removed too — `Authorization` and the
+    ///   bearer-token subprotocol of `Sec-WebSocket-Protocol` (the other subprotocols are
+    ///   written back) — so it serves the request as anonymous, as classified.
+    ///
+    /// Without the option: nothing to do.
+    pub fn front_proxy_headers<'n>(&self, input: &IdentityInput, request_headers: impl IntoIterator<Item = (&'n str, &'n [u8])>) -> FrontProxyHeaders {
         let mut out = FrontProxyHeaders::default();
         if !self.set_front_proxy_headers {
             return out;
         }
         let proxy_sources: Vec<&IdentitySource> =
             self.sources.iter().filter(|s| matches!(s, IdentitySource::FrontProxy { .. })).collect();
-        let names = request_header_names.into_iter().map(str::to_ascii_lowercase);
-        out.remove = unique(names.filter(|l| {
+        let request_headers: Vec<(String, &[u8])> =
+            request_headers.into_iter().map(|(n, v)| (n.to_ascii_lowercase(), v)).collect();
+        out.remove = unique(request_headers.iter().map(|(l, _)| l.clone()).filter(|l| {
             l.starts_with(FORWARD_STRIP_PREFIX) || proxy_sources.iter().any(|s| s.reads(l))
         }));
-        let Some((src, Stated { name, groups, .. })) = first_source(self, input) else { return out };
+        let Some((src, Stated { name, groups, .. })) = first_source(self, input) else {
+            if let Some(src) = self.sources.iter().find(|s| presented(s, input)) {
+                out.refuse = Some(unforwardable(src));
+                return out;
+            }
+            let named = |n: &str| request_headers.iter().any(|(l, _)| l == n);
+            if named(AUTHORIZATION_HEADER) {
+                out.remove.push(AUTHORIZATION_HEADER.to_string());
+            }
+            let protocols = request_headers.iter().filter(|(l, _)| l == WEBSOCKET_PROTOCOL_HEADER).map(|(_, v)| *v);
+            if let Some(kept) = without_bearer_protocols(protocols) {
+                out.remove.push(WEBSOCKET_PROTOCOL_HEADER.to_string());
+                if !kept.is_empty() {
+                    out.add.push((WEBSOCKET_PROTOCOL_HEADER.to_string(), kept));
+                }
+            }
+            return out;
+        };
         if !forwardable(&name) {
+            out.refuse = Some(unforwardable(src));
             return out;
         }
         out.add.push((FORWARD_USER_HEADER.to_string(), name));

@@ -77,8 +77,15 @@ impl Http {
         let strip = if c.needs.strip { c.config.identity.headers_to_strip(&input) } else { Vec::new() };
         // setFrontProxyHeaders (nothing to change without it): the upstream sees only the identity
         // derived here, on every request this filter sees (before any early return: exempt,
-        // long-running, debug paths).
-        let fwd = c.config.identity.front_proxy_headers(&input, headers.iter().map(|(k, _)| *k));
+        // long-running, debug paths) — or, when a verified credential names a user that cannot
+        // be forwarded, the request is refused and never reaches it.
+        let fwd = c.config.identity.front_proxy_headers(&input, headers.iter().map(|(k, v)| (*k, *v)));
+        if let Some(why) = fwd.refuse.as_deref() {
+            log::debug!("apf: refused: {why}");
+            let body = crate::digest::identity::forbidden_status(why);
+            host::send_response(403, &[("content-type", b"application/json"), ("x-content-type-options", b"nosniff")], body.as_bytes());
+            return Action::Pause;
+        }
         for h in strip.iter().chain(&fwd.remove) {
             host::remove_header(HttpRequestHeaders, h);
         }

@@ -5,10 +5,13 @@
 //!
 //! ```json
 //! "clusterPolicy": { "cluster": "kube-apiserver", "authority": "kubernetes.default.svc",
-//!                    "token": "<bearer token>", "period": "30s", "timeout": "5s" }
+//!                    "tokenEnv": "APF_WASM_TOKEN", "period": "30s", "timeout": "5s" }
 //! ```
 //! Objects fetched from the cluster form the `policy`; objects in the configuration's own
 //! `policy` are added and win over fetched objects of the same kind and name.
+//!
+//! The bearer token is `token` (in the configuration) or read from the environment variable
+//! `tokenEnv` names when the configuration is parsed (see [`resolve_token`]).
 
 use crate::duration::parse_go_duration;
 use crate::Nanos;
@@ -36,9 +39,51 @@ struct Raw {
     cluster: String,
     authority: Option<String>,
     token: Option<String>,
+    token_env: Option<String>,
     period: Option<String>,
     timeout: Option<String>,
     path_prefix: Option<String>,
+}
+
+/// Looks up an environment variable (`std::env::var` in the filter and the CLI; a table in tests).
+pub type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// The process environment. In the Wasm module (wasm32-wasip1) this is the WASI environment
+/// Envoy gives the VM: only the variables `vm_config.environment_variables` names
+/// (`host_env_keys` copies them from Envoy's own environment; Istio's `WasmPlugin.vmConfig.env`).
+pub fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// The bearer token of `key` (`clusterPolicy`, `workEstimator.clusterMetrics`): `token` as
+/// written, or the value of the environment variable `tokenEnv` names (surrounding whitespace
+/// trimmed, so a Secret file's trailing newline does no harm). At most one of the two; neither
+/// is `None` (no `Authorization` header). A variable that is unset or empty, or a token with a
+/// control character (it travels as a header value), is an error naming the field.
+pub fn resolve_token(key: &str, token: Option<String>, token_env: Option<String>, env: Env, errs: &mut Vec<String>) -> Option<String> {
+    let (value, field) = match (token, token_env) {
+        (Some(_), Some(_)) => {
+            errs.push(format!("{key}.tokenEnv: Forbidden: may not be set together with {key}.token"));
+            return None;
+        }
+        (Some(t), None) => (t, "token"),
+        (None, Some(name)) => {
+            let value = (!name.is_empty()).then(|| env(&name)).flatten();
+            match value.map(|v| v.trim().to_string()).filter(|v| !v.is_empty()) {
+                Some(v) => (v, "tokenEnv"),
+                None => {
+                    errs.push(format!("{key}.tokenEnv: Invalid value: {name:?}: the environment variable is unset or empty (Envoy: list it in vm_config.environment_variables.host_env_keys; Istio: WasmPlugin vmConfig.env)"));
+                    return None;
+                }
+            }
+        }
+        (None, None) => return None,
+    };
+    if value.bytes().any(|b| b.is_ascii_control()) {
+        errs.push(format!("{key}.{field}: Invalid value: the token contains a control character"));
+        return None;
+    }
+    Some(value)
 }
 
 /// A positive Go duration under `key` (an error naming the key otherwise), `default` if absent.
@@ -49,10 +94,12 @@ pub fn positive_duration(key: &str, s: Option<&str>, default: Nanos, errs: &mut 
 }
 
 impl ClusterPolicy {
-    /// Parses the `clusterPolicy` value; errors are prefixed with the key path.
-    pub fn parse(v: &Value) -> Result<ClusterPolicy, Vec<String>> {
+    /// Parses the `clusterPolicy` value (`env`: where `tokenEnv` is looked up); errors are
+    /// prefixed with the key path.
+    pub fn parse(v: &Value, env: Env) -> Result<ClusterPolicy, Vec<String>> {
         let raw = Raw::deserialize(v).map_err(|e| vec![format!("clusterPolicy: {e}")])?;
         let mut errs = Vec::new();
+        let token = resolve_token("clusterPolicy", raw.token, raw.token_env, env, &mut errs);
         let period = positive_duration("clusterPolicy.period", raw.period.as_deref(), 30 * crate::NANOS_PER_SEC, &mut errs);
         let timeout = positive_duration("clusterPolicy.timeout", raw.timeout.as_deref(), 5 * crate::NANOS_PER_SEC, &mut errs);
         if raw.cluster.is_empty() {
@@ -65,7 +112,7 @@ impl ClusterPolicy {
         let policy = ClusterPolicy {
             cluster: raw.cluster,
             authority: raw.authority.unwrap_or_else(|| "kubernetes.default.svc".to_string()),
-            token: raw.token,
+            token,
             period,
             timeout,
             path_prefix: path_prefix.trim_end_matches('/').to_string(),
@@ -84,11 +131,12 @@ impl ClusterPolicy {
 /// `apiserver_storage_objects`), polled through an Envoy cluster by one worker for all.
 ///
 /// ```json
-/// "workEstimator": {"clusterMetrics": {"cluster": "kube-apiserver", "token": "<bearer token>",
+/// "workEstimator": {"clusterMetrics": {"cluster": "kube-apiserver", "tokenEnv": "APF_WASM_TOKEN",
 ///                   "path": "/metrics", "period": "60s", "timeout": "10s", "staleAfter": "3m"}}
 /// ```
-/// With `clusterPolicy` set, `cluster`, `authority` and `token` default to its values and the
-/// polling is on unless `"clusterMetrics": false`.
+/// `token` or `tokenEnv` as for `clusterPolicy` ([`resolve_token`]). With `clusterPolicy` set,
+/// `cluster`, `authority` and the token default to its values and the polling is on unless
+/// `"clusterMetrics": false`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterMetrics {
     pub cluster: String,
@@ -111,6 +159,7 @@ struct RawMetrics {
     cluster: Option<String>,
     authority: Option<String>,
     token: Option<String>,
+    token_env: Option<String>,
     path: Option<String>,
     period: Option<String>,
     timeout: Option<String>,
@@ -119,8 +168,8 @@ struct RawMetrics {
 
 impl ClusterMetrics {
     /// Resolves `workEstimator.clusterMetrics` (`v`: absent, `false`, `true` or an object) with
-    /// `clusterPolicy`'s connection as the default.
-    pub fn resolve(v: Option<&Value>, policy: Option<&ClusterPolicy>) -> Result<Option<ClusterMetrics>, Vec<String>> {
+    /// `clusterPolicy`'s connection as the default (`env`: where `tokenEnv` is looked up).
+    pub fn resolve(v: Option<&Value>, policy: Option<&ClusterPolicy>, env: Env) -> Result<Option<ClusterMetrics>, Vec<String>> {
         const KEY: &str = "workEstimator.clusterMetrics";
         let raw = match v {
             None | Some(Value::Null) | Some(Value::Bool(true)) => RawMetrics::default(),
@@ -146,10 +195,12 @@ impl ClusterMetrics {
         let period = positive_duration(&format!("{KEY}.period"), raw.period.as_deref(), DEFAULT_METRICS_PERIOD, &mut errs);
         let timeout = positive_duration(&format!("{KEY}.timeout"), raw.timeout.as_deref(), DEFAULT_METRICS_TIMEOUT, &mut errs);
         let stale_after = positive_duration(&format!("{KEY}.staleAfter"), raw.stale_after.as_deref(), DEFAULT_STALE_AFTER, &mut errs);
+        let own_token = raw.token.is_some() || raw.token_env.is_some();
+        let token = resolve_token(KEY, raw.token, raw.token_env, env, &mut errs);
         let metrics = ClusterMetrics {
             cluster,
             authority: raw.authority.or_else(|| policy.map(|p| p.authority.clone())).unwrap_or_else(|| "kubernetes.default.svc".to_string()),
-            token: raw.token.or_else(|| policy.and_then(|p| p.token.clone())),
+            token: if own_token { token } else { policy.and_then(|p| p.token.clone()) },
             path,
             period,
             timeout,
@@ -210,12 +261,13 @@ mod tests {
 
     #[test]
     fn parses_and_validates() {
-        let c = ClusterPolicy::parse(&serde_json::json!({"cluster": "kube", "period": "10s"})).unwrap();
+        let none = |_: &str| None;
+        let c = ClusterPolicy::parse(&serde_json::json!({"cluster": "kube", "period": "10s"}), &none).unwrap();
         assert_eq!(c.period, 10 * crate::NANOS_PER_SEC);
         assert_eq!(c.paths()[0], "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas");
-        assert!(ClusterPolicy::parse(&serde_json::json!({"cluster": ""})).is_err());
-        assert!(ClusterPolicy::parse(&serde_json::json!({"cluster": "k", "bogus": 1})).is_err());
-        assert!(ClusterPolicy::parse(&serde_json::json!({"cluster": "k", "period": "-1s"})).is_err());
+        assert!(ClusterPolicy::parse(&serde_json::json!({"cluster": ""}), &none).is_err());
+        assert!(ClusterPolicy::parse(&serde_json::json!({"cluster": "k", "bogus": 1}), &none).is_err());
+        assert!(ClusterPolicy::parse(&serde_json::json!({"cluster": "k", "period": "-1s"}), &none).is_err());
     }
 
     #[test]

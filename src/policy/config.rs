@@ -16,7 +16,7 @@
 use serde_json::{Map, Value};
 
 use super::bootstrap;
-use super::cluster::{ClusterMetrics, ClusterPolicy};
+use super::cluster::{ClusterMetrics, ClusterPolicy, Env};
 use super::model::Policy;
 use crate::digest::identity::IdentityConfig;
 use crate::digest::work_estimate::WorkEstimatorConfig;
@@ -82,7 +82,7 @@ const KNOWN_KEYS: [&str; 13] = [
 
 impl Default for PluginConfig {
     fn default() -> Self {
-        from_map(&Map::new()).0
+        from_map(&Map::new(), &|_| None).0
     }
 }
 
@@ -133,8 +133,14 @@ fn deserialize<T: serde::de::DeserializeOwned + Default>(m: &Map<String, Value>,
     field(m, key, T::default(), errs, |v| T::deserialize(v).map_err(|e| e.to_string()))
 }
 
-/// Parses and validates the plugin configuration. Empty input = `{}`.
+/// Parses and validates the plugin configuration. Empty input = `{}`. A `tokenEnv` is read from
+/// the process environment (in the filter: the Wasm VM's environment, fixed when Envoy starts).
 pub fn parse_plugin_config(bytes: &[u8]) -> Result<PluginConfig, Vec<String>> {
+    parse_plugin_config_with_env(bytes, &super::cluster::process_env)
+}
+
+/// [`parse_plugin_config`] with `env` answering the `tokenEnv` look-ups.
+pub fn parse_plugin_config_with_env(bytes: &[u8], env: Env) -> Result<PluginConfig, Vec<String>> {
     let value: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
         Value::Object(Map::new())
     } else {
@@ -143,13 +149,13 @@ pub fn parse_plugin_config(bytes: &[u8]) -> Result<PluginConfig, Vec<String>> {
     let Value::Object(m) = value else {
         return Err(vec![format!("configuration must be a JSON object, got {}", type_name(&value))]);
     };
-    let (config, errs) = from_map(&m);
+    let (config, errs) = from_map(&m, env);
     errs.is_empty().then_some(config).ok_or(errs)
 }
 
 /// The configuration of a document's top-level object and every error found (the
 /// configuration is only meaningful without errors).
-fn from_map(m: &Map<String, Value>) -> (PluginConfig, Vec<String>) {
+fn from_map(m: &Map<String, Value>, env: Env) -> (PluginConfig, Vec<String>) {
     let mut errs: Vec<String> = Vec::new();
     for k in m.keys() {
         if !KNOWN_KEYS.contains(&k.as_str()) {
@@ -201,10 +207,10 @@ fn from_map(m: &Map<String, Value>) -> (PluginConfig, Vec<String>) {
     let dry_run_priority_levels = get_string_list(m, "dryRunPriorityLevels", &[], &mut errs);
     let debug_groups = get_string_list(m, "debugGroups", &["system:masters"], &mut errs);
     let explain_groups = get_string_list(m, "explainGroups", &[], &mut errs);
-    let cluster_policy = m.get("clusterPolicy").filter(|v| !v.is_null()).map(ClusterPolicy::parse);
+    let cluster_policy = m.get("clusterPolicy").filter(|v| !v.is_null()).map(|v| ClusterPolicy::parse(v, env));
     let cluster_policy = cluster_policy.and_then(|c| c.map_err(|e| errs.extend(e)).ok());
     let metrics = work_estimator.cluster_metrics.as_ref();
-    let cluster_metrics = ClusterMetrics::resolve(metrics, cluster_policy.as_ref()).unwrap_or_else(|e| {
+    let cluster_metrics = ClusterMetrics::resolve(metrics, cluster_policy.as_ref(), env).unwrap_or_else(|e| {
         errs.extend(e);
         None
     });

@@ -86,7 +86,8 @@ def http_get(port: int, path: str, timeout: float = 5.0, headers: dict | None = 
 class EnvoyProcess:
     def __init__(self, config: dict | str, workdir: Path, *, envoy_bin: str | None = None,
                  concurrency: int = 2, log_level: str | None = None, name: str = "envoy",
-                 extra_args: list[str] | None = None, cwd: str | Path | None = None) -> None:
+                 extra_args: list[str] | None = None, cwd: str | Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.config = config
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -96,6 +97,8 @@ class EnvoyProcess:
         self.name = name
         self.extra_args = extra_args or []
         self.cwd = str(cwd) if cwd else None
+        # Variables added to (or replacing) this process's environment for Envoy.
+        self.env = {**os.environ, **env} if env else None
         # A dict is written as JSON; a str is taken as YAML text.
         self.config_path = self.workdir / (f"{name}.json" if isinstance(config, dict) else f"{name}.yaml")
         self.log_path = self.workdir / f"{name}.log"
@@ -116,7 +119,8 @@ class EnvoyProcess:
         self.cmd = cmd
         with open(self.workdir / f"{self.name}.stderr", "wb") as err:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=err, start_new_session=True, cwd=self.cwd)
+                                         stderr=err, start_new_session=True, cwd=self.cwd,
+                                         env=self.env)
         return self
 
     def wait_ready(self, timeout: float = 30.0) -> "EnvoyProcess":
@@ -265,10 +269,12 @@ class EnvoyProcess:
 
 
 def validate_config(envoy_bin: str, path: str, timeout: float = 60.0,
-                    cwd: str | Path | None = None) -> subprocess.CompletedProcess:
-    """`envoy --mode validate -c path` (exit 0 when valid)."""
+                    cwd: str | Path | None = None,
+                    env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`envoy --mode validate -c path` (exit 0 when valid; it configures Wasm plugins too), with
+    `env` added to this process's environment."""
     return subprocess.run([envoy_bin, "--mode", "validate", "-c", path, "-l", "warning",
-                           "--disable-hot-restart"], cwd=cwd,
+                           "--disable-hot-restart"], cwd=cwd, env={**os.environ, **(env or {})},
                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 

@@ -19,6 +19,8 @@ pytestmark = pytest.mark.harness
 ENVOY_DIR = REPO / "envoy"
 MODULE_PATHS = ("target/wasm32-wasip1/release/apf_wasm.wasm", "/etc/envoy/apf_wasm.wasm")
 CERT_DIRS = ("/etc/kubernetes/pki/", "/etc/envoy/tls/")
+# The shipped kube-apiserver example reads its cluster token from Envoy's environment.
+TOKEN_ENV = {"APF_WASM_TOKEN": "placeholder-token"}
 
 
 def bootstrap_files() -> list[Path]:
@@ -73,8 +75,22 @@ def test_harness_envoy_config_validates(name, envoy_bin, wasm_module, tmp_path):
     if name == "kube-apiserver.yaml":
         _certs(tmp_path / "certs")
     # Relative paths in the examples are relative to the repo root.
-    p = validate_config(envoy_bin, str(root / "envoy" / name), cwd=root)
+    p = validate_config(envoy_bin, str(root / "envoy" / name), cwd=root, env=TOKEN_ENV)
     assert p.returncode == 0, f"{name} invalid:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+
+
+def test_kube_apiserver_example_refuses_to_start_without_its_token(envoy_bin, wasm_module, tmp_path):
+    """Without APF_WASM_TOKEN in Envoy's environment the filter's configuration is invalid, the
+    error names the field, and (FAIL_CLOSED) Envoy does not start with it."""
+    root = copy_tree(tmp_path, wasm_module, tmp_path / "certs")
+    _certs(tmp_path / "certs")
+    env = {k: v for k, v in os.environ.items() if k != "APF_WASM_TOKEN"}
+    p = subprocess.run([envoy_bin, "--mode", "validate", "-c", str(root / "envoy/kube-apiserver.yaml"),
+                        "-l", "warning", "--disable-hot-restart"], cwd=root, env=env, capture_output=True,
+                       text=True, timeout=60, stdin=subprocess.DEVNULL)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0, out[-3000:]
+    assert 'workEstimator.clusterMetrics.tokenEnv: Invalid value: "APF_WASM_TOKEN"' in out, out[-3000:]
 
 
 def test_harness_ecds_example_serves_and_hot_reloads(envoy_bin, wasm_module, tmp_path):

@@ -11,23 +11,30 @@ every rewrite must match exactly as often as stated, so a changed example fails 
     (so the test can read the classification from the `x-apf-*` headers) and `policy` (one level
     and one FlowSchema for group `dev`'s pods in namespace `default`, to compare what apf-wasm
     classifies with the path the apiserver receives). Every shipped key is kept as is.
+Envoy runs with `APF_WASM_TOKEN` in its environment (the shipped file reads the token of its
+`/metrics` poll from there, `host_env_keys`).
 The upstream cluster keeps its TLS transport socket: the stand-in apiserver is the test upstream
 (tests/e2e/upstream.py, which records the headers it receives) behind a TLS listener that serves
 a certificate for `kubernetes.default.svc` from the cluster CA and REQUIRES a client certificate
 from the front-proxy CA, so the example's upstream TLS (SNI, SAN check, front-proxy client
-certificate) is exercised too.
+certificate) is exercised too. Its `/metrics` reports POD_COUNT pods of POD_SIZE bytes and answers
+401 without `Authorization: Bearer <METRICS_TOKEN>`; it echoes upgraded (101) connections.
 
 Test PKI (openssl): cluster CA (signs client certificates — the listener's client CA — and the
 apiserver's serving certificate), front-proxy CA (signs `front-proxy-client`), the gateway's
-serving certificate, clients alice (O=dev, O=qa) and admin (O=system:masters), and two rogue
-`admin`s in `system:masters`: self-signed, and signed by an unknown CA."""
+serving certificate, clients alice (O=dev, O=qa) and admin (O=system:masters), a client of the
+cluster CA in `system:masters` without a CN, and two rogue `admin`s in `system:masters`:
+self-signed, and signed by an unknown CA."""
 
 from __future__ import annotations
 
 import http.client
 import json
 import re
+import socket
 import ssl
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,7 +42,9 @@ import pytest
 
 from apf_policy import flow_schema, priority_level
 from envoyproc import REPO, EnvoyProcess, validate_config, wait_until
+from ops_helpers import parse_dump
 from pki import have_openssl, issue, make_ca, self_signed, subject
+from test_work_estimate_cluster import list_seats, pl_max_seats
 from upstream import Upstream
 
 pytestmark = pytest.mark.apf
@@ -48,6 +57,17 @@ SPOOF = [("X-Remote-User", "system:admin"), ("X-Remote-Group", "system:masters")
          ("x-remote-group", "system:authenticated"), ("X-Remote-Extra-Scopes", "everything"),
          ("X-Remote-Uid", "0"), ("Impersonate-User", "system:admin"),
          ("Impersonate-Group", "system:masters")]
+
+# The cluster token (Envoy's APF_WASM_TOKEN; the stand-in's /metrics requires it) and the pods
+# its /metrics reports.
+METRICS_TOKEN = "e2e-metrics-token"
+POD_COUNT, POD_SIZE = 500, 1_000
+# Suggested defaults at 600 seats plus the test's dev-level (10 shares): ΣNCS = 245 + 10 = 255;
+# alice's cluster-wide LIST is in global-default (20 shares, handSize 6): NominalCL =
+# ceil(600·20/255) = 48, plMaxSeats = max(1, min(ceil(48·0.15) = 8, 48 div 6 = 8)) = 8 (checked
+# with `apf check`). A LIST without resourceVersion reads storage: ceil(500·1000 / 100 000) = 5.
+GLOBAL_DEFAULT_CL, GLOBAL_DEFAULT_HAND = 48, 6
+EXEC = "/api/v1/namespaces/default/pods/p/exec?command=sh&stdin=true&stdout=true"
 
 # Test-only additions to the plugin configuration.
 DEV_FS = "dev-default-pods"
@@ -128,6 +148,7 @@ def pki(tmp_path_factory) -> Path:
     issue(d, "alice", "ca", subject("alice", ("dev", "qa")))
     issue(d, "admin", "ca", subject("admin", ("system:masters",)))
     issue(d, "rogue-admin", "rogue-ca", subject("admin", ("system:masters",)))
+    issue(d, "no-cn", "ca", subject("", ("system:masters",)))  # openssl skips the empty CN
     self_signed(d, "selfsigned-admin", subject("admin", ("system:masters",)))
     for src, dst in [("ca.crt", kube / "ca.crt"),
                      ("front-proxy-client.crt", kube / "front-proxy-client.crt"),
@@ -211,6 +232,8 @@ class Secure:
     apiserver: TlsApiserver
     pki: Path
     shipped_plugin_config: dict
+    # The headers of the gateway's first /metrics poll (made at start).
+    first_poll: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def port(self) -> int:
@@ -226,19 +249,27 @@ class Secure:
 
 @pytest.fixture(scope="module")
 def secure(pki, wasm_module, envoy_bin, tmp_path_factory):
-    api = TlsApiserver(pki).start()
+    api = TlsApiserver(pki)
+    api.up.set_object_counts({"pods": (POD_COUNT, POD_SIZE)})
+    api.up.set_metrics_token(METRICS_TOKEN)
+    api.start()
     work = tmp_path_factory.mktemp("secure-example")
     text, shipped = localize(SHIPPED.read_text(), module=wasm_module, kube_pki=pki / "kubernetes-pki",
                              envoy_tls=pki / "envoy-tls", apiserver_port=api.port)
     (work / "kube-apiserver.yaml").write_text(text)
-    v = validate_config(envoy_bin, str(work / "kube-apiserver.yaml"))
+    token_env = {"APF_WASM_TOKEN": METRICS_TOKEN}
+    v = validate_config(envoy_bin, str(work / "kube-apiserver.yaml"), env=token_env)
     assert v.returncode == 0, f"rewritten example invalid:\n{v.stdout[-3000:]}\n{v.stderr[-3000:]}"
-    env = EnvoyProcess(text, work / "run", envoy_bin=envoy_bin, name="secure")
+    env = EnvoyProcess(text, work / "run", envoy_bin=envoy_bin, name="secure", env=token_env)
     s = Secure(env, api, pki, shipped)
     try:
         env.start().wait_ready(timeout=40)
         wait_until(lambda: s.get("/healthz", cert="alice").status == 200, timeout=30,
                    what="a request through the example gateway")
+        # The first poll of /metrics happens at start (a failed one is retried within 10 s).
+        wait_until(lambda: any(st == 200 for _, st in api.up.scrapes()), timeout=30,
+                   what=f"a successful /metrics poll (so far: {api.up.scrapes()})")
+        s.first_poll = api.up.received("/metrics")[0][1]
         yield s
     except Exception:
         print(env.log_tail(80))
@@ -261,11 +292,19 @@ def test_the_example_is_secure_as_shipped(secure):
     cfg = secure.shipped_plugin_config
     assert cfg["identity"] == {"sources": [{"type": "clientCertificate"}], "setFrontProxyHeaders": True}
     assert cfg.get("debugGroups", ["system:masters"]) == ["system:masters"]
+    # Costs from the cluster, through the example's upstream cluster, the token not in the file.
+    assert cfg["workEstimator"]["clusterMetrics"] == {
+        "cluster": "kube_apiserver", "authority": "kubernetes.default.svc", "tokenEnv": "APF_WASM_TOKEN"}
     text = SHIPPED.read_text()
     for needle in ("require_client_certificate: true", "failure_policy: FAIL_CLOSED",
                    "normalize_path: true", "merge_slashes: true",
-                   "path_with_escaped_slashes_action: UNESCAPE_AND_REDIRECT"):
+                   "path_with_escaped_slashes_action: UNESCAPE_AND_REDIRECT",
+                   "host_env_keys: [APF_WASM_TOKEN]", "upgrade_type: websocket",
+                   "upgrade_type: spdy/3.1", "max_concurrent_streams: 1000"):
         assert needle in text, needle
+    # Every stream ends: a finite idle timeout (the route timeout stays 0s, see the file).
+    idle = re.findall(r"^\s*stream_idle_timeout: (\d+)s", text, re.M)
+    assert idle and all(int(v) > 0 for v in idle), idle
 
 
 @pytest.mark.parametrize("cert", [None, "selfsigned-admin", "rogue-admin"])
@@ -420,3 +459,215 @@ def test_every_request_carries_only_the_verified_identity(secure, path):
     got = secure.upstream.received(path.split("?")[0])
     assert len(got) == 1, got
     assert received_identity(got[0][1]) == {"x-remote-user": ["alice"], "x-remote-group": ["dev", "qa"]}, got
+
+
+# -- costs from the cluster ---------------------------------------------------------------------
+
+def test_list_costs_what_the_clusters_counts_imply(secure):
+    """The shipped file polls /metrics through the kube_apiserver cluster with the token from
+    Envoy's environment (no X-Remote-User, so kube-apiserver authenticates the token): a
+    cluster-wide LIST is charged the seats upstream's formula gives for the reported count and
+    size, not the 1 seat of an unknown count."""
+    want = list_seats(POD_COUNT, POD_SIZE, pl_max_seats(GLOBAL_DEFAULT_CL, GLOBAL_DEFAULT_HAND),
+                      from_cache=False)
+    assert want == 5
+    # The stand-in refuses /metrics without the token (so a charge of 5 proves the poll had it).
+    c = http.client.HTTPSConnection("127.0.0.1", secure.apiserver.port, timeout=10,
+                                    context=_apiserver_client_ctx(secure.pki))
+    try:
+        c.request("GET", "/metrics")
+        assert c.getresponse().status == 401
+    finally:
+        c.close()
+    poll = secure.first_poll
+    assert poll.get("authorization") == [f"Bearer {METRICS_TOKEN}"], poll
+    assert not any(k.startswith("x-remote-") for k in poll), poll
+    r = secure.get("/api/v1/pods", cert="alice")
+    assert r.status == 200, r
+    assert r.h("x-apf-prioritylevel") == "global-default", r.headers
+    assert r.h("x-apf-seats") == str(want), (r.headers, secure.get(
+        "/debug/api_priority_and_fairness/dump_object_counts", cert="admin").body[:600])
+    # The counts, as the dump shows them.
+    d = secure.get("/debug/api_priority_and_fairness/dump_object_counts", cert="admin")
+    rows = {row["Resource"]: row for row in parse_dump(b"\n".join(
+        ln for ln in d.body.splitlines() if not ln.startswith(b"#")))}
+    assert rows["pods"]["Source"] == "cluster", rows.get("pods")
+    assert (int(rows["pods"]["ObjectCount"]), int(rows["pods"]["AverageObjectSizeBytes"])) == (POD_COUNT, POD_SIZE)
+
+
+def _apiserver_client_ctx(pki: Path) -> ssl.SSLContext:
+    """A client of the stand-in apiserver directly (as the gateway: front-proxy certificate)."""
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    ctx.check_hostname = False
+    ctx.load_cert_chain(str(pki / "front-proxy-client.crt"), str(pki / "front-proxy-client.key"))
+    return ctx
+
+
+# -- raw HTTP/1.1 exchanges (upgrades, trailers) ------------------------------------------------
+
+def _tls(secure, cert: str) -> ssl.SSLSocket:
+    ctx = ssl.create_default_context(cafile=str(secure.pki / "ca.crt"))
+    ctx.load_cert_chain(str(secure.pki / f"{cert}.crt"), str(secure.pki / f"{cert}.key"))
+    raw = socket.create_connection(("127.0.0.1", secure.port), timeout=10)
+    return ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+def _read_head(sock: ssl.SSLSocket) -> tuple[int, dict[str, list[str]], bytes]:
+    """(status, headers, bytes after the head) of the response on `sock`."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        data = sock.recv(4096)
+        assert data, f"connection closed before the response head: {buf!r}"
+        buf += data
+    head, rest = buf.split(b"\r\n\r\n", 1)
+    lines = head.decode("latin-1").split("\r\n")
+    hs: dict[str, list[str]] = {}
+    for ln in lines[1:]:
+        k, _, v = ln.partition(":")
+        hs.setdefault(k.strip().lower(), []).append(v.strip())
+    return int(lines[0].split()[1]), hs, rest
+
+
+def _echo(sock: ssl.SSLSocket, payload: bytes, already: bytes = b"") -> bytes:
+    """Send `payload` and read until it has come back (10 s at most)."""
+    sock.sendall(payload)
+    got = already
+    deadline = time.monotonic() + 10
+    while payload not in got and time.monotonic() < deadline:
+        data = sock.recv(65536)
+        if not data:
+            break
+        got += data
+    return got
+
+
+def _executing(secure) -> tuple[dict[str, int], int]:
+    """({level: ExecutingRequests}, the sum of SeatsInUse over all queues) from the dumps."""
+    levels = secure.get(DUMP, cert="admin")
+    queues = secure.get("/debug/api_priority_and_fairness/dump_queues", cert="admin")
+    assert levels.status == 200 and queues.status == 200, (levels, queues)
+    execs = {r["PriorityLevelName"]: int(r["ExecutingRequests"]) for r in parse_dump(levels.body)}
+    seats = sum(int(r["SeatsInUse"]) for r in parse_dump(queues.body))
+    return execs, seats
+
+
+UPGRADES = {
+    "websocket": [("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Version", "13"),
+                  ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+                  ("Sec-WebSocket-Protocol", "v5.channel.k8s.io")],
+    "spdy": [("Connection", "Upgrade"), ("Upgrade", "SPDY/3.1"),
+             ("X-Stream-Protocol-Version", "v4.channel.k8s.io")],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UPGRADES))
+def test_exec_upgrade_streams_both_ways_outside_apf(secure, kind):
+    """kubectl exec's upgrade (WebSocket, kubectl 1.30+; SPDY/3.1 before) goes through the shipped
+    file to the apiserver with the verified identity, bytes stream both ways, and the open session
+    holds no seats (exec is long-running: outside APF, as in kube-apiserver)."""
+    secure.upstream.reset()
+    sock = _tls(secure, "alice")
+    try:
+        req = [f"GET {EXEC} HTTP/1.1", "Host: kubernetes.default.svc"]
+        req += [f"{k}: {v}" for k, v in UPGRADES[kind] + SPOOF[:2]]
+        sock.sendall(("\r\n".join(req) + "\r\n\r\n").encode())
+        status, hs, rest = _read_head(sock)
+        assert status == 101, (status, hs, rest)
+        assert hs.get("upgrade", [""])[0].lower() == UPGRADES[kind][1][1].lower(), hs
+        if kind == "websocket":
+            assert hs.get("sec-websocket-protocol") == ["v5.channel.k8s.io"], hs
+        for payload in (b"\x00ls -l\n", bytes(range(256)) * 64):
+            got = _echo(sock, payload, rest)
+            assert got == rest + payload, (len(got), got[:80])
+            rest = b""
+        got = secure.upstream.received(EXEC.split("?")[0])
+        assert len(got) == 1, got
+        assert received_identity(got[0][1]) == {"x-remote-user": ["alice"], "x-remote-group": ["dev", "qa"]}, got
+        assert secure.upstream.snapshot()["upgrades_open"] == 1
+        # While it is open: nothing executing, no seat in use, at any level.
+        execs, seats = _executing(secure)
+        assert seats == 0 and not any(execs.values()), (execs, seats)
+        if kind == "websocket":
+            # Control: the dumps do show a request that holds seats (a slow GET beside it).
+            t = threading.Thread(target=secure.get, args=(PODS, "alice", [("x-sleep-ms", "1500")]))
+            t.start()
+            try:
+                wait_until(lambda: _executing(secure)[0].get(DEV_PL) == 1, timeout=10,
+                           what="the slow GET executing in dev-level")
+            finally:
+                t.join(timeout=15)
+        # Still streaming after that.
+        assert _echo(sock, b"exit\n") == b"exit\n"
+    finally:
+        sock.close()
+    wait_until(lambda: secure.upstream.snapshot()["upgrades_open"] == 0, timeout=10,
+               what="the stand-in's upgraded connection to close with the client's")
+
+
+# -- identities that cannot be forwarded ---------------------------------------------------------
+
+def test_certificate_without_a_common_name_is_refused(secure):
+    """A verified certificate (cluster CA, O=system:masters) with an empty CN names no user the
+    gateway can forward; with a bearer token beside it, kube-apiserver would authenticate the
+    token, which the gateway did not classify. The gateway answers 403 and forwards nothing."""
+    secure.upstream.reset()
+    for path in (PODS, "/version", EXEC, DUMP):
+        r = secure.get(path, cert="no-cn", headers=[("Authorization", "Bearer some-service-account-token")])
+        assert r.status == 403, (path, r)
+        body = json.loads(r.body)
+        assert body["kind"] == "Status" and body["code"] == 403 and body["reason"] == "Forbidden", body
+        assert body["message"] == "client certificate identity cannot be forwarded: empty or invalid common name", body
+        assert r.h("x-kubernetes-pf-flowschema-uid") is None, r.headers
+    assert secure.upstream.received() == []
+
+
+# -- probes that must keep failing ---------------------------------------------------------------
+
+def test_odd_case_and_repeated_identity_headers_do_not_reach_the_apiserver(secure):
+    """X-Remote-* in any case, repeated, with odd values: the apiserver sees alice only."""
+    secure.upstream.reset()
+    odd = [("X-REMOTE-USER", "system:admin"), ("x-remote-user", "root"), ("x-ReMoTe-GrOuP", "system:masters"),
+           ("X-Remote-Group", "system:masters, system:nodes"), ("X-REMOTE-EXTRA-scopes", "all"),
+           ("x-remote-uid", "0"), ("X-Remote-User", " system:admin ")]
+    r = secure.get(PODS, cert="alice", headers=odd)
+    assert r.status == 200 and r.h("x-apf-flowschema") == DEV_FS, r
+    got = secure.upstream.received(PODS)
+    assert len(got) == 1, got
+    assert received_identity(got[0][1]) == {"x-remote-user": ["alice"], "x-remote-group": ["dev", "qa"]}, got
+
+
+def test_identity_in_trailers_does_not_reach_the_apiserver(secure):
+    """X-Remote-* sent as HTTP/1.1 request trailers: neither trailers nor headers at the apiserver
+    carry anything but alice's verified identity."""
+    secure.upstream.reset()
+    sock = _tls(secure, "alice")
+    try:
+        body = b'{"kind":"Pod"}'
+        req = (f"POST {PODS} HTTP/1.1\r\nHost: kubernetes.default.svc\r\nContent-Type: application/json\r\n"
+               "Transfer-Encoding: chunked\r\nTrailer: X-Remote-User, X-Remote-Group\r\n\r\n").encode()
+        req += b"%x\r\n%s\r\n0\r\nX-Remote-User: system:admin\r\nX-Remote-Group: system:masters\r\n\r\n" % (len(body), body)
+        sock.sendall(req)
+        status, hs, _ = _read_head(sock)
+    finally:
+        sock.close()
+    assert status == 200, (status, hs)
+    got = secure.upstream.received(PODS)
+    assert len(got) == 1, got
+    assert received_identity(got[0][1]) == {"x-remote-user": ["alice"], "x-remote-group": ["dev", "qa"]}, got
+    assert secure.upstream.trailers() == [], secure.upstream.trailers()
+
+
+@pytest.mark.parametrize("path,served", [
+    ("/api/v1/namespaces/default/pods;x", "/api/v1/namespaces/default/pods;x"),
+    ("/api/v1/namespaces/default;x/pods", "/api/v1/namespaces/default;x/pods"),
+    ("/api/v1/namespaces/default/pods%3Bx", "/api/v1/namespaces/default/pods%3Bx"),
+])
+def test_semicolons_classify_as_served(secure, path, served):
+    """`;` is no path-parameter separator for kube-apiserver (resource `pods;x`, namespace
+    `default;x`): the gateway forwards the path as is and does not classify it as pods in
+    `default`."""
+    secure.upstream.reset()
+    r = secure.get(path, cert="alice")
+    assert r.status == 200, r
+    assert [p for p, _ in secure.upstream.received()] == [served]
+    assert r.h("x-apf-flowschema") not in (None, DEV_FS), r.headers

@@ -24,8 +24,10 @@ Like a kube-apiserver with many objects (set from the tests, in-process):
                  `apiserver_resource_size_estimate_bytes{group,resource}` (the SUM of the objects'
                  sizes) and `apiserver_storage_objects{resource="pods"|"deployments.apps"}` from
                  `Upstream.set_object_counts`, amid ~1.5 MB of other metrics, sent chunked.
-                 `Upstream.set_metrics_failure(500)` makes it fail. Scrapes are not requests in
-                 flight; `Upstream.scrapes()` lists them, `received("/metrics")` their headers.
+                 `Upstream.set_metrics_failure(500)` makes it fail; `Upstream.set_metrics_token(t)`
+                 makes it require `Authorization: Bearer t` (401 otherwise, as kube-apiserver
+                 for a bad token). Scrapes are not requests in flight; `Upstream.scrapes()` lists
+                 them (with the status answered), `received("/metrics")` their headers.
   LIST pods      `/api/v1/pods`, `/api/v1/namespaces/<ns>/pods`: a PodList of the pods set with
                  `Upstream.set_pods(n, size_bytes)` (default: the one `demo-pod`, in whatever
                  namespace is asked); `limit` is ignored (no continue token).
@@ -40,11 +42,18 @@ Like a kube-apiserver with many objects (set from the tests, in-process):
                  just before the first initial event to just before the event that ends the
                  initial state is written; `watch_init_max`, `watches_total`, `watches_open`) and
                  `Upstream.watches()`.
+  Upgrades       any request with `Connection: upgrade` and an `Upgrade` header (kubectl exec,
+                 attach, port-forward: `websocket` or `SPDY/3.1`): 101 with that Upgrade (for
+                 WebSocket the Sec-WebSocket-Accept of its key and the first subprotocol offered),
+                 then every byte received is echoed back, raw (no WebSocket or SPDY framing), until
+                 the peer closes. Not requests in flight: `upgrades_open` / `upgrades_total`.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import json
 import select
 import socket
@@ -297,6 +306,7 @@ class Cluster:
         self.legacy_only = False
         self.metrics_body = metrics_text({})
         self.metrics_failure: int | None = None
+        self.metrics_token: str | None = None
         self.watch_init_ms = 150.0
         self.watch_bookmark = True
         self.bookmark_every = 1.0
@@ -341,6 +351,7 @@ class Stats:
         # Watches (live state, kept by reset): open now, and in their initial phase now.
         self.watches_open = 0
         self.watch_init_in_flight = 0
+        self.upgrades_open = 0  # upgraded (101) connections open now
         self.reset()
 
     def reset(self) -> None:
@@ -356,6 +367,8 @@ class Stats:
             self.watch_init_max = self.watch_init_in_flight
             self.watches_total = 0
             self.watches: list[dict] = []  # one record per watch opened since the reset
+            self.upgrades_total = 0
+            self.trailers: list[tuple[str, str, str]] = []  # request trailers: (path, name, value)
             # The flowcontrol objects served like an apiserver (items without kind/apiVersion,
             # as real list responses); set with Upstream.set_flowcontrol. Not reset.
             if not hasattr(self, "flowcontrol"):
@@ -423,6 +436,11 @@ class Stats:
             self.watches_open -= 1
             rec["end"] = time.monotonic()
 
+    def upgrade(self, delta: int) -> None:
+        with self.lock:
+            self.upgrades_open += delta
+            self.upgrades_total += max(0, delta)
+
     def snapshot(self) -> dict:
         with self.lock:
             return {
@@ -438,6 +456,8 @@ class Stats:
                 "watches_open": self.watches_open,
                 "watch_init_in_flight": self.watch_init_in_flight,
                 "watch_init_max": self.watch_init_max,
+                "upgrades_open": self.upgrades_open,
+                "upgrades_total": self.upgrades_total,
             }
 
 
@@ -461,8 +481,28 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(code, json.dumps(obj).encode())
 
     def _drain_body(self) -> bytes:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            return self._read_chunked()
         n = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(n) if n > 0 else b""
+
+    def _read_chunked(self) -> bytes:
+        """A chunked request body; its trailer fields are recorded (`Upstream.trailers()`)."""
+        body = b""
+        while True:
+            size = int(self.rfile.readline(1024).split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                break
+            body += self.rfile.read(size)
+            self.rfile.readline(8)
+        stats: Stats = self.server.stats  # type: ignore[attr-defined]
+        while True:
+            line = self.rfile.readline(65536).rstrip(b"\r\n")
+            if not line:
+                return body
+            name, _, value = line.decode("latin-1").partition(":")
+            with stats.lock:
+                stats.trailers.append((self.path, name.strip(), value.strip()))
 
     def _handle(self) -> None:
         if getattr(self.server, "nodelay", False) and not getattr(self, "_nodelay_on", False):
@@ -487,6 +527,9 @@ class _Handler(BaseHTTPRequestHandler):
         stats.record_headers(self.path, list(self.headers.items()))
         if url.path == "/metrics":
             return self._metrics()
+        upgrade = self.headers.get("Upgrade")
+        if upgrade and "upgrade" in (self.headers.get("Connection") or "").lower():
+            return self._upgrade(upgrade.strip())
         user = self.headers.get("X-Remote-User") or ""
         qs = parse_qs(url.query)
         delay = 0.0
@@ -594,7 +637,9 @@ class _Handler(BaseHTTPRequestHandler):
         cluster: Cluster = self.server.cluster  # type: ignore[attr-defined]
         stats: Stats = self.server.stats  # type: ignore[attr-defined]
         with cluster.lock:
-            failure, body = cluster.metrics_failure, cluster.metrics_body
+            failure, body, token = cluster.metrics_failure, cluster.metrics_body, cluster.metrics_token
+        if not failure and token is not None and self.headers.get("Authorization") != f"Bearer {token}":
+            failure = 401
         stats.record_scrape(at, failure or 200)
         if failure:
             reason = {401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 429: "TooManyRequests",
@@ -612,6 +657,35 @@ class _Handler(BaseHTTPRequestHandler):
         for i in range(0, len(body), 64 * 1024):
             self._chunk(view[i:i + 64 * 1024])
         self.wfile.write(b"0\r\n\r\n")
+
+    # -- upgrades ------------------------------------------------------------------------------
+    def _upgrade(self, protocol: str) -> None:
+        """101 Switching Protocols, then echo (see the module docstring)."""
+        stats: Stats = self.server.stats  # type: ignore[attr-defined]
+        self.close_connection = True
+        self.send_response(101)
+        self.send_header("Upgrade", protocol)
+        self.send_header("Connection", "Upgrade")
+        if protocol.lower() == "websocket":
+            key = (self.headers.get("Sec-WebSocket-Key") or "").strip()
+            digest = hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()
+            self.send_header("Sec-WebSocket-Accept", base64.b64encode(digest).decode())
+            offered = [p.strip() for v in self.headers.get_all("Sec-WebSocket-Protocol") or []
+                       for p in v.split(",") if p.strip()]
+            if offered:
+                self.send_header("Sec-WebSocket-Protocol", offered[0])
+        self.end_headers()
+        stats.upgrade(+1)
+        try:
+            while True:
+                data = self.rfile.read1(64 * 1024)
+                if not data:
+                    return
+                self.wfile.write(data)
+        except OSError:
+            return
+        finally:
+            stats.upgrade(-1)
 
     # -- watches -------------------------------------------------------------------------------
     def _chunk(self, data) -> None:
@@ -797,6 +871,12 @@ class Upstream:
             self.cluster.counts, self.cluster.legacy_only = dict(counts), legacy_only
             self.cluster.metrics_body = body
 
+    def set_metrics_token(self, token: str | None) -> None:
+        """/metrics answers 401 unless the request carries `Authorization: Bearer <token>`;
+        None: no token needed."""
+        with self.cluster.lock:
+            self.cluster.metrics_token = token
+
     def set_metrics_failure(self, status: int | None) -> None:
         """/metrics answers `status` (e.g. 500, 403) with a Status body; None restores it."""
         with self.cluster.lock:
@@ -829,6 +909,11 @@ class Upstream:
         """GET /metrics since the last reset: (time.monotonic() at arrival, status answered)."""
         with self.stats.lock:
             return list(self.stats.scrapes)
+
+    def trailers(self) -> list[tuple[str, str, str]]:
+        """Request trailer fields received since the last reset: (path, name, value)."""
+        with self.stats.lock:
+            return list(self.stats.trailers)
 
     def watches(self) -> list[dict]:
         """One record per watch opened since the last reset (copies): user, path, mode
