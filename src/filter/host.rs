@@ -1,15 +1,19 @@
-//! Panic-free host calls.
+//! The gateway's [`Host`] over the proxy-wasm ABI, panic-free.
 //!
 //! The proxy-wasm SDK's `hostcalls` wrappers `panic!` on any status they do not expect (and a
 //! panic kills the worker's VM, hanging every paused request). We declare the few ABI v0.2.1
 //! imports the filter uses ourselves and turn every status into a value. Buffers the host
 //! returns were allocated through the SDK's exported `proxy_on_memory_allocate` (a boxed byte
-//! slice), so they are reclaimed the same way the SDK does.
+//! slice), so they are reclaimed the same way the SDK does. HTTP calls go through the SDK, which
+//! must know their tokens to deliver the replies to the root context.
 #![allow(clashing_extern_declarations)]
 
 use crate::engine::store::{SetOutcome, Store, StoreError, WorkerState};
+use crate::gateway::host::{serialize_pairs, Body, HeaderMap, Host, StatKind};
+use crate::Nanos;
 use proxy_wasm::types::{BufferType, MapType, MetricType, StreamType};
 use std::ptr::{null, null_mut};
+use std::time::Duration;
 
 const OK: u32 = 0;
 const NOT_FOUND: u32 = 1;
@@ -51,18 +55,6 @@ fn read(call: impl FnOnce(&mut *mut u8, &mut usize) -> u32) -> Result<Option<Vec
     }
 }
 
-/// `max` bytes from `start` of a host buffer (fewer at its end; `None` on a host error).
-pub fn buffer_bytes(buffer: BufferType, start: usize, max: usize) -> Option<Vec<u8>> {
-    // SAFETY: out-pointers from `read`.
-    let r = read(|d, s| unsafe { proxy_get_buffer_bytes(buffer, start, max, d, s) });
-    Some(r.ok()?.unwrap_or_default())
-}
-
-pub fn set_tick_period_ms(ms: u32) -> bool {
-    // SAFETY: no pointers.
-    unsafe { proxy_set_tick_period_milliseconds(ms) == OK }
-}
-
 #[link(wasm_import_module = "wasi_snapshot_preview1")]
 extern "C" {
     fn clock_time_get(id: u32, precision: u64, time: *mut u64) -> u16;
@@ -74,16 +66,6 @@ fn clock(id: u32) -> i64 {
     // SAFETY: plain out-pointer to a local.
     let ok = unsafe { clock_time_get(id, 1, &mut t) } == 0;
     if ok { i64::try_from(t).unwrap_or(i64::MAX) } else { 0 }
-}
-
-/// Process-wide monotonic time in nanoseconds (the same clock for every worker VM).
-pub fn monotonic_nanos() -> i64 {
-    clock(1)
-}
-
-/// Wall-clock time in nanoseconds since the Unix epoch.
-pub fn realtime_nanos() -> i64 {
-    clock(0)
 }
 
 /// Envoy's shared data, with this worker's own engine state ([`WorkerState`]).
@@ -101,7 +83,7 @@ thread_local! {
 }
 
 /// This worker's view of the shared store.
-pub fn store() -> &'static FilterStore {
+fn store() -> &'static FilterStore {
     STORE.with(|s| *s)
 }
 
@@ -135,126 +117,135 @@ fn status(st: u32) -> Result<(), u32> {
     (st == OK).then_some(()).ok_or(st)
 }
 
-pub fn register_queue(name: &str) -> Result<u32, u32> {
-    let mut id: u32 = 0;
-    // SAFETY: pointers to locals / live slices.
-    status(unsafe { proxy_register_shared_queue(name.as_ptr(), name.len(), &mut id) }).map(|()| id)
-}
-
-/// The id of the queue `name` of this VM (`None`: there is none, or a host error).
-pub fn resolve_queue(name: &str) -> Option<u32> {
-    let mut id: u32 = 0;
-    // SAFETY: pointers to locals / live slices (an empty VM id: this VM's).
-    status(unsafe { proxy_resolve_shared_queue("".as_ptr(), 0, name.as_ptr(), name.len(), &mut id) }).ok().map(|()| id)
-}
-
-pub fn enqueue(queue: u32, msg: &[u8]) -> bool {
-    // SAFETY: pointer into a live slice.
-    unsafe { proxy_enqueue_shared_queue(queue, msg.as_ptr(), msg.len()) == OK }
-}
-
-pub fn dequeue(queue: u32) -> Result<Option<Vec<u8>>, u32> {
-    // SAFETY: out-pointers from `read`.
-    match read(|d, s| unsafe { proxy_dequeue_shared_queue(queue, d, s) }) {
-        Ok(v) => Ok(Some(v.unwrap_or_default())),
-        Err(EMPTY | NOT_FOUND) => Ok(None),
-        Err(other) => Err(other),
+fn map_type(map: HeaderMap) -> MapType {
+    match map {
+        HeaderMap::Request => MapType::HttpRequestHeaders,
+        HeaderMap::Response => MapType::HttpResponseHeaders,
+        HeaderMap::CallResponse => MapType::HttpCallResponseHeaders,
     }
 }
 
-/// Name of a worker's mailbox (a shared queue named after its random instance id).
-pub fn mailbox_name(instance: u64) -> String {
-    format!("apf/v3/mailbox/{instance:016x}")
-}
+/// Envoy, through the proxy-wasm ABI.
+pub struct WasmHost;
 
-/// The host's serialized header map (parse with [`borrowed_pairs`]).
-pub fn header_map_bytes(map: MapType) -> Vec<u8> {
-    // SAFETY: out-pointers from `read`.
-    read(|d, s| unsafe { proxy_get_header_map_pairs(map, d, s) }).ok().flatten().unwrap_or_default()
-}
+impl Host for WasmHost {
+    fn monotonic_nanos(&self) -> Nanos {
+        clock(1)
+    }
 
-/// Header pairs borrowed from the host's map serialization (u32 count, count × (u32 name len,
-/// u32 value len), then each name and value followed by a NUL), without copying (Envoy's names
-/// are already lowercase; a non-UTF-8 name is skipped).
-pub fn borrowed_pairs(bytes: &[u8]) -> Vec<(&str, &[u8])> {
-    let rd = |at: usize| -> Option<usize> {
-        let s: [u8; 4] = bytes.get(at..at.checked_add(4)?)?.try_into().ok()?;
-        Some(u32::from_le_bytes(s) as usize)
-    };
-    let n = rd(0).unwrap_or(0).min(bytes.len() / 8);
-    let mut p = 4usize.saturating_add(n.saturating_mul(8));
-    // The `len` bytes at `p`, then past them and their NUL.
-    let mut next = |len: usize| {
-        let s = bytes.get(p..p.checked_add(len)?)?;
-        p = p.saturating_add(len).saturating_add(1);
-        Some(s)
-    };
-    let pairs = (0..n).map_while(|i| Some((next(rd(4 + i * 8)?)?, next(rd(8 + i * 8)?)?)));
-    pairs.filter_map(|(k, v)| Some((std::str::from_utf8(k).ok()?, v))).collect()
-}
+    fn realtime_nanos(&self) -> Nanos {
+        clock(0)
+    }
 
-pub fn add_header(map: MapType, name: &str, value: &[u8]) -> bool {
-    // SAFETY: pointers into live slices.
-    unsafe { proxy_add_header_map_value(map, name.as_ptr(), name.len(), value.as_ptr(), value.len()) == OK }
-}
+    fn store(&self) -> &dyn Store {
+        store()
+    }
 
-pub fn remove_header(map: MapType, name: &str) -> bool {
-    // SAFETY: pointer into a live slice.
-    unsafe { proxy_remove_header_map_value(map, name.as_ptr(), name.len()) == OK }
-}
+    fn header_map_bytes(&self, map: HeaderMap) -> Vec<u8> {
+        // SAFETY: out-pointers from `read`.
+        read(|d, s| unsafe { proxy_get_header_map_pairs(map_type(map), d, s) }).ok().flatten().unwrap_or_default()
+    }
 
-/// The host's header map serialization (see [`borrowed_pairs`]).
-fn serialize_map(headers: &[(&str, &[u8])]) -> Vec<u8> {
-    let len = |n: usize| (n as u32).to_le_bytes();
-    let sizes = headers.iter().flat_map(|(k, v)| [len(k.len()), len(v.len())]).flatten();
-    let data = headers.iter().flat_map(|(k, v)| [k.as_bytes(), b"\0", v, b"\0"]).flatten();
-    len(headers.len()).into_iter().chain(sizes).chain(data.copied()).collect()
-}
+    fn add_header(&self, map: HeaderMap, name: &str, value: &[u8]) -> bool {
+        // SAFETY: pointers into live slices.
+        unsafe { proxy_add_header_map_value(map_type(map), name.as_ptr(), name.len(), value.as_ptr(), value.len()) == OK }
+    }
 
-/// Sends a local reply on the current (or effective) context.
-pub fn send_response(status: u32, headers: &[(&str, &[u8])], body: &[u8]) -> bool {
-    let h = serialize_map(headers);
-    let details = "apf";
-    // SAFETY: pointers into live slices.
-    unsafe { proxy_send_local_response(status, details.as_ptr(), details.len(), if body.is_empty() { null() } else { body.as_ptr() }, body.len(), h.as_ptr(), h.len(), -1) == OK }
-}
+    fn remove_header(&self, map: HeaderMap, name: &str) -> bool {
+        // SAFETY: pointer into a live slice.
+        unsafe { proxy_remove_header_map_value(map_type(map), name.as_ptr(), name.len()) == OK }
+    }
 
-/// Makes `context` the target of following host calls; false if it no longer exists.
-pub fn set_effective_context(context: u32) -> bool {
-    // SAFETY: no pointers.
-    unsafe { proxy_set_effective_context(context) == OK }
-}
+    fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
+        // Segments separated by NUL, without a trailing one (as the ABI expects).
+        let path = path.join("\0");
+        // SAFETY: out-pointers from `read`; the path is a live slice.
+        read(|d, s| unsafe { proxy_get_property(path.as_ptr(), path.len(), d, s) }).ok().flatten()
+    }
 
-pub fn resume_request() -> bool {
-    // SAFETY: no pointers.
-    unsafe { proxy_continue_stream(StreamType::HttpRequest) == OK }
-}
+    fn body_bytes(&self, body: Body, start: usize, max: usize) -> Option<Vec<u8>> {
+        let buffer = match body {
+            Body::Response => BufferType::HttpResponseBody,
+            Body::CallResponse => BufferType::HttpCallResponseBody,
+            Body::Configuration => BufferType::PluginConfiguration,
+        };
+        // SAFETY: out-pointers from `read`.
+        let r = read(|d, s| unsafe { proxy_get_buffer_bytes(buffer, start, max, d, s) });
+        Some(r.ok()?.unwrap_or_default())
+    }
 
-/// A property (e.g. `source.address`) as raw bytes.
-pub fn property(path: &[&str]) -> Option<Vec<u8>> {
-    // Segments separated by NUL, without a trailing one (as the ABI expects).
-    let path = path.join("\0");
-    // SAFETY: out-pointers from `read`; the path is a live slice.
-    read(|d, s| unsafe { proxy_get_property(path.as_ptr(), path.len(), d, s) }).ok().flatten()
-}
+    fn send_response(&self, status: u32, headers: &[(&str, &[u8])], body: &[u8]) -> bool {
+        let h = serialize_pairs(headers);
+        let details = "apf";
+        let body_ptr = if body.is_empty() { null() } else { body.as_ptr() };
+        // SAFETY: pointers into live slices.
+        unsafe { proxy_send_local_response(status, details.as_ptr(), details.len(), body_ptr, body.len(), h.as_ptr(), h.len(), -1) == OK }
+    }
 
-/// The id of the metric `name` kept in `slot`, defined on first use (`None` while the host
-/// refuses it).
-pub fn metric_id(slot: &mut Option<u32>, kind: MetricType, name: &str) -> Option<u32> {
-    if slot.is_none() {
+    fn set_effective_context(&self, context: u32) -> bool {
+        // SAFETY: no pointers.
+        unsafe { proxy_set_effective_context(context) == OK }
+    }
+
+    fn resume_request(&self) -> bool {
+        // SAFETY: no pointers.
+        unsafe { proxy_continue_stream(StreamType::HttpRequest) == OK }
+    }
+
+    fn register_queue(&self, name: &str) -> Result<u32, u32> {
         let mut id: u32 = 0;
         // SAFETY: pointers to locals / live slices.
-        *slot = status(unsafe { proxy_define_metric(kind, name.as_ptr(), name.len(), &mut id) }).ok().map(|()| id);
+        status(unsafe { proxy_register_shared_queue(name.as_ptr(), name.len(), &mut id) }).map(|()| id)
     }
-    *slot
-}
 
-pub fn increment_metric(id: u32, by: i64) {
-    // SAFETY: no pointers.
-    let _ = unsafe { proxy_increment_metric(id, by) };
-}
+    fn resolve_queue(&self, name: &str) -> Option<u32> {
+        let mut id: u32 = 0;
+        // SAFETY: pointers to locals / live slices (an empty VM id: this VM's).
+        status(unsafe { proxy_resolve_shared_queue("".as_ptr(), 0, name.as_ptr(), name.len(), &mut id) }).ok().map(|()| id)
+    }
 
-pub fn record_metric(id: u32, value: u64) {
-    // SAFETY: no pointers.
-    let _ = unsafe { proxy_record_metric(id, value) };
+    fn enqueue(&self, queue: u32, msg: &[u8]) -> bool {
+        // SAFETY: pointer into a live slice.
+        unsafe { proxy_enqueue_shared_queue(queue, msg.as_ptr(), msg.len()) == OK }
+    }
+
+    fn dequeue(&self, queue: u32) -> Result<Option<Vec<u8>>, u32> {
+        // SAFETY: out-pointers from `read`.
+        match read(|d, s| unsafe { proxy_dequeue_shared_queue(queue, d, s) }) {
+            Ok(v) => Ok(Some(v.unwrap_or_default())),
+            Err(EMPTY | NOT_FOUND) => Ok(None),
+            Err(other) => Err(other),
+        }
+    }
+
+    fn define_metric(&self, kind: StatKind, name: &str) -> Option<u32> {
+        let kind = match kind {
+            StatKind::Counter => MetricType::Counter,
+            StatKind::Gauge => MetricType::Gauge,
+        };
+        let mut id: u32 = 0;
+        // SAFETY: pointers to locals / live slices.
+        status(unsafe { proxy_define_metric(kind, name.as_ptr(), name.len(), &mut id) }).ok().map(|()| id)
+    }
+
+    fn increment_metric(&self, id: u32, by: i64) {
+        // SAFETY: no pointers.
+        let _ = unsafe { proxy_increment_metric(id, by) };
+    }
+
+    fn record_metric(&self, id: u32, value: u64) {
+        // SAFETY: no pointers.
+        let _ = unsafe { proxy_record_metric(id, value) };
+    }
+
+    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], timeout: Duration) -> Result<u32, String> {
+        // Through the SDK: it registers the token so that the reply reaches this root context.
+        // It panics only on a status the ABI does not define for this call.
+        proxy_wasm::hostcalls::dispatch_http_call(cluster, headers.to_vec(), None, vec![], timeout).map_err(|s| format!("{s:?}"))
+    }
+
+    fn set_tick_period_ms(&self, ms: u32) -> bool {
+        // SAFETY: no pointers.
+        unsafe { proxy_set_tick_period_milliseconds(ms) == OK }
+    }
 }

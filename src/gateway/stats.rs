@@ -13,13 +13,11 @@
 //! recording rules in `observability/apf-wasm-rules.yaml`. Label cardinality is bounded by the
 //! number of levels and FlowSchemas.
 
-use super::host;
-use crate::engine::store::{Store, WorkerState};
+use super::host::{Host, StatKind};
+use crate::engine::store::WorkerState;
 use crate::engine::Compiled;
 use crate::observe::metrics::{self as names, MetricKind};
 use hashbrown::hash_map::{Entry, HashMap};
-use proxy_wasm::types::MetricType;
-use std::cell::RefCell;
 
 /// The metrics the filter records (names from upstream).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -74,18 +72,20 @@ type Key = (u64, M, u16, u16, &'static str);
 /// samples aggregated in the VM; `names`, `ids`: its counters, in the order of
 /// [`names::HistogramStatNames::all`]).
 struct Series {
-    kind: MetricType,
+    kind: StatKind,
     names: Vec<String>,
     ids: Vec<Option<u32>>,
     pending: i64,
     hist: Option<names::HistogramAcc>,
 }
 
-thread_local! {
-    static SERIES: RefCell<HashMap<Key, Series>> = RefCell::new(HashMap::new());
-    static OWN_PENDING: RefCell<[u64; 3]> = const { RefCell::new([0; 3]) };
-    static OWN_IDS: RefCell<[Option<u32>; 8]> = const { RefCell::new([None; 8]) };
-    static OWN_GAUGE_IDS: RefCell<[Option<u32>; 2]> = const { RefCell::new([None; 2]) };
+/// One worker's stats: its series and their pending deltas, and the filter's own counters.
+#[derive(Default)]
+pub struct Stats {
+    series: HashMap<Key, Series>,
+    own_pending: [u64; 3],
+    own_ids: [Option<u32>; 8],
+    own_gauge_ids: [Option<u32>; 2],
 }
 
 /// A new series: its stat name (counters, gauges) or its histogram's.
@@ -106,37 +106,93 @@ fn new_series(c: &Compiled, m: M, pl: usize, fs: usize, extra: &'static str) -> 
         }
         _ => (vec![names::stat_name(spec, &values).ok()?], None),
     };
-    let kind = if spec.kind == MetricKind::Gauge { MetricType::Gauge } else { MetricType::Counter };
+    let kind = if spec.kind == MetricKind::Gauge { StatKind::Gauge } else { StatKind::Counter };
     Some(Series { kind, ids: vec![None; names.len()], names, pending: 0, hist })
 }
 
-fn with_series<T>(c: &Compiled, m: M, pl: usize, fs: usize, extra: &'static str, f: impl FnOnce(&mut Series) -> T) -> Option<T> {
-    let key: Key = (c.generation, m, pl as u16, fs as u16, extra);
-    SERIES.with_borrow_mut(|r| match r.entry(key) {
-        Entry::Occupied(s) => Some(f(s.into_mut())),
-        Entry::Vacant(v) => Some(f(v.insert(new_series(c, m, pl, fs, extra)?))),
-    })
+/// The id of the stat `name` kept in `slot`, defined on first use.
+fn metric_id(h: &dyn Host, slot: &mut Option<u32>, kind: StatKind, name: &str) -> Option<u32> {
+    if slot.is_none() {
+        *slot = h.define_metric(kind, name);
+    }
+    *slot
 }
 
 /// The id of a counter or gauge, defined on first use.
-fn scalar_id(s: &mut Series) -> Option<u32> {
+fn scalar_id(h: &dyn Host, s: &mut Series) -> Option<u32> {
     let (Some(name), Some(id)) = (s.names.first(), s.ids.first_mut()) else { return None };
-    host::metric_id(id, s.kind, name)
+    metric_id(h, id, s.kind, name)
 }
 
-/// Adds `delta` to a counter or gauge (flushed on the timer).
-pub fn add(c: &Compiled, m: M, pl: usize, fs: usize, extra: &'static str, delta: i64) {
-    with_series(c, m, pl, fs, extra, |s| s.pending += delta);
+/// Adds `deltas` to the counters `names` (their ids in `ids`, defined on the first call even at
+/// 0, so that the series exist from the start).
+fn add_to_counters(h: &dyn Host, names: &[impl AsRef<str>], ids: &mut [Option<u32>], deltas: impl IntoIterator<Item = u64>) {
+    for ((name, id), delta) in names.iter().zip(ids).zip(deltas) {
+        if let (Some(id), true) = (metric_id(h, id, StatKind::Counter, name.as_ref()), delta > 0) {
+            h.increment_metric(id, i64::try_from(delta).unwrap_or(i64::MAX));
+        }
+    }
 }
 
-/// Records one histogram sample, in upstream units (seconds, seats); flushed on the timer.
-pub fn observe(c: &Compiled, m: M, pl: usize, fs: usize, extra: &'static str, value: f64) {
-    with_series(c, m, pl, fs, extra, |s| s.hist.as_mut().map(|h| h.observe(value)));
-}
+impl Stats {
+    fn with_series<T>(&mut self, c: &Compiled, m: M, pl: usize, fs: usize, extra: &'static str, f: impl FnOnce(&mut Series) -> T) -> Option<T> {
+        let key: Key = (c.generation, m, pl as u16, fs as u16, extra);
+        match self.series.entry(key) {
+            Entry::Occupied(s) => Some(f(s.into_mut())),
+            Entry::Vacant(v) => Some(f(v.insert(new_series(c, m, pl, fs, extra)?))),
+        }
+    }
 
-/// Sets a per-level gauge to an absolute value (values that are the same for every worker).
-pub fn set(c: &Compiled, m: M, pl: usize, value: u64) {
-    with_series(c, m, pl, 0, EXTRA_NONE, |s| scalar_id(s).map(|id| host::record_metric(id, value)));
+    /// Adds `delta` to a counter or gauge (flushed on the timer).
+    pub fn add(&mut self, c: &Compiled, m: M, pl: usize, fs: usize, extra: &'static str, delta: i64) {
+        self.with_series(c, m, pl, fs, extra, |s| s.pending += delta);
+    }
+
+    /// Records one histogram sample, in upstream units (seconds, seats); flushed on the timer.
+    pub fn observe(&mut self, c: &Compiled, m: M, pl: usize, fs: usize, extra: &'static str, value: f64) {
+        self.with_series(c, m, pl, fs, extra, |s| s.hist.as_mut().map(|hist| hist.observe(value)));
+    }
+
+    /// Sets a per-level gauge to an absolute value (values that are the same for every worker).
+    pub fn set(&mut self, h: &dyn Host, c: &Compiled, m: M, pl: usize, value: u64) {
+        self.with_series(c, m, pl, 0, EXTRA_NONE, |s| scalar_id(h, s).map(|id| h.record_metric(id, value)));
+    }
+
+    pub fn count_own(&mut self, m: Own) {
+        if let Some(x) = self.own_pending.get_mut(m as usize) {
+            *x = x.saturating_add(1);
+        }
+    }
+
+    /// Sets the cost gauges (the same value from every worker).
+    pub fn set_own_gauges(&mut self, h: &dyn Host, stale_resources: u64, age_seconds: Option<u64>) {
+        let values = [Some(stale_resources), age_seconds];
+        for ((name, value), id) in OWN_GAUGES.iter().zip(values).zip(&mut self.own_gauge_ids) {
+            let Some(value) = value else { continue };
+            if let Some(id) = metric_id(h, id, StatKind::Gauge, name) {
+                h.record_metric(id, value);
+            }
+        }
+    }
+
+    /// Pushes accumulated deltas to the host.
+    pub fn flush(&mut self, h: &dyn Host) {
+        let c = h.store().worker().map(WorkerState::take).unwrap_or_default();
+        let own = std::mem::take(&mut self.own_pending);
+        let deltas = [c.writes, c.conflicts, c.decodes, c.reuses, c.wakeups].into_iter().chain(own);
+        add_to_counters(h, &OWN_COUNTERS, &mut self.own_ids, deltas);
+        for s in self.series.values_mut() {
+            if let Some(deltas) = s.hist.as_mut().map(names::HistogramAcc::take) {
+                // Every counter of a histogram is defined on its first flush, even at 0: with a
+                // missing lower bucket `histogram_quantile` would interpolate from 0 instead of
+                // from that bound.
+                add_to_counters(h, &s.names, &mut s.ids, deltas.into_iter().flatten());
+            } else if let Some(id) = (s.pending != 0).then(|| scalar_id(h, s)).flatten() {
+                h.increment_metric(id, s.pending);
+                s.pending = 0;
+            }
+        }
+    }
 }
 
 /// The filter's own counters (not upstream metrics): global-state contention (see
@@ -165,50 +221,3 @@ pub enum Own {
 
 /// Gauges: resources whose cluster count is stale; seconds since the last successful poll.
 const OWN_GAUGES: [&str; 2] = ["apf_wasm_object_counts_stale_resources", "apf_wasm_object_counts_age_seconds"];
-
-pub fn count_own(m: Own) {
-    OWN_PENDING.with_borrow_mut(|v| v.get_mut(m as usize).map(|x| *x = x.saturating_add(1)));
-}
-
-/// Sets the cost gauges (the same value from every worker).
-pub fn set_own_gauges(stale_resources: u64, age_seconds: Option<u64>) {
-    OWN_GAUGE_IDS.with_borrow_mut(|ids| {
-        for ((name, value), id) in OWN_GAUGES.iter().zip([Some(stale_resources), age_seconds]).zip(ids) {
-            let Some(value) = value else { continue };
-            if let Some(id) = host::metric_id(id, MetricType::Gauge, name) {
-                host::record_metric(id, value);
-            }
-        }
-    });
-}
-
-/// Adds `deltas` to the counters `names` (their ids in `ids`, defined on the first call even at
-/// 0, so that the series exist from the start).
-fn add_to_counters(names: &[impl AsRef<str>], ids: &mut [Option<u32>], deltas: impl IntoIterator<Item = u64>) {
-    for ((name, id), delta) in names.iter().zip(ids).zip(deltas) {
-        if let (Some(id), true) = (host::metric_id(id, MetricType::Counter, name.as_ref()), delta > 0) {
-            host::increment_metric(id, i64::try_from(delta).unwrap_or(i64::MAX));
-        }
-    }
-}
-
-/// Pushes accumulated deltas to the host.
-pub fn flush() {
-    let c = host::store().worker().map(WorkerState::take).unwrap_or_default();
-    let own = OWN_PENDING.replace([0; 3]);
-    let deltas = [c.writes, c.conflicts, c.decodes, c.reuses, c.wakeups].into_iter().chain(own);
-    OWN_IDS.with_borrow_mut(|ids| add_to_counters(&OWN_COUNTERS, ids, deltas));
-    SERIES.with_borrow_mut(|r| {
-        for s in r.values_mut() {
-            if let Some(deltas) = s.hist.as_mut().map(names::HistogramAcc::take) {
-                // Every counter of a histogram is defined on its first flush, even at 0: with a
-                // missing lower bucket `histogram_quantile` would interpolate from 0 instead of
-                // from that bound.
-                add_to_counters(&s.names, &mut s.ids, deltas.into_iter().flatten());
-            } else if let Some(id) = (s.pending != 0).then(|| scalar_id(s)).flatten() {
-                host::increment_metric(id, s.pending);
-                s.pending = 0;
-            }
-        }
-    });
-}

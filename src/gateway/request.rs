@@ -1,8 +1,9 @@
-//! HTTP context: digest, classify, admit / queue / reject, and release at the end.
+//! One request through the gateway: digest, classify, admit / queue / reject, and release
+//! when the upstream's response ends (or the stream does).
 
-use super::host;
-use super::metrics::{self, EXTRA_NONE, M};
-use super::worker::{self, Extra, Local};
+use super::host::{pairs, Action, Body, HeaderMap, Host};
+use super::stats::{EXTRA_NONE, M};
+use super::worker::{self, Extra, Hold, Local, Worker};
 use crate::digest::identity::{IdentityConfig, IdentityInput, IdentitySource};
 use crate::digest::initial_events::MarkerScanner;
 use crate::digest::list_size::ListBodyScanner;
@@ -11,14 +12,15 @@ use crate::digest::work_estimate::{StatsLookup, WatchInit};
 use crate::engine::requests::Phase;
 use crate::engine::{self, debug, Compiled, Decision};
 use crate::fairqueuing::RequestTag;
-use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::{Action, BufferType, MapType::{HttpRequestHeaders, HttpResponseHeaders}};
 use serde_json::Value;
 use std::rc::Rc;
 
+/// The gateway's state of one stream.
 #[derive(Default)]
-pub struct Http {
+pub struct Request {
+    /// The host's id of the stream.
     pub ctx: u32,
+    /// The configuration the request is classified under (`None`: none applied yet).
     pub compiled: Option<Rc<Compiled>>,
     /// A classified request, for the PF response headers (`x-apf-seats`: the seats charged);
     /// `None` for a request answered here (429, debug dump).
@@ -31,14 +33,19 @@ pub struct Http {
     learn: Option<(String, ListBodyScanner)>,
 }
 
-impl Http {
+impl Request {
+    /// A new stream `ctx` under the configuration `compiled`.
+    pub fn new(ctx: u32, compiled: Option<Rc<Compiled>>) -> Request {
+        Request { ctx, compiled, ..Request::default() }
+    }
+
     /// At a WATCH's response headers: hold its seats while its initial state streams, or
     /// release them now (no initial events, not admitted here, or not a watch stream).
-    fn start_watch(&mut self, max_hold: crate::Nanos) {
+    fn start_watch(&mut self, h: &dyn Host, w: &mut Worker, max_hold: crate::Nanos) {
         let Some((info, init, stats)) = self.watch.take() else { return };
-        let now = host::monotonic_nanos();
-        if init != WatchInit::None && worker::requests(|r| r.get(self.ctx).is_some_and(|l| l.phase == Phase::Executing)) {
-            let (ok, _, identity) = response();
+        let now = h.monotonic_nanos();
+        if init != WatchInit::None && w.requests.get(self.ctx).is_some_and(|l| l.phase == Phase::Executing) {
+            let (ok, _, identity) = response(h);
             if ok {
                 let expected_bytes = match stats {
                     Some(StatsLookup::Found(s)) if s.count > 0 && s.average_object_size_bytes > 0 => u64::try_from(s.count.saturating_mul(s.average_object_size_bytes)).ok(),
@@ -47,20 +54,28 @@ impl Http {
                 // The bookmark's bytes are not visible in a compressed stream.
                 let marker = (init == WatchInit::Bookmark && identity).then(MarkerScanner::new);
                 let deadline = now.saturating_add(max_hold);
-                let hold = worker::Hold { deadline, last_data: now, bytes: 0, expected_bytes, marker, info };
-                worker::with(|w| w.holds.insert(self.ctx, hold));
+                let hold = Hold { deadline, last_data: now, bytes: 0, expected_bytes, marker, info };
+                w.holds.insert(self.ctx, hold);
                 self.holding = true;
                 return;
             }
         }
-        worker::end_watch_init(self.ctx, now, Some(&info));
+        w.end_watch_init(h, self.ctx, now, Some(&info));
     }
 
-    fn admit(&mut self, rc: Rc<Compiled>) -> Action {
+    /// The request's headers: digest, classify, and admit, queue or reject it.
+    pub fn on_request_headers(&mut self, h: &dyn Host, w: &mut Worker) -> Action {
+        match self.compiled.clone() {
+            Some(c) => self.admit(h, w, c),
+            None => Action::Continue,
+        }
+    }
+
+    fn admit(&mut self, h: &dyn Host, w: &mut Worker, rc: Rc<Compiled>) -> Action {
         let c: &Compiled = &rc;
-        let now = host::monotonic_nanos();
-        let raw = host::header_map_bytes(HttpRequestHeaders);
-        let headers = host::borrowed_pairs(&raw);
+        let now = h.monotonic_nanos();
+        let raw = h.header_map_bytes(HeaderMap::Request);
+        let headers = pairs(&raw);
         let last = |name: &str| headers.iter().rev().find(|(k, _)| *k == name).map(|(_, v)| *v);
         let (method, path) = (last(":method").unwrap_or(b"GET"), last(":path").unwrap_or(b"/"));
         let wanted = |k: &str| c.identity_headers.iter().any(|n| n == k) || c.identity_prefixes.iter().any(|p| k.starts_with(p.as_str()));
@@ -68,11 +83,11 @@ impl Http {
         let identity_headers: Vec<(String, Vec<u8>)> = identity_headers.collect();
         let ns_header = c.config.namespace_header.as_deref().and_then(|n| headers.iter().find(|(k, _)| *k == n)).map(|(_, v)| *v);
         // Facts about the downstream connection that identity sources may need.
-        let peer = if c.needs.peer { host::property(&["source", "address"]).and_then(|b| parse_peer(&b)) } else { None };
-        let mtls = c.needs.mtls && host::property(&["connection", "mtls"]).is_some_and(|b| b.first().is_some_and(|&m| m != 0));
-        let subject = || host::property(&["connection", "subject_peer_certificate"]).and_then(|b| String::from_utf8(b).ok());
+        let peer = if c.needs.peer { h.property(&["source", "address"]).and_then(|b| parse_peer(&b)) } else { None };
+        let mtls = c.needs.mtls && h.property(&["connection", "mtls"]).is_some_and(|b| b.first().is_some_and(|&m| m != 0));
+        let subject = || h.property(&["connection", "subject_peer_certificate"]).and_then(|b| String::from_utf8(b).ok());
         let cert_subject = (c.needs.cert_subject && mtls).then(subject).flatten();
-        let jwt_claims = if c.needs.jwt { jwt_claims(&c.config.identity) } else { None };
+        let jwt_claims = if c.needs.jwt { jwt_claims(h, &c.config.identity) } else { None };
         let input = IdentityInput { headers: &identity_headers, peer, mtls, cert_subject: cert_subject.as_deref(), jwt_claims: jwt_claims.as_ref() };
         let strip = if c.needs.strip { c.config.identity.headers_to_strip(&input) } else { Vec::new() };
         // setFrontProxyHeaders (nothing to change without it): the upstream sees only the identity
@@ -83,29 +98,30 @@ impl Http {
         if let Some(why) = fwd.refuse.as_deref() {
             log::debug!("apf: refused: {why}");
             let body = crate::digest::identity::forbidden_status(why);
-            host::send_response(403, &[("content-type", b"application/json"), ("x-content-type-options", b"nosniff")], body.as_bytes());
+            h.send_response(403, &[("content-type", b"application/json"), ("x-content-type-options", b"nosniff")], body.as_bytes());
             return Action::Pause;
         }
-        for h in strip.iter().chain(&fwd.remove) {
-            host::remove_header(HttpRequestHeaders, h);
+        for name in strip.iter().chain(&fwd.remove) {
+            h.remove_header(HeaderMap::Request, name);
         }
         for (k, v) in &fwd.add {
-            host::add_header(HttpRequestHeaders, k, v.as_bytes());
+            h.add_header(HeaderMap::Request, k, v.as_bytes());
         }
         let stale_after = c.config.cluster_metrics.as_ref().map(|m| m.stale_after);
         let learn = c.config.work_estimator.learn_from_responses;
+        let counts = w.counts.as_deref();
         let cluster = |group: &str, resource: &str| match (stale_after, learn) {
             (None, false) => StatsLookup::NotFound,
-            (Some(stale_after), _) => worker::with(|w| w.counts.as_ref().map_or(StatsLookup::NotFound, |s| s.lookup(group, resource, now, stale_after))),
-            (None, true) => worker::with(|w| w.counts.as_ref().map_or(StatsLookup::NotFound, |s| s.learned_lookup(group, resource, now))),
+            (Some(stale_after), _) => counts.map_or(StatsLookup::NotFound, |s| s.lookup(group, resource, now, stale_after)),
+            (None, true) => counts.map_or(StatsLookup::NotFound, |s| s.learned_lookup(group, resource, now)),
         };
-        let watch_count = |info: &RequestInfo| engine::watches::interested_count(host::store(), info);
+        let watch_count = |info: &RequestInfo| engine::watches::interested_count(h.store(), info);
         let d = c.digest(method, path, &input, ns_header, watch_count, &cluster);
         let debug_caller = || d.user.groups.iter().any(|g| c.config.debug_groups.contains(g));
         if let Some(kind) = debug::dump_kind(path).filter(|_| debug_caller()) {
-            let offset = host::realtime_nanos().saturating_sub(now);
-            let body = debug::render(c, host::store(), kind, now, &|t| t.saturating_add(offset));
-            host::send_response(200, &worker::TEXT_PLAIN, body.as_bytes());
+            let offset = h.realtime_nanos().saturating_sub(now);
+            let body = debug::render(c, h.store(), kind, now, &|t| t.saturating_add(offset));
+            h.send_response(200, &worker::TEXT_PLAIN, body.as_bytes());
             return Action::Pause;
         }
         if d.long_running && !d.is_watch {
@@ -119,12 +135,12 @@ impl Http {
         let key = || engine::object_counts::resource_key(&d.info.api_group, &d.info.resource);
         self.learn = (learn && d.stats == Some(StatsLookup::NotFound) && learnable(&d.info)).then(|| (key(), ListBodyScanner::new()));
         self.watch = d.is_watch.then(|| (d.info.clone(), d.watch_init, d.stats));
-        let Some(slot) = worker::ensure_registered(now) else {
+        let Some(slot) = w.ensure_registered(h, now) else {
             log::warn!("apf: worker not registered; letting the request through");
             return Action::Continue;
         };
         self.class = Some(extra.clone());
-        worker::note_levels(c);
+        w.note_levels(c);
         let tag = RequestTag {
             owner: slot,
             context: self.ctx,
@@ -133,10 +149,10 @@ impl Http {
             wait_deadline: now.saturating_add(d.wait_limit),
         };
         let mut notices = Vec::new();
-        let decision = engine::admit_observed(c, host::store(), now, d.class.priority_level, d.work, tag, &mut notices);
-        metrics::observe(c, M::WorkEstimatedSeats, pl, fs, EXTRA_NONE, f64::from(seats));
+        let decision = engine::admit_observed(c, h.store(), now, d.class.priority_level, d.work, tag, &mut notices);
+        w.stats.observe(c, M::WorkEstimatedSeats, pl, fs, EXTRA_NONE, f64::from(seats));
         if let Ok((_, Some(length))) = decision {
-            metrics::observe(c, M::QueueLengthAfterEnqueue, pl, fs, EXTRA_NONE, f64::from(length));
+            w.stats.observe(c, M::QueueLengthAfterEnqueue, pl, fs, EXTRA_NONE, f64::from(length));
         }
         // Dry run: the request is accounted as queued or rejected but let through.
         let stop = if level.enforce { Action::Pause } else { Action::Continue };
@@ -153,21 +169,21 @@ impl Http {
         };
         let action = match decision.map(|(d, _)| d) {
             Ok(Decision::Execute(rc)) => {
-                extra.dispatched(0);
-                worker::requests(|r| r.insert(self.ctx, local(rc.id, Phase::Executing, Some(rc))));
+                extra.dispatched(&mut w.stats, 0);
+                w.requests.insert(self.ctx, local(rc.id, Phase::Executing, Some(rc)));
                 Action::Continue
             }
             Ok(Decision::Queued(id)) => {
-                extra.queued(1);
-                worker::requests(|r| r.insert(self.ctx, local(id, Phase::Waiting, None)));
+                extra.queued(&mut w.stats, 1);
+                w.requests.insert(self.ctx, local(id, Phase::Waiting, None));
                 stop
             }
             Ok(Decision::Rejected { reason, retry_after }) => {
-                extra.add(M::Rejected, reason.as_str(), 1);
-                extra.observe(M::WaitDuration, "false", 0);
+                extra.add(&mut w.stats, M::Rejected, reason.as_str(), 1);
+                extra.observe(&mut w.stats, M::WaitDuration, "false", 0);
                 if level.enforce {
                     self.class = None;
-                    worker::send_429(&extra, retry_after, reason.as_str());
+                    worker::send_429(h, &extra, retry_after, reason.as_str());
                 }
                 stop
             }
@@ -176,21 +192,21 @@ impl Http {
                 Action::Continue
             }
         };
-        worker::route(notices, now);
+        w.route(h, notices, now);
         action
     }
 
     /// Feeds a LIST response chunk to the learning scanner; at the end, stores what it learned.
-    fn learn_from(&mut self, body_size: usize, end_of_stream: bool) {
+    fn learn_from(&mut self, h: &dyn Host, body_size: usize, end_of_stream: bool) {
         let Some((key, mut scanner)) = self.learn.take() else { return };
-        let Some(chunk) = host::buffer_bytes(BufferType::HttpResponseBody, 0, body_size) else { return };
+        let Some(chunk) = h.body_bytes(Body::Response, 0, body_size) else { return };
         scanner.feed(&chunk);
         if !end_of_stream {
             return self.learn = Some((key, scanner));
         }
         let Some(stats) = scanner.finish().map(|obs| obs.stats()) else { return };
         log::debug!("apf: learned {key}: {} objects of {} bytes from a LIST response", stats.count, stats.average_object_size_bytes);
-        if let Err(e) = engine::object_counts::learn(host::store(), host::monotonic_nanos(), &key, stats) {
+        if let Err(e) = engine::object_counts::learn(h.store(), h.monotonic_nanos(), &key, stats) {
             log::warn!("apf: storing a learned object count failed: {e}");
         }
     }
@@ -200,94 +216,83 @@ impl Http {
     /// when the handler returns (`priority-and-fairness.go: priorityAndFairnessHandler.Handle`,
     /// the `execute` closure), so a client that never reads (an HTTP/2 stream with a zero
     /// window, open downstream long after this) cannot keep them. A watch that ends closes.
-    fn upstream_ended(&mut self) {
+    fn upstream_ended(&mut self, h: &dyn Host, w: &mut Worker) {
         self.holding = false;
-        worker::stream_ended_with(self.ctx, host::monotonic_nanos);
+        w.stream_ended(h, self.ctx);
     }
 
-    fn response_headers(&mut self) -> Action {
+    fn response_headers(&mut self, h: &dyn Host, w: &mut Worker) -> Action {
         let Some(x) = self.class.clone() else { return Action::Continue };
-        if worker::with(|w| w.rejected.contains(&self.ctx)) {
+        if w.rejected.contains(&self.ctx) {
             return Action::Continue;
         }
         for (k, v) in worker::pf_headers(&x) {
-            host::add_header(HttpResponseHeaders, k, v);
+            h.add_header(HeaderMap::Response, k, v);
         }
         if x.explain {
-            let waited = worker::requests(|r| r.get(self.ctx).map(|l| l.waited)).unwrap_or(0);
-            host::add_header(HttpResponseHeaders, "x-apf-queued-ms", (waited / 1_000_000).to_string().as_bytes());
-            host::add_header(HttpResponseHeaders, "x-apf-seats", x.seats.to_string().as_bytes());
+            let waited = w.requests.get(self.ctx).map_or(0, |l| l.waited);
+            h.add_header(HeaderMap::Response, "x-apf-queued-ms", (waited / 1_000_000).to_string().as_bytes());
+            h.add_header(HeaderMap::Response, "x-apf-seats", x.seats.to_string().as_bytes());
         }
         // The learning scanner reads only `200` uncompressed JSON responses.
-        if self.learn.is_some() && response() != (true, true, true) {
+        if self.learn.is_some() && response(h) != (true, true, true) {
             self.learn = None;
         }
         // A WATCH holds its seats while it initializes (upstream: until the storage layer
         // signals that its initial events were sent); from then on it counts as an open
         // watch for the mutating-request estimator.
-        self.start_watch(x.compiled.config.watch_initial_events_max_hold);
+        self.start_watch(h, w, x.compiled.config.watch_initial_events_max_hold);
         Action::Continue
     }
 
     /// A chunk of a held WATCH's initial state (not the stream's end): ends the initial phase
     /// at the initial-events bookmark or, unmarked, at the expected size.
-    fn watch_data(&mut self, body_size: usize) {
-        let now = host::monotonic_nanos();
-        let ended = worker::with(|w| {
-            let h = w.holds.get_mut(&self.ctx)?;
-            h.last_data = now;
-            h.bytes = h.bytes.saturating_add(body_size as u64);
-            Some(match h.marker.as_mut() {
-                Some(m) => host::buffer_bytes(BufferType::HttpResponseBody, 0, body_size).is_some_and(|chunk| m.feed(&chunk)),
-                None => h.expected_bytes.is_some_and(|e| h.bytes >= e),
-            })
+    fn watch_data(&mut self, h: &dyn Host, w: &mut Worker, body_size: usize) {
+        let now = h.monotonic_nanos();
+        let ended = w.holds.get_mut(&self.ctx).map(|hold| {
+            hold.last_data = now;
+            hold.bytes = hold.bytes.saturating_add(body_size as u64);
+            match hold.marker.as_mut() {
+                Some(m) => h.body_bytes(Body::Response, 0, body_size).is_some_and(|chunk| m.feed(&chunk)),
+                None => hold.expected_bytes.is_some_and(|e| hold.bytes >= e),
+            }
         });
         // `None`: released meanwhile (maximum hold time, or the quiet rule on the timer).
         self.holding = ended == Some(false);
         if ended == Some(true) {
-            worker::end_watch_init(self.ctx, now, None);
+            w.end_watch_init(h, self.ctx, now, None);
         }
     }
-}
 
-impl Context for Http {}
-
-impl HttpContext for Http {
-    fn on_http_request_headers(&mut self, _n: usize, _end: bool) -> Action {
-        self.compiled.clone().map_or(Action::Continue, |c| self.admit(c))
-    }
-
-    fn on_http_response_headers(&mut self, _n: usize, end: bool) -> Action {
-        let action = self.response_headers();
+    /// The response's headers (`end`: the response has no body).
+    pub fn on_response_headers(&mut self, h: &dyn Host, w: &mut Worker, end: bool) -> Action {
+        let action = self.response_headers(h, w);
         if end {
-            self.upstream_ended();
+            self.upstream_ended(h, w);
         }
         action
     }
 
-    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        self.learn_from(body_size, end_of_stream);
+    /// A chunk of the response body (`end_of_stream`: the last).
+    pub fn on_response_body(&mut self, h: &dyn Host, w: &mut Worker, body_size: usize, end_of_stream: bool) -> Action {
+        self.learn_from(h, body_size, end_of_stream);
         if end_of_stream {
-            self.upstream_ended();
+            self.upstream_ended(h, w);
         } else if self.holding {
-            self.watch_data(body_size);
+            self.watch_data(h, w, body_size);
         }
         Action::Continue
     }
 
-    fn on_http_response_trailers(&mut self, _n: usize) -> Action {
-        self.upstream_ended();
+    /// The response's trailers: its end.
+    pub fn on_response_trailers(&mut self, h: &dyn Host, w: &mut Worker) -> Action {
+        self.upstream_ended(h, w);
         Action::Continue
     }
 
-    fn on_log(&mut self) {
-        worker::stream_ended_with(self.ctx, host::monotonic_nanos);
-    }
-}
-
-impl Drop for Http {
-    fn drop(&mut self) {
-        worker::stream_ended_with(self.ctx, host::monotonic_nanos);
+    /// The stream is done (logged, or destroyed): whatever it still holds is released.
+    pub fn on_stream_end(&mut self, h: &dyn Host, w: &mut Worker) {
+        w.stream_ended(h, self.ctx);
     }
 }
 
@@ -300,10 +305,10 @@ fn learnable(info: &RequestInfo) -> bool {
 
 /// What the response headers say about the body: (`:status` 200, JSON, not compressed (no
 /// `content-encoding` but `identity`)).
-fn response() -> (bool, bool, bool) {
+fn response(h: &dyn Host) -> (bool, bool, bool) {
     let (mut ok, mut json, mut identity) = (false, false, true);
-    let raw = host::header_map_bytes(HttpResponseHeaders);
-    for (k, v) in host::borrowed_pairs(&raw) {
+    let raw = h.header_map_bytes(HeaderMap::Response);
+    for (k, v) in pairs(&raw) {
         match k {
             ":status" => ok = v == b"200",
             "content-type" => json = v.windows(4).any(|w| w.eq_ignore_ascii_case(b"json")),
@@ -324,13 +329,13 @@ fn parse_peer(b: &[u8]) -> Option<std::net::IpAddr> {
 /// metadata (`metadata.filter_metadata["envoy.filters.http.jwt_authn"][<metadataKey>][<claim>]`;
 /// Envoy serializes leaf strings, not whole structs). A list claim arrives as the host's pair
 /// serialization or as a string; both are handled.
-fn jwt_claims(cfg: &IdentityConfig) -> Option<Value> {
+fn jwt_claims(h: &dyn Host, cfg: &IdentityConfig) -> Option<Value> {
     let jwt = cfg.sources.iter().find(|s| matches!(s, IdentitySource::Jwt { .. }));
     let Some(IdentitySource::Jwt { metadata_key: key, user_claim, groups_claim, .. }) = jwt else { return None };
-    let get = |claim: &str| host::property(&["metadata", "filter_metadata", "envoy.filters.http.jwt_authn", key.as_str(), claim]);
+    let get = |claim: &str| h.property(&["metadata", "filter_metadata", "envoy.filters.http.jwt_authn", key.as_str(), claim]);
     let user = get(user_claim).and_then(|b| String::from_utf8(b).ok())?;
     let b = get(groups_claim).unwrap_or_default();
-    let pairs = host::borrowed_pairs(&b);
+    let pairs = pairs(&b);
     let groups: Vec<Value> = if pairs.is_empty() {
         String::from_utf8_lossy(&b).split(',').map(str::trim).filter(|g| !g.is_empty()).map(Value::from).collect()
     } else {

@@ -1,0 +1,28 @@
+//! The gateway: what the filter does with every request, timer tick and poll, as core code over
+//! a small host interface ([`host::Host`]). The proxy-wasm filter (`src/filter`) implements the
+//! interface for Envoy and forwards its callbacks here; native tests drive the very same code
+//! through a mock host.
+//!
+//! - [`host`]: the host interface and the host's header-map serialization.
+//! - [`worker`]: one worker's state — lease, mailbox, its requests, watches, stats — owned by the
+//!   host and handed to every callback.
+//! - [`request`]: one stream: digest, classify, admit / queue / reject, release when the
+//!   upstream's response ends.
+//! - [`root`]: one configuration: apply it, run the timer (expiry, borrowing, leases, cluster
+//!   polls, stats) and the mailbox.
+//! - [`stats`]: upstream's metrics and the gateway's own, as host stats.
+//!
+//! Every worker shares one set of seats and queues per level in the host's store; whoever frees
+//! seats dispatches by fair queuing, and a dispatched request owned by another worker is woken
+//! through that worker's mailbox, because only the owning worker can resume a paused stream.
+
+pub mod host;
+pub mod request;
+pub mod root;
+pub mod stats;
+pub mod worker;
+
+pub use host::{Action, Host};
+pub use request::Request;
+pub use root::Root;
+pub use worker::Worker;

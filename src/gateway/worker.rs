@@ -1,0 +1,365 @@
+//! One worker's state (an Envoy worker VM): its lease, its mailbox, the table of its requests,
+//! its watches and its stats. The host owns one [`Worker`] per worker and hands it to every
+//! callback; shared state lives in the host's store.
+
+use super::host::Host;
+use super::stats::{Own, Stats, EXTRA_NONE, M};
+use crate::digest::initial_events::MarkerScanner;
+use crate::digest::request_info::RequestInfo;
+use crate::engine::requests::{self, Entry, Requests};
+use crate::engine::{self, Compiled, Notice};
+use crate::Nanos;
+use hashbrown::{HashMap, HashSet};
+use std::rc::Rc;
+
+/// A worker whose lease is older than this is presumed dead and its seats are reclaimed.
+pub const LEASE_TTL: Nanos = 5 * crate::NANOS_PER_SEC;
+pub const HEARTBEAT_EVERY: Nanos = crate::NANOS_PER_SEC;
+pub const REAP_EVERY: Nanos = 2 * crate::NANOS_PER_SEC;
+/// An unmarked initial phase ends when the stream has been quiet this long: the initial events
+/// are written back to back, live events come later.
+pub const UNMARKED_QUIET: Nanos = 250_000_000;
+
+/// The gateway's own data of one of this worker's requests (the engine's [`Entry::extra`]).
+#[derive(Clone)]
+pub struct Extra {
+    /// The caller asked for explanations (adds `x-apf-reject-reason`).
+    pub explain: bool,
+    pub enforce: bool,
+    /// The configuration the request was admitted under (metric labels).
+    pub compiled: Rc<Compiled>,
+    pub pl: usize,
+    pub fs: usize,
+    pub seats: u32,
+    pub is_watch: bool,
+}
+
+pub type Local = Entry<Extra>;
+
+impl Extra {
+    /// Adds `delta` to the request's series of `m`.
+    pub fn add(&self, s: &mut Stats, m: M, label: &'static str, delta: i64) {
+        s.add(&self.compiled, m, self.pl, self.fs, label, delta);
+    }
+
+    /// Records a duration in the request's histogram `m`.
+    pub fn observe(&self, s: &mut Stats, m: M, label: &'static str, d: Nanos) {
+        s.observe(&self.compiled, m, self.pl, self.fs, label, d as f64 / 1e9);
+    }
+
+    /// Bookkeeping when a request enters its queue (`n` = 1), or leaves it (`n` = -1).
+    pub fn queued(&self, s: &mut Stats, n: i64) {
+        self.add(s, M::InqueueRequests, EXTRA_NONE, n);
+        self.add(s, M::InqueueSeats, EXTRA_NONE, n * i64::from(self.seats));
+    }
+
+    /// Bookkeeping when a request starts executing (`n` = 1), or finishes (`n` = -1).
+    fn executing(&self, s: &mut Stats, n: i64) {
+        self.add(s, M::ExecutingRequests, EXTRA_NONE, n);
+        self.add(s, M::ExecutingSeats, EXTRA_NONE, n * i64::from(self.seats));
+    }
+
+    /// Bookkeeping when a request starts executing, after waiting `waited` in a queue.
+    pub fn dispatched(&self, s: &mut Stats, waited: Nanos) {
+        self.add(s, M::Dispatched, EXTRA_NONE, 1);
+        self.executing(s, 1);
+        self.observe(s, M::WaitDuration, "true", waited);
+    }
+}
+
+/// A WATCH in its initial phase: it keeps its seats until the phase ends (the bookmark passed,
+/// the unmarked stream went quiet or reached its expected size) or `deadline`.
+pub struct Hold {
+    pub deadline: Nanos,
+    /// Response headers or the last body chunk.
+    pub last_data: Nanos,
+    pub bytes: u64,
+    /// Unmarked watches: the initial state's estimated size (count × average object size).
+    pub expected_bytes: Option<u64>,
+    /// Looks for the initial-events-end bookmark (`sendInitialEvents` watches; `None`: unmarked).
+    pub marker: Option<MarkerScanner>,
+    /// Registered as an open watch when the phase ends.
+    pub info: RequestInfo,
+}
+
+/// One worker's state.
+pub struct Worker {
+    pub instance: u64,
+    pub slot: Option<u32>,
+    pub mailbox: Option<u32>,
+    /// Shared-state keys of every level this worker has used (so removed levels still drain).
+    pub known_levels: HashSet<String>,
+    pub noted_generation: Option<u64>,
+    pub last_heartbeat: Nanos,
+    pub last_reap: Nanos,
+    pub last_tick: Nanos,
+    pub last_flush: Nanos,
+    /// Mailbox queue ids of other workers, by slot (slots are never reused).
+    pub slot_mailboxes: HashMap<u32, u32>,
+    /// Requests resolved from the root (by context): their 429 is already sent.
+    pub rejected: HashSet<u32>,
+    /// Open watches of this worker, by context (forgotten when the stream ends).
+    pub watches: HashMap<u32, crate::digest::work_estimate::WatchKey>,
+    /// Watches of this worker holding their seats while their initial state streams, by context.
+    pub holds: HashMap<u32, Hold>,
+    /// The cluster's object counts as last read from shared data, and that value's CAS token.
+    pub counts: Option<Rc<engine::object_counts::SharedCounts>>,
+    pub counts_cas: Option<u32>,
+    pub counts_read: Nanos,
+    /// This worker's requests that are queued or hold seats.
+    pub requests: Requests<Extra>,
+    pub stats: Stats,
+}
+
+/// The engine's callbacks for this worker's requests: resume, answer, post to other workers,
+/// and the stats of every transition.
+struct Callbacks<'a> {
+    h: &'a dyn Host,
+    slot: Option<u32>,
+    rejected: &'a mut HashSet<u32>,
+    slot_mailboxes: &'a mut HashMap<u32, u32>,
+    stats: &'a mut Stats,
+}
+
+impl requests::Host<Extra> for Callbacks<'_> {
+    fn slot(&self) -> Option<u32> {
+        self.slot
+    }
+    fn resume(&mut self, context: u32, e: &Local) -> bool {
+        // Dry run: the request never stopped; it only takes its seats now.
+        !e.extra.enforce || (self.h.set_effective_context(context) && self.h.resume_request())
+    }
+    fn reject(&mut self, context: u32, e: &Local, reason: crate::fairqueuing::RejectReason, retry_after: i64) {
+        self.rejected.insert(context);
+        if e.extra.enforce && self.h.set_effective_context(context) {
+            send_429(self.h, &e.extra, retry_after, reason.as_str());
+        }
+    }
+    /// Posts a notice to its owner's mailbox; false when it cannot be delivered (the owner is
+    /// gone: its lease will be reaped).
+    fn post(&mut self, n: &Notice) -> bool {
+        let h = self.h;
+        let msg = n.encode();
+        // The owner's mailbox queue id is looked up once (registry, then the host's queue
+        // table); an enqueue that fails drops the cached id and looks it up again.
+        let enqueue = |q: &u32| h.enqueue(*q, &msg);
+        let cached = self.slot_mailboxes.get(&n.owner).copied();
+        let delivered = cached.as_ref().is_some_and(enqueue) || {
+            self.slot_mailboxes.remove(&n.owner);
+            let instance = engine::instance_of(h.store(), n.owner).ok().flatten();
+            let q = instance.and_then(|i| h.resolve_queue(&mailbox_name(i))).filter(enqueue);
+            q.inspect(|&q| {
+                self.slot_mailboxes.insert(n.owner, q);
+            })
+            .is_some()
+        };
+        if !delivered {
+            log::warn!("apf: cannot deliver notice to worker {}; releasing request {}", n.owner, n.id);
+        } else if let Some(s) = h.store().worker() {
+            s.count(|c| &mut c.wakeups);
+        }
+        delivered
+    }
+    /// A waiting request rejected (time-out or client gone).
+    fn left_queue(&mut self, e: &Local, now: Nanos) {
+        e.extra.queued(self.stats, -1);
+        e.extra.add(self.stats, M::Rejected, crate::fairqueuing::RejectReason::TimeOut.as_str(), 1);
+        e.extra.observe(self.stats, M::WaitDuration, "false", now.saturating_sub(e.arrived));
+    }
+    fn dispatched(&mut self, e: &Local) {
+        e.extra.queued(self.stats, -1);
+        e.extra.dispatched(self.stats, e.waited);
+    }
+    fn finished(&mut self, e: &Local, now: Nanos) {
+        e.extra.executing(self.stats, -1);
+        let t = if e.extra.is_watch { "watch" } else { "regular" };
+        e.extra.observe(self.stats, M::ExecutionDuration, t, now.saturating_sub(e.started));
+    }
+    fn failed(&mut self, what: &str, e: &engine::EngineError) {
+        log::warn!("apf: {what} failed: {e}");
+    }
+}
+
+/// Name of a worker's mailbox (a shared queue named after its random instance id).
+pub fn mailbox_name(instance: u64) -> String {
+    format!("apf/v3/mailbox/{instance:016x}")
+}
+
+/// The PF response headers of a classified request (UIDs; names for explain callers).
+pub fn pf_headers(e: &Extra) -> Vec<(&'static str, &[u8])> {
+    let fs_obj = e.compiled.config.policy.flow_schemas.get(e.fs);
+    let lvl = e.compiled.levels.get(e.pl);
+    let mut h = vec![
+        ("x-kubernetes-pf-flowschema-uid", fs_obj.map(|f| f.uid.as_bytes()).unwrap_or_default()),
+        ("x-kubernetes-pf-prioritylevel-uid", lvl.map(|l| l.uid.as_bytes()).unwrap_or_default()),
+    ];
+    if e.explain {
+        h.push(("x-apf-flowschema", fs_obj.map(|f| f.name.as_bytes()).unwrap_or_default()));
+        h.push(("x-apf-prioritylevel", lvl.map(|l| l.name.as_bytes()).unwrap_or_default()));
+    }
+    h
+}
+
+/// The content headers of the gateway's own (plain text) responses.
+pub const TEXT_PLAIN: [(&str, &[u8]); 2] = [("content-type", b"text/plain; charset=utf-8"), ("x-content-type-options", b"nosniff")];
+
+/// Answers the request `e` describes with a 429.
+pub fn send_429(h: &dyn Host, e: &Extra, retry_after: i64, reason: &str) {
+    let ra = retry_after.clamp(1, 32).to_string();
+    let seats = e.seats.to_string();
+    let mut headers = vec![("retry-after", ra.as_bytes())];
+    headers.extend(TEXT_PLAIN.into_iter().chain(pf_headers(e)));
+    if e.explain {
+        headers.push(("x-apf-reject-reason", reason.as_bytes()));
+        headers.push(("x-apf-seats", seats.as_bytes()));
+    }
+    h.send_response(429, &headers, b"Too many requests, please try again later.\n");
+}
+
+impl Worker {
+    /// A new worker with a random instance id (`fallback_seed` if no randomness is available).
+    pub fn new(fallback_seed: u64) -> Worker {
+        let mut b = [0u8; 8];
+        let random = getrandom::getrandom(&mut b).map(|()| u64::from_le_bytes(b));
+        let instance = random.unwrap_or(fallback_seed ^ 0x9e37_79b9_7f4a_7c15);
+        Worker {
+            instance: instance.max(1),
+            slot: None,
+            mailbox: None,
+            known_levels: HashSet::new(),
+            noted_generation: None,
+            last_heartbeat: 0,
+            last_reap: 0,
+            last_tick: 0,
+            last_flush: 0,
+            slot_mailboxes: HashMap::new(),
+            rejected: HashSet::new(),
+            watches: HashMap::new(),
+            holds: HashMap::new(),
+            counts: None,
+            counts_cas: None,
+            counts_read: 0,
+            requests: Requests::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// The request table and the engine's callbacks over the rest of this worker.
+    fn split<'a>(&'a mut self, h: &'a dyn Host) -> (&'a mut Requests<Extra>, Callbacks<'a>) {
+        let cb = Callbacks { h, slot: self.slot, rejected: &mut self.rejected, slot_mailboxes: &mut self.slot_mailboxes, stats: &mut self.stats };
+        (&mut self.requests, cb)
+    }
+
+    /// Whether `every` has passed since the time `last` picks, which then becomes `now`.
+    pub fn due(&mut self, now: Nanos, every: Nanos, last: fn(&mut Worker) -> &mut Nanos) -> bool {
+        let last = last(self);
+        let due = now.saturating_sub(*last) >= every;
+        *last = if due { now } else { *last };
+        due
+    }
+
+    /// Makes sure this worker is registered (lease + mailbox); returns its slot.
+    pub fn ensure_registered(&mut self, h: &dyn Host, now: Nanos) -> Option<u32> {
+        if self.mailbox.is_none() {
+            match h.register_queue(&mailbox_name(self.instance)) {
+                Ok(q) => self.mailbox = Some(q),
+                Err(s) => log::warn!("apf: cannot register mailbox: status {s}"),
+            }
+        }
+        if self.slot.is_some() && now.saturating_sub(self.last_heartbeat) < HEARTBEAT_EVERY {
+            return self.slot;
+        }
+        match engine::heartbeat(h.store(), self.instance, now) {
+            Ok(s) => (self.last_heartbeat, self.slot) = (now, Some(s)),
+            Err(e) => log::warn!("apf: heartbeat failed: {e}"),
+        }
+        self.slot
+    }
+
+    /// Remembers the level keys of a configuration (once per configuration), so that levels
+    /// removed by a later configuration still get their timers until they drain.
+    pub fn note_levels(&mut self, c: &Compiled) {
+        if self.noted_generation.replace(c.generation) != Some(c.generation) {
+            self.known_levels.extend(c.level_keys());
+        }
+    }
+
+    /// Delivers notices: our own are handled here, others go to their owner's mailbox.
+    pub fn route(&mut self, h: &dyn Host, notices: Vec<Notice>, now: Nanos) {
+        let (r, mut cb) = self.split(h);
+        r.route(h.store(), &mut cb, notices, now);
+    }
+
+    /// Backstop for the wait limit: a queued request of ours whose deadline passed (and that no
+    /// worker's expiry has answered yet) is timed out here.
+    pub fn enforce_local_deadlines(&mut self, h: &dyn Host, now: Nanos) {
+        const GRACE: Nanos = 100_000_000;
+        let (r, mut cb) = self.split(h);
+        r.time_out_overdue(h.store(), &mut cb, now, GRACE);
+    }
+
+    /// Takes up to `limit` messages from this worker's mailbox. The host posts one
+    /// `on_queue_ready` per message, so that callback takes one (saving a dequeue that would
+    /// find the queue empty); the timer drains whatever is left (a notification is lost only
+    /// when the VM was gone).
+    pub fn drain_mailbox(&mut self, h: &dyn Host, now: Nanos, limit: usize) {
+        let Some(q) = self.mailbox else { return };
+        for _ in 0..limit {
+            match h.dequeue(q) {
+                Ok(Some(msg)) => match Notice::decode(&msg) {
+                    Ok(n) => self.route(h, vec![n], now),
+                    Err(e) => log::warn!("apf: bad mailbox message: {e}"),
+                },
+                Ok(None) => return,
+                Err(s) => return log::warn!("apf: dequeue failed: status {s}"),
+            }
+        }
+    }
+
+    /// The stream of `context` ended (client gone, response done, or reset): release what it
+    /// holds, reading the clock only when seats are held or awaited (a host call saved on the
+    /// common path where everything was already released).
+    pub fn stream_ended(&mut self, h: &dyn Host, context: u32) {
+        self.rejected.remove(&context);
+        self.holds.remove(&context);
+        if let (Some(key), Some(slot)) = (self.watches.remove(&context), self.slot) {
+            if let Err(e) = engine::watches::forget(h.store(), slot, &key) {
+                log::warn!("apf: forgetting a watch failed: {e}");
+            }
+        }
+        if self.requests.get(context).is_some() {
+            let now = h.monotonic_nanos();
+            let (r, mut cb) = self.split(h);
+            r.end(h.store(), &mut cb, context, now);
+        }
+    }
+
+    /// A WATCH's initial phase ended (or it has none): release its seats and count it as an open
+    /// watch for the mutating-request estimator (`info`, or the one its hold kept).
+    pub fn end_watch_init(&mut self, h: &dyn Host, context: u32, now: Nanos, info: Option<&RequestInfo>) {
+        let hold = self.holds.remove(&context);
+        let (r, mut cb) = self.split(h);
+        r.end(h.store(), &mut cb, context, now);
+        let info = info.or(hold.as_ref().map(|h| &h.info));
+        if let (Some(info), Some(slot)) = (info, self.slot) {
+            match engine::watches::register(h.store(), slot, info) {
+                Ok(key) => self.watches.extend(key.map(|k| (context, k))),
+                Err(e) => log::warn!("apf: watch registration failed: {e}"),
+            }
+        }
+    }
+
+    /// Ends the initial phase of held watches past their deadline or, unmarked, quiet long enough.
+    pub fn check_watch_holds(&mut self, h: &dyn Host, now: Nanos) {
+        let quiet = |w: &Hold| w.marker.is_none() && now.saturating_sub(w.last_data) >= UNMARKED_QUIET;
+        let due = self.holds.iter().filter(|(_, w)| now >= w.deadline || quiet(w));
+        let due: Vec<(u32, bool)> = due.map(|(c, w)| (*c, now >= w.deadline)).collect();
+        for (ctx, timed_out) in due {
+            if timed_out {
+                log::info!("apf: a watch's initial phase exceeded watchInitialEventsMaxHold; releasing its seats");
+                self.stats.count_own(Own::WatchHoldTimeouts);
+            }
+            self.end_watch_init(h, ctx, now, None);
+        }
+    }
+}
