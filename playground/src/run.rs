@@ -96,7 +96,7 @@ pub fn classify_value(config: &str, request: &str) -> Value {
         Err(e) => return fail(e),
     };
     match parse_request(request) {
-        Ok(req) => classify_request(&cfg, &req),
+        Ok(req) => classify_request(&apf_wasm::engine::Compiled::new(cfg, 0), &req),
         Err(e) => fail(e),
     }
 }

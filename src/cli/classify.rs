@@ -20,14 +20,15 @@ use std::io::{Read, Write};
 
 use serde_json::json;
 
-use crate::classify::Classifier;
-use crate::digest::identity::{identify, IdentityInput, UserInfo};
-use crate::digest::request_info::{parse_generic, parse_request_info};
+use crate::digest::identity::UserInfo;
 use crate::digest::object_counts::{scan_metrics, ScrapedCounts};
-use crate::digest::work_estimate::{estimate_with, get_by_resource, StatsLookup};
+use crate::digest::work_estimate::{get_by_resource, StatsLookup};
+use crate::engine::Compiled;
+use crate::gateway::offline::OneRequest;
+use crate::gateway::request::digest_request;
 use crate::engine::object_counts::resource_key;
 use crate::fairqueuing::shuffle_sharding::Dealer;
-use crate::policy::config::{parse_plugin_config, PluginConfig, RequestMode};
+use crate::policy::config::parse_plugin_config;
 
 const USAGE: &str = "usage: apf classify [--config FILE|-] --method M --path P [--user U] [--group G]... \
 [--header 'Name: value']... [--peer IP] [--mtls] [--cert-subject SUBJECT] \
@@ -164,7 +165,7 @@ pub(super) fn classify(args: &[String]) -> super::Outcome {
         }
         a.req.metrics = Some(scraped);
     }
-    let doc = serde_json::to_string_pretty(&classify_request(&cfg, &a.req)).map_err(|e| fail(e.to_string()))?;
+    let doc = serde_json::to_string_pretty(&classify_request(&Compiled::new(cfg, 0), &a.req)).map_err(|e| fail(e.to_string()))?;
     Ok(format!("{doc}\n"))
 }
 
@@ -187,45 +188,42 @@ pub struct ClassifyRequest {
 }
 
 /// The `apf classify` decision for one request under a valid configuration, as JSON (the
-/// document the CLI prints; also used by the browser playground).
-pub fn classify_request(cfg: &PluginConfig, req: &ClassifyRequest) -> serde_json::Value {
-    let info = match cfg.request_mode {
-        RequestMode::Kubernetes => parse_request_info(&req.method, req.path.as_bytes()),
-        RequestMode::Generic => {
-            let ns = cfg
-                .namespace_header
-                .as_deref()
-                .and_then(|h| req.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(h)))
-                .map(|(_, v)| v.as_slice());
-            parse_generic(&req.method, req.path.as_bytes(), ns)
+/// document the CLI prints; also used by the browser playground). The request is digested by
+/// the filter's own pipeline ([`digest_request`], over a host holding just this request), or
+/// for an already-authenticated `user` by the same digest without the identity sources.
+pub fn classify_request(c: &Compiled, req: &ClassifyRequest) -> serde_json::Value {
+    let cfg = &c.config;
+    let cluster = |group: &str, resource: &str| {
+        let found = req.metrics.as_ref().and_then(|m| get_by_resource(&m.entries, group, resource));
+        found.map_or(StatsLookup::NotFound, |s| StatsLookup::Found(*s))
+    };
+    // Mutating requests are estimated with no open watches (the gateway counts its own).
+    let d = match &req.user {
+        Some(u) => {
+            let ns = cfg.namespace_header.as_deref().and_then(|h| req.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(h)));
+            let user = UserInfo::authenticated(u, &req.groups);
+            c.digest_for(req.method.as_bytes(), req.path.as_bytes(), user, ns.map(|(_, v)| v.as_slice()), |_| 0, &cluster)
+        }
+        None => {
+            let mut host = OneRequest::new(&req.method, &req.path, &req.headers);
+            if let Some(peer) = req.peer {
+                // `source.address` as Envoy gives it: `ip:port` (`[v6]:port`).
+                host = host.property("source.address", std::net::SocketAddr::new(peer, 0).to_string().as_bytes());
+            }
+            host = host.property("connection.mtls", &[u8::from(req.mtls)]);
+            if let Some(subject) = &req.cert_subject {
+                host = host.property("connection.subject_peer_certificate", subject.as_bytes());
+            }
+            digest_request(&host, c, &cluster).digest
         }
     };
-    let user = match &req.user {
-        Some(u) => UserInfo::authenticated(u, &req.groups),
-        None => identify(
-            &cfg.identity,
-            &IdentityInput {
-                headers: &req.headers,
-                peer: req.peer,
-                mtls: req.mtls,
-                cert_subject: req.cert_subject.as_deref(),
-                jwt_claims: None,
-            },
-        ),
-    };
-    let cl = Classifier::new(&cfg.policy).classify(&info, &user);
+    let (info, user, cl, work, stats) = (d.info, d.user, d.class, d.work, d.stats);
     let fs_name = cfg.policy.flow_schemas.get(cl.flow_schema).map(|f| f.name.as_str()).unwrap_or("");
     let level = cfg.policy.priority_levels.get(cl.priority_level);
     let mut queues = Vec::new();
     if let Some(d) = level.and_then(|l| l.queuing()).and_then(|q| Dealer::new(q.queues, q.hand_size).ok()) {
         d.deal_into_hand(cl.flow_hash, &mut queues);
     }
-    let max_seats = cfg.limits.get(cl.priority_level).and_then(|l| l.max_seats);
-    let cluster = |group: &str, resource: &str| {
-        let found = req.metrics.as_ref().and_then(|m| get_by_resource(&m.entries, group, resource));
-        found.map_or(StatsLookup::NotFound, |s| StatsLookup::Found(*s))
-    };
-    let (work, stats) = estimate_with(&cfg.work_estimator, &info, max_seats, 0, &cluster);
     let counts = stats.map(|st| {
         let key = resource_key(&info.api_group, &info.resource);
         let source = if cfg.work_estimator.stats(&info.api_group, &info.resource) != StatsLookup::NotFound {

@@ -135,12 +135,17 @@ impl Compiled {
     /// request would notify (0 if unknown); `cluster` the cluster's object counts (consulted for
     /// LIST and WATCH only).
     pub fn digest(&self, method: &[u8], path: &[u8], identity: &IdentityInput, namespace_header: Option<&[u8]>, watch_count: impl FnOnce(&RequestInfo) -> u32, cluster: ClusterStats) -> Digest {
+        let user = identify(&self.config.identity, identity);
+        self.digest_for(method, path, user, namespace_header, watch_count, cluster)
+    }
+
+    /// [`Compiled::digest`] for a caller already identified (`apf classify --user`).
+    pub fn digest_for(&self, method: &[u8], path: &[u8], user: UserInfo, namespace_header: Option<&[u8]>, watch_count: impl FnOnce(&RequestInfo) -> u32, cluster: ClusterStats) -> Digest {
         let method_s = std::str::from_utf8(method).unwrap_or("");
         let info = match self.config.request_mode {
             RequestMode::Kubernetes => parse_request_info(method_s, path),
             RequestMode::Generic => parse_generic(method_s, path, namespace_header),
         };
-        let user = identify(&self.config.identity, identity);
         let class = self.classifier.classify(&info, &user);
         let long_running = info.is_long_running();
         let is_watch = info.is_watch();

@@ -8,9 +8,12 @@ use crate::digest::identity::{IdentityConfig, IdentityInput, IdentitySource};
 use crate::digest::initial_events::MarkerScanner;
 use crate::digest::list_size::ListBodyScanner;
 use crate::digest::request_info::RequestInfo;
-use crate::digest::work_estimate::{StatsLookup, WatchInit};
+use crate::digest::work_estimate::{ClusterStats, StatsLookup, WatchInit};
 use crate::engine::requests::Phase;
+use crate::engine::object_counts::SharedCounts;
+use crate::engine::compiled::Digest;
 use crate::engine::{self, debug, Compiled, Decision};
+use crate::Nanos;
 use crate::fairqueuing::RequestTag;
 use serde_json::Value;
 use std::rc::Rc;
@@ -74,51 +77,27 @@ impl Request {
     fn admit(&mut self, h: &dyn Host, w: &mut Worker, rc: Rc<Compiled>) -> Action {
         let c: &Compiled = &rc;
         let now = h.monotonic_nanos();
-        let raw = h.header_map_bytes(HeaderMap::Request);
-        let headers = pairs(&raw);
-        let last = |name: &str| headers.iter().rev().find(|(k, _)| *k == name).map(|(_, v)| *v);
-        let (method, path) = (last(":method").unwrap_or(b"GET"), last(":path").unwrap_or(b"/"));
-        let wanted = |k: &str| c.identity_headers.iter().any(|n| n == k) || c.identity_prefixes.iter().any(|p| k.starts_with(p.as_str()));
-        let identity_headers = headers.iter().filter(|(k, _)| wanted(k)).map(|(k, v)| ((*k).to_string(), v.to_vec()));
-        let identity_headers: Vec<(String, Vec<u8>)> = identity_headers.collect();
-        let ns_header = c.config.namespace_header.as_deref().and_then(|n| headers.iter().find(|(k, _)| *k == n)).map(|(_, v)| *v);
-        // Facts about the downstream connection that identity sources may need.
-        let peer = if c.needs.peer { h.property(&["source", "address"]).and_then(|b| parse_peer(&b)) } else { None };
-        let mtls = c.needs.mtls && h.property(&["connection", "mtls"]).is_some_and(|b| b.first().is_some_and(|&m| m != 0));
-        let subject = || h.property(&["connection", "subject_peer_certificate"]).and_then(|b| String::from_utf8(b).ok());
-        let cert_subject = (c.needs.cert_subject && mtls).then(subject).flatten();
-        let jwt_claims = if c.needs.jwt { jwt_claims(h, &c.config.identity) } else { None };
-        let input = IdentityInput { headers: &identity_headers, peer, mtls, cert_subject: cert_subject.as_deref(), jwt_claims: jwt_claims.as_ref() };
-        let strip = if c.needs.strip { c.config.identity.headers_to_strip(&input) } else { Vec::new() };
+        let counts = w.counts.as_deref();
+        let cluster = |group: &str, resource: &str| cluster_lookup(c, counts, group, resource, now);
+        let Digested { remove, add, refuse, dump, digest: d } = digest_request(h, c, &cluster);
         // setFrontProxyHeaders (nothing to change without it): the upstream sees only the identity
         // derived here, on every request this filter sees (before any early return: exempt,
         // long-running, debug paths) — or, when a verified credential names a user that cannot
         // be forwarded, the request is refused and never reaches it.
-        let fwd = c.config.identity.front_proxy_headers(&input, headers.iter().map(|(k, v)| (*k, *v)));
-        if let Some(why) = fwd.refuse.as_deref() {
+        if let Some(why) = refuse.as_deref() {
             log::debug!("apf: refused: {why}");
             let body = crate::digest::identity::forbidden_status(why);
             h.send_response(403, &[("content-type", b"application/json"), ("x-content-type-options", b"nosniff")], body.as_bytes());
             return Action::Pause;
         }
-        for name in strip.iter().chain(&fwd.remove) {
+        for name in &remove {
             h.remove_header(HeaderMap::Request, name);
         }
-        for (k, v) in &fwd.add {
+        for (k, v) in &add {
             h.add_header(HeaderMap::Request, k, v.as_bytes());
         }
-        let stale_after = c.config.cluster_metrics.as_ref().map(|m| m.stale_after);
-        let learn = c.config.work_estimator.learn_from_responses;
-        let counts = w.counts.as_deref();
-        let cluster = |group: &str, resource: &str| match (stale_after, learn) {
-            (None, false) => StatsLookup::NotFound,
-            (Some(stale_after), _) => counts.map_or(StatsLookup::NotFound, |s| s.lookup(group, resource, now, stale_after)),
-            (None, true) => counts.map_or(StatsLookup::NotFound, |s| s.learned_lookup(group, resource, now)),
-        };
-        let watch_count = |info: &RequestInfo| engine::watches::interested_count(h.store(), info);
-        let d = c.digest(method, path, &input, ns_header, watch_count, &cluster);
         let debug_caller = || d.user.groups.iter().any(|g| c.config.debug_groups.contains(g));
-        if let Some(kind) = debug::dump_kind(path).filter(|_| debug_caller()) {
+        if let Some(kind) = dump.filter(|_| debug_caller()) {
             let offset = h.realtime_nanos().saturating_sub(now);
             let body = debug::render(c, h.store(), kind, now, &|t| t.saturating_add(offset));
             h.send_response(200, &worker::TEXT_PLAIN, body.as_bytes());
@@ -133,6 +112,7 @@ impl Request {
         let extra = Extra { explain, enforce: level.enforce, compiled: rc.clone(), pl, fs, seats, is_watch: d.is_watch };
         self.class = Some(Extra { seats: 0, ..extra.clone() });
         let key = || engine::object_counts::resource_key(&d.info.api_group, &d.info.resource);
+        let learn = c.config.work_estimator.learn_from_responses;
         self.learn = (learn && d.stats == Some(StatsLookup::NotFound) && learnable(&d.info)).then(|| (key(), ListBodyScanner::new()));
         self.watch = d.is_watch.then(|| (d.info.clone(), d.watch_init, d.stats));
         let Some(slot) = w.ensure_registered(h, now) else {
@@ -293,6 +273,59 @@ impl Request {
     /// The stream is done (logged, or destroyed): whatever it still holds is released.
     pub fn on_stream_end(&mut self, h: &dyn Host, w: &mut Worker) {
         w.stream_ended(h, self.ctx);
+    }
+}
+
+/// A request as the gateway reads it from its host: what it changes in the request's identity
+/// headers on the way upstream, and its digest.
+pub struct Digested {
+    /// Request headers to remove (untrusted identity headers, client-supplied front-proxy ones).
+    pub remove: Vec<String>,
+    /// Front-proxy identity headers to add (`setFrontProxyHeaders`).
+    pub add: Vec<(String, String)>,
+    /// A verified credential names a user that cannot be forwarded: refuse with this reason.
+    pub refuse: Option<String>,
+    /// The path is a debug dump's (served only to `debugGroups`).
+    pub dump: Option<debug::DumpKind>,
+    pub digest: Digest,
+}
+
+/// Reads the current request from the host (headers, and the connection facts and JWT claims
+/// its identity sources need) and digests it: RequestInfo, identity, classification, work
+/// estimate (LISTs and WATCHes with the object counts `cluster` gives), wait limit. The filter
+/// and `apf classify` run this same function.
+pub fn digest_request(h: &dyn Host, c: &Compiled, cluster: ClusterStats) -> Digested {
+    let raw = h.header_map_bytes(HeaderMap::Request);
+    let headers = pairs(&raw);
+    let last = |name: &str| headers.iter().rev().find(|(k, _)| *k == name).map(|(_, v)| *v);
+    let (method, path) = (last(":method").unwrap_or(b"GET"), last(":path").unwrap_or(b"/"));
+    let wanted = |k: &str| c.identity_headers.iter().any(|n| n == k) || c.identity_prefixes.iter().any(|p| k.starts_with(p.as_str()));
+    let identity_headers = headers.iter().filter(|(k, _)| wanted(k)).map(|(k, v)| ((*k).to_string(), v.to_vec()));
+    let identity_headers: Vec<(String, Vec<u8>)> = identity_headers.collect();
+    let ns_header = c.config.namespace_header.as_deref().and_then(|n| headers.iter().find(|(k, _)| *k == n)).map(|(_, v)| *v);
+    // Facts about the downstream connection that identity sources may need.
+    let peer = if c.needs.peer { h.property(&["source", "address"]).and_then(|b| parse_peer(&b)) } else { None };
+    let mtls = c.needs.mtls && h.property(&["connection", "mtls"]).is_some_and(|b| b.first().is_some_and(|&m| m != 0));
+    let subject = || h.property(&["connection", "subject_peer_certificate"]).and_then(|b| String::from_utf8(b).ok());
+    let cert_subject = (c.needs.cert_subject && mtls).then(subject).flatten();
+    let jwt_claims = if c.needs.jwt { jwt_claims(h, &c.config.identity) } else { None };
+    let input = IdentityInput { headers: &identity_headers, peer, mtls, cert_subject: cert_subject.as_deref(), jwt_claims: jwt_claims.as_ref() };
+    let mut remove = if c.needs.strip { c.config.identity.headers_to_strip(&input) } else { Vec::new() };
+    let fwd = c.config.identity.front_proxy_headers(&input, headers.iter().map(|(k, v)| (*k, *v)));
+    remove.extend(fwd.remove);
+    let watch_count = |info: &RequestInfo| engine::watches::interested_count(h.store(), info);
+    let digest = c.digest(method, path, &input, ns_header, watch_count, cluster);
+    Digested { remove, add: fwd.add, refuse: fwd.refuse, dump: debug::dump_kind(path), digest }
+}
+
+/// The object counts of a resource as the gateway has them: polled from the cluster
+/// (`clusterMetrics`, stale after `staleAfter`), or learned from LIST responses.
+fn cluster_lookup(c: &Compiled, counts: Option<&SharedCounts>, group: &str, resource: &str, now: Nanos) -> StatsLookup {
+    let stale_after = c.config.cluster_metrics.as_ref().map(|m| m.stale_after);
+    match (stale_after, c.config.work_estimator.learn_from_responses) {
+        (None, false) => StatsLookup::NotFound,
+        (Some(stale_after), _) => counts.map_or(StatsLookup::NotFound, |s| s.lookup(group, resource, now, stale_after)),
+        (None, true) => counts.map_or(StatsLookup::NotFound, |s| s.learned_lookup(group, resource, now)),
     }
 }
 
