@@ -188,7 +188,7 @@ impl Sim {
         self.workers.iter().position(|w| w.slot == slot)
     }
 
-    /// Routes notices from worker `w` (as `filter::worker::route`), delivering posts to their
+    /// Routes notices from worker `w` (as `gateway::worker::Worker::route`), delivering posts to their
     /// live owners synchronously until nothing moves.
     fn route_from(&mut self, w: usize, notices: Vec<Notice>) {
         let mut pending = vec![(w, notices)];
@@ -276,7 +276,7 @@ impl Sim {
         Some(ctxs[self.rng.below(ctxs.len() as u64) as usize])
     }
 
-    /// `filter::worker::stream_ended`: client abort, reset, or response complete.
+    /// `gateway::worker::Worker::stream_ended`: client abort, reset, or response complete.
     fn end_stream(&mut self, w: usize, ctx: u32) {
         if self.with_table(w, |t, store, host, now| t.end(store, host, ctx, now)).is_some() {
             self.counts.ended += 1;
@@ -284,7 +284,7 @@ impl Sim {
     }
 
     /// The handler returned but the stream stays open (a WATCH that finished initializing:
-    /// `filter::worker::end_watch_init`): the request gives its seats back now.
+    /// `gateway::worker::Worker::end_watch_init`): the request gives its seats back now.
     fn finish(&mut self, w: usize, ctx: u32) {
         if self.workers[w].requests.get(ctx).is_some_and(|l| l.phase == Phase::Executing) {
             self.with_table(w, |t, store, host, now| t.end(store, host, ctx, now));

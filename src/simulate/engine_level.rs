@@ -119,7 +119,7 @@ impl<'a> EngineLevel<'a> {
         Ok(EngineLevel { compiled, key, workers, by_call: HashMap::new() })
     }
 
-    /// `filter::worker::route`: each worker of `pending` (a stack) routes its notices through
+    /// `gateway::worker::Worker::route`: each worker of `pending` (a stack) routes its notices through
     /// its request table; what it posts to other workers is routed by them in turn
     /// (synchronously: no mailbox latency). `end`: worker `by` first ends that request.
     fn route(&mut self, now: Nanos, by: usize, end: Option<u32>, notices: Vec<Notice>, out: &mut Outcomes) {
