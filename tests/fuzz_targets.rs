@@ -169,6 +169,11 @@ fn fuzz_state_object_counts() {
     run("state_object_counts", 5_000, 1.0);
 }
 
+#[test]
+fn fuzz_host_pairs() {
+    run("host_pairs", 10_000, 1.0);
+}
+
 /// Scenarios too big to simulate are rejected quickly, before any allocation in proportion to
 /// their size.
 #[test]
@@ -248,6 +253,34 @@ fn huge_counts_fail_without_allocating() {
             }
         }
     }
+}
+
+/// Regenerates fuzz/corpus/host_pairs with the host's serialization:
+/// `cargo test --test fuzz_targets -- --ignored write_host_pairs_corpus`.
+#[test]
+#[ignore = "regenerates fuzz/corpus/host_pairs"]
+fn write_host_pairs_corpus() {
+    use apf_wasm::gateway::host::serialize_pairs;
+    let request: &[(&str, &[u8])] = &[
+        (":method", b"GET"),
+        (":path", b"/api/v1/namespaces/default/pods?watch=true&sendInitialEvents=true"),
+        (":authority", b"kubernetes.default.svc"),
+        ("x-remote-user", b"alice"),
+        ("x-remote-group", b"dev"),
+        ("x-remote-group", b"system:authenticated"),
+    ];
+    let request = serialize_pairs(request);
+    write_corpus("host_pairs", "request", &request);
+    write_corpus("host_pairs", "empty", &serialize_pairs(&[]));
+    write_corpus("host_pairs", "call-response", &serialize_pairs(&[(":status", b"200"), ("content-type", b"text/plain; version=0.0.4")]));
+    // A JWT list claim as Envoy serializes a list property: the items as names, values empty.
+    write_corpus("host_pairs", "list-claim", &serialize_pairs(&[("jwt-team", b""), ("qa", b"")]));
+    write_corpus("host_pairs", "odd-bytes", &serialize_pairs(&[("", b""), ("n\0ul", b"\0\xff\n:"), ("\u{e9}", b"")]));
+    // Cut in the count, in the size table, in a name, before the last NUL.
+    for at in [3, 13, 60, request.len() - 1] {
+        write_corpus("host_pairs", &format!("request-cut-{at}"), &request[..at]);
+    }
+    write_corpus("host_pairs", "lines", b":status:200\ncontent-type:application/json\nx-remote-group:dev");
 }
 
 fn write_corpus(target: &str, name: &str, bytes: &[u8]) {

@@ -17,6 +17,8 @@
 //! - `initial_events`: a watch response body, fed in pieces.
 //! - `list_size`: a LIST response body, fed in pieces (learned costs).
 //! - `state_object_counts`: the shared object counts value.
+//! - `host_pairs`: a header map in the host's serialization (what `gateway::host::pairs` reads);
+//!   the same bytes, read as lines `name:value`, also give a map to serialize and read back.
 
 use apf_wasm::classify::Classifier;
 use apf_wasm::codec::{Reader, Writer};
@@ -63,6 +65,7 @@ pub const TARGETS: &[Entry] = &[
     ("initial_events", initial_events, MARKER_DICT, 2048),
     ("list_size", list_size, LIST_DICT, 8 * 1024),
     ("state_object_counts", state_object_counts, &[], 4096),
+    ("host_pairs", host_pairs, PAIRS_DICT, 4096),
 ];
 
 pub const LIST_DICT: &[&[u8]] = &[b"\"resourceVersion\":\"", b"\"continue\":\"", b"\"continue\":\"\"", b"{\"metadata\":{", b"\"items\":["];
@@ -1106,4 +1109,55 @@ pub fn request_verb(data: &[u8]) -> bool {
     let initial_events = case.params.iter().find(|(k, _)| *k == "sendInitialEvents").map(|(_, v)| ref_convert_bool(v));
     assert_eq!(info.query.send_initial_events, initial_events, "{} {shown}", case.method);
     case.kind == PathKind::Collection && !case.params.is_empty()
+}
+
+// ---------------------------------------------------------------------------------------------
+// the host's header-map serialization
+
+pub const PAIRS_DICT: &[&[u8]] = &[
+    b"\x00\x00\x00\x00", b"\x01\x00\x00\x00", b"\x02\x00\x00\x00", b"\xff\xff\xff\xff", b"\x00", b"\n", b":",
+    b":status", b":path", b"x-remote-group", b"\xc3\xa9", b"\xff",
+];
+
+/// Set once a buffer cut inside its size table decodes to no pairs, as `pairs` documents ("a
+/// truncated buffer yields the pairs before the damage")
+/// (`tests/fuzz_regressions.rs::pairs_of_a_cut_size_table`).
+pub const STRICT_PAIRS_TRUNCATION: bool = false;
+
+/// `gateway::host::pairs` (the host's header maps, HTTP call headers and list properties) never
+/// panics and never returns more pairs than the count field announces, or than the bytes can
+/// hold; what it returns serializes and reads back unchanged; and a map built from the input
+/// (lines `name:value`, names made valid UTF-8) read back from `serialize_pairs` is exactly that
+/// map. Cut anywhere, that serialization gives at most the map's pairs (a prefix of them, with
+/// `STRICT_PAIRS_TRUNCATION`).
+pub fn host_pairs(data: &[u8]) -> bool {
+    use apf_wasm::gateway::host::{pairs, serialize_pairs};
+    let got = pairs(data);
+    let count = data.get(..4).and_then(|b| b.try_into().ok()).map_or(0, u32::from_le_bytes);
+    assert!(got.len() as u64 <= u64::from(count), "{} pairs, count field {count}", got.len());
+    // Each pair took its two sizes and its bytes, NUL-terminated (the last NUL may be missing).
+    let used: usize = got.iter().map(|(k, v)| 8 + k.len() + v.len() + 2).sum();
+    assert!(got.is_empty() || 4 + used <= data.len() + 1, "{} pairs of {used} bytes from {} bytes", got.len(), data.len());
+    assert_eq!(pairs(&serialize_pairs(&got)), got, "the decoded pairs do not round-trip");
+
+    let lines: Vec<(String, &[u8])> = data
+        .split(|&b| b == b'\n')
+        .map(|l| {
+            let (k, v) = l.iter().position(|&b| b == b':').map_or((l, &l[l.len()..]), |i| (&l[..i], &l[i + 1..]));
+            (String::from_utf8_lossy(k).into_owned(), v)
+        })
+        .collect();
+    let map: Vec<(&str, &[u8])> = lines.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    let bytes = serialize_pairs(&map);
+    assert_eq!(pairs(&bytes), map, "serialize_pairs then pairs changed the map");
+    let cuts: Vec<usize> = if bytes.len() <= 256 { (0..bytes.len()).collect() } else { data.iter().take(16).map(|&b| usize::from(b) * bytes.len() / 256).collect() };
+    for at in cuts {
+        let part = pairs(&bytes[..at]);
+        if STRICT_PAIRS_TRUNCATION {
+            assert!(map.starts_with(&part), "cut at {at}: {part:?} is not a prefix of the map");
+        } else {
+            assert!(part.len() <= map.len(), "cut at {at}: {} pairs of {}", part.len(), map.len());
+        }
+    }
+    !got.is_empty()
 }

@@ -401,3 +401,86 @@ pub fn headers<'a>(method: &'a str, path: &'a str, user: &'a str, groups: &[&'a 
 pub fn decoded(bytes: &[u8]) -> Vec<(String, String)> {
     pairs(bytes).into_iter().map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v).into_owned())).collect()
 }
+
+impl Node {
+    /// A new configuration on this worker, as Envoy applies a reloaded filter configuration: a
+    /// second root on the same worker (its state, mailbox and streams stay). Applied: new streams
+    /// get the new root, streams already open keep the configuration they were classified under.
+    /// Refused (`false`): the previous root keeps serving.
+    pub fn reload(&mut self, config: &str) -> bool {
+        *self.host.configuration.borrow_mut() = config.as_bytes().to_vec();
+        let mut root = Root::default();
+        let ok = root.on_configure(&self.host, config.as_bytes());
+        if ok {
+            self.root = root;
+        }
+        ok
+    }
+
+    /// A request that a debug group member sends for `/debug/api_priority_and_fairness/<dump>`
+    /// (`headers`: its identity), answered by the gateway: the dump's body.
+    pub fn dump(&mut self, dump: &str, identity: &[(&str, &str)], properties: &[(&str, &[u8])]) -> String {
+        let path = format!("/debug/api_priority_and_fairness/{dump}");
+        let mut h = vec![(":method", "GET"), (":path", path.as_str()), (":authority", "gateway")];
+        h.extend_from_slice(identity);
+        let (ctx, action) = self.request(&h, properties);
+        assert_eq!(action, Action::Pause, "dump {dump} not answered by the gateway");
+        let reply = self.stream(ctx).reply.expect("dump answered");
+        self.close(ctx);
+        reply.body
+    }
+}
+
+/// (WaitingRequests, ExecutingRequests) of `level` in a `dump_priority_levels` body.
+pub fn level_row(dump: &str, level: &str) -> (u32, u32) {
+    let mut lines = dump.lines();
+    let cols: Vec<&str> = lines.next().expect("header line").split(',').map(str::trim).collect();
+    let col = |name: &str| cols.iter().position(|c| *c == name).expect("column");
+    let row = lines.map(|l| l.split(',').map(str::trim).collect::<Vec<_>>()).find(|r| r.first() == Some(&level));
+    let row = row.unwrap_or_else(|| panic!("no row for {level} in\n{dump}"));
+    let num = |name: &str| row.get(col(name)).and_then(|v| v.parse().ok()).expect("number");
+    (num("WaitingRequests"), num("ExecutingRequests"))
+}
+
+/// A process with `n` workers, each configured with `cfg` and ticked once.
+pub fn gateway(n: usize, cfg: &str) -> (Rc<Proxy>, Vec<Node>) {
+    let proxy = Proxy::new();
+    let mut nodes: Vec<Node> = (0..n).map(|i| Node::new(&proxy, i)).collect();
+    for node in &mut nodes {
+        assert!(node.configure(cfg), "configuration refused");
+        node.tick();
+    }
+    (proxy, nodes)
+}
+
+/// A Limited priority level `name` (UID `pl-<name>`) with `shares` nominal shares, no lending
+/// or borrowing, queuing in `queues` queues of `queue_length_limit` with hand size `hand`.
+pub fn priority_level(name: &str, shares: u32, queues: u32, hand: u32, queue_length_limit: u32) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
+        "metadata": {"name": name, "uid": format!("pl-{name}")},
+        "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": shares, "lendablePercent": 0,
+                 "borrowingLimitPercent": 0, "limitResponse": {"type": "Queue", "queuing": {
+                     "queues": queues, "handSize": hand, "queueLengthLimit": queue_length_limit}}}}
+    })
+}
+
+/// A FlowSchema `name` (UID `fs-<name>`, ByUser) sending every request of `groups` to `level`.
+pub fn flow_schema(name: &str, level: &str, precedence: u32, groups: &[&str]) -> serde_json::Value {
+    let subjects: Vec<serde_json::Value> = groups.iter().map(|g| serde_json::json!({"kind": "Group", "group": {"name": g}})).collect();
+    serde_json::json!({
+        "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
+        "metadata": {"name": name, "uid": format!("fs-{name}")},
+        "spec": {"priorityLevelConfiguration": {"name": level}, "matchingPrecedence": precedence,
+                 "distinguisherMethod": {"type": "ByUser"},
+                 "rules": [{"subjects": subjects,
+                            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
+                                               "namespaces": ["*"], "clusterScope": true}],
+                            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}]}
+    })
+}
+
+/// A response header's value in `respond`'s result.
+pub fn header_value(headers: &[(String, Vec<u8>)], name: &str) -> Option<String> {
+    headers.iter().rev().find(|(k, _)| k == name).map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+}
