@@ -104,7 +104,9 @@ pub fn pairs(bytes: &[u8]) -> Vec<(&str, &[u8])> {
         let s: [u8; 4] = bytes.get(at..at.checked_add(4)?)?.try_into().ok()?;
         Some(u32::from_le_bytes(s) as usize)
     };
-    let n = rd(0).unwrap_or(0).min(bytes.len() / 8);
+    // Each pair's reads stop at the end of the bytes, so a count larger than the bytes hold
+    // yields no invented pair (and allocates nothing: pairs are collected as they are found).
+    let n = rd(0).unwrap_or(0);
     let mut p = 4usize.saturating_add(n.saturating_mul(8));
     // The `len` bytes at `p`, then past them and their NUL.
     let mut next = |len: usize| {

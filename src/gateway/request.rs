@@ -369,7 +369,11 @@ fn jwt_claims(h: &dyn Host, cfg: &IdentityConfig) -> Option<Value> {
     let user = get(user_claim).and_then(|b| String::from_utf8(b).ok())?;
     let b = get(groups_claim).unwrap_or_default();
     let pairs = pairs(&b);
-    let groups: Vec<Value> = if pairs.is_empty() {
+    // A list arrives as the host's pair serialization: all the pairs its count announces (an
+    // empty list is just a zero count); anything else is the claim's string form.
+    let count = b.get(..4).and_then(|c| c.try_into().ok()).map(u32::from_le_bytes);
+    let is_list = count.is_some_and(|n| usize::try_from(n).is_ok_and(|n| n == pairs.len()));
+    let groups: Vec<Value> = if !is_list {
         String::from_utf8_lossy(&b).split(',').map(str::trim).filter(|g| !g.is_empty()).map(Value::from).collect()
     } else {
         pairs.iter().map(|(k, _)| Value::from(*k)).collect()
