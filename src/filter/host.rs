@@ -238,10 +238,11 @@ impl Host for WasmHost {
         let _ = unsafe { proxy_record_metric(id, value) };
     }
 
-    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], timeout: Duration) -> Result<u32, String> {
+    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout: Duration) -> Result<u32, String> {
         // Through the SDK: it registers the token so that the reply reaches this root context.
         // It panics only on a status the ABI does not define for this call.
-        proxy_wasm::hostcalls::dispatch_http_call(cluster, headers.to_vec(), None, vec![], timeout).map_err(|s| format!("{s:?}"))
+        let body = (!body.is_empty()).then_some(body);
+        proxy_wasm::hostcalls::dispatch_http_call(cluster, headers.to_vec(), body, vec![], timeout).map_err(|s| format!("{s:?}"))
     }
 
     fn set_tick_period_ms(&self, ms: u32) -> bool {

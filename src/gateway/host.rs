@@ -88,9 +88,9 @@ pub trait Host {
     fn increment_metric(&self, id: u32, by: i64);
     fn record_metric(&self, id: u32, value: u64);
 
-    /// Starts an HTTP call to the proxy's cluster `cluster`; its token, delivered back with the
-    /// reply.
-    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], timeout: Duration) -> Result<u32, String>;
+    /// Starts an HTTP call to the proxy's cluster `cluster` (`body` empty: none); its token,
+    /// delivered back with the reply.
+    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout: Duration) -> Result<u32, String>;
     /// How often the root's timer fires.
     fn set_tick_period_ms(&self, ms: u32) -> bool;
 }

@@ -87,7 +87,7 @@ impl Host for OneRequest {
     }
     fn increment_metric(&self, _id: u32, _by: i64) {}
     fn record_metric(&self, _id: u32, _value: u64) {}
-    fn http_call(&self, _cluster: &str, _headers: &[(&str, &str)], _timeout: Duration) -> Result<u32, String> {
+    fn http_call(&self, _cluster: &str, _headers: &[(&str, &str)], _body: &[u8], _timeout: Duration) -> Result<u32, String> {
         Err("no proxy".to_string())
     }
     fn set_tick_period_ms(&self, _ms: u32) -> bool {

@@ -92,7 +92,7 @@ impl Root {
         let auth = bearer.as_deref().map(|b| ("authorization", b));
         let headers = [(":method", "GET"), (":path", path), (":authority", authority), ("accept", accept)];
         let headers: Vec<(&str, &str)> = headers.into_iter().chain(auth).collect();
-        h.http_call(cluster, &headers, timeout)
+        h.http_call(cluster, &headers, &[], timeout)
     }
 
     /// Starts reading the cluster's policy when due.

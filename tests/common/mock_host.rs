@@ -63,6 +63,7 @@ pub struct Call {
     pub worker: usize,
     pub cluster: String,
     pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
     pub timeout: Duration,
 }
 
@@ -265,11 +266,11 @@ impl Host for MockHost {
             }
         }
     }
-    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], timeout: Duration) -> Result<u32, String> {
+    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout: Duration) -> Result<u32, String> {
         let token = self.proxy.next_token.get();
         self.proxy.next_token.set(token + 1);
         let headers = headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        self.proxy.calls.borrow_mut().push(Call { token, worker: self.index, cluster: cluster.to_string(), headers, timeout });
+        self.proxy.calls.borrow_mut().push(Call { token, worker: self.index, cluster: cluster.to_string(), headers, body: body.to_vec(), timeout });
         Ok(token)
     }
     fn set_tick_period_ms(&self, ms: u32) -> bool {

@@ -17,9 +17,9 @@ PL = {"apiVersion": FC, "kind": "PriorityLevelConfiguration",
                "limitResponse": {"type": "Queue", "queuing": {"queues": 8, "handSize": 2, "queueLengthLimit": 10}}}}}
 
 
-def flow_schema(precedence: int) -> dict:
+def flow_schema(precedence: int, uid: str = "fs-from-cluster") -> dict:
     return {"apiVersion": FC, "kind": "FlowSchema",
-            "metadata": {"name": "from-cluster", "uid": "fs-from-cluster"},
+            "metadata": {"name": "from-cluster", "uid": uid},
             "spec": {"priorityLevelConfiguration": {"name": "cluster-level"}, "matchingPrecedence": precedence,
                      "distinguisherMethod": {"type": "ByUser"},
                      "rules": [{"subjects": [{"kind": "Group", "group": {"name": "cluster-team"}}],
@@ -51,8 +51,9 @@ def test_policy_is_read_from_the_cluster(gateway):
     wait_until(applied, timeout=15, what="the cluster's FlowSchema and level apply on every worker")
     reads = gw.upstream.received("/apis/flowcontrol.apiserver.k8s.io/v1/")
     assert reads and all(h.get("authorization") == ["Bearer s3cret"] for _, h in reads), reads[:2]
-    # An invalid cluster policy (precedence 0) is refused: the previous one keeps serving.
-    gw.upstream.set_flowcontrol([flow_schema(0)], [PL])
+    # An invalid cluster policy (precedence above 10000; 0 would be defaulted to 1000, as
+    # upstream does) is refused: the previous one keeps serving (applied, its UID would show).
+    gw.upstream.set_flowcontrol([flow_schema(10001, uid="fs-invalid")], [PL])
     n = len(gw.upstream.received("/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas"))
     wait_until(lambda: len(gw.upstream.received("/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas")) >= n + 4,
                timeout=15, what="the gateway re-reads the invalid policy")
