@@ -13,6 +13,7 @@ pub mod digest;
 pub mod duration;
 pub mod engine;
 pub mod fairqueuing;
+pub mod fleet;
 pub mod limits;
 pub mod observe;
 pub mod policy;
