@@ -16,7 +16,11 @@
 //! - [`claim`]: the claim protocol, the state machine a host drives ([`Fleet`]).
 //! - [`memetcd`]: an in-memory model of etcd's JSON gateway for tests and the simulator.
 
+pub mod allocation;
 pub mod base64;
 pub mod config;
+pub mod levels;
 
+pub use allocation::{allocate, Allocation, ReplicaDemand};
 pub use config::FleetConfig;
+pub use levels::{FleetLevel, FleetPolicy};
