@@ -11,6 +11,7 @@
 //! - [`levels`]: the priority levels' static limits at the fleet limit.
 //! - [`allocation`]: the pure allocation function (fleet borrowing, split among replicas).
 //! - [`record`]: a replica's record in etcd and the key layout.
+//! - [`snapshot`]: every record under the prefix at one revision.
 //! - [`etcd`]: the etcd v3 JSON API codec (requests and total response decoders).
 //! - [`base64`]: base64 for etcd's keys and values.
 //! - [`claim`]: the claim protocol, the state machine a host drives ([`Fleet`]).
@@ -19,7 +20,10 @@
 pub mod allocation;
 pub mod base64;
 pub mod config;
+pub mod etcd;
 pub mod levels;
+pub mod record;
+pub mod snapshot;
 
 pub use allocation::{allocate, Allocation, ReplicaDemand};
 pub use config::FleetConfig;
