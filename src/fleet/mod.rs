@@ -19,12 +19,15 @@
 
 pub mod allocation;
 pub mod base64;
+pub mod claim;
 pub mod config;
 pub mod etcd;
 pub mod levels;
+pub mod memetcd;
 pub mod record;
 pub mod snapshot;
 
 pub use allocation::{allocate, Allocation, ReplicaDemand};
+pub use claim::{EtcdCall, Fleet, FleetMode};
 pub use config::FleetConfig;
 pub use levels::{FleetLevel, FleetPolicy};
