@@ -1,34 +1,44 @@
 //! The claim protocol: the state machine one replica runs against etcd ([`Fleet`]).
 //!
 //! **Invariant.** While etcd is reachable, the fleet's seats in use never exceed the fleet's
-//! limit: on every limited level, every replica's seats in use ≤ its claim in etcd, and the
-//! claims in etcd only grow through a transaction that checked them against the level's fleet
-//! CurrentCL (and their total against the fleet's total) on the revision it read.
+//! limit. Each record carries, per limited level, a **claim** (an upper bound of the replica's
+//! seats in use: the others leave it alone) and **granted** seats (≤ the claim: the replica
+//! admits only below them). On every level, every replica's seats in use ≤ its claim, and the
+//! granted seats only grow through a transaction that checked them, with the others' claims,
+//! against the level's fleet CurrentCL (and over all levels against Σ CurrentCL) on the revision
+//! it read. Normally claim = granted; a claim exceeds the granted seats only to cover requests
+//! admitted while the record was lost (cut off from etcd), until they drain.
 //!
 //! - A replica **lowers** its local limit at once and publishes `claim = max(allocation, seats
 //!   still in use)`, lower again as they drain. Seats in use are bounded by what the host reports
-//!   and by every local limit in force since that report (see [`Fleet::set_seats_in_use`]).
+//!   and by every local limit handed out since that report (see [`Fleet::set_seats_in_use`]).
 //! - A replica **raises** its local limit only after a transaction succeeded that (i) compares
 //!   the whole prefix's `mod_revision < R+1` (nothing under the prefix changed since the
-//!   revision `R` it read) and (ii) puts its record with the higher claim, computed so that the
-//!   claims of the snapshot at `R` with the new one fit the level's fleet CurrentCL and, over all
-//!   levels, the fleet's total. Every other write of the record compares the record's own
-//!   `mod_revision`, so a delayed older write can never overwrite a newer one.
+//!   revision `R` it read) and (ii) puts its record with the higher granted seats, computed so
+//!   that the others' claims in the snapshot at `R` plus them fit the level's fleet CurrentCL of
+//!   the state the write creates. Every other write compares the record's own `mod_revision`,
+//!   so a delayed older write can never overwrite a newer one, and never raises anything.
 //! - Each transaction also reads the prefix (`success: [put, range]`, `failure: [range]`): one
-//!   round trip gives the next snapshot, and a failed raise is retried at once on it (at most
-//!   [`MAX_WRITES_PER_PERIOD`] writes a period).
+//!   round trip gives the next snapshot, and a raise is sent (or a failed one retried) at once
+//!   on it, at most [`MAX_WRITES_PER_PERIOD`] writes a period.
 //! - A write whose outcome is unknown (no answer) may still apply later: its claims count as
-//!   possible until the replica sees its record change; the local limit stays under every
-//!   claim etcd may hold.
+//!   possible until the replica sees its record move past what the write compared; the local
+//!   limit stays under every claim etcd may hold, and a raise counts only once confirmed.
 //! - Records are bound to the replica's lease, kept alive every `period`. The lease is trusted
 //!   until `k + leaseTtl − period`, `k` the time the last successful keepalive was *sent* (etcd
 //!   refreshed it later, so it expires after `k + leaseTtl` by etcd's clock; the `period` of
-//!   margin absorbs clock rate differences and the time to act). Past that, or when etcd says
-//!   the lease is gone, the replica falls back to the static share (fleet CurrentCL ÷ the last
-//!   known number of replicas), never above its last claims.
+//!   margin absorbs clock rate differences and the time to act). Past that the replica falls
+//!   back to the static share (fleet CurrentCL ÷ the last known number of replicas), never above
+//!   its last claims and granted seats.
+//! - A replica that learns from etcd that its record is gone (lease expired while it was cut
+//!   off) admits nothing until it has registered again, one or two round trips later; its
+//!   registration claims what it still uses and is granted only what the check allows. If it
+//!   cannot register for `leaseTtl − period`, it falls back as above.
+//! - A replica that never had a record admits nothing on limited levels until its first
+//!   registration succeeds.
 //!
 //! The host calls [`Fleet::tick`] at least every `period`, sends the returned calls, and passes
-//! every answer (or its failure, status 0) to [`Fleet::on_response`]; it feeds the level's seat
+//! every answer (or its failure, status 0) to [`Fleet::on_response`]; it feeds the levels' seat
 //! demand and seats in use, and applies [`Fleet::limits`] to the engine.
 
 use super::allocation::{static_share, Allocation};
@@ -61,11 +71,12 @@ pub struct EtcdCall {
 /// Where the replica stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FleetMode {
-    /// No record of this replica seen in etcd yet: no seats on limited levels.
+    /// No record of this replica in etcd (not yet, or known gone): no seats on limited levels.
     Joining,
-    /// The record is in etcd and the lease trusted: the allocation applies, under the claims.
+    /// The record is in etcd and the lease trusted: the allocation, under the granted seats.
     Synced,
-    /// The lease may have expired or is gone: the static share, under the last claims.
+    /// etcd unreachable for as long as the lease may live: the static share, under the last
+    /// claims and granted seats.
     Fallback,
 }
 
@@ -100,12 +111,14 @@ struct Pending {
     heartbeat: u64,
     base: Base,
     claims: Vec<u32>,
+    granted: Vec<u32>,
 }
 
 /// A planned record write.
 struct Plan {
     base: Base,
     claims: Vec<u32>,
+    granted: Vec<u32>,
     record: Record,
     raises: bool,
 }
@@ -142,6 +155,11 @@ pub struct Fleet {
     own: Option<(i64, Vec<u32>)>,
     /// The claims last seen in etcd; kept when the record is lost (the fallback stays under them).
     last_claims: Option<Vec<u32>>,
+    /// Per level, the seats a confirmed write was granted by the fleet check: the replica
+    /// admits only below them (kept when the record is lost, for the fallback).
+    granted: Vec<u32>,
+    /// When the replica learnt that its record is gone (from etcd's answers).
+    lost_at: Option<Nanos>,
     pending: Vec<Pending>,
     heartbeat: u64,
     // Output.
@@ -191,6 +209,8 @@ impl Fleet {
             allocation: None,
             own: None,
             last_claims: None,
+            granted: vec![0; n],
+            lost_at: None,
             pending: Vec::new(),
             heartbeat: 0,
             history: vec![(0, limits.clone())],
@@ -361,7 +381,7 @@ impl Fleet {
                 calls.extend(self.follow_up(now));
             }
         } else if let Some(call) = take(&mut self.lease_call) {
-            if self.on_lease(call, status, body) && !self.left && !self.needs_token() {
+            if self.on_lease(call, status, body, now) && !self.left && !self.needs_token() {
                 calls.push(self.grant_call(now));
             }
             if call.kind == CallKind::Grant && self.lease.is_some() {
@@ -466,7 +486,7 @@ impl Fleet {
         let read = RequestOp::Range(RangeRequest::prefix(&self.prefix));
         let put = RequestOp::Put(PutRequest { key: self.key.clone(), value: record.encode(), lease: self.lease.unwrap_or(0) });
         let txn = TxnRequest { compare: vec![compare], success: vec![put, read.clone()], failure: vec![read] };
-        self.pending.push(Pending { heartbeat, base: plan.base, claims: plan.claims });
+        self.pending.push(Pending { heartbeat, base: plan.base, claims: plan.claims, granted: plan.granted });
         self.call(CallKind::Txn(heartbeat), etcd::KV_TXN, txn.to_body(), now)
     }
 
@@ -489,7 +509,7 @@ impl Fleet {
     }
 
     /// Returns whether a new lease must be granted at once.
-    fn on_lease(&mut self, call: InFlight, status: u16, body: &[u8]) -> bool {
+    fn on_lease(&mut self, call: InFlight, status: u16, body: &[u8], now: Nanos) -> bool {
         match call.kind {
             CallKind::Grant => match LeaseResponse::decode_grant(status, body) {
                 Ok(r) => {
@@ -504,11 +524,11 @@ impl Fleet {
                     self.lease_alive_at = Some(self.lease_alive_at.map_or(call.sent, |k| k.max(call.sent)));
                 }
                 Ok(_) => {
-                    self.lease_gone();
+                    self.lease_gone(now);
                     return true;
                 }
                 Err(e) if e.is_lease_not_found() => {
-                    self.lease_gone();
+                    self.lease_gone(now);
                     return true;
                 }
                 Err(e) => self.failed(&e),
@@ -520,12 +540,20 @@ impl Fleet {
 
     /// etcd no longer has the lease: it deleted the record with it, and no pending write can
     /// apply any more (a put naming a missing lease fails).
-    fn lease_gone(&mut self) {
+    fn lease_gone(&mut self, now: Nanos) {
         log::info!("fleet {}: lease gone, registering again", self.id);
         self.lease = None;
         self.lease_alive_at = None;
-        self.own = None;
+        self.lost(now);
         self.pending.clear();
+    }
+
+    /// The record is gone: others may already use its seats. Until registered again the replica
+    /// admits nothing (it learnt this from etcd, so registering is one or two round trips away).
+    fn lost(&mut self, now: Nanos) {
+        if self.own.take().is_some() && self.lost_at.is_none() {
+            self.lost_at = Some(now);
+        }
     }
 
     fn on_kv(&mut self, call: InFlight, status: u16, body: &[u8], now: Nanos) {
@@ -546,6 +574,8 @@ impl Fleet {
                                 self.pending.clear();
                                 self.own = Some((t.header.revision, p.claims.clone()));
                                 self.last_claims = Some(p.claims);
+                                self.granted = p.granted;
+                                self.lost_at = None;
                             }
                             self.published_this_round = true;
                         }
@@ -558,7 +588,7 @@ impl Fleet {
                             self.pending.retain(|p| p.heartbeat != heartbeat);
                         }
                         if e.is_lease_not_found() {
-                            self.lease_gone();
+                            self.lease_gone(now);
                         }
                         self.failed(&e);
                     }
@@ -585,6 +615,14 @@ impl Fleet {
                     Base::Own(b) => b == m,
                     Base::Prefix(r) => m <= r,
                 });
+                if self.own.as_ref().is_none_or(|(known, _)| *known != m) {
+                    // A write whose answer was lost applied, or a record from an earlier run
+                    // of this replica: what it was granted is not known, keep the smaller.
+                    for (g, c) in self.granted.iter_mut().zip(&claims) {
+                        *g = (*g).min(*c);
+                    }
+                    self.lost_at = None;
+                }
                 self.own = Some((m, claims.clone()));
                 self.last_claims = Some(claims);
             }
@@ -592,7 +630,7 @@ impl Fleet {
                 if self.own.is_some() {
                     log::info!("fleet {}: record gone from etcd", self.id);
                 }
-                self.own = None;
+                self.lost(now);
                 self.pending.retain(|p| matches!(p.base, Base::Prefix(_)));
             }
         }
@@ -622,10 +660,22 @@ impl Fleet {
         Some(base.iter().enumerate().map(|(i, &c)| self.pending.iter().filter_map(|p| p.claims.get(i).copied()).fold(c, u32::min)).collect())
     }
 
-    /// The next record write on the latest snapshot, raising claims only when `raise`.
+    /// The next record write on the latest snapshot, raising grants only when `raise` (a
+    /// registration always may).
+    ///
+    /// Per limited level, with `t` the allocation of the state this write creates, `g` the
+    /// granted seats, `cur` the current claim and `u` the bound of seats in use:
+    /// - raise (`t > g`): granted `g' = min(t, max(g, room))`, `room` = the level's fleet
+    ///   CurrentCL − Σ the others' claims; otherwise `g' = min(g, max(t, u))`;
+    /// - claim `= max(u, g', min(cur, t))`: never below the seats in use or the grant, lowered
+    ///   toward the allocation, above the current claim only by a grant or by seats in use the
+    ///   record no longer covered (a registration after the record was lost);
+    /// - over all levels, Σ the others' claims + Σ `g'` ≤ Σ fleet CurrentCL: raises are trimmed,
+    ///   last levels first.
     fn plan(&self, raise: bool) -> Option<Plan> {
         let snap = self.snapshot.as_ref()?;
         let present = self.own.is_some();
+        let raise = raise || !present;
         let in_use = self.in_use_bound();
         let n = self.policy.levels.len();
         let mut record = Record {
@@ -634,7 +684,7 @@ impl Fleet {
             server_concurrency_limit: self.policy.server_concurrency_limit,
             levels: self.policy.levels.iter().enumerate().map(|(i, l)| {
                 let demand = self.demand.get(i).copied().unwrap_or_default();
-                (l.name.clone(), LevelRecord { demand, claim: 0, in_use: self.in_use.get(i).copied().unwrap_or(0) })
+                (l.name.clone(), LevelRecord { demand, claim: 0, granted: 0, in_use: self.in_use.get(i).copied().unwrap_or(0) })
             }).collect(),
         };
         // The state this write creates, and its allocation.
@@ -642,61 +692,66 @@ impl Fleet {
         let alloc = after.allocate(&self.policy);
         let target = alloc.seats_of(&self.id).unwrap_or_else(|| vec![0; n]);
         let others = after.others_claims(&self.policy, &self.id);
-        let current: Vec<u32> = self.own.as_ref().map_or_else(|| vec![0; n], |(_, c)| c.clone());
-        let mut claims = vec![0u32; n];
-        // The part of each claim above the current claim and the seats in use: what is checked.
-        let mut raised = vec![0u32; n];
+        let zeros = vec![0u32; n];
+        let current: &[u32] = self.own.as_ref().map_or(&zeros, |(_, c)| c);
+        let old_granted: &[u32] = if present { &self.granted } else { &zeros };
+        let at = |v: &[u32], i: usize| v.get(i).copied().unwrap_or(0);
+        let mut granted = vec![0u32; n];
         for (i, l) in self.policy.levels.iter().enumerate() {
             if l.exempt {
                 continue;
             }
-            let (t, cur, used) = (target.get(i).copied().unwrap_or(0), current.get(i).copied().unwrap_or(0), in_use.get(i).copied().unwrap_or(0));
-            let want = t.max(used);
-            let claim = if want <= cur || !raise {
-                want.min(cur.max(used))
-            } else {
-                let forced = cur.max(used);
+            let (t, g, u) = (at(&target, i), at(old_granted, i), at(&in_use, i));
+            let g2 = if raise && t > g {
                 let fleet_cl = alloc.levels.get(i).map_or(0, |a| u64::from(a.current));
-                let room = if others.unknown { 0 } else { fleet_cl.saturating_sub(others.per_level.get(i).copied().unwrap_or(u64::MAX)) };
-                let room = u32::try_from(room).unwrap_or(u32::MAX);
-                forced.max(t.min(room))
+                let others_claims = others.per_level.get(i).copied().unwrap_or(u64::MAX);
+                let room = if others.unknown { 0 } else { u32::try_from(fleet_cl.saturating_sub(others_claims)).unwrap_or(u32::MAX) };
+                t.min(g.max(room))
+            } else {
+                g.min(t.max(u))
             };
-            if let Some(c) = claims.get_mut(i) {
-                *c = claim;
-            }
-            if let Some(r) = raised.get_mut(i) {
-                *r = claim.saturating_sub(cur.max(used));
+            if let Some(x) = granted.get_mut(i) {
+                *x = g2;
             }
         }
         // The total over all levels must fit the fleet's Σ CurrentCL: trim raises, last levels first.
-        let total: u64 = claims.iter().map(|&c| u64::from(c)).sum::<u64>().saturating_add(others.total);
+        let total = granted.iter().map(|&g| u64::from(g)).sum::<u64>().saturating_add(others.total);
         let mut excess = total.saturating_sub(alloc.limited_total());
-        for (c, r) in claims.iter_mut().zip(raised.iter_mut()).rev() {
-            let cut = u32::try_from(excess.min(u64::from(*r))).unwrap_or(0);
-            *c = c.saturating_sub(cut);
-            *r = r.saturating_sub(cut);
+        for (i, g2) in granted.iter_mut().enumerate().rev() {
+            let raised = g2.saturating_sub(at(old_granted, i));
+            let cut = u32::try_from(excess.min(u64::from(raised))).unwrap_or(0);
+            *g2 = g2.saturating_sub(cut);
             excess = excess.saturating_sub(u64::from(cut));
         }
-        let raises = !present || raised.iter().any(|&r| r > 0);
-        // `record.levels` is keyed by name.
+        let claims: Vec<u32> = self.policy.levels.iter().enumerate().map(|(i, l)| {
+            if l.exempt {
+                return 0;
+            }
+            at(&in_use, i).max(at(&granted, i)).max(at(current, i).min(at(&target, i)))
+        }).collect();
         for (i, l) in self.policy.levels.iter().enumerate() {
             if let Some(lr) = record.levels.get_mut(&l.name) {
-                lr.claim = claims.get(i).copied().unwrap_or(0);
+                lr.claim = at(&claims, i);
+                lr.granted = at(&granted, i);
             }
         }
+        let raises = !present || (0..n).any(|i| at(&granted, i) > at(old_granted, i) || at(&claims, i) > at(current, i));
         let base = match (raises, &self.own) {
             (false, Some((m, _))) => Base::Own(*m),
             _ => Base::Prefix(snap.revision),
         };
-        Some(Plan { base, claims, record, raises })
+        Some(Plan { base, claims, granted, record, raises })
     }
 
     fn compute_mode(&self, now: Nanos) -> FleetMode {
         let trusted = self.lease.is_some() && self.lease_deadline().is_some_and(|d| now < d);
-        match (&self.own, &self.last_claims) {
-            (Some(_), _) if trusted && !self.left => FleetMode::Synced,
-            (_, Some(_)) => FleetMode::Fallback,
-            _ => FleetMode::Joining,
+        // Unable to register again for as long as a lease may live: as if cut off.
+        let rejoin_failed = self.lost_at.is_some_and(|t| now >= t.saturating_add(self.config.lease_ttl).saturating_sub(self.config.period));
+        match &self.own {
+            Some(_) if trusted && !self.left => FleetMode::Synced,
+            Some(_) => FleetMode::Fallback,
+            None if rejoin_failed && self.last_claims.is_some() && !self.left => FleetMode::Fallback,
+            None => FleetMode::Joining,
         }
     }
 
@@ -709,8 +764,9 @@ impl Fleet {
             FleetMode::Synced => self.targets().unwrap_or_else(|| floor.clone()),
             FleetMode::Fallback => self.static_shares(),
         };
+        let at = |v: &[u32], i: usize| v.get(i).copied().unwrap_or(0);
         let limits: Vec<Option<u32>> = self.policy.levels.iter().enumerate().map(|(i, l)| {
-            (!l.exempt).then(|| cap.get(i).copied().unwrap_or(0).min(floor.get(i).copied().unwrap_or(0)))
+            (!l.exempt).then(|| at(&cap, i).min(at(&floor, i)).min(at(&self.granted, i)))
         }).collect();
         if limits != self.limits {
             self.generation = self.generation.wrapping_add(1);

@@ -127,10 +127,9 @@ impl MemEtcd {
         self.tokens.retain(|_, exp| now < *exp);
     }
 
-    /// A restart (or a leader change): remaining leases get their full TTL again, and simple
-    /// tokens (kept in memory) are gone.
+    /// A restart (or a leader change): every lease gets its full TTL again, however long the
+    /// member was down (etcd `lessor.Promote`), and simple tokens (kept in memory) are gone.
     pub fn restart(&mut self, now: Nanos) {
-        self.advance(now);
         for l in self.leases.values_mut() {
             l.expires_at = now.saturating_add(l.ttl_secs.saturating_mul(crate::NANOS_PER_SEC));
         }

@@ -4,12 +4,15 @@
 //! ```json
 //! {"format": 1, "heartbeat": 42, "revision": "1187", "serverConcurrencyLimit": 600,
 //!  "levels": {"workload-low": {"avg": 3.5, "stdDev": 1.2, "highWatermark": 6, "smoothed": 4.1,
-//!                              "claim": 20, "inUse": 5}, ...}}
+//!                              "claim": 20, "granted": 20, "inUse": 5}, ...}}
 //! ```
 //! - `levels`: per priority level (by name) the replica's seat demand statistics (upstream's
 //!   `seatDemandStats`: `avg`, `stdDev`, `highWatermark`, `smoothed`), its **claim** (the seats it
 //!   may use; an upper bound of its seats in use; 0 for exempt levels, which are not limited)
-//!   and its seats in use when it wrote the record.
+//!   its **granted** seats (the part of the claim that passed the fleet check: the replica admits
+//!   requests only while its seats in use are below it; equal to the claim except while requests
+//!   admitted outside the fleet's accounting — after the record was lost — drain), and its
+//!   seats in use when it wrote the record.
 //! - `revision`: the store revision of the snapshot the replica planned this record from.
 //! - `heartbeat`: counts the replica's writes.
 //! - `serverConcurrencyLimit`: the fleet limit the replica runs with (a mismatch shows a
@@ -29,6 +32,7 @@ pub const RECORD_FORMAT: u64 = 1;
 pub struct LevelRecord {
     pub demand: SeatDemandStats,
     pub claim: u32,
+    pub granted: u32,
     pub in_use: u32,
 }
 
@@ -76,7 +80,7 @@ impl LevelRecord {
         let d = &self.demand;
         json!({
             "avg": finite(d.avg), "stdDev": finite(d.std_dev), "highWatermark": d.high_watermark.max(0),
-            "smoothed": finite(d.smoothed), "claim": self.claim, "inUse": self.in_use,
+            "smoothed": finite(d.smoothed), "claim": self.claim, "granted": self.granted, "inUse": self.in_use,
         })
     }
 
@@ -88,6 +92,7 @@ impl LevelRecord {
         Ok(LevelRecord {
             demand: SeatDemandStats { avg: num(v, "avg")?, std_dev: num(v, "stdDev")?, high_watermark: hw, smoothed: num(v, "smoothed")? },
             claim: seats(v, "claim")?,
+            granted: seats(v, "granted")?,
             in_use: seats(v, "inUse")?,
         })
     }
@@ -134,6 +139,11 @@ impl Record {
         self.levels.get(level).map_or(0, |l| l.claim)
     }
 
+    /// The granted seats on a level (0 when the record does not name it).
+    pub fn granted(&self, level: &str) -> u32 {
+        self.levels.get(level).map_or(0, |l| l.granted)
+    }
+
     /// Σ claims over every level the record names.
     pub fn total_claim(&self) -> u64 {
         self.levels.values().map(|l| u64::from(l.claim)).sum()
@@ -152,7 +162,7 @@ mod tests {
     #[test]
     fn round_trip_and_leniency() {
         let mut r = Record { heartbeat: 3, revision: 99, server_concurrency_limit: 600, levels: BTreeMap::new() };
-        r.levels.insert("a".into(), LevelRecord { demand: SeatDemandStats { avg: 1.5, std_dev: 0.5, high_watermark: 3, smoothed: 2.0 }, claim: 7, in_use: 2 });
+        r.levels.insert("a".into(), LevelRecord { demand: SeatDemandStats { avg: 1.5, std_dev: 0.5, high_watermark: 3, smoothed: 2.0 }, claim: 7, granted: 6, in_use: 2 });
         assert_eq!(Record::decode(&r.encode()).unwrap(), r);
         assert_eq!(r.claim("a") + r.claim("b"), 7);
         let lenient = Record::decode(br#"{"format":1,"future":true,"levels":{"x":{"claim":4,"avg":null}}}"#).unwrap();

@@ -119,3 +119,8 @@ pub fn demand_of(record: Option<&Record>, policy: &FleetPolicy) -> Vec<SeatDeman
 pub fn claims_of(record: &Record, policy: &FleetPolicy) -> Vec<u32> {
     policy.levels.iter().map(|l| record.claim(&l.name)).collect()
 }
+
+/// A record's granted seats per level of `policy`.
+pub fn granted_of(record: &Record, policy: &FleetPolicy) -> Vec<u32> {
+    policy.levels.iter().map(|l| record.granted(&l.name)).collect()
+}

@@ -13,7 +13,7 @@ use apf_wasm::fleet::etcd::{self, CompareTarget, KeyValue, RequestOp, TxnRequest
 use apf_wasm::fleet::levels::FleetPolicy;
 use apf_wasm::fleet::memetcd::MemEtcd;
 use apf_wasm::fleet::record::Record;
-use apf_wasm::fleet::snapshot::{claims_of, Snapshot};
+use apf_wasm::fleet::snapshot::{claims_of, granted_of, Snapshot};
 use apf_wasm::fleet::{EtcdCall, Fleet, FleetMode};
 use apf_wasm::limits::borrowing::SeatDemandStats;
 use apf_wasm::policy::model::{LimitResponse, PriorityLevel, PriorityLevelSpec, Queuing};
@@ -107,6 +107,9 @@ pub struct Replica {
     pub last_etcd_claims: Option<Vec<u32>>,
     /// The record was seen in etcd at some point.
     pub registered: bool,
+    /// The record was seen gone while the replica was alive (its lease expired while it was
+    /// cut off from etcd).
+    pub lost_record: bool,
     last_demand_push: Nanos,
 }
 
@@ -114,6 +117,7 @@ impl Replica {
     pub fn in_use(&self) -> Vec<u32> {
         self.executing.iter().map(|e| e.len() as u32).collect()
     }
+
 }
 
 enum Event {
@@ -139,6 +143,10 @@ pub struct Sim {
     /// last checked raise on that level was computed against.
     pub ceiling: Vec<u64>,
     pub stats: Stats,
+    /// Σ overshoot seats at the last check.
+    pub last_overshoot: u64,
+    overshoot_in_step: bool,
+    records_cache: Option<(i64, BTreeMap<String, Record>)>,
     /// Maximum extra steps of lag before a replica's engine applies new limits.
     pub apply_lag: Nanos,
     pub service_min: Nanos,
@@ -153,7 +161,8 @@ pub struct Stats {
     pub forced_registrations: u64,
     pub calls: u64,
     pub lost: u64,
-    /// Steps in which a live replica's record was gone while it still had seats in use.
+    /// Steps with an overshoot: seats in use outside the fleet's accounting (a replica whose
+    /// record expired while it was cut off from etcd).
     pub uncovered_steps: u64,
     pub max_overshoot: u64,
     pub fallback_steps: u64,
@@ -179,6 +188,9 @@ impl Sim {
             seq: 0,
             incarnations: 0,
             stats: Stats::default(),
+            last_overshoot: 0,
+            overshoot_in_step: false,
+            records_cache: None,
             apply_lag: 100 * MS,
             service_min: 50 * MS,
             service_max: 400 * MS,
@@ -205,6 +217,7 @@ impl Sim {
             outstanding: BTreeMap::new(),
             last_etcd_claims: None,
             registered: false,
+            lost_record: false,
             last_demand_push: 0,
         };
         if slot < self.replicas.len() {
@@ -303,12 +316,17 @@ impl Sim {
         if self.etcd_up {
             self.etcd.advance(self.now);
         }
-        self.check();
+        // Between etcd events only a replica's own run changes its seats in use: one check
+        // after all of them sees every state a check after each would.
         for slot in 0..self.replicas.len() {
             self.run_replica(slot);
-            self.check();
         }
+        self.check();
         self.stats.steps += 1;
+        if self.overshoot_in_step {
+            self.stats.uncovered_steps += 1;
+            self.overshoot_in_step = false;
+        }
     }
 
     fn deliver(&mut self, e: Event) {
@@ -351,62 +369,64 @@ impl Sim {
     }
 
     /// A successful write of `id`'s record: a write that compared the record's own revision
-    /// never raises a claim; a write that compared the prefix at revision R raises each claim
-    /// only so far that the claims of the snapshot at R, with the new record, fit the level's
-    /// fleet CurrentCL computed from that state (and in total the Σ of CurrentCLs) — or, for a
-    /// replica registering again after its record was lost, up to the claims it held before.
+    /// never raises its claim or its granted seats; a write that compared the prefix at revision
+    /// R raises the granted seats of a level only so far that the others' claims in the
+    /// snapshot at R plus them fit the level's fleet CurrentCL computed from that state with the
+    /// new record (and over all levels the Σ of CurrentCLs), and raises a claim above its granted
+    /// seats only to cover seats in use admitted before the record was lost (at most the claims
+    /// it held then).
     pub fn verify_write(&mut self, slot: usize, id: &str, txn: &TxnRequest, before: Option<KeyValue>) {
         let Some(RequestOp::Put(put)) = txn.success.first() else { panic!("write without a put") };
         let record = Record::decode(&put.value).unwrap();
-        let new = claims_of(&record, &self.policy);
-        let old = before.as_ref().map(|kv| claims_of(&Record::decode(&kv.value).unwrap(), &self.policy));
+        let (claims, granted) = (claims_of(&record, &self.policy), granted_of(&record, &self.policy));
+        let n = claims.len();
+        let old = before.as_ref().map(|kv| Record::decode(&kv.value).unwrap());
+        let (old_claims, old_granted) = old.as_ref().map_or((vec![0; n], vec![0; n]), |r| (claims_of(r, &self.policy), granted_of(r, &self.policy)));
         self.stats.writes_ok += 1;
+        for i in 0..n {
+            assert!(granted[i] <= claims[i], "{id}: granted {} above claim {}", granted[i], claims[i]);
+        }
         let compare = &txn.compare[0];
         match (&compare.target, compare.range_end.is_empty()) {
             (CompareTarget::Mod(m), true) => {
-                let old = old.unwrap_or_else(|| panic!("{id}: own-revision write {m} applied without a record"));
-                for (i, (n, o)) in new.iter().zip(&old).enumerate() {
-                    assert!(n <= o, "{id}: level {i} raised {o} → {n} without checking the fleet");
+                assert!(old.is_some(), "{id}: own-revision write {m} applied without a record");
+                for i in 0..n {
+                    assert!(claims[i] <= old_claims[i] && granted[i] <= old_granted[i], "{id}: level {i} raised without checking the fleet");
                 }
             }
             (CompareTarget::Mod(r1), false) => {
                 let r = r1 - 1;
                 let prefix = self.prefix();
-                let mut at_r = self.snapshot_of(self.etcd.range_at(&prefix, &etcd::prefix_range_end(&prefix), r), r);
-                let present_at_r = at_r.get(id).is_some();
-                at_r = at_r.with_record(id, record.clone());
+                let at_r = self.snapshot_of(self.etcd.range_at(&prefix, &etcd::prefix_range_end(&prefix), r), r).with_record(id, record.clone());
                 let alloc = at_r.allocate(&self.policy);
                 let others = at_r.others_claims(&self.policy, id);
-                let old = old.unwrap_or_else(|| vec![0; new.len()]);
-                let last = self.replicas[slot].last_etcd_claims.clone().unwrap_or_else(|| vec![0; new.len()]);
-                let mut forced = false;
+                let legacy = self.replicas[slot].last_etcd_claims.clone().unwrap_or_else(|| vec![0; n]);
+                let mut raised = false;
                 for (i, l) in self.policy.levels.iter().enumerate() {
                     if l.exempt {
-                        assert_eq!(new[i], 0);
+                        assert_eq!(claims[i], 0);
                         continue;
                     }
-                    if new[i] <= old[i] {
-                        continue;
-                    }
-                    let sum = others.per_level[i] + u64::from(new[i]);
-                    let cl = u64::from(alloc.levels[i].current);
-                    if sum <= cl {
+                    if granted[i] > old_granted[i] {
+                        raised = true;
                         self.stats.raises_checked += 1;
+                        let (sum, cl) = (others.per_level[i] + u64::from(granted[i]), u64::from(alloc.levels[i].current));
+                        assert!(sum <= cl, "{id}: level {} granted {} → {} makes Σ {sum} > fleet CurrentCL {cl}", l.name, old_granted[i], granted[i]);
                         self.ceiling[i] = cl;
-                    } else {
-                        assert!(!present_at_r && new[i] <= last[i], "{id}: level {} claim {} → {} makes Σ {sum} > fleet CurrentCL {cl}", l.name, old[i], new[i]);
-                        forced = true;
+                    }
+                    if claims[i] > old_claims[i].max(granted[i]) {
+                        assert!(claims[i] <= legacy[i], "{id}: level {} claim {} → {} above its grant {} and its last claim {}", l.name, old_claims[i], claims[i], granted[i], legacy[i]);
                         self.stats.forced_registrations += 1;
                     }
                 }
-                if !forced && new.iter().zip(&old).any(|(n, o)| n > o) {
-                    let total = others.total + new.iter().map(|&c| u64::from(c)).sum::<u64>();
-                    assert!(total <= alloc.limited_total(), "{id}: Σ claims {total} > Σ CurrentCL {}", alloc.limited_total());
+                if raised {
+                    let total = others.total + granted.iter().map(|&c| u64::from(c)).sum::<u64>();
+                    assert!(total <= alloc.limited_total(), "{id}: Σ others' claims + granted {total} > Σ CurrentCL {}", alloc.limited_total());
                 }
             }
             other => panic!("unexpected compare {other:?}"),
         }
-        self.replicas[slot].last_etcd_claims = Some(new);
+        self.replicas[slot].last_etcd_claims = Some(claims);
         self.replicas[slot].registered = true;
     }
 
@@ -459,28 +479,37 @@ impl Sim {
         self.dispatch(slot, calls);
     }
 
-    /// The invariant, after every event:
-    /// - a live replica with a record in etcd uses at most its claim on every limited level;
-    /// - a live replica whose record is gone (its lease expired while it was cut off) is not
-    ///   synced, and uses at most the claims it last held; what it uses is the overshoot;
-    /// - Σ claims in etcd per level ≤ the ceiling set by the last checked raise, so Σ seats in
-    ///   use per level ≤ that ceiling + the overshoot, and in total ≤ Σ ceilings + overshoot.
+    /// The invariant, after every event. A replica's seats in use up to its granted seats are
+    /// *covered* (in the fleet's accounting); above them — possible only for a replica whose
+    /// record expired while it was cut off from etcd, for requests admitted under its fallback
+    /// limits until they drain — they are the overshoot.
+    /// - a live replica with a record uses at most its claim;
+    /// - a live replica whose record is gone is not synced and uses at most the claims it last
+    ///   held; one never registered uses nothing;
+    /// - per level, Σ covered seats in use ≤ the fleet CurrentCL the last checked grant on that
+    ///   level was computed against; over all levels ≤ `nominalCLSum` + ⌊levels / 2⌋ (the
+    ///   largest Σ CurrentCL, `tests/fleet_allocation.rs`).
     pub fn check(&mut self) {
-        let records = self.records();
+        let revision = self.etcd.revision();
+        let records = match self.records_cache.take() {
+            Some((r, records)) if r == revision => records,
+            _ => self.records(),
+        };
         let n = self.policy.levels.len();
-        let mut in_use = vec![0u64; n];
+        let mut covered = vec![0u64; n];
         let mut overshoot = vec![0u64; n];
         for r in self.replicas.iter_mut().filter(|r| r.alive) {
             let id = r.fleet.replica_id().to_string();
             let used = r.in_use();
             match records.get(&id) {
                 Some(rec) => {
-                    let claims = claims_of(rec, &self.policy);
-                    for (i, l) in self.policy.levels.iter().enumerate() {
-                        if !l.exempt {
-                            assert!(used[i] <= claims[i], "t={} {id}: level {} uses {} > claim {}", self.now, l.name, used[i], claims[i]);
-                            in_use[i] += u64::from(used[i]);
-                        }
+                    let (claims, granted) = (claims_of(rec, &self.policy), granted_of(rec, &self.policy));
+                    for (i, l) in self.policy.levels.iter().enumerate().filter(|(_, l)| !l.exempt) {
+                        assert!(used[i] <= claims[i], "t={} {id}: level {} uses {} > claim {}", self.now, l.name, used[i], claims[i]);
+                        let excess = used[i].saturating_sub(granted[i]);
+                        assert!(excess == 0 || r.lost_record, "t={} {id}: level {} uses {} > granted {}", self.now, l.name, used[i], granted[i]);
+                        covered[i] += u64::from(used[i] - excess);
+                        overshoot[i] += u64::from(excess);
                     }
                     r.last_etcd_claims = Some(claims);
                     r.registered = true;
@@ -489,45 +518,31 @@ impl Sim {
                     if r.fleet.mode() == FleetMode::Fallback {
                         self.stats.fallback_steps += 1;
                     }
+                    let last = r.last_etcd_claims.clone().unwrap_or_else(|| vec![0; n]);
                     if r.registered {
-                        let last = r.last_etcd_claims.clone().unwrap_or_else(|| vec![0; n]);
+                        r.lost_record = true;
                         assert_ne!(r.fleet.mode(), FleetMode::Synced, "t={} {id}: synced without a record", self.now);
-                        for (i, l) in self.policy.levels.iter().enumerate() {
-                            if !l.exempt {
-                                assert!(used[i] <= last[i], "t={} {id}: level {} uses {} > its last claim {}", self.now, l.name, used[i], last[i]);
-                                overshoot[i] += u64::from(used[i]);
-                            }
-                        }
-                    } else {
-                        for (i, l) in self.policy.levels.iter().enumerate() {
-                            if !l.exempt {
-                                assert_eq!(used[i], 0, "t={} {id}: level {} used before its first claim", self.now, l.name);
-                            }
-                        }
+                    }
+                    for (i, l) in self.policy.levels.iter().enumerate().filter(|(_, l)| !l.exempt) {
+                        assert!(used[i] <= last[i], "t={} {id}: level {} uses {} > its last claim {}", self.now, l.name, used[i], last[i]);
+                        overshoot[i] += u64::from(used[i]);
                     }
                 }
             }
         }
         let total_overshoot: u64 = overshoot.iter().sum();
         if total_overshoot > 0 {
-            self.stats.uncovered_steps += 1;
+            self.overshoot_in_step = true;
             self.stats.max_overshoot = self.stats.max_overshoot.max(total_overshoot);
         }
-        for (i, l) in self.policy.levels.iter().enumerate() {
-            if l.exempt {
-                continue;
-            }
-            let claims: u64 = records.values().map(|r| u64::from(r.claim(&l.name))).sum();
-            if claims > self.ceiling[i] {
-                // Only re-registrations (checked in verify_write) add claims unchecked.
-                assert!(self.stats.forced_registrations > 0, "t={}: level {} Σ claims {claims} > ceiling {}", self.now, l.name, self.ceiling[i]);
-                self.ceiling[i] = claims;
-            }
-            assert!(in_use[i] <= claims, "t={}: level {} Σ in use {} > Σ claims {claims}", self.now, l.name, in_use[i]);
-            assert!(in_use[i] <= self.ceiling[i], "t={}: level {} Σ in use {} > ceiling {}", self.now, l.name, in_use[i], self.ceiling[i]);
+        self.last_overshoot = total_overshoot;
+        for (i, l) in self.policy.levels.iter().enumerate().filter(|(_, l)| !l.exempt) {
+            assert!(covered[i] <= self.ceiling[i], "t={}: level {} Σ covered seats in use {} > ceiling {}", self.now, l.name, covered[i], self.ceiling[i]);
         }
         let max_total = u64::from(self.policy.nominal_sum()) + self.policy.limited_levels() as u64 / 2;
-        assert!(in_use.iter().sum::<u64>() <= max_total, "t={}: Σ in use {} > {max_total}", self.now, in_use.iter().sum::<u64>());
+        let total: u64 = covered.iter().sum();
+        assert!(total <= max_total, "t={}: Σ covered seats in use {total} > {max_total}: per level {covered:?}", self.now);
+        self.records_cache = Some((revision, records));
     }
 
     /// Runs `secs` seconds of model time in steps of `dt`.
