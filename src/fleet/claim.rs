@@ -57,6 +57,9 @@ use crate::Nanos;
 /// raises that follow it at once).
 pub const MAX_WRITES_PER_PERIOD: u32 = 4;
 
+/// Generations of limits kept for the bound of seats in use (older ones are folded together).
+const MAX_HISTORY: usize = 32;
+
 /// One HTTP call to etcd: `POST path` with a JSON body. The host adds `:method`, `:path` and
 /// `:authority` (`fleet.etcd.authority`) and sends it to the `fleet.etcd.cluster` cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,6 +145,8 @@ pub struct Fleet {
     /// `k`: when the last keepalive (or grant) that proved the lease alive was sent.
     lease_alive_at: Option<Nanos>,
     last_keepalive: Option<Nanos>,
+    last_grant: Option<Nanos>,
+    last_auth: Option<Nanos>,
     auth_call: Option<InFlight>,
     lease_call: Option<InFlight>,
     kv_call: Option<InFlight>,
@@ -149,6 +154,8 @@ pub struct Fleet {
     last_round: Option<Nanos>,
     writes_this_round: u32,
     published_this_round: bool,
+    /// The last kv call failed (no follow-up until the next period).
+    kv_error: bool,
     snapshot: Option<Snapshot>,
     allocation: Option<Allocation>,
     /// The record as etcd holds it per the latest observation: (mod revision, claims).
@@ -199,12 +206,15 @@ impl Fleet {
             lease: None,
             lease_alive_at: None,
             last_keepalive: None,
+            last_grant: None,
+            last_auth: None,
             auth_call: None,
             lease_call: None,
             kv_call: None,
             last_round: None,
             writes_this_round: 0,
             published_this_round: false,
+            kv_error: false,
             snapshot: None,
             allocation: None,
             own: None,
@@ -331,16 +341,17 @@ impl Fleet {
     /// Periodic work: authenticate, grant or keep the lease alive, publish the record. Call at
     /// least every `period`.
     pub fn tick(&mut self, now: Nanos) -> Vec<EtcdCall> {
-        let mut calls = Vec::new();
-        self.expire_calls(now);
+        let mut calls = self.expire_calls(now);
         if self.left {
             self.refresh(now);
             return calls;
         }
+        let due = |last: Option<Nanos>| last.is_none_or(|t| now.saturating_sub(t) >= self.config.period);
         if self.needs_token() {
-            if self.auth_call.is_none() {
+            if self.auth_call.is_none() && due(self.last_auth) {
                 if let Some(c) = &self.config.etcd.credentials {
                     let body = etcd::authenticate_request(&c.username, &c.password);
+                    self.last_auth = Some(now);
                     calls.push(self.call(CallKind::Authenticate, etcd::AUTHENTICATE, body, now));
                 }
             }
@@ -349,7 +360,8 @@ impl Fleet {
         }
         if self.lease_call.is_none() {
             match self.lease {
-                None => calls.push(self.grant_call(now)),
+                None if due(self.last_grant) => calls.push(self.grant_call(now)),
+                None => {}
                 Some(id) if self.last_keepalive.is_none_or(|t| now.saturating_sub(t) >= self.config.period) => {
                     self.last_keepalive = Some(now);
                     calls.push(self.call(CallKind::KeepAlive, etcd::LEASE_KEEPALIVE, etcd::lease_id_request(id), now));
@@ -433,22 +445,29 @@ impl Fleet {
     }
 
     fn grant_call(&mut self, now: Nanos) -> EtcdCall {
+        self.last_grant = Some(now);
         self.call(CallKind::Grant, etcd::LEASE_GRANT, etcd::lease_grant_request(self.config.lease_ttl_secs()), now)
     }
 
     /// Calls not answered within `leaseTtl` are given up (as if the host reported a failure);
     /// a late answer is then ignored.
-    fn expire_calls(&mut self, now: Nanos) {
+    fn expire_calls(&mut self, now: Nanos) -> Vec<EtcdCall> {
         let ttl = self.config.lease_ttl;
         let stale = |c: &Option<InFlight>| c.filter(|c| now.saturating_sub(c.sent) > ttl);
+        let mut calls = Vec::new();
         for call in [stale(&self.auth_call), stale(&self.lease_call), stale(&self.kv_call)].into_iter().flatten() {
-            let _ = self.on_response(call.id, 0, b"", now);
+            calls.extend(self.on_response(call.id, 0, b"", now));
         }
+        calls
     }
 
-    /// The periodic record write, or a read when there is no lease (or no snapshot) yet.
+    /// The periodic record write; a read when there is no lease or snapshot yet, or when the
+    /// lease is not trusted (writes wait until a keepalive succeeds again, so that writes whose
+    /// outcome is unknown do not pile up while etcd is unreachable).
     fn round_call(&mut self, now: Nanos) -> Option<EtcdCall> {
-        if self.lease.is_some() && self.snapshot.is_some() && !self.needs_token() {
+        self.kv_error = false;
+        let trusted = self.lease_deadline().is_some_and(|d| now < d);
+        if self.lease.is_some() && self.snapshot.is_some() && !self.needs_token() && trusted {
             let raise = self.own.is_none();
             if let Some(plan) = self.plan(raise) {
                 return Some(self.write_call(plan, now));
@@ -458,9 +477,10 @@ impl Fleet {
         Some(self.call(CallKind::Range, etcd::KV_RANGE, serde_json::to_vec(&body).unwrap_or_default(), now))
     }
 
-    /// After an answer: register, retry this period's write, or raise on the fresh snapshot.
+    /// After an answer: register, retry this period's write, or raise on the fresh snapshot
+    /// (not after a failed call: the next period retries).
     fn follow_up(&mut self, now: Nanos) -> Option<EtcdCall> {
-        if self.left || self.kv_call.is_some() || self.lease.is_none() || self.snapshot.is_none() || self.needs_token() {
+        if self.left || self.kv_error || self.kv_call.is_some() || self.lease.is_none() || self.snapshot.is_none() || self.needs_token() {
             return None;
         }
         if self.writes_this_round >= MAX_WRITES_PER_PERIOD || self.last_round.is_none() {
@@ -557,9 +577,13 @@ impl Fleet {
     }
 
     fn on_kv(&mut self, call: InFlight, status: u16, body: &[u8], now: Nanos) {
+        self.kv_error = true;
         match call.kind {
             CallKind::Range => match RangeResponse::decode(status, body).and_then(|r| Snapshot::from_range(&self.prefix, &r)) {
-                Ok(s) => self.observe(s, now),
+                Ok(s) => {
+                    self.kv_error = false;
+                    self.observe(s, now);
+                }
                 Err(e) => self.failed(&e),
             },
             CallKind::Txn(heartbeat) => {
@@ -568,6 +592,7 @@ impl Fleet {
                 match (answer, read) {
                     (Ok(t), Some(Some(Ok(snapshot)))) => {
                         let written = self.pending.iter().position(|p| p.heartbeat == heartbeat).map(|i| self.pending.swap_remove(i));
+                        self.kv_error = false;
                         if t.succeeded {
                             if let Some(p) = written {
                                 // Every other pending write compared an older state of the record.
@@ -599,9 +624,12 @@ impl Fleet {
     }
 
     /// A snapshot read: what it says about this replica's record, and the new allocation.
+    ///
+    /// Kv calls are sent one at a time and a late answer to a given-up call is ignored, so every
+    /// snapshot is newer than the previous one (a lower revision means etcd's data was replaced).
     fn observe(&mut self, s: Snapshot, now: Nanos) {
         if self.snapshot.as_ref().is_some_and(|old| s.revision < old.revision) {
-            return;
+            log::warn!("fleet {}: etcd's revision went back from {:?} to {}", self.id, self.snapshot.as_ref().map(|o| o.revision), s.revision);
         }
         match s.get(&self.id) {
             Some(e) => {
@@ -772,6 +800,16 @@ impl Fleet {
             self.generation = self.generation.wrapping_add(1);
             self.history.push((self.generation, limits.clone()));
             self.limits = limits;
+            // A host that reports rarely: fold the oldest generations into one (the larger
+            // limits under the later generation, which keeps the bound of seats in use).
+            while self.history.len() > MAX_HISTORY {
+                let first = self.history.remove(0);
+                if let Some((_, next)) = self.history.first_mut() {
+                    for (n, f) in next.iter_mut().zip(first.1) {
+                        *n = (*n).max(f);
+                    }
+                }
+            }
         }
     }
 }
