@@ -393,15 +393,19 @@ impl Fleet {
                 calls.extend(self.follow_up(now));
             }
         } else if let Some(call) = take(&mut self.lease_call) {
-            if self.on_lease(call, status, body, now) && !self.left && !self.needs_token() {
-                calls.push(self.grant_call(now));
-            }
+            self.on_lease(call, status, body, now);
             if call.kind == CallKind::Grant && self.lease.is_some() {
+                // A new lease: register at once.
+                self.kv_error = false;
                 calls.extend(self.follow_up(now));
             }
         } else if let Some(call) = take(&mut self.kv_call) {
             self.on_kv(call, status, body, now);
             calls.extend(self.follow_up(now));
+        }
+        // The lease is gone (a keepalive or a write said so): a new one at once.
+        if !self.left && !self.needs_token() && self.lease.is_none() && self.lease_call.is_none() && self.last_grant.is_none() {
+            calls.push(self.grant_call(now));
         }
         self.refresh(now);
         calls
@@ -528,8 +532,7 @@ impl Fleet {
         }
     }
 
-    /// Returns whether a new lease must be granted at once.
-    fn on_lease(&mut self, call: InFlight, status: u16, body: &[u8], now: Nanos) -> bool {
+    fn on_lease(&mut self, call: InFlight, status: u16, body: &[u8], now: Nanos) {
         match call.kind {
             CallKind::Grant => match LeaseResponse::decode_grant(status, body) {
                 Ok(r) => {
@@ -543,19 +546,12 @@ impl Fleet {
                 Ok(r) if r.ttl > 0 => {
                     self.lease_alive_at = Some(self.lease_alive_at.map_or(call.sent, |k| k.max(call.sent)));
                 }
-                Ok(_) => {
-                    self.lease_gone(now);
-                    return true;
-                }
-                Err(e) if e.is_lease_not_found() => {
-                    self.lease_gone(now);
-                    return true;
-                }
+                Ok(_) => self.lease_gone(now),
+                Err(e) if e.is_lease_not_found() => self.lease_gone(now),
                 Err(e) => self.failed(&e),
             },
             _ => {}
         }
-        false
     }
 
     /// etcd no longer has the lease: it deleted the record with it, and no pending write can
@@ -564,6 +560,7 @@ impl Fleet {
         log::info!("fleet {}: lease gone, registering again", self.id);
         self.lease = None;
         self.lease_alive_at = None;
+        self.last_grant = None;
         self.lost(now);
         self.pending.clear();
     }
@@ -777,6 +774,8 @@ impl Fleet {
         let rejoin_failed = self.lost_at.is_some_and(|t| now >= t.saturating_add(self.config.lease_ttl).saturating_sub(self.config.period));
         match &self.own {
             Some(_) if trusted && !self.left => FleetMode::Synced,
+            // A record of an earlier run of this replica, no lease of its own yet.
+            Some(_) if self.lease_alive_at.is_none() && self.lease.is_none() => FleetMode::Joining,
             Some(_) => FleetMode::Fallback,
             None if rejoin_failed && self.last_claims.is_some() && !self.left => FleetMode::Fallback,
             None => FleetMode::Joining,
