@@ -260,7 +260,7 @@ fn fleet_equals_one_apiserver_with_the_summed_demand() {
         // Three replicas: integer parts of the demand spread over them (sums exact in f64).
         let parts: Vec<Vec<SeatDemandStats>> = (0..3).map(|k| single.iter().map(|s| {
             let third = |x: f64| ((x as i64 + 2 - k) / 3) as f64;
-            SeatDemandStats { avg: third(s.avg), std_dev: 0.0, high_watermark: (s.high_watermark + 2 - k as i64) / 3, smoothed: third(s.smoothed) }
+            SeatDemandStats { avg: third(s.avg), std_dev: 0.0, high_watermark: (s.high_watermark + 2 - k) / 3, smoothed: third(s.smoothed) }
         }).collect()).collect();
         let ids = ["a", "b", "c"];
         let replicas: Vec<ReplicaDemand<'_>> = ids.iter().zip(&parts).map(|(id, d)| ReplicaDemand { id, demand: d }).collect();

@@ -4,7 +4,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 #[path = "common/fleet_sim.rs"]
-#[allow(dead_code)]
 mod fleet_sim;
 
 use apf_wasm::fleet::base64;

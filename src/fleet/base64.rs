@@ -59,7 +59,7 @@ fn value(c: u8) -> Option<u32> {
 /// Decodes padded standard base64.
 pub fn decode(s: &str) -> Result<Vec<u8>, Base64Error> {
     let bytes = s.as_bytes();
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return Err(Base64Error::Length(bytes.len()));
     }
     let mut out = Vec::with_capacity(bytes.len() / 4 * 3);

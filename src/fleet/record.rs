@@ -76,7 +76,7 @@ fn seats(v: &Value, key: &str) -> Result<u32, String> {
 }
 
 impl LevelRecord {
-    fn to_json(&self) -> Value {
+    fn to_json(self) -> Value {
         let d = &self.demand;
         json!({
             "avg": finite(d.avg), "stdDev": finite(d.std_dev), "highWatermark": d.high_watermark.max(0),
