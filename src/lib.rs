@@ -13,6 +13,7 @@ pub mod digest;
 pub mod duration;
 pub mod engine;
 pub mod fairqueuing;
+pub mod fleet;
 pub mod gateway;
 pub mod limits;
 pub mod observe;

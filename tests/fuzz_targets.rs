@@ -438,3 +438,90 @@ fn write_queueing_corpus() {
     write_corpus("queueset_ops", "exempt", &[1, 0, 0, 0, 0, 1, 1, 1, 0, 2, 2, 2, 2, 0, 0, 0, 6, 3, 0, 0, 4, 0, 0, 0]);
     write_corpus("queueset_ops", "reject", &[2, 0, 0, 1, 0, 1, 1, 1, 0, 1, 1, 1, 2, 1, 0, 0, 0, 1, 1, 1]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// fleet: etcd JSON API responses
+
+#[test]
+fn fuzz_etcd_response() {
+    run("etcd_response", 5_000, 3.0);
+}
+
+/// Regenerates `fuzz/corpus/etcd_response` from the in-memory etcd model's answers to a replica:
+/// `cargo test --test fuzz_targets -- --ignored write_etcd_response_corpus`.
+#[test]
+#[ignore = "regenerates fuzz/corpus/etcd_response"]
+fn write_etcd_response_corpus() {
+    use apf_wasm::fleet::etcd;
+    use apf_wasm::fleet::memetcd::MemEtcd;
+    use apf_wasm::fleet::{Fleet, FleetConfig, FleetPolicy};
+    use apf_wasm::limits::borrowing::SeatDemandStats;
+    const S: i64 = 1_000_000_000;
+    let policy = FleetPolicy::new(100, &apf_wasm::policy::default_policy().priority_levels);
+    let mut etcd = MemEtcd::with_auth(&[("apf", "pw")], 300 * S);
+    let mut cfg = FleetConfig::with_cluster("etcd");
+    cfg.etcd.credentials = Some(apf_wasm::fleet::config::Credentials { username: "apf".into(), password: "pw".into() });
+    let mut seen: Vec<(String, Vec<u8>)> = Vec::new();
+    let selector = |path: &str, status: u16, txn_range: bool| -> u8 {
+        let kind = match path {
+            etcd::KV_RANGE => 0,
+            etcd::KV_TXN if txn_range => 0,
+            etcd::KV_TXN => 1,
+            etcd::LEASE_GRANT => 2,
+            etcd::LEASE_KEEPALIVE => 3,
+            etcd::AUTHENTICATE => 4,
+            _ => 5,
+        };
+        let st = match status { 200 => 0, 0 => 3, 400 => 4, 401 => 5, 404 => 6, _ => 7 };
+        kind | (st << 3)
+    };
+    let mut fleets: Vec<Fleet> = ["gw-a", "gw-b"].iter().map(|id| Fleet::new(cfg.clone(), policy.clone(), id).unwrap()).collect();
+    for (i, f) in fleets.iter_mut().enumerate() {
+        let d = SeatDemandStats { avg: 3.5 + i as f64, std_dev: 1.25, high_watermark: 6, smoothed: 4.0 };
+        f.set_local_demand(&vec![d; policy.levels.len()]);
+    }
+    for t in 0..4 {
+        let now = 1_000 * S + t * S;
+        if t == 3 {
+            // An expired token and a lease gone: error answers.
+            etcd.restart(now);
+            let id = fleets[0].lease().unwrap();
+            etcd.handle(etcd::LEASE_REVOKE, &[], &etcd::lease_id_request(id), now);
+        }
+        for f in fleets.iter_mut() {
+            let mut calls = f.tick(now);
+            while let Some(c) = calls.pop() {
+                let (status, body) = etcd.handle(c.path, &c.headers, &c.body, now);
+                seen.push((format!("{}-{status}", c.path.trim_start_matches("/v3/").replace('/', "-")), vec![selector(c.path, status, false)].into_iter().chain(body.iter().copied()).collect()));
+                if c.path == etcd::KV_TXN && status == 200 {
+                    // The range inside the answer, alone, and the records in it.
+                    let t = etcd::TxnResponse::decode(status, &body).unwrap();
+                    if let Some(r) = t.range() {
+                        let range = serde_json::to_vec(&r.to_json()).unwrap();
+                        seen.push(("range-in-txn".into(), vec![0].into_iter().chain(range).collect()));
+                        for kv in &r.kvs {
+                            seen.push(("record".into(), vec![6].into_iter().chain(kv.value.iter().copied()).collect()));
+                        }
+                    }
+                }
+                calls.extend(f.on_response(c.id, status, &body, now));
+            }
+        }
+    }
+    // The state machine given a few of these answers to every call.
+    let fleet_inputs: Vec<Vec<u8>> = seen.iter().filter(|(n, _)| n.starts_with("kv-txn-200") || n.starts_with("lease-keepalive")).take(3).map(|(_, d)| {
+        let mut d = d.clone();
+        d[0] = (d[0] & !7) | 7;
+        d
+    }).collect();
+    let dir = root().join("fuzz/corpus/etcd_response");
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut names = std::collections::BTreeMap::new();
+    for (name, bytes) in seen.into_iter().chain(fleet_inputs.into_iter().map(|d| ("fleet".to_string(), d))) {
+        let n = names.entry(name.clone()).or_insert(0);
+        *n += 1;
+        if *n <= 3 {
+            write_corpus("etcd_response", &format!("{name}-{n}"), &bytes);
+        }
+    }
+}

@@ -50,6 +50,8 @@ pub const TARGETS: &[Entry] = &[
     ("request_verb", request_verb, &[], 1024),
     ("identity", identity, IDENTITY_DICT, 8 * 1024),
     ("duration", duration, DURATION_DICT, 256),
+    // fleet (etcd JSON API responses): see the fleet section at the end of this file.
+    ("etcd_response", etcd_response, ETCD_DICT, 16 * 1024),
     ("codec_reader", codec_reader, &[], 4096),
     ("state_integrator", state_integrator, &[], 4096),
     ("state_retry_after", state_retry_after, &[], 4096),
@@ -1150,4 +1152,102 @@ pub fn host_pairs(data: &[u8]) -> bool {
         assert!(map.starts_with(&part), "cut at {at}: {part:?} is not a prefix of the map");
     }
     !got.is_empty()
+}
+
+// ---------------------------------------------------------------------------------------------
+// fleet: etcd JSON API responses
+//
+// `etcd_response`: the first byte's low 3 bits pick what reads the rest of the input (an
+// answer's body): a range, a txn, a lease grant, a keepalive, an authenticate answer, a
+// header-only answer, a replica record, or a replica's state machine (`fleet::Fleet`) given that
+// answer to every call it makes; the next 3 bits pick the HTTP status (0: no answer).
+
+pub const ETCD_DICT: &[&[u8]] = &[
+    b"{\"header\":{\"revision\":\"", b"\"kvs\":[", b"{\"key\":\"", b"\"value\":\"", b"\"mod_revision\":\"", b"\"create_revision\":\"",
+    b"\"version\":\"", b"\"lease\":\"", b"\"count\":\"", b"\"more\":true", b"\"succeeded\":true", b"\"responses\":[",
+    b"{\"response_range\":{", b"{\"response_put\":{", b"{\"result\":{", b"\"ID\":\"", b"\"TTL\":\"", b"\"token\":\"", b"{\"error\":",
+    b"\"code\":16", b"\"message\":\"etcdserver: requested lease not found\"", b"\"etcdserver: invalid auth token\"",
+    b"L2FwZi13YXNtL2RlZmF1bHQvcmVwbGljYXMv", b"L2FwZi13YXNtL2RlZmF1bHQvcmVwbGljYXMvZnV6eg==", b"{\"format\":1", b"\"levels\":{",
+    b"\"global-default\":{", b"\"claim\":", b"\"granted\":", b"\"inUse\":", b"\"avg\":", b"\"stdDev\":", b"\"highWatermark\":",
+    b"\"smoothed\":", b"9223372036854775807", b"18446744073709551616", b"-1", b"1e308", b"\"\"", b"==", b"=", b"\n",
+];
+
+/// Decodes twice (deterministic) and, when accepted, re-encodes and decodes again to the same.
+fn decode_again<T: PartialEq + std::fmt::Debug, E: PartialEq + std::fmt::Debug>(decode: impl Fn() -> Result<T, E>, again: impl Fn(&T) -> Result<T, E>) -> Option<T> {
+    let first = decode();
+    assert_eq!(first, decode(), "decoding is not deterministic");
+    let v = first.ok()?;
+    assert_eq!(again(&v).as_ref().ok(), Some(&v), "re-encoded answer decodes differently");
+    Some(v)
+}
+
+pub fn etcd_response(data: &[u8]) -> bool {
+    use apf_wasm::fleet::etcd::{self, AuthenticateResponse, LeaseResponse, RangeResponse, TxnResponse};
+    use apf_wasm::fleet::record::Record;
+    use apf_wasm::fleet::snapshot::Snapshot;
+    let Some((&sel, body)) = data.split_first() else { return false };
+    let status = [200u16, 200, 200, 0, 400, 401, 404, 503][usize::from((sel >> 3) & 7)];
+    let json = |v: serde_json::Value| serde_json::to_vec(&v).unwrap_or_default();
+    match sel & 7 {
+        0 => {
+            let Some(r) = decode_again(|| RangeResponse::decode(status, body), |r| RangeResponse::decode(200, &json(r.to_json()))) else { return false };
+            if let Ok(snapshot) = Snapshot::from_range(b"/apf-wasm/default/replicas/", &r) {
+                assert!(snapshot.replicas.windows(2).all(|w| w[0].id < w[1].id));
+                for record in snapshot.replicas.iter().filter_map(|e| e.record.as_ref().ok()) {
+                    assert_eq!(Record::decode(&record.encode()).as_ref(), Ok(record));
+                }
+            }
+            true
+        }
+        1 => decode_again(|| TxnResponse::decode(status, body), |t| TxnResponse::decode(200, &json(t.to_json()))).is_some(),
+        2 => decode_again(|| LeaseResponse::decode_grant(status, body), |l| LeaseResponse::decode_grant(200, &json(l.to_json()))).is_some(),
+        3 => decode_again(|| LeaseResponse::decode_keepalive(status, body), |l| LeaseResponse::decode_keepalive(200, &l.keepalive_body())).is_some(),
+        4 => decode_again(|| AuthenticateResponse::decode(status, body), |a| AuthenticateResponse::decode(200, &json(a.to_json()))).is_some(),
+        5 => {
+            let h = etcd::decode_header_only(status, body);
+            assert_eq!(h, etcd::decode_header_only(status, body));
+            h.is_ok()
+        }
+        6 => decode_again(|| Record::decode(body), |r| Record::decode(&r.encode())).is_some(),
+        _ => fleet_given(status, body),
+    }
+}
+
+/// A registered replica whose every call from then on gets this answer: no panic, and its
+/// limits keep their shape (exempt levels unlimited; nothing while joining).
+fn fleet_given(status: u16, body: &[u8]) -> bool {
+    use apf_wasm::fleet::memetcd::MemEtcd;
+    use apf_wasm::fleet::{Fleet, FleetConfig, FleetMode, FleetPolicy};
+    let policy = FleetPolicy::new(100, &default_policy().priority_levels);
+    let exempt: Vec<bool> = policy.levels.iter().map(|l| l.exempt).collect();
+    let Ok(mut fleet) = Fleet::new(FleetConfig::with_cluster("etcd"), policy, "fuzz") else { return false };
+    let mut etcd = MemEtcd::new();
+    let mut now: i64 = 1_000_000_000_000;
+    let mut calls = fleet.tick(now);
+    while let Some(c) = calls.pop() {
+        let (s, b) = etcd.handle(c.path, &c.headers, &c.body, now);
+        calls.extend(fleet.on_response(c.id, s, &b, now));
+    }
+    let mut generation = fleet.generation();
+    for _ in 0..6 {
+        now += 700_000_000;
+        let mut calls = fleet.tick(now);
+        let mut answered = 0;
+        while let Some(c) = calls.pop() {
+            answered += 1;
+            assert!(answered < 64, "a replica keeps calling on one answer");
+            calls.extend(fleet.on_response(c.id, status, body, now));
+        }
+        let limits = fleet.limits();
+        assert_eq!(limits.len(), exempt.len());
+        for (l, &e) in limits.iter().zip(&exempt) {
+            assert_eq!(l.is_none(), e, "exempt levels and only they are unlimited");
+            if fleet.mode() == FleetMode::Joining {
+                assert!(l.unwrap_or(0) == 0, "seats while joining");
+            }
+        }
+        assert!(fleet.generation() >= generation);
+        generation = fleet.generation();
+    }
+    fleet.mode() == FleetMode::Synced
 }

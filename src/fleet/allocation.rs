@@ -1,0 +1,252 @@
+//! The fleet's allocation: a pure, deterministic function from a snapshot of every live
+//! replica's seat demand to every replica's seats per priority level. Every replica computes the
+//! same allocation from the same snapshot.
+//!
+//! 1. **Fleet CurrentCL per level.** The replicas' demand statistics are summed level by level
+//!    ([`fleet_demand`]) and upstream's borrowing adjustment (`apf_controller.go:
+//!    updateBorrowingLocked`, here [`update_borrowing`]) runs once on the sum: each level's
+//!    fleet CurrentCL is what one kube-apiserver with `serverConcurrencyLimit` seats and the
+//!    fleet's demand would use.
+//! 2. **Split among replicas.** Each limited level's fleet CurrentCL `C` is split among the `N`
+//!    replicas ([`split_seats`]): every replica first gets the minimum [`minimum_share`]
+//!    (`⌊C / 8N⌋`, at least 1 seat when `C ≥ N`), so that load arriving suddenly at a replica is
+//!    served at once; the rest goes in proportion to each replica's demand envelope (average +
+//!    standard deviation of the last period), in integer seats by largest remainder, ties broken
+//!    by replica id. Σ over replicas == `C` exactly.
+//!
+//! Exempt levels are not split (they are never limited); their fleet CurrentCL is reported.
+
+use super::levels::FleetPolicy;
+use crate::limits::borrowing::{update_borrowing, BorrowingLevel, BorrowingRegime, SeatDemandStats};
+
+/// The guaranteed minimum is `⌊C / (MIN_SHARE_DIVISOR × N)⌋`: with 8, the replicas without
+/// demand keep at most 1/8 of a level's seats, so a replica with all the load gets ≥ 7/8 of them.
+pub const MIN_SHARE_DIVISOR: u32 = 8;
+
+/// Demand weights are in thousandths of a seat (exact integer arithmetic from here on).
+const WEIGHT_SCALE: f64 = 1000.0;
+/// Largest demand envelope that counts (seats); larger values are treated as this.
+const MAX_DEMAND_SEATS: f64 = 1e9;
+
+/// One replica's demand as published in its record.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplicaDemand<'a> {
+    pub id: &'a str,
+    /// Per level, in the policy's order; missing levels count as no demand.
+    pub demand: &'a [SeatDemandStats],
+}
+
+/// One level of an allocation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LevelAllocation {
+    pub exempt: bool,
+    /// The fleet's CurrentCL for this level.
+    pub current: u32,
+    /// The guaranteed minimum per replica (0 for exempt levels).
+    pub minimum: u32,
+    /// Seats per replica, in [`Allocation::replicas`] order (all 0 for exempt levels).
+    pub seats: Vec<u32>,
+    /// The fleet's summed demand.
+    pub demand: SeatDemandStats,
+}
+
+/// The allocation computed from one snapshot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Allocation {
+    /// Replica ids, sorted and unique.
+    pub replicas: Vec<String>,
+    /// Per level, in the policy's order.
+    pub levels: Vec<LevelAllocation>,
+    /// Which regime of `updateBorrowingLocked` applied.
+    pub regime: BorrowingRegime,
+    pub fair_frac: f64,
+}
+
+impl Allocation {
+    pub fn replica_index(&self, id: &str) -> Option<usize> {
+        self.replicas.binary_search_by(|r| r.as_str().cmp(id)).ok()
+    }
+
+    /// A replica's seats per level (exempt levels: 0), if it is in the snapshot.
+    pub fn seats_of(&self, id: &str) -> Option<Vec<u32>> {
+        let i = self.replica_index(id)?;
+        Some(self.levels.iter().map(|l| l.seats.get(i).copied().unwrap_or(0)).collect())
+    }
+
+    /// Σ fleet CurrentCL over the limited levels.
+    pub fn limited_total(&self) -> u64 {
+        self.levels.iter().filter(|l| !l.exempt).map(|l| u64::from(l.current)).sum()
+    }
+
+    /// The static share of every level: fleet CurrentCL ÷ the number of replicas (floor).
+    pub fn static_shares(&self) -> Vec<u32> {
+        self.levels.iter().map(|l| static_share(l.current, self.replicas.len())).collect()
+    }
+}
+
+/// Non-finite and negative values count as 0.
+fn clean(x: f64) -> f64 {
+    if x.is_finite() && x > 0.0 {
+        x
+    } else {
+        0.0
+    }
+}
+
+/// The fleet's demand for one level: the replicas' statistics summed. Averages, high watermarks
+/// and smoothed values add. Standard deviations do not: the variance of a sum of independent
+/// demands is the sum of their variances, so the fleet's deviation is the square root of the
+/// sum of the replicas' variances — what one apiserver receiving the merged traffic would
+/// measure if the replicas' loads fluctuate independently (their fluctuations partly cancel);
+/// perfectly correlated loads would give the plain sum, which this never exceeds. The high
+/// watermark is an upper bound of the merged peak (the replicas' peaks need not coincide).
+pub fn fleet_demand<'a>(stats: impl IntoIterator<Item = &'a SeatDemandStats>) -> SeatDemandStats {
+    let (mut avg, mut var, mut hw, mut smoothed) = (0.0f64, 0.0f64, 0i64, 0.0f64);
+    for s in stats {
+        avg += clean(s.avg).min(MAX_DEMAND_SEATS);
+        var += clean(s.std_dev).min(MAX_DEMAND_SEATS).powi(2);
+        hw = hw.saturating_add(s.high_watermark.max(0));
+        smoothed += clean(s.smoothed).min(MAX_DEMAND_SEATS);
+    }
+    SeatDemandStats { avg, std_dev: var.sqrt(), high_watermark: hw, smoothed }
+}
+
+/// The minimum every replica gets of a level whose fleet CurrentCL is `current`:
+/// `⌊current / (8·N)⌋`, at least 1 seat when `current ≥ N`, 0 when `current < N`.
+pub fn minimum_share(current: u32, replicas: usize) -> u32 {
+    let n = u32::try_from(replicas).unwrap_or(u32::MAX);
+    if n == 0 || current < n {
+        return 0;
+    }
+    (current / n.saturating_mul(MIN_SHARE_DIVISOR)).max(1)
+}
+
+/// The static share: `⌊current / N⌋` (used before the first snapshot and as the fallback).
+pub fn static_share(current: u32, replicas: usize) -> u32 {
+    let n = u32::try_from(replicas).unwrap_or(u32::MAX).max(1);
+    current / n
+}
+
+/// A replica's weight for the proportional part: its demand envelope (average + standard
+/// deviation of the last period) in thousandths of a seat. The envelope rather than the smoothed
+/// value (whose half-life is about 30 periods) because seats must follow load that moves between
+/// replicas within a few periods (long-lived connections land on one replica); rather than the
+/// high watermark because one instant's burst would claim seats for a whole period.
+pub fn demand_weight(s: &SeatDemandStats) -> u64 {
+    let envelope = (clean(s.avg) + clean(s.std_dev)).min(MAX_DEMAND_SEATS);
+    (envelope * WEIGHT_SCALE).round() as u64
+}
+
+/// Splits `current` seats among replicas with the given weights (replicas sorted by id, which
+/// breaks ties): the minimum each, the rest in proportion to the weights (equally when every
+/// weight is 0), integer seats by largest remainder. Σ == `current` when there is a replica.
+pub fn split_seats(current: u32, weights: &[u64]) -> Vec<u32> {
+    let n = weights.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let minimum = minimum_share(current, n);
+    let rest = current.saturating_sub(minimum.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX)));
+    let total: u128 = weights.iter().map(|&w| u128::from(w)).sum();
+    let weight = |w: u64| if total == 0 { 1u128 } else { u128::from(w) };
+    let denominator = if total == 0 { n as u128 } else { total };
+    // Exact quotas rest·w/W: integer parts, and remainders compared over the same denominator.
+    let quotas: Vec<(u128, u128)> = weights.iter().map(|&w| {
+        let x = u128::from(rest) * weight(w);
+        (x / denominator, x % denominator)
+    }).collect();
+    let given: u128 = quotas.iter().map(|q| q.0).sum();
+    let left = u128::from(rest).saturating_sub(given);
+    let mut order: Vec<usize> = (0..n).collect();
+    // Largest remainder first; equal remainders go to the replica that sorts first by id.
+    order.sort_by(|&a, &b| {
+        let (ra, rb) = (quotas.get(a).map_or(0, |q| q.1), quotas.get(b).map_or(0, |q| q.1));
+        rb.cmp(&ra).then(a.cmp(&b))
+    });
+    let mut seats: Vec<u32> = quotas.iter().map(|q| minimum.saturating_add(u32::try_from(q.0).unwrap_or(u32::MAX))).collect();
+    for &i in order.iter().take(usize::try_from(left).unwrap_or(n)) {
+        if let Some(s) = seats.get_mut(i) {
+            *s = s.saturating_add(1);
+        }
+    }
+    debug_assert_eq!(seats.iter().map(|&s| u64::from(s)).sum::<u64>(), u64::from(current));
+    seats
+}
+
+/// The allocation for `replicas` (any order; ids are unique in etcd, a repeated id is merged
+/// by taking the larger of each statistic so that the result does not depend on the order).
+pub fn allocate(policy: &FleetPolicy, replicas: &[ReplicaDemand<'_>]) -> Allocation {
+    let nlevels = policy.levels.len();
+    let mut sorted: Vec<(&str, Vec<SeatDemandStats>)> = Vec::with_capacity(replicas.len());
+    let mut input: Vec<&ReplicaDemand<'_>> = replicas.iter().collect();
+    input.sort_by(|a, b| a.id.cmp(b.id));
+    for r in input {
+        let stats = (0..nlevels).map(|i| r.demand.get(i).copied().unwrap_or_default());
+        match sorted.last_mut() {
+            Some((id, prev)) if *id == r.id => {
+                for (p, s) in prev.iter_mut().zip(stats) {
+                    *p = SeatDemandStats {
+                        avg: clean(p.avg).max(clean(s.avg)),
+                        std_dev: clean(p.std_dev).max(clean(s.std_dev)),
+                        high_watermark: p.high_watermark.max(s.high_watermark),
+                        smoothed: clean(p.smoothed).max(clean(s.smoothed)),
+                    };
+                }
+            }
+            _ => sorted.push((r.id, stats.collect())),
+        }
+    }
+    let demand: Vec<SeatDemandStats> = (0..nlevels).map(|i| fleet_demand(sorted.iter().filter_map(|(_, d)| d.get(i)))).collect();
+    // Step 1: one kube-apiserver with the fleet's demand. A failed allocation problem keeps the
+    // "previous" CurrentCL upstream; a pure function has none, so it is the initial one.
+    let mut borrowing: Vec<BorrowingLevel> = policy.levels.iter().zip(&demand).map(|(l, d)| BorrowingLevel {
+        exempt: l.exempt,
+        nominal: l.limits.nominal,
+        min: l.limits.min,
+        max: l.limits.max,
+        stats: *d,
+        current: l.limits.initial_current,
+    }).collect();
+    let outcome = update_borrowing(&mut borrowing, policy.nominal_sum());
+    // Step 2: split each limited level among the replicas.
+    let n = sorted.len();
+    let levels = borrowing.iter().zip(demand).enumerate().map(|(i, (b, demand))| {
+        if b.exempt {
+            return LevelAllocation { exempt: true, current: b.current, minimum: 0, seats: vec![0; n], demand };
+        }
+        let weights: Vec<u64> = sorted.iter().map(|(_, d)| d.get(i).map_or(0, demand_weight)).collect();
+        LevelAllocation { exempt: false, current: b.current, minimum: minimum_share(b.current, n), seats: split_seats(b.current, &weights), demand }
+    }).collect();
+    Allocation {
+        replicas: sorted.into_iter().map(|(id, _)| id.to_string()).collect(),
+        levels,
+        regime: outcome.regime,
+        fair_frac: outcome.fair_frac,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_examples() {
+        // 20 seats, 3 replicas: minimum 1 each, the other 17 by demand.
+        assert_eq!(split_seats(20, &[0, 15_000, 0]), vec![1, 18, 1]);
+        assert_eq!(split_seats(20, &[5_000, 5_000, 5_000]), vec![7, 7, 6]);
+        assert_eq!(split_seats(20, &[0, 0, 0]), vec![7, 7, 6]);
+        assert_eq!(split_seats(2, &[0, 9, 0]), vec![0, 2, 0]);
+        assert_eq!(split_seats(600, &[1, 0, 0]), vec![550, 25, 25]);
+        assert_eq!(split_seats(0, &[1, 2]), vec![0, 0]);
+        assert!(split_seats(5, &[]).is_empty());
+        assert_eq!(split_seats(u32::MAX, &[u64::MAX, u64::MAX]).iter().map(|&s| u64::from(s)).sum::<u64>(), u64::from(u32::MAX));
+    }
+
+    #[test]
+    fn fleet_demand_sums() {
+        let a = SeatDemandStats { avg: 3.0, std_dev: 3.0, high_watermark: 5, smoothed: 4.0 };
+        let b = SeatDemandStats { avg: 1.0, std_dev: 4.0, high_watermark: 2, smoothed: f64::NAN };
+        let d = fleet_demand([&a, &b]);
+        assert_eq!(d, SeatDemandStats { avg: 4.0, std_dev: 5.0, high_watermark: 7, smoothed: 4.0 });
+    }
+}

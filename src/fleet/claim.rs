@@ -1,0 +1,814 @@
+//! The claim protocol: the state machine one replica runs against etcd ([`Fleet`]).
+//!
+//! **Invariant.** While etcd is reachable, the fleet's seats in use never exceed the fleet's
+//! limit. Each record carries, per limited level, a **claim** (an upper bound of the replica's
+//! seats in use: the others leave it alone) and **granted** seats (≤ the claim: the replica
+//! admits only below them). On every level, every replica's seats in use ≤ its claim, and the
+//! granted seats only grow through a transaction that checked them, with the others' claims,
+//! against the level's fleet CurrentCL (and over all levels against Σ CurrentCL) on the revision
+//! it read. Normally claim = granted; a claim exceeds the granted seats only to cover requests
+//! admitted while the record was lost (cut off from etcd), until they drain.
+//!
+//! - A replica **lowers** its local limit at once and publishes `claim = max(allocation, seats
+//!   still in use)`, lower again as they drain. Seats in use are bounded by what the host reports
+//!   and by every local limit handed out since that report (see [`Fleet::set_seats_in_use`]).
+//! - A replica **raises** its local limit only after a transaction succeeded that (i) compares
+//!   the whole prefix's `mod_revision < R+1` (nothing under the prefix changed since the
+//!   revision `R` it read) and (ii) puts its record with the higher granted seats, computed so
+//!   that the others' claims in the snapshot at `R` plus them fit the level's fleet CurrentCL of
+//!   the state the write creates. Every other write compares the record's own `mod_revision`,
+//!   so a delayed older write can never overwrite a newer one, and never raises anything.
+//! - Each transaction also reads the prefix (`success: [put, range]`, `failure: [range]`): one
+//!   round trip gives the next snapshot, and a raise is sent (or a failed one retried) at once
+//!   on it, at most [`MAX_WRITES_PER_PERIOD`] writes a period.
+//! - A write whose outcome is unknown (no answer) may still apply later: its claims count as
+//!   possible until the replica sees its record move past what the write compared; the local
+//!   limit stays under every claim etcd may hold, and a raise counts only once confirmed.
+//! - Records are bound to the replica's lease, kept alive every `period`. The lease is trusted
+//!   until `k + leaseTtl − period`, `k` the time the last successful keepalive was *sent* (etcd
+//!   refreshed it later, so it expires after `k + leaseTtl` by etcd's clock; the `period` of
+//!   margin absorbs clock rate differences and the time to act). Past that the replica falls
+//!   back to the static share (fleet CurrentCL ÷ the last known number of replicas), never above
+//!   its last claims and granted seats.
+//! - A replica that learns from etcd that its record is gone (lease expired while it was cut
+//!   off) admits nothing until it has registered again, one or two round trips later; its
+//!   registration claims what it still uses and is granted only what the check allows. If it
+//!   cannot register for `leaseTtl − period`, it falls back as above.
+//! - A replica that never had a record admits nothing on limited levels until its first
+//!   registration succeeds.
+//!
+//! The host calls [`Fleet::tick`] at least every `period`, sends the returned calls, and passes
+//! every answer (or its failure, status 0) to [`Fleet::on_response`]; it feeds the levels' seat
+//! demand and seats in use, and applies [`Fleet::limits`] to the engine.
+
+use super::allocation::{static_share, Allocation};
+use super::config::FleetConfig;
+use super::etcd::{
+    self, AuthenticateResponse, Compare, EtcdError, LeaseResponse, PutRequest, RangeRequest, RangeResponse, RequestOp, TxnRequest,
+    TxnResponse,
+};
+use super::levels::FleetPolicy;
+use super::record::{valid_replica_id, LevelRecord, Record};
+use super::snapshot::{claims_of, Snapshot};
+use crate::limits::borrowing::SeatDemandStats;
+use crate::Nanos;
+
+/// Record writes a replica sends per period at most (the periodic one and the retries or
+/// raises that follow it at once).
+pub const MAX_WRITES_PER_PERIOD: u32 = 4;
+
+/// Generations of limits kept for the bound of seats in use (older ones are folded together).
+const MAX_HISTORY: usize = 32;
+
+/// One HTTP call to etcd: `POST path` with a JSON body. The host adds `:method`, `:path` and
+/// `:authority` (`fleet.etcd.authority`) and sends it to the `fleet.etcd.cluster` cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdCall {
+    pub id: u64,
+    pub path: &'static str,
+    pub body: Vec<u8>,
+    /// `content-type`, and `authorization` (the token, raw) when authentication is on.
+    pub headers: Vec<(&'static str, String)>,
+}
+
+/// Where the replica stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FleetMode {
+    /// No record of this replica in etcd (not yet, or known gone): no seats on limited levels.
+    Joining,
+    /// The record is in etcd and the lease trusted: the allocation, under the granted seats.
+    Synced,
+    /// etcd unreachable for as long as the lease may live: the static share, under the last
+    /// claims and granted seats.
+    Fallback,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CallKind {
+    Authenticate,
+    Grant,
+    KeepAlive,
+    Revoke,
+    Range,
+    /// A record write, identified by its heartbeat.
+    Txn(u64),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct InFlight {
+    id: u64,
+    kind: CallKind,
+    sent: Nanos,
+}
+
+/// What a write compared: its own record's mod revision, or the whole prefix's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Base {
+    Own(i64),
+    Prefix(i64),
+}
+
+/// A write that may apply (sent, answer not seen).
+#[derive(Debug, Clone, PartialEq)]
+struct Pending {
+    heartbeat: u64,
+    base: Base,
+    claims: Vec<u32>,
+    granted: Vec<u32>,
+}
+
+/// A planned record write.
+struct Plan {
+    base: Base,
+    claims: Vec<u32>,
+    granted: Vec<u32>,
+    record: Record,
+    raises: bool,
+}
+
+/// One replica's side of the fleet.
+#[derive(Debug, Clone)]
+pub struct Fleet {
+    config: FleetConfig,
+    policy: FleetPolicy,
+    id: String,
+    key: Vec<u8>,
+    prefix: Vec<u8>,
+    next_id: u64,
+    // Inputs.
+    demand: Vec<SeatDemandStats>,
+    in_use: Vec<u32>,
+    in_use_generation: u64,
+    // Authentication and lease.
+    token: Option<String>,
+    lease: Option<i64>,
+    /// `k`: when the last keepalive (or grant) that proved the lease alive was sent.
+    lease_alive_at: Option<Nanos>,
+    last_keepalive: Option<Nanos>,
+    last_grant: Option<Nanos>,
+    last_auth: Option<Nanos>,
+    auth_call: Option<InFlight>,
+    lease_call: Option<InFlight>,
+    kv_call: Option<InFlight>,
+    // Rounds.
+    last_round: Option<Nanos>,
+    writes_this_round: u32,
+    published_this_round: bool,
+    /// The last kv call failed (no follow-up until the next period).
+    kv_error: bool,
+    snapshot: Option<Snapshot>,
+    allocation: Option<Allocation>,
+    /// The record as etcd holds it per the latest observation: (mod revision, claims).
+    own: Option<(i64, Vec<u32>)>,
+    /// The claims last seen in etcd; kept when the record is lost (the fallback stays under them).
+    last_claims: Option<Vec<u32>>,
+    /// Per level, the seats a confirmed write was granted by the fleet check: the replica
+    /// admits only below them (kept when the record is lost, for the fallback).
+    granted: Vec<u32>,
+    /// When the replica learnt that its record is gone (from etcd's answers).
+    lost_at: Option<Nanos>,
+    pending: Vec<Pending>,
+    heartbeat: u64,
+    // Output.
+    limits: Vec<Option<u32>>,
+    generation: u64,
+    /// Limits of every generation since the one seats in use were last reported under.
+    history: Vec<(u64, Vec<Option<u32>>)>,
+    mode: FleetMode,
+    last_sync: Option<Nanos>,
+    sync_failures: u64,
+    left: bool,
+}
+
+fn limited(policy: &FleetPolicy) -> impl Iterator<Item = bool> + '_ {
+    policy.levels.iter().map(|l| !l.exempt)
+}
+
+impl Fleet {
+    /// A replica `replica_id` (unique among live processes: hostname plus a random suffix, for
+    /// instance; printable ASCII without `/`) of the fleet `config`, whose levels are `policy`.
+    pub fn new(config: FleetConfig, policy: FleetPolicy, replica_id: &str) -> Result<Fleet, String> {
+        if !valid_replica_id(replica_id) {
+            return Err(format!("replica id {replica_id:?}: must be 1 to 253 printable ASCII characters without /"));
+        }
+        let n = policy.levels.len();
+        let limits: Vec<Option<u32>> = limited(&policy).map(|l| l.then_some(0)).collect();
+        Ok(Fleet {
+            key: config.replica_key(replica_id).into_bytes(),
+            prefix: config.replicas_prefix().into_bytes(),
+            config,
+            id: replica_id.to_string(),
+            next_id: 1,
+            demand: vec![SeatDemandStats::default(); n],
+            in_use: vec![0; n],
+            in_use_generation: 0,
+            token: None,
+            lease: None,
+            lease_alive_at: None,
+            last_keepalive: None,
+            last_grant: None,
+            last_auth: None,
+            auth_call: None,
+            lease_call: None,
+            kv_call: None,
+            last_round: None,
+            writes_this_round: 0,
+            published_this_round: false,
+            kv_error: false,
+            snapshot: None,
+            allocation: None,
+            own: None,
+            last_claims: None,
+            granted: vec![0; n],
+            lost_at: None,
+            pending: Vec::new(),
+            heartbeat: 0,
+            history: vec![(0, limits.clone())],
+            limits,
+            generation: 0,
+            mode: FleetMode::Joining,
+            last_sync: None,
+            sync_failures: 0,
+            policy,
+            left: false,
+        })
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // inputs
+
+    /// This replica's seat demand statistics per level (policy order), as the engine keeps them
+    /// for upstream's borrowing; published with the next write.
+    pub fn set_local_demand(&mut self, demand: &[SeatDemandStats]) {
+        for (i, d) in self.demand.iter_mut().enumerate() {
+            *d = demand.get(i).copied().unwrap_or_default();
+        }
+    }
+
+    /// Seats in use per level (policy order), measured while the limits of `generation` (or a
+    /// later one) were the only ones any worker admitted under. A claim is only ever lowered to
+    /// the larger of this and every limit handed out since `generation`.
+    pub fn set_seats_in_use(&mut self, in_use: &[u32], generation: u64) {
+        for (i, x) in self.in_use.iter_mut().enumerate() {
+            *x = in_use.get(i).copied().unwrap_or(0);
+        }
+        let generation = generation.min(self.generation);
+        if generation >= self.in_use_generation {
+            self.in_use_generation = generation;
+            self.history.retain(|(g, _)| *g >= generation);
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // outputs
+
+    /// Seats this replica may use now, per level (policy order); `None` for exempt levels.
+    pub fn limits(&self) -> &[Option<u32>] {
+        &self.limits
+    }
+
+    /// Increases whenever [`Fleet::limits`] changes.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    pub fn mode(&self) -> FleetMode {
+        self.mode
+    }
+
+    pub fn replica_id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn policy(&self) -> &FleetPolicy {
+        &self.policy
+    }
+
+    pub fn config(&self) -> &FleetConfig {
+        &self.config
+    }
+
+    /// The latest snapshot read.
+    pub fn snapshot(&self) -> Option<&Snapshot> {
+        self.snapshot.as_ref()
+    }
+
+    /// The allocation of the latest snapshot.
+    pub fn allocation(&self) -> Option<&Allocation> {
+        self.allocation.as_ref()
+    }
+
+    /// This replica's seats in the latest allocation.
+    pub fn targets(&self) -> Option<Vec<u32>> {
+        self.allocation.as_ref().and_then(|a| a.seats_of(&self.id))
+    }
+
+    /// This replica's claims as etcd holds them (latest observation).
+    pub fn claims(&self) -> Option<&[u32]> {
+        self.own.as_ref().map(|(_, c)| c.as_slice())
+    }
+
+    pub fn lease(&self) -> Option<i64> {
+        self.lease
+    }
+
+    /// Until when the lease is trusted (`k + leaseTtl − period`).
+    pub fn lease_deadline(&self) -> Option<Nanos> {
+        let k = self.lease_alive_at?;
+        Some(k.saturating_add(self.config.lease_ttl).saturating_sub(self.config.period))
+    }
+
+    /// When the latest snapshot was received.
+    pub fn last_sync(&self) -> Option<Nanos> {
+        self.last_sync
+    }
+
+    /// Calls that failed (no answer, an error, a malformed answer).
+    pub fn sync_failures(&self) -> u64 {
+        self.sync_failures
+    }
+
+    /// The static share per level: fleet CurrentCL ÷ the last known number of replicas.
+    pub fn static_shares(&self) -> Vec<u32> {
+        let Some(a) = &self.allocation else { return vec![0; self.policy.levels.len()] };
+        let n = a.replicas.len() + usize::from(a.replica_index(&self.id).is_none());
+        a.levels.iter().map(|l| static_share(l.current, n)).collect()
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // driving
+
+    /// Periodic work: authenticate, grant or keep the lease alive, publish the record. Call at
+    /// least every `period`.
+    pub fn tick(&mut self, now: Nanos) -> Vec<EtcdCall> {
+        let mut calls = self.expire_calls(now);
+        if self.left {
+            self.refresh(now);
+            return calls;
+        }
+        let due = |last: Option<Nanos>| last.is_none_or(|t| now.saturating_sub(t) >= self.config.period);
+        if self.needs_token() {
+            if self.auth_call.is_none() && due(self.last_auth) {
+                if let Some(c) = &self.config.etcd.credentials {
+                    let body = etcd::authenticate_request(&c.username, &c.password);
+                    self.last_auth = Some(now);
+                    calls.push(self.call(CallKind::Authenticate, etcd::AUTHENTICATE, body, now));
+                }
+            }
+            self.refresh(now);
+            return calls;
+        }
+        if self.lease_call.is_none() {
+            match self.lease {
+                None if due(self.last_grant) => calls.push(self.grant_call(now)),
+                None => {}
+                Some(id) if self.last_keepalive.is_none_or(|t| now.saturating_sub(t) >= self.config.period) => {
+                    self.last_keepalive = Some(now);
+                    calls.push(self.call(CallKind::KeepAlive, etcd::LEASE_KEEPALIVE, etcd::lease_id_request(id), now));
+                }
+                Some(_) => {}
+            }
+        }
+        if self.kv_call.is_none() && self.last_round.is_none_or(|t| now.saturating_sub(t) >= self.config.period) {
+            self.last_round = Some(now);
+            self.writes_this_round = 0;
+            self.published_this_round = false;
+            calls.extend(self.round_call(now));
+        }
+        self.refresh(now);
+        calls
+    }
+
+    /// An answer to call `id`: the HTTP status (0 when there was none: a timeout, a reset) and
+    /// the body. Returns calls to send at once (a retry, a raise, a registration).
+    pub fn on_response(&mut self, id: u64, status: u16, body: &[u8], now: Nanos) -> Vec<EtcdCall> {
+        let take = |slot: &mut Option<InFlight>| slot.take_if(|c| c.id == id);
+        let mut calls = Vec::new();
+        if take(&mut self.auth_call).is_some() {
+            self.on_authenticate(status, body);
+            if !self.left && !self.needs_token() {
+                if self.lease.is_none() && self.lease_call.is_none() {
+                    calls.push(self.grant_call(now));
+                }
+                calls.extend(self.follow_up(now));
+            }
+        } else if let Some(call) = take(&mut self.lease_call) {
+            self.on_lease(call, status, body, now);
+            if call.kind == CallKind::Grant && self.lease.is_some() {
+                // A new lease: register at once.
+                self.kv_error = false;
+                calls.extend(self.follow_up(now));
+            }
+        } else if let Some(call) = take(&mut self.kv_call) {
+            self.on_kv(call, status, body, now);
+            calls.extend(self.follow_up(now));
+        }
+        // The lease is gone (a keepalive or a write said so): a new one at once.
+        if !self.left && !self.needs_token() && self.lease.is_none() && self.lease_call.is_none() && self.last_grant.is_none() {
+            calls.push(self.grant_call(now));
+        }
+        self.refresh(now);
+        calls
+    }
+
+    /// Leave the fleet: revoke the lease (etcd deletes the record at once). Call once the
+    /// replica's requests have finished; its seats then serve the others at their next write.
+    pub fn leave(&mut self, now: Nanos) -> Vec<EtcdCall> {
+        self.left = true;
+        self.own = None;
+        self.last_claims = Some(vec![0; self.policy.levels.len()]);
+        let calls = match self.lease.take() {
+            Some(id) => vec![self.call(CallKind::Revoke, etcd::LEASE_REVOKE, etcd::lease_id_request(id), now)],
+            None => Vec::new(),
+        };
+        self.refresh(now);
+        calls
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // calls
+
+    fn needs_token(&self) -> bool {
+        self.config.etcd.credentials.is_some() && self.token.is_none()
+    }
+
+    fn call(&mut self, kind: CallKind, path: &'static str, body: Vec<u8>, now: Nanos) -> EtcdCall {
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1).max(1);
+        let slot = InFlight { id, kind, sent: now };
+        match kind {
+            CallKind::Authenticate => self.auth_call = Some(slot),
+            CallKind::Grant | CallKind::KeepAlive | CallKind::Revoke => self.lease_call = Some(slot),
+            CallKind::Range | CallKind::Txn(_) => self.kv_call = Some(slot),
+        }
+        let mut headers = vec![("content-type", "application/json".to_string())];
+        if let Some(t) = &self.token {
+            headers.push(("authorization", t.clone()));
+        }
+        EtcdCall { id, path, body, headers }
+    }
+
+    fn grant_call(&mut self, now: Nanos) -> EtcdCall {
+        self.last_grant = Some(now);
+        self.call(CallKind::Grant, etcd::LEASE_GRANT, etcd::lease_grant_request(self.config.lease_ttl_secs()), now)
+    }
+
+    /// Calls not answered within `leaseTtl` are given up (as if the host reported a failure);
+    /// a late answer is then ignored.
+    fn expire_calls(&mut self, now: Nanos) -> Vec<EtcdCall> {
+        let ttl = self.config.lease_ttl;
+        let stale = |c: &Option<InFlight>| c.filter(|c| now.saturating_sub(c.sent) > ttl);
+        let mut calls = Vec::new();
+        for call in [stale(&self.auth_call), stale(&self.lease_call), stale(&self.kv_call)].into_iter().flatten() {
+            calls.extend(self.on_response(call.id, 0, b"", now));
+        }
+        calls
+    }
+
+    /// The periodic record write; a read when there is no lease or snapshot yet, or when the
+    /// lease is not trusted (writes wait until a keepalive succeeds again, so that writes whose
+    /// outcome is unknown do not pile up while etcd is unreachable).
+    fn round_call(&mut self, now: Nanos) -> Option<EtcdCall> {
+        self.kv_error = false;
+        let trusted = self.lease_deadline().is_some_and(|d| now < d);
+        if self.lease.is_some() && self.snapshot.is_some() && !self.needs_token() && trusted {
+            let raise = self.own.is_none();
+            if let Some(plan) = self.plan(raise) {
+                return Some(self.write_call(plan, now));
+            }
+        }
+        let body = RangeRequest::prefix(&self.prefix).to_json();
+        Some(self.call(CallKind::Range, etcd::KV_RANGE, serde_json::to_vec(&body).unwrap_or_default(), now))
+    }
+
+    /// After an answer: register, retry this period's write, or raise on the fresh snapshot
+    /// (not after a failed call: the next period retries).
+    fn follow_up(&mut self, now: Nanos) -> Option<EtcdCall> {
+        if self.left || self.kv_error || self.kv_call.is_some() || self.lease.is_none() || self.snapshot.is_none() || self.needs_token() {
+            return None;
+        }
+        if self.writes_this_round >= MAX_WRITES_PER_PERIOD || self.last_round.is_none() {
+            return None;
+        }
+        let plan = self.plan(true)?;
+        if plan.raises || !self.published_this_round {
+            return Some(self.write_call(plan, now));
+        }
+        None
+    }
+
+    fn write_call(&mut self, plan: Plan, now: Nanos) -> EtcdCall {
+        self.heartbeat = self.heartbeat.wrapping_add(1);
+        self.writes_this_round = self.writes_this_round.saturating_add(1);
+        let heartbeat = self.heartbeat;
+        let mut record = plan.record;
+        record.heartbeat = heartbeat;
+        let compare = match plan.base {
+            Base::Own(m) => Compare::mod_equal(&self.key, m),
+            Base::Prefix(r) => Compare::mod_less(&self.prefix, &etcd::prefix_range_end(&self.prefix), r.saturating_add(1)),
+        };
+        let read = RequestOp::Range(RangeRequest::prefix(&self.prefix));
+        let put = RequestOp::Put(PutRequest { key: self.key.clone(), value: record.encode(), lease: self.lease.unwrap_or(0) });
+        let txn = TxnRequest { compare: vec![compare], success: vec![put, read.clone()], failure: vec![read] };
+        self.pending.push(Pending { heartbeat, base: plan.base, claims: plan.claims, granted: plan.granted });
+        self.call(CallKind::Txn(heartbeat), etcd::KV_TXN, txn.to_body(), now)
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // answers
+
+    fn failed(&mut self, e: &EtcdError) {
+        self.sync_failures = self.sync_failures.saturating_add(1);
+        if e.is_auth() {
+            self.token = None;
+        }
+        log::debug!("fleet {}: etcd call failed: {e}", self.id);
+    }
+
+    fn on_authenticate(&mut self, status: u16, body: &[u8]) {
+        match AuthenticateResponse::decode(status, body) {
+            Ok(r) => self.token = Some(r.token),
+            Err(e) => self.failed(&e),
+        }
+    }
+
+    fn on_lease(&mut self, call: InFlight, status: u16, body: &[u8], now: Nanos) {
+        match call.kind {
+            CallKind::Grant => match LeaseResponse::decode_grant(status, body) {
+                Ok(r) => {
+                    self.lease = Some(r.id);
+                    self.lease_alive_at = Some(call.sent);
+                    self.last_keepalive = Some(call.sent);
+                }
+                Err(e) => self.failed(&e),
+            },
+            CallKind::KeepAlive => match LeaseResponse::decode_keepalive(status, body) {
+                Ok(r) if r.ttl > 0 => {
+                    self.lease_alive_at = Some(self.lease_alive_at.map_or(call.sent, |k| k.max(call.sent)));
+                }
+                Ok(_) => self.lease_gone(now),
+                Err(e) if e.is_lease_not_found() => self.lease_gone(now),
+                Err(e) => self.failed(&e),
+            },
+            _ => {}
+        }
+    }
+
+    /// etcd no longer has the lease: it deleted the record with it, and no pending write can
+    /// apply any more (a put naming a missing lease fails).
+    fn lease_gone(&mut self, now: Nanos) {
+        log::info!("fleet {}: lease gone, registering again", self.id);
+        self.lease = None;
+        self.lease_alive_at = None;
+        self.last_grant = None;
+        self.lost(now);
+        self.pending.clear();
+    }
+
+    /// The record is gone: others may already use its seats. Until registered again the replica
+    /// admits nothing (it learnt this from etcd, so registering is one or two round trips away).
+    fn lost(&mut self, now: Nanos) {
+        if self.own.take().is_some() && self.lost_at.is_none() {
+            self.lost_at = Some(now);
+        }
+    }
+
+    fn on_kv(&mut self, call: InFlight, status: u16, body: &[u8], now: Nanos) {
+        self.kv_error = true;
+        match call.kind {
+            CallKind::Range => match RangeResponse::decode(status, body).and_then(|r| Snapshot::from_range(&self.prefix, &r)) {
+                Ok(s) => {
+                    self.kv_error = false;
+                    self.observe(s, now);
+                }
+                Err(e) => self.failed(&e),
+            },
+            CallKind::Txn(heartbeat) => {
+                let answer = TxnResponse::decode(status, body);
+                let read = answer.as_ref().ok().map(|t| t.range().map(|r| Snapshot::from_range(&self.prefix, r)));
+                match (answer, read) {
+                    (Ok(t), Some(Some(Ok(snapshot)))) => {
+                        let written = self.pending.iter().position(|p| p.heartbeat == heartbeat).map(|i| self.pending.swap_remove(i));
+                        self.kv_error = false;
+                        if t.succeeded {
+                            if let Some(p) = written {
+                                // Every other pending write compared an older state of the record.
+                                self.pending.clear();
+                                self.own = Some((t.header.revision, p.claims.clone()));
+                                self.last_claims = Some(p.claims);
+                                self.granted = p.granted;
+                                self.lost_at = None;
+                            }
+                            self.published_this_round = true;
+                        }
+                        self.observe(snapshot, now);
+                    }
+                    (Ok(_), _) => self.failed(&EtcdError::Malformed("txn answer without a valid range".into())),
+                    (Err(e), _) => {
+                        if e.is_auth() || e.is_lease_not_found() {
+                            // Rejected before anything was applied.
+                            self.pending.retain(|p| p.heartbeat != heartbeat);
+                        }
+                        if e.is_lease_not_found() {
+                            self.lease_gone(now);
+                        }
+                        self.failed(&e);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A snapshot read: what it says about this replica's record, and the new allocation.
+    ///
+    /// Kv calls are sent one at a time and a late answer to a given-up call is ignored, so every
+    /// snapshot is newer than the previous one (a lower revision means etcd's data was replaced).
+    fn observe(&mut self, s: Snapshot, now: Nanos) {
+        if self.snapshot.as_ref().is_some_and(|old| s.revision < old.revision) {
+            log::warn!("fleet {}: etcd's revision went back from {:?} to {}", self.id, self.snapshot.as_ref().map(|o| o.revision), s.revision);
+        }
+        match s.get(&self.id) {
+            Some(e) => {
+                let claims = match &e.record {
+                    Ok(r) => claims_of(r, &self.policy),
+                    Err(_) => vec![0; self.policy.levels.len()],
+                };
+                let m = e.mod_revision;
+                // A pending write is dead once the record moved past what it compared.
+                self.pending.retain(|p| match p.base {
+                    Base::Own(b) => b == m,
+                    Base::Prefix(r) => m <= r,
+                });
+                if self.own.as_ref().is_none_or(|(known, _)| *known != m) {
+                    // A write whose answer was lost applied, or a record from an earlier run
+                    // of this replica: what it was granted is not known, keep the smaller.
+                    for (g, c) in self.granted.iter_mut().zip(&claims) {
+                        *g = (*g).min(*c);
+                    }
+                    self.lost_at = None;
+                }
+                self.own = Some((m, claims.clone()));
+                self.last_claims = Some(claims);
+            }
+            None => {
+                if self.own.is_some() {
+                    log::info!("fleet {}: record gone from etcd", self.id);
+                }
+                self.lost(now);
+                self.pending.retain(|p| matches!(p.base, Base::Prefix(_)));
+            }
+        }
+        self.allocation = Some(s.allocate(&self.policy));
+        self.snapshot = Some(s);
+        self.last_sync = Some(now);
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // claims and limits
+
+    /// An upper bound of the seats in use now: the last report, and every limit handed out
+    /// since the generation it was measured under.
+    fn in_use_bound(&self) -> Vec<u32> {
+        (0..self.policy.levels.len())
+            .map(|i| {
+                let limits = self.history.iter().filter_map(|(_, l)| l.get(i).copied().flatten());
+                limits.fold(self.in_use.get(i).copied().unwrap_or(0), u32::max)
+            })
+            .collect()
+    }
+
+    /// Per level, the smallest claim etcd may hold for this replica now or later: the latest
+    /// observed one and every pending write's (the last claims when the record is gone).
+    fn claim_floor(&self) -> Option<Vec<u32>> {
+        let base = self.own.as_ref().map(|(_, c)| c).or(self.last_claims.as_ref())?;
+        Some(base.iter().enumerate().map(|(i, &c)| self.pending.iter().filter_map(|p| p.claims.get(i).copied()).fold(c, u32::min)).collect())
+    }
+
+    /// The next record write on the latest snapshot, raising grants only when `raise` (a
+    /// registration always may).
+    ///
+    /// Per limited level, with `t` the allocation of the state this write creates, `g` the
+    /// granted seats, `cur` the current claim and `u` the bound of seats in use:
+    /// - raise (`t > g`): granted `g' = min(t, max(g, room))`, `room` = the level's fleet
+    ///   CurrentCL − Σ the others' claims; otherwise `g' = min(g, max(t, u))`;
+    /// - claim `= max(u, g', min(cur, t))`: never below the seats in use or the grant, lowered
+    ///   toward the allocation, above the current claim only by a grant or by seats in use the
+    ///   record no longer covered (a registration after the record was lost);
+    /// - over all levels, Σ the others' claims + Σ `g'` ≤ Σ fleet CurrentCL: raises are trimmed,
+    ///   last levels first.
+    fn plan(&self, raise: bool) -> Option<Plan> {
+        let snap = self.snapshot.as_ref()?;
+        let present = self.own.is_some();
+        let raise = raise || !present;
+        let in_use = self.in_use_bound();
+        let n = self.policy.levels.len();
+        let mut record = Record {
+            heartbeat: 0,
+            revision: snap.revision,
+            server_concurrency_limit: self.policy.server_concurrency_limit,
+            levels: self.policy.levels.iter().enumerate().map(|(i, l)| {
+                let demand = self.demand.get(i).copied().unwrap_or_default();
+                (l.name.clone(), LevelRecord { demand, claim: 0, granted: 0, in_use: self.in_use.get(i).copied().unwrap_or(0) })
+            }).collect(),
+        };
+        // The state this write creates, and its allocation.
+        let after = snap.with_record(&self.id, record.clone());
+        let alloc = after.allocate(&self.policy);
+        let target = alloc.seats_of(&self.id).unwrap_or_else(|| vec![0; n]);
+        let others = after.others_claims(&self.policy, &self.id);
+        let zeros = vec![0u32; n];
+        let current: &[u32] = self.own.as_ref().map_or(&zeros, |(_, c)| c);
+        let old_granted: &[u32] = if present { &self.granted } else { &zeros };
+        let at = |v: &[u32], i: usize| v.get(i).copied().unwrap_or(0);
+        let mut granted = vec![0u32; n];
+        for (i, l) in self.policy.levels.iter().enumerate() {
+            if l.exempt {
+                continue;
+            }
+            let (t, g, u) = (at(&target, i), at(old_granted, i), at(&in_use, i));
+            let g2 = if raise && t > g {
+                let fleet_cl = alloc.levels.get(i).map_or(0, |a| u64::from(a.current));
+                let others_claims = others.per_level.get(i).copied().unwrap_or(u64::MAX);
+                let room = if others.unknown { 0 } else { u32::try_from(fleet_cl.saturating_sub(others_claims)).unwrap_or(u32::MAX) };
+                t.min(g.max(room))
+            } else {
+                g.min(t.max(u))
+            };
+            if let Some(x) = granted.get_mut(i) {
+                *x = g2;
+            }
+        }
+        // The total over all levels must fit the fleet's Σ CurrentCL: trim raises, last levels first.
+        let total = granted.iter().map(|&g| u64::from(g)).sum::<u64>().saturating_add(others.total);
+        let mut excess = total.saturating_sub(alloc.limited_total());
+        for (i, g2) in granted.iter_mut().enumerate().rev() {
+            let raised = g2.saturating_sub(at(old_granted, i));
+            let cut = u32::try_from(excess.min(u64::from(raised))).unwrap_or(0);
+            *g2 = g2.saturating_sub(cut);
+            excess = excess.saturating_sub(u64::from(cut));
+        }
+        let claims: Vec<u32> = self.policy.levels.iter().enumerate().map(|(i, l)| {
+            if l.exempt {
+                return 0;
+            }
+            at(&in_use, i).max(at(&granted, i)).max(at(current, i).min(at(&target, i)))
+        }).collect();
+        for (i, l) in self.policy.levels.iter().enumerate() {
+            if let Some(lr) = record.levels.get_mut(&l.name) {
+                lr.claim = at(&claims, i);
+                lr.granted = at(&granted, i);
+            }
+        }
+        let raises = !present || (0..n).any(|i| at(&granted, i) > at(old_granted, i) || at(&claims, i) > at(current, i));
+        let base = match (raises, &self.own) {
+            (false, Some((m, _))) => Base::Own(*m),
+            _ => Base::Prefix(snap.revision),
+        };
+        Some(Plan { base, claims, granted, record, raises })
+    }
+
+    fn compute_mode(&self, now: Nanos) -> FleetMode {
+        let trusted = self.lease.is_some() && self.lease_deadline().is_some_and(|d| now < d);
+        // Unable to register again for as long as a lease may live: as if cut off.
+        let rejoin_failed = self.lost_at.is_some_and(|t| now >= t.saturating_add(self.config.lease_ttl).saturating_sub(self.config.period));
+        match &self.own {
+            Some(_) if trusted && !self.left => FleetMode::Synced,
+            // A record of an earlier run of this replica, no lease of its own yet.
+            Some(_) if self.lease_alive_at.is_none() && self.lease.is_none() => FleetMode::Joining,
+            Some(_) => FleetMode::Fallback,
+            None if rejoin_failed && self.last_claims.is_some() && !self.left => FleetMode::Fallback,
+            None => FleetMode::Joining,
+        }
+    }
+
+    /// Recomputes the mode and the limits; a change starts a new generation.
+    fn refresh(&mut self, now: Nanos) {
+        self.mode = self.compute_mode(now);
+        let floor = self.claim_floor().unwrap_or_else(|| vec![0; self.policy.levels.len()]);
+        let cap: Vec<u32> = match self.mode {
+            FleetMode::Joining => vec![0; self.policy.levels.len()],
+            FleetMode::Synced => self.targets().unwrap_or_else(|| floor.clone()),
+            FleetMode::Fallback => self.static_shares(),
+        };
+        let at = |v: &[u32], i: usize| v.get(i).copied().unwrap_or(0);
+        let limits: Vec<Option<u32>> = self.policy.levels.iter().enumerate().map(|(i, l)| {
+            (!l.exempt).then(|| at(&cap, i).min(at(&floor, i)).min(at(&self.granted, i)))
+        }).collect();
+        if limits != self.limits {
+            self.generation = self.generation.wrapping_add(1);
+            self.history.push((self.generation, limits.clone()));
+            self.limits = limits;
+            // A host that reports rarely: fold the oldest generations into one (the larger
+            // limits under the later generation, which keeps the bound of seats in use).
+            while self.history.len() > MAX_HISTORY {
+                let first = self.history.remove(0);
+                if let Some((_, next)) = self.history.first_mut() {
+                    for (n, f) in next.iter_mut().zip(first.1) {
+                        *n = (*n).max(f);
+                    }
+                }
+            }
+        }
+    }
+}

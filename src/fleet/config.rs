@@ -1,0 +1,193 @@
+//! The `fleet` object of the plugin configuration: where the fleet's etcd is and how often the
+//! replicas sync.
+//!
+//! ```json
+//! "fleet": { "etcd": { "cluster": "etcd", "authority": "etcd.example", "prefix": "/apf-wasm/",
+//!                      "username": "apf", "password": "..." },
+//!            "name": "default", "period": "1s", "leaseTtl": "5s" }
+//! ```
+//! Only `etcd.cluster` is required. Every error names its field (`fleet.leaseTtl: ...`) and every
+//! error found is reported, as for the rest of the configuration (`policy::config`).
+//! The fleet's records live under `<prefix><name>/replicas/<replica-id>`.
+
+use crate::duration::format_go_duration;
+use crate::policy::cluster::positive_duration;
+use crate::{Nanos, NANOS_PER_SEC};
+use serde::Deserialize;
+use serde_json::Value;
+
+pub const DEFAULT_PREFIX: &str = "/apf-wasm/";
+pub const DEFAULT_NAME: &str = "default";
+pub const DEFAULT_PERIOD: Nanos = NANOS_PER_SEC;
+pub const DEFAULT_LEASE_TTL: Nanos = 5 * NANOS_PER_SEC;
+
+/// etcd's user name and password (token authentication through `/v3/auth/authenticate`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials").field("username", &self.username).field("password", &"<redacted>").finish()
+    }
+}
+
+/// How to reach etcd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdConfig {
+    /// The Envoy cluster the calls go to (TLS is that cluster's business).
+    pub cluster: String,
+    /// `:authority` of the calls; the cluster name when not set.
+    pub authority: String,
+    /// Key prefix of everything apf-wasm stores; ends with `/`.
+    pub prefix: String,
+    pub credentials: Option<Credentials>,
+}
+
+/// The validated `fleet` object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetConfig {
+    pub etcd: EtcdConfig,
+    /// The fleet's name: replicas with the same prefix and name share one limit.
+    pub name: String,
+    /// How often a replica publishes its demand, reads the fleet and renews its lease.
+    pub period: Nanos,
+    /// TTL of each replica's lease (whole seconds, at least 2 × period).
+    pub lease_ttl: Nanos,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Raw {
+    etcd: Option<Value>,
+    name: Option<String>,
+    period: Option<String>,
+    lease_ttl: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEtcd {
+    cluster: Option<String>,
+    authority: Option<String>,
+    prefix: Option<String>,
+    username: Option<String>,
+    password: Option<String>,
+}
+
+impl FleetConfig {
+    /// A configuration with defaults for everything but the etcd cluster.
+    pub fn with_cluster(cluster: &str) -> FleetConfig {
+        FleetConfig {
+            etcd: EtcdConfig { cluster: cluster.to_string(), authority: cluster.to_string(), prefix: DEFAULT_PREFIX.to_string(), credentials: None },
+            name: DEFAULT_NAME.to_string(),
+            period: DEFAULT_PERIOD,
+            lease_ttl: DEFAULT_LEASE_TTL,
+        }
+    }
+
+    /// Parses and validates the value of the `fleet` key; errors are prefixed with the key path.
+    pub fn from_json(v: &Value) -> Result<FleetConfig, Vec<String>> {
+        let raw = Raw::deserialize(v).map_err(|e| vec![format!("fleet: {e}")])?;
+        let mut errs = Vec::new();
+        let etcd = match raw.etcd {
+            None | Some(Value::Null) => {
+                errs.push("fleet.etcd: Required value".to_string());
+                None
+            }
+            Some(v) => parse_etcd(&v, &mut errs),
+        };
+        let name = raw.name.unwrap_or_else(|| DEFAULT_NAME.to_string());
+        if name.is_empty() || name.contains('/') {
+            errs.push(format!("fleet.name: must be non-empty and must not contain /, got {name:?}"));
+        }
+        let period = positive_duration("fleet.period", raw.period.as_deref(), DEFAULT_PERIOD, &mut errs);
+        let lease_ttl = positive_duration("fleet.leaseTtl", raw.lease_ttl.as_deref(), DEFAULT_LEASE_TTL, &mut errs);
+        if lease_ttl % NANOS_PER_SEC != 0 {
+            errs.push(format!("fleet.leaseTtl: must be a whole number of seconds (etcd lease TTLs are), got {}", format_go_duration(lease_ttl)));
+        }
+        if lease_ttl < period.saturating_mul(2) {
+            errs.push(format!(
+                "fleet.leaseTtl: must be at least 2 × period ({}), got {}",
+                format_go_duration(period.saturating_mul(2)),
+                format_go_duration(lease_ttl)
+            ));
+        }
+        match etcd {
+            Some(etcd) if errs.is_empty() => Ok(FleetConfig { etcd, name, period, lease_ttl }),
+            _ => Err(errs),
+        }
+    }
+
+    /// The prefix of every replica record: `<prefix><name>/replicas/`.
+    pub fn replicas_prefix(&self) -> String {
+        format!("{}{}/replicas/", self.etcd.prefix, self.name)
+    }
+
+    /// The key of one replica's record.
+    pub fn replica_key(&self, replica_id: &str) -> String {
+        format!("{}{replica_id}", self.replicas_prefix())
+    }
+
+    /// The lease TTL in whole seconds (as granted by etcd).
+    pub fn lease_ttl_secs(&self) -> i64 {
+        (self.lease_ttl / NANOS_PER_SEC).max(1)
+    }
+}
+
+fn parse_etcd(v: &Value, errs: &mut Vec<String>) -> Option<EtcdConfig> {
+    let raw = RawEtcd::deserialize(v).map_err(|e| errs.push(format!("fleet.etcd: {e}"))).ok()?;
+    let cluster = raw.cluster.unwrap_or_default();
+    if cluster.is_empty() {
+        errs.push("fleet.etcd.cluster: Required value".to_string());
+    }
+    if raw.authority.as_deref() == Some("") {
+        errs.push("fleet.etcd.authority: must not be empty (leave it out to use the cluster name)".to_string());
+    }
+    let prefix = raw.prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_string());
+    if !prefix.ends_with('/') {
+        errs.push(format!("fleet.etcd.prefix: must end with /, got {prefix:?}"));
+    }
+    let credentials = match (raw.username, raw.password) {
+        (Some(username), Some(password)) if !username.is_empty() => Some(Credentials { username, password }),
+        (Some(_), Some(_)) => {
+            errs.push("fleet.etcd.username: must not be empty".to_string());
+            None
+        }
+        (Some(_), None) => {
+            errs.push("fleet.etcd.password: Required value when username is set".to_string());
+            None
+        }
+        (None, Some(_)) => {
+            errs.push("fleet.etcd.username: Required value when password is set".to_string());
+            None
+        }
+        (None, None) => None,
+    };
+    let authority = raw.authority.unwrap_or_else(|| cluster.clone());
+    Some(EtcdConfig { cluster, authority, prefix, credentials })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn defaults() {
+        let c = FleetConfig::from_json(&json!({"etcd": {"cluster": "etcd"}})).unwrap();
+        assert_eq!(c, FleetConfig::with_cluster("etcd"));
+        assert_eq!(c.replica_key("gw-1"), "/apf-wasm/default/replicas/gw-1");
+        assert_eq!(c.lease_ttl_secs(), 5);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = FleetConfig::from_json(&json!({"etcd": {"cluster": "etcd"}, "period": "3s"})).unwrap_err();
+        assert_eq!(e, vec!["fleet.leaseTtl: must be at least 2 × period (6s), got 5s"]);
+        let e = FleetConfig::from_json(&json!({"etcd": {"cluster": "etcd", "bogus": 1}})).unwrap_err();
+        assert!(e[0].starts_with("fleet.etcd: unknown field `bogus`"), "{e:?}");
+    }
+}

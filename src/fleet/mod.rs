@@ -1,0 +1,33 @@
+//! Fleet mode: one APF across every gateway replica, coordinated through etcd.
+//!
+//! With `fleet` configured, `serverConcurrencyLimit` is the limit of the whole fleet. Every
+//! replica keeps its own APF for the traffic it receives, under a per-level seat allocation the
+//! fleet recomputes every `period` from every replica's seat demand. Plain core Rust: the clock
+//! is passed in and there is no I/O — the state machine produces etcd requests (path + JSON
+//! body) and consumes etcd responses (status + body), so any host drives it. `docs/fleet.md`
+//! states the guarantees and the protocol.
+//!
+//! - [`config`]: the `fleet` configuration object.
+//! - [`levels`]: the priority levels' static limits at the fleet limit.
+//! - [`allocation`]: the pure allocation function (fleet borrowing, split among replicas).
+//! - [`record`]: a replica's record in etcd and the key layout.
+//! - [`snapshot`]: every record under the prefix at one revision.
+//! - [`etcd`]: the etcd v3 JSON API codec (requests and total response decoders).
+//! - [`base64`]: base64 for etcd's keys and values.
+//! - [`claim`]: the claim protocol, the state machine a host drives ([`Fleet`]).
+//! - [`memetcd`]: an in-memory model of etcd's JSON gateway for tests and the simulator.
+
+pub mod allocation;
+pub mod base64;
+pub mod claim;
+pub mod config;
+pub mod etcd;
+pub mod levels;
+pub mod memetcd;
+pub mod record;
+pub mod snapshot;
+
+pub use allocation::{allocate, Allocation, ReplicaDemand};
+pub use claim::{EtcdCall, Fleet, FleetMode};
+pub use config::FleetConfig;
+pub use levels::{FleetLevel, FleetPolicy};

@@ -1,0 +1,175 @@
+//! A replica's record: the JSON value stored (base64, as every etcd value) under
+//! `<prefix><name>/replicas/<replica-id>`, bound to the replica's lease.
+//!
+//! ```json
+//! {"format": 1, "heartbeat": 42, "revision": "1187", "serverConcurrencyLimit": 600,
+//!  "levels": {"workload-low": {"avg": 3.5, "stdDev": 1.2, "highWatermark": 6, "smoothed": 4.1,
+//!                              "claim": 20, "granted": 20, "inUse": 5}, ...}}
+//! ```
+//! - `levels`: per priority level (by name) the replica's seat demand statistics (upstream's
+//!   `seatDemandStats`: `avg`, `stdDev`, `highWatermark`, `smoothed`), its **claim** (the seats it
+//!   may use; an upper bound of its seats in use; 0 for exempt levels, which are not limited)
+//!   its **granted** seats (the part of the claim that passed the fleet check: the replica admits
+//!   requests only while its seats in use are below it; equal to the claim except while requests
+//!   admitted outside the fleet's accounting — after the record was lost — drain), and its
+//!   seats in use when it wrote the record.
+//! - `revision`: the store revision of the snapshot the replica planned this record from.
+//! - `heartbeat`: counts the replica's writes.
+//! - `serverConcurrencyLimit`: the fleet limit the replica runs with (a mismatch shows a
+//!   configuration rollout in progress).
+//!
+//! Decoding is total and lenient about what it does not know (unknown fields are ignored, so a
+//! newer writer can add some); a record of a newer `format` is an error.
+
+use crate::limits::borrowing::SeatDemandStats;
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+
+pub const RECORD_FORMAT: u64 = 1;
+
+/// One level of a record.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct LevelRecord {
+    pub demand: SeatDemandStats,
+    pub claim: u32,
+    pub granted: u32,
+    pub in_use: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Record {
+    pub heartbeat: u64,
+    pub revision: i64,
+    pub server_concurrency_limit: u32,
+    /// By level name.
+    pub levels: BTreeMap<String, LevelRecord>,
+}
+
+/// A finite, non-negative float (JSON has no NaN or infinity).
+fn finite(x: f64) -> f64 {
+    if x.is_finite() && x > 0.0 {
+        x
+    } else {
+        0.0
+    }
+}
+
+fn num(v: &Value, key: &str) -> Result<f64, String> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(0.0),
+        Some(Value::Number(n)) => Ok(finite(n.as_f64().unwrap_or(0.0))),
+        Some(_) => Err(format!("{key}: expected a number")),
+    }
+}
+
+fn unsigned(v: &Value, key: &str) -> Result<u64, String> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(0),
+        Some(Value::Number(n)) => n.as_u64().ok_or_else(|| format!("{key}: {n} is not a non-negative integer")),
+        Some(Value::String(s)) => s.parse().map_err(|_| format!("{key}: {s:?} is not a non-negative integer")),
+        Some(_) => Err(format!("{key}: expected an integer")),
+    }
+}
+
+fn seats(v: &Value, key: &str) -> Result<u32, String> {
+    u32::try_from(unsigned(v, key)?).map_err(|_| format!("{key}: more seats than fit 32 bits"))
+}
+
+impl LevelRecord {
+    fn to_json(self) -> Value {
+        let d = &self.demand;
+        json!({
+            "avg": finite(d.avg), "stdDev": finite(d.std_dev), "highWatermark": d.high_watermark.max(0),
+            "smoothed": finite(d.smoothed), "claim": self.claim, "granted": self.granted, "inUse": self.in_use,
+        })
+    }
+
+    fn from_json(v: &Value) -> Result<LevelRecord, String> {
+        if !v.is_object() {
+            return Err("expected an object".to_string());
+        }
+        let hw = i64::try_from(unsigned(v, "highWatermark")?).unwrap_or(i64::MAX);
+        Ok(LevelRecord {
+            demand: SeatDemandStats { avg: num(v, "avg")?, std_dev: num(v, "stdDev")?, high_watermark: hw, smoothed: num(v, "smoothed")? },
+            claim: seats(v, "claim")?,
+            granted: seats(v, "granted")?,
+            in_use: seats(v, "inUse")?,
+        })
+    }
+}
+
+impl Record {
+    pub fn to_json(&self) -> Value {
+        let levels: Map<String, Value> = self.levels.iter().map(|(k, l)| (k.clone(), l.to_json())).collect();
+        json!({
+            "format": RECORD_FORMAT, "heartbeat": self.heartbeat, "revision": self.revision.to_string(),
+            "serverConcurrencyLimit": self.server_concurrency_limit, "levels": Value::Object(levels),
+        })
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(&self.to_json()).unwrap_or_default()
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Record, String> {
+        let v: Value = serde_json::from_slice(bytes).map_err(|e| format!("invalid JSON: {e}"))?;
+        if !v.is_object() {
+            return Err("expected an object".to_string());
+        }
+        let format = unsigned(&v, "format")?;
+        if format != RECORD_FORMAT {
+            return Err(format!("unsupported record format {format}"));
+        }
+        let revision = i64::try_from(unsigned(&v, "revision")?).map_err(|_| "revision: out of range".to_string())?;
+        let mut levels = BTreeMap::new();
+        match v.get("levels") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(m)) => {
+                for (name, l) in m {
+                    levels.insert(name.clone(), LevelRecord::from_json(l).map_err(|e| format!("levels.{name}: {e}"))?);
+                }
+            }
+            Some(_) => return Err("levels: expected an object".to_string()),
+        }
+        Ok(Record { heartbeat: unsigned(&v, "heartbeat")?, revision, server_concurrency_limit: seats(&v, "serverConcurrencyLimit")?, levels })
+    }
+
+    /// The claim on a level (0 when the record does not name it).
+    pub fn claim(&self, level: &str) -> u32 {
+        self.levels.get(level).map_or(0, |l| l.claim)
+    }
+
+    /// The granted seats on a level (0 when the record does not name it).
+    pub fn granted(&self, level: &str) -> u32 {
+        self.levels.get(level).map_or(0, |l| l.granted)
+    }
+
+    /// Σ claims over every level the record names.
+    pub fn total_claim(&self) -> u64 {
+        self.levels.values().map(|l| u64::from(l.claim)).sum()
+    }
+}
+
+/// A replica id usable in a key: non-empty, printable ASCII without `/`.
+pub fn valid_replica_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 253 && id.bytes().all(|b| b.is_ascii_graphic() && b != b'/')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_leniency() {
+        let mut r = Record { heartbeat: 3, revision: 99, server_concurrency_limit: 600, levels: BTreeMap::new() };
+        r.levels.insert("a".into(), LevelRecord { demand: SeatDemandStats { avg: 1.5, std_dev: 0.5, high_watermark: 3, smoothed: 2.0 }, claim: 7, granted: 6, in_use: 2 });
+        assert_eq!(Record::decode(&r.encode()).unwrap(), r);
+        assert_eq!(r.claim("a") + r.claim("b"), 7);
+        let lenient = Record::decode(br#"{"format":1,"future":true,"levels":{"x":{"claim":4,"avg":null}}}"#).unwrap();
+        assert_eq!(lenient.claim("x"), 4);
+        for bad in [&b"{"[..], b"[]", br#"{"format":2}"#, br#"{"format":1,"levels":[]}"#, br#"{"format":1,"levels":{"x":{"claim":-1}}}"#, br#"{"format":1,"levels":{"x":{"claim":4294967296}}}"#] {
+            assert!(Record::decode(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+        assert!(valid_replica_id("gw-7f9c.ns_1") && !valid_replica_id("a/b") && !valid_replica_id("") && !valid_replica_id("a b"));
+    }
+}

@@ -1,0 +1,126 @@
+//! A snapshot: every replica record under the fleet's prefix at one store revision, as one range
+//! read returns it. The allocation is computed from a snapshot, and the claims it holds are what
+//! a raise is checked against.
+
+use super::allocation::{allocate, Allocation, ReplicaDemand};
+use super::etcd::{EtcdError, RangeResponse};
+use super::levels::FleetPolicy;
+use super::record::Record;
+use crate::limits::borrowing::SeatDemandStats;
+
+/// One key under the prefix.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplicaEntry {
+    /// The key without the prefix.
+    pub id: String,
+    pub mod_revision: i64,
+    pub lease: i64,
+    /// The decoded record, or why it does not decode.
+    pub record: Result<Record, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Snapshot {
+    /// The store revision of the read.
+    pub revision: i64,
+    /// Sorted by id.
+    pub replicas: Vec<ReplicaEntry>,
+}
+
+/// The others' claims in a snapshot, as a raise is checked against them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OthersClaims {
+    /// Per level of the policy.
+    pub per_level: Vec<u64>,
+    /// Over every level every record names (levels this replica does not know included).
+    pub total: u64,
+    /// Some other record does not decode: its claims are unknown, so nothing may be raised.
+    pub unknown: bool,
+}
+
+impl Snapshot {
+    /// The records of a range over `prefix`. A truncated answer (`more`) is an error: a
+    /// snapshot must hold every record.
+    pub fn from_range(prefix: &[u8], r: &RangeResponse) -> Result<Snapshot, EtcdError> {
+        if r.more || r.count > r.kvs.len() as i64 {
+            return Err(EtcdError::Malformed(format!("range holds {} of {} keys", r.kvs.len(), r.count)));
+        }
+        let mut replicas: Vec<ReplicaEntry> = r.kvs.iter().filter_map(|kv| {
+            let id = kv.key.strip_prefix(prefix)?;
+            Some(ReplicaEntry {
+                id: String::from_utf8_lossy(id).into_owned(),
+                mod_revision: kv.mod_revision,
+                lease: kv.lease,
+                record: Record::decode(&kv.value),
+            })
+        }).collect();
+        replicas.sort_by(|a, b| a.id.cmp(&b.id));
+        replicas.dedup_by(|a, b| a.id == b.id);
+        Ok(Snapshot { revision: r.header.revision, replicas })
+    }
+
+    pub fn get(&self, id: &str) -> Option<&ReplicaEntry> {
+        self.replicas.binary_search_by(|e| e.id.as_str().cmp(id)).ok().and_then(|i| self.replicas.get(i))
+    }
+
+    /// This snapshot with `id`'s record replaced (or added): the state a write of `record`
+    /// creates.
+    pub fn with_record(&self, id: &str, record: Record) -> Snapshot {
+        let mut s = self.clone();
+        let entry = ReplicaEntry { id: id.to_string(), mod_revision: 0, lease: 0, record: Ok(record) };
+        match s.replicas.binary_search_by(|e| e.id.as_str().cmp(id)) {
+            Ok(i) => {
+                if let Some(e) = s.replicas.get_mut(i) {
+                    *e = entry;
+                }
+            }
+            Err(i) => s.replicas.insert(i, entry),
+        }
+        s
+    }
+
+    /// Records that do not decode.
+    pub fn unreadable(&self) -> usize {
+        self.replicas.iter().filter(|e| e.record.is_err()).count()
+    }
+
+    /// The allocation of this snapshot (a record that does not decode counts as a replica
+    /// without demand).
+    pub fn allocate(&self, policy: &FleetPolicy) -> Allocation {
+        let demand: Vec<Vec<SeatDemandStats>> = self.replicas.iter().map(|e| demand_of(e.record.as_ref().ok(), policy)).collect();
+        let input: Vec<ReplicaDemand<'_>> = self.replicas.iter().zip(&demand).map(|(e, d)| ReplicaDemand { id: &e.id, demand: d }).collect();
+        allocate(policy, &input)
+    }
+
+    /// The claims of every replica but `id`.
+    pub fn others_claims(&self, policy: &FleetPolicy, id: &str) -> OthersClaims {
+        let mut c = OthersClaims { per_level: vec![0; policy.levels.len()], total: 0, unknown: false };
+        for e in self.replicas.iter().filter(|e| e.id != id) {
+            match &e.record {
+                Ok(r) => {
+                    for (sum, l) in c.per_level.iter_mut().zip(&policy.levels) {
+                        *sum = sum.saturating_add(u64::from(r.claim(&l.name)));
+                    }
+                    c.total = c.total.saturating_add(r.total_claim());
+                }
+                Err(_) => c.unknown = true,
+            }
+        }
+        c
+    }
+}
+
+/// A record's demand per level of `policy` (levels it does not name: no demand).
+pub fn demand_of(record: Option<&Record>, policy: &FleetPolicy) -> Vec<SeatDemandStats> {
+    policy.levels.iter().map(|l| record.and_then(|r| r.levels.get(&l.name)).map(|x| x.demand).unwrap_or_default()).collect()
+}
+
+/// A record's claims per level of `policy`.
+pub fn claims_of(record: &Record, policy: &FleetPolicy) -> Vec<u32> {
+    policy.levels.iter().map(|l| record.claim(&l.name)).collect()
+}
+
+/// A record's granted seats per level of `policy`.
+pub fn granted_of(record: &Record, policy: &FleetPolicy) -> Vec<u32> {
+    policy.levels.iter().map(|l| record.granted(&l.name)).collect()
+}

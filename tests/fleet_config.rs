@@ -1,0 +1,85 @@
+//! The `fleet` configuration object: exact names, defaults, and errors that name the field.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use apf_wasm::fleet::config::{Credentials, FleetConfig};
+use apf_wasm::NANOS_PER_SEC;
+use serde_json::json;
+
+fn errors(v: serde_json::Value) -> Vec<String> {
+    FleetConfig::from_json(&v).unwrap_err()
+}
+
+#[test]
+fn full_object() {
+    let c = FleetConfig::from_json(&json!({
+        "etcd": {"cluster": "etcd-tls", "authority": "etcd.example", "prefix": "/gw/", "username": "apf", "password": "s3cret"},
+        "name": "edge", "period": "500ms", "leaseTtl": "3s"
+    }))
+    .unwrap();
+    assert_eq!(c.etcd.cluster, "etcd-tls");
+    assert_eq!(c.etcd.authority, "etcd.example");
+    assert_eq!(c.etcd.prefix, "/gw/");
+    assert_eq!(c.etcd.credentials, Some(Credentials { username: "apf".into(), password: "s3cret".into() }));
+    assert_eq!((c.name.as_str(), c.period, c.lease_ttl), ("edge", NANOS_PER_SEC / 2, 3 * NANOS_PER_SEC));
+    assert_eq!(c.replicas_prefix(), "/gw/edge/replicas/");
+    assert_eq!(c.replica_key("gw-0"), "/gw/edge/replicas/gw-0");
+    assert_eq!(c.lease_ttl_secs(), 3);
+    assert!(!format!("{c:?}").contains("s3cret"), "the password is not printed");
+}
+
+#[test]
+fn only_the_cluster_is_required() {
+    let c = FleetConfig::from_json(&json!({"etcd": {"cluster": "etcd"}})).unwrap();
+    assert_eq!(c.etcd.authority, "etcd", "authority defaults to the cluster");
+    assert_eq!(c.etcd.prefix, "/apf-wasm/");
+    assert_eq!(c.etcd.credentials, None);
+    assert_eq!((c.name.as_str(), c.period, c.lease_ttl), ("default", NANOS_PER_SEC, 5 * NANOS_PER_SEC));
+    assert_eq!(c.replicas_prefix(), "/apf-wasm/default/replicas/");
+    assert_eq!(errors(json!({})), vec!["fleet.etcd: Required value"]);
+    assert_eq!(errors(json!({"etcd": {}})), vec!["fleet.etcd.cluster: Required value"]);
+    assert_eq!(errors(json!({"etcd": {"cluster": ""}})), vec!["fleet.etcd.cluster: Required value"]);
+}
+
+#[test]
+fn unknown_fields_and_wrong_types_are_errors() {
+    let e = errors(json!({"etcd": {"cluster": "e"}, "leaseTTL": "5s"}));
+    assert!(e.len() == 1 && e[0].starts_with("fleet: unknown field `leaseTTL`"), "{e:?}");
+    let e = errors(json!({"etcd": {"cluster": "e", "endpoints": ["x"]}}));
+    assert!(e.len() == 1 && e[0].starts_with("fleet.etcd: unknown field `endpoints`"), "{e:?}");
+    let e = errors(json!({"etcd": {"cluster": 1}}));
+    assert!(e.len() == 1 && e[0].starts_with("fleet.etcd: invalid type"), "{e:?}");
+    let e = errors(json!({"etcd": {"cluster": "e"}, "period": 1}));
+    assert!(e.len() == 1 && e[0].starts_with("fleet: invalid type"), "{e:?}");
+    let e = errors(json!("etcd"));
+    assert!(e.len() == 1 && e[0].starts_with("fleet: invalid type"), "{e:?}");
+}
+
+#[test]
+fn validation_errors_name_the_field() {
+    let base = |extra: serde_json::Value| {
+        let mut v = json!({"etcd": {"cluster": "e"}});
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        errors(v)
+    };
+    assert_eq!(base(json!({"leaseTtl": "1s"})), vec!["fleet.leaseTtl: must be at least 2 × period (2s), got 1s"]);
+    assert_eq!(base(json!({"leaseTtl": "5500ms"})), vec!["fleet.leaseTtl: must be a whole number of seconds (etcd lease TTLs are), got 5.5s"]);
+    assert_eq!(base(json!({"period": "0s"})), vec!["fleet.period: must be positive"]);
+    assert_eq!(base(json!({"period": "soon"})), vec!["fleet.period: time: invalid duration \"soon\""]);
+    assert_eq!(base(json!({"leaseTtl": "-5s"})), vec!["fleet.leaseTtl: must be positive"]);
+    assert_eq!(base(json!({"name": ""})), vec!["fleet.name: must be non-empty and must not contain /, got \"\""]);
+    assert_eq!(base(json!({"name": "a/b"})), vec!["fleet.name: must be non-empty and must not contain /, got \"a/b\""]);
+    let with_etcd = |etcd: serde_json::Value| errors(json!({ "etcd": etcd }));
+    assert_eq!(with_etcd(json!({"cluster": "e", "prefix": "/x"})), vec!["fleet.etcd.prefix: must end with /, got \"/x\""]);
+    assert_eq!(with_etcd(json!({"cluster": "e", "username": "u"})), vec!["fleet.etcd.password: Required value when username is set"]);
+    assert_eq!(with_etcd(json!({"cluster": "e", "password": "p"})), vec!["fleet.etcd.username: Required value when password is set"]);
+    assert_eq!(with_etcd(json!({"cluster": "e", "username": "", "password": "p"})), vec!["fleet.etcd.username: must not be empty"]);
+    assert_eq!(
+        with_etcd(json!({"cluster": "e", "authority": ""})),
+        vec!["fleet.etcd.authority: must not be empty (leave it out to use the cluster name)"]
+    );
+    // Every error is reported at once.
+    let e = errors(json!({"etcd": {"cluster": "", "prefix": "p"}, "name": "", "period": "3s"}));
+    assert_eq!(e.len(), 4, "{e:?}");
+}
