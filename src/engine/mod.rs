@@ -459,21 +459,41 @@ pub fn adjust_borrowing(c: &Compiled, store: &dyn Store, now: Nanos, notices: &m
         st.levels = new_levels.clone();
         st.fair_frac = fair_frac;
     })?;
-    // Push the new limits into the QueueSets (which dispatch right away if they grew).
-    for (lvl, b) in c.levels.iter().zip(&levels) {
-        if lvl.exempt {
-            continue;
+    // Push the new limits into the QueueSets (which dispatch right away if they grew). In fleet
+    // mode the fleet's allocation sets them instead ([`set_limits`]).
+    if c.config.fleet.is_none() {
+        for (lvl, b) in c.levels.iter().zip(&levels) {
+            set_limit(c, store, now, lvl, b.current, notices)?;
         }
-        let mut runs = Vec::new();
-        let r = update_level(store, now, &lvl.key, Some((lvl, c.generation)), &mut runs, |st, out| {
-            let cfg = QueueSetConfig { concurrency_limit: b.current, ..st.qs.config() };
-            if cfg != st.qs.config() {
-                out.extend(st.qs.reconfigure(cfg, now)?);
-            }
-            Ok(())
-        })?;
-        r.transpose().map_err(EngineError::Config)?;
-        notices.append(&mut runs);
     }
     Ok(true)
+}
+
+/// Sets a limited level's concurrency limit (a level whose limit grew dispatches at once).
+fn set_limit(c: &Compiled, store: &dyn Store, now: Nanos, lvl: &LevelRuntime, limit: u32, notices: &mut Vec<Notice>) -> Result<(), EngineError> {
+    if lvl.exempt {
+        return Ok(());
+    }
+    let mut runs = Vec::new();
+    let r = update_level(store, now, &lvl.key, Some((lvl, c.generation)), &mut runs, |st, out| {
+        let cfg = QueueSetConfig { concurrency_limit: limit, ..st.qs.config() };
+        if cfg != st.qs.config() {
+            out.extend(st.qs.reconfigure(cfg, now)?);
+        }
+        Ok(())
+    })?;
+    r.transpose().map_err(EngineError::Config)?;
+    notices.append(&mut runs);
+    Ok(())
+}
+
+/// Fleet mode: this replica's seats per level (in the policy's order; `None`: exempt, left
+/// alone) become the levels' concurrency limits.
+pub fn set_limits(c: &Compiled, store: &dyn Store, now: Nanos, limits: &[Option<u32>], notices: &mut Vec<Notice>) -> Result<(), EngineError> {
+    for (lvl, limit) in c.levels.iter().zip(limits) {
+        if let Some(limit) = *limit {
+            set_limit(c, store, now, lvl, limit, notices)?;
+        }
+    }
+    Ok(())
 }

@@ -11,12 +11,14 @@
 //! - [`root`]: one configuration: apply it, run the timer (expiry, borrowing, leases, cluster
 //!   polls, stats) and the mailbox.
 //! - [`stats`]: upstream's metrics and the gateway's own, as host stats.
+//! - [`fleet`]: fleet mode — one worker per process drives the fleet's etcd protocol.
 //! - [`offline`]: a host for one request outside a proxy (`apf classify`, the playground).
 //!
 //! Every worker shares one set of seats and queues per level in the host's store; whoever frees
 //! seats dispatches by fair queuing, and a dispatched request owned by another worker is woken
 //! through that worker's mailbox, because only the owning worker can resume a paused stream.
 
+pub mod fleet;
 pub mod host;
 pub mod offline;
 pub mod request;

@@ -231,6 +231,9 @@ fn flush_metrics(h: &dyn Host, w: &mut Worker, c: &Compiled, now: Nanos) {
 impl Root {
     /// The reply of an HTTP call this root started.
     pub fn on_http_call_response(&mut self, h: &dyn Host, w: &mut Worker, token: u32, body_size: usize) {
+        if super::fleet::on_call_response(h, w, self.compiled.as_deref(), token, body_size) {
+            return;
+        }
         if self.counts_call.take_if(|t| *t == token).is_some() {
             self.counts_response(h, w, body_size);
         } else {
@@ -279,6 +282,7 @@ impl Root {
         w.enforce_local_deadlines(h, now);
         w.check_watch_holds(h, now);
         self.poll_counts(h, w, &c, now);
+        super::fleet::on_tick(h, w, &c, now);
         match engine::adjust_borrowing(&c, h.store(), now, &mut notices) {
             Ok(true) => log::debug!("apf: borrowing adjusted"),
             Ok(false) => {}

@@ -109,6 +109,8 @@ pub struct Worker {
     /// This worker's requests that are queued or hold seats.
     pub requests: Requests<Extra>,
     pub stats: Stats,
+    /// Fleet mode: the fleet's state machine, on the one worker that drives it.
+    pub fleet: Option<super::fleet::FleetDriver>,
 }
 
 /// The engine's callbacks for this worker's requests: resume, answer, post to other workers,
@@ -241,6 +243,7 @@ impl Worker {
             counts_read: 0,
             requests: Requests::new(),
             stats: Stats::default(),
+            fleet: None,
         }
     }
 

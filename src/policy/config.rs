@@ -69,13 +69,15 @@ pub struct PluginConfig {
     pub cluster_metrics: Option<ClusterMetrics>,
     /// The longest a WATCH holds its seats while its initial state streams.
     pub watch_initial_events_max_hold: Nanos,
+    /// Fleet mode: `serverConcurrencyLimit` is the limit of every replica together (`fleet`).
+    pub fleet: Option<crate::fleet::FleetConfig>,
 }
 
 /// Default of `workEstimator.watchInitialEventsMaxHold`.
 pub const DEFAULT_WATCH_INITIAL_EVENTS_MAX_HOLD: Nanos = 30 * NANOS_PER_SEC;
 
-const KNOWN_KEYS: [&str; 13] = [
-    "clusterPolicy", "serverConcurrencyLimit", "requestTimeout", "suggestedDefaults", "requestMode",
+const KNOWN_KEYS: [&str; 14] = [
+    "clusterPolicy", "fleet", "serverConcurrencyLimit", "requestTimeout", "suggestedDefaults", "requestMode",
     "namespaceHeader", "identity", "workEstimator", "enforce", "dryRunPriorityLevels", "debugGroups",
     "explainGroups", "policy",
 ];
@@ -207,6 +209,8 @@ fn from_map(m: &Map<String, Value>, env: Env) -> (PluginConfig, Vec<String>) {
     let dry_run_priority_levels = get_string_list(m, "dryRunPriorityLevels", &[], &mut errs);
     let debug_groups = get_string_list(m, "debugGroups", &["system:masters"], &mut errs);
     let explain_groups = get_string_list(m, "explainGroups", &[], &mut errs);
+    let fleet = m.get("fleet").filter(|v| !v.is_null()).map(crate::fleet::FleetConfig::from_json);
+    let fleet = fleet.and_then(|f| f.map_err(|e| errs.extend(e)).ok());
     let cluster_policy = m.get("clusterPolicy").filter(|v| !v.is_null()).map(|v| ClusterPolicy::parse(v, env));
     let cluster_policy = cluster_policy.and_then(|c| c.map_err(|e| errs.extend(e)).ok());
     let metrics = work_estimator.cluster_metrics.as_ref();
@@ -254,6 +258,7 @@ fn from_map(m: &Map<String, Value>, env: Env) -> (PluginConfig, Vec<String>) {
         cluster_policy,
         cluster_metrics,
         watch_initial_events_max_hold,
+        fleet,
     };
     (config, errs)
 }

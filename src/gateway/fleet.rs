@@ -1,0 +1,211 @@
+//! Fleet mode in the gateway: one worker per Envoy process drives the fleet's state machine
+//! ([`crate::fleet::Fleet`]) — it claims the role in shared data, as the object-count poll is
+//! claimed — and the others only serve: the levels' limits it sets live in the shared level
+//! states every worker admits under. Nothing on the request path waits on etcd.
+//!
+//! Every timer tick the driver samples each level's seat demand (seats in use and waiting) into
+//! a per-period integrator; every `period` it hands the fleet the period's demand statistics and
+//! the seats in use, sends the etcd calls the fleet asks for through the host, passes their
+//! replies back, and applies the fleet's limits to the levels whenever they change.
+
+use super::host::{pairs, Body, HeaderMap, Host};
+use super::worker::Worker;
+use crate::engine::{self, Compiled};
+use crate::fleet::{EtcdCall, Fleet, FleetConfig, FleetPolicy};
+use crate::limits::borrowing::SeatDemandStats;
+use crate::limits::integrator::Integrator;
+use crate::Nanos;
+use hashbrown::HashMap;
+use std::time::Duration;
+
+/// Shared-data key of the driver role: (instance, heartbeat).
+const DRIVER_KEY: &str = "apf/v3/fleet/driver";
+/// Shared-data key of this process's replica id (made once, kept for the process's life).
+const REPLICA_KEY: &str = "apf/v3/fleet/replica";
+/// The driver renews its role this often; another worker takes it over after `TAKEOVER`.
+const DRIVER_BEAT: Nanos = 500_000_000;
+const TAKEOVER: Nanos = 3 * crate::NANOS_PER_SEC;
+
+/// The driver's state (kept in the worker: it outlives configuration reloads).
+pub struct FleetDriver {
+    pub fleet: Fleet,
+    /// The configuration generation it was made for.
+    generation: u64,
+    /// HTTP call tokens → the fleet's call ids.
+    calls: HashMap<u32, u64>,
+    /// Per level: the seat demand over the current period, and its statistics so far.
+    demand: Vec<Integrator>,
+    stats: Vec<SeatDemandStats>,
+    in_use: Vec<u32>,
+    period_start: Nanos,
+    /// (configuration generation, fleet generation) of the limits last applied to the levels.
+    applied: Option<(u64, u64)>,
+    last_beat: Nanos,
+}
+
+/// The driver role's holder and heartbeat in shared data.
+fn driver(cur: Option<&[u8]>) -> (u64, Nanos) {
+    let field = |r: std::ops::Range<usize>| cur.and_then(|b| b.get(r)?.try_into().ok());
+    (field(0..8).map_or(0, u64::from_le_bytes), field(8..16).map_or(0, i64::from_le_bytes))
+}
+
+/// Whether this worker holds (or now takes) the driver role: it is free, ours, or its holder
+/// stopped renewing it (a worker VM that died). Only a claim writes.
+fn claim_driver(h: &dyn Host, instance: u64, now: Nanos) -> bool {
+    let free = |(holder, beat): (u64, Nanos)| holder == instance || holder == 0 || now.saturating_sub(beat) >= TAKEOVER;
+    match h.store().get(DRIVER_KEY) {
+        Ok((cur, _)) if !free(driver(cur.as_deref())) => return false,
+        Ok(_) => {}
+        Err(e) => {
+            log::warn!("apf: fleet: reading the driver role failed: {e}");
+            return false;
+        }
+    }
+    let r = engine::store::update::<bool, engine::EngineError>(h.store(), DRIVER_KEY, engine::MAX_CAS_TRIES, |cur| {
+        let mine = free(driver(cur));
+        let mut v = instance.to_le_bytes().to_vec();
+        v.extend_from_slice(&now.to_le_bytes());
+        Ok(if mine { (v, true) } else { (cur.map(<[u8]>::to_vec).unwrap_or_default(), false) })
+    });
+    r.unwrap_or_else(|e| {
+        log::warn!("apf: fleet: claiming the driver role failed: {e}");
+        false
+    })
+}
+
+/// This process's replica id: `r-<16 hex digits>`, made by the first worker that asks.
+fn replica_id(h: &dyn Host, instance: u64) -> Option<String> {
+    let r = engine::store::update::<String, engine::EngineError>(h.store(), REPLICA_KEY, engine::MAX_CAS_TRIES, |cur| {
+        match cur.and_then(|b| std::str::from_utf8(b).ok()).filter(|s| !s.is_empty()) {
+            Some(id) => Ok((id.as_bytes().to_vec(), id.to_string())),
+            None => {
+                let id = format!("r-{instance:016x}");
+                Ok((id.as_bytes().to_vec(), id))
+            }
+        }
+    });
+    r.map_err(|e| log::warn!("apf: fleet: the replica id: {e}")).ok()
+}
+
+impl FleetDriver {
+    fn new(h: &dyn Host, w: &Worker, c: &Compiled, cfg: &FleetConfig, now: Nanos) -> Option<FleetDriver> {
+        let id = replica_id(h, w.instance)?;
+        let fleet = Fleet::new(cfg.clone(), FleetPolicy::from_config(&c.config), &id).map_err(|e| log::error!("apf: fleet: {e}")).ok()?;
+        let n = c.levels.len();
+        log::info!("apf: fleet: replica {id} drives this process's fleet membership");
+        Some(FleetDriver {
+            fleet,
+            generation: c.generation,
+            calls: HashMap::new(),
+            demand: (0..n).map(|_| Integrator::new(now)).collect(),
+            stats: vec![SeatDemandStats::default(); n],
+            in_use: vec![0; n],
+            period_start: now,
+            applied: None,
+            last_beat: now,
+        })
+    }
+
+    /// Sends the fleet's calls to etcd through the host.
+    fn send(&mut self, h: &dyn Host, calls: Vec<EtcdCall>) {
+        let cfg = self.fleet.config();
+        let (cluster, authority, timeout) = (cfg.etcd.cluster.clone(), cfg.etcd.authority.clone(), cfg.period);
+        let timeout = Duration::from_nanos(u64::try_from(timeout).unwrap_or(1_000_000_000));
+        for call in calls {
+            let mut headers: Vec<(&str, &str)> = vec![(":method", "POST"), (":path", call.path), (":authority", &authority)];
+            headers.extend(call.headers.iter().map(|(k, v)| (*k, v.as_str())));
+            match h.http_call(&cluster, &headers, &call.body, timeout) {
+                Ok(token) => {
+                    self.calls.insert(token, call.id);
+                }
+                Err(e) => {
+                    log::warn!("apf: fleet: cannot call etcd through cluster {cluster:?}: {e}");
+                    let more = self.fleet.on_response(call.id, 0, &[], h.monotonic_nanos());
+                    // A failed send is answered at once; its follow-ups wait for the next tick.
+                    drop(more);
+                }
+            }
+        }
+    }
+
+    /// Applies the fleet's limits to the levels when they changed (or the configuration did).
+    fn apply(&mut self, h: &dyn Host, w: &mut Worker, c: &Compiled, now: Nanos) {
+        let want = (c.generation, self.fleet.generation());
+        if self.applied == Some(want) {
+            return;
+        }
+        let mut notices = Vec::new();
+        match engine::set_limits(c, h.store(), now, self.fleet.limits(), &mut notices) {
+            Ok(()) => self.applied = Some(want),
+            Err(e) => log::warn!("apf: fleet: applying the allocation failed: {e}"),
+        }
+        w.route(h, notices, now);
+    }
+}
+
+/// The timer's part of fleet mode (every tick, every worker).
+pub fn on_tick(h: &dyn Host, w: &mut Worker, c: &Compiled, now: Nanos) {
+    let Some(cfg) = c.config.fleet.as_ref() else {
+        w.fleet = None;
+        return;
+    };
+    let beat_due = w.fleet.as_ref().is_none_or(|d| now.saturating_sub(d.last_beat) >= DRIVER_BEAT);
+    if beat_due {
+        if !claim_driver(h, w.instance, now) {
+            w.fleet = None;
+            return;
+        }
+        if let Some(d) = w.fleet.as_mut() {
+            d.last_beat = now;
+        }
+    }
+    if w.fleet.as_ref().is_none_or(|d| d.generation != c.generation) {
+        let Some(d) = FleetDriver::new(h, w, c, cfg, now) else { return };
+        w.fleet = Some(d);
+    }
+    let Some(mut d) = w.fleet.take() else { return };
+    // The period's seat demand, sampled every tick.
+    for (i, lvl) in c.levels.iter().enumerate() {
+        let Ok(Some(st)) = engine::read_level(h.store(), &lvl.key) else { continue };
+        if let Some(x) = d.demand.get_mut(i) {
+            x.set(now, f64::from(st.qs.seat_demand()));
+        }
+        if let Some(u) = d.in_use.get_mut(i) {
+            *u = st.qs.seats_in_use();
+        }
+    }
+    if now.saturating_sub(d.period_start) >= cfg.period {
+        d.period_start = now;
+        for (s, x) in d.stats.iter_mut().zip(d.demand.iter_mut()) {
+            s.update(&x.reset(now));
+        }
+        d.fleet.set_local_demand(&d.stats);
+        let applied = d.applied.map_or(0, |(_, g)| g);
+        d.fleet.set_seats_in_use(&d.in_use, applied);
+    }
+    let calls = d.fleet.tick(now);
+    d.send(h, calls);
+    d.apply(h, w, c, now);
+    w.fleet = Some(d);
+}
+
+/// An HTTP call's reply: true if it was the fleet's.
+pub fn on_call_response(h: &dyn Host, w: &mut Worker, c: Option<&Compiled>, token: u32, body_size: usize) -> bool {
+    let Some(mut d) = w.fleet.take() else { return false };
+    let Some(id) = d.calls.remove(&token) else {
+        w.fleet = Some(d);
+        return false;
+    };
+    let raw = h.header_map_bytes(HeaderMap::CallResponse);
+    let status = pairs(&raw).into_iter().find_map(|(k, v)| (k == ":status").then_some(v));
+    let status = status.and_then(|s| std::str::from_utf8(s).ok()?.parse::<u16>().ok()).unwrap_or(0);
+    let body = h.body_bytes(Body::CallResponse, 0, body_size).unwrap_or_default();
+    let now = h.monotonic_nanos();
+    let calls = d.fleet.on_response(id, status, &body, now);
+    d.send(h, calls);
+    if let Some(c) = c {
+        d.apply(h, w, c, now);
+    }
+    w.fleet = Some(d);
+    true
+}
