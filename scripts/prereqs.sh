@@ -5,8 +5,8 @@
 #   wasm        the Rust target wasm32-wasip1 (./wasm-build.sh)
 #   envoy       Envoy + pytest in .venv (scripts/envoy-env.sh; python3-venv)
 #   gateway     wasm + envoy (./run-gateway.sh)
-#   e2e         Envoy + pytest in .venv, kubectl, openssl, promtool (Debian prometheus),
-#               umoci and skopeo (OCI image of the module: packaging/build-oci.sh)
+#   e2e         Envoy + pytest in .venv, kubectl, openssl, promtool (Debian prometheus), etcd
+#               (Debian etcd-server: fleet mode), umoci and skopeo (OCI image: packaging/build-oci.sh)
 #   playground  Chromium (/usr/bin/chromium or $CHROMIUM), node + npm, the Rust target
 #               wasm32-unknown-unknown and wasm-bindgen-cli (the version playground/build.sh pins)
 #   all         all of the above (the default)
@@ -56,6 +56,7 @@ if [[ -n "$want_e2e" ]]; then
   command -v promtool >/dev/null 2>&1 || need prometheus
   command -v umoci >/dev/null 2>&1 || need umoci
   command -v skopeo >/dev/null 2>&1 || need skopeo
+  command -v etcd >/dev/null 2>&1 || need etcd-server
 fi
 if [[ -n "$want_playground" ]]; then
   [[ -x "${CHROMIUM:-/usr/bin/chromium}" ]] || apt_pkgs_recommends+=(chromium)

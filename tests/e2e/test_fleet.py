@@ -1,0 +1,242 @@
+"""Fleet mode in real Envoys: three gateway processes (2 workers each) in front of one test
+upstream, coordinated through a real etcd (Debian's etcd-server, started here on loopback).
+The level's 20 seats are the limit of the whole fleet: without fleet mode each replica would
+enforce all 20 (45 requests in flight with 15 closed-loop clients per replica).
+
+Checked, with closed-loop clients against an upstream whose service time varies:
+- equal load on all three: the upstream never has more than 20 of the level's requests in
+  flight, and uses them (mean ≥ 70 %);
+- all load on one replica: within 3 periods it uses ≥ 85 % of the fleet's seats;
+- that replica killed (SIGKILL) while another takes the load: the seats serve the other within
+  leaseTtl + 2 periods;
+- etcd stopped under load: no request fails, the fleet limit still holds.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import client
+from apf_policy import E2E_GROUP, single_level_config
+from envoy_template import gateway_config, socket_address
+from envoyproc import EnvoyProcess, wait_until
+from upstream import Upstream
+
+pytestmark = pytest.mark.apf
+
+SEATS = 20
+PERIOD = 1.0
+LEASE_TTL = 5.0
+PATH = "/api/v1/namespaces/default/pods"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Etcd:
+    """A throwaway single-member etcd on loopback."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.dir = workdir / "etcd"
+        self.client_port, self.peer_port = free_port(), free_port()
+        self.proc: subprocess.Popen | None = None
+        self.log = open(workdir / "etcd.log", "ab")  # noqa: SIM115
+
+    def start(self) -> "Etcd":
+        c, p = f"http://127.0.0.1:{self.client_port}", f"http://127.0.0.1:{self.peer_port}"
+        self.proc = subprocess.Popen(
+            ["etcd", "--name", "e2e", "--data-dir", str(self.dir), "--listen-client-urls", c,
+             "--advertise-client-urls", c, "--listen-peer-urls", p,
+             "--initial-advertise-peer-urls", p, "--initial-cluster", f"e2e={p}"],
+            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        wait_until(lambda: self.call("/v3/kv/range", {"key": b64(b"x")}) is not None, timeout=20,
+                   what="etcd answering")
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+    def call(self, path: str, body: dict) -> dict | None:
+        req = urllib.request.Request(f"http://127.0.0.1:{self.client_port}{path}",
+                                     data=json.dumps(body).encode(), method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=2) as r:
+                return json.loads(r.read())
+        except OSError:
+            return None
+
+    def replicas(self) -> list[dict]:
+        prefix = b"/apf-wasm/"
+        end = prefix[:-1] + bytes([prefix[-1] + 1])
+        r = self.call("/v3/kv/range", {"key": b64(prefix), "range_end": b64(end)}) or {}
+        return [json.loads(base64.b64decode(kv["value"])) for kv in r.get("kvs", [])]
+
+
+def b64(b: bytes) -> str:
+    return base64.b64encode(b).decode()
+
+
+def fleet_config() -> dict:
+    cfg = single_level_config(SEATS, queues=16, hand_size=4, queue_length_limit=50)
+    cfg["fleet"] = {"etcd": {"cluster": "etcd"}, "period": "1s", "leaseTtl": "5s"}
+    return cfg
+
+
+class Sampler:
+    """Samples the upstream's in-flight count every 20 ms."""
+
+    def __init__(self, up: Upstream) -> None:
+        self.up, self.samples, self._stop = up, [], threading.Event()
+        self.t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append(self.up.snapshot()["in_flight"])
+            time.sleep(0.02)
+
+    def __enter__(self) -> "Sampler":
+        self.t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self.t.join()
+
+    @property
+    def mean(self) -> float:
+        return sum(self.samples) / max(1, len(self.samples))
+
+
+def load(ports: list[int], conns: int, seconds: float, tag: str) -> list[client.Result]:
+    """`conns` closed-loop clients on each port (one user each), service time 20–80 ms."""
+    out: list[client.Result] = []
+    lock = threading.Lock()
+    rnd = random.Random(7)
+
+    def run(port: int) -> None:
+        users = {f"{tag}-{port}-{i}": 1 for i in range(conns)}
+        res = client.closed_loop(port, users, seconds, path=PATH,
+                                 groups_of={u: (E2E_GROUP,) for u in users},
+                                 headers_for=lambda _u, _i: {"x-sleep-ms": str(rnd.randint(20, 80))})
+        with lock:
+            out.extend(res)
+
+    threads = [threading.Thread(target=run, args=(p,)) for p in ports]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+@pytest.fixture
+def fleet(wasm_module, envoy_bin):
+    if shutil.which("etcd") is None:
+        pytest.fail("etcd not installed (scripts/prereqs.sh e2e installs Debian's etcd-server)")
+    work = Path(tempfile.mkdtemp(prefix="fleet-"))
+    etcd = Etcd(work).start()
+    up = Upstream().start()
+    up.set_nodelay()
+    envoys: list[EnvoyProcess] = []
+    for i in range(3):
+        cfg = gateway_config(upstream_port=up.port, wasm_path=wasm_module, plugin_config=fleet_config())
+        cfg["static_resources"]["clusters"].append({
+            "name": "etcd", "type": "STATIC", "connect_timeout": "1s",
+            "load_assignment": {"cluster_name": "etcd", "endpoints": [{"lb_endpoints": [
+                {"endpoint": {"address": socket_address(etcd.client_port)}}]}]}})
+        env = EnvoyProcess(cfg, work / f"envoy{i}", envoy_bin=envoy_bin, concurrency=2, name=f"envoy{i}")
+        envoys.append(env.start())
+    try:
+        for env in envoys:
+            env.wait_ready(timeout=30)
+        wait_until(lambda: len(etcd.replicas()) == 3, timeout=20, what="three replica records in etcd")
+        yield etcd, up, envoys
+    finally:
+        for env in envoys:
+            env.stop()
+        up.stop()
+        etcd.stop()
+
+
+def test_fleet_shares_one_limit_across_three_replicas(fleet):
+    etcd, up, envoys = fleet
+    ports = [e.ports["gateway"] for e in envoys]
+
+    # Equal load: 15 closed-loop clients per replica (45 against 20 seats).
+    up.reset()
+    with Sampler(up) as s:
+        res = load(ports, 15, 8.0, "eq")
+    served = [r for r in res if r.status == 200]
+    assert not [r for r in res if r.status is None], "transport errors"
+    snap = up.snapshot()
+    print(f"equal load: {len(served)} served, upstream max in flight {snap['max_in_flight']}, "
+          f"mean {s.mean:.1f} of {SEATS}")
+    assert snap["max_in_flight"] <= SEATS, f"the fleet used {snap['max_in_flight']} > {SEATS} seats"
+    assert s.mean >= 0.7 * SEATS, f"mean in flight {s.mean:.1f} < 70 % of {SEATS}"
+
+    # All load on replica 0: within 3 periods it has ≥ 85 % of the fleet's seats.
+    up.reset()
+    result: list[client.Result] = []
+    t = threading.Thread(target=lambda: result.extend(load(ports[:1], 30, 8.0, "one")))
+    t.start()
+    time.sleep(3 * PERIOD)
+    with Sampler(up) as s:
+        time.sleep(4.0)
+    t.join()
+    snap = up.snapshot()
+    print(f"load on one replica: mean in flight {s.mean:.1f}, max {snap['max_in_flight']}")
+    assert snap["max_in_flight"] <= SEATS
+    assert s.mean >= 0.85 * SEATS, f"one loaded replica uses {s.mean:.1f} of {SEATS} seats"
+
+    # Replica 1 loaded, replica 0 killed with load on it: its seats come to replica 1 within
+    # leaseTtl + 2 periods.
+    up.reset()
+    result = []
+    t1 = threading.Thread(target=lambda: result.extend(load(ports[1:2], 30, 14.0, "two")))
+    t0 = threading.Thread(target=lambda: load(ports[:1], 15, 3.0, "dying"))
+    t1.start()
+    t0.start()
+    time.sleep(1.5)
+    envoys[0].proc.send_signal(signal.SIGKILL)
+    envoys[0].proc.wait(timeout=10)
+    t0.join()
+    time.sleep(LEASE_TTL + 2 * PERIOD)
+    with Sampler(up) as s:
+        time.sleep(3.0)
+    t1.join()
+    print(f"after SIGKILL of a loaded replica: the survivor's mean in flight {s.mean:.1f}")
+    assert up.snapshot()["max_in_flight"] <= SEATS
+    assert s.mean >= 0.85 * SEATS, f"the survivor uses {s.mean:.1f} of {SEATS} seats"
+    wait_until(lambda: len(etcd.replicas()) == 2, timeout=LEASE_TTL + 2, what="the dead replica's record gone")
+
+    # etcd stopped under load: nothing fails, the limit holds.
+    up.reset()
+    result = []
+    t = threading.Thread(target=lambda: result.extend(load(ports[1:], 15, 8.0, "noetcd")))
+    t.start()
+    time.sleep(1.0)
+    etcd.stop()
+    t.join()
+    failed = [r for r in result if r.status != 200]
+    print(f"etcd stopped: {len(result)} requests, {len(failed)} not 200, "
+          f"max in flight {up.snapshot()['max_in_flight']}")
+    assert not failed, f"{len(failed)} requests failed with etcd down: {failed[:3]}"
+    assert up.snapshot()["max_in_flight"] <= SEATS
