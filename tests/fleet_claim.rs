@@ -137,6 +137,8 @@ fn the_lease_is_trusted_until_k_plus_ttl_minus_period() {
     assert_eq!(f.lease_deadline(), Some(T0 + 2 * S + 5 * S - S));
     let claims = f.claims().unwrap().to_vec();
     let before = f.limits().to_vec();
+    assert_eq!(f.next_tick(T0 + 2 * S), T0 + 3 * S);
+    assert_eq!(f.next_tick(T0 + 5 * S + S / 2), T0 + 6 * S, "the deadline is a tick");
     let mut t = T0 + 3 * S;
     while t < T0 + 6 * S {
         for c in f.tick(t) {

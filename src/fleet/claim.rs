@@ -318,6 +318,14 @@ impl Fleet {
         Some(k.saturating_add(self.config.lease_ttl).saturating_sub(self.config.period))
     }
 
+    /// When the host should call [`Fleet::tick`] next at the latest: the next keepalive or
+    /// round, or the lease deadline (where the limits fall back), whichever comes first.
+    pub fn next_tick(&self, now: Nanos) -> Nanos {
+        let p = self.config.period;
+        let due = [self.last_keepalive.map(|k| k.saturating_add(p)), self.last_round.map(|r| r.saturating_add(p)), self.lease_deadline()];
+        due.into_iter().flatten().filter(|&t| t > now).fold(now.saturating_add(p), Nanos::min)
+    }
+
     /// When the latest snapshot was received.
     pub fn last_sync(&self) -> Option<Nanos> {
         self.last_sync
