@@ -114,9 +114,12 @@ fn authentication_comes_first_and_the_token_goes_raw() {
     let (s, b) = m.handle(calls[0].path, &[], &calls[0].body, T0);
     let next = f.on_response(calls[0].id, s, &b, T0);
     assert!(next.iter().all(|c| c.headers.iter().any(|(k, v)| *k == "authorization" && !v.starts_with("Bearer"))));
+    let token = next[0].headers.iter().find(|(k, _)| *k == "authorization").unwrap().1.clone();
     exchange(&mut f, &mut m, next, T0);
     period(&mut f, &mut m, T0 + S);
     assert_eq!(f.mode(), FleetMode::Synced);
+    let printed = format!("{f:?}");
+    assert!(!printed.contains(&token) && !printed.contains("\"pw\""), "no secret in Debug output");
     // An invalid token (etcd restarted: simple tokens are gone) → authenticate again.
     m.restart(T0 + 2 * S);
     period(&mut f, &mut m, T0 + 2 * S);

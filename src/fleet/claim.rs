@@ -126,6 +126,16 @@ struct Plan {
     raises: bool,
 }
 
+/// etcd's auth token (not printed).
+#[derive(Clone)]
+struct Token(String);
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
 /// One replica's side of the fleet.
 #[derive(Debug, Clone)]
 pub struct Fleet {
@@ -140,7 +150,7 @@ pub struct Fleet {
     in_use: Vec<u32>,
     in_use_generation: u64,
     // Authentication and lease.
-    token: Option<String>,
+    token: Option<Token>,
     lease: Option<i64>,
     /// `k`: when the last keepalive (or grant) that proved the lease alive was sent.
     lease_alive_at: Option<Nanos>,
@@ -451,7 +461,7 @@ impl Fleet {
         }
         let mut headers = vec![("content-type", "application/json".to_string())];
         if let Some(t) = &self.token {
-            headers.push(("authorization", t.clone()));
+            headers.push(("authorization", t.0.clone()));
         }
         EtcdCall { id, path, body, headers }
     }
@@ -535,7 +545,7 @@ impl Fleet {
 
     fn on_authenticate(&mut self, status: u16, body: &[u8]) {
         match AuthenticateResponse::decode(status, body) {
-            Ok(r) => self.token = Some(r.token),
+            Ok(r) => self.token = Some(Token(r.token)),
             Err(e) => self.failed(&e),
         }
     }
