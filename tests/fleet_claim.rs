@@ -278,8 +278,10 @@ fn claims_are_lowered_only_below_limits_workers_may_still_use() {
     a.set_seats_in_use(&[0, 3, 0, 0], old_gen);
     period(&mut a, &mut m, T0 + 5 * S);
     assert_eq!(a.claims().unwrap()[HIGH], high, "the claim covers what workers may still admit");
-    // Reported under the new generation: the claim drops to the allocation.
+    // Reported under the new generation (then a late report under the old one, ignored): the
+    // claim drops to the allocation.
     report(&mut a, &[0, 3, 0, 0]);
+    a.set_seats_in_use(&[0, 50, 0, 0], old_gen);
     period(&mut a, &mut m, T0 + 6 * S);
     assert_eq!(a.claims().unwrap()[HIGH], a.targets().unwrap()[HIGH]);
 }

@@ -257,16 +257,19 @@ impl Fleet {
 
     /// Seats in use per level (policy order), measured while the limits of `generation` (or a
     /// later one) were the only ones any worker admitted under. A claim is only ever lowered to
-    /// the larger of this and every limit handed out since `generation`.
+    /// the larger of this and every limit handed out since `generation`. A report under an
+    /// older generation than an earlier report's is ignored (it may predate admissions the
+    /// earlier one counted).
     pub fn set_seats_in_use(&mut self, in_use: &[u32], generation: u64) {
+        let generation = generation.min(self.generation);
+        if generation < self.in_use_generation {
+            return;
+        }
         for (i, x) in self.in_use.iter_mut().enumerate() {
             *x = in_use.get(i).copied().unwrap_or(0);
         }
-        let generation = generation.min(self.generation);
-        if generation >= self.in_use_generation {
-            self.in_use_generation = generation;
-            self.history.retain(|(g, _)| *g >= generation);
-        }
+        self.in_use_generation = generation;
+        self.history.retain(|(g, _)| *g >= generation);
     }
 
     // -----------------------------------------------------------------------------------------
