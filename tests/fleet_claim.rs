@@ -114,9 +114,12 @@ fn authentication_comes_first_and_the_token_goes_raw() {
     let (s, b) = m.handle(calls[0].path, &[], &calls[0].body, T0);
     let next = f.on_response(calls[0].id, s, &b, T0);
     assert!(next.iter().all(|c| c.headers.iter().any(|(k, v)| *k == "authorization" && !v.starts_with("Bearer"))));
+    let token = next[0].headers.iter().find(|(k, _)| *k == "authorization").unwrap().1.clone();
     exchange(&mut f, &mut m, next, T0);
     period(&mut f, &mut m, T0 + S);
     assert_eq!(f.mode(), FleetMode::Synced);
+    let printed = format!("{f:?}");
+    assert!(!printed.contains(&token) && !printed.contains("\"pw\""), "no secret in Debug output");
     // An invalid token (etcd restarted: simple tokens are gone) → authenticate again.
     m.restart(T0 + 2 * S);
     period(&mut f, &mut m, T0 + 2 * S);
@@ -137,6 +140,8 @@ fn the_lease_is_trusted_until_k_plus_ttl_minus_period() {
     assert_eq!(f.lease_deadline(), Some(T0 + 2 * S + 5 * S - S));
     let claims = f.claims().unwrap().to_vec();
     let before = f.limits().to_vec();
+    assert_eq!(f.next_tick(T0 + 2 * S), T0 + 3 * S);
+    assert_eq!(f.next_tick(T0 + 5 * S + S / 2), T0 + 6 * S, "the deadline is a tick");
     let mut t = T0 + 3 * S;
     while t < T0 + 6 * S {
         for c in f.tick(t) {
@@ -273,8 +278,10 @@ fn claims_are_lowered_only_below_limits_workers_may_still_use() {
     a.set_seats_in_use(&[0, 3, 0, 0], old_gen);
     period(&mut a, &mut m, T0 + 5 * S);
     assert_eq!(a.claims().unwrap()[HIGH], high, "the claim covers what workers may still admit");
-    // Reported under the new generation: the claim drops to the allocation.
+    // Reported under the new generation (then a late report under the old one, ignored): the
+    // claim drops to the allocation.
     report(&mut a, &[0, 3, 0, 0]);
+    a.set_seats_in_use(&[0, 50, 0, 0], old_gen);
     period(&mut a, &mut m, T0 + 6 * S);
     assert_eq!(a.claims().unwrap()[HIGH], a.targets().unwrap()[HIGH]);
 }

@@ -126,6 +126,16 @@ struct Plan {
     raises: bool,
 }
 
+/// etcd's auth token (not printed).
+#[derive(Clone)]
+struct Token(String);
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
 /// One replica's side of the fleet.
 #[derive(Debug, Clone)]
 pub struct Fleet {
@@ -140,7 +150,7 @@ pub struct Fleet {
     in_use: Vec<u32>,
     in_use_generation: u64,
     // Authentication and lease.
-    token: Option<String>,
+    token: Option<Token>,
     lease: Option<i64>,
     /// `k`: when the last keepalive (or grant) that proved the lease alive was sent.
     lease_alive_at: Option<Nanos>,
@@ -247,16 +257,19 @@ impl Fleet {
 
     /// Seats in use per level (policy order), measured while the limits of `generation` (or a
     /// later one) were the only ones any worker admitted under. A claim is only ever lowered to
-    /// the larger of this and every limit handed out since `generation`.
+    /// the larger of this and every limit handed out since `generation`. A report under an
+    /// older generation than an earlier report's is ignored (it may predate admissions the
+    /// earlier one counted).
     pub fn set_seats_in_use(&mut self, in_use: &[u32], generation: u64) {
+        let generation = generation.min(self.generation);
+        if generation < self.in_use_generation {
+            return;
+        }
         for (i, x) in self.in_use.iter_mut().enumerate() {
             *x = in_use.get(i).copied().unwrap_or(0);
         }
-        let generation = generation.min(self.generation);
-        if generation >= self.in_use_generation {
-            self.in_use_generation = generation;
-            self.history.retain(|(g, _)| *g >= generation);
-        }
+        self.in_use_generation = generation;
+        self.history.retain(|(g, _)| *g >= generation);
     }
 
     // -----------------------------------------------------------------------------------------
@@ -316,6 +329,14 @@ impl Fleet {
     pub fn lease_deadline(&self) -> Option<Nanos> {
         let k = self.lease_alive_at?;
         Some(k.saturating_add(self.config.lease_ttl).saturating_sub(self.config.period))
+    }
+
+    /// When the host should call [`Fleet::tick`] next at the latest: the next keepalive or
+    /// round, or the lease deadline (where the limits fall back), whichever comes first.
+    pub fn next_tick(&self, now: Nanos) -> Nanos {
+        let p = self.config.period;
+        let due = [self.last_keepalive.map(|k| k.saturating_add(p)), self.last_round.map(|r| r.saturating_add(p)), self.lease_deadline()];
+        due.into_iter().flatten().filter(|&t| t > now).fold(now.saturating_add(p), Nanos::min)
     }
 
     /// When the latest snapshot was received.
@@ -443,7 +464,7 @@ impl Fleet {
         }
         let mut headers = vec![("content-type", "application/json".to_string())];
         if let Some(t) = &self.token {
-            headers.push(("authorization", t.clone()));
+            headers.push(("authorization", t.0.clone()));
         }
         EtcdCall { id, path, body, headers }
     }
@@ -527,7 +548,7 @@ impl Fleet {
 
     fn on_authenticate(&mut self, status: u16, body: &[u8]) {
         match AuthenticateResponse::decode(status, body) {
-            Ok(r) => self.token = Some(r.token),
+            Ok(r) => self.token = Some(Token(r.token)),
             Err(e) => self.failed(&e),
         }
     }

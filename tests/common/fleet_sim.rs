@@ -165,7 +165,8 @@ pub struct Stats {
     /// record expired while it was cut off from etcd).
     pub uncovered_steps: u64,
     pub max_overshoot: u64,
-    pub fallback_steps: u64,
+    /// Checks that saw a replica without a record in fallback.
+    pub fallback_checks: u64,
     pub admitted: u64,
 }
 
@@ -516,7 +517,7 @@ impl Sim {
                 }
                 None => {
                     if r.fleet.mode() == FleetMode::Fallback {
-                        self.stats.fallback_steps += 1;
+                        self.stats.fallback_checks += 1;
                     }
                     let last = r.last_etcd_claims.clone().unwrap_or_else(|| vec![0; n]);
                     if r.registered {
