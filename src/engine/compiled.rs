@@ -123,7 +123,9 @@ impl Compiled {
                 exempt: pl.is_exempt(),
                 max_seats: lim.max_seats,
                 nominal: lim.nominal,
-                min_limit: lim.min,
+                // Fleet mode: this replica's share may be anything from none to the level's
+                // fleet-wide maximum (the fleet's allocation sets it).
+                min_limit: if config.fleet.is_some() { 0 } else { lim.min },
                 max_limit: lim.max,
                 enforce: config.enforce && !config.dry_run_priority_levels.contains(&pl.name),
             }

@@ -128,10 +128,12 @@ impl FleetDriver {
         }
     }
 
-    /// Applies the fleet's limits to the levels when they changed (or the configuration did).
-    fn apply(&mut self, h: &dyn Host, w: &mut Worker, c: &Compiled, now: Nanos) {
+    /// Applies the fleet's limits to the levels when they changed (or the configuration did),
+    /// and once a period in any case (a worker with a newer configuration may have created or
+    /// reconfigured a level meanwhile).
+    fn apply(&mut self, h: &dyn Host, w: &mut Worker, c: &Compiled, now: Nanos, force: bool) {
         let want = (c.generation, self.fleet.generation());
-        if self.applied == Some(want) {
+        if self.applied == Some(want) && !force {
             return;
         }
         let mut notices = Vec::new();
@@ -174,7 +176,8 @@ pub fn on_tick(h: &dyn Host, w: &mut Worker, c: &Compiled, now: Nanos) {
             *u = st.qs.seats_in_use();
         }
     }
-    if now.saturating_sub(d.period_start) >= cfg.period {
+    let period_ended = now.saturating_sub(d.period_start) >= cfg.period;
+    if period_ended {
         d.period_start = now;
         for (s, x) in d.stats.iter_mut().zip(d.demand.iter_mut()) {
             s.update(&x.reset(now));
@@ -185,7 +188,7 @@ pub fn on_tick(h: &dyn Host, w: &mut Worker, c: &Compiled, now: Nanos) {
     }
     let calls = d.fleet.tick(now);
     d.send(h, calls);
-    d.apply(h, w, c, now);
+    d.apply(h, w, c, now, period_ended);
     w.fleet = Some(d);
 }
 
@@ -204,7 +207,7 @@ pub fn on_call_response(h: &dyn Host, w: &mut Worker, c: Option<&Compiled>, toke
     let calls = d.fleet.on_response(id, status, &body, now);
     d.send(h, calls);
     if let Some(c) = c {
-        d.apply(h, w, c, now);
+        d.apply(h, w, c, now, false);
     }
     w.fleet = Some(d);
     true
