@@ -135,6 +135,19 @@ fn the_fleet_limit_holds_and_the_seats_follow_the_load() {
         world.step();
     }
     assert_eq!(world.etcd.range(b"/apf-wasm/", b"/apf-wasm0").len(), 3, "three replica records");
+    // Every worker serves dump_fleet (from what its process's driver published), and the
+    // driver's stats say how many replicas the fleet has.
+    for p in 0..3 {
+        for w in 0..2 {
+            let admin = [("x-remote-user", "admin"), ("x-remote-group", "system:masters")];
+            let dump: serde_json::Value = serde_json::from_str(&world.procs[p].nodes[w].dump("dump_fleet", &admin, &[])).unwrap();
+            assert_eq!(dump["replicas"].as_array().unwrap().len(), 3, "{dump}");
+            assert_eq!(dump["mode"], "Synced", "{dump}");
+            assert!(dump["lastSyncAgeSeconds"].as_f64().unwrap() < 3.0, "{dump}");
+            assert!(dump["limits"]["lvl"].as_u64().is_some(), "{dump}");
+        }
+        assert_eq!(world.procs[p].proxy.stat("apf_wasm_fleet_replicas"), 3);
+    }
     // All the load on replica 0: 40 requests that never finish.
     world.load(0, 40);
     let mut max_total = 0;

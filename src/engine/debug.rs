@@ -23,6 +23,9 @@ pub enum DumpKind {
     Requests { details: bool },
     /// Our own dump (not upstream's): the object counts LIST and WATCH costs come from.
     ObjectCounts,
+    /// Our own dump: fleet mode's replicas, their demand, allocation and seats (JSON; rendered by
+    /// the gateway from what its fleet driver publishes).
+    Fleet,
 }
 
 /// Parses `path?query` into a dump request, `None` if it is not a debug dump path.
@@ -33,6 +36,7 @@ pub fn dump_kind(path_and_query: &[u8]) -> Option<DumpKind> {
         "dump_priority_levels" => Some(DumpKind::PriorityLevels),
         "dump_queues" => Some(DumpKind::Queues),
         "dump_object_counts" => Some(DumpKind::ObjectCounts),
+        "dump_fleet" => Some(DumpKind::Fleet),
         "dump_requests" => {
             let on = |kv: &str| kv.strip_prefix("includeRequestDetails=").is_some_and(|v| !v.is_empty());
             Some(DumpKind::Requests { details: query.split('&').any(on) })
@@ -114,7 +118,7 @@ pub fn render(c: &Compiled, store: &dyn Store, kind: DumpKind, now: Nanos, to_un
     }
     match kind {
         // (ObjectCounts returned above.)
-        DumpKind::PriorityLevels | DumpKind::ObjectCounts => dumps::dump_priority_levels(&pl_rows),
+        DumpKind::PriorityLevels | DumpKind::ObjectCounts | DumpKind::Fleet => dumps::dump_priority_levels(&pl_rows),
         DumpKind::Queues => dumps::dump_queues(&q_rows),
         // Rows without details print empty detail columns.
         DumpKind::Requests { details } => dumps::dump_requests(&r_rows, details),

@@ -9,6 +9,7 @@
 //! replies back, and applies the fleet's limits to the levels whenever they change.
 
 use super::host::{pairs, Body, HeaderMap, Host};
+use super::stats::Own;
 use super::worker::Worker;
 use crate::engine::{self, Compiled};
 use crate::fleet::{EtcdCall, Fleet, FleetConfig, FleetPolicy};
@@ -22,6 +23,8 @@ use std::time::Duration;
 const DRIVER_KEY: &str = "apf/v3/fleet/driver";
 /// Shared-data key of this process's replica id (made once, kept for the process's life).
 const REPLICA_KEY: &str = "apf/v3/fleet/replica";
+/// Shared-data key of the fleet's state as the driver last saw it (JSON, for `dump_fleet`).
+pub const STATUS_KEY: &str = "apf/v3/fleet/status";
 /// The driver renews its role this often; another worker takes it over after `TAKEOVER`.
 const DRIVER_BEAT: Nanos = 500_000_000;
 const TAKEOVER: Nanos = 3 * crate::NANOS_PER_SEC;
@@ -41,6 +44,8 @@ pub struct FleetDriver {
     /// (configuration generation, fleet generation) of the limits last applied to the levels.
     applied: Option<(u64, u64)>,
     last_beat: Nanos,
+    /// Failed calls already counted in the stats.
+    failures_counted: u64,
 }
 
 /// The driver role's holder and heartbeat in shared data.
@@ -103,6 +108,7 @@ impl FleetDriver {
             period_start: now,
             applied: None,
             last_beat: now,
+            failures_counted: 0,
         })
     }
 
@@ -145,6 +151,75 @@ impl FleetDriver {
     }
 }
 
+impl FleetDriver {
+    /// Once a period: the fleet's state in shared data (any worker serves it as `dump_fleet`),
+    /// and the fleet's stats.
+    fn publish(&mut self, h: &dyn Host, w: &mut Worker, c: &Compiled, now: Nanos) {
+        let f = &self.fleet;
+        let names: Vec<&str> = c.levels.iter().map(|l| l.name.as_str()).collect();
+        let limits: serde_json::Map<String, serde_json::Value> =
+            names.iter().zip(f.limits()).filter_map(|(n, l)| Some(((*n).to_string(), serde_json::Value::from((*l)?)))).collect();
+        let allocation = f.allocation();
+        let replicas: Vec<serde_json::Value> = f.snapshot().map_or_else(Vec::new, |s| {
+            s.replicas
+                .iter()
+                .map(|r| {
+                    let seats = allocation.and_then(|a| a.seats_of(&r.id)).unwrap_or_default();
+                    let levels: serde_json::Map<String, serde_json::Value> = match &r.record {
+                        Ok(rec) => rec
+                            .levels
+                            .iter()
+                            .map(|(name, l)| {
+                                let allocated = names.iter().position(|n| n == name).and_then(|i| seats.get(i).copied());
+                                let v = serde_json::json!({"allocated": allocated, "claim": l.claim, "granted": l.granted, "inUse": l.in_use,
+                                    "demandAvg": l.demand.avg, "demandStdDev": l.demand.std_dev, "demandHighWatermark": l.demand.high_watermark});
+                                (name.clone(), v)
+                            })
+                            .collect(),
+                        Err(_) => serde_json::Map::new(),
+                    };
+                    serde_json::json!({"id": r.id, "lease": r.lease.to_string(), "modRevision": r.mod_revision.to_string(),
+                        "record": if r.record.is_ok() { "ok" } else { "undecodable" }, "levels": levels})
+                })
+                .collect()
+        });
+        let status = serde_json::json!({
+            "replica": f.replica_id(),
+            "mode": format!("{:?}", f.mode()),
+            "lastSync": f.last_sync(),
+            "syncFailures": f.sync_failures(),
+            "revision": f.snapshot().map(|s| s.revision.to_string()),
+            "limits": limits,
+            "replicas": replicas,
+        });
+        if let Err(e) = h.store().set(STATUS_KEY, status.to_string().as_bytes(), None) {
+            log::warn!("apf: fleet: storing its state failed: {e}");
+        }
+        let failures = f.sync_failures();
+        w.stats.add_own(Own::FleetSyncFailures, failures.saturating_sub(self.failures_counted));
+        self.failures_counted = failures;
+        let age = f.last_sync().map(|t| u64::try_from(now.saturating_sub(t) / crate::NANOS_PER_SEC).unwrap_or(0));
+        let n = f.snapshot().map_or(0, |s| s.replicas.len() as u64);
+        w.stats.set_fleet_gauges(h, n, age);
+    }
+}
+
+/// `dump_fleet`: the fleet's state as its driver last published it (JSON, a top-level
+/// `replicas` array; `lastSyncAgeSeconds` instead of the driver's clock).
+pub fn render_dump(store: &dyn crate::engine::store::Store, now: Nanos) -> String {
+    let status = store.get(STATUS_KEY).ok().and_then(|(v, _)| v).and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+    let Some(mut status) = status else {
+        return "{\"replicas\": [], \"error\": \"no fleet state: fleet mode is off, or no worker has synced with etcd yet\"}\n".to_string();
+    };
+    if let Some(obj) = status.as_object_mut() {
+        let age = obj.remove("lastSync").and_then(|v| v.as_i64()).map(|t| now.saturating_sub(t) as f64 / 1e9);
+        obj.insert("lastSyncAgeSeconds".to_string(), serde_json::json!(age));
+    }
+    let mut out = serde_json::to_string_pretty(&status).unwrap_or_default();
+    out.push('\n');
+    out
+}
+
 /// The timer's part of fleet mode (every tick, every worker).
 pub fn on_tick(h: &dyn Host, w: &mut Worker, c: &Compiled, now: Nanos) {
     let Some(cfg) = c.config.fleet.as_ref() else {
@@ -185,6 +260,7 @@ pub fn on_tick(h: &dyn Host, w: &mut Worker, c: &Compiled, now: Nanos) {
         d.fleet.set_local_demand(&d.stats);
         let applied = d.applied.map_or(0, |(_, g)| g);
         d.fleet.set_seats_in_use(&d.in_use, applied);
+        d.publish(h, w, c, now);
     }
     let calls = d.fleet.tick(now);
     d.send(h, calls);

@@ -98,6 +98,11 @@ impl Request {
         }
         let debug_caller = || d.user.groups.iter().any(|g| c.config.debug_groups.contains(g));
         if let Some(kind) = dump.filter(|_| debug_caller()) {
+            if kind == debug::DumpKind::Fleet {
+                let body = super::fleet::render_dump(h.store(), now);
+                h.send_response(200, &[("content-type", b"application/json"), ("x-content-type-options", b"nosniff")], body.as_bytes());
+                return Action::Pause;
+            }
             let offset = h.realtime_nanos().saturating_sub(now);
             let body = debug::render(c, h.store(), kind, now, &|t| t.saturating_add(offset));
             h.send_response(200, &worker::TEXT_PLAIN, body.as_bytes());

@@ -83,9 +83,10 @@ struct Series {
 #[derive(Default)]
 pub struct Stats {
     series: HashMap<Key, Series>,
-    own_pending: [u64; 3],
-    own_ids: [Option<u32>; 8],
+    own_pending: [u64; 4],
+    own_ids: [Option<u32>; 9],
     own_gauge_ids: [Option<u32>; 2],
+    fleet_gauge_ids: [Option<u32>; 2],
 }
 
 /// A new series: its stat name (counters, gauges) or its histogram's.
@@ -159,8 +160,24 @@ impl Stats {
     }
 
     pub fn count_own(&mut self, m: Own) {
+        self.add_own(m, 1);
+    }
+
+    pub fn add_own(&mut self, m: Own, n: u64) {
         if let Some(x) = self.own_pending.get_mut(m as usize) {
-            *x = x.saturating_add(1);
+            *x = x.saturating_add(n);
+        }
+    }
+
+    /// Fleet mode, on the worker that drives it: the replicas in the fleet's last snapshot and
+    /// the seconds since the last successful sync with etcd.
+    pub fn set_fleet_gauges(&mut self, h: &dyn Host, replicas: u64, sync_age_seconds: Option<u64>) {
+        let values = [Some(replicas), sync_age_seconds];
+        for ((name, value), id) in FLEET_GAUGES.iter().zip(values).zip(&mut self.fleet_gauge_ids) {
+            let Some(value) = value else { continue };
+            if let Some(id) = metric_id(h, id, StatKind::Gauge, name) {
+                h.record_metric(id, value);
+            }
         }
     }
 
@@ -197,7 +214,7 @@ impl Stats {
 
 /// The filter's own counters (not upstream metrics): global-state contention (see
 /// [`crate::engine::contention`]), then where LIST and WATCH costs come from ([`Own`]).
-const OWN_COUNTERS: [&str; 8] = [
+const OWN_COUNTERS: [&str; 9] = [
     "apf_wasm_shared_state_writes_total",
     "apf_wasm_shared_state_conflicts_total",
     "apf_wasm_level_state_decodes_total",
@@ -206,6 +223,7 @@ const OWN_COUNTERS: [&str; 8] = [
     "apf_wasm_object_counts_refreshes_total",
     "apf_wasm_object_counts_refresh_failures_total",
     "apf_wasm_watch_initial_hold_timeouts_total",
+    "apf_wasm_fleet_sync_failures_total",
 ];
 
 /// The filter's own counters of where LIST and WATCH costs come from.
@@ -217,7 +235,12 @@ pub enum Own {
     CountsRefreshFailures = 1,
     /// Watches whose initial phase reached `watchInitialEventsMaxHold`.
     WatchHoldTimeouts = 2,
+    /// Fleet mode: etcd calls that failed (no answer, or an error status).
+    FleetSyncFailures = 3,
 }
+
+/// Fleet mode's gauges (set by the worker that drives the fleet).
+const FLEET_GAUGES: [&str; 2] = ["apf_wasm_fleet_replicas", "apf_wasm_fleet_sync_age_seconds"];
 
 /// Gauges: resources whose cluster count is stale; seconds since the last successful poll.
 const OWN_GAUGES: [&str; 2] = ["apf_wasm_object_counts_stale_resources", "apf_wasm_object_counts_age_seconds"];

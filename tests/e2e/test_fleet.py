@@ -191,6 +191,17 @@ def test_fleet_shares_one_limit_across_three_replicas(fleet):
     etcd, up, envoys = fleet
     ports = [e.ports["gateway"] for e in envoys]
 
+    # Every replica's dump_fleet and stats see the three replicas.
+    def sees_three(port: int, env: EnvoyProcess) -> bool:
+        r = client.request(port, client.Req(path="/debug/api_priority_and_fairness/dump_fleet",
+                                            user="admin", groups=("system:masters",)))
+        dump = json.loads(r.body) if r.status == 200 else {}
+        stats = env.stats("apf_wasm_fleet_replicas")
+        return len(dump.get("replicas", [])) == 3 and dump.get("mode") == "Synced" and \
+            any(v == 3 for v in stats.values())
+    for port, env in zip(ports, envoys):
+        wait_until(lambda: sees_three(port, env), timeout=10, what="dump_fleet and stats with 3 replicas")
+
     # Equal load: 15 closed-loop clients per replica (45 against 20 seats), measured once the
     # allocation has settled (the first replica to register starts with every seat and gives
     # them up as its requests finish).
