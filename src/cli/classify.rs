@@ -16,7 +16,7 @@
 //! `workEstimator.clusterMetrics` does): "what would this LIST cost in my cluster?". For a real
 //! cluster: `kubectl get --raw /metrics | apf classify --metrics - ...` (kubectl authenticates;
 //! `--token T` adds a bearer token to a plain-HTTP URL).
-use std::io::{Read, Write};
+use std::io::Write;
 
 use serde_json::json;
 
@@ -108,42 +108,12 @@ fn read_metrics(source: &str, token: Option<&str>) -> Result<Vec<u8>, String> {
     super::read_input(Some(source))
 }
 
-/// A minimal HTTP/1.1 GET (`host:port/path`), enough for a metrics endpoint on a trusted network.
+/// A GET of `host:port/path` (default path `/metrics`).
 fn http_get(host_path: &str, token: Option<&str>) -> Result<Vec<u8>, String> {
-    use std::net::TcpStream;
     let (host, path) = host_path.find('/').map_or((host_path, "/metrics"), |i| host_path.split_at(i));
-    let addr = if host.contains(':') { host.to_string() } else { format!("{host}:80") };
-    let mut conn = TcpStream::connect(&addr).map_err(|e| e.to_string())?;
-    let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(30)));
-    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    write!(conn, "GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: text/plain\r\n{auth}Connection: close\r\n\r\n").map_err(|e| e.to_string())?;
-    let mut resp = Vec::new();
-    conn.read_to_end(&mut resp).map_err(|e| e.to_string())?;
-    let split = resp.windows(4).position(|w| w == b"\r\n\r\n").ok_or("no HTTP response header")?;
-    let head = String::from_utf8_lossy(resp.get(..split).unwrap_or_default()).to_ascii_lowercase();
-    let status = head.split_whitespace().nth(1).unwrap_or("");
-    if status != "200" {
-        return Err(format!("HTTP status {status}"));
-    }
-    let body = resp.get(split + 4..).unwrap_or_default();
-    if head.contains("transfer-encoding: chunked") {
-        return dechunk(body).ok_or_else(|| "bad chunked encoding".to_string());
-    }
-    Ok(body.to_vec())
-}
-
-fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(b.len());
-    loop {
-        let eol = b.windows(2).position(|w| w == b"\r\n")?;
-        let size_s = std::str::from_utf8(b.get(..eol)?).ok()?;
-        let size = usize::from_str_radix(size_s.split(';').next()?.trim(), 16).ok()?;
-        if size == 0 {
-            return Some(out);
-        }
-        out.extend_from_slice(b.get(eol + 2..eol + 2 + size)?);
-        b = b.get(eol + 4 + size..)?;
-    }
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let headers: Vec<(&str, &str)> = auth.as_deref().map(|a| ("Authorization", a)).into_iter().chain([("Accept", "text/plain")]).collect();
+    super::http::request(host, "GET", path, &headers, &[])
 }
 
 pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {

@@ -1,10 +1,12 @@
-//! The `apf` command: `check`, `classify`, `simulate`. Each subcommand returns its [`Outcome`]
+//! The `apf` command: `check`, `classify`, `simulate`, `fleet`. Each subcommand returns its [`Outcome`]
 //! for its arguments (without the subcommand name); [`main_with`] and `classify::run` print it,
 //! so tests can drive the command in-process.
 use std::io::{Read, Write};
 
 pub mod check;
 pub mod classify;
+pub mod fleet;
+mod http;
 pub mod simulate;
 
 pub const USAGE: &str = "usage: apf <command> [options]
@@ -14,6 +16,8 @@ commands:
   classify [--config FILE] --method M --path P [--user U] [--group G]... [--header 'N: v']...
                                                    classify one request and print the decision as JSON
   simulate [--workers N] SCENARIO.json             run the deterministic fair-queuing simulator
+  fleet    --etcd http://HOST:PORT [--prefix P] [--name N]
+                                                   print a fleet's replicas as etcd holds them (JSON)
 ";
 
 /// What a command prints: on stdout with exit code 0, or on stderr with its exit code.
@@ -53,6 +57,7 @@ pub fn main_with(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i
             "check" => check::check(rest),
             "classify" => classify::classify(rest),
             "simulate" => simulate::simulate(rest),
+            "fleet" => fleet::fleet(rest),
             "help" | "--help" | "-h" => Ok(USAGE.to_string()),
             other => Err((2, format!("apf: unknown command {other:?}\n{USAGE}\n"))),
         },
