@@ -7,6 +7,7 @@
 #   gateway     wasm + envoy (./run-gateway.sh)
 #   e2e         Envoy + pytest in .venv, kubectl, openssl, promtool (Debian prometheus), etcd
 #               (Debian etcd-server: fleet mode), umoci and skopeo (OCI image: packaging/build-oci.sh)
+#   etcd        etcd (Debian etcd-server), for FLEET=N ./run-gateway.sh
 #   playground  Chromium (/usr/bin/chromium or $CHROMIUM), node + npm, the Rust target
 #               wasm32-unknown-unknown and wasm-bindgen-cli (the version playground/build.sh pins)
 #   all         all of the above (the default)
@@ -21,17 +22,18 @@ say() { echo "prereqs: $*" >&2; }
 
 groups=("$@")
 [[ ${#groups[@]} -gt 0 ]] || groups=(all)
-want_rust="" want_wasm="" want_envoy="" want_e2e="" want_playground=""
+want_rust="" want_wasm="" want_envoy="" want_e2e="" want_playground="" want_etcd=""
 for g in "${groups[@]}"; do
   case "$g" in
     rust) want_rust=1 want_wasm=1 ;;
     wasm) want_wasm=1 ;;
     envoy) want_envoy=1 ;;
     gateway) want_wasm=1 want_envoy=1 ;;
-    e2e) want_envoy=1 want_e2e=1 ;;
+    e2e) want_envoy=1 want_e2e=1 want_etcd=1 ;;
+    etcd) want_etcd=1 ;;
     playground) want_playground=1 ;;
-    all) want_rust=1 want_wasm=1 want_envoy=1 want_e2e=1 want_playground=1 ;;
-    *) say "unknown group '$g' (rust, wasm, envoy, gateway, e2e, playground, all)"; exit 2 ;;
+    all) want_rust=1 want_wasm=1 want_envoy=1 want_e2e=1 want_playground=1 want_etcd=1 ;;
+    *) say "unknown group '$g' (rust, wasm, envoy, gateway, e2e, etcd, playground, all)"; exit 2 ;;
   esac
 done
 
@@ -56,6 +58,8 @@ if [[ -n "$want_e2e" ]]; then
   command -v promtool >/dev/null 2>&1 || need prometheus
   command -v umoci >/dev/null 2>&1 || need umoci
   command -v skopeo >/dev/null 2>&1 || need skopeo
+fi
+if [[ -n "$want_etcd" ]]; then
   command -v etcd >/dev/null 2>&1 || need etcd-server
 fi
 if [[ -n "$want_playground" ]]; then
