@@ -66,6 +66,16 @@ impl std::fmt::Display for EngineError {
     }
 }
 
+impl std::error::Error for EngineError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            EngineError::Store(e) => Some(e),
+            EngineError::Corrupt(e) => Some(e),
+            EngineError::Config(_) => None,
+        }
+    }
+}
+
 /// The state of one priority level as stored in the shared store.
 #[derive(Debug, Clone)]
 pub struct LevelState {

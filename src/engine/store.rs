@@ -20,6 +20,8 @@ impl std::fmt::Display for StoreError {
     }
 }
 
+impl std::error::Error for StoreError {}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SetOutcome {
     Written,

@@ -3,8 +3,8 @@
 //! claimed — and the others only serve: the levels' limits it sets live in the shared level
 //! states every worker admits under. Nothing on the request path waits on etcd.
 //!
-//! Every timer tick the driver samples each level's seat demand (seats in use and waiting) into
-//! a per-period integrator; every `period` it hands the fleet the period's demand statistics and
+//! Every 200 ms the driver samples each level's seat demand (seats in use and waiting) into a
+//! per-period integrator; every `period` it hands the fleet the period's demand statistics and
 //! the seats in use, sends the etcd calls the fleet asks for through the host, passes their
 //! replies back, and applies the fleet's limits to the levels whenever they change.
 
@@ -25,6 +25,8 @@ const DRIVER_KEY: &str = "apf/v3/fleet/driver";
 const REPLICA_KEY: &str = "apf/v3/fleet/replica";
 /// Shared-data key of the fleet's state as the driver last saw it (JSON, for `dump_fleet`).
 pub const STATUS_KEY: &str = "apf/v3/fleet/status";
+/// The driver samples the levels' seat demand this often (each sample decodes every level).
+const SAMPLE_EVERY: Nanos = 200_000_000;
 /// The driver renews its role this often; another worker takes it over after `TAKEOVER`.
 const DRIVER_BEAT: Nanos = 500_000_000;
 const TAKEOVER: Nanos = 3 * crate::NANOS_PER_SEC;
@@ -41,6 +43,7 @@ pub struct FleetDriver {
     stats: Vec<SeatDemandStats>,
     in_use: Vec<u32>,
     period_start: Nanos,
+    last_sample: Nanos,
     /// (configuration generation, fleet generation) of the limits last applied to the levels.
     applied: Option<(u64, u64)>,
     last_beat: Nanos,
@@ -106,6 +109,7 @@ impl FleetDriver {
             stats: vec![SeatDemandStats::default(); n],
             in_use: vec![0; n],
             period_start: now,
+            last_sample: 0,
             applied: None,
             last_beat: now,
             failures_counted: 0,
@@ -241,8 +245,13 @@ pub fn on_tick(h: &dyn Host, w: &mut Worker, c: &Compiled, now: Nanos) {
         w.fleet = Some(d);
     }
     let Some(mut d) = w.fleet.take() else { return };
-    // The period's seat demand, sampled every tick.
-    for (i, lvl) in c.levels.iter().enumerate() {
+    // The period's seat demand, sampled every `SAMPLE_EVERY` (the integrator weighs each
+    // sample by how long it held).
+    let sample = now.saturating_sub(d.last_sample) >= SAMPLE_EVERY;
+    if sample {
+        d.last_sample = now;
+    }
+    for (i, lvl) in c.levels.iter().enumerate().filter(|_| sample) {
         let Ok(Some(st)) = engine::read_level(h.store(), &lvl.key) else { continue };
         if let Some(x) = d.demand.get_mut(i) {
             x.set(now, f64::from(st.qs.seat_demand()));
