@@ -40,17 +40,19 @@
 mod admission;
 mod engine_level;
 mod event_loop;
+mod fleet;
 mod jitter;
 mod results;
 mod scenario;
 
-pub use results::{CallEvent, CallKind, ClientResult, QueueWait, Rejections, SeatChange, SeatTrace, SimulationResult};
+pub use results::{CallEvent, CallKind, ClientResult, FleetResult, QueueWait, Rejections, ReplicaResult, SeatChange, SeatTrace, SimulationResult};
 
 use admission::{Admission, BareQueueSet};
 use crate::engine::store::MemStore;
 use crate::Nanos;
 use engine_level::EngineLevel;
 use event_loop::EventLoop;
+use fleet::FleetLevels;
 use results::Accounts;
 use scenario::Scenario;
 
@@ -58,8 +60,10 @@ use scenario::Scenario;
 pub const MAX_TOTAL_CALLS: i64 = 1_000_000;
 /// Bound on the threads of all clients together (each thread is simulated state).
 pub const MAX_TOTAL_THREADS: i64 = 100_000;
-/// Bound on the simulated Envoy workers.
+/// Bound on the simulated Envoy workers (per replica).
 pub const MAX_WORKERS: u32 = 64;
+/// Bound on the replicas of a fleet.
+pub const MAX_REPLICAS: u32 = 32;
 
 /// How to run a scenario ([`run_scenario_with`]); the default runs it as written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -108,19 +112,22 @@ pub fn run_scenario_with(json: &[u8], opts: &Options) -> Result<Run, String> {
     }
     sc.engine = opts.engine.unwrap_or(sc.engine);
     scenario::check_workers(sc.engine, sc.workers)?;
+    scenario::check_fleet(sc.engine, sc.fleet.as_ref())?;
     let bounds = [sc.start, add_time(sc.start, sc.eval / 2)?, add_time(sc.start, sc.eval)?];
     let acc = Accounts::new(sc.clients.len(), bounds, opts);
-    let shared = MemStore::new();
-    let adm: Box<dyn Admission> = if sc.engine {
-        Box::new(EngineLevel::new(&shared, &sc)?)
-    } else {
-        Box::new(BareQueueSet::new(sc.cfg, sc.start)?)
+    // One store per process: the replicas of a fleet, else one.
+    let stores: Vec<MemStore> = (0..sc.fleet.as_ref().map_or(1, |f| f.replicas)).map(|_| MemStore::new()).collect();
+    let adm: Box<dyn Admission> = match (&sc.fleet, stores.first()) {
+        (Some(f), _) => Box::new(FleetLevels::new(&stores, &sc, f)?),
+        (None, Some(shared)) if sc.engine => Box::new(EngineLevel::new(shared, &sc)?),
+        _ => Box::new(BareQueueSet::new(sc.cfg, sc.start)?),
     };
     let mut lp = EventLoop::new(&sc, adm, acc)?;
     lp.run()?;
-    let epoch_advances = lp.adm.queue_set()?.map_or(0, |qs| qs.counters().epoch_advances);
+    let epoch_advances = lp.adm.epoch_advances()?;
+    let fleet = lp.adm.fleet_result();
     let (clients, trace, calls) = lp.acc.finish(sc.cfg.concurrency_limit);
-    let result = SimulationResult { clients, epoch_advances, workers: sc.workers };
+    let result = SimulationResult { clients, epoch_advances, workers: sc.workers, fleet };
     Ok(Run { result, trace, calls })
 }
 
