@@ -30,6 +30,16 @@
 //! between levels (upstream's harness has none), mailbox latency (a notice for another worker
 //! is handled at once), CAS conflicts (workers take turns), lease expiry (workers never die).
 //!
+//! # Fleets
+//! With `"replicas": N` the level is shared by a fleet of N gateway processes (fleet mode,
+//! docs/fleet.md): each replica has its own store, `workers` workers and clients (a client's
+//! `replica`, by default client `i` on replica `i mod N`), and drives the production fleet code
+//! (`crate::fleet::FleetFeed` over `crate::fleet::Fleet`) as the gateway does, against one
+//! in-memory etcd (`crate::fleet::memetcd::MemEtcd`; `src/simulate/fleet.rs`). `fleet` sets the
+//! plugin configuration's `period` and `leaseTtl` and the etcd round trip `etcdDelay`. The
+//! result's [`FleetResult`] has every replica's seats per period and the fleet-wide maximum of
+//! seats in use, which fleet mode is to keep at or below the level's `concurrencyLimit`.
+//!
 //! # Results
 //! [`ClientResult`]; seats are integrated as the upstream harness does, from exact integer
 //! integrals (seat·ns). Upstream's fake event clock runs all events due at one instant
