@@ -10,8 +10,8 @@ executing over the evaluation window (averageSeats, and per half), calls execute
 rejected (by reason), throughput (calls completed in the window per second) and queueWait
 (p50, p90, max in seconds, of the calls started in the window).
 
-  --workers N   simulated Envoy workers (1-64), overriding the scenario's \"workers\"; thread j
-                of client i runs on worker (i + j) mod N
+  --workers N   simulated Envoy workers (1-64, per replica), overriding the scenario's
+                \"workers\"; thread j of client i runs on worker (i + j) mod N
 
 Scenario (JSON; durations as Go durations such as \"50ms\" or integer nanoseconds):
   priorityLevel      concurrencyLimit, queues, queueLengthLimit, handSize, exempt
@@ -32,6 +32,18 @@ Scenario (JSON; durations as Go durations such as \"50ms\" or integer nanosecond
   requestWaitLimit   queue wait limit of every request (default none)
   startTime          absolute start of the scenario (default 0)
   engine             false: drive the bare QueueSet as upstream's harness does (1 worker)
+  replicas           fleet mode: N gateway processes (1-32) share the level (its
+                     concurrencyLimit is the fleet's) through one simulated etcd, each with
+                     its own store, workers and clients, running the gateway's fleet code
+  fleet              period, leaseTtl (as the plugin configuration's fleet; default 1s, 5s),
+                     etcdDelay (round trip of an etcd call, shorter than period; default 0)
+  clients[].replica  the replica a client's connections go to (default: client i on
+                     replica i mod replicas)
+
+In fleet mode the result also has \"fleet\": the limit, the most seats in use in the whole
+fleet at once (maxExecuting, and when), and per replica its clients, its seats (the fleet's
+allocation) and seats in use at every period from the start through the window, every change
+of its seats, and its most seats in use.
 
 With think 0 a call is waiting when its predecessor's seat is released and takes it back; a
 real client (roundTrip) arrives after its response, when a waiting request of another flow

@@ -15,6 +15,8 @@
 //! - [`etcd`]: the etcd v3 JSON API codec (requests and total response decoders).
 //! - [`base64`]: base64 for etcd's keys and values.
 //! - [`claim`]: the claim protocol, the state machine a host drives ([`Fleet`]).
+//! - [`feed`]: feeding a process's levels' demand to its [`Fleet`] and applying its limits
+//!   ([`FleetFeed`]), shared by the gateway and the simulator.
 //! - [`memetcd`]: an in-memory model of etcd's JSON gateway for tests and the simulator.
 
 pub mod allocation;
@@ -22,6 +24,7 @@ pub mod base64;
 pub mod claim;
 pub mod config;
 pub mod etcd;
+pub mod feed;
 pub mod levels;
 pub mod memetcd;
 pub mod record;
@@ -30,4 +33,5 @@ pub mod snapshot;
 pub use allocation::{allocate, Allocation, ReplicaDemand};
 pub use claim::{EtcdCall, Fleet, FleetMode};
 pub use config::FleetConfig;
+pub use feed::FleetFeed;
 pub use levels::{FleetLevel, FleetPolicy};

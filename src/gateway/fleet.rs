@@ -6,15 +6,15 @@
 //! Every 200 ms the driver samples each level's seat demand (seats in use and waiting) into a
 //! per-period integrator; every `period` it hands the fleet the period's demand statistics and
 //! the seats in use, sends the etcd calls the fleet asks for through the host, passes their
-//! replies back, and applies the fleet's limits to the levels whenever they change.
+//! replies back, and applies the fleet's limits to the levels whenever they change. The feeding
+//! and applying are [`crate::fleet::FleetFeed`]'s (the simulator runs the same); this module
+//! adds the driver role, the replica id and the HTTP calls.
 
 use super::host::{pairs, Body, HeaderMap, Host};
 use super::stats::Own;
 use super::worker::Worker;
 use crate::engine::{self, Compiled};
-use crate::fleet::{EtcdCall, Fleet, FleetConfig, FleetPolicy};
-use crate::limits::borrowing::SeatDemandStats;
-use crate::limits::integrator::Integrator;
+use crate::fleet::{EtcdCall, Fleet, FleetConfig, FleetFeed, FleetPolicy};
 use crate::Nanos;
 use hashbrown::HashMap;
 use std::time::Duration;
@@ -25,27 +25,16 @@ const DRIVER_KEY: &str = "apf/v3/fleet/driver";
 const REPLICA_KEY: &str = "apf/v3/fleet/replica";
 /// Shared-data key of the fleet's state as the driver last saw it (JSON, for `dump_fleet`).
 pub const STATUS_KEY: &str = "apf/v3/fleet/status";
-/// The driver samples the levels' seat demand this often (each sample decodes every level).
-const SAMPLE_EVERY: Nanos = 200_000_000;
 /// The driver renews its role this often; another worker takes it over after `TAKEOVER`.
 const DRIVER_BEAT: Nanos = 500_000_000;
 const TAKEOVER: Nanos = 3 * crate::NANOS_PER_SEC;
 
 /// The driver's state (kept in the worker: it outlives configuration reloads).
 pub struct FleetDriver {
-    pub fleet: Fleet,
-    /// The configuration generation it was made for.
-    generation: u64,
+    /// The fleet, fed from this process's levels.
+    pub feed: FleetFeed,
     /// HTTP call tokens → the fleet's call ids.
     calls: HashMap<u32, u64>,
-    /// Per level: the seat demand over the current period, and its statistics so far.
-    demand: Vec<Integrator>,
-    stats: Vec<SeatDemandStats>,
-    in_use: Vec<u32>,
-    period_start: Nanos,
-    last_sample: Nanos,
-    /// (configuration generation, fleet generation) of the limits last applied to the levels.
-    applied: Option<(u64, u64)>,
     last_beat: Nanos,
     /// Failed calls already counted in the stats.
     failures_counted: u64,
@@ -99,26 +88,13 @@ impl FleetDriver {
     fn new(h: &dyn Host, w: &Worker, c: &Compiled, cfg: &FleetConfig, now: Nanos) -> Option<FleetDriver> {
         let id = replica_id(h, w.instance)?;
         let fleet = Fleet::new(cfg.clone(), FleetPolicy::from_config(&c.config), &id).map_err(|e| log::error!("apf: fleet: {e}")).ok()?;
-        let n = c.levels.len();
         log::info!("apf: fleet: replica {id} drives this process's fleet membership");
-        Some(FleetDriver {
-            fleet,
-            generation: c.generation,
-            calls: HashMap::new(),
-            demand: (0..n).map(|_| Integrator::new(now)).collect(),
-            stats: vec![SeatDemandStats::default(); n],
-            in_use: vec![0; n],
-            period_start: now,
-            last_sample: 0,
-            applied: None,
-            last_beat: now,
-            failures_counted: 0,
-        })
+        Some(FleetDriver { feed: FleetFeed::new(fleet, c, now), calls: HashMap::new(), last_beat: now, failures_counted: 0 })
     }
 
     /// Sends the fleet's calls to etcd through the host.
     fn send(&mut self, h: &dyn Host, calls: Vec<EtcdCall>) {
-        let cfg = self.fleet.config();
+        let cfg = self.feed.fleet().config();
         let (cluster, authority, timeout) = (cfg.etcd.cluster.clone(), cfg.etcd.authority.clone(), cfg.period);
         let timeout = Duration::from_nanos(u64::try_from(timeout).unwrap_or(1_000_000_000));
         for call in calls {
@@ -130,7 +106,7 @@ impl FleetDriver {
                 }
                 Err(e) => {
                     log::warn!("apf: fleet: cannot call etcd through cluster {cluster:?}: {e}");
-                    let more = self.fleet.on_response(call.id, 0, &[], h.monotonic_nanos());
+                    let more = self.feed.on_response(call.id, 0, &[], h.monotonic_nanos());
                     // A failed send is answered at once; its follow-ups wait for the next tick.
                     drop(more);
                 }
@@ -142,14 +118,9 @@ impl FleetDriver {
     /// and once a period in any case (a worker with a newer configuration may have created or
     /// reconfigured a level meanwhile).
     fn apply(&mut self, h: &dyn Host, w: &mut Worker, c: &Compiled, now: Nanos, force: bool) {
-        let want = (c.generation, self.fleet.generation());
-        if self.applied == Some(want) && !force {
-            return;
-        }
         let mut notices = Vec::new();
-        match engine::set_limits(c, h.store(), now, self.fleet.limits(), &mut notices) {
-            Ok(()) => self.applied = Some(want),
-            Err(e) => log::warn!("apf: fleet: applying the allocation failed: {e}"),
+        if let Err(e) = self.feed.apply(c, h.store(), now, force, &mut notices) {
+            log::warn!("apf: fleet: applying the allocation failed: {e}");
         }
         w.route(h, notices, now);
     }
@@ -159,7 +130,7 @@ impl FleetDriver {
     /// Once a period: the fleet's state in shared data (any worker serves it as `dump_fleet`),
     /// and the fleet's stats.
     fn publish(&mut self, h: &dyn Host, w: &mut Worker, c: &Compiled, now: Nanos) {
-        let f = &self.fleet;
+        let f = self.feed.fleet();
         let names: Vec<&str> = c.levels.iter().map(|l| l.name.as_str()).collect();
         let limits: serde_json::Map<String, serde_json::Value> =
             names.iter().zip(f.limits()).filter_map(|(n, l)| Some(((*n).to_string(), serde_json::Value::from((*l)?)))).collect();
@@ -240,40 +211,17 @@ pub fn on_tick(h: &dyn Host, w: &mut Worker, c: &Compiled, now: Nanos) {
             d.last_beat = now;
         }
     }
-    if w.fleet.as_ref().is_none_or(|d| d.generation != c.generation) {
+    if w.fleet.as_ref().is_none_or(|d| d.feed.generation() != c.generation) {
         let Some(d) = FleetDriver::new(h, w, c, cfg, now) else { return };
         w.fleet = Some(d);
     }
     let Some(mut d) = w.fleet.take() else { return };
-    // The period's seat demand, sampled every `SAMPLE_EVERY` (the integrator weighs each
-    // sample by how long it held).
-    let sample = now.saturating_sub(d.last_sample) >= SAMPLE_EVERY;
-    if sample {
-        d.last_sample = now;
-    }
-    for (i, lvl) in c.levels.iter().enumerate().filter(|_| sample) {
-        let Ok(Some(st)) = engine::read_level(h.store(), &lvl.key) else { continue };
-        if let Some(x) = d.demand.get_mut(i) {
-            x.set(now, f64::from(st.qs.seat_demand()));
-        }
-        if let Some(u) = d.in_use.get_mut(i) {
-            *u = st.qs.seats_in_use();
-        }
-    }
-    let period_ended = now.saturating_sub(d.period_start) >= cfg.period;
-    if period_ended {
-        d.period_start = now;
-        for (s, x) in d.stats.iter_mut().zip(d.demand.iter_mut()) {
-            s.update(&x.reset(now));
-        }
-        d.fleet.set_local_demand(&d.stats);
-        let applied = d.applied.map_or(0, |(_, g)| g);
-        d.fleet.set_seats_in_use(&d.in_use, applied);
+    let tick = d.feed.tick(c, h.store(), now);
+    d.send(h, tick.calls);
+    d.apply(h, w, c, now, tick.period_ended);
+    if tick.period_ended {
         d.publish(h, w, c, now);
     }
-    let calls = d.fleet.tick(now);
-    d.send(h, calls);
-    d.apply(h, w, c, now, period_ended);
     w.fleet = Some(d);
 }
 
@@ -289,7 +237,7 @@ pub fn on_call_response(h: &dyn Host, w: &mut Worker, c: Option<&Compiled>, toke
     let status = status.and_then(|s| std::str::from_utf8(s).ok()?.parse::<u16>().ok()).unwrap_or(0);
     let body = h.body_bytes(Body::CallResponse, 0, body_size).unwrap_or_default();
     let now = h.monotonic_nanos();
-    let calls = d.fleet.on_response(id, status, &body, now);
+    let calls = d.feed.on_response(id, status, &body, now);
     d.send(h, calls);
     if let Some(c) = c {
         d.apply(h, w, c, now, false);

@@ -28,14 +28,17 @@ pub struct CallId {
 #[derive(Debug, Clone, Copy)]
 pub struct Call {
     pub id: CallId,
-    /// The simulated Envoy worker the thread's connection is on.
+    /// The replica (fleet mode: gateway process) and the simulated Envoy worker of it the
+    /// thread's connection is on.
+    pub replica: u32,
     pub worker: u32,
     pub work: WorkEstimate,
     pub tag: RequestTag,
 }
 
-/// An admission path: the bare QueueSet ([`BareQueueSet`]) or the engine with simulated
-/// workers ([`super::engine_level::EngineLevel`]).
+/// An admission path: the bare QueueSet ([`BareQueueSet`]), the engine with simulated
+/// workers ([`super::engine_level::EngineLevel`]), or a fleet of them
+/// ([`super::fleet::FleetLevels`]).
 pub trait Admission {
     /// The call arrives at `now`.
     fn arrive(&mut self, now: Nanos, call: &Call, out: &mut Outcomes) -> Result<(), String>;
@@ -45,6 +48,30 @@ pub trait Admission {
     fn expire(&mut self, now: Nanos, out: &mut Outcomes) -> Result<(), String>;
     /// The level's QueueSet as it is now (its next timer event, its epoch advances).
     fn queue_set(&self) -> Result<Option<Cow<'_, QueueSet>>, String>;
+    /// When the next timer event of the level is due ([`Admission::expire`]).
+    fn next_timer(&self) -> Result<Option<Nanos>, String> {
+        Ok(self.queue_set()?.and_then(|qs| qs.next_event()))
+    }
+    /// Successful epoch advances of the level's progress meter.
+    fn epoch_advances(&self) -> Result<u64, String> {
+        Ok(self.queue_set()?.map_or(0, |qs| qs.counters().epoch_advances))
+    }
+    /// When the host's next own work is due (fleet mode: timer ticks, etcd's answers).
+    fn next_host_event(&self) -> Option<Nanos> {
+        None
+    }
+    /// Runs the host's next own work, due at `now`.
+    fn host_event(&mut self, _now: Nanos, _out: &mut Outcomes) -> Result<(), String> {
+        Ok(())
+    }
+    /// Whether the host's own work goes on at `now` when nothing else is left to happen.
+    fn host_continues(&self, _now: Nanos) -> Result<bool, String> {
+        Ok(false)
+    }
+    /// Fleet mode: what the fleet did.
+    fn fleet_result(&self) -> Option<super::results::FleetResult> {
+        None
+    }
 }
 
 /// Upstream's `uniformScenario` shape: the harness calls the QueueSet directly (one owner).

@@ -25,7 +25,7 @@ use crate::policy::config::PluginConfig;
 use crate::policy::model::Policy;
 use crate::Nanos;
 
-const LEVEL_NAME: &str = "sim";
+pub(super) const LEVEL_NAME: &str = "sim";
 
 /// One simulated Envoy worker (VM): its view of the store and its requests (their calls).
 struct Worker<'a> {
@@ -79,21 +79,26 @@ fn err(e: engine::EngineError) -> String {
 }
 
 /// A compiled configuration whose only level (index 0) is the scenario's: `cfg`, exempt or
-/// not, enforced, its limits pinned to the concurrency limit (no borrowing is simulated).
-fn compiled(cfg: QueueSetConfig, exempt: bool) -> Compiled {
+/// not, enforced, its limits pinned to the concurrency limit (no borrowing is simulated). In
+/// fleet mode, as `Compiled::new` makes it with `fleet` configured: the level admits nothing
+/// until the fleet's allocation sets its seats, which range from none to the level's limit.
+fn compiled(sc: &Scenario) -> Compiled {
     // The classifier is never consulted: requests arrive classified.
-    let config = PluginConfig { policy: Policy::default(), limits: Vec::new(), ..PluginConfig::default() };
+    let fleet = sc.fleet.as_ref().map(|f| f.config.clone());
+    let in_fleet = fleet.is_some();
+    let config = PluginConfig { policy: Policy::default(), limits: Vec::new(), fleet, ..PluginConfig::default() };
     let mut c = Compiled::new(config, 1);
-    let limit = cfg.concurrency_limit;
+    let limit = sc.cfg.concurrency_limit;
+    let qs_config = if in_fleet { QueueSetConfig { concurrency_limit: 0, ..sc.cfg } } else { sc.cfg };
     c.levels = vec![LevelRuntime {
         name: LEVEL_NAME.to_string(),
         uid: String::new(),
         key: engine::level_key(LEVEL_NAME).into(),
-        qs_config: cfg,
-        exempt,
+        qs_config,
+        exempt: sc.exempt,
         max_seats: None,
         nominal: limit,
-        min_limit: limit,
+        min_limit: if in_fleet { 0 } else { limit },
         max_limit: limit,
         enforce: true,
     }];
@@ -104,11 +109,11 @@ impl<'a> EngineLevel<'a> {
     /// The scenario's level as of its start in `store` (a fresh one), and its registered
     /// workers.
     pub fn new(store: &'a MemStore, sc: &Scenario) -> Result<EngineLevel<'a>, String> {
-        let compiled = compiled(sc.cfg, sc.exempt);
-        let key = compiled.levels.first().map(|l| l.key.clone()).ok_or_else(|| String::from("no level"))?;
+        let compiled = compiled(sc);
+        let (key, cfg) = compiled.levels.first().map(|l| (l.key.clone(), l.qs_config)).ok_or_else(|| String::from("no level"))?;
         // The level exists from the scenario start (as the bare QueueSet), not from the first
         // arrival; same generation as the configuration, so admission does not reconfigure it.
-        let state = LevelState::new(sc.cfg, compiled.generation, sc.start).map_err(err)?;
+        let state = LevelState::new(cfg, compiled.generation, sc.start).map_err(err)?;
         store.set(&key, &state.encode(), None).map_err(|e| e.to_string())?;
         let mut workers = Vec::with_capacity(sc.workers as usize);
         for w in 0..sc.workers {
@@ -117,6 +122,26 @@ impl<'a> EngineLevel<'a> {
             workers.push(Worker { store, slot, next_context: 1, requests: Requests::new() });
         }
         Ok(EngineLevel { compiled, key, workers, by_call: HashMap::new() })
+    }
+
+    /// The compiled configuration the workers admit under.
+    pub fn compiled(&self) -> &Compiled {
+        &self.compiled
+    }
+
+    /// The level's key in the store.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Whether `call` is waiting or executing here.
+    pub fn has_call(&self, call: &CallId) -> bool {
+        self.by_call.contains_key(call)
+    }
+
+    /// Routes `notices` produced by worker 0 (the fleet's driver, the timer work).
+    pub fn route_notices(&mut self, now: Nanos, notices: Vec<Notice>, out: &mut Outcomes) {
+        self.route(now, 0, None, notices, out);
     }
 
     /// `gateway::worker::Worker::route`: each worker of `pending` (a stack) routes its notices through
@@ -144,9 +169,10 @@ impl<'a> EngineLevel<'a> {
         }
     }
 
-    /// The store as worker 0 sees it: timer work and reads (in Envoy every worker's tick runs
-    /// the timer work; whoever comes first does it).
-    fn timer_store(&self) -> Result<&WorkerStore<'_>, String> {
+    /// The store as worker 0 sees it: timer work, reads, and in fleet mode the fleet's driver
+    /// (in Envoy every worker's tick runs the timer work, whoever comes first does it, and one
+    /// worker per process drives the fleet).
+    pub fn timer_store(&self) -> Result<&WorkerStore<'_>, String> {
         self.workers.first().map(|w| &w.store).ok_or_else(|| String::from("no workers"))
     }
 }

@@ -22,11 +22,14 @@ enum Ev {
     ExecEnd(CallId),
     /// The level's next timer event is due.
     Timer,
+    /// The host's own work is due (fleet mode).
+    Host,
 }
 
 struct Thread {
     client: usize,
     calls: u32,
+    replica: u32,
     worker: u32,
 }
 
@@ -37,6 +40,10 @@ pub struct EventLoop<'a> {
     events: BinaryHeap<Reverse<(Nanos, u64, Ev)>>,
     seq: u64,
     timers: BTreeSet<Nanos>,
+    /// When host events are scheduled.
+    hosts: BTreeSet<Nanos>,
+    /// Scheduled events other than host events.
+    pending: u64,
     pub acc: Accounts,
 }
 
@@ -50,6 +57,8 @@ impl<'a> EventLoop<'a> {
             events: BinaryHeap::new(),
             seq: 0,
             timers: BTreeSet::new(),
+            hosts: BTreeSet::new(),
+            pending: 0,
             acc,
         };
         let workers = sc.workers.max(1);
@@ -63,16 +72,27 @@ impl<'a> EventLoop<'a> {
                 }
                 let thread = u32::try_from(lp.threads.len()).map_err(|_| String::from("too many threads"))?;
                 let worker = u32::try_from((i as u64 + u64::from(j)) % u64::from(workers)).unwrap_or(0);
-                lp.threads.push(Thread { client: i, calls, worker });
+                lp.threads.push(Thread { client: i, calls, replica: c.replica, worker });
                 lp.schedule(add_time(sc.start, delay)?, Ev::Call(CallId { thread, k: 0 }));
             }
         }
+        lp.schedule_host();
         Ok(lp)
     }
 
     fn schedule(&mut self, t: Nanos, ev: Ev) {
         self.seq += 1;
+        self.pending += u64::from(ev != Ev::Host);
         self.events.push(Reverse((t, self.seq, ev)));
+    }
+
+    /// Schedules the host's next own work, unless a host event is already due then.
+    fn schedule_host(&mut self) {
+        if let Some(t) = self.adm.next_host_event() {
+            if self.hosts.insert(t) {
+                self.schedule(t, Ev::Host);
+            }
+        }
     }
 
     /// The client and the thread of `call`.
@@ -87,7 +107,8 @@ impl<'a> EventLoop<'a> {
         self.acc.note(t, th.client, call, kind, c.work.initial_seats.into());
     }
 
-    /// Runs every event to completion.
+    /// Runs every event to completion. The host's own work goes on while other events are
+    /// pending, and then as long as it says ([`Admission::host_continues`]).
     pub fn run(&mut self) -> Result<(), String> {
         let mut processed = 0;
         while let Some(Reverse((t, _, ev))) = self.events.pop() {
@@ -95,7 +116,16 @@ impl<'a> EventLoop<'a> {
             if processed > MAX_EVENTS {
                 return Err(String::from("simulation exceeded its event budget"));
             }
+            if ev == Ev::Host {
+                self.hosts.remove(&t);
+                if self.pending == 0 && !self.adm.host_continues(t)? {
+                    continue;
+                }
+            } else {
+                self.pending = self.pending.saturating_sub(1);
+            }
             self.step(t, ev)?;
+            self.schedule_host();
         }
         Ok(())
     }
@@ -124,7 +154,7 @@ impl<'a> EventLoop<'a> {
                 let wait_deadline = self.sc.wait_limit.map_or(Nanos::MAX, |l| now.saturating_add(l));
                 let flow_schema = u16::try_from(th.client).unwrap_or(u16::MAX);
                 let tag = RequestTag { owner: 0, context: 0, flow_schema, flow_hash: c.hash, wait_deadline };
-                let call = Call { id, worker: th.worker, work: c.work, tag };
+                let call = Call { id, replica: th.replica, worker: th.worker, work: c.work, tag };
                 self.note(now, id, CallKind::Arrive);
                 self.adm.arrive(now, &call, &mut out)?;
             }
@@ -140,6 +170,7 @@ impl<'a> EventLoop<'a> {
                 self.timers.remove(&now);
                 self.adm.expire(now, &mut out)?;
             }
+            Ev::Host => self.adm.host_event(now, &mut out)?,
         }
         for (call, kind) in out {
             match kind {
@@ -150,7 +181,7 @@ impl<'a> EventLoop<'a> {
         if !self.sc.timers {
             return Ok(());
         }
-        if let Some(t) = self.adm.queue_set()?.and_then(|qs| qs.next_event()) {
+        if let Some(t) = self.adm.next_timer()? {
             if self.timers.insert(t) {
                 self.schedule(t, Ev::Timer);
             }

@@ -30,6 +30,16 @@
 //! between levels (upstream's harness has none), mailbox latency (a notice for another worker
 //! is handled at once), CAS conflicts (workers take turns), lease expiry (workers never die).
 //!
+//! # Fleets
+//! With `"replicas": N` the level is shared by a fleet of N gateway processes (fleet mode,
+//! docs/fleet.md): each replica has its own store, `workers` workers and clients (a client's
+//! `replica`, by default client `i` on replica `i mod N`), and drives the production fleet code
+//! (`crate::fleet::FleetFeed` over `crate::fleet::Fleet`) as the gateway does, against one
+//! in-memory etcd (`crate::fleet::memetcd::MemEtcd`; `src/simulate/fleet.rs`). `fleet` sets the
+//! plugin configuration's `period` and `leaseTtl` and the etcd round trip `etcdDelay`. The
+//! result's [`FleetResult`] has every replica's seats per period and the fleet-wide maximum of
+//! seats in use, which fleet mode is to keep at or below the level's `concurrencyLimit`.
+//!
 //! # Results
 //! [`ClientResult`]; seats are integrated as the upstream harness does, from exact integer
 //! integrals (seat·ns). Upstream's fake event clock runs all events due at one instant
@@ -40,17 +50,19 @@
 mod admission;
 mod engine_level;
 mod event_loop;
+mod fleet;
 mod jitter;
 mod results;
 mod scenario;
 
-pub use results::{CallEvent, CallKind, ClientResult, QueueWait, Rejections, SeatChange, SeatTrace, SimulationResult};
+pub use results::{CallEvent, CallKind, ClientResult, FleetResult, QueueWait, Rejections, ReplicaResult, SeatChange, SeatTrace, SimulationResult};
 
 use admission::{Admission, BareQueueSet};
 use crate::engine::store::MemStore;
 use crate::Nanos;
 use engine_level::EngineLevel;
 use event_loop::EventLoop;
+use fleet::FleetLevels;
 use results::Accounts;
 use scenario::Scenario;
 
@@ -58,8 +70,10 @@ use scenario::Scenario;
 pub const MAX_TOTAL_CALLS: i64 = 1_000_000;
 /// Bound on the threads of all clients together (each thread is simulated state).
 pub const MAX_TOTAL_THREADS: i64 = 100_000;
-/// Bound on the simulated Envoy workers.
+/// Bound on the simulated Envoy workers (per replica).
 pub const MAX_WORKERS: u32 = 64;
+/// Bound on the replicas of a fleet.
+pub const MAX_REPLICAS: u32 = 32;
 
 /// How to run a scenario ([`run_scenario_with`]); the default runs it as written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -108,19 +122,22 @@ pub fn run_scenario_with(json: &[u8], opts: &Options) -> Result<Run, String> {
     }
     sc.engine = opts.engine.unwrap_or(sc.engine);
     scenario::check_workers(sc.engine, sc.workers)?;
+    scenario::check_fleet(sc.engine, sc.fleet.as_ref())?;
     let bounds = [sc.start, add_time(sc.start, sc.eval / 2)?, add_time(sc.start, sc.eval)?];
     let acc = Accounts::new(sc.clients.len(), bounds, opts);
-    let shared = MemStore::new();
-    let adm: Box<dyn Admission> = if sc.engine {
-        Box::new(EngineLevel::new(&shared, &sc)?)
-    } else {
-        Box::new(BareQueueSet::new(sc.cfg, sc.start)?)
+    // One store per process: the replicas of a fleet, else one.
+    let stores: Vec<MemStore> = (0..sc.fleet.as_ref().map_or(1, |f| f.replicas)).map(|_| MemStore::new()).collect();
+    let adm: Box<dyn Admission> = match (&sc.fleet, stores.first()) {
+        (Some(f), _) => Box::new(FleetLevels::new(&stores, &sc, f)?),
+        (None, Some(shared)) if sc.engine => Box::new(EngineLevel::new(shared, &sc)?),
+        _ => Box::new(BareQueueSet::new(sc.cfg, sc.start)?),
     };
     let mut lp = EventLoop::new(&sc, adm, acc)?;
     lp.run()?;
-    let epoch_advances = lp.adm.queue_set()?.map_or(0, |qs| qs.counters().epoch_advances);
+    let epoch_advances = lp.adm.epoch_advances()?;
+    let fleet = lp.adm.fleet_result();
     let (clients, trace, calls) = lp.acc.finish(sc.cfg.concurrency_limit);
-    let result = SimulationResult { clients, epoch_advances, workers: sc.workers };
+    let result = SimulationResult { clients, epoch_advances, workers: sc.workers, fleet };
     Ok(Run { result, trace, calls })
 }
 

@@ -49,8 +49,45 @@ pub struct SimulationResult {
     pub clients: Vec<ClientResult>,
     /// Successful epoch advances of the QueueSet's progress meter.
     pub epoch_advances: u64,
-    /// Simulated Envoy workers the run used.
+    /// Simulated Envoy workers the run used (per replica in fleet mode).
     pub workers: u32,
+    /// Fleet mode (`"replicas"`): how the replicas shared the level.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<FleetResult>,
+}
+
+/// How a fleet of replicas shared the level (fleet mode).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetResult {
+    /// The level's fleet limit: its `concurrencyLimit`, for all replicas together.
+    pub limit: u32,
+    /// The most seats in use in the whole fleet at once (Σ over replicas, after every event of
+    /// the run), and when (seconds after the start). Fleet mode keeps it ≤ `limit`.
+    pub max_executing: u32,
+    pub max_executing_at: f64,
+    /// When the samples were taken: every period from the start to the end of the window
+    /// (seconds after the start).
+    pub sample_times: Vec<f64>,
+    pub replicas: Vec<ReplicaResult>,
+}
+
+/// One replica of a fleet.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaResult {
+    /// Its replica id in etcd.
+    pub id: String,
+    /// The clients whose connections it serves (scenario order).
+    pub clients: Vec<u32>,
+    /// At each sample time: the seats the fleet allocated it (its level's concurrency limit).
+    pub seats: Vec<u32>,
+    /// At each sample time: its seats in use.
+    pub executing: Vec<u32>,
+    /// Every change of its seats: (seconds after the start, seats from then on).
+    pub seat_changes: Vec<(f64, u32)>,
+    /// The most seats it had in use at once.
+    pub max_executing: u32,
 }
 
 impl SimulationResult {

@@ -3,12 +3,13 @@
 
 use serde::Deserialize;
 
-use crate::duration::parse_go_duration;
+use crate::duration::{format_go_duration, parse_go_duration};
 use crate::fairqueuing::{QueueSetConfig, WorkEstimate};
+use crate::fleet::FleetConfig;
 use crate::Nanos;
 
 use super::jitter::ServiceTime;
-use super::{MAX_TOTAL_CALLS, MAX_TOTAL_THREADS, MAX_WORKERS};
+use super::{MAX_REPLICAS, MAX_TOTAL_CALLS, MAX_TOTAL_THREADS, MAX_WORKERS};
 
 const MAX_SEATS: i64 = 1_000_000;
 
@@ -82,6 +83,17 @@ struct ClientIn {
     additional_latency: Option<DurationIn>,
     #[serde(default)]
     split: bool,
+    replica: Option<i64>,
+}
+
+/// The scenario's `fleet` object: the plugin configuration's `fleet` timings, and the etcd
+/// round trip of the simulation.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct FleetIn {
+    period: Option<DurationIn>,
+    lease_ttl: Option<DurationIn>,
+    etcd_delay: Option<DurationIn>,
 }
 
 #[derive(Deserialize)]
@@ -95,6 +107,8 @@ struct ScenarioIn {
     workers: Option<i64>,
     seed: Option<u64>,
     engine: Option<bool>,
+    replicas: Option<i64>,
+    fleet: Option<FleetIn>,
 }
 
 /// When a thread issues its next call.
@@ -116,6 +130,18 @@ pub struct Client {
     pub pacing: Pacing,
     pub work: WorkEstimate,
     pub split: bool,
+    /// The replica (gateway process) its connections go to; 0 without a fleet.
+    pub replica: u32,
+}
+
+/// Fleet mode: `replicas` gateway processes share the level through one etcd.
+#[derive(Debug, Clone)]
+pub struct FleetSim {
+    pub replicas: u32,
+    /// As the plugin configuration's `fleet` (the etcd cluster is the simulated one).
+    pub config: FleetConfig,
+    /// Round trip of an etcd call: etcd handles it half-way, its answer arrives at the end.
+    pub etcd_delay: Nanos,
 }
 
 /// A validated scenario.
@@ -134,6 +160,8 @@ pub struct Scenario {
     /// Whether the level can ever have a timer event (`QueueSet::next_event`: a wait deadline,
     /// or seats lingering for an additional latency).
     pub timers: bool,
+    /// `"replicas"`: the level is shared by a fleet of gateway processes.
+    pub fleet: Option<FleetSim>,
 }
 
 pub fn ranged(v: i64, lo: i64, hi: i64, what: &str) -> Result<u32, String> {
@@ -149,6 +177,53 @@ pub fn check_workers(engine: bool, workers: u32) -> Result<(), String> {
         return Err(String::from("workers: the bare QueueSet (\"engine\": false) has one worker"));
     }
     Ok(())
+}
+
+/// A fleet runs the engine (each replica is a gateway process).
+pub fn check_fleet(engine: bool, fleet: Option<&FleetSim>) -> Result<(), String> {
+    if !engine && fleet.is_some() {
+        return Err(String::from("replicas: a fleet runs the engine, not the bare QueueSet (\"engine\": false)"));
+    }
+    Ok(())
+}
+
+/// A scenario duration as the plugin configuration writes it (a Go duration string).
+fn config_duration(d: &DurationIn) -> serde_json::Value {
+    match d {
+        DurationIn::Str(s) => serde_json::Value::from(s.as_str()),
+        DurationIn::Nanos(n) => serde_json::Value::from(format_go_duration(*n)),
+    }
+}
+
+/// `replicas` and `fleet`, validated: the timings as the plugin configuration's `fleet`
+/// (`FleetConfig::from_json`, with its defaults and errors), the etcd delay shorter than a
+/// period (the gateway's calls time out after one).
+fn parse_fleet(replicas: Option<i64>, fleet: Option<&FleetIn>, exempt: bool) -> Result<Option<FleetSim>, String> {
+    let Some(replicas) = replicas else {
+        return match fleet {
+            Some(_) => Err(String::from("fleet: needs replicas")),
+            None => Ok(None),
+        };
+    };
+    let replicas = ranged(replicas, 1, MAX_REPLICAS.into(), "replicas")?;
+    if exempt {
+        return Err(String::from("replicas: an exempt level is not limited by a fleet"));
+    }
+    let mut raw = serde_json::json!({"etcd": {"cluster": "etcd"}});
+    if let (Some(f), Some(obj)) = (fleet, raw.as_object_mut()) {
+        if let Some(p) = &f.period {
+            obj.insert(String::from("period"), config_duration(p));
+        }
+        if let Some(l) = &f.lease_ttl {
+            obj.insert(String::from("leaseTtl"), config_duration(l));
+        }
+    }
+    let config = FleetConfig::from_json(&raw).map_err(|e| e.join("; "))?;
+    let etcd_delay = fleet.and_then(|f| f.etcd_delay.as_ref()).map(|d| d.non_negative("fleet.etcdDelay")).transpose()?.unwrap_or(0);
+    if etcd_delay >= config.period {
+        return Err(format!("fleet.etcdDelay must be shorter than fleet.period ({}), got {}", format_go_duration(config.period), format_go_duration(etcd_delay)));
+    }
+    Ok(Some(FleetSim { replicas, config, etcd_delay }))
 }
 
 impl Scenario {
@@ -180,6 +255,9 @@ impl Scenario {
         let workers = ranged(sc.workers.unwrap_or(1), 1, MAX_WORKERS.into(), "workers")?;
         let engine = sc.engine.unwrap_or(true);
         check_workers(engine, workers)?;
+        let fleet = parse_fleet(sc.replicas, sc.fleet.as_ref(), pl.exempt)?;
+        check_fleet(engine, fleet.as_ref())?;
+        let replicas = fleet.as_ref().map_or(1, |f| f.replicas);
         let mut clients = Vec::with_capacity(sc.clients.len());
         let mut total_calls: i64 = 0;
         let mut total_threads: i64 = 0;
@@ -231,10 +309,15 @@ impl Scenario {
                 final_seats: ranged(ci.final_seats, 0, MAX_SEATS, &what("finalSeats"))?,
                 additional_latency,
             };
-            clients.push(Client { hash, threads, calls, service, pacing, work, split: ci.split });
+            let replica = match ci.replica {
+                None => u32::try_from(i as u64 % u64::from(replicas)).unwrap_or(0),
+                Some(_) if fleet.is_none() => return Err(format!("{}: needs replicas", what("replica"))),
+                Some(r) => ranged(r, 0, i64::from(replicas) - 1, &what("replica"))?,
+            };
+            clients.push(Client { hash, threads, calls, service, pacing, work, split: ci.split, replica });
         }
         let seed = sc.seed.unwrap_or(1);
         let timers = wait_limit.is_some() || clients.iter().any(|c| c.work.additional_latency != 0);
-        Ok(Scenario { cfg, exempt: pl.exempt, eval, start, wait_limit, clients, workers, seed, engine, timers })
+        Ok(Scenario { cfg, exempt: pl.exempt, eval, start, wait_limit, clients, workers, seed, engine, timers, fleet })
     }
 }
