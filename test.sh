@@ -3,7 +3,8 @@
 #   0. scripts/prereqs.sh                            (installs what the stages below need when
 #      missing: Rust targets, clippy, Envoy + pytest, kubectl, openssl, promtool, umoci, skopeo,
 #      Chromium, node, wasm-bindgen-cli; apt-get only as root, else it says what to install)
-#   1. cargo test --all-targets                      (native unit + integration tests)
+#   1. cargo fmt --check                             (the tree is formatted: rustfmt.toml)
+#      cargo test --all-targets                      (native unit + integration tests)
 #   2. cargo clippy --all-targets -- -D warnings     (native)
 #   3. cargo clippy --target wasm32-wasip1 --lib -- -D warnings   (the proxy-wasm glue is wasm-only),
 #      also with the benchmark-only feature bench-isolated-levels
@@ -36,6 +37,9 @@ if [[ "${APF_SKIP_PREREQS:-}" != 1 ]]; then
   stage "scripts/prereqs.sh ${prereq_groups[*]}"
   scripts/prereqs.sh "${prereq_groups[@]}" || fail "scripts/prereqs.sh (prerequisites)"
 fi
+
+stage "cargo fmt --check"
+cargo fmt --check || fail "cargo fmt --check (run cargo fmt)"
 
 stage "cargo test --all-targets"
 cargo test --all-targets || fail "cargo test --all-targets"

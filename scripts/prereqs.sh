@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what ./test.sh and ./run-gateway.sh need, when it is missing. Idempotent, and silent
 # when everything is present (a fast no-op). Usage: scripts/prereqs.sh [GROUP...]
-#   rust        Rust targets: wasm32-wasip1 and clippy (rustup)
+#   rust        Rust targets: wasm32-wasip1, clippy and rustfmt (rustup)
 #   wasm        the Rust target wasm32-wasip1 (./wasm-build.sh)
 #   envoy       Envoy + pytest in .venv (scripts/envoy-env.sh; python3-venv)
 #   gateway     wasm + envoy (./run-gateway.sh)
@@ -127,6 +127,10 @@ if [[ -n "$want_rust$want_wasm$want_playground" ]]; then
     fi
   }
   [[ -z "$want_wasm" ]] || add_target wasm32-wasip1
+  if [[ -n "$want_rust" ]] && ! cargo fmt --version >/dev/null 2>&1; then
+    say "rustup component add rustfmt"
+    rustup component add rustfmt >&2
+  fi
   if [[ -n "$want_rust" ]] && ! cargo clippy --version >/dev/null 2>&1; then
     say "rustup component add clippy"
     rustup component add clippy >&2

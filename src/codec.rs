@@ -162,7 +162,11 @@ impl<'a> Reader<'a> {
             let rest = self.buf.get(self.pos..).unwrap_or_default();
             // Fast path: the varint ends within the next 8 bytes (one of them below 0x80).
             let ends = rest.first_chunk::<8>().map_or(0, |a| !u64::from_le_bytes(*a) & 0x8080_8080_8080_8080);
-            let last = if ends != 0 { (ends.trailing_zeros() / 8) as usize } else { rest.iter().take(10).position(|&b| b < 0x80).ok_or(CodecError("truncated"))? };
+            let last = if ends != 0 {
+                (ends.trailing_zeros() / 8) as usize
+            } else {
+                rest.iter().take(10).position(|&b| b < 0x80).ok_or(CodecError("truncated"))?
+            };
             self.pos += last + 1;
         }
         Ok(())

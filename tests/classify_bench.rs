@@ -13,7 +13,10 @@ fn requests() -> Vec<(RequestInfo, UserInfo)> {
     vec![
         (parse_request_info("GET", b"/api/v1/namespaces/default/pods"), au("alice", &["dev"])),
         (parse_request_info("GET", b"/api/v1/namespaces/default/pods/x"), au("system:serviceaccount:default:default", &[])),
-        (parse_request_info("PUT", b"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kcm"), au("system:kube-controller-manager", &[])),
+        (
+            parse_request_info("PUT", b"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kcm"),
+            au("system:kube-controller-manager", &[]),
+        ),
         (parse_request_info("PATCH", b"/api/v1/nodes/n1/status"), au("system:node:n1", &["system:nodes"])),
         (parse_request_info("GET", b"/healthz"), UserInfo::anonymous()),
         (parse_request_info("GET", b"/api/v1/pods?watch=true"), au("bob", &[])),

@@ -45,10 +45,25 @@ fn headers_run_identity_sources() {
     let dir = std::env::temp_dir().join(format!("apf-classify-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cfgp = dir.join("cfg.json");
-    std::fs::write(&cfgp, r#"{"identity":{"sources":[{"type":"frontProxy","trustedSourceCidrs":["10.0.0.0/8"]}]},
-        "workEstimator":{"objectCounts":{"pods":{"count":5000,"averageObjectSizeBytes":2000}}}}"#).unwrap();
+    std::fs::write(
+        &cfgp,
+        r#"{"identity":{"sources":[{"type":"frontProxy","trustedSourceCidrs":["10.0.0.0/8"]}]},
+        "workEstimator":{"objectCounts":{"pods":{"count":5000,"averageObjectSizeBytes":2000}}}}"#,
+    )
+    .unwrap();
     let c = cfgp.to_str().unwrap();
-    let (code, v, err) = call(&["--config", c, "--method", "GET", "--path", "/api/v1/pods", "--header", "X-Remote-User: system:serviceaccount:default:default", "--peer", "10.1.1.1"]);
+    let (code, v, err) = call(&[
+        "--config",
+        c,
+        "--method",
+        "GET",
+        "--path",
+        "/api/v1/pods",
+        "--header",
+        "X-Remote-User: system:serviceaccount:default:default",
+        "--peer",
+        "10.1.1.1",
+    ]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(v["flowSchema"], "service-accounts");
     assert_eq!(v["flowHash"], "13424615363282033023");
@@ -56,7 +71,8 @@ fn headers_run_identity_sources() {
     // 5000 × 2000 B = 10 MB from storage → 100 seats, capped by workload-low's max seats
     assert!(v["seats"]["initial"].as_u64().unwrap() > 1);
     // untrusted peer → anonymous
-    let (_, v, _) = call(&["--config", c, "--method", "GET", "--path", "/api/v1/pods", "--header", "X-Remote-User: bob", "--peer", "192.168.1.1"]);
+    let (_, v, _) =
+        call(&["--config", c, "--method", "GET", "--path", "/api/v1/pods", "--header", "X-Remote-User: bob", "--peer", "192.168.1.1"]);
     assert_eq!(v["user"]["name"], "system:anonymous");
     assert_eq!(v["user"]["groups"], serde_json::json!(["system:unauthenticated"]));
     std::fs::remove_dir_all(&dir).ok();
@@ -81,14 +97,27 @@ fn list_costs_from_a_clusters_metrics() {
     let (code, v, err) = call(&["--metrics", METRICS, "--method", "GET", "--path", "/api/v1/pods", "--user", "alice"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(v["seats"]["initial"], 8);
-    assert_eq!(v["objectCounts"], serde_json::json!({"resource": "pods", "count": 50000, "averageObjectSizeBytes": 4096, "source": "cluster metrics"}));
+    assert_eq!(
+        v["objectCounts"],
+        serde_json::json!({"resource": "pods", "count": 50000, "averageObjectSizeBytes": 4096, "source": "cluster metrics"})
+    );
     // 6 leases of 450 B from the watch cache: 1 seat; without --metrics every LIST is 1 seat.
-    let (_, v, _) = call(&["--metrics", METRICS, "--method", "GET", "--path", "/apis/coordination.k8s.io/v1/leases?resourceVersion=0", "--user", "alice"]);
+    let (_, v, _) = call(&[
+        "--metrics",
+        METRICS,
+        "--method",
+        "GET",
+        "--path",
+        "/apis/coordination.k8s.io/v1/leases?resourceVersion=0",
+        "--user",
+        "alice",
+    ]);
     assert_eq!((v["seats"]["initial"].clone(), v["objectCounts"]["count"].clone()), (serde_json::json!(1), serde_json::json!(6)));
     let (_, v, _) = call(&["--method", "GET", "--path", "/api/v1/pods", "--user", "alice"]);
     assert_eq!(v["seats"]["initial"], 1);
     // Limited LIST from storage: 100 × 3,000 B = 300 kB → 3 seats.
-    let (_, v, _) = call(&["--metrics", METRICS, "--method", "GET", "--path", "/api/v1/configmaps?limit=100&resourceVersion=7", "--user", "alice"]);
+    let (_, v, _) =
+        call(&["--metrics", METRICS, "--method", "GET", "--path", "/api/v1/configmaps?limit=100&resourceVersion=7", "--user", "alice"]);
     assert_eq!(v["seats"]["initial"], 3);
     // Not reported by the cluster: 1 seat, said so.
     let (_, v, _) = call(&["--metrics", METRICS, "--method", "GET", "--path", "/apis/example.com/v1/widgets", "--user", "alice"]);
@@ -97,9 +126,13 @@ fn list_costs_from_a_clusters_metrics() {
     // The configuration's table overrides the cluster.
     let cfg = std::env::temp_dir().join(format!("apf-classify-table-{}.json", std::process::id()));
     std::fs::write(&cfg, r#"{"workEstimator": {"objectCounts": {"pods": {"count": 10, "averageObjectSizeBytes": 100}}}}"#).unwrap();
-    let (_, v, _) = call(&["--config", cfg.to_str().unwrap(), "--metrics", METRICS, "--method", "GET", "--path", "/api/v1/pods", "--user", "alice"]);
+    let (_, v, _) =
+        call(&["--config", cfg.to_str().unwrap(), "--metrics", METRICS, "--method", "GET", "--path", "/api/v1/pods", "--user", "alice"]);
     let _ = std::fs::remove_file(&cfg);
-    assert_eq!((v["seats"]["initial"].clone(), v["objectCounts"]["source"].clone()), (serde_json::json!(1), serde_json::json!("objectCounts table")));
+    assert_eq!(
+        (v["seats"]["initial"].clone(), v["objectCounts"]["source"].clone()),
+        (serde_json::json!(1), serde_json::json!("objectCounts table"))
+    );
 }
 
 #[test]
@@ -121,7 +154,13 @@ fn metrics_from_a_url_and_errors() {
         let body = "apiserver_resource_objects{resource=\"pods\",group=\"\"} 1000\napiserver_resource_size_estimate_bytes{group=\"\",resource=\"pods\"} 2e+06\n";
         // Chunked, as kube-apiserver answers.
         let (a, b) = body.split_at(40);
-        write!(s, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{a}\r\n{:x}\r\n{b}\r\n0\r\n\r\n", a.len(), b.len()).unwrap();
+        write!(
+            s,
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{a}\r\n{:x}\r\n{b}\r\n0\r\n\r\n",
+            a.len(),
+            b.len()
+        )
+        .unwrap();
         String::from_utf8_lossy(&req).into_owned()
     });
     let url = format!("http://127.0.0.1:{port}/metrics");

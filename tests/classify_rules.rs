@@ -57,7 +57,14 @@ fn literals() {
     let good = rule(&["goodverb"], &["goodapig"], &["goodrscs"], false, &["goodns"]);
     let info = ri("goodns");
     let u = goodu();
-    for (subj, want) in [(user("goodu"), true), (group("goodg1"), true), (user("*"), true), (group("*"), true), (user("badu"), false), (group("badg"), false)] {
+    for (subj, want) in [
+        (user("goodu"), true),
+        (group("goodg1"), true),
+        (user("*"), true),
+        (group("*"), true),
+        (user("badu"), false),
+        (group("badg"), false),
+    ] {
         assert_eq!(matches(&fs(vec![subj.clone()], vec![good.clone()], vec![]), &info, &u), want, "{subj:?}");
     }
     let subj = || vec![user("goodu")];
@@ -177,12 +184,7 @@ fn flow_hash_vectors() {
 fn classify(c: &Classifier, p: &Policy, m: &str, path: &str, u: &UserInfo) -> (String, String, String, u64) {
     let info = parse_request_info(m, path.as_bytes());
     let cl = c.classify(&info, u);
-    (
-        p.flow_schemas[cl.flow_schema].name.clone(),
-        p.priority_levels[cl.priority_level].name.clone(),
-        cl.distinguisher,
-        cl.flow_hash,
-    )
+    (p.flow_schemas[cl.flow_schema].name.clone(), p.priority_levels[cl.priority_level].name.clone(), cl.distinguisher, cl.flow_hash)
 }
 
 #[test]
@@ -203,7 +205,10 @@ fn default_policy_classification() {
     // leader election
     let kcm = au("system:kube-controller-manager", &[]);
     let le = t("PUT", "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-controller-manager", &kcm);
-    assert_eq!((le.0.as_str(), le.1.as_str(), le.2.as_str()), ("system-leader-election", "leader-election", "system:kube-controller-manager"));
+    assert_eq!(
+        (le.0.as_str(), le.1.as_str(), le.2.as_str()),
+        ("system-leader-election", "leader-election", "system:kube-controller-manager")
+    );
     assert_eq!(le.3, flow_hash("system-leader-election", "system:kube-controller-manager"));
     // leases LIST is not a leader-election verb → kube-controller-manager ByNamespace
     let l = t("GET", "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases", &kcm);
@@ -212,16 +217,25 @@ fn default_policy_classification() {
     let node = au("system:node:node-1", &["system:nodes"]);
     assert_eq!(t("PATCH", "/api/v1/nodes/node-1/status", &node).0, "system-node-high");
     assert_eq!(t("PUT", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/node-1", &node).1, "node-high");
-    assert_eq!(t("GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-1", &node), r("system-nodes", "system", "system:node:node-1", 11909065898299811039));
+    assert_eq!(
+        t("GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-1", &node),
+        r("system-nodes", "system", "system:node:node-1", 11909065898299811039)
+    );
     // scheduler by namespace: cluster-scoped → ""
     let sch = au("system:kube-scheduler", &[]);
     assert_eq!(t("GET", "/api/v1/nodes", &sch), r("kube-scheduler", "workload-high", "", flow_hash("kube-scheduler", "")));
     // kube-system service accounts, ByNamespace
     let ksa = au("system:serviceaccount:kube-system:coredns", &[]);
-    assert_eq!(t("GET", "/api/v1/namespaces/kube-system/configmaps", &ksa), r("kube-system-service-accounts", "workload-high", "kube-system", 5788695476672829020));
+    assert_eq!(
+        t("GET", "/api/v1/namespaces/kube-system/configmaps", &ksa),
+        r("kube-system-service-accounts", "workload-high", "kube-system", 5788695476672829020)
+    );
     // other service accounts, ByUser
     let sa = au("system:serviceaccount:default:default", &[]);
-    assert_eq!(t("GET", "/api/v1/namespaces/default/pods", &sa), r("service-accounts", "workload-low", "system:serviceaccount:default:default", 13424615363282033023));
+    assert_eq!(
+        t("GET", "/api/v1/namespaces/default/pods", &sa),
+        r("service-accounts", "workload-low", "system:serviceaccount:default:default", 13424615363282033023)
+    );
     // ordinary users → global-default
     let alice = au("alice", &["dev"]);
     assert_eq!(t("GET", "/api/v1/namespaces/default/pods", &alice), r("global-default", "global-default", "alice", 17644606172554983095));

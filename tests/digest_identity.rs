@@ -84,7 +84,10 @@ fn impersonation() {
     assert_eq!(u, UserInfo { name: "carol".into(), groups: g(&["g1", "g2", "system:authenticated"]) });
     // SA with no groups: SA groups added; with groups: not (as the impersonation filter)
     let hs = h(&[("impersonate-user", "system:serviceaccount:ns1:sa")]);
-    assert_eq!(identify(&c, &IdentityInput { headers: &hs, ..Default::default() }).groups, g(&["system:serviceaccounts", "system:serviceaccounts:ns1", "system:authenticated"]));
+    assert_eq!(
+        identify(&c, &IdentityInput { headers: &hs, ..Default::default() }).groups,
+        g(&["system:serviceaccounts", "system:serviceaccounts:ns1", "system:authenticated"])
+    );
     let hs = h(&[("impersonate-user", "system:serviceaccount:ns1:sa"), ("impersonate-group", "x")]);
     assert_eq!(identify(&c, &IdentityInput { headers: &hs, ..Default::default() }).groups, g(&["x", "system:authenticated"]));
     // groups without user → nothing
@@ -101,7 +104,10 @@ fn client_certificate() {
     assert_eq!(identify(&c, &inp).name, "system:anonymous");
     let inp = IdentityInput { mtls: true, cert_subject: Some("O=dev"), ..Default::default() };
     assert_eq!(identify(&c, &inp).name, "system:anonymous");
-    assert_eq!(parse_subject("CN=system:node:n1+O=system:nodes"), vec![("CN".into(), "system:node:n1".into()), ("O".into(), "system:nodes".into())]);
+    assert_eq!(
+        parse_subject("CN=system:node:n1+O=system:nodes"),
+        vec![("CN".into(), "system:node:n1".into()), ("O".into(), "system:nodes".into())]
+    );
     assert_eq!(parse_subject("CN=a\\2Cb"), vec![("CN".into(), "a,b".into())]);
 }
 
@@ -138,7 +144,9 @@ fn config_errors() {
     ] {
         assert!(serde_json::from_str::<IdentityConfig>(bad).is_err(), "{bad}");
     }
-    let c = cfg(r#"{"sources":[{"type":"frontProxy","userHeader":"bad header","trustedSourceCidrs":["1.2.3.4","::1/128","0.0.0.0/0"]},{"type":"jwt","userClaim":""}]}"#);
+    let c = cfg(
+        r#"{"sources":[{"type":"frontProxy","userHeader":"bad header","trustedSourceCidrs":["1.2.3.4","::1/128","0.0.0.0/0"]},{"type":"jwt","userClaim":""}]}"#,
+    );
     assert_eq!(c.validate().len(), 2);
     assert!(cfg(r#"{"sources":[{"type":"frontProxy"},{"type":"impersonation"}]}"#).validate().is_empty());
 }
@@ -150,7 +158,14 @@ fn header_names_and_stripping() {
         {"type":"impersonation","requireMtls":true,"stripUntrusted":true}]}"#);
     assert_eq!(c.header_names(), vec!["x-remote-user", "x-remote-group", "impersonate-user", "impersonate-group", "impersonate-uid"]);
     assert_eq!(c.header_prefixes(), vec!["x-remote-extra-", "impersonate-extra-"]);
-    let hs = h(&[("x-remote-user", "a"), ("x-remote-group", "system:masters"), ("X-Remote-Extra-Foo", "1"), ("impersonate-user", "b"), ("accept", "x"), ("x-remote-group", "y")]);
+    let hs = h(&[
+        ("x-remote-user", "a"),
+        ("x-remote-group", "system:masters"),
+        ("X-Remote-Extra-Foo", "1"),
+        ("impersonate-user", "b"),
+        ("accept", "x"),
+        ("x-remote-group", "y"),
+    ]);
     let inp = IdentityInput { headers: &hs, peer: ip("8.8.8.8"), ..Default::default() };
     assert_eq!(c.headers_to_strip(&inp), vec!["x-remote-user", "x-remote-group", "x-remote-extra-foo", "impersonate-user"]);
     let inp = IdentityInput { headers: &hs, peer: ip("10.0.0.8"), mtls: true, ..Default::default() };
@@ -162,7 +177,9 @@ fn header_names_and_stripping() {
 #[test]
 fn never_panics() {
     let c = cfg(r#"{"sources":[{"type":"frontProxy"},{"type":"impersonation"},{"type":"clientCertificate"},{"type":"jwt"}]}"#);
-    let cf = cfg(r#"{"setFrontProxyHeaders":true,"sources":[{"type":"frontProxy","trustedSourceCidrs":["0.0.0.0/0"]},{"type":"clientCertificate"},{"type":"jwt"}]}"#);
+    let cf = cfg(
+        r#"{"setFrontProxyHeaders":true,"sources":[{"type":"frontProxy","trustedSourceCidrs":["0.0.0.0/0"]},{"type":"clientCertificate"},{"type":"jwt"}]}"#,
+    );
     let mut s: u64 = 88172645463325252;
     let mut next = || {
         s ^= s << 13;
@@ -170,7 +187,16 @@ fn never_panics() {
         s ^= s << 17;
         s
     };
-    let names = ["x-remote-user", "x-remote-group", "impersonate-user", "impersonate-group", "x-remote-extra-\u{e9}", "junk", "authorization", "sec-websocket-protocol"];
+    let names = [
+        "x-remote-user",
+        "x-remote-group",
+        "impersonate-user",
+        "impersonate-group",
+        "x-remote-extra-\u{e9}",
+        "junk",
+        "authorization",
+        "sec-websocket-protocol",
+    ];
     let claims = serde_json::json!({"sub": 5, "groups": {"a": 1}});
     for _ in 0..5000 {
         let mut hs = Vec::new();
@@ -178,7 +204,12 @@ fn never_panics() {
             let v: Vec<u8> = (0..(next() % 12)).map(|_| next() as u8).collect();
             hs.push((names[(next() % names.len() as u64) as usize].to_string(), v));
         }
-        let subj_bytes: Vec<u8> = (0..(next() % 16)).map(|_| { let a = b"CN=O,\\+;2F\xc3\xa9a"; a[(next() % a.len() as u64) as usize] }).collect();
+        let subj_bytes: Vec<u8> = (0..(next() % 16))
+            .map(|_| {
+                let a = b"CN=O,\\+;2F\xc3\xa9a";
+                a[(next() % a.len() as u64) as usize]
+            })
+            .collect();
         let subj = String::from_utf8_lossy(&subj_bytes).into_owned();
         let inp = IdentityInput { headers: &hs, peer: None, mtls: next() % 2 == 0, cert_subject: Some(&subj), jwt_claims: Some(&claims) };
         let u = identify(&c, &inp);
@@ -249,7 +280,10 @@ fn set_front_proxy_headers_from_client_certificate() {
     assert_eq!(fwd(&c, &inp).add, adds(&[("x-remote-user", "bob")]));
     // system:masters from a verified certificate is forwarded as such.
     let inp = IdentityInput { mtls: true, cert_subject: Some("CN=admin,O=system:masters"), ..Default::default() };
-    assert_eq!(fwd(&c, &inp), FrontProxyHeaders { remove: vec![], add: adds(&[("x-remote-user", "admin"), ("x-remote-group", "system:masters")]), refuse: None });
+    assert_eq!(
+        fwd(&c, &inp),
+        FrontProxyHeaders { remove: vec![], add: adds(&[("x-remote-user", "admin"), ("x-remote-group", "system:masters")]), refuse: None }
+    );
     // A service-account-looking CN gets no service-account groups (kube-apiserver's x509
     // authenticator gives none; forwarding them would grant more than the certificate does).
     let inp = IdentityInput { mtls: true, cert_subject: Some("CN=system:serviceaccount:kube-system:x"), ..Default::default() };
@@ -283,7 +317,9 @@ fn set_front_proxy_headers_anonymous_forwards_no_identity() {
 
 #[test]
 fn set_front_proxy_headers_from_jwt() {
-    let c = cfg(r#"{"setFrontProxyHeaders":true,"sources":[{"type":"clientCertificate"},{"type":"jwt","userPrefix":"oidc:","groupsPrefix":"oidc:"}]}"#);
+    let c = cfg(
+        r#"{"setFrontProxyHeaders":true,"sources":[{"type":"clientCertificate"},{"type":"jwt","userPrefix":"oidc:","groupsPrefix":"oidc:"}]}"#,
+    );
     assert!(c.validate().is_empty());
     let claims = serde_json::json!({"sub":"carol","groups":["a","b"]});
     let hs = h(SPOOF);
@@ -318,7 +354,10 @@ fn set_front_proxy_headers_from_a_trusted_front_proxy() {
     let inp = IdentityInput { headers: &hs, peer: ip("10.1.1.1"), ..Default::default() };
     let f = fwd(&c, &inp);
     // The proxy's own headers go too (the upstream must only see the x-remote-* written here).
-    assert_eq!(f.remove, vec!["x-auth-user", "x-auth-group", "x-auth-extra-scopes", "x-auth-extra-bad%20key", "x-remote-user", "x-remote-group"]);
+    assert_eq!(
+        f.remove,
+        vec!["x-auth-user", "x-auth-group", "x-auth-extra-scopes", "x-auth-extra-bad%20key", "x-remote-user", "x-remote-group"]
+    );
     assert_eq!(
         f.add,
         adds(&[
@@ -353,7 +392,11 @@ fn set_front_proxy_headers_refuses_values_a_header_cannot_carry() {
         assert_eq!(f.refuse.as_deref(), Some("client certificate identity cannot be forwarded: empty or invalid common name"), "{subject}");
     }
     // Such a group is dropped (" system:masters" must not become "system:masters"); the rest stays.
-    let inp = IdentityInput { mtls: true, cert_subject: Some("CN=alice,O=\\20system:masters,O=a\\0D\\0Ab,O=\\09x,O=dev,O="), ..Default::default() };
+    let inp = IdentityInput {
+        mtls: true,
+        cert_subject: Some("CN=alice,O=\\20system:masters,O=a\\0D\\0Ab,O=\\09x,O=dev,O="),
+        ..Default::default()
+    };
     assert_eq!(fwd(&c, &inp).add, adds(&[("x-remote-user", "alice"), ("x-remote-group", "dev")]));
     // Inner spaces and non-ASCII are fine.
     let inp = IdentityInput { mtls: true, cert_subject: Some("CN=J\\C3\\A9r\\C3\\B4me Dupont,O=team a"), ..Default::default() };
@@ -389,7 +432,11 @@ fn set_front_proxy_headers_refuses_a_verified_credential_without_a_forwardable_u
     for subject in ["O=system:masters", "CN=,O=dev", "", "OU=x"] {
         let inp = IdentityInput { headers: &hs, mtls: true, cert_subject: Some(subject), ..Default::default() };
         let f = fwd(&c, &inp);
-        assert_eq!(f.refuse.as_deref(), Some("client certificate identity cannot be forwarded: empty or invalid common name"), "{subject:?}");
+        assert_eq!(
+            f.refuse.as_deref(),
+            Some("client certificate identity cannot be forwarded: empty or invalid common name"),
+            "{subject:?}"
+        );
         assert!(f.add.is_empty(), "{subject:?}: {f:?}");
         assert_eq!(identify(&c, &inp), UserInfo::anonymous());
     }
@@ -397,7 +444,11 @@ fn set_front_proxy_headers_refuses_a_verified_credential_without_a_forwardable_u
     let c = cfg(r#"{"sources":[{"type":"jwt","userClaim":"email"}],"setFrontProxyHeaders":true}"#);
     for claims in [serde_json::json!({"email": ""}), serde_json::json!({"sub": "x"}), serde_json::json!({"email": " root"})] {
         let inp = IdentityInput { headers: &hs, jwt_claims: Some(&claims), ..Default::default() };
-        assert_eq!(fwd(&c, &inp).refuse.as_deref(), Some("JWT identity cannot be forwarded: empty or invalid user claim \"email\""), "{claims}");
+        assert_eq!(
+            fwd(&c, &inp).refuse.as_deref(),
+            Some("JWT identity cannot be forwarded: empty or invalid user claim \"email\""),
+            "{claims}"
+        );
     }
     // A trusted front proxy stating a user a header cannot carry on.
     let c = cfg(r#"{"sources":[{"type":"frontProxy","trustedSourceCidrs":["10.0.0.0/8"]}],"setFrontProxyHeaders":true}"#);
@@ -417,8 +468,11 @@ fn set_front_proxy_headers_refuses_a_verified_credential_without_a_forwardable_u
     assert_eq!(fwd(&c, &inp), FrontProxyHeaders::default());
     // The body is kube-apiserver's Status for a 403.
     let body: serde_json::Value = serde_json::from_str(&forbidden_status("no \"way\"")).unwrap();
-    assert_eq!(body, serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": "no \"way\"", "reason": "Forbidden", "details": {}, "code": 403}));
+    assert_eq!(
+        body,
+        serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "no \"way\"", "reason": "Forbidden", "details": {}, "code": 403})
+    );
 }
 
 #[test]
@@ -447,7 +501,10 @@ fn set_front_proxy_headers_anonymous_carries_no_other_credential() {
     // (kube-apiserver's request-header authenticator runs first and wins).
     let hs = h(&[("sec-websocket-protocol", "v5.channel.k8s.io"), ("authorization", "Bearer t0ken")]);
     assert_eq!(fwd(&c, &IdentityInput { headers: &hs, ..Default::default() }).remove, vec!["authorization"]);
-    let hs = h(&[("sec-websocket-protocol", "v5.channel.k8s.io, base64url.bearer.authorization.k8s.io.dDBrZW4"), ("authorization", "Bearer t0ken")]);
+    let hs = h(&[
+        ("sec-websocket-protocol", "v5.channel.k8s.io, base64url.bearer.authorization.k8s.io.dDBrZW4"),
+        ("authorization", "Bearer t0ken"),
+    ]);
     let inp = IdentityInput { headers: &hs, mtls: true, cert_subject: Some("CN=alice"), ..Default::default() };
     assert_eq!(fwd(&c, &inp), FrontProxyHeaders { remove: vec![], add: adds(&[("x-remote-user", "alice")]), refuse: None });
 }

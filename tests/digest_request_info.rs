@@ -12,7 +12,15 @@ fn check(m: &str, u: &str, verb: &str, group: &str, ver: &str, ns: &str, res: &s
     let i = p(m, u);
     assert!(i.is_resource_request, "{m} {u}");
     assert!(!i.invalid, "{m} {u}");
-    let got = (i.verb.as_str(), i.api_group.as_str(), i.api_version.as_str(), i.namespace.as_str(), i.resource.as_str(), i.subresource.as_str(), i.name.as_str());
+    let got = (
+        i.verb.as_str(),
+        i.api_group.as_str(),
+        i.api_version.as_str(),
+        i.namespace.as_str(),
+        i.resource.as_str(),
+        i.subresource.as_str(),
+        i.name.as_str(),
+    );
     assert_eq!(got, (verb, group, ver, ns, res, sub, name), "{m} {u}");
     assert_eq!(i.parts(), parts.iter().map(|s| s.to_string()).collect::<Vec<_>>(), "{m} {u}");
     let prefix = if u.starts_with("/apis/") { "apis" } else { "api" };
@@ -29,7 +37,18 @@ fn get_api_request_info_vectors() {
     check("GET", "/api/v1/pods", "list", "", "v1", "", "pods", "", "", &["pods"]);
     check("HEAD", "/api/v1/pods", "list", "", "v1", "", "pods", "", "", &["pods"]);
     check("GET", "/api/v1/proxy/namespaces/other/pods/foo", "proxy", "", "v1", "other", "pods", "", "foo", &["pods", "foo"]);
-    check("GET", "/api/v1/proxy/namespaces/other/pods/foo/subpath/not/a/subresource", "proxy", "", "v1", "other", "pods", "", "foo", &["pods", "foo", "subpath", "not", "a", "subresource"]);
+    check(
+        "GET",
+        "/api/v1/proxy/namespaces/other/pods/foo/subpath/not/a/subresource",
+        "proxy",
+        "",
+        "v1",
+        "other",
+        "pods",
+        "",
+        "foo",
+        &["pods", "foo", "subpath", "not", "a", "subresource"],
+    );
     check("GET", "/api/v1/watch/pods", "watch", "", "v1", "", "pods", "", "", &["pods"]);
     check("GET", "/api/v1/pods?watch=true", "watch", "", "v1", "", "pods", "", "", &["pods"]);
     check("GET", "/api/v1/pods?watch=false", "list", "", "v1", "", "pods", "", "", &["pods"]);
@@ -37,16 +56,60 @@ fn get_api_request_info_vectors() {
     check("GET", "/api/v1/namespaces/other/pods?watch=1", "watch", "", "v1", "other", "pods", "", "", &["pods"]);
     check("GET", "/api/v1/namespaces/other/pods?watch=0", "list", "", "v1", "other", "pods", "", "", &["pods"]);
     check("GET", "/api/v1/namespaces/other/pods/foo/status", "get", "", "v1", "other", "pods", "status", "foo", &["pods", "foo", "status"]);
-    check("GET", "/api/v1/namespaces/other/pods/foo/proxy/subpath", "get", "", "v1", "other", "pods", "proxy", "foo", &["pods", "foo", "proxy", "subpath"]);
-    check("PUT", "/api/v1/namespaces/other/finalize", "update", "", "v1", "other", "namespaces", "finalize", "other", &["namespaces", "other", "finalize"]);
-    check("PUT", "/api/v1/namespaces/other/status", "update", "", "v1", "other", "namespaces", "status", "other", &["namespaces", "other", "status"]);
+    check(
+        "GET",
+        "/api/v1/namespaces/other/pods/foo/proxy/subpath",
+        "get",
+        "",
+        "v1",
+        "other",
+        "pods",
+        "proxy",
+        "foo",
+        &["pods", "foo", "proxy", "subpath"],
+    );
+    check(
+        "PUT",
+        "/api/v1/namespaces/other/finalize",
+        "update",
+        "",
+        "v1",
+        "other",
+        "namespaces",
+        "finalize",
+        "other",
+        &["namespaces", "other", "finalize"],
+    );
+    check(
+        "PUT",
+        "/api/v1/namespaces/other/status",
+        "update",
+        "",
+        "v1",
+        "other",
+        "namespaces",
+        "status",
+        "other",
+        &["namespaces", "other", "status"],
+    );
     check("PATCH", "/api/v1/namespaces/other/pods/foo", "patch", "", "v1", "other", "pods", "", "foo", &["pods", "foo"]);
     check("DELETE", "/api/v1/namespaces/other/pods/foo", "delete", "", "v1", "other", "pods", "", "foo", &["pods", "foo"]);
     check("POST", "/api/v1/namespaces/other/pods", "create", "", "v1", "other", "pods", "", "", &["pods"]);
     check("DELETE", "/api/v1/nodes", "deletecollection", "", "v1", "", "nodes", "", "", &["nodes"]);
     check("DELETE", "/api/v1/namespaces", "deletecollection", "", "v1", "", "namespaces", "", "", &["namespaces"]);
     check("DELETE", "/api/v1/namespaces/other/pods", "deletecollection", "", "v1", "other", "pods", "", "", &["pods"]);
-    check("DELETE", "/apis/extensions/v1/namespaces/other/pods", "deletecollection", "extensions", "v1", "other", "pods", "", "", &["pods"]);
+    check(
+        "DELETE",
+        "/apis/extensions/v1/namespaces/other/pods",
+        "deletecollection",
+        "extensions",
+        "v1",
+        "other",
+        "pods",
+        "",
+        "",
+        &["pods"],
+    );
     check("POST", "/apis/extensions/v1/namespaces/other/pods", "create", "extensions", "v1", "other", "pods", "", "", &["pods"]);
     check("POST", "/apis/extensions/v1beta3/namespaces/other/pods", "create", "extensions", "v1beta3", "other", "pods", "", "", &["pods"]);
 }
@@ -60,7 +123,14 @@ fn non_resource_vectors() {
         assert_eq!(i.verb, "get");
         assert_eq!(i.path, u);
     }
-    for u in ["/api/version/resource", "/apis/group/version/resource/name/subresource", "/api/version/resource/name/subresource", "/apis/batch/v1/job", "/apis/batch/v1/job/foo", "/apis/batch/v1/job/foo/scale"] {
+    for u in [
+        "/api/version/resource",
+        "/apis/group/version/resource/name/subresource",
+        "/api/version/resource/name/subresource",
+        "/apis/batch/v1/job",
+        "/apis/batch/v1/job/foo",
+        "/apis/batch/v1/job/foo/scale",
+    ] {
         assert!(p("GET", u).is_resource_request, "{u}");
     }
     for u in ["/not-api/version/resource", "/apis/extensions/v1beta1", "/apis/extensions/v1beta1/", "/api/version", "/api", "/", ""] {
@@ -86,7 +156,14 @@ fn selector_parsing_vectors() {
     sel("GET", "resource?fieldSelector=metadata.name=name1,foo&watch=true", "", "watch", "metadata.name=name1,foo", "");
     sel("GET", "resource?fieldSelector=metadata.name=name1,foo&watch=false", "", "list", "metadata.name=name1,foo", "");
     sel("DELETE", "resource?fieldSelector=foo=bar&labelSelector=baz=qux", "", "deletecollection", "foo=bar", "baz=qux");
-    sel("GET", "resource?fieldSelector=metadata.name=foo&fieldSelector=metadata.name=bar&labelSelector=foo=bar&labelSelector=foo=baz", "foo", "list", "metadata.name=foo", "foo=bar");
+    sel(
+        "GET",
+        "resource?fieldSelector=metadata.name=foo&fieldSelector=metadata.name=bar&labelSelector=foo=bar&labelSelector=foo=baz",
+        "foo",
+        "list",
+        "metadata.name=foo",
+        "foo=bar",
+    );
     sel("GET", "resource/name?fieldSelector=foo=bar&labelSelector=foo=bar", "name", "get", "", "");
     sel("GET", "watch/resource?fieldSelector=metadata.name=foo&labelSelector=foo=bar", "", "watch", "", "");
     sel("GET", "watch/resource/name?fieldSelector=metadata.name=foo&labelSelector=foo=bar", "name", "watch", "", "");
@@ -201,9 +278,7 @@ fn equal_fold_matches_std_case_mappings() {
         let (lower, upper) = (single(c.to_lowercase()), single(c.to_uppercase()));
         let s = c.encode_utf8(&mut buf);
         for &x in &targets {
-            let oracle = c == x
-                || (!turkic
-                    && (lower == Some(x.to_ascii_lowercase()) || upper == Some(x.to_ascii_uppercase())));
+            let oracle = c == x || (!turkic && (lower == Some(x.to_ascii_lowercase()) || upper == Some(x.to_ascii_uppercase())));
             let got = equal_fold_ascii(s, x.encode_utf8(&mut [0u8; 4]));
             assert_eq!(got, oracle, "U+{:04X} vs {x:?}", c as u32);
             if got && !c.is_ascii() {
@@ -336,7 +411,26 @@ fn never_panics_on_random_input() {
         let _ = parse_request_info(m, &prefixed);
         let _ = parse_generic(m, &b, Some(&b));
     }
-    for odd in ["", "?", "??", "/?watch", "%", "%%", "%2", "/..", "/api/../apis/g/v1/x", "/apis/g/v1/namespaces", "/api/v1/namespaces/", "/api/v1/proxy/x", "/apis/g/v1/watch/namespaces", "/api/v1/x?fieldSelector=\\", "/api/v1/x?labelSelector=a in (", "/api/v1/x?labelSelector=a in (b,", "/api/v1/x?labelSelector=,", "/api/v1/x?limit=99999999999999999999"] {
+    for odd in [
+        "",
+        "?",
+        "??",
+        "/?watch",
+        "%",
+        "%%",
+        "%2",
+        "/..",
+        "/api/../apis/g/v1/x",
+        "/apis/g/v1/namespaces",
+        "/api/v1/namespaces/",
+        "/api/v1/proxy/x",
+        "/apis/g/v1/watch/namespaces",
+        "/api/v1/x?fieldSelector=\\",
+        "/api/v1/x?labelSelector=a in (",
+        "/api/v1/x?labelSelector=a in (b,",
+        "/api/v1/x?labelSelector=,",
+        "/api/v1/x?limit=99999999999999999999",
+    ] {
         let _ = p("GET", odd);
     }
 }

@@ -92,10 +92,8 @@ fn width_test_list_rows() {
 
 #[test]
 fn width_test_dispatch_and_config_stats() {
-    let cfg: WorkEstimatorConfig = serde_json::from_str(
-        r#"{"objectCounts":{"foo.bar/events":{"count":699,"averageObjectSizeBytes":10000},"pods":5000}}"#,
-    )
-    .unwrap();
+    let cfg: WorkEstimatorConfig =
+        serde_json::from_str(r#"{"objectCounts":{"foo.bar/events":{"count":699,"averageObjectSizeBytes":10000},"pods":5000}}"#).unwrap();
     // row 2: get → 1
     let get = parse_request_info("GET", b"/apis/");
     assert_eq!(estimate(&cfg, &get, Some(10), 0), WorkEstimate::ONE);

@@ -23,13 +23,15 @@ fn compiled() -> Compiled {
 #[ignore]
 fn bench_request_path() {
     let c = compiled();
-    let headers = vec![("x-remote-user".to_string(), b"bench-user".to_vec()), ("x-remote-group".to_string(), b"system:authenticated".to_vec())];
+    let headers =
+        vec![("x-remote-user".to_string(), b"bench-user".to_vec()), ("x-remote-group".to_string(), b"system:authenticated".to_vec())];
     let input = IdentityInput { headers: &headers, ..Default::default() };
     let n = iterations();
     let t = Instant::now();
     let mut lvl = 0;
     for _ in 0..n {
-        let d = c.digest(b"GET", b"/api/v1/namespaces/default/pods", &input, None, |_| 0, &apf_wasm::digest::work_estimate::no_cluster_stats);
+        let d =
+            c.digest(b"GET", b"/api/v1/namespaces/default/pods", &input, None, |_| 0, &apf_wasm::digest::work_estimate::no_cluster_stats);
         lvl = d.class.priority_level;
     }
     let digest_ns = t.elapsed().as_nanos() as f64 / f64::from(n);
@@ -40,7 +42,11 @@ fn bench_request_path() {
     for i in 0..n {
         let tag = RequestTag { owner: 1, context: i, flow_schema: 0, flow_hash: 42, wait_deadline: i64::MAX };
         let now = i64::from(i) * 1000;
-        let Decision::Execute(rc) = engine::admit(&c, &store, now, lvl, apf_wasm::fairqueuing::WorkEstimate::ONE, tag, &mut notices).unwrap() else { panic!() };
+        let Decision::Execute(rc) =
+            engine::admit(&c, &store, now, lvl, apf_wasm::fairqueuing::WorkEstimate::ONE, tag, &mut notices).unwrap()
+        else {
+            panic!()
+        };
         engine::end(&store, now + 500, &key, rc.id, Some(&rc), &mut notices).unwrap();
     }
     let engine_ns = t.elapsed().as_nanos() as f64 / f64::from(n);
@@ -62,7 +68,8 @@ fn bench_digest_parts() {
     use apf_wasm::digest::request_info::parse_request_info;
     use apf_wasm::digest::work_estimate::estimate;
     let c = compiled();
-    let headers = vec![("x-remote-user".to_string(), b"bench-user".to_vec()), ("x-remote-group".to_string(), b"system:authenticated".to_vec())];
+    let headers =
+        vec![("x-remote-user".to_string(), b"bench-user".to_vec()), ("x-remote-group".to_string(), b"system:authenticated".to_vec())];
     let input = IdentityInput { headers: &headers, ..Default::default() };
     let n = iterations();
     let time = |name: &str, f: &mut dyn FnMut()| {
@@ -126,7 +133,11 @@ fn bench_saturated_level() {
         bytes = s.encode();
     }
     let ns = t.elapsed().as_nanos() as f64 / f64::from(n);
-    println!("saturated level: {ns:.0} ns per request (2 decode + op + encode); state {} bytes, {} waiting", bytes.len(), LevelState::decode(&bytes).unwrap().qs.requests_waiting());
+    println!(
+        "saturated level: {ns:.0} ns per request (2 decode + op + encode); state {} bytes, {} waiting",
+        bytes.len(),
+        LevelState::decode(&bytes).unwrap().qs.requests_waiting()
+    );
 }
 
 /// Encoding and decoding cost of a level's shared value by the number of waiting requests.
@@ -140,7 +151,13 @@ fn bench_codec_by_queue_length() {
         let mut st = LevelState::new(cfg, 1, 0).unwrap();
         let mut out = Vec::new();
         for i in 0..clients {
-            let tag = RequestTag { owner: 1 + (i % 2), context: i, flow_schema: 0, flow_hash: 42 + u64::from(i % 4), wait_deadline: 30_000_000_000 };
+            let tag = RequestTag {
+                owner: 1 + (i % 2),
+                context: i,
+                flow_schema: 0,
+                flow_hash: 42 + u64::from(i % 4),
+                wait_deadline: 30_000_000_000,
+            };
             let _ = st.qs.arrive(i64::from(i) * 1000, WorkEstimate::ONE, tag, &mut out);
         }
         let bytes = st.encode();
@@ -207,7 +224,8 @@ fn bench_saturated_workers() {
                 match cmd {
                     Cmd::Arrive(ctx, now) => {
                         let tag = RequestTag { owner: w + 1, context: ctx, flow_schema: 0, flow_hash: 42, wait_deadline: i64::MAX };
-                        if let Decision::Execute(rc) = engine::admit(&c, &store, now, level, WorkEstimate::ONE, tag, &mut notices).unwrap() {
+                        if let Decision::Execute(rc) = engine::admit(&c, &store, now, level, WorkEstimate::ONE, tag, &mut notices).unwrap()
+                        {
                             run.push(rc);
                         }
                     }
@@ -269,7 +287,8 @@ fn bench_decode_reusing_vs_scratch() {
     use apf_wasm::fairqueuing::{QueueSetConfig, WorkEstimate};
     let cfg = QueueSetConfig { desired_queues: 16, queue_length_limit: 100, hand_size: 4, concurrency_limit: 8 };
     let mut st = LevelState::new(cfg, 1, 0).unwrap();
-    let tag = |i: u32| RequestTag { owner: 1 + (i % 2), context: i, flow_schema: 0, flow_hash: 42 + u64::from(i % 8), wait_deadline: i64::MAX };
+    let tag =
+        |i: u32| RequestTag { owner: 1 + (i % 2), context: i, flow_schema: 0, flow_hash: 42 + u64::from(i % 8), wait_deadline: i64::MAX };
     let mut running = std::collections::VecDeque::new();
     let mut out = Vec::new();
     for i in 0..64u32 {
@@ -319,5 +338,10 @@ fn bench_decode_reusing_vs_scratch() {
         std::hint::black_box(LevelState::decode(after).unwrap());
     });
     let show = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0} ns"));
-    println!("one operation behind, {} waiting: decode reusing the prior {}, decode from scratch {}", st.qs.requests_waiting(), show(reusing), show(scratch));
+    println!(
+        "one operation behind, {} waiting: decode reusing the prior {}, decode from scratch {}",
+        st.qs.requests_waiting(),
+        show(reusing),
+        show(scratch)
+    );
 }

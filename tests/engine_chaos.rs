@@ -18,7 +18,6 @@
 //! owner the post fails and the table releases a dispatched request itself.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-
 use apf_wasm::engine::requests::{Entry, Host, Phase, Requests};
 use apf_wasm::engine::store::MemStore;
 use apf_wasm::engine::{self, Compiled, Decision, Notice};
@@ -170,7 +169,15 @@ impl Sim {
     fn new(seed: u64, n_workers: usize) -> Sim {
         let configs = vec![config(10, 1), config(6, 2), config(14, 3)];
         let keys = configs[0].levels.iter().map(|l| l.key.to_string()).collect();
-        let mut sim = Sim { store: MemStore::new(), configs, workers: Vec::new(), rng: Rng(seed), now: NANOS_PER_SEC, counts: Counts::default(), keys };
+        let mut sim = Sim {
+            store: MemStore::new(),
+            configs,
+            workers: Vec::new(),
+            rng: Rng(seed),
+            now: NANOS_PER_SEC,
+            counts: Counts::default(),
+            keys,
+        };
         for _ in 0..n_workers {
             sim.spawn();
         }
@@ -181,7 +188,17 @@ impl Sim {
         let instance = self.rng.next() | 1;
         let slot = engine::heartbeat(&self.store, instance, self.now).unwrap();
         let compiled = self.workers.iter().filter(|w| w.alive).map(|w| w.compiled).max().unwrap_or(0);
-        self.workers.push(Worker { instance, slot, alive: true, compiled, next_ctx: 1, requests: Requests::new(), last_heartbeat: self.now, last_reap: self.now, next_tick: self.now + TICK });
+        self.workers.push(Worker {
+            instance,
+            slot,
+            alive: true,
+            compiled,
+            next_ctx: 1,
+            requests: Requests::new(),
+            last_heartbeat: self.now,
+            last_reap: self.now,
+            next_tick: self.now + TICK,
+        });
     }
 
     fn worker_by_slot(&self, slot: u32) -> Option<usize> {
@@ -265,7 +282,8 @@ impl Sim {
     /// than clients give up).
     fn pick_request(&mut self, w: usize) -> Option<u32> {
         let running = self.rng.chance(75);
-        let mut ctxs: Vec<u32> = self.workers[w].requests.iter().filter(|(_, l)| !running || l.phase != Phase::Waiting).map(|(c, _)| c).collect();
+        let mut ctxs: Vec<u32> =
+            self.workers[w].requests.iter().filter(|(_, l)| !running || l.phase != Phase::Waiting).map(|(c, _)| c).collect();
         if ctxs.is_empty() {
             ctxs = self.workers[w].requests.iter().map(|(c, _)| c).collect();
         }
@@ -332,10 +350,15 @@ impl Sim {
             let limit = st.qs.config().concurrency_limit;
             let in_use = st.qs.seats_in_use();
             if st.qs.config().desired_queues >= 0 {
-                assert!(in_use <= limit || in_use <= before[i], "step {step}: {k} grew to {in_use} seats over limit {limit} (was {})", before[i]);
+                assert!(
+                    in_use <= limit || in_use <= before[i],
+                    "step {step}: {k} grew to {in_use} seats over limit {limit} (was {})",
+                    before[i]
+                );
             }
             let snap = st.qs.snapshot();
-            let mut waiting: Vec<(u32, u32, RequestId)> = snap.queues.iter().flat_map(|q| q.waiting.iter().map(|r| (r.owner, r.context, r.id))).collect();
+            let mut waiting: Vec<(u32, u32, RequestId)> =
+                snap.queues.iter().flat_map(|q| q.waiting.iter().map(|r| (r.owner, r.context, r.id))).collect();
             // Executing requests are kept by their owners: the state has counts per owner.
             let mut by_owner: std::collections::BTreeMap<u32, u32> = std::collections::BTreeMap::new();
             for e in snap.queues.iter().flat_map(|q| q.executing_by_owner.iter()).chain(snap.queueless_executing_by_owner.iter()) {
@@ -346,7 +369,10 @@ impl Sim {
             for owner in waiting.iter().map(|w| &w.0).chain(executing.iter().map(|e| &e.0)) {
                 let w = self.worker_by_slot(*owner).unwrap_or_else(|| panic!("step {step}: request of unknown owner {owner}"));
                 if !self.workers[w].alive {
-                    assert!(engine::instance_of(&self.store, *owner).unwrap().is_some(), "step {step}: request of reaped worker {owner} survived the reaping");
+                    assert!(
+                        engine::instance_of(&self.store, *owner).unwrap().is_some(),
+                        "step {step}: request of reaped worker {owner} survived the reaping"
+                    );
                 }
             }
             let live = |o: &u32| self.worker_by_slot(*o).is_some_and(|w| self.workers[w].alive);
@@ -479,14 +505,25 @@ impl Host<()> for ChannelHost {
     }
 }
 
-fn entry(level_key: std::sync::Arc<str>, id: RequestId, phase: Phase, now: Nanos, wait_deadline: Nanos, receipt: Option<apf_wasm::fairqueuing::Receipt>) -> Entry<()> {
+fn entry(
+    level_key: std::sync::Arc<str>,
+    id: RequestId,
+    phase: Phase,
+    now: Nanos,
+    wait_deadline: Nanos,
+    receipt: Option<apf_wasm::fairqueuing::Receipt>,
+) -> Entry<()> {
     Entry { level_key, id, phase, arrived: now, wait_deadline, waited: 0, started: now, receipt, extra: () }
 }
 
 fn assert_empty(store: &MemStore, keys: &[String]) {
     for k in keys {
         if let Some(st) = engine::read_level(store, k).unwrap() {
-            assert_eq!((st.qs.seats_in_use(), st.qs.requests_waiting(), st.qs.requests_executing()), (0, 0, 0), "{k}: leaked seats or requests");
+            assert_eq!(
+                (st.qs.seats_in_use(), st.qs.requests_waiting(), st.qs.requests_executing()),
+                (0, 0, 0),
+                "{k}: leaked seats or requests"
+            );
         }
     }
 }
@@ -500,14 +537,20 @@ fn random_operations_with_dying_workers_never_leak_nor_overrun() {
         }
         sim.drain();
         assert_empty(&sim.store, &sim.keys);
-        let reg = apf_wasm::engine::workers::Registry::decode(apf_wasm::engine::store::Store::get(&sim.store, engine::REGISTRY_KEY).unwrap().0.as_deref()).unwrap();
+        let reg = apf_wasm::engine::workers::Registry::decode(
+            apf_wasm::engine::store::Store::get(&sim.store, engine::REGISTRY_KEY).unwrap().0.as_deref(),
+        )
+        .unwrap();
         let live: Vec<u32> = sim.workers.iter().filter(|w| w.alive).map(|w| w.slot).collect();
         let mut registered: Vec<u32> = reg.workers.iter().map(|e| e.slot).collect();
         registered.sort_unstable();
         assert_eq!(registered, live, "seed {seed}: only live workers stay registered");
         let c = &sim.counts;
         eprintln!("seed {seed}: {c:?}");
-        assert!(c.queued > 100 && c.dispatched > 50 && c.rejected > 0 && c.deaths > 0 && c.reaped > 0 && c.reloads > 0 && c.timed_out > 0, "seed {seed}: the run exercised too little: {c:?}");
+        assert!(
+            c.queued > 100 && c.dispatched > 50 && c.rejected > 0 && c.deaths > 0 && c.reaped > 0 && c.reloads > 0 && c.timed_out > 0,
+            "seed {seed}: the run exercised too little: {c:?}"
+        );
     }
 }
 
@@ -575,10 +618,18 @@ fn race_once(attempt: u64) -> (u64, u64) {
                         let lvl = level_index(&c, LEVELS[rng.below(2) as usize]);
                         let ctx = next_ctx;
                         next_ctx += 1;
-                        let tag = RequestTag { owner: slot, context: ctx, flow_schema: 0, flow_hash: rng.below(16), wait_deadline: now + (5 + rng.below(100) as i64) * MS };
+                        let tag = RequestTag {
+                            owner: slot,
+                            context: ctx,
+                            flow_schema: 0,
+                            flow_hash: rng.below(16),
+                            wait_deadline: now + (5 + rng.below(100) as i64) * MS,
+                        };
                         let key = c.levels[lvl].key.clone();
                         match engine::admit(&c, &store, now, lvl, WorkEstimate::ONE, tag, &mut ns).unwrap() {
-                            Decision::Execute(rc) => reqs.insert(ctx, entry(key, rc.id, Phase::Executing, now, tag.wait_deadline, Some(rc))),
+                            Decision::Execute(rc) => {
+                                reqs.insert(ctx, entry(key, rc.id, Phase::Executing, now, tag.wait_deadline, Some(rc)))
+                            }
                             Decision::Queued(id) => reqs.insert(ctx, entry(key, id, Phase::Waiting, now, tag.wait_deadline, None)),
                             Decision::Rejected { .. } => {}
                         }

@@ -56,7 +56,9 @@ fn two_workers_share_one_limit_and_wake_the_owner() {
     // 10 requests alternate between worker 1 and worker 2.
     for i in 0..10u32 {
         let owner = 1 + (i % 2);
-        match engine::admit(&c, &store, i as i64 * MS, lvl, WorkEstimate::ONE, tag(owner, 100 + i, i as u64 * 7919, 0), &mut notices).unwrap() {
+        match engine::admit(&c, &store, i as i64 * MS, lvl, WorkEstimate::ONE, tag(owner, 100 + i, i as u64 * 7919, 0), &mut notices)
+            .unwrap()
+        {
             Decision::Execute(id) => executing.push((owner, id)),
             Decision::Queued(id) => queued.push((owner, 100 + i, id)),
             Decision::Rejected { .. } => panic!("no rejection expected"),
@@ -91,7 +93,10 @@ fn dead_worker_seats_are_reaped() {
     let mut notices = Vec::new();
     // worker 1 takes both seats, worker 2 queues one.
     for i in 0..2 {
-        assert!(matches!(engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(w1, i, i as u64, 0), &mut notices).unwrap(), Decision::Execute(_)));
+        assert!(matches!(
+            engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(w1, i, i as u64, 0), &mut notices).unwrap(),
+            Decision::Execute(_)
+        ));
     }
     assert!(matches!(engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(w2, 9, 99, 0), &mut notices).unwrap(), Decision::Queued(_)));
     // worker 2 keeps heart-beating; worker 1 dies.
@@ -112,8 +117,12 @@ fn stream_end_cancels_queued_and_releases_executing() {
     let store = MemStore::new();
     let key = c.levels[lvl].key.to_string();
     let mut notices = Vec::new();
-    let Decision::Execute(a) = engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(1, 1, 1, 0), &mut notices).unwrap() else { panic!() };
-    let Decision::Queued(b) = engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(1, 2, 2, 0), &mut notices).unwrap() else { panic!() };
+    let Decision::Execute(a) = engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(1, 1, 1, 0), &mut notices).unwrap() else {
+        panic!()
+    };
+    let Decision::Queued(b) = engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(1, 2, 2, 0), &mut notices).unwrap() else {
+        panic!()
+    };
     // the queued client goes away: no dispatch happens, nothing leaks
     engine::end(&store, MS, &key, b, None, &mut notices).unwrap();
     assert!(notices.is_empty());
@@ -143,7 +152,24 @@ fn wait_limit_times_out_with_retry_after() {
 
 #[test]
 fn notices_roundtrip_and_garbage_is_rejected() {
-    let n = engine::Notice { owner: 3, context: 77, level_key: "apf/v3/pl/x".into(), id: 12345, kind: NoticeKind::Run { waited: 42, receipt: apf_wasm::fairqueuing::Receipt { id: 12345, queue: 3, owner: 3, initial_seats: 1, max_seats: 2, start: 99, additional_latency: 0 } } };
+    let n = engine::Notice {
+        owner: 3,
+        context: 77,
+        level_key: "apf/v3/pl/x".into(),
+        id: 12345,
+        kind: NoticeKind::Run {
+            waited: 42,
+            receipt: apf_wasm::fairqueuing::Receipt {
+                id: 12345,
+                queue: 3,
+                owner: 3,
+                initial_seats: 1,
+                max_seats: 2,
+                start: 99,
+                additional_latency: 0,
+            },
+        },
+    };
     assert_eq!(engine::Notice::decode(&n.encode()).unwrap(), n);
     assert!(engine::Notice::decode(&[1, 2, 3]).is_err());
     assert!(engine::LevelState::decode(&[1, 0, 0, 0]).is_err());

@@ -6,7 +6,9 @@
 use apf_wasm::digest::identity::IdentityInput;
 use apf_wasm::digest::object_counts::ScrapedCounts;
 use apf_wasm::digest::work_estimate::{ObjectStats, StatsLookup, WatchInit};
-use apf_wasm::engine::object_counts::{claim, read, record, ObjectCountTracker, SharedCounts, CLAIM_GRACE, PRUNE_AFTER, RETRY_AFTER_FAILURE};
+use apf_wasm::engine::object_counts::{
+    claim, read, record, ObjectCountTracker, SharedCounts, CLAIM_GRACE, PRUNE_AFTER, RETRY_AFTER_FAILURE,
+};
 use apf_wasm::engine::store::MemStore;
 use apf_wasm::engine::Compiled;
 use apf_wasm::policy::config::parse_plugin_config;
@@ -40,7 +42,10 @@ fn one_worker_claims_each_poll() {
     let f = record(&store, t + period + S, period, Err("HTTP status 403")).unwrap();
     assert_eq!(f.next_poll, t + period + S + RETRY_AFTER_FAILURE);
     assert_eq!((f.consecutive_failures, f.last_error.as_str()), (1, "HTTP status 403"));
-    assert_eq!(f.tracker.get("", "pods", t + period + S, 180 * S), StatsLookup::Found(ObjectStats { count: 50_000, average_object_size_bytes: 4_000 }));
+    assert_eq!(
+        f.tracker.get("", "pods", t + period + S, 180 * S),
+        StatsLookup::Found(ObjectStats { count: 50_000, average_object_size_bytes: 4_000 })
+    );
     let (stored, cas) = read(&store).unwrap();
     assert_eq!(stored.unwrap(), f);
     assert!(cas.is_some());
@@ -53,10 +58,12 @@ fn threads_racing_to_poll_claim_once() {
     let store = std::sync::Arc::new(MemStore::new());
     record(&*store, 0, 60 * S, Err("not yet")).unwrap();
     let wins: usize = std::thread::scope(|sc| {
-        let hs: Vec<_> = (1..=8u64).map(|i| {
-            let store = store.clone();
-            sc.spawn(move || usize::from(claim(&*store, RETRY_AFTER_FAILURE, i, 10 * S).unwrap()))
-        }).collect();
+        let hs: Vec<_> = (1..=8u64)
+            .map(|i| {
+                let store = store.clone();
+                sc.spawn(move || usize::from(claim(&*store, RETRY_AFTER_FAILURE, i, 10 * S).unwrap()))
+            })
+            .collect();
         hs.into_iter().map(|h| h.join().unwrap()).sum()
     });
     assert_eq!(wins, 1);
@@ -106,7 +113,10 @@ fn digest_seats(c: &Compiled, path: &str, counts: &ObjectCountTracker, now: i64)
 #[test]
 fn digest_costs_lists_and_watches_from_the_cluster_counts() {
     // catch-all is a Reject level: no per-level max seats, so the LIST estimator's 100 applies.
-    let cfg = parse_plugin_config(br#"{"suggestedDefaults": false, "workEstimator": {"objectCounts": {"secrets": {"count": 10, "averageObjectSizeBytes": 1000}}}}"#).unwrap();
+    let cfg = parse_plugin_config(
+        br#"{"suggestedDefaults": false, "workEstimator": {"objectCounts": {"secrets": {"count": 10, "averageObjectSizeBytes": 1000}}}}"#,
+    )
+    .unwrap();
     let c = Compiled::new(cfg, 1);
     let mut t = ObjectCountTracker::default();
     t.set("pods", ObjectStats { count: 50_000, average_object_size_bytes: 4_000 }, 0);
@@ -124,7 +134,12 @@ fn digest_costs_lists_and_watches_from_the_cluster_counts() {
     let (seats, stats, _) = digest_seats(&c, "/api/v1/configmaps", &t, 181 * S);
     assert_eq!((seats, stats), (100, Some(StatsLookup::Stale)));
     // Watches with initial events cost like a LIST from cache (capped at 1 MB → 10 seats).
-    let (seats, _, init) = digest_seats(&c, "/api/v1/pods?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan", &t, 0);
+    let (seats, _, init) = digest_seats(
+        &c,
+        "/api/v1/pods?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan",
+        &t,
+        0,
+    );
     assert_eq!((seats, init), (10, WatchInit::Bookmark));
     let (seats, _, init) = digest_seats(&c, "/api/v1/pods?watch=true&resourceVersion=0", &t, 0);
     assert_eq!((seats, init), (10, WatchInit::Unmarked));
@@ -153,9 +168,13 @@ fn cluster_metrics_configuration() {
     // Errors name the field.
     let errs = parse_plugin_config(br#"{"workEstimator": {"clusterMetrics": {"period": "soon"}}}"#).unwrap_err();
     assert!(errs.iter().any(|e| e.contains("workEstimator.clusterMetrics.cluster")), "{errs:?}");
-    let errs = parse_plugin_config(br#"{"workEstimator": {"clusterMetrics": {"cluster": "k", "period": "soon", "staleAfter": "-1s", "bogus": 1}}}"#).unwrap_err();
+    let errs = parse_plugin_config(
+        br#"{"workEstimator": {"clusterMetrics": {"cluster": "k", "period": "soon", "staleAfter": "-1s", "bogus": 1}}}"#,
+    )
+    .unwrap_err();
     assert!(errs.iter().any(|e| e.contains("workEstimator.clusterMetrics") && e.contains("bogus")), "{errs:?}");
-    let errs = parse_plugin_config(br#"{"workEstimator": {"clusterMetrics": {"cluster": "k", "period": "soon", "staleAfter": "-1s"}}}"#).unwrap_err();
+    let errs = parse_plugin_config(br#"{"workEstimator": {"clusterMetrics": {"cluster": "k", "period": "soon", "staleAfter": "-1s"}}}"#)
+        .unwrap_err();
     assert!(errs.iter().any(|e| e.starts_with("workEstimator.clusterMetrics.period")), "{errs:?}");
     assert!(errs.iter().any(|e| e.starts_with("workEstimator.clusterMetrics.staleAfter")), "{errs:?}");
     let errs = parse_plugin_config(br#"{"workEstimator": {"watchInitialEventsMaxHold": "0s"}}"#).unwrap_err();
@@ -180,8 +199,11 @@ fn tokens_from_the_environment() {
     assert_eq!(cfg.cluster_policy.unwrap().token.as_deref(), Some("s3cret"));
     // clusterMetrics inherits clusterPolicy's token unless it names its own.
     assert_eq!(cfg.cluster_metrics.unwrap().token.as_deref(), Some("s3cret"));
-    let cfg = parse(r#"{"clusterPolicy": {"cluster": "api", "tokenEnv": "APF_WASM_TOKEN"},
-                        "workEstimator": {"clusterMetrics": {"tokenEnv": "OTHER_TOKEN"}}}"#).unwrap();
+    let cfg = parse(
+        r#"{"clusterPolicy": {"cluster": "api", "tokenEnv": "APF_WASM_TOKEN"},
+                        "workEstimator": {"clusterMetrics": {"tokenEnv": "OTHER_TOKEN"}}}"#,
+    )
+    .unwrap();
     assert_eq!(cfg.cluster_metrics.unwrap().token.as_deref(), Some("other"));
     // Neither: no token (no Authorization header).
     assert_eq!(parse(r#"{"workEstimator": {"clusterMetrics": {"cluster": "kube"}}}"#).unwrap().cluster_metrics.unwrap().token, None);
@@ -191,7 +213,10 @@ fn tokens_from_the_environment() {
         (r#"{"workEstimator": {"clusterMetrics": {"cluster": "kube", "tokenEnv": "EMPTY"}}}"#, "workEstimator.clusterMetrics.tokenEnv"),
         (r#"{"workEstimator": {"clusterMetrics": {"cluster": "kube", "tokenEnv": ""}}}"#, "workEstimator.clusterMetrics.tokenEnv"),
         (r#"{"workEstimator": {"clusterMetrics": {"cluster": "kube", "tokenEnv": "BAD"}}}"#, "workEstimator.clusterMetrics.tokenEnv"),
-        (r#"{"workEstimator": {"clusterMetrics": {"cluster": "kube", "token": "t", "tokenEnv": "APF_WASM_TOKEN"}}}"#, "workEstimator.clusterMetrics.tokenEnv"),
+        (
+            r#"{"workEstimator": {"clusterMetrics": {"cluster": "kube", "token": "t", "tokenEnv": "APF_WASM_TOKEN"}}}"#,
+            "workEstimator.clusterMetrics.tokenEnv",
+        ),
         (r#"{"clusterPolicy": {"cluster": "api", "tokenEnv": "UNSET"}}"#, "clusterPolicy.tokenEnv"),
         (r#"{"clusterPolicy": {"cluster": "api", "token": "t", "tokenEnv": "APF_WASM_TOKEN"}}"#, "clusterPolicy.tokenEnv"),
         (r#"{"clusterPolicy": {"cluster": "api", "token": "a\nb"}}"#, "clusterPolicy.token"),
@@ -213,9 +238,20 @@ fn learned_counts_come_after_the_clusters_and_are_forgotten_not_stale() {
     learn(&store, S, "example.com/widgets", ObjectStats { count: 40, average_object_size_bytes: 5_000 }).unwrap();
     learn(&store, S, "pods", ObjectStats { count: 1, average_object_size_bytes: 1 }).unwrap();
     let s = read(&store).unwrap().0.unwrap();
-    assert_eq!(s.lookup("example.com", "widgets", 2 * S, stale_after), StatsLookup::Found(ObjectStats { count: 40, average_object_size_bytes: 5_000 }));
-    assert_eq!(s.lookup("", "pods", 2 * S, stale_after), StatsLookup::Found(ObjectStats { count: 10, average_object_size_bytes: 100 }), "the cluster's count wins");
+    assert_eq!(
+        s.lookup("example.com", "widgets", 2 * S, stale_after),
+        StatsLookup::Found(ObjectStats { count: 40, average_object_size_bytes: 5_000 })
+    );
+    assert_eq!(
+        s.lookup("", "pods", 2 * S, stale_after),
+        StatsLookup::Found(ObjectStats { count: 10, average_object_size_bytes: 100 }),
+        "the cluster's count wins"
+    );
     assert_eq!(s.lookup("", "pods", 200 * S, stale_after), StatsLookup::Stale, "a stale cluster count stays stale");
-    assert_eq!(s.lookup("example.com", "widgets", S + PRUNE_AFTER + 1, stale_after), StatsLookup::NotFound, "an old learned count is forgotten, never stale");
+    assert_eq!(
+        s.lookup("example.com", "widgets", S + PRUNE_AFTER + 1, stale_after),
+        StatsLookup::NotFound,
+        "an old learned count is forgotten, never stale"
+    );
     assert_eq!(SharedCounts::decode(&s.encode()).unwrap(), s);
 }

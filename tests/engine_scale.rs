@@ -77,7 +77,9 @@ fn drive(c: &Compiled, flows: u32, window: usize, check_every: u32) -> Run {
     let queues = usize::try_from(c.levels[lvl].qs_config.desired_queues).unwrap();
     let mut notices = Vec::new();
     // The empty state: one request in and out.
-    let Decision::Execute(rc) = engine::admit(c, &store, 0, lvl, WorkEstimate::ONE, tag(0, u64::MAX), &mut notices).unwrap() else { panic!() };
+    let Decision::Execute(rc) = engine::admit(c, &store, 0, lvl, WorkEstimate::ONE, tag(0, u64::MAX), &mut notices).unwrap() else {
+        panic!()
+    };
     engine::end(&store, 1, &key, rc.id, Some(&rc), &mut notices).unwrap();
     let mut receipts: std::collections::HashMap<RequestId, apf_wasm::fairqueuing::Receipt> = Default::default();
     let empty_size = store.value_len(&key);
@@ -141,7 +143,12 @@ fn state_size_is_bounded_by_requests_present_not_flows_seen_uncontended() {
     let r = drive(&c, FLOWS, 8, 997);
     assert!(r.max_present <= 8);
     // 8 executing requests, whatever the number of flows behind them.
-    assert!(r.max_size <= r.empty_size + VARINT_GROWTH + 8 * PER_REQUEST + 8 * PER_QUEUE, "max {} bytes (empty {})", r.max_size, r.empty_size);
+    assert!(
+        r.max_size <= r.empty_size + VARINT_GROWTH + 8 * PER_REQUEST + 8 * PER_QUEUE,
+        "max {} bytes (empty {})",
+        r.max_size,
+        r.empty_size
+    );
     // Back to the empty size, plus the varint growth of monotonic counters and clocks.
     assert!(r.final_size <= r.empty_size + VARINT_GROWTH, "final {} bytes vs empty {}", r.final_size, r.empty_size);
 }
@@ -153,7 +160,12 @@ fn state_size_is_bounded_by_requests_present_not_flows_seen_contended() {
     let r = drive(&c, FLOWS, 60, 997);
     assert_eq!(r.max_present, 60);
     assert!(r.dispatched > u64::from(FLOWS) * 9 / 10, "queued requests were dispatched as others ended ({})", r.dispatched);
-    assert!(r.max_size <= r.empty_size + VARINT_GROWTH + 60 * PER_REQUEST + 60 * PER_QUEUE, "max {} bytes (empty {})", r.max_size, r.empty_size);
+    assert!(
+        r.max_size <= r.empty_size + VARINT_GROWTH + 60 * PER_REQUEST + 60 * PER_QUEUE,
+        "max {} bytes (empty {})",
+        r.max_size,
+        r.empty_size
+    );
     assert!(r.final_size <= r.empty_size + VARINT_GROWTH, "final {} bytes vs empty {}", r.final_size, r.empty_size);
 }
 
@@ -202,7 +214,10 @@ fn bench_cost_per_request_vs_flows() {
             }
             let ns = t.elapsed().as_nanos() as f64 / f64::from(n);
             let (v, _) = store.get(&key).unwrap();
-            println!("{name:11} K={k:6}: {ns:7.0} ns per admit+end; state max {max_len} bytes, now {} bytes", v.map(|b| b.len()).unwrap_or(0));
+            println!(
+                "{name:11} K={k:6}: {ns:7.0} ns per admit+end; state max {max_len} bytes, now {} bytes",
+                v.map(|b| b.len()).unwrap_or(0)
+            );
         }
     }
 }

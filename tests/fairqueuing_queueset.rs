@@ -37,7 +37,12 @@ fn random_operations_keep_state_consistent() {
         let mut rng = Rng(seed.wrapping_mul(0x9E3779B97F4A7C15));
         let desired = [-1, 0, 1, 8, 64][(seed % 5) as usize];
         let c = 1 + rng.below(6) as u32;
-        let cfg = QueueSetConfig { desired_queues: desired, queue_length_limit: 1 + rng.below(5) as u32, hand_size: if desired > 1 { 1 + rng.below(4) as u32 } else { 1 }, concurrency_limit: c };
+        let cfg = QueueSetConfig {
+            desired_queues: desired,
+            queue_length_limit: 1 + rng.below(5) as u32,
+            hand_size: if desired > 1 { 1 + rng.below(4) as u32 } else { 1 },
+            concurrency_limit: c,
+        };
         let mut qs = QueueSet::new(cfg, 0).unwrap();
         let mut now: Nanos = 0;
         let mut executing: Vec<Receipt> = Vec::new();
@@ -48,8 +53,18 @@ fn random_operations_keep_state_consistent() {
             out.clear();
             match rng.below(10) {
                 0..=4 => {
-                    let tag = RequestTag { owner: rng.below(3) as u32, context: step, flow_schema: 0, flow_hash: rng.below(20), wait_deadline: if rng.below(2) == 0 { now + rng.below(2_000_000_000) as Nanos } else { Nanos::MAX } };
-                    let work = WorkEstimate { initial_seats: rng.below(4) as u32, final_seats: rng.below(8) as u32, additional_latency: rng.below(3) as Nanos * 100_000_000 };
+                    let tag = RequestTag {
+                        owner: rng.below(3) as u32,
+                        context: step,
+                        flow_schema: 0,
+                        flow_hash: rng.below(20),
+                        wait_deadline: if rng.below(2) == 0 { now + rng.below(2_000_000_000) as Nanos } else { Nanos::MAX },
+                    };
+                    let work = WorkEstimate {
+                        initial_seats: rng.below(4) as u32,
+                        final_seats: rng.below(8) as u32,
+                        additional_latency: rng.below(3) as Nanos * 100_000_000,
+                    };
                     match qs.arrive(now, work, tag, &mut out) {
                         Arrival::Executing(rc) => executing.push(rc),
                         Arrival::Queued(id) => waiting.push(id),
@@ -206,9 +221,19 @@ fn bench_queueset() {
     let n = 1000u64;
     for i in 0..n {
         let t = now + i as i64 * 1000;
-        let tag = RequestTag { owner: 3, context: 1000 + i as u32, flow_schema: 7, flow_hash: (i % 500).wrapping_mul(0x9E3779B97F4A7C15), wait_deadline: t + 15_000_000_000 };
+        let tag = RequestTag {
+            owner: 3,
+            context: 1000 + i as u32,
+            flow_schema: 7,
+            flow_hash: (i % 500).wrapping_mul(0x9E3779B97F4A7C15),
+            wait_deadline: t + 15_000_000_000,
+        };
         qs.arrive(t, WorkEstimate::ONE, tag, &mut out);
     }
     let full = size(&qs);
-    println!("{} queued: {full} bytes, {:.1} bytes per queued request", qs.requests_waiting(), (full - base) as f64 / qs.requests_waiting() as f64);
+    println!(
+        "{} queued: {full} bytes, {:.1} bytes per queued request",
+        qs.requests_waiting(),
+        (full - base) as f64 / qs.requests_waiting() as f64
+    );
 }

@@ -51,16 +51,26 @@ impl Rng {
 }
 
 fn limited(name: &str, shares: i32, lendable: i32, borrowing: Option<i32>, queue: bool) -> PriorityLevel {
-    let limit_response = if queue { LimitResponse::Queue(Queuing { queues: 64, hand_size: 6, queue_length_limit: 50 }) } else { LimitResponse::Reject };
+    let limit_response =
+        if queue { LimitResponse::Queue(Queuing { queues: 64, hand_size: 6, queue_length_limit: 50 }) } else { LimitResponse::Reject };
     PriorityLevel {
         name: name.into(),
         uid: String::new(),
-        spec: PriorityLevelSpec::Limited { nominal_concurrency_shares: shares, lendable_percent: lendable, borrowing_limit_percent: borrowing, limit_response },
+        spec: PriorityLevelSpec::Limited {
+            nominal_concurrency_shares: shares,
+            lendable_percent: lendable,
+            borrowing_limit_percent: borrowing,
+            limit_response,
+        },
     }
 }
 
 fn exempt(shares: i32, lendable: i32) -> PriorityLevel {
-    PriorityLevel { name: "exempt".into(), uid: String::new(), spec: PriorityLevelSpec::Exempt { nominal_concurrency_shares: shares, lendable_percent: lendable } }
+    PriorityLevel {
+        name: "exempt".into(),
+        uid: String::new(),
+        spec: PriorityLevelSpec::Exempt { nominal_concurrency_shares: shares, lendable_percent: lendable },
+    }
 }
 
 fn random_policy(rng: &mut Rng) -> FleetPolicy {
@@ -81,7 +91,12 @@ fn random_stats(rng: &mut Rng, scale: f64) -> SeatDemandStats {
     }
     let avg = rng.f(scale);
     let std_dev = if rng.chance(50) { 0.0 } else { rng.f(avg.max(1.0)) };
-    SeatDemandStats { avg, std_dev, high_watermark: (avg + 2.0 * std_dev + rng.f(3.0)).round() as i64, smoothed: avg + std_dev + rng.f(scale / 4.0) }
+    SeatDemandStats {
+        avg,
+        std_dev,
+        high_watermark: (avg + 2.0 * std_dev + rng.f(3.0)).round() as i64,
+        smoothed: avg + std_dev + rng.f(scale / 4.0),
+    }
 }
 
 struct Case {
@@ -126,7 +141,13 @@ fn check_bounds(case: &Case, a: &Allocation) {
         limited_sum += u64::from(la.current);
         let sum: u64 = la.seats.iter().map(|&s| u64::from(s)).sum();
         assert_eq!(sum, u64::from(la.current), "level {}: Σ seats == fleet CurrentCL", l.name);
-        assert!(la.current <= l.limits.max.max(l.limits.initial_current), "level {}: CurrentCL {} above MaxCL {}", l.name, la.current, l.limits.max);
+        assert!(
+            la.current <= l.limits.max.max(l.limits.initial_current),
+            "level {}: CurrentCL {} above MaxCL {}",
+            l.name,
+            la.current,
+            l.limits.max
+        );
         let min = minimum_share(la.current, n);
         assert_eq!(la.minimum, min);
         if la.current as usize >= n {
@@ -210,7 +231,9 @@ fn demand_monotone() {
             }
         }
     }
-    eprintln!("monotone checks: {checked} with CurrentCL unchanged, {current_changed} changed ({dropped_when_changed} of them lowered the seats)");
+    eprintln!(
+        "monotone checks: {checked} with CurrentCL unchanged, {current_changed} changed ({dropped_when_changed} of them lowered the seats)"
+    );
     assert!(checked > 1000, "{checked}");
 }
 
@@ -237,18 +260,32 @@ fn fleet_equals_one_apiserver_with_the_summed_demand() {
     let mut rng = Rng(0x5eed_0004);
     for _ in 0..500 {
         let policy = random_policy(&mut rng);
-        let single: Vec<SeatDemandStats> = policy.levels.iter().map(|_| {
-            let avg = rng.range(0, 60) as f64;
-            SeatDemandStats { avg, std_dev: 0.0, high_watermark: avg as i64 + rng.range(0, 5) as i64, smoothed: avg + rng.range(0, 10) as f64 }
-        }).collect();
-        let mut upstream: Vec<BorrowingLevel> = policy.levels.iter().zip(&single).map(|(l, s)| BorrowingLevel {
-            exempt: l.exempt,
-            nominal: l.limits.nominal,
-            min: l.limits.min,
-            max: l.limits.max,
-            stats: *s,
-            current: l.limits.initial_current,
-        }).collect();
+        let single: Vec<SeatDemandStats> = policy
+            .levels
+            .iter()
+            .map(|_| {
+                let avg = rng.range(0, 60) as f64;
+                SeatDemandStats {
+                    avg,
+                    std_dev: 0.0,
+                    high_watermark: avg as i64 + rng.range(0, 5) as i64,
+                    smoothed: avg + rng.range(0, 10) as f64,
+                }
+            })
+            .collect();
+        let mut upstream: Vec<BorrowingLevel> = policy
+            .levels
+            .iter()
+            .zip(&single)
+            .map(|(l, s)| BorrowingLevel {
+                exempt: l.exempt,
+                nominal: l.limits.nominal,
+                min: l.limits.min,
+                max: l.limits.max,
+                stats: *s,
+                current: l.limits.initial_current,
+            })
+            .collect();
         update_borrowing(&mut upstream, policy.nominal_sum());
         let one = allocate(&policy, &[ReplicaDemand { id: "only", demand: &single }]);
         for ((u, a), l) in upstream.iter().zip(&one.levels).zip(&policy.levels) {
@@ -258,10 +295,22 @@ fn fleet_equals_one_apiserver_with_the_summed_demand() {
             }
         }
         // Three replicas: integer parts of the demand spread over them (sums exact in f64).
-        let parts: Vec<Vec<SeatDemandStats>> = (0..3).map(|k| single.iter().map(|s| {
-            let third = |x: f64| ((x as i64 + 2 - k) / 3) as f64;
-            SeatDemandStats { avg: third(s.avg), std_dev: 0.0, high_watermark: (s.high_watermark + 2 - k) / 3, smoothed: third(s.smoothed) }
-        }).collect()).collect();
+        let parts: Vec<Vec<SeatDemandStats>> = (0..3)
+            .map(|k| {
+                single
+                    .iter()
+                    .map(|s| {
+                        let third = |x: f64| ((x as i64 + 2 - k) / 3) as f64;
+                        SeatDemandStats {
+                            avg: third(s.avg),
+                            std_dev: 0.0,
+                            high_watermark: (s.high_watermark + 2 - k) / 3,
+                            smoothed: third(s.smoothed),
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
         let ids = ["a", "b", "c"];
         let replicas: Vec<ReplicaDemand<'_>> = ids.iter().zip(&parts).map(|(id, d)| ReplicaDemand { id, demand: d }).collect();
         let three = allocate(&policy, &replicas);
@@ -275,7 +324,12 @@ fn fleet_equals_one_apiserver_with_the_summed_demand() {
 /// replicas: the fleet gets upstream's CurrentCLs, and each level's seats follow demand.
 #[test]
 fn upstream_exempt_borrowing_vector_over_two_replicas() {
-    let levels = vec![limited("workload-high", 40, 50, None, true), exempt(0, 0), limited("workload-low", 100, 90, None, true), limited("catch-all", 5, 0, None, false)];
+    let levels = vec![
+        limited("workload-high", 40, 50, None, true),
+        exempt(0, 0),
+        limited("workload-low", 100, 90, None, true),
+        limited("catch-all", 5, 0, None, false),
+    ];
     let policy = FleetPolicy::new(870, &levels);
     assert_eq!(policy.levels.iter().map(|l| l.limits.nominal).collect::<Vec<_>>(), vec![240, 0, 600, 30]);
     let stats = |x: f64| SeatDemandStats { avg: x, std_dev: 0.0, high_watermark: x as i64, smoothed: x };

@@ -72,7 +72,10 @@ fn first_calls_and_registration() {
     assert_eq!(paths, vec![etcd::LEASE_GRANT, etcd::KV_RANGE]);
     assert_eq!(json(&calls[0]), serde_json::json!({"TTL": "5"}));
     let prefix = b"/apf-wasm/default/replicas/";
-    assert_eq!(json(&calls[1]), serde_json::json!({"key": base64::encode(prefix), "range_end": base64::encode(b"/apf-wasm/default/replicas0")}));
+    assert_eq!(
+        json(&calls[1]),
+        serde_json::json!({"key": base64::encode(prefix), "range_end": base64::encode(b"/apf-wasm/default/replicas0")})
+    );
     assert_eq!(calls[0].headers, vec![("content-type", "application/json".to_string())]);
     // Nothing more until the answers come (one call of each kind at a time).
     assert!(f.tick(T0 + 2 * S).is_empty());
@@ -84,7 +87,10 @@ fn first_calls_and_registration() {
     assert_eq!(reg.len(), 1);
     let txn = TxnRequest::from_body(&reg[0].body).unwrap();
     let c = &txn.compare[0];
-    assert_eq!((c.key.as_slice(), c.range_end.as_slice(), c.result), (&prefix[..], &b"/apf-wasm/default/replicas0"[..], CompareResult::Less));
+    assert_eq!(
+        (c.key.as_slice(), c.range_end.as_slice(), c.result),
+        (&prefix[..], &b"/apf-wasm/default/replicas0"[..], CompareResult::Less)
+    );
     assert_eq!(c.target, CompareTarget::Mod(m.revision() + 1), "nothing under the prefix changed since the revision read");
     let RequestOp::Put(put) = &txn.success[0] else { panic!() };
     assert_eq!(put.key, b"/apf-wasm/default/replicas/gw-a");

@@ -64,7 +64,10 @@ fn validation_errors_name_the_field() {
         errors(v)
     };
     assert_eq!(base(json!({"leaseTtl": "1s"})), vec!["fleet.leaseTtl: must be at least 2 × period (2s), got 1s"]);
-    assert_eq!(base(json!({"leaseTtl": "5500ms"})), vec!["fleet.leaseTtl: must be a whole number of seconds (etcd lease TTLs are), got 5.5s"]);
+    assert_eq!(
+        base(json!({"leaseTtl": "5500ms"})),
+        vec!["fleet.leaseTtl: must be a whole number of seconds (etcd lease TTLs are), got 5.5s"]
+    );
     assert_eq!(base(json!({"period": "0s"})), vec!["fleet.period: must be positive"]);
     assert_eq!(base(json!({"period": "soon"})), vec!["fleet.period: time: invalid duration \"soon\""]);
     assert_eq!(base(json!({"leaseTtl": "-5s"})), vec!["fleet.leaseTtl: must be positive"]);

@@ -39,7 +39,10 @@ fn gateway_json_shapes() {
     assert_eq!(s, 200);
     let (_, v) = call(&mut m, "/v3/kv/range", &json!({"key": "L3Av", "range_end": "L3Aw"}), 0);
     assert_eq!(v["count"], "1");
-    assert_eq!(v["kvs"][0], json!({"key": "L3AvYQ==", "create_revision": "2", "mod_revision": "2", "version": "1", "value": "eA==", "lease": id.to_string()}));
+    assert_eq!(
+        v["kvs"][0],
+        json!({"key": "L3AvYQ==", "create_revision": "2", "mod_revision": "2", "version": "1", "value": "eA==", "lease": id.to_string()})
+    );
     // A txn whose compare fails: `succeeded` absent, the failure branch's range answered.
     let txn = json!({
         "compare": [{"key": "L3AvYQ==", "target": "MOD", "result": "EQUAL", "mod_revision": "1"}],
@@ -88,7 +91,8 @@ fn range_compares() {
     // An empty range compares as a zero KeyValue: mod_revision 0 < R+1.
     assert!(m.txn(&txn(less(1))).unwrap().succeeded);
     // A value compare on missing keys always fails.
-    let value = Compare { key: b"/f/a".to_vec(), range_end: vec![], result: CompareResult::NotEqual, target: CompareTarget::Value(b"x".to_vec()) };
+    let value =
+        Compare { key: b"/f/a".to_vec(), range_end: vec![], result: CompareResult::NotEqual, target: CompareTarget::Value(b"x".to_vec()) };
     assert!(!m.txn(&txn(value.clone())).unwrap().succeeded);
     let w = |k: &[u8]| TxnRequest { success: vec![put(k, b"v", 0)], ..Default::default() };
     m.txn(&w(b"/f/a")).unwrap();
@@ -104,7 +108,11 @@ fn range_compares() {
     assert!(!m.txn(&txn(create(b"/f/a"))).unwrap().succeeded);
     assert!(m.txn(&txn(create(b"/f/c"))).unwrap().succeeded);
     // A writing txn is one revision; its range sees its own put; a read-only txn is none.
-    let t = TxnRequest { compare: vec![less(4)], success: vec![put(b"/f/c", b"1", 0), put(b"/f/d", b"2", 0), RequestOp::Range(RangeRequest::prefix(b"/f/"))], failure: vec![] };
+    let t = TxnRequest {
+        compare: vec![less(4)],
+        success: vec![put(b"/f/c", b"1", 0), put(b"/f/d", b"2", 0), RequestOp::Range(RangeRequest::prefix(b"/f/"))],
+        failure: vec![],
+    };
     let r = m.txn(&t).unwrap();
     assert_eq!((r.header.revision, m.revision()), (5, 5));
     assert_eq!(r.range().unwrap().kvs.iter().map(|kv| kv.mod_revision).collect::<Vec<_>>(), vec![2, 3, 5, 5]);

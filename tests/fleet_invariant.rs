@@ -120,7 +120,11 @@ fn chaos(seed: u64, steps: u64) -> (fleet_sim::Stats, Phases) {
                 sim.crash(victim);
                 let start = sim.now;
                 while sim.records().contains_key(&id) || sim.converged().is_err() {
-                    assert!(sim.now - start <= ttl + 2 * period, "seed {seed}: {id}'s seats not redistributed within leaseTtl + 2 periods: {:?}", sim.converged());
+                    assert!(
+                        sim.now - start <= ttl + 2 * period,
+                        "seed {seed}: {id}'s seats not redistributed within leaseTtl + 2 periods: {:?}",
+                        sim.converged()
+                    );
                     sim.step(DT);
                 }
             }
@@ -167,6 +171,9 @@ fn invariant_holds_under_chaos() {
         let (stats, phases) = chaos(seed, 3000);
         eprintln!("seed {seed}: {phases:?}\n  {stats:?}");
         assert!(stats.writes_ok > 150 && stats.raises_checked > 20, "seed {seed}: the protocol was exercised: {stats:?}");
-        assert!(phases.quiet >= 3 && phases.lossy >= 3 && phases.outage >= 2 && phases.partition >= 1 && phases.crash >= 1, "seed {seed}: {phases:?}");
+        assert!(
+            phases.quiet >= 3 && phases.lossy >= 3 && phases.outage >= 2 && phases.partition >= 1 && phases.crash >= 1,
+            "seed {seed}: {phases:?}"
+        );
     }
 }

@@ -69,7 +69,9 @@ fn borrow_state_with_short_level_names_round_trips() {
 fn simulator_threads_without_calls_are_bounded() {
     let client = r#"{"hash":1,"threads":1000000,"calls":0,"exec":"1s","think":"0s"}"#;
     let clients = [client; 8].join(",");
-    let doc = format!(r#"{{"priorityLevel":{{"concurrencyLimit":1,"queues":8,"queueLengthLimit":5,"handSize":3}},"evalDuration":"10s","clients":[{clients}]}}"#);
+    let doc = format!(
+        r#"{{"priorityLevel":{{"concurrencyLimit":1,"queues":8,"queueLengthLimit":5,"handSize":3}},"evalDuration":"10s","clients":[{clients}]}}"#
+    );
     let start = std::time::Instant::now();
     let r = apf_wasm::simulate::run_scenario(doc.as_bytes());
     assert!(r.is_err(), "8 × 10^6 threads accepted, took {:?}", start.elapsed());

@@ -179,7 +179,12 @@ fn fuzz_host_pairs() {
 #[test]
 fn huge_scenarios_are_rejected_quickly() {
     let client = |threads: u64, calls: u64| format!(r#"{{"hash":1,"threads":{threads},"calls":{calls},"exec":"1s","think":"0s"}}"#);
-    let scenario = |clients: &[String]| format!(r#"{{"priorityLevel":{{"concurrencyLimit":1,"queues":8,"queueLengthLimit":5,"handSize":3}},"evalDuration":"10s","clients":[{}]}}"#, clients.join(","));
+    let scenario = |clients: &[String]| {
+        format!(
+            r#"{{"priorityLevel":{{"concurrencyLimit":1,"queues":8,"queueLengthLimit":5,"handSize":3}},"evalDuration":"10s","clients":[{}]}}"#,
+            clients.join(",")
+        )
+    };
     for (t, c) in [(1, 1_000_000_000u64), (1_000_000_000, 1), (1_000_000, 1_000_000), (1000, 1001), (u64::MAX, 2)] {
         let doc = scenario(&[client(t, c)]);
         probe_reset_with_base();
@@ -219,7 +224,14 @@ fn harness_is_deterministic_and_minimises() {
         assert!(!d.windows(2).any(|w| w == b"!!"), "found it");
         true
     }
-    let cfg = harness::Config { iters: 0, budget: std::time::Duration::ZERO, seed: 1, timeout: std::time::Duration::from_secs(60), max_peak_bytes: usize::MAX, max_len: 64 };
+    let cfg = harness::Config {
+        iters: 0,
+        budget: std::time::Duration::ZERO,
+        seed: 1,
+        timeout: std::time::Duration::from_secs(60),
+        max_peak_bytes: usize::MAX,
+        max_len: 64,
+    };
     let r = std::panic::catch_unwind(|| harness::fuzz("selftest", picky, vec![b"abc!!def".to_vec()], &[], &cfg, None, &artifacts()));
     let msg = r.unwrap_err().downcast::<String>().unwrap();
     assert!(msg.contains("minimised (2 bytes"), "{msg}");
@@ -376,7 +388,13 @@ fn write_queueing_corpus() {
         for i in 0..9u32 {
             let t = now + i64::from(i) * 1_000_000;
             let work = WorkEstimate { initial_seats: 1 + i % 2, final_seats: i % 3, additional_latency: i64::from(i % 2) * 5_000_000 };
-            let tag = RequestTag { owner: i % 2, context: i, flow_schema: (i % 3) as u16, flow_hash: u64::from(i % 4) * 0x1234_5678_9abc, wait_deadline: if i % 4 == 0 { i64::MAX } else { t + 15 * S } };
+            let tag = RequestTag {
+                owner: i % 2,
+                context: i,
+                flow_schema: (i % 3) as u16,
+                flow_hash: u64::from(i % 4) * 0x1234_5678_9abc,
+                wait_deadline: if i % 4 == 0 { i64::MAX } else { t + 15 * S },
+            };
             if let apf_wasm::fairqueuing::queueset::Arrival::Executing(rc) = st.qs.arrive(t, work, tag, &mut out) {
                 first = first.or(Some(rc));
             }
@@ -395,9 +413,38 @@ fn write_queueing_corpus() {
         write_corpus("state_queueset", &format!("{name}-new"), &w.into_bytes());
     }
     let notices = [
-        Notice { owner: 1, context: 42, level_key: "apf/level/workload-low".into(), id: 7, kind: NoticeKind::Run { waited: 12_345, receipt: apf_wasm::fairqueuing::Receipt { id: 7, queue: 2, owner: 1, initial_seats: 1, max_seats: 1, start: 5, additional_latency: 0 } } },
-        Notice { owner: 0, context: 0, level_key: String::new(), id: u64::MAX, kind: NoticeKind::Reject { reason: RejectReason::TimeOut, retry_after: 32 } },
-        Notice { owner: u32::MAX, context: 9, level_key: "é".into(), id: 1, kind: NoticeKind::Reject { reason: RejectReason::QueueFull, retry_after: 1 } },
+        Notice {
+            owner: 1,
+            context: 42,
+            level_key: "apf/level/workload-low".into(),
+            id: 7,
+            kind: NoticeKind::Run {
+                waited: 12_345,
+                receipt: apf_wasm::fairqueuing::Receipt {
+                    id: 7,
+                    queue: 2,
+                    owner: 1,
+                    initial_seats: 1,
+                    max_seats: 1,
+                    start: 5,
+                    additional_latency: 0,
+                },
+            },
+        },
+        Notice {
+            owner: 0,
+            context: 0,
+            level_key: String::new(),
+            id: u64::MAX,
+            kind: NoticeKind::Reject { reason: RejectReason::TimeOut, retry_after: 32 },
+        },
+        Notice {
+            owner: u32::MAX,
+            context: 9,
+            level_key: "é".into(),
+            id: 1,
+            kind: NoticeKind::Reject { reason: RejectReason::QueueFull, retry_after: 1 },
+        },
     ];
     for (i, n) in notices.iter().enumerate() {
         write_corpus("state_notice", &format!("n{i}"), &n.encode());
@@ -412,7 +459,12 @@ fn write_queueing_corpus() {
     let mut w = Writer::new();
     watches.encode(&mut w);
     write_corpus("state_watches", "empty", &w.into_bytes());
-    for t in ["/api/v1/namespaces/ns/pods?watch=1", "/api/v1/watch/configmaps", "/apis/apps/v1/namespaces/a/deployments/d?watch=true", "/api/v1/namespaces/ns/pods?watch=1"] {
+    for t in [
+        "/api/v1/namespaces/ns/pods?watch=1",
+        "/api/v1/watch/configmaps",
+        "/apis/apps/v1/namespaces/a/deployments/d?watch=true",
+        "/api/v1/namespaces/ns/pods?watch=1",
+    ] {
         let _ = watches.register(&apf_wasm::digest::request_info::parse_request_info("GET", t.as_bytes()));
     }
     let mut w = Writer::new();
@@ -434,7 +486,14 @@ fn write_queueing_corpus() {
     };
     write_corpus("state_borrow", "three-levels", &bs.encode());
     // queueset_ops: config bytes then 4-byte steps.
-    write_corpus("queueset_ops", "mixed", &[10, 5, 3, 2, 0, 1, 1, 9, 0, 2, 2, 8, 1, 3, 3, 7, 2, 0, 0, 0, 4, 0, 0, 0, 5, 10, 10, 0, 0, 4, 4, 1, 3, 1, 0, 0, 7, 0, 1, 0, 7, 1, 5, 4]);
+    write_corpus(
+        "queueset_ops",
+        "mixed",
+        &[
+            10, 5, 3, 2, 0, 1, 1, 9, 0, 2, 2, 8, 1, 3, 3, 7, 2, 0, 0, 0, 4, 0, 0, 0, 5, 10, 10, 0, 0, 4, 4, 1, 3, 1, 0, 0, 7, 0, 1, 0, 7,
+            1, 5, 4,
+        ],
+    );
     write_corpus("queueset_ops", "exempt", &[1, 0, 0, 0, 0, 1, 1, 1, 0, 2, 2, 2, 2, 0, 0, 0, 6, 3, 0, 0, 4, 0, 0, 0]);
     write_corpus("queueset_ops", "reject", &[2, 0, 0, 1, 0, 1, 1, 1, 0, 1, 1, 1, 2, 1, 0, 0, 0, 1, 1, 1]);
 }
@@ -472,7 +531,14 @@ fn write_etcd_response_corpus() {
             etcd::AUTHENTICATE => 4,
             _ => 5,
         };
-        let st = match status { 200 => 0, 0 => 3, 400 => 4, 401 => 5, 404 => 6, _ => 7 };
+        let st = match status {
+            200 => 0,
+            0 => 3,
+            400 => 4,
+            401 => 5,
+            404 => 6,
+            _ => 7,
+        };
         kind | (st << 3)
     };
     let mut fleets: Vec<Fleet> = ["gw-a", "gw-b"].iter().map(|id| Fleet::new(cfg.clone(), policy.clone(), id).unwrap()).collect();
@@ -492,7 +558,10 @@ fn write_etcd_response_corpus() {
             let mut calls = f.tick(now);
             while let Some(c) = calls.pop() {
                 let (status, body) = etcd.handle(c.path, &c.headers, &c.body, now);
-                seen.push((format!("{}-{status}", c.path.trim_start_matches("/v3/").replace('/', "-")), vec![selector(c.path, status, false)].into_iter().chain(body.iter().copied()).collect()));
+                seen.push((
+                    format!("{}-{status}", c.path.trim_start_matches("/v3/").replace('/', "-")),
+                    vec![selector(c.path, status, false)].into_iter().chain(body.iter().copied()).collect(),
+                ));
                 if c.path == etcd::KV_TXN && status == 200 {
                     // The range inside the answer, alone, and the records in it.
                     let t = etcd::TxnResponse::decode(status, &body).unwrap();
@@ -509,11 +578,16 @@ fn write_etcd_response_corpus() {
         }
     }
     // The state machine given a few of these answers to every call.
-    let fleet_inputs: Vec<Vec<u8>> = seen.iter().filter(|(n, _)| n.starts_with("kv-txn-200") || n.starts_with("lease-keepalive")).take(3).map(|(_, d)| {
-        let mut d = d.clone();
-        d[0] = (d[0] & !7) | 7;
-        d
-    }).collect();
+    let fleet_inputs: Vec<Vec<u8>> = seen
+        .iter()
+        .filter(|(n, _)| n.starts_with("kv-txn-200") || n.starts_with("lease-keepalive"))
+        .take(3)
+        .map(|(_, d)| {
+            let mut d = d.clone();
+            d[0] = (d[0] & !7) | 7;
+            d
+        })
+        .collect();
     let dir = root().join("fuzz/corpus/etcd_response");
     let _ = std::fs::remove_dir_all(&dir);
     let mut names = std::collections::BTreeMap::new();

@@ -56,7 +56,10 @@ fn lists(fs_name: &str, precedence: u32) -> (String, String) {
         m["metadata"]["resourceVersion"] = json!("4711");
         m.insert("status".into(), json!({"conditions": [{"type": "Dangling", "status": "False"}]}));
     }
-    let list = |kind: &str, item: Value| json!({"kind": kind, "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "metadata": {"resourceVersion": "4711"}, "items": [item]}).to_string();
+    let list = |kind: &str, item: Value| {
+        json!({"kind": kind, "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "metadata": {"resourceVersion": "4711"}, "items": [item]})
+            .to_string()
+    };
     (list("FlowSchemaList", fs), list("PriorityLevelConfigurationList", pl))
 }
 
@@ -173,7 +176,8 @@ fn metrics_config(stale_after: &str) -> String {
 /// kube-apiserver 1.34's `/metrics` object counts (as tests/e2e/upstream.py writes them):
 /// `(group/resource, count, average size)`.
 fn metrics_text(counts: &[(&str, i64, i64)]) -> String {
-    let mut out = String::from("# HELP apiserver_resource_objects [ALPHA] Number of stored objects\n# TYPE apiserver_resource_objects gauge\n");
+    let mut out =
+        String::from("# HELP apiserver_resource_objects [ALPHA] Number of stored objects\n# TYPE apiserver_resource_objects gauge\n");
     let split = |k: &str| k.rsplit_once('/').map_or((String::new(), k.to_string()), |(g, r)| (g.to_string(), r.to_string()));
     for (k, c, _) in counts {
         let (g, r) = split(k);

@@ -100,7 +100,10 @@ fn without_strip_untrusted_the_headers_travel_on_but_are_not_believed() {
     let (fs, ctx) = landed(&mut w[0], &get(PODS, &SPOOF), &props(&peer("192.168.1.7:5555")));
     assert_eq!(fs, "catch-all");
     let s = w[0].stream(ctx);
-    assert_eq!((s.request_header("x-remote-user"), s.request_header("x-remote-group")), (vec!["admin".into()], vec!["system:masters".into()]));
+    assert_eq!(
+        (s.request_header("x-remote-user"), s.request_header("x-remote-group")),
+        (vec!["admin".into()], vec!["system:masters".into()])
+    );
 }
 
 #[test]
@@ -177,7 +180,13 @@ fn forwarding(sources: Value) -> String {
 #[test]
 fn forwarding_replaces_client_identity_headers_with_the_verified_identity() {
     let (_, mut w) = gateway(1, &forwarding(json!([{"type": "clientCertificate"}])));
-    let client = [("x-remote-user", "admin"), ("x-remote-group", "system:masters"), ("x-remote-extra-scopes", "all"), ("x-remote-uid", "0"), ("impersonate-user", "bob")];
+    let client = [
+        ("x-remote-user", "admin"),
+        ("x-remote-group", "system:masters"),
+        ("x-remote-extra-scopes", "all"),
+        ("x-remote-uid", "0"),
+        ("impersonate-user", "bob"),
+    ];
     let (fs, ctx) = landed(&mut w[0], &get(PODS, &client), &props(&cert("CN=alice,O=dev,O=qa")));
     assert_eq!(fs, "dev");
     let s = w[0].stream(ctx);
@@ -208,7 +217,11 @@ fn a_certificate_without_a_common_name_is_refused_with_403() {
 #[test]
 fn an_anonymous_request_loses_its_bearer_credentials() {
     let (_, mut w) = gateway(1, &forwarding(json!([{"type": "clientCertificate"}])));
-    let client = [("authorization", "Bearer sa-token"), ("sec-websocket-protocol", "base64url.bearer.authorization.k8s.io.c2E, v5.channel.k8s.io"), ("x-remote-user", "admin")];
+    let client = [
+        ("authorization", "Bearer sa-token"),
+        ("sec-websocket-protocol", "base64url.bearer.authorization.k8s.io.c2E, v5.channel.k8s.io"),
+        ("x-remote-user", "admin"),
+    ];
     let (fs, ctx) = landed(&mut w[0], &get(PODS, &client), &[]);
     assert_eq!(fs, "catch-all");
     let s = w[0].stream(ctx);
@@ -236,7 +249,8 @@ fn a_trusted_front_proxy_forwards_its_user_groups_and_extras() {
 fn long_running_requests_forward_the_verified_identity_too() {
     let (_, mut w) = gateway(1, &forwarding(json!([{"type": "clientCertificate"}])));
     let exec = "/api/v1/namespaces/default/pods/p/exec?command=sh&stdin=true";
-    let (ctx, action) = w[0].request(&get(exec, &[("x-remote-user", "admin"), ("x-remote-group", "system:masters")]), &props(&cert("CN=alice,O=dev")));
+    let (ctx, action) =
+        w[0].request(&get(exec, &[("x-remote-user", "admin"), ("x-remote-group", "system:masters")]), &props(&cert("CN=alice,O=dev")));
     assert_eq!(action, Action::Continue);
     let s = w[0].stream(ctx);
     assert_eq!((s.request_header("x-remote-user"), s.request_header("x-remote-group")), (vec!["alice".into()], vec!["dev".into()]));

@@ -65,7 +65,8 @@ fn gateway(n: usize, cfg: &str) -> (Rc<Proxy>, Vec<Node>) {
 
 /// (waiting, executing) requests of level `lvl`, from the priority-level dump.
 fn level(node: &mut Node) -> (u32, u32) {
-    let (ctx, action) = node.request(&headers("GET", "/debug/api_priority_and_fairness/dump_priority_levels", "admin", &["system:masters"]), &[]);
+    let (ctx, action) =
+        node.request(&headers("GET", "/debug/api_priority_and_fairness/dump_priority_levels", "admin", &["system:masters"]), &[]);
     assert_eq!(action, Action::Pause);
     let reply = node.stream(ctx).reply.expect("dump answered");
     node.close(ctx);
@@ -234,7 +235,8 @@ fn stats_are_flushed_as_deltas_under_upstreams_names() {
     w[0].tick();
     let dispatched = "apiserver_flowcontrol_dispatched_requests_total";
     let executing = "apiserver_flowcontrol_current_executing_requests";
-    let find = |p: &Proxy, prefix: &str| p.stats.borrow().iter().find(|(k, _)| k.starts_with(prefix) && k.contains("lvl")).map(|(_, v)| v.1);
+    let find =
+        |p: &Proxy, prefix: &str| p.stats.borrow().iter().find(|(k, _)| k.starts_with(prefix) && k.contains("lvl")).map(|(_, v)| v.1);
     assert_eq!(find(&proxy, dispatched), Some(1));
     assert_eq!(find(&proxy, executing), Some(1));
     w[0].respond(a, 200, &[], &[]);

@@ -21,7 +21,8 @@ use std::time::Duration;
 const GROUP: &str = "watchers";
 const PODS: &str = "/api/v1/namespaces/default/pods";
 /// What client-go's reflector sends for a WatchList.
-const WATCHLIST: &str = "/api/v1/namespaces/default/pods?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true";
+const WATCHLIST: &str =
+    "/api/v1/namespaces/default/pods?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true";
 const ADDED: &[u8] = b"{\"type\":\"ADDED\",\"object\":{\"kind\":\"Pod\",\"metadata\":{\"name\":\"p\",\"resourceVersion\":\"7\"}}}\n";
 const BOOKMARK: &[u8] = b"{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"Pod\",\"metadata\":{\"resourceVersion\":\"9\",\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}}}}\n";
 const JSON: [(&str, &str); 1] = [("content-type", "application/json")];
@@ -227,7 +228,9 @@ fn open_watches_raise_a_mutating_requests_cost_until_they_end() {
 fn a_watch_with_initial_events_costs_like_a_list_from_the_cache() {
     // 799 pods of 1000 bytes: ⌈799 000 / 100 000⌉ = 8 seats; without initial events, 1.
     let (_, mut w) = gateway(1, &config(100, 4, json!({"objectCounts": {"pods": {"count": 799, "averageObjectSizeBytes": 1000}}})));
-    for (path, seats) in [(WATCHLIST.to_string(), "8"), (format!("{PODS}?watch=true"), "8"), (format!("{PODS}?watch=true&resourceVersion=5"), "1")] {
+    for (path, seats) in
+        [(WATCHLIST.to_string(), "8"), (format!("{PODS}?watch=true"), "8"), (format!("{PODS}?watch=true&resourceVersion=5"), "1")]
+    {
         let (ctx, _) = w[0].request(&headers("GET", &path, "alice", &[GROUP, "explain"]), &[]);
         w[0].response_headers(ctx, 200, &JSON, false);
         assert_eq!(w[0].stream(ctx).response_header("x-apf-seats").as_deref(), Some(seats), "{path}");

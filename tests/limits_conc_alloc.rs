@@ -131,10 +131,7 @@ fn test1(r: &mut Rng, tally: &mut Tally) {
     assert!(!expect_err, "requiredSum={required_sum} classes={classes:?}: expected error, got {allocs:?}");
     tally.solved += 1;
     let actual: f64 = allocs.iter().sum();
-    assert!(
-        f64_rel_diff(required_f, actual) <= FP_SLACK,
-        "requiredSum={required_sum} classes={classes:?}: allocs {allocs:?} sum {actual}"
-    );
+    assert!(f64_rel_diff(required_f, actual) <= FP_SLACK, "requiredSum={required_sum} classes={classes:?}: allocs {allocs:?} sum {actual}");
     for (idx, item) in classes.iter().enumerate() {
         let target = item.target.max(MIN_TARGET);
         let alloc = fair_prop * target;
@@ -143,11 +140,7 @@ fn test1(r: &mut Rng, tally: &mut Tally) {
         } else if alloc >= item.upper_bound {
             assert_eq!(allocs[idx], item.upper_bound, "item {idx} should be upper bound; {classes:?}");
         } else {
-            assert!(
-                f64_rel_diff(alloc, allocs[idx]) <= FP_SLACK,
-                "item {idx}: {} not proportional ({alloc}); {classes:?}",
-                allocs[idx]
-            );
+            assert!(f64_rel_diff(alloc, allocs[idx]) <= FP_SLACK, "item {idx}: {} not proportional ({alloc}); {classes:?}", allocs[idx]);
         }
     }
 }

@@ -8,10 +8,7 @@ use apf_wasm::policy::{default_policy, effective_policy, policy_from_json};
 fn priority_levels_table_8_1() {
     let p = default_policy();
     let names: Vec<&str> = p.priority_levels.iter().map(|l| l.name.as_str()).collect();
-    assert_eq!(
-        names,
-        ["catch-all", "exempt", "global-default", "leader-election", "node-high", "system", "workload-high", "workload-low"]
-    );
+    assert_eq!(names, ["catch-all", "exempt", "global-default", "leader-election", "node-high", "system", "workload-high", "workload-low"]);
     // name → (NCS, lendable, queues/hand/qll or None for Reject)
     type Row<'a> = (&'a str, i32, i32, Option<(i32, i32, i32)>);
     let want: [Row; 7] = [
@@ -104,11 +101,23 @@ fn flow_schemas_table_8_2() {
     for n in ["global-default", "catch-all"] {
         assert_eq!(by(n).subjects, groups(&["system:unauthenticated", "system:authenticated"]));
     }
-    for n in ["exempt", "system-nodes", "kube-controller-manager", "kube-scheduler", "kube-system-service-accounts", "service-accounts", "global-default", "catch-all"] {
+    for n in [
+        "exempt",
+        "system-nodes",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kube-system-service-accounts",
+        "service-accounts",
+        "global-default",
+        "catch-all",
+    ] {
         let r = by(n);
         let rr = &r.resource_rules[0];
-        assert_eq!((rr.verbs.clone(), rr.api_groups.clone(), rr.resources.clone(), rr.namespaces.clone(), rr.cluster_scope),
-            (vec!["*".to_string()], vec!["*".to_string()], vec!["*".to_string()], vec!["*".to_string()], true), "{n}");
+        assert_eq!(
+            (rr.verbs.clone(), rr.api_groups.clone(), rr.resources.clone(), rr.namespaces.clone(), rr.cluster_scope),
+            (vec!["*".to_string()], vec!["*".to_string()], vec!["*".to_string()], vec!["*".to_string()], true),
+            "{n}"
+        );
         assert_eq!(r.non_resource_rules[0].verbs, ["*"]);
         assert_eq!(r.non_resource_rules[0].non_resource_urls, ["*"]);
     }
@@ -153,7 +162,9 @@ fn kubectl_fixture_effective_policy() {
     assert!(p.flow_schemas.iter().all(|f| f.name != "orphan"));
     assert_eq!(
         p.warnings,
-        [r#"FlowSchema "orphan" ignored: This FlowSchema references the PriorityLevelConfiguration object named "deleted-level" but there is no such object"#]
+        [
+            r#"FlowSchema "orphan" ignored: This FlowSchema references the PriorityLevelConfiguration object named "deleted-level" but there is no such object"#
+        ]
     );
 }
 

@@ -23,14 +23,17 @@ fn empty_and_braces_are_the_default() {
 
 #[test]
 fn full_document() {
-    let cfg = parse_plugin_config(br#"{
+    let cfg = parse_plugin_config(
+        br#"{
         "serverConcurrencyLimit": 100, "requestTimeout": "1m30s", "suggestedDefaults": false,
         "requestMode": "generic", "namespaceHeader": "X-Tenant", "identity": {}, "workEstimator": {},
         "enforce": false, "dryRunPriorityLevels": ["catch-all", "nope"], "debugGroups": [], "explainGroups": ["ops"],
         "policy": {"apiVersion": "v1", "kind": "List", "items": [
           {"apiVersion":"flowcontrol.apiserver.k8s.io/v1beta3","kind":"PriorityLevelConfiguration","metadata":{"name":"api"},
            "spec":{"type":"Limited","limited":{"nominalConcurrencyShares":95,"limitResponse":{"type":"Queue","queuing":{}}}}}]}
-    }"#).unwrap();
+    }"#,
+    )
+    .unwrap();
     assert_eq!(cfg.server_concurrency_limit, 100);
     assert_eq!(cfg.request_timeout, 90 * NANOS_PER_SEC);
     assert_eq!(cfg.request_mode, RequestMode::Generic);
@@ -50,12 +53,24 @@ fn full_document() {
 
 #[test]
 fn unknown_keys_and_wrong_types_all_reported() {
-    let errs = parse_plugin_config(br#"{"serverConcurrencyLimt": 5, "enforce": "yes", "requestTimeout": 60,
+    let errs = parse_plugin_config(
+        br#"{"serverConcurrencyLimt": 5, "enforce": "yes", "requestTimeout": 60,
         "requestMode": "grpc", "debugGroups": "admins", "explainGroups": [1], "suggestedDefaults": 1,
-        "namespaceHeader": "bad header", "identity": 5, "workEstimator": {"bogus": 1}}"#).unwrap_err();
-    for want in ["serverConcurrencyLimt", "enforce: expected a boolean", "requestTimeout: expected a duration string",
-        "requestMode: Unsupported value: \"grpc\"", "debugGroups: expected an array", "explainGroups[0]: expected a string",
-        "suggestedDefaults: expected a boolean", "namespaceHeader:", "identity: ", "workEstimator: "] {
+        "namespaceHeader": "bad header", "identity": 5, "workEstimator": {"bogus": 1}}"#,
+    )
+    .unwrap_err();
+    for want in [
+        "serverConcurrencyLimt",
+        "enforce: expected a boolean",
+        "requestTimeout: expected a duration string",
+        "requestMode: Unsupported value: \"grpc\"",
+        "debugGroups: expected an array",
+        "explainGroups[0]: expected a string",
+        "suggestedDefaults: expected a boolean",
+        "namespaceHeader:",
+        "identity: ",
+        "workEstimator: ",
+    ] {
         assert!(errs.iter().any(|e| e.contains(want)), "want {want:?} in {errs:#?}");
     }
     assert_eq!(errs.len(), 10, "{errs:#?}");
@@ -85,11 +100,21 @@ fn request_timeout_must_be_positive_duration() {
 
 #[test]
 fn policy_errors_are_prefixed_and_combined() {
-    let errs = parse_plugin_config(br#"{"enforce": 0, "policy": [{"apiVersion":"flowcontrol.apiserver.k8s.io/v1",
-        "kind":"FlowSchema","metadata":{"name":"x"},"spec":{"matchingPrecedence":-1}}]}"#).unwrap_err();
+    let errs = parse_plugin_config(
+        br#"{"enforce": 0, "policy": [{"apiVersion":"flowcontrol.apiserver.k8s.io/v1",
+        "kind":"FlowSchema","metadata":{"name":"x"},"spec":{"matchingPrecedence":-1}}]}"#,
+    )
+    .unwrap_err();
     assert!(errs.iter().any(|e| e.starts_with("enforce:")));
-    assert!(errs.iter().any(|e| e.starts_with(r#"policy: FlowSchema "x": spec.matchingPrecedence: Invalid value: -1: must be a positive value"#)), "{errs:#?}");
-    assert!(errs.iter().any(|e| e.starts_with(r#"policy: FlowSchema "x": spec.priorityLevelConfiguration.name: Required value"#)), "{errs:#?}");
+    assert!(
+        errs.iter()
+            .any(|e| e.starts_with(r#"policy: FlowSchema "x": spec.matchingPrecedence: Invalid value: -1: must be a positive value"#)),
+        "{errs:#?}"
+    );
+    assert!(
+        errs.iter().any(|e| e.starts_with(r#"policy: FlowSchema "x": spec.priorityLevelConfiguration.name: Required value"#)),
+        "{errs:#?}"
+    );
 }
 
 #[test]

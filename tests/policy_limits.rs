@@ -48,38 +48,70 @@ fn defaults_at_600_full_row() {
 
 #[test]
 fn defaults_at_24() {
-    check(24, 25, &[
-        ("catch-all", 1, 1, None), ("system", 3, 2, Some(1)), ("node-high", 4, 3, Some(1)),
-        ("leader-election", 1, 1, Some(1)), ("workload-high", 4, 2, Some(1)),
-        ("workload-low", 10, 1, Some(1)), ("global-default", 2, 1, Some(1)),
-    ]);
+    check(
+        24,
+        25,
+        &[
+            ("catch-all", 1, 1, None),
+            ("system", 3, 2, Some(1)),
+            ("node-high", 4, 3, Some(1)),
+            ("leader-election", 1, 1, Some(1)),
+            ("workload-high", 4, 2, Some(1)),
+            ("workload-low", 10, 1, Some(1)),
+            ("global-default", 2, 1, Some(1)),
+        ],
+    );
 }
 
 #[test]
 fn defaults_at_100() {
-    check(100, 105, &[
-        ("catch-all", 3, 3, None), ("system", 13, 9, Some(2)), ("node-high", 17, 13, Some(2)),
-        ("leader-election", 5, 5, Some(1)), ("workload-high", 17, 8, Some(2)),
-        ("workload-low", 41, 4, Some(6)), ("global-default", 9, 4, Some(1)),
-    ]);
+    check(
+        100,
+        105,
+        &[
+            ("catch-all", 3, 3, None),
+            ("system", 13, 9, Some(2)),
+            ("node-high", 17, 13, Some(2)),
+            ("leader-election", 5, 5, Some(1)),
+            ("workload-high", 17, 8, Some(2)),
+            ("workload-low", 41, 4, Some(6)),
+            ("global-default", 9, 4, Some(1)),
+        ],
+    );
 }
 
 #[test]
 fn defaults_at_1000() {
-    check(1000, 1004, &[
-        ("catch-all", 21, 21, None), ("system", 123, 82, Some(19)), ("node-high", 164, 123, Some(25)),
-        ("leader-election", 41, 41, Some(7)), ("workload-high", 164, 82, Some(25)),
-        ("workload-low", 409, 41, Some(62)), ("global-default", 82, 41, Some(13)),
-    ]);
+    check(
+        1000,
+        1004,
+        &[
+            ("catch-all", 21, 21, None),
+            ("system", 123, 82, Some(19)),
+            ("node-high", 164, 123, Some(25)),
+            ("leader-election", 41, 41, Some(7)),
+            ("workload-high", 164, 82, Some(25)),
+            ("workload-low", 409, 41, Some(62)),
+            ("global-default", 82, 41, Some(13)),
+        ],
+    );
 }
 
 #[test]
 fn defaults_at_3000() {
-    check(3000, 3003, &[
-        ("catch-all", 62, 62, None), ("system", 368, 247, Some(56)), ("node-high", 490, 367, Some(74)),
-        ("leader-election", 123, 123, Some(19)), ("workload-high", 490, 245, Some(74)),
-        ("workload-low", 1225, 122, Some(184)), ("global-default", 245, 122, Some(37)),
-    ]);
+    check(
+        3000,
+        3003,
+        &[
+            ("catch-all", 62, 62, None),
+            ("system", 368, 247, Some(56)),
+            ("node-high", 490, 367, Some(74)),
+            ("leader-election", 123, 123, Some(19)),
+            ("workload-high", 490, 245, Some(74)),
+            ("workload-low", 1225, 122, Some(184)),
+            ("global-default", 245, 122, Some(37)),
+        ],
+    );
 }
 
 fn limited(name: &str, ncs: i32, lendable: i32, borrowing: Option<i32>, lr: LimitResponse) -> PriorityLevel {
@@ -119,11 +151,8 @@ fn exempt_borrowing_test_nominals() {
 fn borrowing_test_levels() {
     // borrowing_test.go: two NCS-100 levels + exempt (0) + catch-all (5) at ServerCL 24 → 12 each.
     let q = LimitResponse::Queue(Queuing { queues: 10, hand_size: 2, queue_length_limit: 10 });
-    let mut levels = default_policy()
-        .priority_levels
-        .into_iter()
-        .filter(|l| l.name == "exempt" || l.name == "catch-all")
-        .collect::<Vec<_>>();
+    let mut levels =
+        default_policy().priority_levels.into_iter().filter(|l| l.name == "exempt" || l.name == "catch-all").collect::<Vec<_>>();
     levels.push(limited("flow-0", 100, 50, Some(67), q.clone()));
     levels.push(limited("flow-1", 100, 33, Some(50), q));
     let (lim, _) = compute_limits(24, &levels);

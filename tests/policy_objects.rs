@@ -67,7 +67,10 @@ fn limited_and_queuing_defaults() {
             limit_response: LimitResponse::Queue(Queuing { queues: 64, hand_size: 8, queue_length_limit: 50 }),
         }
     );
-    let (objs, _) = parse_objects(&pl("v1beta2", json!({"limitResponse":{"type":"Queue","queuing":{"queues":3,"handSize":0,"queueLengthLimit":7}}, "borrowingLimitPercent": 0})));
+    let (objs, _) = parse_objects(&pl(
+        "v1beta2",
+        json!({"limitResponse":{"type":"Queue","queuing":{"queues":3,"handSize":0,"queueLengthLimit":7}}, "borrowingLimitPercent": 0}),
+    ));
     let ApiObject::PriorityLevel(p) = &objs[0] else { panic!() };
     let m = p.to_model();
     assert_eq!(m.queuing(), Some(Queuing { queues: 3, hand_size: 8, queue_length_limit: 7 }));
@@ -92,9 +95,11 @@ fn exempt_section_defaults() {
 
 #[test]
 fn matching_precedence_default() {
-    let fs = |mp: Value| json!({"apiVersion":"flowcontrol.apiserver.k8s.io/v1beta3","kind":"FlowSchema","metadata":{"name":"f"},
+    let fs = |mp: Value| {
+        json!({"apiVersion":"flowcontrol.apiserver.k8s.io/v1beta3","kind":"FlowSchema","metadata":{"name":"f"},
         "spec":{"priorityLevelConfiguration":{"name":"global-default"},"matchingPrecedence":mp,
-          "rules":[{"subjects":[{"kind":"User","user":{"name":"u"}}],"nonResourceRules":[{"verbs":["*"],"nonResourceURLs":["*"]}]}]}});
+          "rules":[{"subjects":[{"kind":"User","user":{"name":"u"}}],"nonResourceRules":[{"verbs":["*"],"nonResourceURLs":["*"]}]}]}})
+    };
     for mp in [json!(0), json!(null)] {
         let p = policy_from_value(&fs(mp), true).unwrap();
         assert_eq!(p.flow_schemas.iter().find(|f| f.name == "f").unwrap().matching_precedence, 1000);
@@ -115,14 +120,22 @@ fn input_forms_and_mixed_versions() {
     assert_eq!(o.len(), 1);
     assert_eq!(o[0].version(), ApiVersion::V1);
 
-    let arr = json!([fs_item("a", "v1"), fs_item("b", "v1beta3"), fs_item("c", "v1beta2"), fs_item("d", "v1beta1"),
-        pl("v1beta2", json!({"assuredConcurrencyShares":3,"limitResponse":{"type":"Reject"}}))]);
+    let arr = json!([
+        fs_item("a", "v1"),
+        fs_item("b", "v1beta3"),
+        fs_item("c", "v1beta2"),
+        fs_item("d", "v1beta1"),
+        pl("v1beta2", json!({"assuredConcurrencyShares":3,"limitResponse":{"type":"Reject"}}))
+    ]);
     let (o, e) = parse_objects(&arr);
     assert!(e.is_empty(), "{e:?}");
-    assert_eq!(o.iter().map(|x| x.version()).collect::<Vec<_>>(),
-        [ApiVersion::V1, ApiVersion::V1beta3, ApiVersion::V1beta2, ApiVersion::V1beta1, ApiVersion::V1beta2]);
+    assert_eq!(
+        o.iter().map(|x| x.version()).collect::<Vec<_>>(),
+        [ApiVersion::V1, ApiVersion::V1beta3, ApiVersion::V1beta2, ApiVersion::V1beta1, ApiVersion::V1beta2]
+    );
 
-    let list = json!({"apiVersion":"v1","kind":"List","metadata":{"resourceVersion":""},"items":[fs_item("a", "v1"), fs_item("b", "v1beta3")]});
+    let list =
+        json!({"apiVersion":"v1","kind":"List","metadata":{"resourceVersion":""},"items":[fs_item("a", "v1"), fs_item("b", "v1beta3")]});
     let (o, e) = parse_objects(&list);
     assert!(e.is_empty());
     assert_eq!(o.len(), 2);
@@ -167,13 +180,25 @@ fn wrong_types_name_the_field() {
     let cases: [(Value, &str); 10] = [
         (json!({"spec":{"matchingPrecedence":"abc"}}), r#"spec.matchingPrecedence: Invalid value: "abc": must be an integer"#),
         (json!({"spec":{"matchingPrecedence":1e30}}), "spec.matchingPrecedence: Invalid value: 1e+30: must be an integer"),
-        (json!({"spec":{"matchingPrecedence":1099511627776_i64}}), "spec.matchingPrecedence: Invalid value: 1099511627776: must fit in a 32-bit signed integer"),
+        (
+            json!({"spec":{"matchingPrecedence":1099511627776_i64}}),
+            "spec.matchingPrecedence: Invalid value: 1099511627776: must fit in a 32-bit signed integer",
+        ),
         (json!({"spec":{"matchingPrecedence":18446744073709551615_u64}}), "must fit in a 32-bit signed integer"),
         (json!({"spec":{"matchingPrecedence":2.5}}), "spec.matchingPrecedence: Invalid value: 2.5: must be an integer"),
         (json!({"spec":{"rules":"all"}}), r#"spec.rules: Invalid value: "all": must be a list"#),
-        (json!({"spec":{"rules":[{"resourceRules":[{"clusterScope":"yes"}]}]}}), r#"spec.rules[0].resourceRules[0].clusterScope: Invalid value: "yes": must be a boolean"#),
-        (json!({"spec":{"rules":[{"subjects":[{"kind":"User","user":{"name":5}}]}]}}), "spec.rules[0].subjects[0].user.name: Invalid value: 5: must be a string"),
-        (json!({"spec":{"rules":[{"nonResourceRules":[{"verbs":["get", 7]}]}]}}), "spec.rules[0].nonResourceRules[0].verbs[1]: Invalid value: 7: must be a string"),
+        (
+            json!({"spec":{"rules":[{"resourceRules":[{"clusterScope":"yes"}]}]}}),
+            r#"spec.rules[0].resourceRules[0].clusterScope: Invalid value: "yes": must be a boolean"#,
+        ),
+        (
+            json!({"spec":{"rules":[{"subjects":[{"kind":"User","user":{"name":5}}]}]}}),
+            "spec.rules[0].subjects[0].user.name: Invalid value: 5: must be a string",
+        ),
+        (
+            json!({"spec":{"rules":[{"nonResourceRules":[{"verbs":["get", 7]}]}]}}),
+            "spec.rules[0].nonResourceRules[0].verbs[1]: Invalid value: 7: must be a string",
+        ),
         (json!({"spec":{"priorityLevelConfiguration":"x"}}), r#"spec.priorityLevelConfiguration: Invalid value: "x": must be an object"#),
     ];
     for (patch, want) in cases {
@@ -185,7 +210,10 @@ fn wrong_types_name_the_field() {
         let errs = policy_from_value(&v, true).unwrap_err();
         assert!(errs.iter().any(|e| e.starts_with(r#"FlowSchema "w": "#) && e.contains(want)), "want {want:?} in {errs:?}");
     }
-    let mut v = pl("v1", json!({"nominalConcurrencyShares": -1, "lendablePercent": 1e300, "limitResponse":{"type":"Queue","queuing":{"queues":4294967296_i64}}}));
+    let mut v = pl(
+        "v1",
+        json!({"nominalConcurrencyShares": -1, "lendablePercent": 1e300, "limitResponse":{"type":"Queue","queuing":{"queues":4294967296_i64}}}),
+    );
     v["metadata"]["annotations"] = json!({"a": 1});
     let errs = policy_from_value(&v, true).unwrap_err();
     assert!(errs.iter().any(|e| e.contains("spec.limited.lendablePercent: Invalid value: 1e+300")), "{errs:?}");
@@ -196,8 +224,15 @@ fn wrong_types_name_the_field() {
 #[test]
 fn unknown_kind_version_and_junk() {
     let errs = policy_from_value(&json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}), true).unwrap_err();
-    assert!(errs[0].contains(r#"kind: Unsupported value: "Pod": supported values: "FlowSchema", "PriorityLevelConfiguration""#), "{errs:?}");
-    let errs = policy_from_value(&json!([{"apiVersion":"flowcontrol.apiserver.k8s.io/v1alpha1","kind":"FlowSchema","metadata":{"name":"old"}}]), true).unwrap_err();
+    assert!(
+        errs[0].contains(r#"kind: Unsupported value: "Pod": supported values: "FlowSchema", "PriorityLevelConfiguration""#),
+        "{errs:?}"
+    );
+    let errs = policy_from_value(
+        &json!([{"apiVersion":"flowcontrol.apiserver.k8s.io/v1alpha1","kind":"FlowSchema","metadata":{"name":"old"}}]),
+        true,
+    )
+    .unwrap_err();
     assert!(errs[0].starts_with(r#"FlowSchema "old": apiVersion: Unsupported value: "flowcontrol.apiserver.k8s.io/v1alpha1""#), "{errs:?}");
     let errs = policy_from_value(&json!([{"kind":"FlowSchema"}]), true).unwrap_err();
     assert!(errs.iter().any(|e| e == "FlowSchema at [0]: apiVersion: Required value"), "{errs:?}");

@@ -61,7 +61,8 @@ fn scenario(pacing: &str, jitter: f64) -> String {
 }
 
 fn run(pacing: &str, jitter: f64, workers: u32) -> SimulationResult {
-    let r = run_scenario_with(scenario(pacing, jitter).as_bytes(), &Options { workers: Some(workers), ..Options::default() }).unwrap().result;
+    let r =
+        run_scenario_with(scenario(pacing, jitter).as_bytes(), &Options { workers: Some(workers), ..Options::default() }).unwrap().result;
     for c in &r.clients {
         assert_eq!(c.rejected.queue_full + c.rejected.concurrency_limit + c.rejected.time_out, 0, "{}", r.to_json());
     }
@@ -125,7 +126,10 @@ fn constant_service_phase_locks() {
         // Exactly constant: every quiet call waits for the bunch of seats one period later.
         let r = run(r#""roundTrip":"300us""#, 0.0, workers);
         let (share, p50, p90, max) = quiet(&r);
-        eprintln!("constant, {workers} worker(s): {:.1} % of standalone, wait p50 {p50:.2} ms, p90 {p90:.2} ms, max {max:.2} ms", share * 100.0);
+        eprintln!(
+            "constant, {workers} worker(s): {:.1} % of standalone, wait p50 {p50:.2} ms, p90 {p90:.2} ms, max {max:.2} ms",
+            share * 100.0
+        );
         within("share", share, 0.50, 0.51);
         for v in [p50, p90, max] {
             within("wait (ms)", v, 49.69, 49.71);
@@ -133,7 +137,10 @@ fn constant_service_phase_locks() {
         within("quiet seats", r.clients[0].average_seats, 1.99, 2.01);
         // With timer-scale noise (±25 µs) the bunch spreads a little: Envoy's figures.
         let (share, p50, p90, max) = quiet(&run(r#""roundTrip":"300us""#, 0.0005, workers));
-        eprintln!("constant ±25 µs, {workers} worker(s): {:.1} % of standalone, wait p50 {p50:.2} ms, p90 {p90:.2} ms, max {max:.2} ms", share * 100.0);
+        eprintln!(
+            "constant ±25 µs, {workers} worker(s): {:.1} % of standalone, wait p50 {p50:.2} ms, p90 {p90:.2} ms, max {max:.2} ms",
+            share * 100.0
+        );
         within("share", share, 0.65, 0.75);
         within("p50 (ms)", p50, 0.0, 1.5);
         within("p90 (ms)", p90, 48.0, 50.0);
@@ -159,11 +166,18 @@ fn measured_service_times_predict_envoy() {
     let mut alone = both.clone();
     alone["clients"].as_array_mut().unwrap().truncate(1);
     for workers in [1, 2] {
-        let sim = |v: &serde_json::Value| run_scenario_with(v.to_string().as_bytes(), &Options { workers: Some(workers), ..Options::default() }).unwrap().result;
+        let sim = |v: &serde_json::Value| {
+            run_scenario_with(v.to_string().as_bytes(), &Options { workers: Some(workers), ..Options::default() }).unwrap().result
+        };
         let (b, a) = (sim(&both), sim(&alone));
         let share = b.clients[0].throughput / a.clients[0].throughput;
         let w = &b.clients[0].queue_wait;
-        eprintln!("measured service times, {workers} worker(s): {:.1} % of standalone, wait p50 {:.2} ms, max {:.2} ms", share * 100.0, w.p50 * 1e3, w.max * 1e3);
+        eprintln!(
+            "measured service times, {workers} worker(s): {:.1} % of standalone, wait p50 {:.2} ms, max {:.2} ms",
+            share * 100.0,
+            w.p50 * 1e3,
+            w.max * 1e3
+        );
         within("share", share, 0.86, 0.93);
         within("max wait (ms)", w.max * 1e3, 40.0, 51.0);
     }

@@ -34,7 +34,8 @@ fn same_both_ways(name: &str, data: &[u8]) -> Run {
 #[test]
 fn every_fixture_runs_the_same_through_the_engine() {
     let dir = format!("{}/tests/fixtures/scenarios", env!("CARGO_MANIFEST_DIR"));
-    let mut names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
+    let mut names: Vec<_> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
     names.sort();
     assert!(names.len() >= 39, "{} fixtures", names.len());
     let (mut starts, mut queued) = (0usize, 0usize);
@@ -116,10 +117,18 @@ fn several_workers_run_the_same_calls() {
             let r = run(&data, true, workers);
             assert_eq!(r.result.workers, workers);
             let count = |r: &Run, f: fn(&CallKind) -> bool| r.calls.iter().filter(|c| f(&c.kind)).count();
-            assert_eq!(count(&r, |k| matches!(k, CallKind::Arrive)), count(&r, |k| matches!(k, CallKind::Start { .. } | CallKind::Reject(_))), "{name} × {workers}");
+            assert_eq!(
+                count(&r, |k| matches!(k, CallKind::Arrive)),
+                count(&r, |k| matches!(k, CallKind::Start { .. } | CallKind::Reject(_))),
+                "{name} × {workers}"
+            );
             assert_eq!(count(&r, |k| matches!(k, CallKind::Start { .. })), count(&r, |k| matches!(k, CallKind::End)), "{name} × {workers}");
             if name != "different_flows_without_queuing" {
-                assert_eq!(r.result.clients.iter().map(|c| c.executed).sum::<u64>(), one.result.clients.iter().map(|c| c.executed).sum::<u64>(), "{name} × {workers}");
+                assert_eq!(
+                    r.result.clients.iter().map(|c| c.executed).sum::<u64>(),
+                    one.result.clients.iter().map(|c| c.executed).sum::<u64>(),
+                    "{name} × {workers}"
+                );
             }
         }
     }
@@ -133,7 +142,9 @@ fn worker_option_and_scenario_field() {
     assert_eq!(run_scenario(with(r#","workers":3"#).as_bytes()).unwrap().workers, 3);
     let o = Options { workers: Some(2), ..Options::default() };
     assert_eq!(run_scenario_with(with(r#","workers":3"#).as_bytes(), &o).unwrap().result.workers, 2);
-    for (extra, want) in [(r#","workers":0"#, "workers"), (r#","workers":65"#, "workers"), (r#","engine":false,"workers":2"#, "bare QueueSet")] {
+    for (extra, want) in
+        [(r#","workers":0"#, "workers"), (r#","workers":65"#, "workers"), (r#","engine":false,"workers":2"#, "bare QueueSet")]
+    {
         let e = run_scenario(with(extra).as_bytes()).unwrap_err();
         assert!(e.contains(want), "{extra}: {e}");
     }

@@ -123,7 +123,9 @@ fn fleet_fields_are_validated() {
                 "clients":[{{"hash":1,"threads":2,"calls":3,"exec":"10ms","roundTrip":"1ms"{client}}}]}}"#
         )
     };
-    let ok = run_scenario(with(r#","replicas":2,"fleet":{"period":"250ms","leaseTtl":"1s","etcdDelay":"1ms"}"#, r#","replica":1"#).as_bytes()).unwrap();
+    let ok =
+        run_scenario(with(r#","replicas":2,"fleet":{"period":"250ms","leaseTtl":"1s","etcdDelay":"1ms"}"#, r#","replica":1"#).as_bytes())
+            .unwrap();
     let f = fleet(&ok);
     assert_eq!(f.replicas[1].clients, vec![0]);
     assert_eq!(f.sample_times, vec![0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0]);

@@ -34,7 +34,10 @@ fn load_with(name: &str, workers: u32) -> (Value, SimulationResult) {
 
 fn load(name: &str) -> (Value, SimulationResult) {
     let (v, r) = load_with(name, 1);
-    assert_eq!(run_scenario(&std::fs::read(format!("{}/tests/fixtures/scenarios/{name}.json", env!("CARGO_MANIFEST_DIR"))).unwrap()).unwrap(), r);
+    assert_eq!(
+        run_scenario(&std::fs::read(format!("{}/tests/fixtures/scenarios/{name}.json", env!("CARGO_MANIFEST_DIR"))).unwrap()).unwrap(),
+        r
+    );
     (v, r)
 }
 
@@ -104,17 +107,14 @@ fn check_with(name: &str, e: &Expect, workers: u32) -> SimulationResult {
                 got_fair = fair;
             }
             assert_eq!(
-                got_fair, fair,
+                got_fair,
+                fair,
                 "{name} workers {workers} client {i} last={last}: average {avg} vs expected {exp}, margin {margin}, want fair={fair}\n{}",
                 r.to_json()
             );
         }
     }
-    let failed: u64 = r
-        .clients
-        .iter()
-        .map(|c| c.rejected.queue_full + c.rejected.concurrency_limit + c.rejected.time_out)
-        .sum();
+    let failed: u64 = r.clients.iter().map(|c| c.rejected.queue_full + c.rejected.concurrency_limit + c.rejected.time_out).sum();
     if e.all_requests {
         assert_eq!(failed, 0, "{name} workers {workers}: {}", r.to_json());
     } else {
@@ -251,7 +251,13 @@ fn cli_reproduces_fixture() {
     for word in ["--workers", "roundTrip", "serviceJitter", "seed", "workers", "think"] {
         assert!(out.contains(word), "help lacks {word}");
     }
-    for (args, rc_want) in [(vec!["--workers", "x", fixture.as_str()], 2), (vec!["--workers"], 2), (vec![], 2), (vec!["--bogus", fixture.as_str()], 2), (vec!["--workers", "0", fixture.as_str()], 1)] {
+    for (args, rc_want) in [
+        (vec!["--workers", "x", fixture.as_str()], 2),
+        (vec!["--workers"], 2),
+        (vec![], 2),
+        (vec!["--bogus", fixture.as_str()], 2),
+        (vec!["--workers", "0", fixture.as_str()], 1),
+    ] {
         let (rc, out, err) = cli(&args);
         assert_eq!(rc, rc_want, "{args:?}: {err}");
         assert!(out.is_empty() && !err.is_empty(), "{args:?}");

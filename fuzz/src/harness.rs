@@ -110,11 +110,50 @@ pub struct Stats {
 
 /// Interesting decimal numbers for text formats.
 const NUMBERS: &[&str] = &[
-    "0", "-0", "1", "-1", "2", "7", "8", "31", "32", "33", "63", "64", "127", "128", "255", "256", "1000",
-    "65535", "65536", "2147483647", "2147483648", "-2147483648", "4294967295", "4294967296",
-    "9223372036854775807", "9223372036854775808", "-9223372036854775808", "18446744073709551615",
-    "18446744073709551616", "1000000000", "1000000000000", "100000000000000000000", "1e308", "1e309",
-    "-1e308", "1.5", "0.5", "1e-9", "NaN", "Infinity", "00", "01", "1_000", "0x10",
+    "0",
+    "-0",
+    "1",
+    "-1",
+    "2",
+    "7",
+    "8",
+    "31",
+    "32",
+    "33",
+    "63",
+    "64",
+    "127",
+    "128",
+    "255",
+    "256",
+    "1000",
+    "65535",
+    "65536",
+    "2147483647",
+    "2147483648",
+    "-2147483648",
+    "4294967295",
+    "4294967296",
+    "9223372036854775807",
+    "9223372036854775808",
+    "-9223372036854775808",
+    "18446744073709551615",
+    "18446744073709551616",
+    "1000000000",
+    "1000000000000",
+    "100000000000000000000",
+    "1e308",
+    "1e309",
+    "-1e308",
+    "1.5",
+    "0.5",
+    "1e-9",
+    "NaN",
+    "Infinity",
+    "00",
+    "01",
+    "1_000",
+    "0x10",
 ];
 
 /// Interesting binary chunks: varint extremes, `2^40`, `2^63`, overlong encodings.
@@ -155,7 +194,11 @@ fn mutate_once(rng: &mut Rng, data: &mut Vec<u8>, pool: &[Vec<u8>], dict: &[&[u8
         }
         1 if len > 0 => {
             let i = rng.below(len);
-            let v = *rng.pick(&[0u8, 1, 0x7f, 0x80, 0xff, b'"', b'\\', b'%', b'/', b'?', b'&', b'=', b'\n', b',', b':', b'{', b'[', b'.', b' ', b'-']).unwrap_or(&0);
+            let v = *rng
+                .pick(&[
+                    0u8, 1, 0x7f, 0x80, 0xff, b'"', b'\\', b'%', b'/', b'?', b'&', b'=', b'\n', b',', b':', b'{', b'[', b'.', b' ', b'-',
+                ])
+                .unwrap_or(&0);
             if let Some(b) = data.get_mut(i) {
                 *b = v;
             }
@@ -375,7 +418,15 @@ pub fn escape(data: &[u8]) -> String {
 
 /// Runs `target` over the corpus and then mutants; panics (test failure) with the minimised
 /// failing input. Returns what was done.
-pub fn fuzz(name: &str, target: Target, corpus: Vec<Vec<u8>>, dict: &[&[u8]], cfg: &Config, probe: Option<Probe>, artifacts: &Path) -> Stats {
+pub fn fuzz(
+    name: &str,
+    target: Target,
+    corpus: Vec<Vec<u8>>,
+    dict: &[&[u8]],
+    cfg: &Config,
+    probe: Option<Probe>,
+    artifacts: &Path,
+) -> Stats {
     install_quiet_hook();
     let start = Instant::now();
     let mut rng = Rng::new(cfg.seed ^ name.bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64)));

@@ -22,24 +22,24 @@
 
 use apf_wasm::classify::Classifier;
 use apf_wasm::codec::{Reader, Writer};
-use apf_wasm::engine::workers::Registry;
+use apf_wasm::digest::identity::{identify, parse_subject, service_account_namespace, IdentityConfig, IdentityInput, UserInfo};
+use apf_wasm::digest::initial_events::{MarkerScanner, INITIAL_EVENTS_END};
+use apf_wasm::digest::object_counts::{scan_metrics, MetricsScanner};
+use apf_wasm::digest::request_info::{parse_generic, parse_request_info, RequestInfo};
 use apf_wasm::digest::work_estimate::{estimate, WatchTracker, WorkEstimatorConfig};
+use apf_wasm::duration::{format_go_duration, parse_go_duration};
+use apf_wasm::engine::workers::Registry;
 use apf_wasm::engine::{BorrowState, LevelState, Notice};
 use apf_wasm::fairqueuing::queueset::{Arrival, QueueSet};
 use apf_wasm::fairqueuing::{QueueSetConfig, Receipt, RequestId, RequestTag, WorkEstimate};
-use apf_wasm::policy::model::Policy;
-use apf_wasm::policy::default_policy;
-use apf_wasm::simulate::run_scenario;
-use std::sync::OnceLock;
-use apf_wasm::digest::initial_events::{MarkerScanner, INITIAL_EVENTS_END};
-use apf_wasm::digest::object_counts::{scan_metrics, MetricsScanner};
-use apf_wasm::digest::identity::{identify, parse_subject, service_account_namespace, IdentityConfig, IdentityInput, UserInfo};
-use apf_wasm::digest::request_info::{parse_generic, parse_request_info, RequestInfo};
-use apf_wasm::duration::{format_go_duration, parse_go_duration};
 use apf_wasm::limits::integrator::Integrator;
 use apf_wasm::limits::retry_after::DroppedRequestsTracker;
+use apf_wasm::policy::default_policy;
+use apf_wasm::policy::model::Policy;
 use apf_wasm::policy::parse_plugin_config;
+use apf_wasm::simulate::run_scenario;
 use std::net::IpAddr;
+use std::sync::OnceLock;
 
 /// (name, target, dictionary, max input length).
 pub type Entry = (&'static str, fn(&[u8]) -> bool, &'static [&'static [u8]], usize);
@@ -77,73 +77,303 @@ pub fn find(name: &str) -> Option<&'static Entry> {
 }
 
 pub const CONFIG_DICT: &[&[u8]] = &[
-    b"\"serverConcurrencyLimit\":", b"\"requestTimeout\":", b"\"suggestedDefaults\":", b"\"requestMode\":",
-    b"\"namespaceHeader\":", b"\"identity\":", b"\"workEstimator\":", b"\"enforce\":", b"\"dryRunPriorityLevels\":",
-    b"\"debugGroups\":", b"\"explainGroups\":", b"\"policy\":", b"\"generic\"", b"\"kubernetes\"", b"true", b"false",
-    b"null", b"{}", b"[]", b",", b"\"kind\":\"List\"", b"\"items\":", b"\"apiVersion\":\"flowcontrol.apiserver.k8s.io/v1\"",
-    b"\"apiVersion\":\"flowcontrol.apiserver.k8s.io/v1beta1\"", b"\"apiVersion\":\"flowcontrol.apiserver.k8s.io/v1beta2\"",
-    b"\"apiVersion\":\"flowcontrol.apiserver.k8s.io/v1beta3\"", b"\"kind\":\"FlowSchema\"",
-    b"\"kind\":\"PriorityLevelConfiguration\"", b"\"metadata\":{\"name\":\"x\"}", b"\"spec\":", b"\"type\":\"Limited\"",
-    b"\"type\":\"Exempt\"", b"\"type\":\"Queue\"", b"\"type\":\"Reject\"", b"\"limited\":", b"\"exempt\":",
-    b"\"nominalConcurrencyShares\":", b"\"assuredConcurrencyShares\":", b"\"lendablePercent\":",
-    b"\"borrowingLimitPercent\":", b"\"limitResponse\":", b"\"queuing\":", b"\"queues\":", b"\"handSize\":",
-    b"\"queueLengthLimit\":", b"\"matchingPrecedence\":", b"\"priorityLevelConfiguration\":{\"name\":\"global-default\"}",
-    b"\"distinguisherMethod\":{\"type\":\"ByUser\"}", b"\"distinguisherMethod\":{\"type\":\"ByNamespace\"}", b"\"rules\":",
-    b"\"subjects\":", b"\"kind\":\"User\"", b"\"kind\":\"Group\"", b"\"kind\":\"ServiceAccount\"", b"\"user\":{\"name\":\"*\"}",
-    b"\"group\":{\"name\":\"system:authenticated\"}", b"\"serviceAccount\":{\"namespace\":\"*\",\"name\":\"*\"}",
-    b"\"resourceRules\":", b"\"nonResourceRules\":", b"\"verbs\":[\"*\"]", b"\"apiGroups\":[\"*\"]", b"\"resources\":[\"*\"]",
-    b"\"clusterScope\":true", b"\"namespaces\":[\"*\"]", b"\"nonResourceURLs\":[\"*\"]", b"\"/healthz/*\"",
-    b"\"catch-all\"", b"\"exempt\"", b"\"global-default\"", b"\"workload-low\"", b"\"system\"", b"\"leader-election\"",
-    b"\"sources\":[{\"type\":\"frontProxy\"}]", b"\"trustedSourceCidrs\":[\"10.0.0.0/8\"]", b"\"60s\"", b"\"1h2m3.5s\"",
-    b"\"-1s\"", b"\"9223372036s\"", b"\"\\u0000\"", b"\"\\ud800\"", b"1e999",
+    b"\"serverConcurrencyLimit\":",
+    b"\"requestTimeout\":",
+    b"\"suggestedDefaults\":",
+    b"\"requestMode\":",
+    b"\"namespaceHeader\":",
+    b"\"identity\":",
+    b"\"workEstimator\":",
+    b"\"enforce\":",
+    b"\"dryRunPriorityLevels\":",
+    b"\"debugGroups\":",
+    b"\"explainGroups\":",
+    b"\"policy\":",
+    b"\"generic\"",
+    b"\"kubernetes\"",
+    b"true",
+    b"false",
+    b"null",
+    b"{}",
+    b"[]",
+    b",",
+    b"\"kind\":\"List\"",
+    b"\"items\":",
+    b"\"apiVersion\":\"flowcontrol.apiserver.k8s.io/v1\"",
+    b"\"apiVersion\":\"flowcontrol.apiserver.k8s.io/v1beta1\"",
+    b"\"apiVersion\":\"flowcontrol.apiserver.k8s.io/v1beta2\"",
+    b"\"apiVersion\":\"flowcontrol.apiserver.k8s.io/v1beta3\"",
+    b"\"kind\":\"FlowSchema\"",
+    b"\"kind\":\"PriorityLevelConfiguration\"",
+    b"\"metadata\":{\"name\":\"x\"}",
+    b"\"spec\":",
+    b"\"type\":\"Limited\"",
+    b"\"type\":\"Exempt\"",
+    b"\"type\":\"Queue\"",
+    b"\"type\":\"Reject\"",
+    b"\"limited\":",
+    b"\"exempt\":",
+    b"\"nominalConcurrencyShares\":",
+    b"\"assuredConcurrencyShares\":",
+    b"\"lendablePercent\":",
+    b"\"borrowingLimitPercent\":",
+    b"\"limitResponse\":",
+    b"\"queuing\":",
+    b"\"queues\":",
+    b"\"handSize\":",
+    b"\"queueLengthLimit\":",
+    b"\"matchingPrecedence\":",
+    b"\"priorityLevelConfiguration\":{\"name\":\"global-default\"}",
+    b"\"distinguisherMethod\":{\"type\":\"ByUser\"}",
+    b"\"distinguisherMethod\":{\"type\":\"ByNamespace\"}",
+    b"\"rules\":",
+    b"\"subjects\":",
+    b"\"kind\":\"User\"",
+    b"\"kind\":\"Group\"",
+    b"\"kind\":\"ServiceAccount\"",
+    b"\"user\":{\"name\":\"*\"}",
+    b"\"group\":{\"name\":\"system:authenticated\"}",
+    b"\"serviceAccount\":{\"namespace\":\"*\",\"name\":\"*\"}",
+    b"\"resourceRules\":",
+    b"\"nonResourceRules\":",
+    b"\"verbs\":[\"*\"]",
+    b"\"apiGroups\":[\"*\"]",
+    b"\"resources\":[\"*\"]",
+    b"\"clusterScope\":true",
+    b"\"namespaces\":[\"*\"]",
+    b"\"nonResourceURLs\":[\"*\"]",
+    b"\"/healthz/*\"",
+    b"\"catch-all\"",
+    b"\"exempt\"",
+    b"\"global-default\"",
+    b"\"workload-low\"",
+    b"\"system\"",
+    b"\"leader-election\"",
+    b"\"sources\":[{\"type\":\"frontProxy\"}]",
+    b"\"trustedSourceCidrs\":[\"10.0.0.0/8\"]",
+    b"\"60s\"",
+    b"\"1h2m3.5s\"",
+    b"\"-1s\"",
+    b"\"9223372036s\"",
+    b"\"\\u0000\"",
+    b"\"\\ud800\"",
+    b"1e999",
 ];
 
 pub const PATH_DICT: &[&[u8]] = &[
-    b"GET ", b"LIST ", b"POST ", b"PUT ", b"PATCH ", b"DELETE ", b"HEAD ", b"OPTIONS ", b"WATCH ", b"/api", b"/apis", b"/v1",
-    b"/namespaces", b"/namespaces/", b"/watch", b"/proxy", b"/pods", b"/status", b"/finalize", b"/log", b"/exec",
-    b"/apps", b"/deployments", b"/..", b"/.", b"//", b"%2F", b"%2f", b"%", b"%zz", b"%00", b"%ff", b"?", b"&", b"=", b";",
-    b"+", b"#", b"watch=true", b"watch=1", b"watch=false", b"limit=500", b"limit=-1", b"limit=99999999999999999999",
-    b"continue=abc", b"resourceVersion=0", b"resourceVersionMatch=NotOlderThan", b"sendInitialEvents=true",
-    b"fieldSelector=metadata.name%3Dfoo", b"fieldSelector=metadata.name==foo,a!=b", b"labelSelector=app%20in%20(a,b)",
-    b"labelSelector=!x", b"timeoutSeconds=30", b"timeout=1m", b"timeout=-1s", b"timeout=1e9h", b"\xff\xfe", b"\n",
-    b"/debug/pprof/", b"/healthz", b"/openapi/v2",
+    b"GET ",
+    b"LIST ",
+    b"POST ",
+    b"PUT ",
+    b"PATCH ",
+    b"DELETE ",
+    b"HEAD ",
+    b"OPTIONS ",
+    b"WATCH ",
+    b"/api",
+    b"/apis",
+    b"/v1",
+    b"/namespaces",
+    b"/namespaces/",
+    b"/watch",
+    b"/proxy",
+    b"/pods",
+    b"/status",
+    b"/finalize",
+    b"/log",
+    b"/exec",
+    b"/apps",
+    b"/deployments",
+    b"/..",
+    b"/.",
+    b"//",
+    b"%2F",
+    b"%2f",
+    b"%",
+    b"%zz",
+    b"%00",
+    b"%ff",
+    b"?",
+    b"&",
+    b"=",
+    b";",
+    b"+",
+    b"#",
+    b"watch=true",
+    b"watch=1",
+    b"watch=false",
+    b"limit=500",
+    b"limit=-1",
+    b"limit=99999999999999999999",
+    b"continue=abc",
+    b"resourceVersion=0",
+    b"resourceVersionMatch=NotOlderThan",
+    b"sendInitialEvents=true",
+    b"fieldSelector=metadata.name%3Dfoo",
+    b"fieldSelector=metadata.name==foo,a!=b",
+    b"labelSelector=app%20in%20(a,b)",
+    b"labelSelector=!x",
+    b"timeoutSeconds=30",
+    b"timeout=1m",
+    b"timeout=-1s",
+    b"timeout=1e9h",
+    b"\xff\xfe",
+    b"\n",
+    b"/debug/pprof/",
+    b"/healthz",
+    b"/openapi/v2",
 ];
 
 pub const IDENTITY_DICT: &[&[u8]] = &[
-    b"\nx-remote-user: ", b"\nx-remote-group: ", b"\nx-remote-extra-scopes: ", b"\nimpersonate-user: ",
-    b"\nimpersonate-group: ", b"\nimpersonate-uid: ", b"\nimpersonate-extra-foo: ", b"\n@peer 10.1.2.3",
-    b"\n@peer ::ffff:10.1.2.3", b"\n@peer 2001:db8::1", b"\n@mtls", b"\n@subject CN=alice,O=dev", b"\n@jwt {\"sub\":\"x\"}",
-    b"system:serviceaccount:", b"system:serviceaccount:ns:name", b"system:authenticated", b"system:unauthenticated",
-    b"system:anonymous", b"system:masters", b",", b", ,", b"\\,", b"CN=", b"O=", b"+", b"\"", b"/0", b"/32", b"/128", b"/33",
-    b"{\"type\":\"frontProxy\"}", b"{\"type\":\"impersonation\"}", b"{\"type\":\"clientCertificate\"}", b"{\"type\":\"jwt\"}",
-    b"\"trustedSourceCidrs\":[\"0.0.0.0/0\"]", b"\"requireMtls\":true", b"\"stripUntrusted\":true", b"\"groups\":[\"a\",1]",
+    b"\nx-remote-user: ",
+    b"\nx-remote-group: ",
+    b"\nx-remote-extra-scopes: ",
+    b"\nimpersonate-user: ",
+    b"\nimpersonate-group: ",
+    b"\nimpersonate-uid: ",
+    b"\nimpersonate-extra-foo: ",
+    b"\n@peer 10.1.2.3",
+    b"\n@peer ::ffff:10.1.2.3",
+    b"\n@peer 2001:db8::1",
+    b"\n@mtls",
+    b"\n@subject CN=alice,O=dev",
+    b"\n@jwt {\"sub\":\"x\"}",
+    b"system:serviceaccount:",
+    b"system:serviceaccount:ns:name",
+    b"system:authenticated",
+    b"system:unauthenticated",
+    b"system:anonymous",
+    b"system:masters",
+    b",",
+    b", ,",
+    b"\\,",
+    b"CN=",
+    b"O=",
+    b"+",
+    b"\"",
+    b"/0",
+    b"/32",
+    b"/128",
+    b"/33",
+    b"{\"type\":\"frontProxy\"}",
+    b"{\"type\":\"impersonation\"}",
+    b"{\"type\":\"clientCertificate\"}",
+    b"{\"type\":\"jwt\"}",
+    b"\"trustedSourceCidrs\":[\"0.0.0.0/0\"]",
+    b"\"requireMtls\":true",
+    b"\"stripUntrusted\":true",
+    b"\"groups\":[\"a\",1]",
 ];
 
 pub const SIM_DICT: &[&[u8]] = &[
-    b"\"priorityLevel\":", b"\"concurrencyLimit\":", b"\"queues\":", b"\"queueLengthLimit\":", b"\"handSize\":",
-    b"\"exempt\":true", b"\"evalDuration\":", b"\"clients\":", b"\"hash\":", b"\"threads\":", b"\"calls\":",
-    b"\"exec\":", b"\"think\":", b"\"initialSeats\":", b"\"finalSeats\":", b"\"additionalLatency\":",
-    b"\"split\":true", b"\"requestWaitLimit\":", b"\"startTime\":", b"\"1s\"", b"\"0s\"", b"\"-1s\"", b"\"1ns\"",
-    b"\"2562047h\"", b"9223372036854775807", b"-9223372036854775808", b"{\"hash\":1,\"threads\":1,\"calls\":1,\"exec\":1,\"think\":0},",
+    b"\"priorityLevel\":",
+    b"\"concurrencyLimit\":",
+    b"\"queues\":",
+    b"\"queueLengthLimit\":",
+    b"\"handSize\":",
+    b"\"exempt\":true",
+    b"\"evalDuration\":",
+    b"\"clients\":",
+    b"\"hash\":",
+    b"\"threads\":",
+    b"\"calls\":",
+    b"\"exec\":",
+    b"\"think\":",
+    b"\"initialSeats\":",
+    b"\"finalSeats\":",
+    b"\"additionalLatency\":",
+    b"\"split\":true",
+    b"\"requestWaitLimit\":",
+    b"\"startTime\":",
+    b"\"1s\"",
+    b"\"0s\"",
+    b"\"-1s\"",
+    b"\"1ns\"",
+    b"\"2562047h\"",
+    b"9223372036854775807",
+    b"-9223372036854775808",
+    b"{\"hash\":1,\"threads\":1,\"calls\":1,\"exec\":1,\"think\":0},",
 ];
 
 pub const DURATION_DICT: &[&[u8]] = &[
-    b"ns", b"us", b"\xc2\xb5s", b"\xce\xbcs", b"ms", b"s", b"m", b"h", b".", b"-", b"+", b"0", b"9223372036854775807",
-    b"9223372036854775808", b"2562047h", b"47m", b"16.854775807s", b"1e3s", b"d",
+    b"ns",
+    b"us",
+    b"\xc2\xb5s",
+    b"\xce\xbcs",
+    b"ms",
+    b"s",
+    b"m",
+    b"h",
+    b".",
+    b"-",
+    b"+",
+    b"0",
+    b"9223372036854775807",
+    b"9223372036854775808",
+    b"2562047h",
+    b"47m",
+    b"16.854775807s",
+    b"1e3s",
+    b"d",
 ];
 
 pub const METRICS_DICT: &[&[u8]] = &[
-    b"apiserver_resource_objects", b"apiserver_resource_size_estimate_bytes", b"apiserver_storage_objects", b"apiserver_",
-    b"{group=\"\",resource=\"pods\"} ", b"{resource=\"pods\",group=\"\"} ", b"{group=\"apps\",resource=\"deployments\"} ",
-    b"{resource=\"deployments.apps\"} ", b"{resource=\"leases.coordination.k8s.io\"} ", b"group=\"\"", b"resource=\"\"",
-    b"le=\"0.005\"", b"_bucket{", b"\\\"", b"\\\\", b"\\n", b"\\t", b"\"", b"{", b"}", b",", b"=", b" ", b"\t", b"\n", b"\r\n",
-    b"\r", b"# HELP ", b"# TYPE ", b" gauge\n", b"50000", b"2.048e+08", b"1.234567e+06", b"-1", b"NaN", b"+Inf", b"-Inf",
-    b"1e309", b"9.3e+18", b" 1700000000000", b" -5",
+    b"apiserver_resource_objects",
+    b"apiserver_resource_size_estimate_bytes",
+    b"apiserver_storage_objects",
+    b"apiserver_",
+    b"{group=\"\",resource=\"pods\"} ",
+    b"{resource=\"pods\",group=\"\"} ",
+    b"{group=\"apps\",resource=\"deployments\"} ",
+    b"{resource=\"deployments.apps\"} ",
+    b"{resource=\"leases.coordination.k8s.io\"} ",
+    b"group=\"\"",
+    b"resource=\"\"",
+    b"le=\"0.005\"",
+    b"_bucket{",
+    b"\\\"",
+    b"\\\\",
+    b"\\n",
+    b"\\t",
+    b"\"",
+    b"{",
+    b"}",
+    b",",
+    b"=",
+    b" ",
+    b"\t",
+    b"\n",
+    b"\r\n",
+    b"\r",
+    b"# HELP ",
+    b"# TYPE ",
+    b" gauge\n",
+    b"50000",
+    b"2.048e+08",
+    b"1.234567e+06",
+    b"-1",
+    b"NaN",
+    b"+Inf",
+    b"-Inf",
+    b"1e309",
+    b"9.3e+18",
+    b" 1700000000000",
+    b" -5",
 ];
 
 pub const MARKER_DICT: &[&[u8]] = &[
-    b"k8s.io/initial-events-end", b"k8s.io/initial-events-en", b"k8s.io/", b"initial-events", b"-end", b"k", b"8s.io",
-    b"\"annotations\":{", b"\"true\"", b"\x0a\x19", b"\x12\x04true", b"{\"type\":\"BOOKMARK\",\"object\":",
+    b"k8s.io/initial-events-end",
+    b"k8s.io/initial-events-en",
+    b"k8s.io/",
+    b"initial-events",
+    b"-end",
+    b"k",
+    b"8s.io",
+    b"\"annotations\":{",
+    b"\"true\"",
+    b"\x0a\x19",
+    b"\x12\x04true",
+    b"{\"type\":\"BOOKMARK\",\"object\":",
 ];
 
 // ---------------------------------------------------------------------------------------------
@@ -167,7 +397,12 @@ pub fn plugin_config(data: &[u8]) -> bool {
             // Classify a few requests under the configured policy.
             let c = Classifier::new(&cfg.policy);
             let users = sample_users("system:serviceaccount:ns:sa");
-            for (m, t) in [("GET", "/api/v1/namespaces/ns/pods"), ("POST", "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"), ("GET", "/healthz"), ("GET", "/x")] {
+            for (m, t) in [
+                ("GET", "/api/v1/namespaces/ns/pods"),
+                ("POST", "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"),
+                ("GET", "/healthz"),
+                ("GET", "/x"),
+            ] {
                 check_classification(&cfg.policy, &c, &parse_request_info(m, t.as_bytes()), &users);
             }
             true
@@ -377,10 +612,7 @@ pub fn identity(data: &[u8]) -> bool {
         // (upstream's impersonation filter adds the service account groups only when none were
         // given); every other source completes them.
         let explicit_groups = case.headers.iter().any(|(n, v)| n == "impersonate-group" && !v.is_empty());
-        assert!(
-            explicit_groups || user.groups.iter().any(|g| g == "system:serviceaccounts"),
-            "service account groups: {user:?}"
-        );
+        assert!(explicit_groups || user.groups.iter().any(|g| g == "system:serviceaccounts"), "service account groups: {user:?}");
     }
     let _ = UserInfo::authenticated(&user.name, &user.groups);
     case.cfg_ok && user.name != "system:anonymous"
@@ -519,9 +751,17 @@ pub fn state_queueset(data: &[u8]) -> bool {
     let ok = round_trip(data, QueueSet::decode, QueueSet::encode);
     if let Ok(mut qs) = QueueSet::decode(&mut Reader::new(data)) {
         let c = qs.counters();
-        let near_max = [c.dispatched, c.rejected_queue_full, c.rejected_concurrency_limit, c.timed_out, c.epoch_advances, c.epoch_advance_failures, c.no_accommodation]
-            .iter()
-            .any(|&v| v > u64::MAX / 2);
+        let near_max = [
+            c.dispatched,
+            c.rejected_queue_full,
+            c.rejected_concurrency_limit,
+            c.timed_out,
+            c.epoch_advances,
+            c.epoch_advance_failures,
+            c.no_accommodation,
+        ]
+        .iter()
+        .any(|&v| v > u64::MAX / 2);
         if !near_max || STRICT_QUEUESET_COUNTERS {
             exercise(&mut qs);
         }
@@ -613,7 +853,11 @@ pub fn queueset_ops(data: &[u8]) -> bool {
         let ms = |v: u8| i64::from(v) * 1_000_000;
         match c(0) % 8 {
             0 | 1 => {
-                let work = WorkEstimate { initial_seats: u32::from(c(1) % 5), final_seats: u32::from(c(2) % 5), additional_latency: ms(c(3) % 16) };
+                let work = WorkEstimate {
+                    initial_seats: u32::from(c(1) % 5),
+                    final_seats: u32::from(c(2) % 5),
+                    additional_latency: ms(c(3) % 16),
+                };
                 let tag = RequestTag {
                     owner: u32::from(c(1) % 3),
                     context: n as u32,
@@ -860,7 +1104,11 @@ pub fn list_size(data: &[u8]) -> bool {
     let mut whole = ListBodyScanner::new();
     whole.feed(data);
     let want = whole.finish();
-    let cuts: Vec<usize> = if data.len() <= 200 { (0..=data.len()).collect() } else { data.iter().take(24).map(|&b| usize::from(b) * data.len() / 256).collect() };
+    let cuts: Vec<usize> = if data.len() <= 200 {
+        (0..=data.len()).collect()
+    } else {
+        data.iter().take(24).map(|&b| usize::from(b) * data.len() / 256).collect()
+    };
     for at in cuts {
         let (a, b) = data.split_at(at);
         let mut s = ListBodyScanner::new();
@@ -933,31 +1181,83 @@ const VERB_METHODS: &[&str] = &["GET", "GET", "GET", "GET", "GET", "GET", "HEAD"
 
 /// Query keys (the low 4 bits of a key byte pick one).
 const VERB_KEYS: &[&str] = &[
-    "watch", "watch", "watch", "watch", "sendInitialEvents", "sendInitialEvents", "limit", "timeoutSeconds",
-    "fieldSelector", "labelSelector", "resourceVersion", "resourceVersionMatch", "timeout", "allowWatchBookmarks",
-    "continue", "x",
+    "watch",
+    "watch",
+    "watch",
+    "watch",
+    "sendInitialEvents",
+    "sendInitialEvents",
+    "limit",
+    "timeoutSeconds",
+    "fieldSelector",
+    "labelSelector",
+    "resourceVersion",
+    "resourceVersionMatch",
+    "timeout",
+    "allowWatchBookmarks",
+    "continue",
+    "x",
 ];
 
 /// Decoded query values for the bool and integer parameters.
 const VERB_VALUES: &[&[u8]] = &[
-    b"false", b"FALSE", b"False", "fal\u{17F}e".as_bytes(), "FAL\u{17F}E".as_bytes(), "\u{17F}".as_bytes(), b"0", b"00",
-    b"1", b"true", b"TRUE", b"t", b"f", b"", "\u{212A}".as_bytes(), "fal\u{212A}e".as_bytes(), b"falsee", b"fals",
-    b"fal\xffe", b"fal\xc5e", b"false ", b" false", "\u{130}".as_bytes(), "\u{131}".as_bytes(), "FALSE\u{17F}".as_bytes(),
-    b"500", b"-1", b"+5", b"x", b"99999999999999999999", b"9223372036854775807", b"9223372036854775808",
-    b"-9223372036854775808", b"-9223372036854775809", b"1_000", b"0x10", b" 1", b"+", b"-", b"1m", b"bogus",
+    b"false",
+    b"FALSE",
+    b"False",
+    "fal\u{17F}e".as_bytes(),
+    "FAL\u{17F}E".as_bytes(),
+    "\u{17F}".as_bytes(),
+    b"0",
+    b"00",
+    b"1",
+    b"true",
+    b"TRUE",
+    b"t",
+    b"f",
+    b"",
+    "\u{212A}".as_bytes(),
+    "fal\u{212A}e".as_bytes(),
+    b"falsee",
+    b"fals",
+    b"fal\xffe",
+    b"fal\xc5e",
+    b"false ",
+    b" false",
+    "\u{130}".as_bytes(),
+    "\u{131}".as_bytes(),
+    "FALSE\u{17F}".as_bytes(),
+    b"500",
+    b"-1",
+    b"+5",
+    b"x",
+    b"99999999999999999999",
+    b"9223372036854775807",
+    b"9223372036854775808",
+    b"-9223372036854775808",
+    b"-9223372036854775809",
+    b"1_000",
+    b"0x10",
+    b" 1",
+    b"+",
+    b"-",
+    b"1m",
+    b"bogus",
 ];
 
 /// Field selectors and whether `fields.ParseSelector` accepts them.
 const VERB_FIELD_SELECTORS: &[(&str, bool)] = &[
-    ("", true), ("metadata.name=foo", true), ("metadata.name==foo,a!=b", true), ("spec.nodeName=n1", true),
-    ("a", false), ("metadata.name=name1,foo", false), ("a=b=c", false),
+    ("", true),
+    ("metadata.name=foo", true),
+    ("metadata.name==foo,a!=b", true),
+    ("spec.nodeName=n1", true),
+    ("a", false),
+    ("metadata.name=name1,foo", false),
+    ("a=b=c", false),
 ];
 
 /// Label selectors and whether `labels.Parse` accepts them.
-const VERB_LABEL_SELECTORS: &[(&str, bool)] = &[
-    ("", true), ("app=a", true), ("a in (b,c)", true), ("!x", true), ("a,b", true),
-    ("!!!", false), ("a in (", false), ("e>z", false),
-];
+const VERB_LABEL_SELECTORS: &[(&str, bool)] =
+    &[("", true), ("app=a", true), ("a in (b,c)", true), ("!x", true), ("a,b", true), ("!!!", false), ("a in (", false), ("e>z", false)];
 
 /// One generated request: what goes on the wire and what the reference model reads.
 struct VerbCase {
@@ -1025,8 +1325,7 @@ fn ref_fold_eq(c: char, x: char) -> bool {
     c == x
         || (c != '\u{130}'
             && c != '\u{131}'
-            && (single(c.to_lowercase()) == Some(x.to_ascii_lowercase())
-                || single(c.to_uppercase()) == Some(x.to_ascii_uppercase())))
+            && (single(c.to_lowercase()) == Some(x.to_ascii_lowercase()) || single(c.to_uppercase()) == Some(x.to_ascii_uppercase())))
 }
 
 /// Reference: Go's `strings.EqualFold(v, target)` for an ASCII target; invalid UTF-8 decodes to
@@ -1065,9 +1364,7 @@ fn ref_parses_int64(v: &[u8]) -> bool {
 /// Reference: the verb upstream's `NewRequestInfo` gives the case.
 fn reference_verb(case: &VerbCase) -> String {
     let first = |key: &str| case.params.iter().find(|(k, _)| *k == key).map(|(_, v)| v.as_slice());
-    let valid_in = |key: &str, table: &[(&str, bool)]| {
-        first(key).is_none_or(|v| table.iter().any(|(s, ok)| s.as_bytes() == v && *ok))
-    };
+    let valid_in = |key: &str, table: &[(&str, bool)]| first(key).is_none_or(|v| table.iter().any(|(s, ok)| s.as_bytes() == v && *ok));
     let by_method = |get: &str| match case.method {
         "GET" | "HEAD" => get.to_string(),
         "POST" => "create".into(),
@@ -1117,8 +1414,18 @@ pub fn request_verb(data: &[u8]) -> bool {
 // the host's header-map serialization
 
 pub const PAIRS_DICT: &[&[u8]] = &[
-    b"\x00\x00\x00\x00", b"\x01\x00\x00\x00", b"\x02\x00\x00\x00", b"\xff\xff\xff\xff", b"\x00", b"\n", b":",
-    b":status", b":path", b"x-remote-group", b"\xc3\xa9", b"\xff",
+    b"\x00\x00\x00\x00",
+    b"\x01\x00\x00\x00",
+    b"\x02\x00\x00\x00",
+    b"\xff\xff\xff\xff",
+    b"\x00",
+    b"\n",
+    b":",
+    b":status",
+    b":path",
+    b"x-remote-group",
+    b"\xc3\xa9",
+    b"\xff",
 ];
 
 /// `gateway::host::pairs` (the host's header maps, HTTP call headers and list properties) never
@@ -1146,7 +1453,11 @@ pub fn host_pairs(data: &[u8]) -> bool {
     let map: Vec<(&str, &[u8])> = lines.iter().map(|(k, v)| (k.as_str(), *v)).collect();
     let bytes = serialize_pairs(&map);
     assert_eq!(pairs(&bytes), map, "serialize_pairs then pairs changed the map");
-    let cuts: Vec<usize> = if bytes.len() <= 256 { (0..bytes.len()).collect() } else { data.iter().take(16).map(|&b| usize::from(b) * bytes.len() / 256).collect() };
+    let cuts: Vec<usize> = if bytes.len() <= 256 {
+        (0..bytes.len()).collect()
+    } else {
+        data.iter().take(16).map(|&b| usize::from(b) * bytes.len() / 256).collect()
+    };
     for at in cuts {
         let part = pairs(&bytes[..at]);
         assert!(map.starts_with(&part), "cut at {at}: {part:?} is not a prefix of the map");
@@ -1163,17 +1474,55 @@ pub fn host_pairs(data: &[u8]) -> bool {
 // answer to every call it makes; the next 3 bits pick the HTTP status (0: no answer).
 
 pub const ETCD_DICT: &[&[u8]] = &[
-    b"{\"header\":{\"revision\":\"", b"\"kvs\":[", b"{\"key\":\"", b"\"value\":\"", b"\"mod_revision\":\"", b"\"create_revision\":\"",
-    b"\"version\":\"", b"\"lease\":\"", b"\"count\":\"", b"\"more\":true", b"\"succeeded\":true", b"\"responses\":[",
-    b"{\"response_range\":{", b"{\"response_put\":{", b"{\"result\":{", b"\"ID\":\"", b"\"TTL\":\"", b"\"token\":\"", b"{\"error\":",
-    b"\"code\":16", b"\"message\":\"etcdserver: requested lease not found\"", b"\"etcdserver: invalid auth token\"",
-    b"L2FwZi13YXNtL2RlZmF1bHQvcmVwbGljYXMv", b"L2FwZi13YXNtL2RlZmF1bHQvcmVwbGljYXMvZnV6eg==", b"{\"format\":1", b"\"levels\":{",
-    b"\"global-default\":{", b"\"claim\":", b"\"granted\":", b"\"inUse\":", b"\"avg\":", b"\"stdDev\":", b"\"highWatermark\":",
-    b"\"smoothed\":", b"9223372036854775807", b"18446744073709551616", b"-1", b"1e308", b"\"\"", b"==", b"=", b"\n",
+    b"{\"header\":{\"revision\":\"",
+    b"\"kvs\":[",
+    b"{\"key\":\"",
+    b"\"value\":\"",
+    b"\"mod_revision\":\"",
+    b"\"create_revision\":\"",
+    b"\"version\":\"",
+    b"\"lease\":\"",
+    b"\"count\":\"",
+    b"\"more\":true",
+    b"\"succeeded\":true",
+    b"\"responses\":[",
+    b"{\"response_range\":{",
+    b"{\"response_put\":{",
+    b"{\"result\":{",
+    b"\"ID\":\"",
+    b"\"TTL\":\"",
+    b"\"token\":\"",
+    b"{\"error\":",
+    b"\"code\":16",
+    b"\"message\":\"etcdserver: requested lease not found\"",
+    b"\"etcdserver: invalid auth token\"",
+    b"L2FwZi13YXNtL2RlZmF1bHQvcmVwbGljYXMv",
+    b"L2FwZi13YXNtL2RlZmF1bHQvcmVwbGljYXMvZnV6eg==",
+    b"{\"format\":1",
+    b"\"levels\":{",
+    b"\"global-default\":{",
+    b"\"claim\":",
+    b"\"granted\":",
+    b"\"inUse\":",
+    b"\"avg\":",
+    b"\"stdDev\":",
+    b"\"highWatermark\":",
+    b"\"smoothed\":",
+    b"9223372036854775807",
+    b"18446744073709551616",
+    b"-1",
+    b"1e308",
+    b"\"\"",
+    b"==",
+    b"=",
+    b"\n",
 ];
 
 /// Decodes twice (deterministic) and, when accepted, re-encodes and decodes again to the same.
-fn decode_again<T: PartialEq + std::fmt::Debug, E: PartialEq + std::fmt::Debug>(decode: impl Fn() -> Result<T, E>, again: impl Fn(&T) -> Result<T, E>) -> Option<T> {
+fn decode_again<T: PartialEq + std::fmt::Debug, E: PartialEq + std::fmt::Debug>(
+    decode: impl Fn() -> Result<T, E>,
+    again: impl Fn(&T) -> Result<T, E>,
+) -> Option<T> {
     let first = decode();
     assert_eq!(first, decode(), "decoding is not deterministic");
     let v = first.ok()?;
@@ -1190,7 +1539,9 @@ pub fn etcd_response(data: &[u8]) -> bool {
     let json = |v: serde_json::Value| serde_json::to_vec(&v).unwrap_or_default();
     match sel & 7 {
         0 => {
-            let Some(r) = decode_again(|| RangeResponse::decode(status, body), |r| RangeResponse::decode(200, &json(r.to_json()))) else { return false };
+            let Some(r) = decode_again(|| RangeResponse::decode(status, body), |r| RangeResponse::decode(200, &json(r.to_json()))) else {
+                return false;
+            };
             if let Ok(snapshot) = Snapshot::from_range(b"/apf-wasm/default/replicas/", &r) {
                 assert!(snapshot.replicas.windows(2).all(|w| w[0].id < w[1].id));
                 for record in snapshot.replicas.iter().filter_map(|e| e.record.as_ref().ok()) {
@@ -1201,8 +1552,11 @@ pub fn etcd_response(data: &[u8]) -> bool {
         }
         1 => decode_again(|| TxnResponse::decode(status, body), |t| TxnResponse::decode(200, &json(t.to_json()))).is_some(),
         2 => decode_again(|| LeaseResponse::decode_grant(status, body), |l| LeaseResponse::decode_grant(200, &json(l.to_json()))).is_some(),
-        3 => decode_again(|| LeaseResponse::decode_keepalive(status, body), |l| LeaseResponse::decode_keepalive(200, &l.keepalive_body())).is_some(),
-        4 => decode_again(|| AuthenticateResponse::decode(status, body), |a| AuthenticateResponse::decode(200, &json(a.to_json()))).is_some(),
+        3 => decode_again(|| LeaseResponse::decode_keepalive(status, body), |l| LeaseResponse::decode_keepalive(200, &l.keepalive_body()))
+            .is_some(),
+        4 => {
+            decode_again(|| AuthenticateResponse::decode(status, body), |a| AuthenticateResponse::decode(200, &json(a.to_json()))).is_some()
+        }
         5 => {
             let h = etcd::decode_header_only(status, body);
             assert_eq!(h, etcd::decode_header_only(status, body));

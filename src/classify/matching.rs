@@ -5,8 +5,7 @@
 use crate::digest::identity::{UserInfo, SA_PREFIX};
 use crate::digest::request_info::RequestInfo;
 use crate::policy::model::{
-    Distinguisher, FlowSchema, NonResourcePolicyRule, Policy, PolicyRulesWithSubjects, ResourcePolicyRule,
-    Subject,
+    Distinguisher, FlowSchema, NonResourcePolicyRule, Policy, PolicyRulesWithSubjects, ResourcePolicyRule, Subject,
 };
 
 const WILDCARD: &str = "*";
@@ -52,19 +51,13 @@ fn url_matches(u: &str, path: &str) -> bool {
 
 fn resource_rule_matches(r: &ResourcePolicyRule, info: &RequestInfo) -> bool {
     contains(&r.verbs, &info.verb)
-        && (is_sole_wildcard(&r.resources)
-            || r.resources.iter().any(|e| resource_eq(e, &info.resource, &info.subresource)))
+        && (is_sole_wildcard(&r.resources) || r.resources.iter().any(|e| resource_eq(e, &info.resource, &info.subresource)))
         && contains(&r.api_groups, &info.api_group)
-        && if info.namespace.is_empty() {
-            r.cluster_scope
-        } else {
-            contains(&r.namespaces, &info.namespace)
-        }
+        && if info.namespace.is_empty() { r.cluster_scope } else { contains(&r.namespaces, &info.namespace) }
 }
 
 fn non_resource_rule_matches(r: &NonResourcePolicyRule, info: &RequestInfo) -> bool {
-    contains(&r.verbs, &info.verb)
-        && r.non_resource_urls.iter().any(|u| url_matches(u, &info.path))
+    contains(&r.verbs, &info.verb) && r.non_resource_urls.iter().any(|u| url_matches(u, &info.path))
 }
 
 fn prws_matches(p: &PolicyRulesWithSubjects, info: &RequestInfo, user: &UserInfo) -> bool {
@@ -108,8 +101,7 @@ impl UserKeys {
     pub(crate) fn new(user: &UserInfo) -> Self {
         let mut k = UserKeys { keys: [0; MAX_KEYS], len: 0, overflow: user.groups.len() + 1 > MAX_KEYS };
         // With too many groups only the first keys are filled, and `overflow` ignores them.
-        let names = std::iter::once((KEY_USER, user.name.as_str()))
-            .chain(user.groups.iter().map(|g| (KEY_GROUP, g.as_str())));
+        let names = std::iter::once((KEY_USER, user.name.as_str())).chain(user.groups.iter().map(|g| (KEY_GROUP, g.as_str())));
         for (slot, (kind, name)) in k.keys.iter_mut().zip(names) {
             *slot = subject_key(kind, name);
             k.len += 1;
@@ -161,7 +153,6 @@ impl CompiledSchema {
     }
 
     pub(crate) fn matches(&self, info: &RequestInfo, user: &UserInfo, keys: &UserKeys) -> bool {
-        self.prefilter.as_ref().is_none_or(|p| keys.may_match(p))
-            && self.rules.iter().any(|p| prws_matches(p, info, user))
+        self.prefilter.as_ref().is_none_or(|p| keys.may_match(p)) && self.rules.iter().any(|p| prws_matches(p, info, user))
     }
 }

@@ -37,9 +37,8 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
     let rows: Vec<&Vec<String>> = std::iter::once(&header).chain(rows).collect();
     let cols = rows.iter().map(|r| r.len()).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..cols)
-        .map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
-        .collect();
+    let widths: Vec<usize> =
+        (0..cols).map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0)).collect();
     let line = |r: &Vec<String>| r.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}  ")).collect::<String>();
     rows.into_iter().map(|r| format!("{}\n", line(r).trim_end())).collect()
 }
@@ -80,18 +79,36 @@ pub fn render(cfg: &PluginConfig) -> String {
     }
     s.push_str(&table(
         &[
-            "NAME", "TYPE", "RESPONSE", "SHARES", "LENDABLE%", "BORROWING%", "NOMINAL", "LENDABLE", "BORROWING", "MIN",
-            "MAX", "QUEUES", "HANDSIZE", "QUEUELENGTHLIMIT", "MAXSEATS",
+            "NAME",
+            "TYPE",
+            "RESPONSE",
+            "SHARES",
+            "LENDABLE%",
+            "BORROWING%",
+            "NOMINAL",
+            "LENDABLE",
+            "BORROWING",
+            "MIN",
+            "MAX",
+            "QUEUES",
+            "HANDSIZE",
+            "QUEUELENGTHLIMIT",
+            "MAXSEATS",
         ],
         &rows,
     ));
     s.push_str("\nFlowSchemas (matching order):\n");
-    let rows: Vec<Vec<String>> = cfg.policy.flow_schemas.iter().map(|fs| {
-        // The variant names are the API's (`ByUser`, `ByNamespace`).
-        let distinguisher = fs.distinguisher.map_or_else(dash, |d| format!("{d:?}"));
-        let rules = fs.rules.len().to_string();
-        vec![fs.matching_precedence.to_string(), fs.name.clone(), fs.priority_level.clone(), distinguisher, rules]
-    }).collect();
+    let rows: Vec<Vec<String>> = cfg
+        .policy
+        .flow_schemas
+        .iter()
+        .map(|fs| {
+            // The variant names are the API's (`ByUser`, `ByNamespace`).
+            let distinguisher = fs.distinguisher.map_or_else(dash, |d| format!("{d:?}"));
+            let rules = fs.rules.len().to_string();
+            vec![fs.matching_precedence.to_string(), fs.name.clone(), fs.priority_level.clone(), distinguisher, rules]
+        })
+        .collect();
     s.push_str(&table(&["PRECEDENCE", "NAME", "PRIORITYLEVEL", "DISTINGUISHER", "RULES"], &rows));
     if !cfg.policy.warnings.is_empty() {
         s.push_str("\nWarnings:\n");
@@ -146,17 +163,21 @@ mod tests {
         assert!(out.contains("nominal sum 602"));
         // FlowSchemas in matching order.
         let fs_section = out.split("FlowSchemas").nth(1).unwrap();
-        let order: Vec<&str> = fs_section
-            .lines()
-            .skip(2)
-            .filter_map(|l| l.split_whitespace().nth(1))
-            .collect();
+        let order: Vec<&str> = fs_section.lines().skip(2).filter_map(|l| l.split_whitespace().nth(1)).collect();
         assert_eq!(
             order,
             [
-                "exempt", "probes", "system-leader-election", "system-node-high", "system-nodes",
-                "kube-controller-manager", "kube-scheduler", "kube-system-service-accounts",
-                "service-accounts", "global-default", "catch-all"
+                "exempt",
+                "probes",
+                "system-leader-election",
+                "system-node-high",
+                "system-nodes",
+                "kube-controller-manager",
+                "kube-scheduler",
+                "kube-system-service-accounts",
+                "service-accounts",
+                "global-default",
+                "catch-all"
             ]
         );
     }

@@ -23,11 +23,11 @@ use serde_json::json;
 use crate::digest::identity::UserInfo;
 use crate::digest::object_counts::{scan_metrics, ScrapedCounts};
 use crate::digest::work_estimate::{get_by_resource, StatsLookup};
+use crate::engine::object_counts::resource_key;
 use crate::engine::Compiled;
+use crate::fairqueuing::shuffle_sharding::Dealer;
 use crate::gateway::offline::OneRequest;
 use crate::gateway::request::digest_request;
-use crate::engine::object_counts::resource_key;
-use crate::fairqueuing::shuffle_sharding::Dealer;
 use crate::policy::config::parse_plugin_config;
 
 const USAGE: &str = "usage: apf classify [--config FILE|-] --method M --path P [--user U] [--group G]... \
@@ -54,7 +54,17 @@ fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
         };
         let takes_value = matches!(
             flag,
-            "--config" | "-c" | "--method" | "--path" | "--user" | "--group" | "--header" | "--peer" | "--cert-subject" | "--metrics" | "--token"
+            "--config"
+                | "-c"
+                | "--method"
+                | "--path"
+                | "--user"
+                | "--group"
+                | "--header"
+                | "--peer"
+                | "--cert-subject"
+                | "--metrics"
+                | "--token"
         );
         let value = match (takes_value, inline) {
             (false, _) => String::new(),
@@ -103,7 +113,9 @@ fn read_metrics(source: &str, token: Option<&str>) -> Result<Vec<u8>, String> {
         return http_get(rest, token).map_err(|e| format!("--metrics {source}: {e}"));
     }
     if source.starts_with("https://") {
-        return Err(format!("--metrics {source}: https is not supported here; use `kubectl get --raw /metrics | apf classify --metrics - ...`"));
+        return Err(format!(
+            "--metrics {source}: https is not supported here; use `kubectl get --raw /metrics | apf classify --metrics - ...`"
+        ));
     }
     super::read_input(Some(source))
 }
@@ -204,7 +216,9 @@ pub fn classify_request(c: &Compiled, req: &ClassifyRequest) -> serde_json::Valu
             "none (1 seat, as upstream for a resource without counts)"
         };
         match st {
-            StatsLookup::Found(s) => json!({"resource": key, "count": s.count, "averageObjectSizeBytes": s.average_object_size_bytes, "source": source}),
+            StatsLookup::Found(s) => {
+                json!({"resource": key, "count": s.count, "averageObjectSizeBytes": s.average_object_size_bytes, "source": source})
+            }
             _ => json!({"resource": key, "source": source}),
         }
     });

@@ -28,7 +28,8 @@ pub(super) fn fleet(args: &[String]) -> super::Outcome {
     let key = format!("{prefix}{name}/replicas/");
     let body = RangeRequest::prefix(key.as_bytes()).to_json().to_string();
     let fail = |e: String| (1, format!("apf fleet: {e}\n"));
-    let resp = super::http::request(host, "POST", "/v3/kv/range", &[("Content-Type", "application/json")], body.as_bytes()).map_err(|e| fail(format!("{etcd}: {e}")))?;
+    let resp = super::http::request(host, "POST", "/v3/kv/range", &[("Content-Type", "application/json")], body.as_bytes())
+        .map_err(|e| fail(format!("{etcd}: {e}")))?;
     let range = RangeResponse::decode(200, &resp).map_err(|e| fail(format!("{etcd}: unreadable answer: {e:?}")))?;
     let snapshot = Snapshot::from_range(key.as_bytes(), &range).map_err(|e| fail(format!("{etcd}: {e:?}")))?;
     Ok(format!("{}\n", serde_json::to_string_pretty(&render(&snapshot)).unwrap_or_default()))

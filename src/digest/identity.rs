@@ -206,9 +206,7 @@ impl IdentitySource {
     /// Whether this source may be used for a request from this peer.
     pub fn trusted(&self, input: &IdentityInput) -> bool {
         let (cidrs, mtls, _) = self.trust();
-        (!mtls || input.mtls)
-            && (cidrs.is_empty()
-                || input.peer.is_some_and(|ip| cidrs.iter().any(|c| c.contains(ip))))
+        (!mtls || input.mtls) && (cidrs.is_empty() || input.peer.is_some_and(|ip| cidrs.iter().any(|c| c.contains(ip))))
     }
 
     /// Exact (lowercase) header names this source reads.
@@ -236,8 +234,7 @@ impl IdentitySource {
     }
 
     fn reads(&self, lname: &str) -> bool {
-        self.header_names().iter().any(|n| n == lname)
-            || self.header_prefixes().iter().any(|p| lname.starts_with(p.as_str()))
+        self.header_names().iter().any(|n| n == lname) || self.header_prefixes().iter().any(|p| lname.starts_with(p.as_str()))
     }
 }
 
@@ -301,12 +298,7 @@ fn finalize(name: String, mut groups: Vec<String>, add_sa_groups: bool) -> UserI
 }
 
 fn header_values<'a>(input: &IdentityInput<'a>, lname: &'a str) -> impl Iterator<Item = &'a str> + 'a {
-    input
-        .headers
-        .iter()
-        .filter(move |(n, _)| n.eq_ignore_ascii_case(lname))
-        .filter_map(|(_, v)| std::str::from_utf8(v).ok())
-        .map(str::trim)
+    input.headers.iter().filter(move |(n, _)| n.eq_ignore_ascii_case(lname)).filter_map(|(_, v)| std::str::from_utf8(v).ok()).map(str::trim)
 }
 
 fn first_non_empty(input: &IdentityInput, lname: &str) -> Option<String> {
@@ -377,8 +369,7 @@ fn raw_from_source(src: &IdentitySource, input: &IdentityInput) -> Option<Stated
             let is = |k: &str, a: &str, oid: &str| k.eq_ignore_ascii_case(a) || k == oid;
             let name = subject.iter().find(|(k, _)| is(k, "CN", "2.5.4.3")).map(|(_, v)| v.clone());
             let name = name.filter(|n| !n.is_empty())?;
-            let groups =
-                subject.iter().filter(|(k, _)| is(k, "O", "2.5.4.10")).map(|(_, v)| v.clone()).collect();
+            let groups = subject.iter().filter(|(k, _)| is(k, "O", "2.5.4.10")).map(|(_, v)| v.clone()).collect();
             Some(Stated { name, groups, add_sa_groups: true })
         }
         IdentitySource::Jwt { user_claim, groups_claim, user_prefix, groups_prefix, .. } => {
@@ -522,8 +513,7 @@ impl IdentityConfig {
     /// read by a `stripUntrusted` source that does not trust this peer, unless another source
     /// that does trust the peer reads the same header.
     pub fn headers_to_strip(&self, input: &IdentityInput) -> Vec<String> {
-        let untrusted: Vec<&IdentitySource> =
-            self.sources.iter().filter(|s| s.trust().2 && !s.trusted(input)).collect();
+        let untrusted: Vec<&IdentitySource> = self.sources.iter().filter(|s| s.trust().2 && !s.trusted(input)).collect();
         if untrusted.is_empty() {
             return Vec::new();
         }
@@ -559,18 +549,23 @@ impl IdentityConfig {
     ///   written back) — so it serves the request as anonymous, as classified.
     ///
     /// Without the option: nothing to do.
-    pub fn front_proxy_headers<'n>(&self, input: &IdentityInput, request_headers: impl IntoIterator<Item = (&'n str, &'n [u8])>) -> FrontProxyHeaders {
+    pub fn front_proxy_headers<'n>(
+        &self,
+        input: &IdentityInput,
+        request_headers: impl IntoIterator<Item = (&'n str, &'n [u8])>,
+    ) -> FrontProxyHeaders {
         let mut out = FrontProxyHeaders::default();
         if !self.set_front_proxy_headers {
             return out;
         }
-        let proxy_sources: Vec<&IdentitySource> =
-            self.sources.iter().filter(|s| matches!(s, IdentitySource::FrontProxy { .. })).collect();
-        let request_headers: Vec<(String, &[u8])> =
-            request_headers.into_iter().map(|(n, v)| (n.to_ascii_lowercase(), v)).collect();
-        out.remove = unique(request_headers.iter().map(|(l, _)| l.clone()).filter(|l| {
-            l.starts_with(FORWARD_STRIP_PREFIX) || proxy_sources.iter().any(|s| s.reads(l))
-        }));
+        let proxy_sources: Vec<&IdentitySource> = self.sources.iter().filter(|s| matches!(s, IdentitySource::FrontProxy { .. })).collect();
+        let request_headers: Vec<(String, &[u8])> = request_headers.into_iter().map(|(n, v)| (n.to_ascii_lowercase(), v)).collect();
+        out.remove = unique(
+            request_headers
+                .iter()
+                .map(|(l, _)| l.clone())
+                .filter(|l| l.starts_with(FORWARD_STRIP_PREFIX) || proxy_sources.iter().any(|s| s.reads(l))),
+        );
         let Some((src, Stated { name, groups, .. })) = first_source(self, input) else {
             if let Some(src) = self.sources.iter().find(|s| presented(s, input)) {
                 out.refuse = Some(unforwardable(src));
@@ -597,9 +592,7 @@ impl IdentityConfig {
         let groups = unique(groups.into_iter().filter(|g| forwardable(g)));
         out.add.extend(groups.into_iter().map(|g| (FORWARD_GROUP_HEADER.to_string(), g)));
         let prefix = match src {
-            IdentitySource::FrontProxy { extra_header_prefix: p, .. } if !p.is_empty() => {
-                p.to_ascii_lowercase()
-            }
+            IdentitySource::FrontProxy { extra_header_prefix: p, .. } if !p.is_empty() => p.to_ascii_lowercase(),
             _ => return out,
         };
         for (n, v) in input.headers {
@@ -663,6 +656,5 @@ fn unique<T: PartialEq>(items: impl IntoIterator<Item = T>) -> Vec<T> {
 
 /// RFC 7230 token.
 fn is_token(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }

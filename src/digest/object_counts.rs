@@ -42,8 +42,7 @@ use std::collections::BTreeMap;
 pub const MAX_LINE: usize = 64 * 1024;
 
 /// The three metrics, in the order of the values kept for each resource.
-const METRICS: [&[u8]; 3] =
-    [b"apiserver_resource_objects", b"apiserver_resource_size_estimate_bytes", b"apiserver_storage_objects"];
+const METRICS: [&[u8]; 3] = [b"apiserver_resource_objects", b"apiserver_resource_size_estimate_bytes", b"apiserver_storage_objects"];
 const STORAGE_OBJECTS: usize = 2;
 /// Bytes that decide whether a line is one of the three: the longest name and one more.
 const HEAD: usize = 39;

@@ -212,8 +212,7 @@ fn parse_list_query(raw_query: &[u8]) -> ListQuery {
     let timeout = get("timeout").filter(|t| !t.is_empty()).map(parse_go_duration).transpose();
     let (field_selector, label_selector) = (text("fieldSelector"), text("labelSelector"));
     let options_error = limit.is_err() || timeout_seconds.is_err();
-    let selector_error = selectors::parse_field_selector(&field_selector).is_none()
-        || !selectors::label_selector_is_valid(&label_selector);
+    let selector_error = selectors::parse_field_selector(&field_selector).is_none() || !selectors::label_selector_is_valid(&label_selector);
     // `requestinfo.go: NewRequestInfo`: decoded options give `watch` by the conversion; when
     // decoding fails, the options are reset and only `watch` is read again, lowercased.
     let watch_bool = if options_error || selector_error { lower_bool } else { convert_bool };
@@ -283,19 +282,14 @@ impl<'a> Segments<'a> {
 pub fn parse_generic(method: &str, path_and_query: &[u8], namespace: Option<&[u8]>) -> RequestInfo {
     let (path, raw_query, bad) = split_target(path_and_query);
     let namespace = namespace.map(|n| String::from_utf8_lossy(n.trim_ascii()).into_owned());
-    RequestInfo {
-        namespace: namespace.unwrap_or_default(),
-        ..non_resource(method, path, bad, parse_list_query(raw_query))
-    }
+    RequestInfo { namespace: namespace.unwrap_or_default(), ..non_resource(method, path, bad, parse_list_query(raw_query)) }
 }
 
 /// The verb of a resource request not named by the path (`POST` → create, …), by method:
 /// case-sensitive, as `requestinfo.go: NewRequestInfo`'s `switch req.Method` (`get` → "").
 fn method_verb(method: &str) -> &'static str {
-    const VERBS: [(&str, &str); 6] = [
-        ("POST", "create"), ("GET", "get"), ("HEAD", "get"),
-        ("PUT", "update"), ("PATCH", "patch"), ("DELETE", "delete"),
-    ];
+    const VERBS: [(&str, &str); 6] =
+        [("POST", "create"), ("GET", "get"), ("HEAD", "get"), ("PUT", "update"), ("PATCH", "patch"), ("DELETE", "delete")];
     VERBS.iter().find(|(m, _)| *m == method).map_or("", |(_, verb)| verb)
 }
 

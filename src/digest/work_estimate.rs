@@ -184,7 +184,13 @@ pub fn estimate(cfg: &WorkEstimatorConfig, info: &RequestInfo, pl_max_seats: Opt
 }
 
 /// [`estimate`] with the cluster's counts; also returns the stats lookup a LIST or WATCH used.
-pub fn estimate_with(cfg: &WorkEstimatorConfig, info: &RequestInfo, pl_max_seats: Option<u32>, watch_count: u32, cluster: ClusterStats) -> (WorkEstimate, Option<StatsLookup>) {
+pub fn estimate_with(
+    cfg: &WorkEstimatorConfig,
+    info: &RequestInfo,
+    pl_max_seats: Option<u32>,
+    watch_count: u32,
+    cluster: ClusterStats,
+) -> (WorkEstimate, Option<StatsLookup>) {
     match info.verb.as_str() {
         "list" | "watch" if info.verb == "list" || cfg.watch_list => {
             // The `objectCounts` table overrides the cluster's counts.
@@ -234,9 +240,7 @@ pub fn list_from_storage(info: &RequestInfo, consistent_reads_from_cache: bool) 
         "NotOlderThan" => false,
         // Legacy exact match, a continue token, a consistent read.
         "" => {
-            (q.limit > 0 && !rv.is_empty() && rv != "0")
-                || !q.continue_token.is_empty()
-                || (rv.is_empty() && !consistent_reads_from_cache)
+            (q.limit > 0 && !rv.is_empty() && rv != "0") || !q.continue_token.is_empty() || (rv.is_empty() && !consistent_reads_from_cache)
         }
         // "Exact", and any other value.
         _ => true,
@@ -250,11 +254,7 @@ pub fn estimate_list_with_stats(
     pl_max_seats: Option<u32>,
     stats: StatsLookup,
 ) -> WorkEstimate {
-    let max_seats = if cfg.size_based_list_cost {
-        MAXIMUM_LIST_SEATS_SIZE_BASED
-    } else {
-        MAXIMUM_LIST_SEATS_COUNT_BASED
-    };
+    let max_seats = if cfg.size_based_list_cost { MAXIMUM_LIST_SEATS_SIZE_BASED } else { MAXIMUM_LIST_SEATS_COUNT_BASED };
     let max_seats = clamp_max(pl_max_seats, max_seats);
     let matches_single = !info.name.is_empty();
     let q = &info.query;

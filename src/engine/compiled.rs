@@ -100,36 +100,44 @@ impl Compiled {
             fs.uid = synthetic_uid("FlowSchema", &fs.name);
         }
         let classifier = Classifier::new(&config.policy);
-        let levels: Vec<_> = config.policy.priority_levels.iter().enumerate().map(|(i, pl)| {
-            let lim = config.limits.get(i).cloned().unwrap_or_default();
-            // Fleet mode: a limited level admits nothing until the fleet's allocation sets its
-            // seats (the fleet limit is every replica's together).
-            let initial = if config.fleet.is_some() { 0 } else { lim.initial_current };
-            let qs_config = match (&pl.spec, pl.queuing()) {
-                (PriorityLevelSpec::Exempt { .. }, _) => QueueSetConfig { desired_queues: -1, queue_length_limit: 0, hand_size: 0, concurrency_limit: lim.nominal },
-                (_, Some(q)) => QueueSetConfig {
-                    desired_queues: q.queues,
-                    queue_length_limit: u32::try_from(q.queue_length_limit).unwrap_or(0),
-                    hand_size: u32::try_from(q.hand_size).unwrap_or(1),
-                    concurrency_limit: initial,
-                },
-                (_, None) => QueueSetConfig { desired_queues: 0, queue_length_limit: 0, hand_size: 0, concurrency_limit: initial },
-            };
-            LevelRuntime {
-                name: pl.name.clone(),
-                uid: pl.uid.clone(),
-                key: super::level_key(&pl.name).into(),
-                qs_config,
-                exempt: pl.is_exempt(),
-                max_seats: lim.max_seats,
-                nominal: lim.nominal,
-                // Fleet mode: this replica's share may be anything from none to the level's
-                // fleet-wide maximum (the fleet's allocation sets it).
-                min_limit: if config.fleet.is_some() { 0 } else { lim.min },
-                max_limit: lim.max,
-                enforce: config.enforce && !config.dry_run_priority_levels.contains(&pl.name),
-            }
-        }).collect();
+        let levels: Vec<_> = config
+            .policy
+            .priority_levels
+            .iter()
+            .enumerate()
+            .map(|(i, pl)| {
+                let lim = config.limits.get(i).cloned().unwrap_or_default();
+                // Fleet mode: a limited level admits nothing until the fleet's allocation sets its
+                // seats (the fleet limit is every replica's together).
+                let initial = if config.fleet.is_some() { 0 } else { lim.initial_current };
+                let qs_config = match (&pl.spec, pl.queuing()) {
+                    (PriorityLevelSpec::Exempt { .. }, _) => {
+                        QueueSetConfig { desired_queues: -1, queue_length_limit: 0, hand_size: 0, concurrency_limit: lim.nominal }
+                    }
+                    (_, Some(q)) => QueueSetConfig {
+                        desired_queues: q.queues,
+                        queue_length_limit: u32::try_from(q.queue_length_limit).unwrap_or(0),
+                        hand_size: u32::try_from(q.hand_size).unwrap_or(1),
+                        concurrency_limit: initial,
+                    },
+                    (_, None) => QueueSetConfig { desired_queues: 0, queue_length_limit: 0, hand_size: 0, concurrency_limit: initial },
+                };
+                LevelRuntime {
+                    name: pl.name.clone(),
+                    uid: pl.uid.clone(),
+                    key: super::level_key(&pl.name).into(),
+                    qs_config,
+                    exempt: pl.is_exempt(),
+                    max_seats: lim.max_seats,
+                    nominal: lim.nominal,
+                    // Fleet mode: this replica's share may be anything from none to the level's
+                    // fleet-wide maximum (the fleet's allocation sets it).
+                    min_limit: if config.fleet.is_some() { 0 } else { lim.min },
+                    max_limit: lim.max,
+                    enforce: config.enforce && !config.dry_run_priority_levels.contains(&pl.name),
+                }
+            })
+            .collect();
         let identity_headers = config.identity.header_names();
         let identity_prefixes = config.identity.header_prefixes();
         let needs = IdentityNeeds::of(&config.identity);
@@ -139,13 +147,29 @@ impl Compiled {
     /// Runs the digest pipeline. `watch_count` gives the number of open watches a mutating
     /// request would notify (0 if unknown); `cluster` the cluster's object counts (consulted for
     /// LIST and WATCH only).
-    pub fn digest(&self, method: &[u8], path: &[u8], identity: &IdentityInput, namespace_header: Option<&[u8]>, watch_count: impl FnOnce(&RequestInfo) -> u32, cluster: ClusterStats) -> Digest {
+    pub fn digest(
+        &self,
+        method: &[u8],
+        path: &[u8],
+        identity: &IdentityInput,
+        namespace_header: Option<&[u8]>,
+        watch_count: impl FnOnce(&RequestInfo) -> u32,
+        cluster: ClusterStats,
+    ) -> Digest {
         let user = identify(&self.config.identity, identity);
         self.digest_for(method, path, user, namespace_header, watch_count, cluster)
     }
 
     /// [`Compiled::digest`] for a caller already identified (`apf classify --user`).
-    pub fn digest_for(&self, method: &[u8], path: &[u8], user: UserInfo, namespace_header: Option<&[u8]>, watch_count: impl FnOnce(&RequestInfo) -> u32, cluster: ClusterStats) -> Digest {
+    pub fn digest_for(
+        &self,
+        method: &[u8],
+        path: &[u8],
+        user: UserInfo,
+        namespace_header: Option<&[u8]>,
+        watch_count: impl FnOnce(&RequestInfo) -> u32,
+        cluster: ClusterStats,
+    ) -> Digest {
         let method_s = std::str::from_utf8(method).unwrap_or("");
         let info = match self.config.request_mode {
             RequestMode::Kubernetes => parse_request_info(method_s, path),

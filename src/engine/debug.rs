@@ -20,7 +20,9 @@ pub const DEBUG_PREFIX: &str = "/debug/api_priority_and_fairness/";
 pub enum DumpKind {
     PriorityLevels,
     Queues,
-    Requests { details: bool },
+    Requests {
+        details: bool,
+    },
     /// Our own dump (not upstream's): the object counts LIST and WATCH costs come from.
     ObjectCounts,
     /// Our own dump: fleet mode's replicas, their demand, allocation and seats (JSON; rendered by
@@ -174,7 +176,14 @@ pub fn render_object_counts(c: &Compiled, store: &dyn Store, now: Nanos) -> Stri
         return out;
     };
     let go = crate::duration::format_go_duration;
-    let _ = writeln!(out, "# cluster metrics: cluster {:?} path {:?} every {}, stale after {}", m.cluster, m.path, go(m.period), go(stale_after));
+    let _ = writeln!(
+        out,
+        "# cluster metrics: cluster {:?} path {:?} every {}, stale after {}",
+        m.cluster,
+        m.path,
+        go(m.period),
+        go(stale_after)
+    );
     let Some(s) = &shared else {
         out.push_str("# no poll yet\n");
         return out;

@@ -124,7 +124,15 @@ impl LevelState {
 
     /// Loads the stored state, creating it for `lvl` when absent or unreadable, and applies
     /// `lvl`'s queuing configuration if it comes from a newer generation.
-    fn load(store: &dyn Store, key: &str, bytes: Option<&[u8]>, lvl: &LevelRuntime, generation: u64, now: Nanos, out: &mut Vec<Dispatched>) -> Result<LevelState, EngineError> {
+    fn load(
+        store: &dyn Store,
+        key: &str,
+        bytes: Option<&[u8]>,
+        lvl: &LevelRuntime,
+        generation: u64,
+        now: Nanos,
+        out: &mut Vec<Dispatched>,
+    ) -> Result<LevelState, EngineError> {
         // A match, not Option/Result adapters: those move the whole state twice more (memcpy).
         let existing = bytes.and_then(|b| match cache::decode(store, key, b) {
             Ok(s) => Some(s),
@@ -224,13 +232,29 @@ impl Notice {
 }
 
 /// Admits a classified request to priority level `level` (index into the compiled levels).
-pub fn admit(c: &Compiled, store: &dyn Store, now: Nanos, level: usize, work: WorkEstimate, tag: RequestTag, notices: &mut Vec<Notice>) -> Result<Decision, EngineError> {
+pub fn admit(
+    c: &Compiled,
+    store: &dyn Store,
+    now: Nanos,
+    level: usize,
+    work: WorkEstimate,
+    tag: RequestTag,
+    notices: &mut Vec<Notice>,
+) -> Result<Decision, EngineError> {
     admit_observed(c, store, now, level, work, tag, notices).map(|(d, _)| d)
 }
 
 /// [`admit`], also giving the length of the request's queue after it was enqueued (`None`
 /// when it was not enqueued): upstream's `request_queue_length_after_enqueue`.
-pub fn admit_observed(c: &Compiled, store: &dyn Store, now: Nanos, level: usize, work: WorkEstimate, tag: RequestTag, notices: &mut Vec<Notice>) -> Result<(Decision, Option<u32>), EngineError> {
+pub fn admit_observed(
+    c: &Compiled,
+    store: &dyn Store,
+    now: Nanos,
+    level: usize,
+    work: WorkEstimate,
+    tag: RequestTag,
+    notices: &mut Vec<Notice>,
+) -> Result<(Decision, Option<u32>), EngineError> {
     let lvl = c.levels.get(level).ok_or_else(|| EngineError::Config("level index out of range".into()))?;
     let r = update_level(store, now, &lvl.key, Some((lvl, c.generation)), notices, |st, out| {
         let (arrival, length) = st.qs.arrive_observed(now, work, tag, out);
@@ -293,7 +317,14 @@ pub fn finish(store: &dyn Store, now: Nanos, level_key: &str, receipt: &Receipt,
 /// The request's stream ended: an executing request (its receipt given) finishes; a waiting
 /// one leaves its queue (counted as `time-out`, as upstream counts cancellations). A request
 /// dispatched while its wake-up is still in flight is finished when the wake-up arrives.
-pub fn end(store: &dyn Store, now: Nanos, level_key: &str, id: RequestId, receipt: Option<&Receipt>, notices: &mut Vec<Notice>) -> Result<(), EngineError> {
+pub fn end(
+    store: &dyn Store,
+    now: Nanos,
+    level_key: &str,
+    id: RequestId,
+    receipt: Option<&Receipt>,
+    notices: &mut Vec<Notice>,
+) -> Result<(), EngineError> {
     if let Some(rc) = receipt {
         return finish(store, now, level_key, rc, notices).map(|_| ());
     }
@@ -343,7 +374,11 @@ pub fn read_level(store: &dyn Store, level_key: &str) -> Result<Option<LevelStat
 /// A reader of a shared value's fields after its format version, which must be `version`.
 pub(crate) fn versioned<'a>(bytes: &'a [u8], version: u8, what: &'static str) -> Result<Reader<'a>, CodecError> {
     let mut r = Reader::new(bytes);
-    if r.u8()? == version { Ok(r) } else { Err(CodecError(what)) }
+    if r.u8()? == version {
+        Ok(r)
+    } else {
+        Err(CodecError(what))
+    }
 }
 
 /// Read-modify-write of a whole shared value with [`update`]; an absent or unreadable value
@@ -368,7 +403,13 @@ pub fn heartbeat(store: &dyn Store, instance: u64, now: Nanos) -> Result<u32, En
 }
 
 /// Reaps workers whose lease expired and releases everything they held in `level_keys`.
-pub fn reap_dead_workers(store: &dyn Store, now: Nanos, ttl: Nanos, level_keys: &[String], notices: &mut Vec<Notice>) -> Result<Vec<workers::WorkerEntry>, EngineError> {
+pub fn reap_dead_workers(
+    store: &dyn Store,
+    now: Nanos,
+    ttl: Nanos,
+    level_keys: &[String],
+    notices: &mut Vec<Notice>,
+) -> Result<Vec<workers::WorkerEntry>, EngineError> {
     let (cur, _) = store.get(REGISTRY_KEY)?;
     let reg = Registry::decode(cur.as_deref()).unwrap_or_default();
     if !reg.workers.iter().any(|e| now.saturating_sub(e.heartbeat) > ttl) {
@@ -411,9 +452,8 @@ impl BorrowState {
         let generation = r.u64()?;
         let fair_frac = r.f64()?;
         let n = r.count(20)?;
-        let levels = (0..n)
-            .map(|_| Ok((r.str()?.to_string(), SeatDemandStats::decode(&mut r)?, r.u32()?)))
-            .collect::<Result<_, CodecError>>()?;
+        let levels =
+            (0..n).map(|_| Ok((r.str()?.to_string(), SeatDemandStats::decode(&mut r)?, r.u32()?))).collect::<Result<_, CodecError>>()?;
         Ok(BorrowState { last, generation, levels, fair_frac })
     }
 
@@ -439,7 +479,9 @@ impl BorrowState {
 pub fn adjust_borrowing(c: &Compiled, store: &dyn Store, now: Nanos, notices: &mut Vec<Notice>) -> Result<bool, EngineError> {
     let (cur, _) = store.get(BORROW_KEY)?;
     let st = BorrowState::decode(cur.as_deref()).unwrap_or_default();
-    let due = |st: &BorrowState| c.generation > st.generation || (c.generation == st.generation && now.saturating_sub(st.last) >= BORROWING_PERIOD);
+    let due = |st: &BorrowState| {
+        c.generation > st.generation || (c.generation == st.generation && now.saturating_sub(st.last) >= BORROWING_PERIOD)
+    };
     if !due(&st) {
         return Ok(false);
     }
@@ -456,7 +498,9 @@ pub fn adjust_borrowing(c: &Compiled, store: &dyn Store, now: Nanos, notices: &m
     // Collect each level's demand over the period.
     let mut levels = Vec::with_capacity(c.levels.len());
     for lvl in &c.levels {
-        let r = update_level(store, now, &lvl.key, Some((lvl, c.generation)), notices, |st, _| (st.demand.reset(now), st.qs.config().concurrency_limit))?;
+        let r = update_level(store, now, &lvl.key, Some((lvl, c.generation)), notices, |st, _| {
+            (st.demand.reset(now), st.qs.config().concurrency_limit)
+        })?;
         let Some((results, current)) = r else { continue };
         let mut stats = prev.levels.iter().find(|(n, _, _)| n == &lvl.name).map(|(_, s, _)| *s).unwrap_or_default();
         stats.update(&results);
@@ -464,7 +508,8 @@ pub fn adjust_borrowing(c: &Compiled, store: &dyn Store, now: Nanos, notices: &m
     }
     let nominal_sum = c.levels.iter().fold(0u32, |a, l| a.saturating_add(l.nominal));
     let fair_frac = update_borrowing(&mut levels, nominal_sum).fair_frac;
-    let new_levels: Vec<(String, SeatDemandStats, u32)> = c.levels.iter().zip(&levels).map(|(l, b)| (l.name.clone(), b.stats, b.current)).collect();
+    let new_levels: Vec<(String, SeatDemandStats, u32)> =
+        c.levels.iter().zip(&levels).map(|(l, b)| (l.name.clone(), b.stats, b.current)).collect();
     update_value(store, BORROW_KEY, BorrowState::decode, BorrowState::encode, |st| {
         st.levels = new_levels.clone();
         st.fair_frac = fair_frac;
@@ -480,7 +525,14 @@ pub fn adjust_borrowing(c: &Compiled, store: &dyn Store, now: Nanos, notices: &m
 }
 
 /// Sets a limited level's concurrency limit (a level whose limit grew dispatches at once).
-fn set_limit(c: &Compiled, store: &dyn Store, now: Nanos, lvl: &LevelRuntime, limit: u32, notices: &mut Vec<Notice>) -> Result<(), EngineError> {
+fn set_limit(
+    c: &Compiled,
+    store: &dyn Store,
+    now: Nanos,
+    lvl: &LevelRuntime,
+    limit: u32,
+    notices: &mut Vec<Notice>,
+) -> Result<(), EngineError> {
     if lvl.exempt {
         return Ok(());
     }
@@ -499,7 +551,13 @@ fn set_limit(c: &Compiled, store: &dyn Store, now: Nanos, lvl: &LevelRuntime, li
 
 /// Fleet mode: this replica's seats per level (in the policy's order; `None`: exempt, left
 /// alone) become the levels' concurrency limits.
-pub fn set_limits(c: &Compiled, store: &dyn Store, now: Nanos, limits: &[Option<u32>], notices: &mut Vec<Notice>) -> Result<(), EngineError> {
+pub fn set_limits(
+    c: &Compiled,
+    store: &dyn Store,
+    now: Nanos,
+    limits: &[Option<u32>],
+    notices: &mut Vec<Notice>,
+) -> Result<(), EngineError> {
     for (lvl, limit) in c.levels.iter().zip(limits) {
         if let Some(limit) = *limit {
             set_limit(c, store, now, lvl, limit, notices)?;

@@ -144,7 +144,14 @@ impl<X> Requests<X> {
         e
     }
 
-    fn end_into(&mut self, store: &dyn Store, host: &mut dyn Host<X>, context: u32, now: Nanos, more: &mut Vec<Notice>) -> Option<Entry<X>> {
+    fn end_into(
+        &mut self,
+        store: &dyn Store,
+        host: &mut dyn Host<X>,
+        context: u32,
+        now: Nanos,
+        more: &mut Vec<Notice>,
+    ) -> Option<Entry<X>> {
         let e = self.map.remove(&context)?;
         match e.phase {
             Phase::Executing => host.finished(&e, now),
@@ -165,7 +172,13 @@ impl<X> Requests<X> {
             match super::time_out(store, now, &key, id) {
                 Ok(Some(retry_after)) => {
                     let owner = host.slot().unwrap_or(0);
-                    let n = Notice { owner, context, level_key: key.to_string(), id, kind: NoticeKind::Reject { reason: RejectReason::TimeOut, retry_after } };
+                    let n = Notice {
+                        owner,
+                        context,
+                        level_key: key.to_string(),
+                        id,
+                        kind: NoticeKind::Reject { reason: RejectReason::TimeOut, retry_after },
+                    };
                     self.handle(store, host, n, now, &mut Vec::new());
                 }
                 // Dispatched meanwhile: its wake-up notice (with the receipt) is on its way.
@@ -176,7 +189,15 @@ impl<X> Requests<X> {
     }
 }
 
-fn release<X>(store: &dyn Store, host: &mut dyn Host<X>, level_key: &str, id: RequestId, receipt: Option<&Receipt>, now: Nanos, more: &mut Vec<Notice>) {
+fn release<X>(
+    store: &dyn Store,
+    host: &mut dyn Host<X>,
+    level_key: &str,
+    id: RequestId,
+    receipt: Option<&Receipt>,
+    now: Nanos,
+    more: &mut Vec<Notice>,
+) {
     if let Err(e) = super::end(store, now, level_key, id, receipt, more) {
         host.failed("release", &e);
     }

@@ -16,7 +16,11 @@ pub const MAX_HAND: usize = 15;
 pub fn required_entropy_bits(deck_size: i32, hand_size: i32) -> i32 {
     let v = ((deck_size as f64).log2() * hand_size as f64).ceil();
     // `as` saturates for out-of-range floats.
-    if v.is_nan() { i32::MIN } else { v as i32 }
+    if v.is_nan() {
+        i32::MIN
+    } else {
+        v as i32
+    }
 }
 
 /// A validated (deck size, hand size) pair.
@@ -39,9 +43,7 @@ impl Dealer {
             return Err(format!("deckSize {deck_size} is impractically large"));
         }
         if required_entropy_bits(deck_size, hand_size) > MAX_HASH_BITS {
-            return Err(format!(
-                "required entropy bits of deckSize {deck_size} and handSize {hand_size} is greater than {MAX_HASH_BITS}"
-            ));
+            return Err(format!("required entropy bits of deckSize {deck_size} and handSize {hand_size} is greater than {MAX_HASH_BITS}"));
         }
         Ok(Dealer { deck: deck_size as u32, hand: hand_size as u32 })
     }
@@ -92,10 +94,7 @@ mod tests {
 
     #[test]
     fn new_dealer_vectors() {
-        assert_eq!(
-            Dealer::new(512, 8).unwrap_err(),
-            "required entropy bits of deckSize 512 and handSize 8 is greater than 60"
-        );
+        assert_eq!(Dealer::new(512, 8).unwrap_err(), "required entropy bits of deckSize 512 and handSize 8 is greater than 60");
         assert!(Dealer::new(1024, 6).is_ok());
         assert_eq!(Dealer::new(1 << 27, 2).unwrap_err(), "deckSize 134217728 is impractically large");
         assert_eq!(Dealer::new(-100, 8).unwrap_err(), "deckSize -100 or handSize 8 is not positive");

@@ -25,20 +25,42 @@ extern "C" {
     fn proxy_get_shared_data(key_data: *const u8, key_size: usize, value_data: *mut *mut u8, value_size: *mut usize, cas: *mut u32) -> u32;
     fn proxy_set_shared_data(key_data: *const u8, key_size: usize, value_data: *const u8, value_size: usize, cas: u32) -> u32;
     fn proxy_register_shared_queue(name_data: *const u8, name_size: usize, return_id: *mut u32) -> u32;
-    fn proxy_resolve_shared_queue(vm_id_data: *const u8, vm_id_size: usize, name_data: *const u8, name_size: usize, return_id: *mut u32) -> u32;
+    fn proxy_resolve_shared_queue(
+        vm_id_data: *const u8,
+        vm_id_size: usize,
+        name_data: *const u8,
+        name_size: usize,
+        return_id: *mut u32,
+    ) -> u32;
     fn proxy_enqueue_shared_queue(queue_id: u32, value_data: *const u8, value_size: usize) -> u32;
     fn proxy_dequeue_shared_queue(queue_id: u32, value_data: *mut *mut u8, value_size: *mut usize) -> u32;
     fn proxy_get_header_map_pairs(map_type: MapType, value_data: *mut *mut u8, value_size: *mut usize) -> u32;
-    fn proxy_add_header_map_value(map_type: MapType, key_data: *const u8, key_size: usize, value_data: *const u8, value_size: usize) -> u32;
+    fn proxy_add_header_map_value(map_type: MapType, key_data: *const u8, key_size: usize, value_data: *const u8, value_size: usize)
+        -> u32;
     fn proxy_remove_header_map_value(map_type: MapType, key_data: *const u8, key_size: usize) -> u32;
-    fn proxy_send_local_response(status_code: u32, details_data: *const u8, details_size: usize, body_data: *const u8, body_size: usize, headers_data: *const u8, headers_size: usize, grpc_status: i32) -> u32;
+    fn proxy_send_local_response(
+        status_code: u32,
+        details_data: *const u8,
+        details_size: usize,
+        body_data: *const u8,
+        body_size: usize,
+        headers_data: *const u8,
+        headers_size: usize,
+        grpc_status: i32,
+    ) -> u32;
     fn proxy_set_effective_context(context_id: u32) -> u32;
     fn proxy_continue_stream(stream_type: StreamType) -> u32;
     fn proxy_get_property(path_data: *const u8, path_size: usize, value_data: *mut *mut u8, value_size: *mut usize) -> u32;
     fn proxy_define_metric(metric_type: MetricType, name_data: *const u8, name_size: usize, return_id: *mut u32) -> u32;
     fn proxy_increment_metric(metric_id: u32, offset: i64) -> u32;
     fn proxy_record_metric(metric_id: u32, value: u64) -> u32;
-    fn proxy_get_buffer_bytes(buffer_type: BufferType, start: usize, max_size: usize, value_data: *mut *mut u8, value_size: *mut usize) -> u32;
+    fn proxy_get_buffer_bytes(
+        buffer_type: BufferType,
+        start: usize,
+        max_size: usize,
+        value_data: *mut *mut u8,
+        value_size: *mut usize,
+    ) -> u32;
     fn proxy_set_tick_period_milliseconds(period: u32) -> u32;
 }
 
@@ -65,7 +87,11 @@ fn clock(id: u32) -> i64 {
     let mut t: u64 = 0;
     // SAFETY: plain out-pointer to a local.
     let ok = unsafe { clock_time_get(id, 1, &mut t) } == 0;
-    if ok { i64::try_from(t).unwrap_or(i64::MAX) } else { 0 }
+    if ok {
+        i64::try_from(t).unwrap_or(i64::MAX)
+    } else {
+        0
+    }
 }
 
 /// Envoy's shared data, with this worker's own engine state ([`WorkerState`]).

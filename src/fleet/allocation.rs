@@ -151,10 +151,13 @@ pub fn split_seats(current: u32, weights: &[u64]) -> Vec<u32> {
     let weight = |w: u64| if total == 0 { 1u128 } else { u128::from(w) };
     let denominator = if total == 0 { n as u128 } else { total };
     // Exact quotas rest·w/W: integer parts, and remainders compared over the same denominator.
-    let quotas: Vec<(u128, u128)> = weights.iter().map(|&w| {
-        let x = u128::from(rest) * weight(w);
-        (x / denominator, x % denominator)
-    }).collect();
+    let quotas: Vec<(u128, u128)> = weights
+        .iter()
+        .map(|&w| {
+            let x = u128::from(rest) * weight(w);
+            (x / denominator, x % denominator)
+        })
+        .collect();
     let given: u128 = quotas.iter().map(|q| q.0).sum();
     let left = u128::from(rest).saturating_sub(given);
     let mut order: Vec<usize> = (0..n).collect();
@@ -199,24 +202,40 @@ pub fn allocate(policy: &FleetPolicy, replicas: &[ReplicaDemand<'_>]) -> Allocat
     let demand: Vec<SeatDemandStats> = (0..nlevels).map(|i| fleet_demand(sorted.iter().filter_map(|(_, d)| d.get(i)))).collect();
     // Step 1: one kube-apiserver with the fleet's demand. A failed allocation problem keeps the
     // "previous" CurrentCL upstream; a pure function has none, so it is the initial one.
-    let mut borrowing: Vec<BorrowingLevel> = policy.levels.iter().zip(&demand).map(|(l, d)| BorrowingLevel {
-        exempt: l.exempt,
-        nominal: l.limits.nominal,
-        min: l.limits.min,
-        max: l.limits.max,
-        stats: *d,
-        current: l.limits.initial_current,
-    }).collect();
+    let mut borrowing: Vec<BorrowingLevel> = policy
+        .levels
+        .iter()
+        .zip(&demand)
+        .map(|(l, d)| BorrowingLevel {
+            exempt: l.exempt,
+            nominal: l.limits.nominal,
+            min: l.limits.min,
+            max: l.limits.max,
+            stats: *d,
+            current: l.limits.initial_current,
+        })
+        .collect();
     let outcome = update_borrowing(&mut borrowing, policy.nominal_sum());
     // Step 2: split each limited level among the replicas.
     let n = sorted.len();
-    let levels = borrowing.iter().zip(demand).enumerate().map(|(i, (b, demand))| {
-        if b.exempt {
-            return LevelAllocation { exempt: true, current: b.current, minimum: 0, seats: vec![0; n], demand };
-        }
-        let weights: Vec<u64> = sorted.iter().map(|(_, d)| d.get(i).map_or(0, demand_weight)).collect();
-        LevelAllocation { exempt: false, current: b.current, minimum: minimum_share(b.current, n), seats: split_seats(b.current, &weights), demand }
-    }).collect();
+    let levels = borrowing
+        .iter()
+        .zip(demand)
+        .enumerate()
+        .map(|(i, (b, demand))| {
+            if b.exempt {
+                return LevelAllocation { exempt: true, current: b.current, minimum: 0, seats: vec![0; n], demand };
+            }
+            let weights: Vec<u64> = sorted.iter().map(|(_, d)| d.get(i).map_or(0, demand_weight)).collect();
+            LevelAllocation {
+                exempt: false,
+                current: b.current,
+                minimum: minimum_share(b.current, n),
+                seats: split_seats(b.current, &weights),
+                demand,
+            }
+        })
+        .collect();
     Allocation {
         replicas: sorted.into_iter().map(|(id, _)| id.to_string()).collect(),
         levels,

@@ -647,7 +647,12 @@ impl Fleet {
     /// snapshot is newer than the previous one (a lower revision means etcd's data was replaced).
     fn observe(&mut self, s: Snapshot, now: Nanos) {
         if self.snapshot.as_ref().is_some_and(|old| s.revision < old.revision) {
-            log::warn!("fleet {}: etcd's revision went back from {:?} to {}", self.id, self.snapshot.as_ref().map(|o| o.revision), s.revision);
+            log::warn!(
+                "fleet {}: etcd's revision went back from {:?} to {}",
+                self.id,
+                self.snapshot.as_ref().map(|o| o.revision),
+                s.revision
+            );
         }
         match s.get(&self.id) {
             Some(e) => {
@@ -703,7 +708,9 @@ impl Fleet {
     /// observed one and every pending write's (the last claims when the record is gone).
     fn claim_floor(&self) -> Option<Vec<u32>> {
         let base = self.own.as_ref().map(|(_, c)| c).or(self.last_claims.as_ref())?;
-        Some(base.iter().enumerate().map(|(i, &c)| self.pending.iter().filter_map(|p| p.claims.get(i).copied()).fold(c, u32::min)).collect())
+        Some(
+            base.iter().enumerate().map(|(i, &c)| self.pending.iter().filter_map(|p| p.claims.get(i).copied()).fold(c, u32::min)).collect(),
+        )
     }
 
     /// The next record write on the latest snapshot, raising grants only when `raise` (a
@@ -728,10 +735,16 @@ impl Fleet {
             heartbeat: 0,
             revision: snap.revision,
             server_concurrency_limit: self.policy.server_concurrency_limit,
-            levels: self.policy.levels.iter().enumerate().map(|(i, l)| {
-                let demand = self.demand.get(i).copied().unwrap_or_default();
-                (l.name.clone(), LevelRecord { demand, claim: 0, granted: 0, in_use: self.in_use.get(i).copied().unwrap_or(0) })
-            }).collect(),
+            levels: self
+                .policy
+                .levels
+                .iter()
+                .enumerate()
+                .map(|(i, l)| {
+                    let demand = self.demand.get(i).copied().unwrap_or_default();
+                    (l.name.clone(), LevelRecord { demand, claim: 0, granted: 0, in_use: self.in_use.get(i).copied().unwrap_or(0) })
+                })
+                .collect(),
         };
         // The state this write creates, and its allocation.
         let after = snap.with_record(&self.id, record.clone());
@@ -769,12 +782,18 @@ impl Fleet {
             *g2 = g2.saturating_sub(cut);
             excess = excess.saturating_sub(u64::from(cut));
         }
-        let claims: Vec<u32> = self.policy.levels.iter().enumerate().map(|(i, l)| {
-            if l.exempt {
-                return 0;
-            }
-            at(&in_use, i).max(at(&granted, i)).max(at(current, i).min(at(&target, i)))
-        }).collect();
+        let claims: Vec<u32> = self
+            .policy
+            .levels
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                if l.exempt {
+                    return 0;
+                }
+                at(&in_use, i).max(at(&granted, i)).max(at(current, i).min(at(&target, i)))
+            })
+            .collect();
         for (i, l) in self.policy.levels.iter().enumerate() {
             if let Some(lr) = record.levels.get_mut(&l.name) {
                 lr.claim = at(&claims, i);
@@ -813,9 +832,13 @@ impl Fleet {
             FleetMode::Fallback => self.static_shares(),
         };
         let at = |v: &[u32], i: usize| v.get(i).copied().unwrap_or(0);
-        let limits: Vec<Option<u32>> = self.policy.levels.iter().enumerate().map(|(i, l)| {
-            (!l.exempt).then(|| at(&cap, i).min(at(&floor, i)).min(at(&self.granted, i)))
-        }).collect();
+        let limits: Vec<Option<u32>> = self
+            .policy
+            .levels
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (!l.exempt).then(|| at(&cap, i).min(at(&floor, i)).min(at(&self.granted, i))))
+            .collect();
         if limits != self.limits {
             self.generation = self.generation.wrapping_add(1);
             self.history.push((self.generation, limits.clone()));

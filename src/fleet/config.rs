@@ -81,7 +81,12 @@ impl FleetConfig {
     /// A configuration with defaults for everything but the etcd cluster.
     pub fn with_cluster(cluster: &str) -> FleetConfig {
         FleetConfig {
-            etcd: EtcdConfig { cluster: cluster.to_string(), authority: cluster.to_string(), prefix: DEFAULT_PREFIX.to_string(), credentials: None },
+            etcd: EtcdConfig {
+                cluster: cluster.to_string(),
+                authority: cluster.to_string(),
+                prefix: DEFAULT_PREFIX.to_string(),
+                credentials: None,
+            },
             name: DEFAULT_NAME.to_string(),
             period: DEFAULT_PERIOD,
             lease_ttl: DEFAULT_LEASE_TTL,
@@ -106,7 +111,10 @@ impl FleetConfig {
         let period = positive_duration("fleet.period", raw.period.as_deref(), DEFAULT_PERIOD, &mut errs);
         let lease_ttl = positive_duration("fleet.leaseTtl", raw.lease_ttl.as_deref(), DEFAULT_LEASE_TTL, &mut errs);
         if lease_ttl % NANOS_PER_SEC != 0 {
-            errs.push(format!("fleet.leaseTtl: must be a whole number of seconds (etcd lease TTLs are), got {}", format_go_duration(lease_ttl)));
+            errs.push(format!(
+                "fleet.leaseTtl: must be a whole number of seconds (etcd lease TTLs are), got {}",
+                format_go_duration(lease_ttl)
+            ));
         }
         if lease_ttl < period.saturating_mul(2) {
             errs.push(format!(

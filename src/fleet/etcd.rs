@@ -94,8 +94,12 @@ fn get<'a>(v: &'a Value, names: &[&str]) -> Option<&'a Value> {
 fn int(v: &Value, names: &[&str]) -> Res<i64> {
     match get(v, names) {
         None => Ok(0),
-        Some(Value::String(s)) => s.parse::<i64>().or_else(|_| bad(format!("{}: {s:?} is not an int64", names.first().copied().unwrap_or("")))),
-        Some(Value::Number(n)) => n.as_i64().map_or_else(|| bad(format!("{}: {n} is not an int64", names.first().copied().unwrap_or(""))), Ok),
+        Some(Value::String(s)) => {
+            s.parse::<i64>().or_else(|_| bad(format!("{}: {s:?} is not an int64", names.first().copied().unwrap_or(""))))
+        }
+        Some(Value::Number(n)) => {
+            n.as_i64().map_or_else(|| bad(format!("{}: {n} is not an int64", names.first().copied().unwrap_or(""))), Ok)
+        }
         Some(_) => bad(format!("{}: expected an integer", names.first().copied().unwrap_or(""))),
     }
 }
@@ -103,8 +107,12 @@ fn int(v: &Value, names: &[&str]) -> Res<i64> {
 fn uint(v: &Value, names: &[&str]) -> Res<u64> {
     match get(v, names) {
         None => Ok(0),
-        Some(Value::String(s)) => s.parse::<u64>().or_else(|_| bad(format!("{}: {s:?} is not a uint64", names.first().copied().unwrap_or("")))),
-        Some(Value::Number(n)) => n.as_u64().map_or_else(|| bad(format!("{}: {n} is not a uint64", names.first().copied().unwrap_or(""))), Ok),
+        Some(Value::String(s)) => {
+            s.parse::<u64>().or_else(|_| bad(format!("{}: {s:?} is not a uint64", names.first().copied().unwrap_or(""))))
+        }
+        Some(Value::Number(n)) => {
+            n.as_u64().map_or_else(|| bad(format!("{}: {n} is not a uint64", names.first().copied().unwrap_or(""))), Ok)
+        }
         Some(_) => bad(format!("{}: expected an integer", names.first().copied().unwrap_or(""))),
     }
 }
@@ -407,7 +415,10 @@ impl RequestOp {
         }
         if let Some(d) = get(v, &["request_delete_range", "requestDeleteRange"]) {
             object(d, "delete range request")?;
-            return Ok(RequestOp::DeleteRange(DeleteRangeRequest { key: bytes(d, &["key"])?, range_end: bytes(d, &["range_end", "rangeEnd"])? }));
+            return Ok(RequestOp::DeleteRange(DeleteRangeRequest {
+                key: bytes(d, &["key"])?,
+                range_end: bytes(d, &["range_end", "rangeEnd"])?,
+            }));
         }
         bad("request op: expected request_range, request_put or request_delete_range")
     }
@@ -418,7 +429,11 @@ fn enum_index(v: &Value, names: &[&str], variants: &[&str]) -> Res<usize> {
     match get(v, names) {
         None => Ok(0),
         Some(Value::String(s)) => variants.iter().position(|x| x == s).map_or_else(|| bad(format!("unknown enum value {s:?}")), Ok),
-        Some(Value::Number(n)) => n.as_u64().and_then(|i| usize::try_from(i).ok()).filter(|&i| i < variants.len()).map_or_else(|| bad(format!("unknown enum value {n}")), Ok),
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .and_then(|i| usize::try_from(i).ok())
+            .filter(|&i| i < variants.len())
+            .map_or_else(|| bad(format!("unknown enum value {n}")), Ok),
         Some(_) => bad("enum: expected a string or a number"),
     }
 }
@@ -834,7 +849,10 @@ mod tests {
         assert!(RangeResponse::decode(200, b"[]").is_err());
         let k = LeaseResponse::decode_keepalive(200, b"{\"result\":{\"header\":{\"revision\":\"3\"},\"ID\":\"12\"}}\n").unwrap();
         assert_eq!((k.id, k.ttl), (12, 0));
-        let e = LeaseResponse::decode_keepalive(200, br#"{"error":{"grpc_code":5,"http_code":404,"message":"etcdserver: requested lease not found"}}"#);
+        let e = LeaseResponse::decode_keepalive(
+            200,
+            br#"{"error":{"grpc_code":5,"http_code":404,"message":"etcdserver: requested lease not found"}}"#,
+        );
         assert!(e.unwrap_err().is_lease_not_found());
         assert!(LeaseResponse::decode_grant(200, br#"{"ID":"5","TTL":"5","error":"too many leases"}"#).is_err());
         assert!(AuthenticateResponse::decode(200, br#"{"header":{}}"#).is_err());

@@ -12,8 +12,8 @@
 //! [`FleetFeed::apply`] after each (forced at the end of a period).
 
 use super::claim::{EtcdCall, Fleet};
-use crate::engine::{self, Compiled, EngineError, Notice};
 use crate::engine::store::Store;
+use crate::engine::{self, Compiled, EngineError, Notice};
 use crate::limits::borrowing::SeatDemandStats;
 use crate::limits::integrator::Integrator;
 use crate::Nanos;
@@ -110,7 +110,14 @@ impl FleetFeed {
 
     /// Applies the fleet's limits to the levels of `c` in `store` when they changed (or the
     /// configuration did), or when `force`d; what the levels dispatched goes to `notices`.
-    pub fn apply(&mut self, c: &Compiled, store: &dyn Store, now: Nanos, force: bool, notices: &mut Vec<Notice>) -> Result<(), EngineError> {
+    pub fn apply(
+        &mut self,
+        c: &Compiled,
+        store: &dyn Store,
+        now: Nanos,
+        force: bool,
+        notices: &mut Vec<Notice>,
+    ) -> Result<(), EngineError> {
         let want = (c.generation, self.fleet.generation());
         if self.applied == Some(want) && !force {
             return Ok(());

@@ -174,11 +174,17 @@ impl MemEtcd {
         }
         match path {
             etcd::LEASE_GRANT | etcd::LEASE_KEEPALIVE | etcd::LEASE_REVOKE => self.lease_call(path, body, now),
-            etcd::KV_RANGE => match serde_json::from_slice(body).map_err(|e| e.to_string()).and_then(|v| RangeRequest::from_json(&v).map_err(|e| e.to_string())) {
+            etcd::KV_RANGE => match serde_json::from_slice(body)
+                .map_err(|e| e.to_string())
+                .and_then(|v| RangeRequest::from_json(&v).map_err(|e| e.to_string()))
+            {
                 Ok(r) => ok(&self.read(&r).to_json()),
                 Err(e) => error(codes::INVALID_ARGUMENT, &e),
             },
-            etcd::KV_PUT => match serde_json::from_slice(body).map_err(|e| e.to_string()).and_then(|v| etcd::PutRequest::from_json(&v).map_err(|e| e.to_string())) {
+            etcd::KV_PUT => match serde_json::from_slice(body)
+                .map_err(|e| e.to_string())
+                .and_then(|v| etcd::PutRequest::from_json(&v).map_err(|e| e.to_string()))
+            {
                 Ok(p) => {
                     let txn = TxnRequest { compare: Vec::new(), success: vec![RequestOp::Put(p)], failure: Vec::new() };
                     match self.txn(&txn) {
@@ -218,12 +224,14 @@ impl MemEtcd {
     fn random_token(&self) -> String {
         // Simple tokens are 16 random letters; any string does.
         let mut x = self.next_token.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5851_f42d_4c95_7f2d;
-        (0..16).map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            char::from(b'a' + (x % 26) as u8)
-        }).collect()
+        (0..16)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                char::from(b'a' + (x % 26) as u8)
+            })
+            .collect()
     }
 
     fn lease_call(&mut self, path: &str, body: &[u8], now: Nanos) -> (u16, Vec<u8>) {
@@ -309,7 +317,9 @@ impl MemEtcd {
         let mut responses = Vec::with_capacity(ops.len());
         for op in ops {
             responses.push(match op {
-                RequestOp::Range(r) => ResponseOp::Range(RangeResponse { header: Header { revision: self.revision, ..Header::default() }, ..self.read(r) }),
+                RequestOp::Range(r) => {
+                    ResponseOp::Range(RangeResponse { header: Header { revision: self.revision, ..Header::default() }, ..self.read(r) })
+                }
                 RequestOp::Put(p) => {
                     let prev = self.kvs.get(&p.key);
                     let kv = KeyValue {
@@ -350,7 +360,10 @@ mod tests {
         let (_, b) = m.handle(etcd::LEASE_GRANT, &[], &etcd::lease_grant_request(2), 0);
         let id = LeaseResponse::decode_grant(200, &b).unwrap().id;
         for k in [&b"/p/a"[..], b"/p/b"] {
-            let put = TxnRequest { success: vec![RequestOp::Put(PutRequest { key: k.to_vec(), value: b"v".to_vec(), lease: id })], ..Default::default() };
+            let put = TxnRequest {
+                success: vec![RequestOp::Put(PutRequest { key: k.to_vec(), value: b"v".to_vec(), lease: id })],
+                ..Default::default()
+            };
             assert!(m.txn(&put).unwrap().succeeded);
         }
         assert_eq!(m.revision(), 3);

@@ -131,7 +131,12 @@ impl Record {
             }
             Some(_) => return Err("levels: expected an object".to_string()),
         }
-        Ok(Record { heartbeat: unsigned(&v, "heartbeat")?, revision, server_concurrency_limit: seats(&v, "serverConcurrencyLimit")?, levels })
+        Ok(Record {
+            heartbeat: unsigned(&v, "heartbeat")?,
+            revision,
+            server_concurrency_limit: seats(&v, "serverConcurrencyLimit")?,
+            levels,
+        })
     }
 
     /// The claim on a level (0 when the record does not name it).
@@ -162,12 +167,27 @@ mod tests {
     #[test]
     fn round_trip_and_leniency() {
         let mut r = Record { heartbeat: 3, revision: 99, server_concurrency_limit: 600, levels: BTreeMap::new() };
-        r.levels.insert("a".into(), LevelRecord { demand: SeatDemandStats { avg: 1.5, std_dev: 0.5, high_watermark: 3, smoothed: 2.0 }, claim: 7, granted: 6, in_use: 2 });
+        r.levels.insert(
+            "a".into(),
+            LevelRecord {
+                demand: SeatDemandStats { avg: 1.5, std_dev: 0.5, high_watermark: 3, smoothed: 2.0 },
+                claim: 7,
+                granted: 6,
+                in_use: 2,
+            },
+        );
         assert_eq!(Record::decode(&r.encode()).unwrap(), r);
         assert_eq!(r.claim("a") + r.claim("b"), 7);
         let lenient = Record::decode(br#"{"format":1,"future":true,"levels":{"x":{"claim":4,"avg":null}}}"#).unwrap();
         assert_eq!(lenient.claim("x"), 4);
-        for bad in [&b"{"[..], b"[]", br#"{"format":2}"#, br#"{"format":1,"levels":[]}"#, br#"{"format":1,"levels":{"x":{"claim":-1}}}"#, br#"{"format":1,"levels":{"x":{"claim":4294967296}}}"#] {
+        for bad in [
+            &b"{"[..],
+            b"[]",
+            br#"{"format":2}"#,
+            br#"{"format":1,"levels":[]}"#,
+            br#"{"format":1,"levels":{"x":{"claim":-1}}}"#,
+            br#"{"format":1,"levels":{"x":{"claim":4294967296}}}"#,
+        ] {
             assert!(Record::decode(bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
         assert!(valid_replica_id("gw-7f9c.ns_1") && !valid_replica_id("a/b") && !valid_replica_id("") && !valid_replica_id("a b"));

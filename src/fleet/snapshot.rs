@@ -45,15 +45,19 @@ impl Snapshot {
         if r.more || r.count > r.kvs.len() as i64 {
             return Err(EtcdError::Malformed(format!("range holds {} of {} keys", r.kvs.len(), r.count)));
         }
-        let mut replicas: Vec<ReplicaEntry> = r.kvs.iter().filter_map(|kv| {
-            let id = kv.key.strip_prefix(prefix)?;
-            Some(ReplicaEntry {
-                id: String::from_utf8_lossy(id).into_owned(),
-                mod_revision: kv.mod_revision,
-                lease: kv.lease,
-                record: Record::decode(&kv.value),
+        let mut replicas: Vec<ReplicaEntry> = r
+            .kvs
+            .iter()
+            .filter_map(|kv| {
+                let id = kv.key.strip_prefix(prefix)?;
+                Some(ReplicaEntry {
+                    id: String::from_utf8_lossy(id).into_owned(),
+                    mod_revision: kv.mod_revision,
+                    lease: kv.lease,
+                    record: Record::decode(&kv.value),
+                })
             })
-        }).collect();
+            .collect();
         replicas.sort_by(|a, b| a.id.cmp(&b.id));
         replicas.dedup_by(|a, b| a.id == b.id);
         Ok(Snapshot { revision: r.header.revision, replicas })
@@ -88,7 +92,8 @@ impl Snapshot {
     /// without demand).
     pub fn allocate(&self, policy: &FleetPolicy) -> Allocation {
         let demand: Vec<Vec<SeatDemandStats>> = self.replicas.iter().map(|e| demand_of(e.record.as_ref().ok(), policy)).collect();
-        let input: Vec<ReplicaDemand<'_>> = self.replicas.iter().zip(&demand).map(|(e, d)| ReplicaDemand { id: &e.id, demand: d }).collect();
+        let input: Vec<ReplicaDemand<'_>> =
+            self.replicas.iter().zip(&demand).map(|(e, d)| ReplicaDemand { id: &e.id, demand: d }).collect();
         allocate(policy, &input)
     }
 

@@ -9,12 +9,12 @@ use crate::digest::initial_events::MarkerScanner;
 use crate::digest::list_size::ListBodyScanner;
 use crate::digest::request_info::RequestInfo;
 use crate::digest::work_estimate::{ClusterStats, StatsLookup, WatchInit};
-use crate::engine::requests::Phase;
-use crate::engine::object_counts::SharedCounts;
 use crate::engine::compiled::Digest;
+use crate::engine::object_counts::SharedCounts;
+use crate::engine::requests::Phase;
 use crate::engine::{self, debug, Compiled, Decision};
-use crate::Nanos;
 use crate::fairqueuing::RequestTag;
+use crate::Nanos;
 use serde_json::Value;
 use std::rc::Rc;
 
@@ -51,7 +51,9 @@ impl Request {
             let (ok, _, identity) = response(h);
             if ok {
                 let expected_bytes = match stats {
-                    Some(StatsLookup::Found(s)) if s.count > 0 && s.average_object_size_bytes > 0 => u64::try_from(s.count.saturating_mul(s.average_object_size_bytes)).ok(),
+                    Some(StatsLookup::Found(s)) if s.count > 0 && s.average_object_size_bytes > 0 => {
+                        u64::try_from(s.count.saturating_mul(s.average_object_size_bytes)).ok()
+                    }
                     _ => None,
                 };
                 // The bookmark's bytes are not visible in a compressed stream.
@@ -314,7 +316,8 @@ pub fn digest_request(h: &dyn Host, c: &Compiled, cluster: ClusterStats) -> Dige
     let subject = || h.property(&["connection", "subject_peer_certificate"]).and_then(|b| String::from_utf8(b).ok());
     let cert_subject = (c.needs.cert_subject && mtls).then(subject).flatten();
     let jwt_claims = if c.needs.jwt { jwt_claims(h, &c.config.identity) } else { None };
-    let input = IdentityInput { headers: &identity_headers, peer, mtls, cert_subject: cert_subject.as_deref(), jwt_claims: jwt_claims.as_ref() };
+    let input =
+        IdentityInput { headers: &identity_headers, peer, mtls, cert_subject: cert_subject.as_deref(), jwt_claims: jwt_claims.as_ref() };
     let mut remove = if c.needs.strip { c.config.identity.headers_to_strip(&input) } else { Vec::new() };
     let fwd = c.config.identity.front_proxy_headers(&input, headers.iter().map(|(k, v)| (*k, *v)));
     remove.extend(fwd.remove);
@@ -338,7 +341,12 @@ fn cluster_lookup(c: &Compiled, counts: Option<&SharedCounts>, group: &str, reso
 /// continued page.
 fn learnable(info: &RequestInfo) -> bool {
     let q = &info.query;
-    info.verb == "list" && info.namespace.is_empty() && info.name.is_empty() && q.label_selector.is_empty() && q.field_selector.is_empty() && q.continue_token.is_empty()
+    info.verb == "list"
+        && info.namespace.is_empty()
+        && info.name.is_empty()
+        && q.label_selector.is_empty()
+        && q.field_selector.is_empty()
+        && q.continue_token.is_empty()
 }
 
 /// What the response headers say about the body: (`:status` 200, JSON, not compressed (no

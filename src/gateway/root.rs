@@ -87,7 +87,15 @@ impl Root {
     }
 
     /// Starts a GET on `cluster` (with `token` as bearer token, if any); the call's token.
-    fn get(h: &dyn Host, cluster: &str, authority: &str, path: &str, accept: &str, token: Option<&String>, timeout: Duration) -> Result<u32, String> {
+    fn get(
+        h: &dyn Host,
+        cluster: &str,
+        authority: &str,
+        path: &str,
+        accept: &str,
+        token: Option<&String>,
+        timeout: Duration,
+    ) -> Result<u32, String> {
         let bearer = token.map(|t| format!("Bearer {t}"));
         let auth = bearer.as_deref().map(|b| ("authorization", b));
         let headers = [(":method", "GET"), (":path", path), (":authority", authority), ("accept", accept)];
@@ -137,7 +145,9 @@ impl Root {
         self.fetch.applied = Some(digest);
         match parse_plugin_config(&merged) {
             Ok(cfg) => self.apply(h, cfg, "cluster policy"),
-            Err(errors) => log::error!("apf: invalid cluster policy ({} errors); keeping the current one: {}", errors.len(), errors.join("; ")),
+            Err(errors) => {
+                log::error!("apf: invalid cluster policy ({} errors); keeping the current one: {}", errors.len(), errors.join("; "))
+            }
         }
     }
 
@@ -168,7 +178,8 @@ impl Root {
     fn counts_response(&mut self, h: &dyn Host, w: &mut Worker, body_size: usize) {
         let status = call_status(h);
         if status != "200" {
-            let why = if status.is_empty() { "no response (timeout or connection failure)".to_string() } else { format!("HTTP status {status}") };
+            let why =
+                if status.is_empty() { "no response (timeout or connection failure)".to_string() } else { format!("HTTP status {status}") };
             return self.record_counts(h, w, Err(why));
         }
         let mut scanner = crate::digest::object_counts::MetricsScanner::new();
@@ -179,7 +190,11 @@ impl Root {
         }
         let scraped = scanner.finish();
         if scraped.samples == 0 {
-            return self.record_counts(h, w, Err("no apiserver_resource_objects or apiserver_storage_objects sample in the response".to_string()));
+            return self.record_counts(
+                h,
+                w,
+                Err("no apiserver_resource_objects or apiserver_storage_objects sample in the response".to_string()),
+            );
         }
         if scraped.malformed > 0 {
             log::warn!("apf: {} malformed object count lines in the cluster's metrics", scraped.malformed);
@@ -197,7 +212,11 @@ impl Root {
                 w.stats.count_own(Own::CountsRefreshes);
             }
             Err(why) => {
-                log::warn!("apf: reading object counts from the cluster's {} failed: {why}; the last counts stay in use (stale after {})", cm.path, crate::duration::format_go_duration(cm.stale_after));
+                log::warn!(
+                    "apf: reading object counts from the cluster's {} failed: {why}; the last counts stay in use (stale after {})",
+                    cm.path,
+                    crate::duration::format_go_duration(cm.stale_after)
+                );
                 w.stats.count_own(Own::CountsRefreshFailures);
             }
         }
@@ -212,7 +231,10 @@ impl Root {
 fn flush_metrics(h: &dyn Host, w: &mut Worker, c: &Compiled, now: Nanos) {
     if let Some(cm) = c.config.cluster_metrics.as_ref() {
         let (stale, age) = match w.counts.as_ref() {
-            Some(s) => (s.tracker.stale(now, cm.stale_after) as u64, (s.last_success > 0).then(|| u64::try_from(now.saturating_sub(s.last_success) / crate::NANOS_PER_SEC).unwrap_or(0))),
+            Some(s) => (
+                s.tracker.stale(now, cm.stale_after) as u64,
+                (s.last_success > 0).then(|| u64::try_from(now.saturating_sub(s.last_success) / crate::NANOS_PER_SEC).unwrap_or(0)),
+            ),
             None => (0, None),
         };
         w.stats.set_own_gauges(h, stale, age);
@@ -294,9 +316,9 @@ impl Root {
         }
         if w.due(now, REAP_EVERY, |w| &mut w.last_reap) {
             match engine::reap_dead_workers(h.store(), now, worker::LEASE_TTL, &keys, &mut notices) {
-                Ok(dead) => dead.iter().for_each(|d| {
-                    log::warn!("apf: reaped worker slot {} (lease expired); its seats were released", d.slot)
-                }),
+                Ok(dead) => {
+                    dead.iter().for_each(|d| log::warn!("apf: reaped worker slot {} (lease expired); its seats were released", d.slot))
+                }
                 Err(e) => log::warn!("apf: reaping failed: {e}"),
             }
             w.route(h, notices, now);

@@ -136,7 +136,15 @@ fn add_to_counters(h: &dyn Host, names: &[impl AsRef<str>], ids: &mut [Option<u3
 }
 
 impl Stats {
-    fn with_series<T>(&mut self, c: &Compiled, m: M, pl: usize, fs: usize, extra: &'static str, f: impl FnOnce(&mut Series) -> T) -> Option<T> {
+    fn with_series<T>(
+        &mut self,
+        c: &Compiled,
+        m: M,
+        pl: usize,
+        fs: usize,
+        extra: &'static str,
+        f: impl FnOnce(&mut Series) -> T,
+    ) -> Option<T> {
         let key: Key = (c.generation, m, pl as u16, fs as u16, extra);
         match self.series.entry(key) {
             Entry::Occupied(s) => Some(f(s.into_mut())),

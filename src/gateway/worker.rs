@@ -249,7 +249,13 @@ impl Worker {
 
     /// The request table and the engine's callbacks over the rest of this worker.
     fn split<'a>(&'a mut self, h: &'a dyn Host) -> (&'a mut Requests<Extra>, Callbacks<'a>) {
-        let cb = Callbacks { h, slot: self.slot, rejected: &mut self.rejected, slot_mailboxes: &mut self.slot_mailboxes, stats: &mut self.stats };
+        let cb = Callbacks {
+            h,
+            slot: self.slot,
+            rejected: &mut self.rejected,
+            slot_mailboxes: &mut self.slot_mailboxes,
+            stats: &mut self.stats,
+        };
         (&mut self.requests, cb)
     }
 

@@ -184,14 +184,7 @@ mod tests {
 
     #[test]
     fn nan_and_huge_inputs_do_not_panic() {
-        let mut l = BorrowingLevel {
-            exempt: false,
-            nominal: 10,
-            min: 5,
-            max: 20,
-            stats: SeatDemandStats::default(),
-            current: 7,
-        };
+        let mut l = BorrowingLevel { exempt: false, nominal: 10, min: 5, max: 20, stats: SeatDemandStats::default(), current: 7 };
         l.stats.update(&IntegratorResults { duration_secs: 1.0, average: f64::NAN, deviation: 0.0, min: 0.0, max: f64::INFINITY });
         let mut ex = BorrowingLevel { exempt: true, nominal: 0, min: 0, max: 600, stats: SeatDemandStats::default(), current: 0 };
         ex.stats.high_watermark = i64::MAX;

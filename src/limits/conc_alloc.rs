@@ -38,10 +38,7 @@ pub(super) fn go_max(a: f64, b: f64) -> f64 {
 
 /// Returns `(allocs, fair_prop)` or an error saying why the problem has no solution.
 /// `required_sum` is an integer as upstream (`int`).
-pub fn compute_concurrency_allocation(
-    required_sum: i64,
-    classes: &[AllocProblemItem],
-) -> Result<(Vec<f64>, f64), String> {
+pub fn compute_concurrency_allocation(required_sum: i64, classes: &[AllocProblemItem]) -> Result<(Vec<f64>, f64), String> {
     if required_sum < 0 {
         return Err("negative sums are not supported".to_string());
     }
@@ -160,12 +157,10 @@ mod tests {
         assert_eq!((a, p), (vec![5., 5.], 1.));
         let (a, p) = compute_concurrency_allocation(10, &[it(1., 0., 10.), it(9., 0., 3.)]).unwrap();
         assert!(close(a[0], 7., 1e-9) && close(a[1], 3., 1e-9) && close(p, 7., 1e-9), "{a:?} {p}");
-        let (a, p) =
-            compute_concurrency_allocation(20, &[it(10., 2., 6.), it(10., 2., 30.), it(5., 5., 5.)]).unwrap();
+        let (a, p) = compute_concurrency_allocation(20, &[it(10., 2., 6.), it(10., 2., 30.), it(5., 5., 5.)]).unwrap();
         assert!(close(a[0], 6., 1e-9) && close(a[1], 9., 1e-9) && close(a[2], 5., 1e-9), "{a:?}");
         assert!(close(p, 0.9, 1e-9), "{p}");
-        let (a, p) =
-            compute_concurrency_allocation(12, &[it(2., 1., 20.), it(4., 4., 20.), it(0., 0., 1.)]).unwrap();
+        let (a, p) = compute_concurrency_allocation(12, &[it(2., 1., 20.), it(4., 4., 20.), it(0., 0., 1.)]).unwrap();
         assert!(close(a[0], 3.999333, 1e-6) && close(a[1], 7.998667, 1e-6) && close(a[2], 0.002, 1e-6), "{a:?}");
         assert!(close(p, 1.999667, 1e-6), "{p}");
         let three = [it(1., 1., 5.); 3];

@@ -30,18 +30,11 @@ pub struct DroppedRequestsTracker {
 
 impl Default for DroppedRequestsTracker {
     fn default() -> Self {
-        DroppedRequestsTracker {
-            history: Vec::new(),
-            current_unix: 0,
-            current_count: 0,
-            retry_after: 1,
-            retry_after_update_unix: 0,
-        }
+        DroppedRequestsTracker { history: Vec::new(), current_unix: 0, current_count: 0, retry_after: 1, retry_after_update_unix: 0 }
     }
 }
 
 impl DroppedRequestsTracker {
-
     /// Current suggested Retry-After in seconds (1..=32).
     pub fn retry_after(&self) -> i64 {
         self.retry_after
@@ -72,9 +65,7 @@ impl DroppedRequestsTracker {
         // Drops of the last `retry_after` seconds before this one.
         let recent = self.history.iter().rev().take_while(|&&(t, _)| unix.saturating_sub(t) <= retry_after);
         let dropped = recent.filter(|&&(t, _)| t < unix).fold(0i64, |d, &(_, n)| d.saturating_add(n));
-        if unix.saturating_sub(self.retry_after_update_unix) >= retry_after
-            && dropped >= retry_after.saturating_mul(3)
-        {
+        if unix.saturating_sub(self.retry_after_update_unix) >= retry_after && dropped >= retry_after.saturating_mul(3) {
             self.retry_after = retry_after.saturating_mul(2).min(MAX_RETRY_AFTER);
             self.retry_after_update_unix = unix;
             return;

@@ -47,26 +47,29 @@ pub fn max_seats(nominal: u32, hand_size: i32) -> u32 {
 pub fn compute_limits(server_cl: u32, levels: &[PriorityLevel]) -> (Vec<LevelLimits>, u32) {
     let shares = |l: &PriorityLevel| f64::from(l.nominal_concurrency_shares().max(0));
     let share_sum: f64 = levels.iter().map(shares).sum();
-    let limits: Vec<LevelLimits> = levels.iter().map(|l| {
-        let nominal = if share_sum > 0.0 { (f64::from(server_cl) * shares(l) / share_sum).ceil() as u32 } else { 0 };
-        let lendable = percent_of(nominal, l.lendable_percent()).min(nominal);
-        let (borrowing, seats) = match &l.spec {
-            PriorityLevelSpec::Exempt { .. } => (server_cl, None),
-            PriorityLevelSpec::Limited { borrowing_limit_percent, .. } => (
-                borrowing_limit_percent.map_or(server_cl, |p| percent_of(nominal, p)),
-                l.queuing().map(|q| max_seats(nominal, q.hand_size)),
-            ),
-        };
-        LevelLimits {
-            nominal,
-            lendable,
-            borrowing,
-            min: nominal.saturating_sub(lendable),
-            max: nominal.saturating_add(borrowing),
-            max_seats: seats,
-            initial_current: nominal.saturating_sub(lendable / 2),
-        }
-    }).collect();
+    let limits: Vec<LevelLimits> = levels
+        .iter()
+        .map(|l| {
+            let nominal = if share_sum > 0.0 { (f64::from(server_cl) * shares(l) / share_sum).ceil() as u32 } else { 0 };
+            let lendable = percent_of(nominal, l.lendable_percent()).min(nominal);
+            let (borrowing, seats) = match &l.spec {
+                PriorityLevelSpec::Exempt { .. } => (server_cl, None),
+                PriorityLevelSpec::Limited { borrowing_limit_percent, .. } => (
+                    borrowing_limit_percent.map_or(server_cl, |p| percent_of(nominal, p)),
+                    l.queuing().map(|q| max_seats(nominal, q.hand_size)),
+                ),
+            };
+            LevelLimits {
+                nominal,
+                lendable,
+                borrowing,
+                min: nominal.saturating_sub(lendable),
+                max: nominal.saturating_add(borrowing),
+                max_seats: seats,
+                initial_current: nominal.saturating_sub(lendable / 2),
+            }
+        })
+        .collect();
     let sum = limits.iter().fold(0u32, |s, l| s.saturating_add(l.nominal));
     (limits, sum)
 }
@@ -79,7 +82,9 @@ mod tests {
     #[test]
     fn max_seats_vectors_6_3() {
         // (nominalCL, handSize) → plMaxSeats (max_seats_test.go).
-        for (n, h, want) in [(5, 6, 1), (10, 6, 1), (15, 6, 2), (20, 6, 3), (35, 6, 5), (100, 6, 15), (200, 6, 30), (10, 1, 2), (100, 20, 5)] {
+        for (n, h, want) in
+            [(5, 6, 1), (10, 6, 1), (15, 6, 2), (20, 6, 3), (35, 6, 5), (100, 6, 15), (200, 6, 30), (10, 1, 2), (100, 20, 5)]
+        {
             assert_eq!(max_seats(n, h), want, "nominal {n} hand {h}");
         }
     }
@@ -88,7 +93,9 @@ mod tests {
     fn max_seats_via_single_level_with_huge_shares() {
         // max_seats_test.go uses one PL with NCS 10000 next to the imagined exempt (0) and
         // catch-all (5): NominalCL = ceil(ServerCL × 10000 / 10005) = ServerCL.
-        for (server, h, want) in [(5u32, 6, 1), (10, 6, 1), (15, 6, 2), (20, 6, 3), (35, 6, 5), (100, 6, 15), (200, 6, 30), (10, 1, 2), (100, 20, 5)] {
+        for (server, h, want) in
+            [(5u32, 6, 1), (10, 6, 1), (15, 6, 2), (20, 6, 3), (35, 6, 5), (100, 6, 15), (200, 6, 30), (10, 1, 2), (100, 20, 5)]
+        {
             let levels = vec![
                 PriorityLevel {
                     name: "test-pl".into(),

@@ -114,23 +114,64 @@ pub fn dump_priority_levels(rows: &[PriorityLevelRow]) -> String {
     let mut sorted: Vec<&PriorityLevelRow> = rows.iter().collect();
     sorted.sort_by(|a, b| a.name.cmp(&b.name));
     let header = [
-        "PriorityLevelName", "ActiveQueues", "IsIdle", "IsQuiescing", "WaitingRequests",
-        "ExecutingRequests", "DispatchedRequests", "RejectedRequests", "TimedoutRequests",
+        "PriorityLevelName",
+        "ActiveQueues",
+        "IsIdle",
+        "IsQuiescing",
+        "WaitingRequests",
+        "ExecutingRequests",
+        "DispatchedRequests",
+        "RejectedRequests",
+        "TimedoutRequests",
         "CancelledRequests",
-    ].join(",\t") + "\n";
-    let rows = sorted.iter().map(|r| row(&[&r.name, &r.active_queues, &r.is_idle, &r.is_quiescing,
-        &r.waiting, &r.executing, &r.dispatched, &r.rejected, &r.timedout, &r.cancelled]));
+    ]
+    .join(",\t")
+        + "\n";
+    let rows = sorted.iter().map(|r| {
+        row(&[
+            &r.name,
+            &r.active_queues,
+            &r.is_idle,
+            &r.is_quiescing,
+            &r.waiting,
+            &r.executing,
+            &r.dispatched,
+            &r.rejected,
+            &r.timedout,
+            &r.cancelled,
+        ])
+    });
     tabwrite(&(header + &rows.collect::<String>()))
 }
 
 /// `dump_queues` body.
 pub fn dump_queues(rows: &[QueueRow]) -> String {
     let header = [
-        "PriorityLevelName", "Index", "PendingRequests", "ExecutingRequests", "SeatsInUse",
-        "NextDispatchR", "InitialSeatsSum", "MaxSeatsSum", "TotalWorkSum",
-    ].join(",\t") + "\n";
-    let rows = rows.iter().map(|r| row(&[&r.level, &r.index, &r.pending, &r.executing, &r.seats_in_use,
-        &r.next_dispatch_r, &r.initial_seats_sum, &r.max_seats_sum, &r.total_work_sum]));
+        "PriorityLevelName",
+        "Index",
+        "PendingRequests",
+        "ExecutingRequests",
+        "SeatsInUse",
+        "NextDispatchR",
+        "InitialSeatsSum",
+        "MaxSeatsSum",
+        "TotalWorkSum",
+    ]
+    .join(",\t")
+        + "\n";
+    let rows = rows.iter().map(|r| {
+        row(&[
+            &r.level,
+            &r.index,
+            &r.pending,
+            &r.executing,
+            &r.seats_in_use,
+            &r.next_dispatch_r,
+            &r.initial_seats_sum,
+            &r.max_seats_sum,
+            &r.total_work_sum,
+        ])
+    });
     tabwrite(&(header + &rows.collect::<String>()))
 }
 
@@ -146,13 +187,19 @@ pub fn group_version(group: &str, version: &str) -> String {
 /// `dump_requests` body; `include_details` = `includeRequestDetails` query parameter non-empty.
 pub fn dump_requests(rows: &[RequestRow], include_details: bool) -> String {
     let mut header = vec![
-        "PriorityLevelName", "FlowSchemaName", "QueueIndex", "RequestIndexInQueue",
-        "FlowDistingsher", "ArriveTime", "InitialSeats", "FinalSeats", "AdditionalLatency",
+        "PriorityLevelName",
+        "FlowSchemaName",
+        "QueueIndex",
+        "RequestIndexInQueue",
+        "FlowDistingsher",
+        "ArriveTime",
+        "InitialSeats",
+        "FinalSeats",
+        "AdditionalLatency",
         "StartTime",
     ];
     if include_details {
-        header.extend(["UserName", "Verb", "APIPath", "Namespace", "Name", "APIVersion", "Resource",
-            "SubResource"]);
+        header.extend(["UserName", "Verb", "APIPath", "Namespace", "Name", "APIVersion", "Resource", "SubResource"]);
     }
     let mut text = header.join(",\t") + "\n";
     let empty = RequestDetails::default();
@@ -160,14 +207,22 @@ pub fn dump_requests(rows: &[RequestRow], include_details: bool) -> String {
         let arrive = format_rfc3339_nano(r.arrive_time_ns_unix);
         // Not started: Go's zero `time.Time`.
         let start = r.start_time_ns_unix.map_or("0001-01-01T00:00:00Z".into(), format_rfc3339_nano);
-        let mut cells: Vec<&dyn Display> = vec![&r.level, &r.flow_schema, &r.queue_index,
-            &r.index_in_queue, &r.flow_distinguisher, &arrive, &r.initial_seats, &r.final_seats,
-            &r.additional_latency, &start];
+        let mut cells: Vec<&dyn Display> = vec![
+            &r.level,
+            &r.flow_schema,
+            &r.queue_index,
+            &r.index_in_queue,
+            &r.flow_distinguisher,
+            &arrive,
+            &r.initial_seats,
+            &r.final_seats,
+            &r.additional_latency,
+            &start,
+        ];
         let d = r.details.as_ref().unwrap_or(&empty);
         let gv = group_version(&d.api_group, &d.api_version);
         if include_details {
-            cells.extend([&d.user_name as &dyn Display, &d.verb, &d.api_path, &d.namespace, &d.name,
-                &gv, &d.resource, &d.subresource]);
+            cells.extend([&d.user_name as &dyn Display, &d.verb, &d.api_path, &d.namespace, &d.name, &gv, &d.resource, &d.subresource]);
         }
         text.push_str(&row(&cells));
     }

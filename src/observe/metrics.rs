@@ -56,18 +56,22 @@ pub const DURATION_BUCKETS: &[f64] = &[0.0, 0.005, 0.02, 0.05, 0.1, 0.2, 0.5, 1.
 pub const QUEUE_LENGTH_BUCKETS: &[f64] = &[0.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0];
 pub const WORK_ESTIMATED_SEATS_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 100.0];
 pub const WATCH_COUNT_BUCKETS: &[f64] = &[0.0, 1.0, 10.0, 100.0, 1000.0, 10000.0];
-pub const SEAT_UTILIZATION_BUCKETS: &[f64] =
-    &[0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0];
+pub const SEAT_UTILIZATION_BUCKETS: &[f64] = &[0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0];
 pub const REQUEST_UTILIZATION_BUCKETS: &[f64] = &[0.0, 0.001, 0.003, 0.01, 0.03, 0.1, 0.25, 0.5, 0.75, 1.0];
-pub const READ_WRITE_BUCKETS: &[f64] =
-    &[0.0, 0.001, 0.01, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0];
+pub const READ_WRITE_BUCKETS: &[f64] = &[0.0, 0.001, 0.01, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0];
 pub const DEMAND_SEATS_BUCKETS: &[f64] = &[0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.7, 2.0, 2.8, 4.0, 6.0];
 
 const PL: &[&str] = &["priority_level"];
 const PL_FS: &[&str] = &["priority_level", "flow_schema"];
 
-const fn m(name: &'static str, kind: MetricKind, labels: &'static [&'static str],
-    buckets: &'static [f64], envoy_scale: f64, envoy_name: &'static str) -> MetricSpec {
+const fn m(
+    name: &'static str,
+    kind: MetricKind,
+    labels: &'static [&'static str],
+    buckets: &'static [f64],
+    envoy_scale: f64,
+    envoy_name: &'static str,
+) -> MetricSpec {
     MetricSpec { name, kind, labels, buckets, envoy_scale, envoy_name }
 }
 
@@ -81,8 +85,22 @@ pub const METRICS: &[MetricSpec] = &[
     m("current_inqueue_seats", Gauge, PL_FS, &[], 1.0, "current_inqueue_seats"),
     m("current_executing_requests", Gauge, PL_FS, &[], 1.0, "current_executing_requests"),
     m("current_executing_seats", Gauge, PL_FS, &[], 1.0, "current_executing_seats"),
-    m("request_wait_duration_seconds", Histogram, &["priority_level", "flow_schema", "execute"], DURATION_BUCKETS, 1e6, "request_wait_duration_microseconds"),
-    m("request_execution_seconds", Histogram, &["priority_level", "flow_schema", "type"], DURATION_BUCKETS, 1e6, "request_execution_microseconds"),
+    m(
+        "request_wait_duration_seconds",
+        Histogram,
+        &["priority_level", "flow_schema", "execute"],
+        DURATION_BUCKETS,
+        1e6,
+        "request_wait_duration_microseconds",
+    ),
+    m(
+        "request_execution_seconds",
+        Histogram,
+        &["priority_level", "flow_schema", "type"],
+        DURATION_BUCKETS,
+        1e6,
+        "request_execution_microseconds",
+    ),
     m("request_queue_length_after_enqueue", Histogram, PL_FS, QUEUE_LENGTH_BUCKETS, 1.0, "request_queue_length_after_enqueue"),
     m("work_estimated_seats", Histogram, PL_FS, WORK_ESTIMATED_SEATS_BUCKETS, 1.0, "work_estimated_seats"),
     m("watch_count_samples", Histogram, PL_FS, WATCH_COUNT_BUCKETS, 1.0, "watch_count_samples"),
@@ -103,9 +121,30 @@ pub const METRICS: &[MetricSpec] = &[
     m("demand_seats_smoothed", Gauge, PL, &[], 1000.0, "demand_seats_smoothed_milli"),
     m("target_seats", Gauge, PL, &[], 1000.0, "target_seats_milli"),
     m("seat_fair_frac", Gauge, &[], &[], 1000.0, "seat_fair_frac_milli"),
-    m("priority_level_seat_utilization", Histogram, &["priority_level", "phase"], SEAT_UTILIZATION_BUCKETS, 1e6, "priority_level_seat_utilization_micro"),
-    m("priority_level_request_utilization", Histogram, &["phase", "priority_level"], REQUEST_UTILIZATION_BUCKETS, 1e6, "priority_level_request_utilization_micro"),
-    m("read_vs_write_current_requests", Histogram, &["phase", "request_kind"], READ_WRITE_BUCKETS, 1e6, "read_vs_write_current_requests_micro"),
+    m(
+        "priority_level_seat_utilization",
+        Histogram,
+        &["priority_level", "phase"],
+        SEAT_UTILIZATION_BUCKETS,
+        1e6,
+        "priority_level_seat_utilization_micro",
+    ),
+    m(
+        "priority_level_request_utilization",
+        Histogram,
+        &["phase", "priority_level"],
+        REQUEST_UTILIZATION_BUCKETS,
+        1e6,
+        "priority_level_request_utilization_micro",
+    ),
+    m(
+        "read_vs_write_current_requests",
+        Histogram,
+        &["phase", "request_kind"],
+        READ_WRITE_BUCKETS,
+        1e6,
+        "read_vs_write_current_requests_micro",
+    ),
     m("demand_seats", Histogram, PL, DEMAND_SEATS_BUCKETS, 1e6, "demand_seats_micro"),
 ];
 
@@ -297,8 +336,14 @@ mod tests {
         let w = spec("request_wait_duration_seconds").unwrap();
         assert!(stat_name(w, &["a", "b", "true"]).is_err());
         let h = histogram_stat_names(w, &["a", "b", "true"]).unwrap();
-        assert_eq!(h.buckets[1], "apiserver_flowcontrol_request_wait_duration_seconds_bucket.priority_level.a.flow_schema.b.execute.true.le.0.005");
-        assert_eq!(h.buckets.last().unwrap(), "apiserver_flowcontrol_request_wait_duration_seconds_bucket.priority_level.a.flow_schema.b.execute.true.le.+Inf");
+        assert_eq!(
+            h.buckets[1],
+            "apiserver_flowcontrol_request_wait_duration_seconds_bucket.priority_level.a.flow_schema.b.execute.true.le.0.005"
+        );
+        assert_eq!(
+            h.buckets.last().unwrap(),
+            "apiserver_flowcontrol_request_wait_duration_seconds_bucket.priority_level.a.flow_schema.b.execute.true.le.+Inf"
+        );
         assert_eq!(h.sum, "apiserver_flowcontrol_request_wait_duration_microseconds_sum.priority_level.a.flow_schema.b.execute.true");
         assert_eq!(h.count, "apiserver_flowcontrol_request_wait_duration_seconds_count.priority_level.a.flow_schema.b.execute.true");
         assert_eq!(h.all().count(), DURATION_BUCKETS.len() + 3);

@@ -10,9 +10,8 @@ use serde_json::Value;
 
 use super::model::{NonResourcePolicyRule, Policy, Queuing, ResourcePolicyRule};
 use super::objects::{
-    ApiObject, ApiVersion, ExemptObject, FlowSchemaObject, FlowSchemaSpec, LimitResponseObject, LimitedObject,
-    Object, ObjectMeta, PriorityLevelObject, PriorityLevelSpecObject, RuleObject, ServiceAccountObject,
-    SubjectObject,
+    ApiObject, ApiVersion, ExemptObject, FlowSchemaObject, FlowSchemaSpec, LimitResponseObject, LimitedObject, Object, ObjectMeta,
+    PriorityLevelObject, PriorityLevelSpecObject, RuleObject, ServiceAccountObject, SubjectObject,
 };
 use super::validation::{quote, validate_objects};
 
@@ -115,12 +114,15 @@ fn everything(subjects: Vec<SubjectObject>) -> RuleObject {
 
 /// A FlowSchema with one rule.
 fn fs(name: &str, precedence: i32, level: &str, distinguisher: Option<&str>, rule: RuleObject) -> FlowSchemaObject {
-    builtin(name, FlowSchemaSpec {
-        priority_level_configuration: level.to_string(),
-        matching_precedence: precedence,
-        distinguisher_method: distinguisher.map(str::to_string),
-        rules: vec![rule],
-    })
+    builtin(
+        name,
+        FlowSchemaSpec {
+            priority_level_configuration: level.to_string(),
+            matching_precedence: precedence,
+            distinguisher_method: distinguisher.map(str::to_string),
+            rules: vec![rule],
+        },
+    )
 }
 
 /// The mandatory FlowSchemas `exempt` and `catch-all` (`default.go: MandatoryFlowSchemas`).
@@ -183,14 +185,18 @@ pub fn effective_policy(user_objects: &[ApiObject], suggested_defaults: bool) ->
     policy.priority_levels.sort_by(|a, b| a.name.cmp(&b.name));
     let mut flow_schemas: Vec<_> = schemas.iter().map(FlowSchemaObject::to_model).collect();
     flow_schemas.sort_by(|a, b| (a.matching_precedence, &a.name).cmp(&(b.matching_precedence, &b.name)));
-    let (usable, dangling): (Vec<_>, Vec<_>) =
-        flow_schemas.into_iter().partition(|f| policy.level_index(&f.priority_level).is_some());
+    let (usable, dangling): (Vec<_>, Vec<_>) = flow_schemas.into_iter().partition(|f| policy.level_index(&f.priority_level).is_some());
     policy.flow_schemas = usable;
-    policy.warnings = dangling.iter().map(|f| format!(
+    policy.warnings = dangling
+        .iter()
+        .map(|f| {
+            format!(
         "FlowSchema {} ignored: This FlowSchema references the PriorityLevelConfiguration object named {} but there is no such object",
         quote(&f.name),
         quote(&f.priority_level)
-    )).collect();
+    )
+        })
+        .collect();
     Ok(policy)
 }
 

@@ -199,7 +199,10 @@ impl ClusterMetrics {
         let token = resolve_token(KEY, raw.token, raw.token_env, env, &mut errs);
         let metrics = ClusterMetrics {
             cluster,
-            authority: raw.authority.or_else(|| policy.map(|p| p.authority.clone())).unwrap_or_else(|| "kubernetes.default.svc".to_string()),
+            authority: raw
+                .authority
+                .or_else(|| policy.map(|p| p.authority.clone()))
+                .unwrap_or_else(|| "kubernetes.default.svc".to_string()),
             token: if own_token { token } else { policy.and_then(|p| p.token.clone()) },
             path,
             period,

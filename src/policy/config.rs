@@ -77,9 +77,20 @@ pub struct PluginConfig {
 pub const DEFAULT_WATCH_INITIAL_EVENTS_MAX_HOLD: Nanos = 30 * NANOS_PER_SEC;
 
 const KNOWN_KEYS: [&str; 14] = [
-    "clusterPolicy", "fleet", "serverConcurrencyLimit", "requestTimeout", "suggestedDefaults", "requestMode",
-    "namespaceHeader", "identity", "workEstimator", "enforce", "dryRunPriorityLevels", "debugGroups",
-    "explainGroups", "policy",
+    "clusterPolicy",
+    "fleet",
+    "serverConcurrencyLimit",
+    "requestTimeout",
+    "suggestedDefaults",
+    "requestMode",
+    "namespaceHeader",
+    "identity",
+    "workEstimator",
+    "enforce",
+    "dryRunPriorityLevels",
+    "debugGroups",
+    "explainGroups",
+    "policy",
 ];
 
 impl Default for PluginConfig {
@@ -104,22 +115,14 @@ fn expected(what: &str, v: &Value) -> String {
 }
 
 /// `m[key]` converted by `conv`; `default` when absent or null, or (with an error) invalid.
-fn field<T>(
-    m: &Map<String, Value>,
-    key: &str,
-    default: T,
-    errs: &mut Vec<String>,
-    conv: impl FnOnce(&Value) -> Result<T, String>,
-) -> T {
+fn field<T>(m: &Map<String, Value>, key: &str, default: T, errs: &mut Vec<String>, conv: impl FnOnce(&Value) -> Result<T, String>) -> T {
     let value = m.get(key).filter(|v| !v.is_null()).map(conv).transpose();
     value.map_err(|e| errs.push(format!("{key}: {e}"))).ok().flatten().unwrap_or(default)
 }
 
 fn get_string_list(m: &Map<String, Value>, key: &str, default: &[&str], errs: &mut Vec<String>) -> Vec<String> {
     let default = default.iter().map(|s| Value::String(s.to_string())).collect();
-    let list = field(m, key, default, errs, |v| {
-        v.as_array().cloned().ok_or_else(|| expected("an array of strings", v))
-    });
+    let list = field(m, key, default, errs, |v| v.as_array().cloned().ok_or_else(|| expected("an array of strings", v)));
     let list = list.into_iter().enumerate();
     let (strings, others): (Vec<_>, Vec<_>) = list.partition(|(_, v)| v.is_string());
     errs.extend(others.iter().map(|(i, v)| format!("{key}[{i}]: {}", expected("a string", v))));
@@ -127,8 +130,7 @@ fn get_string_list(m: &Map<String, Value>, key: &str, default: &[&str], errs: &m
 }
 
 fn is_header_token(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 fn deserialize<T: serde::de::DeserializeOwned + Default>(m: &Map<String, Value>, key: &str, errs: &mut Vec<String>) -> T {
@@ -161,10 +163,7 @@ fn from_map(m: &Map<String, Value>, env: Env) -> (PluginConfig, Vec<String>) {
     let mut errs: Vec<String> = Vec::new();
     for k in m.keys() {
         if !KNOWN_KEYS.contains(&k.as_str()) {
-            errs.push(format!(
-                "unknown configuration key {k:?} (known keys: {})",
-                KNOWN_KEYS.join(", ")
-            ));
+            errs.push(format!("unknown configuration key {k:?} (known keys: {})", KNOWN_KEYS.join(", ")));
         }
     }
 
@@ -233,9 +232,8 @@ fn from_map(m: &Map<String, Value>, env: Env) -> (PluginConfig, Vec<String>) {
         Policy::default()
     });
     let missing = dry_run_priority_levels.iter().filter(|name| policy.level_index(name).is_none());
-    let missing: Vec<_> = missing
-        .map(|name| format!("dryRunPriorityLevels: no priority level named {name:?} in the effective policy"))
-        .collect();
+    let missing: Vec<_> =
+        missing.map(|name| format!("dryRunPriorityLevels: no priority level named {name:?} in the effective policy")).collect();
     policy.warnings.extend(missing);
     if namespace_header.is_some() && request_mode == RequestMode::Kubernetes {
         policy.warnings.push("namespaceHeader is only used when requestMode is \"generic\"".to_string());

@@ -66,9 +66,16 @@ pub struct PolicyRulesWithSubjects<S = Subject> {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Subject {
-    User { name: String },
-    Group { name: String },
-    ServiceAccount { namespace: String, name: String },
+    User {
+        name: String,
+    },
+    Group {
+        name: String,
+    },
+    ServiceAccount {
+        namespace: String,
+        name: String,
+    },
     /// Unknown kind or missing member: never matches (upstream behaviour).
     Invalid,
 }
@@ -117,8 +124,7 @@ impl PriorityLevel {
     }
     pub fn lendable_percent(&self) -> i32 {
         match &self.spec {
-            PriorityLevelSpec::Exempt { lendable_percent, .. }
-            | PriorityLevelSpec::Limited { lendable_percent, .. } => *lendable_percent,
+            PriorityLevelSpec::Exempt { lendable_percent, .. } | PriorityLevelSpec::Limited { lendable_percent, .. } => *lendable_percent,
         }
     }
     /// The queuing parameters, if this is a Limited level that queues.

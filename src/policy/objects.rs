@@ -18,14 +18,13 @@ use std::cell::RefCell;
 use serde_json::{Map, Value};
 
 use super::model::{
-    Distinguisher, FlowSchema, LimitResponse, NonResourcePolicyRule, PolicyRulesWithSubjects,
-    PriorityLevel, PriorityLevelSpec, Queuing, ResourcePolicyRule, Subject,
+    Distinguisher, FlowSchema, LimitResponse, NonResourcePolicyRule, PolicyRulesWithSubjects, PriorityLevel, PriorityLevelSpec, Queuing,
+    ResourcePolicyRule, Subject,
 };
 use super::validation::{invalid, json_repr, not_supported, quote, required};
 
 /// Annotation that keeps a v1beta3 `nominalConcurrencyShares: 0` from being defaulted to 30.
-pub const V1BETA3_PRESERVE_ZERO_ANNOTATION: &str =
-    "flowcontrol.k8s.io/v1beta3-preserve-zero-concurrency-shares";
+pub const V1BETA3_PRESERVE_ZERO_ANNOTATION: &str = "flowcontrol.k8s.io/v1beta3-preserve-zero-concurrency-shares";
 pub const KIND_FLOW_SCHEMA: &str = "FlowSchema";
 pub const KIND_PRIORITY_LEVEL: &str = "PriorityLevelConfiguration";
 const KINDS: [&str; 2] = [KIND_FLOW_SCHEMA, KIND_PRIORITY_LEVEL];
@@ -49,8 +48,7 @@ pub enum ApiVersion {
 }
 
 impl ApiVersion {
-    pub const ALL: [ApiVersion; 4] =
-        [ApiVersion::V1, ApiVersion::V1beta1, ApiVersion::V1beta2, ApiVersion::V1beta3];
+    pub const ALL: [ApiVersion; 4] = [ApiVersion::V1, ApiVersion::V1beta1, ApiVersion::V1beta2, ApiVersion::V1beta3];
 
     /// `flowcontrol.apiserver.k8s.io/<version>`.
     pub fn api_version(self) -> &'static str {
@@ -207,14 +205,7 @@ pub fn parse_objects(v: &Value) -> (Vec<ApiObject>, Vec<String>) {
 /// `(kind, apiVersion)`.
 type ItemDefaults<'a> = Option<(&'a str, &'a str)>;
 
-fn collect<'a>(
-    v: &'a Value,
-    loc: &str,
-    defaults: ItemDefaults<'a>,
-    depth: usize,
-    objs: &mut Vec<ApiObject>,
-    errs: &mut Vec<String>,
-) {
+fn collect<'a>(v: &'a Value, loc: &str, defaults: ItemDefaults<'a>, depth: usize, objs: &mut Vec<ApiObject>, errs: &mut Vec<String>) {
     let here = if loc.is_empty() { "input" } else { loc };
     if depth > MAX_CONTAINER_DEPTH {
         return errs.push(format!("{here}: lists nested too deeply"));
@@ -247,12 +238,7 @@ fn collect<'a>(
     }
 }
 
-fn parse_object<'a>(
-    map: &'a Map<String, Value>,
-    loc: &str,
-    defaults: ItemDefaults<'a>,
-    errs: &mut Vec<String>,
-) -> Option<ApiObject> {
+fn parse_object<'a>(map: &'a Map<String, Value>, loc: &str, defaults: ItemDefaults<'a>, errs: &mut Vec<String>) -> Option<ApiObject> {
     let fe = RefCell::new(Vec::new());
     let root = Node { m: map, path: String::new(), fe: &fe };
     // metadata first: the name is needed for error prefixes.
@@ -319,10 +305,9 @@ fn parse_rule(r: Node) -> RuleObject {
             kind: s.str("kind"),
             user: s.obj("user").map(|u| u.str("name")),
             group: s.obj("group").map(|g| g.str("name")),
-            service_account: s.obj("serviceAccount").map(|sa| ServiceAccountObject {
-                namespace: sa.str("namespace"),
-                name: sa.str("name"),
-            }),
+            service_account: s
+                .obj("serviceAccount")
+                .map(|sa| ServiceAccountObject { namespace: sa.str("namespace"), name: sa.str("name") }),
         }),
         resource_rules: r.objs("resourceRules", |m| ResourcePolicyRule {
             verbs: m.strs("verbs"),
@@ -331,10 +316,8 @@ fn parse_rule(r: Node) -> RuleObject {
             cluster_scope: m.get("clusterScope", |v| v.as_bool().ok_or("must be a boolean")) == Some(true),
             namespaces: m.strs("namespaces"),
         }),
-        non_resource_rules: r.objs("nonResourceRules", |m| NonResourcePolicyRule {
-            verbs: m.strs("verbs"),
-            non_resource_urls: m.strs("nonResourceURLs"),
-        }),
+        non_resource_rules: r
+            .objs("nonResourceRules", |m| NonResourcePolicyRule { verbs: m.strs("verbs"), non_resource_urls: m.strs("nonResourceURLs") }),
     }
 }
 
@@ -502,10 +485,7 @@ impl SubjectObject {
         match (self.kind.as_str(), &self.user, &self.group, &self.service_account) {
             ("User", Some(name), _, _) => Subject::User { name: name.clone() },
             ("Group", _, Some(name), _) => Subject::Group { name: name.clone() },
-            ("ServiceAccount", _, _, Some(sa)) => Subject::ServiceAccount {
-                namespace: sa.namespace.clone(),
-                name: sa.name.clone(),
-            },
+            ("ServiceAccount", _, _, Some(sa)) => Subject::ServiceAccount { namespace: sa.namespace.clone(), name: sa.name.clone() },
             _ => Subject::Invalid,
         }
     }
@@ -524,8 +504,7 @@ impl PriorityLevelObject {
                 },
             },
             _ => {
-                let ExemptObject { nominal_concurrency_shares, lendable_percent } =
-                    self.spec.exempt.clone().unwrap_or_default();
+                let ExemptObject { nominal_concurrency_shares, lendable_percent } = self.spec.exempt.clone().unwrap_or_default();
                 PriorityLevelSpec::Exempt { nominal_concurrency_shares, lendable_percent }
             }
         };

@@ -25,8 +25,7 @@ pub const MAX_MATCHING_PRECEDENCE: i32 = 10_000;
 /// Maximum queues of a level (`priorityLevelConfigurationQueuingMaxQueues`).
 pub const MAX_QUEUES: i32 = 10_000_000;
 
-const SUPPORTED_VERBS: [&str; 9] =
-    ["create", "delete", "deletecollection", "get", "list", "patch", "proxy", "update", "watch"];
+const SUPPORTED_VERBS: [&str; 9] = ["create", "delete", "deletecollection", "get", "list", "patch", "proxy", "update", "watch"];
 
 /// One upstream-style field error: `<path>: <kind>[: <detail>]`.
 fn field_error(path: impl fmt::Display, kind: &str, detail: &str) -> String {
@@ -212,9 +211,7 @@ fn validate_subject(s: &SubjectObject, path: &str, errs: &mut Vec<String>) {
     match name {
         None => errs.push(required(&p, &format!("{field} is required when subject kind is '{kind}'"))),
         Some(n) if n.is_empty() => errs.push(required(format!("{p}.name"), "")),
-        Some(n) if kind == "ServiceAccount" && n != "*" => {
-            invalid_name(&format!("{p}.name"), n, dns1123_subdomain_errors(n), errs)
-        }
+        Some(n) if kind == "ServiceAccount" && n != "*" => invalid_name(&format!("{p}.name"), n, dns1123_subdomain_errors(n), errs),
         Some(_) => {}
     }
     if let Some(sa) = sa.filter(|_| kind == "ServiceAccount") {
@@ -255,9 +252,7 @@ fn check_list(list: &[String], p: &str, if_empty: &str, what: &str, errs: &mut V
 fn validate_verbs(verbs: &[String], path: &str, errs: &mut Vec<String>) {
     let p = format!("{path}.verbs");
     let verbs_required = "verbs must contain at least one value";
-    if check_list(verbs, &p, verbs_required, "verbs", errs)
-        && !verbs.iter().all(|v| SUPPORTED_VERBS.contains(&v.as_str()))
-    {
+    if check_list(verbs, &p, verbs_required, "verbs", errs) && !verbs.iter().all(|v| SUPPORTED_VERBS.contains(&v.as_str())) {
         errs.push(not_supported(&p, json_repr(&verbs.into()), &SUPPORTED_VERBS));
     }
 }
@@ -383,12 +378,8 @@ fn lendable_percent(path: &str, value: i32, errs: &mut Vec<String>) {
 fn validate_limit_response(type_: &str, queuing: Option<Queuing>, errs: &mut Vec<String>) {
     let p = "spec.limited.limitResponse.queuing";
     match (type_, queuing) {
-        ("Reject", Some(_)) => {
-            errs.push(forbidden(p, "must be nil if limited.limitResponse.type is not Limited"))
-        }
-        ("Queue", None) => {
-            errs.push(required(p, "must not be empty if limited.limitResponse.type is Limited"))
-        }
+        ("Reject", Some(_)) => errs.push(forbidden(p, "must be nil if limited.limitResponse.type is not Limited")),
+        ("Queue", None) => errs.push(required(p, "must not be empty if limited.limitResponse.type is Limited")),
         ("Queue", Some(q)) => validate_queuing(&q, p, errs),
         ("Reject", None) => {}
         (other, _) => {
@@ -416,9 +407,7 @@ fn validate_queuing(q: &Queuing, path: &str, errs: &mut Vec<String>) {
     } else if hand > deck {
         invalid("handSize", hand, &format!("should not be greater than queues ({deck})"));
     } else if required_entropy_bits(deck, hand) > MAX_HASH_BITS {
-        let detail = format!(
-            "required entropy bits of deckSize {deck} and handSize {hand} should not be greater than {MAX_HASH_BITS}"
-        );
+        let detail = format!("required entropy bits of deckSize {deck} and handSize {hand} should not be greater than {MAX_HASH_BITS}");
         invalid("handSize", hand, &detail);
     }
 }
@@ -430,15 +419,17 @@ fn validate_queuing(q: &Queuing, path: &str, errs: &mut Vec<String>) {
 /// prefixed with its object (`FlowSchema "x": spec...`), in input order.
 pub fn validate_objects(objs: &[ApiObject]) -> Vec<String> {
     let mut seen = HashSet::new();
-    objs.iter().flat_map(|o| {
-        let (mut errs, is_fs) = match o {
-            ApiObject::FlowSchema(fs) => (validate_flow_schema(fs), true),
-            ApiObject::PriorityLevel(pl) => (validate_priority_level(pl), false),
-        };
-        if !o.name().is_empty() && !seen.insert((is_fs, o.name())) {
-            errs.insert(0, duplicate("metadata.name", quote(o.name())));
-        }
-        let prefix = o.describe();
-        errs.into_iter().map(move |e| format!("{prefix}: {e}"))
-    }).collect()
+    objs.iter()
+        .flat_map(|o| {
+            let (mut errs, is_fs) = match o {
+                ApiObject::FlowSchema(fs) => (validate_flow_schema(fs), true),
+                ApiObject::PriorityLevel(pl) => (validate_priority_level(pl), false),
+            };
+            if !o.name().is_empty() && !seen.insert((is_fs, o.name())) {
+                errs.insert(0, duplicate("metadata.name", quote(o.name())));
+            }
+            let prefix = o.describe();
+            errs.into_iter().map(move |e| format!("{prefix}: {e}"))
+        })
+        .collect()
 }

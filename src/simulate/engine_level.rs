@@ -185,7 +185,17 @@ impl Admission for EngineLevel<'_> {
         let tag = RequestTag { owner: w.slot, context, ..call.tag };
         let mut notices = Vec::new();
         let decision = engine::admit(&self.compiled, &w.store, now, 0, call.work, tag, &mut notices).map_err(err)?;
-        let entry = |id, phase, receipt| Entry { level_key: self.key.clone(), id, phase, arrived: now, wait_deadline: tag.wait_deadline, waited: 0, started: now, receipt, extra: call.id };
+        let entry = |id, phase, receipt| Entry {
+            level_key: self.key.clone(),
+            id,
+            phase,
+            arrived: now,
+            wait_deadline: tag.wait_deadline,
+            waited: 0,
+            started: now,
+            receipt,
+            extra: call.id,
+        };
         match decision {
             Decision::Execute(rc) => {
                 w.requests.insert(context, entry(rc.id, Phase::Executing, Some(rc)));

@@ -112,7 +112,17 @@ impl<'a> FleetLevels<'a> {
         for (r, store) in stores.iter().take(n).enumerate() {
             let level = EngineLevel::new(store, sc)?;
             let (seats, executing, changes) = (Vec::new(), Vec::new(), Vec::new());
-            replicas.push(Replica { id: format!("replica-{r}"), level, feed: None, in_use: 0, max_in_use: 0, limit: 0, changes, seats, executing });
+            replicas.push(Replica {
+                id: format!("replica-{r}"),
+                level,
+                feed: None,
+                in_use: 0,
+                max_in_use: 0,
+                limit: 0,
+                changes,
+                seats,
+                executing,
+            });
         }
         if replicas.len() != n {
             return Err(String::from("a store per replica is needed"));
@@ -324,7 +334,13 @@ impl Admission for FleetLevels<'_> {
     fn fleet_result(&self) -> Option<FleetResult> {
         let replicas = self.replicas.iter().enumerate().map(|(r, rep)| ReplicaResult {
             id: rep.id.clone(),
-            clients: self.clients.iter().enumerate().filter(|(_, c)| **c as usize == r).filter_map(|(i, _)| u32::try_from(i).ok()).collect(),
+            clients: self
+                .clients
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| **c as usize == r)
+                .filter_map(|(i, _)| u32::try_from(i).ok())
+                .collect(),
             seats: rep.seats.clone(),
             executing: rep.executing.clone(),
             seat_changes: rep.changes.iter().map(|(t, s)| (self.secs(*t), *s)).collect(),

@@ -55,11 +55,13 @@ mod jitter;
 mod results;
 mod scenario;
 
-pub use results::{CallEvent, CallKind, ClientResult, FleetResult, QueueWait, Rejections, ReplicaResult, SeatChange, SeatTrace, SimulationResult};
+pub use results::{
+    CallEvent, CallKind, ClientResult, FleetResult, QueueWait, Rejections, ReplicaResult, SeatChange, SeatTrace, SimulationResult,
+};
 
-use admission::{Admission, BareQueueSet};
 use crate::engine::store::MemStore;
 use crate::Nanos;
+use admission::{Admission, BareQueueSet};
 use engine_level::EngineLevel;
 use event_loop::EventLoop;
 use fleet::FleetLevels;
@@ -215,7 +217,9 @@ mod tests {
         assert!(run_scenario(b"garbage").is_err());
         // Pacing, jitter, workers.
         let client = |extra: &str| {
-            format!(r#"{{"priorityLevel":{{"concurrencyLimit":1,"queues":4,"queueLengthLimit":2,"handSize":1}},"evalDuration":"1s","clients":[{{"hash":1,"threads":1,"calls":2,"exec":"1s"{extra}}}]}}"#)
+            format!(
+                r#"{{"priorityLevel":{{"concurrencyLimit":1,"queues":4,"queueLengthLimit":2,"handSize":1}},"evalDuration":"1s","clients":[{{"hash":1,"threads":1,"calls":2,"exec":"1s"{extra}}}]}}"#
+            )
         };
         assert!(run_scenario(client(r#","roundTrip":"1ms","serviceJitter":0.5"#).as_bytes()).is_ok());
         for (extra, want) in [
@@ -232,9 +236,12 @@ mod tests {
         }
         let no_exec = |extra: &str| client(extra).replace(r#","exec":"1s""#, "");
         assert!(run_scenario(no_exec(r#","think":"0s""#).as_bytes()).unwrap_err().contains("one of exec and serviceTimes"));
-        assert!(run_scenario(no_exec(r#","think":"0s","serviceTimes":["1ms"],"serviceJitter":0.1"#).as_bytes()).unwrap_err().contains("excludes"));
+        assert!(run_scenario(no_exec(r#","think":"0s","serviceTimes":["1ms"],"serviceJitter":0.1"#).as_bytes())
+            .unwrap_err()
+            .contains("excludes"));
         assert!(run_scenario(no_exec(r#","think":"0s","serviceTimes":["1ms","2ms"]"#).as_bytes()).is_ok());
-        let e = run_scenario_with(client(r#","think":"0s""#).as_bytes(), &Options { workers: Some(MAX_WORKERS + 1), ..Options::default() }).unwrap_err();
+        let e = run_scenario_with(client(r#","think":"0s""#).as_bytes(), &Options { workers: Some(MAX_WORKERS + 1), ..Options::default() })
+            .unwrap_err();
         assert!(e.contains("workers"), "{e}");
     }
 

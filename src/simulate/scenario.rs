@@ -221,7 +221,11 @@ fn parse_fleet(replicas: Option<i64>, fleet: Option<&FleetIn>, exempt: bool) -> 
     let config = FleetConfig::from_json(&raw).map_err(|e| e.join("; "))?;
     let etcd_delay = fleet.and_then(|f| f.etcd_delay.as_ref()).map(|d| d.non_negative("fleet.etcdDelay")).transpose()?.unwrap_or(0);
     if etcd_delay >= config.period {
-        return Err(format!("fleet.etcdDelay must be shorter than fleet.period ({}), got {}", format_go_duration(config.period), format_go_duration(etcd_delay)));
+        return Err(format!(
+            "fleet.etcdDelay must be shorter than fleet.period ({}), got {}",
+            format_go_duration(config.period),
+            format_go_duration(etcd_delay)
+        ));
     }
     Ok(Some(FleetSim { replicas, config, etcd_delay }))
 }

@@ -59,7 +59,11 @@ pub fn test_policy() -> FleetPolicy {
         },
     };
     let levels = vec![
-        PriorityLevel { name: "exempt".into(), uid: String::new(), spec: PriorityLevelSpec::Exempt { nominal_concurrency_shares: 0, lendable_percent: 0 } },
+        PriorityLevel {
+            name: "exempt".into(),
+            uid: String::new(),
+            spec: PriorityLevelSpec::Exempt { nominal_concurrency_shares: 0, lendable_percent: 0 },
+        },
         limited("high", 20, 25),
         limited("low", 30, 90),
         limited("catch-all", 10, 0),
@@ -117,7 +121,6 @@ impl Replica {
     pub fn in_use(&self) -> Vec<u32> {
         self.executing.iter().map(|e| e.len() as u32).collect()
     }
-
 }
 
 enum Event {
@@ -261,12 +264,15 @@ impl Sim {
     pub fn records(&self) -> BTreeMap<String, Record> {
         let prefix = self.prefix();
         let kvs = self.etcd.range(&prefix, &etcd::prefix_range_end(&prefix));
-        kvs.into_iter().map(|kv| (String::from_utf8_lossy(&kv.key[prefix.len()..]).into_owned(), Record::decode(&kv.value).unwrap())).collect()
+        kvs.into_iter()
+            .map(|kv| (String::from_utf8_lossy(&kv.key[prefix.len()..]).into_owned(), Record::decode(&kv.value).unwrap()))
+            .collect()
     }
 
     /// The allocation of etcd's current state.
     pub fn allocation_now(&self) -> Allocation {
-        self.snapshot_of(self.etcd.range(&self.prefix(), &etcd::prefix_range_end(&self.prefix())), self.etcd.revision()).allocate(&self.policy)
+        self.snapshot_of(self.etcd.range(&self.prefix(), &etcd::prefix_range_end(&self.prefix())), self.etcd.revision())
+            .allocate(&self.policy)
     }
 
     fn snapshot_of(&self, kvs: Vec<KeyValue>, revision: i64) -> Snapshot {
@@ -382,7 +388,8 @@ impl Sim {
         let (claims, granted) = (claims_of(&record, &self.policy), granted_of(&record, &self.policy));
         let n = claims.len();
         let old = before.as_ref().map(|kv| Record::decode(&kv.value).unwrap());
-        let (old_claims, old_granted) = old.as_ref().map_or((vec![0; n], vec![0; n]), |r| (claims_of(r, &self.policy), granted_of(r, &self.policy)));
+        let (old_claims, old_granted) =
+            old.as_ref().map_or((vec![0; n], vec![0; n]), |r| (claims_of(r, &self.policy), granted_of(r, &self.policy)));
         self.stats.writes_ok += 1;
         for i in 0..n {
             assert!(granted[i] <= claims[i], "{id}: granted {} above claim {}", granted[i], claims[i]);
@@ -392,13 +399,17 @@ impl Sim {
             (CompareTarget::Mod(m), true) => {
                 assert!(old.is_some(), "{id}: own-revision write {m} applied without a record");
                 for i in 0..n {
-                    assert!(claims[i] <= old_claims[i] && granted[i] <= old_granted[i], "{id}: level {i} raised without checking the fleet");
+                    assert!(
+                        claims[i] <= old_claims[i] && granted[i] <= old_granted[i],
+                        "{id}: level {i} raised without checking the fleet"
+                    );
                 }
             }
             (CompareTarget::Mod(r1), false) => {
                 let r = r1 - 1;
                 let prefix = self.prefix();
-                let at_r = self.snapshot_of(self.etcd.range_at(&prefix, &etcd::prefix_range_end(&prefix), r), r).with_record(id, record.clone());
+                let at_r =
+                    self.snapshot_of(self.etcd.range_at(&prefix, &etcd::prefix_range_end(&prefix), r), r).with_record(id, record.clone());
                 let alloc = at_r.allocate(&self.policy);
                 let others = at_r.others_claims(&self.policy, id);
                 let legacy = self.replicas[slot].last_etcd_claims.clone().unwrap_or_else(|| vec![0; n]);
@@ -412,17 +423,35 @@ impl Sim {
                         raised = true;
                         self.stats.raises_checked += 1;
                         let (sum, cl) = (others.per_level[i] + u64::from(granted[i]), u64::from(alloc.levels[i].current));
-                        assert!(sum <= cl, "{id}: level {} granted {} → {} makes Σ {sum} > fleet CurrentCL {cl}", l.name, old_granted[i], granted[i]);
+                        assert!(
+                            sum <= cl,
+                            "{id}: level {} granted {} → {} makes Σ {sum} > fleet CurrentCL {cl}",
+                            l.name,
+                            old_granted[i],
+                            granted[i]
+                        );
                         self.ceiling[i] = cl;
                     }
                     if claims[i] > old_claims[i].max(granted[i]) {
-                        assert!(claims[i] <= legacy[i], "{id}: level {} claim {} → {} above its grant {} and its last claim {}", l.name, old_claims[i], claims[i], granted[i], legacy[i]);
+                        assert!(
+                            claims[i] <= legacy[i],
+                            "{id}: level {} claim {} → {} above its grant {} and its last claim {}",
+                            l.name,
+                            old_claims[i],
+                            claims[i],
+                            granted[i],
+                            legacy[i]
+                        );
                         self.stats.forced_registrations += 1;
                     }
                 }
                 if raised {
                     let total = others.total + granted.iter().map(|&c| u64::from(c)).sum::<u64>();
-                    assert!(total <= alloc.limited_total(), "{id}: Σ others' claims + granted {total} > Σ CurrentCL {}", alloc.limited_total());
+                    assert!(
+                        total <= alloc.limited_total(),
+                        "{id}: Σ others' claims + granted {total} > Σ CurrentCL {}",
+                        alloc.limited_total()
+                    );
                 }
             }
             other => panic!("unexpected compare {other:?}"),
@@ -470,10 +499,14 @@ impl Sim {
         r.fleet.set_seats_in_use(&in_use, r.applied_generation);
         if now - r.last_demand_push >= S {
             r.last_demand_push = now;
-            let stats: Vec<SeatDemandStats> = r.demand.iter().map(|&d| {
-                let d = f64::from(d);
-                SeatDemandStats { avg: d, std_dev: 0.0, high_watermark: d as i64, smoothed: d }
-            }).collect();
+            let stats: Vec<SeatDemandStats> = r
+                .demand
+                .iter()
+                .map(|&d| {
+                    let d = f64::from(d);
+                    SeatDemandStats { avg: d, std_dev: 0.0, high_watermark: d as i64, smoothed: d }
+                })
+                .collect();
             r.fleet.set_local_demand(&stats);
         }
         let calls = r.fleet.tick(now);
@@ -508,7 +541,14 @@ impl Sim {
                     for (i, l) in self.policy.levels.iter().enumerate().filter(|(_, l)| !l.exempt) {
                         assert!(used[i] <= claims[i], "t={} {id}: level {} uses {} > claim {}", self.now, l.name, used[i], claims[i]);
                         let excess = used[i].saturating_sub(granted[i]);
-                        assert!(excess == 0 || r.lost_record, "t={} {id}: level {} uses {} > granted {}", self.now, l.name, used[i], granted[i]);
+                        assert!(
+                            excess == 0 || r.lost_record,
+                            "t={} {id}: level {} uses {} > granted {}",
+                            self.now,
+                            l.name,
+                            used[i],
+                            granted[i]
+                        );
                         covered[i] += u64::from(used[i] - excess);
                         overshoot[i] += u64::from(excess);
                     }
@@ -538,7 +578,14 @@ impl Sim {
         }
         self.last_overshoot = total_overshoot;
         for (i, l) in self.policy.levels.iter().enumerate().filter(|(_, l)| !l.exempt) {
-            assert!(covered[i] <= self.ceiling[i], "t={}: level {} Σ covered seats in use {} > ceiling {}", self.now, l.name, covered[i], self.ceiling[i]);
+            assert!(
+                covered[i] <= self.ceiling[i],
+                "t={}: level {} Σ covered seats in use {} > ceiling {}",
+                self.now,
+                l.name,
+                covered[i],
+                self.ceiling[i]
+            );
         }
         let max_total = u64::from(self.policy.nominal_sum()) + self.policy.limited_levels() as u64 / 2;
         let total: u64 = covered.iter().sum();

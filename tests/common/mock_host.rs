@@ -270,7 +270,14 @@ impl Host for MockHost {
         let token = self.proxy.next_token.get();
         self.proxy.next_token.set(token + 1);
         let headers = headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        self.proxy.calls.borrow_mut().push(Call { token, worker: self.index, cluster: cluster.to_string(), headers, body: body.to_vec(), timeout });
+        self.proxy.calls.borrow_mut().push(Call {
+            token,
+            worker: self.index,
+            cluster: cluster.to_string(),
+            headers,
+            body: body.to_vec(),
+            timeout,
+        });
         Ok(token)
     }
     fn set_tick_period_ms(&self, ms: u32) -> bool {

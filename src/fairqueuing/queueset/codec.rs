@@ -6,8 +6,8 @@
 
 use std::collections::VecDeque;
 
+use super::executing::{ExecutingByOwner, Linger};
 use super::fifo::{Queue, WaitList, Waiting};
-use super::executing::{Linger, ExecutingByOwner};
 use super::{request_work, Counters, QueueSet, MAX_QUEUES};
 use crate::codec::{CodecError, CodecResult, Reader, Writer};
 use crate::fairqueuing::{QueueSetConfig, RequestId, RequestTag, WorkEstimate};
@@ -38,7 +38,15 @@ impl QueueSet {
         w.u64(self.next_id);
         let c = &self.counters;
         // One array literal, not a chain of iterators: the loop unrolls into plain writes.
-        for v in [c.dispatched, c.rejected_queue_full, c.rejected_concurrency_limit, c.timed_out, c.epoch_advances, c.epoch_advance_failures, c.no_accommodation] {
+        for v in [
+            c.dispatched,
+            c.rejected_queue_full,
+            c.rejected_concurrency_limit,
+            c.timed_out,
+            c.epoch_advances,
+            c.epoch_advance_failures,
+            c.no_accommodation,
+        ] {
             w.u64(v);
         }
         w.usize(self.execs.len());
@@ -212,7 +220,8 @@ impl QueueSet {
                 _ => {
                     q.waiting = decode_segment(seg, nw)?;
                     for &Waiting { work, .. } in q.waiting.iter() {
-                        q.initial_seats_sum = q.initial_seats_sum.checked_add(work.initial_seats as u64).ok_or(CodecError("seat overflow"))?;
+                        q.initial_seats_sum =
+                            q.initial_seats_sum.checked_add(work.initial_seats as u64).ok_or(CodecError("seat overflow"))?;
                         q.max_seats_sum = q.max_seats_sum.checked_add(work.max_seats() as u64).ok_or(CodecError("seat overflow"))?;
                         q.total_work_sum = q.total_work_sum.wrapping_add(request_work(&work, qs.g).1 .0);
                     }
@@ -322,7 +331,9 @@ pub(super) const ID_WINDOW: u64 = 4096;
 
 /// Whether a request id appears twice in `ids`.
 pub(super) fn has_duplicates(ids: &mut [RequestId]) -> bool {
-    let Some((lo, hi)) = ids.iter().fold(None, |b, &id| Some(b.map_or((id, id), |(lo, hi): (u64, u64)| (lo.min(id), hi.max(id))))) else { return false };
+    let Some((lo, hi)) = ids.iter().fold(None, |b, &id| Some(b.map_or((id, id), |(lo, hi): (u64, u64)| (lo.min(id), hi.max(id))))) else {
+        return false;
+    };
     // A bitmap no larger than the ids span (usually a few hundred ids: 8 words, not 64 to zero).
     match hi - lo {
         0..512 => repeats(ids, lo, &mut [0u64; 8]),

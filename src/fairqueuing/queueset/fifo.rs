@@ -133,4 +133,3 @@ impl Queue {
         !self.waiting.is_empty() || self.requests_executing > 0
     }
 }
-

@@ -241,8 +241,7 @@ impl QueueSet {
 
     fn virtual_time_ratio(&self) -> f64 {
         let active = self.queues.iter().filter(|q| q.is_active()).count();
-        let seats_requested =
-            self.queues.iter().fold(0u64, |s, q| s.saturating_add(q.seats_in_use.saturating_add(q.max_seats_sum)));
+        let seats_requested = self.queues.iter().fold(0u64, |s, q| s.saturating_add(q.seats_in_use.saturating_add(q.max_seats_sum)));
         if active == 0 {
             return 0.0;
         }
@@ -334,7 +333,13 @@ impl QueueSet {
     /// enqueued (upstream's `request_queue_length_after_enqueue`, observed in `queueset.go:
     /// timeoutOldRequestsAndRejectOrEnqueueLocked`): `None` when it was not enqueued (rejected, exempt, a
     /// level without queues). A request dispatched at once was enqueued first, as upstream does.
-    pub fn arrive_observed(&mut self, now: Nanos, work: WorkEstimate, tag: RequestTag, out: &mut Vec<Dispatched>) -> (Arrival, Option<u32>) {
+    pub fn arrive_observed(
+        &mut self,
+        now: Nanos,
+        work: WorkEstimate,
+        tag: RequestTag,
+        out: &mut Vec<Dispatched>,
+    ) -> (Arrival, Option<u32>) {
         self.sync_time(now);
         if self.cfg.desired_queues < 1 {
             if !self.can_accommodate(work.max_seats()) {
@@ -606,4 +611,3 @@ fn bound_next_dispatch(q: &mut Queue) {
         q.next_dispatch_r = q.next_dispatch_r.max(head.arrival_r);
     }
 }
-

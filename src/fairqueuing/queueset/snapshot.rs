@@ -2,8 +2,8 @@
 //! (`apf_controller_debug.go`).
 
 use super::{qkey, request_work, sat_u32, Counters, ExecutingByOwner, Linger, QueueSet};
-use crate::fairqueuing::RequestId;
 use crate::fairqueuing::seat_seconds::SeatSeconds;
+use crate::fairqueuing::RequestId;
 use crate::Nanos;
 
 impl QueueSet {
@@ -27,31 +27,39 @@ impl QueueSet {
             seats_in_use: self.seats_in_use(),
             seats_waiting: sat_u32(self.tot_seats_waiting),
             counters: self.counters,
-            queues: self.queues.iter().map(|q| QueueSnapshot {
-                index: q.index,
-                next_dispatch_r: SeatSeconds(q.next_dispatch_r).to_string(),
-                initial_seats_sum: q.initial_seats_sum,
-                max_seats_sum: q.max_seats_sum,
-                total_work_sum: SeatSeconds(q.total_work_sum).to_string(),
-                requests_executing: q.requests_executing,
-                seats_in_use: q.seats_in_use,
-                waiting: q.waiting.iter().map(|w| WaitingSnapshot {
-                    id: w.id,
-                    owner: w.tag.owner,
-                    context: w.tag.context,
-                    flow_schema: w.tag.flow_schema,
-                    flow_hash: w.tag.flow_hash,
-                    wait_deadline: w.tag.wait_deadline,
-                    arrival: w.arrival,
-                    arrival_r: SeatSeconds(w.arrival_r).to_string(),
-                    initial_seats: w.work.initial_seats,
-                    final_seats: w.work.final_seats,
-                    additional_latency: w.work.additional_latency,
-                    total_work: request_work(&w.work, self.g).1.to_string(),
-                }).collect(),
-                executing_by_owner: executing_of(qkey(q.index)),
-                lingering: lingering_of(qkey(q.index)),
-            }).collect(),
+            queues: self
+                .queues
+                .iter()
+                .map(|q| QueueSnapshot {
+                    index: q.index,
+                    next_dispatch_r: SeatSeconds(q.next_dispatch_r).to_string(),
+                    initial_seats_sum: q.initial_seats_sum,
+                    max_seats_sum: q.max_seats_sum,
+                    total_work_sum: SeatSeconds(q.total_work_sum).to_string(),
+                    requests_executing: q.requests_executing,
+                    seats_in_use: q.seats_in_use,
+                    waiting: q
+                        .waiting
+                        .iter()
+                        .map(|w| WaitingSnapshot {
+                            id: w.id,
+                            owner: w.tag.owner,
+                            context: w.tag.context,
+                            flow_schema: w.tag.flow_schema,
+                            flow_hash: w.tag.flow_hash,
+                            wait_deadline: w.tag.wait_deadline,
+                            arrival: w.arrival,
+                            arrival_r: SeatSeconds(w.arrival_r).to_string(),
+                            initial_seats: w.work.initial_seats,
+                            final_seats: w.work.final_seats,
+                            additional_latency: w.work.additional_latency,
+                            total_work: request_work(&w.work, self.g).1.to_string(),
+                        })
+                        .collect(),
+                    executing_by_owner: executing_of(qkey(q.index)),
+                    lingering: lingering_of(qkey(q.index)),
+                })
+                .collect(),
             queueless_executing_by_owner: executing_of(-1),
             queueless_lingering: lingering_of(-1),
         }

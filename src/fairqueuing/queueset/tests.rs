@@ -4,8 +4,8 @@ use super::codec::{encode_segment, has_duplicates, ID_WINDOW};
 use super::fifo::Waiting;
 use super::*;
 use crate::codec::{Reader, Writer};
-use std::collections::VecDeque;
 use crate::NANOS_PER_SEC;
+use std::collections::VecDeque;
 
 const SEC: Nanos = NANOS_PER_SEC;
 const MS: Nanos = 1_000_000;
@@ -143,10 +143,7 @@ fn finish_request_vectors() {
 fn request_work_and_seats() {
     let w = WorkEstimate { initial_seats: 3, final_seats: 50, additional_latency: 70 * SEC };
     let (_, total) = request_work(&w, 2 * SEC);
-    assert_eq!(
-        total,
-        seats_times_duration(3.0, 2 * SEC).wrapping_add(seats_times_duration(50.0, 70 * SEC))
-    );
+    assert_eq!(total, seats_times_duration(3.0, 2 * SEC).wrapping_add(seats_times_duration(50.0, 70 * SEC)));
     assert_eq!(total.to_string(), "3506.00000000ss");
     let seats = |i, f| WorkEstimate { initial_seats: i, final_seats: f, additional_latency: 0 }.max_seats();
     assert_eq!(seats(3, 3), 3);
@@ -716,11 +713,18 @@ fn decoding_with_a_prior_state_equals_decoding() {
                 let _ = qs.remove_owner(1 + rnd(3) as u32, now, &mut out);
             }
             k if k < 12 => {
-                let mut tag = RequestTag { owner: 1 + rnd(3) as u32, context: step, flow_schema: rnd(2) as u16, flow_hash: rnd(6), wait_deadline: Nanos::MAX };
+                let mut tag = RequestTag {
+                    owner: 1 + rnd(3) as u32,
+                    context: step,
+                    flow_schema: rnd(2) as u16,
+                    flow_hash: rnd(6),
+                    wait_deadline: Nanos::MAX,
+                };
                 if rnd(3) == 0 {
                     tag.wait_deadline = now + rnd(40 * MS as u64) as Nanos;
                 }
-                let work = WorkEstimate { initial_seats: 1 + rnd(2) as u32, final_seats: rnd(2) as u32, additional_latency: rnd(2) as Nanos * MS };
+                let work =
+                    WorkEstimate { initial_seats: 1 + rnd(2) as u32, final_seats: rnd(2) as u32, additional_latency: rnd(2) as Nanos * MS };
                 if let Arrival::Executing(rc) = qs.arrive(now, work, tag, &mut out) {
                     executing.push(rc);
                 }
@@ -747,14 +751,22 @@ fn decoding_with_a_prior_state_equals_decoding() {
             let Some((_, prior)) = history.len().checked_sub(back).and_then(|i| history.get(i)) else { continue };
             let got = QueueSet::decode_reusing(&mut Reader::new(&bytes), Some(prior.clone())).unwrap();
             assert_eq!(got, plain, "step {step}: decoding with the state {back} steps back differs");
-            reused += got.queues.iter().zip(&prior.queues).filter(|(a, b)| a.index == b.index && a.waiting.enc == b.waiting.enc && !a.waiting.is_empty()).count();
+            reused += got
+                .queues
+                .iter()
+                .zip(&prior.queues)
+                .filter(|(a, b)| a.index == b.index && a.waiting.enc == b.waiting.enc && !a.waiting.is_empty())
+                .count();
             let mut w = Writer::new();
             got.encode(&mut w);
             assert_eq!(w.into_bytes(), bytes, "step {step}: re-encoding differs");
         }
         // A prior newer than the value, and one of another configuration.
         if let Some((old, _)) = history.get(history.len().saturating_sub(5)) {
-            assert_eq!(QueueSet::decode_reusing(&mut Reader::new(old), Some(qs.clone())).unwrap(), QueueSet::decode(&mut Reader::new(old)).unwrap());
+            assert_eq!(
+                QueueSet::decode_reusing(&mut Reader::new(old), Some(qs.clone())).unwrap(),
+                QueueSet::decode(&mut Reader::new(old)).unwrap()
+            );
         }
         history.push((bytes, plain));
     }
@@ -794,7 +806,11 @@ fn segment_entries_decode_back() {
                     flow_hash: rnd(3) << 60,
                     wait_deadline: if rnd(2) == 0 { Nanos::MAX } else { arrival + rnd(1 << 35) as Nanos },
                 },
-                work: WorkEstimate { initial_seats: 1 + rnd(2) as u32, final_seats: rnd(2) as u32, additional_latency: rnd(2) as Nanos * MS },
+                work: WorkEstimate {
+                    initial_seats: 1 + rnd(2) as u32,
+                    final_seats: rnd(2) as u32,
+                    additional_latency: rnd(2) as Nanos * MS,
+                },
                 arrival_r: rnd(u64::MAX),
                 arrival,
             });
