@@ -4,7 +4,7 @@
 //! the last count), and the estimator taking them with the `objectCounts` table as override.
 
 use apf_wasm::digest::identity::IdentityInput;
-use apf_wasm::digest::object_counts::ScrapedCounts;
+use apf_wasm::digest::metrics_scan::ScrapedCounts;
 use apf_wasm::digest::work_estimate::{ObjectStats, StatsLookup, WatchInit};
 use apf_wasm::engine::object_counts::{
     claim, read, record, ObjectCountTracker, SharedCounts, CLAIM_GRACE, PRUNE_AFTER, RETRY_AFTER_FAILURE,

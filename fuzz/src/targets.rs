@@ -24,7 +24,7 @@ use apf_wasm::classify::Classifier;
 use apf_wasm::codec::{Reader, Writer};
 use apf_wasm::digest::identity::{identify, parse_subject, service_account_namespace, IdentityConfig, IdentityInput, UserInfo};
 use apf_wasm::digest::initial_events::{MarkerScanner, INITIAL_EVENTS_END};
-use apf_wasm::digest::object_counts::{scan_metrics, MetricsScanner};
+use apf_wasm::digest::metrics_scan::{scan_metrics, MetricsScanner};
 use apf_wasm::digest::request_info::{parse_generic, parse_request_info, RequestInfo};
 use apf_wasm::digest::work_estimate::{estimate, WatchTracker, WorkEstimatorConfig};
 use apf_wasm::duration::{format_go_duration, parse_go_duration};
@@ -1020,7 +1020,7 @@ pub fn state_watches(data: &[u8]) -> bool {
 // streaming scanners of response bodies
 
 /// Feeds `data` to a fresh `MetricsScanner` in chunks of the given sizes (cycling; 0 → 1).
-fn scan_in_chunks(data: &[u8], sizes: &[usize]) -> apf_wasm::digest::object_counts::ScrapedCounts {
+fn scan_in_chunks(data: &[u8], sizes: &[usize]) -> apf_wasm::digest::metrics_scan::ScrapedCounts {
     let mut s = MetricsScanner::new();
     let mut rest = data;
     let mut i = 0usize;

@@ -21,7 +21,7 @@ use std::io::Write;
 use serde_json::json;
 
 use crate::digest::identity::UserInfo;
-use crate::digest::object_counts::{scan_metrics, ScrapedCounts};
+use crate::digest::metrics_scan::{scan_metrics, ScrapedCounts};
 use crate::digest::work_estimate::{get_by_resource, StatsLookup};
 use crate::engine::object_counts::resource_key;
 use crate::engine::Compiled;

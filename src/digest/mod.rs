@@ -5,6 +5,6 @@
 pub mod identity;
 pub mod initial_events;
 pub mod list_size;
-pub mod object_counts;
+pub mod metrics_scan;
 pub mod request_info;
 pub mod work_estimate;

@@ -18,7 +18,7 @@
 use super::store::{update, Store};
 use super::{EngineError, MAX_CAS_TRIES};
 use crate::codec::{CodecError, CodecResult, Reader, Writer};
-use crate::digest::object_counts::ScrapedCounts;
+use crate::digest::metrics_scan::ScrapedCounts;
 pub use crate::digest::work_estimate::resource_key;
 use crate::digest::work_estimate::{get_by_resource, ObjectStats, StatsLookup};
 use crate::Nanos;

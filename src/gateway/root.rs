@@ -5,7 +5,7 @@ use super::host::{pairs, Body, HeaderMap, Host};
 use super::request::Request;
 use super::stats::{Own, M};
 use super::worker::{self, Worker, REAP_EVERY};
-use crate::digest::object_counts::ScrapedCounts;
+use crate::digest::metrics_scan::ScrapedCounts;
 use crate::engine::object_counts::{SharedCounts, OBJECT_COUNTS_KEY};
 use crate::engine::{self, Compiled};
 use crate::policy::config::{parse_plugin_config, PluginConfig};
@@ -182,7 +182,7 @@ impl Root {
                 if status.is_empty() { "no response (timeout or connection failure)".to_string() } else { format!("HTTP status {status}") };
             return self.record_counts(h, w, Err(why));
         }
-        let mut scanner = crate::digest::object_counts::MetricsScanner::new();
+        let mut scanner = crate::digest::metrics_scan::MetricsScanner::new();
         for at in (0..body_size).step_by(METRICS_READ_CHUNK) {
             let chunk = h.body_bytes(Body::CallResponse, at, METRICS_READ_CHUNK.min(body_size.saturating_sub(at)));
             let Some(chunk) = chunk.filter(|c| !c.is_empty()) else { break };

@@ -3,7 +3,7 @@
 //! sizes for the work estimator) and a WatchList stream's initial-events-end bookmark.
 
 use apf_wasm::digest::initial_events::{MarkerScanner, INITIAL_EVENTS_END};
-use apf_wasm::digest::object_counts::{scan_metrics, MetricsScanner, ScrapedCounts, MAX_LINE};
+use apf_wasm::digest::metrics_scan::{scan_metrics, MetricsScanner, ScrapedCounts, MAX_LINE};
 use apf_wasm::digest::work_estimate::ObjectStats;
 use std::cell::Cell;
 use std::collections::BTreeMap;
