@@ -7,4 +7,5 @@ pub mod initial_events;
 pub mod list_size;
 pub mod metrics_scan;
 pub mod request_info;
+pub mod selectors;
 pub mod work_estimate;

@@ -20,7 +20,8 @@
 //! unit tests).
 
 use crate::codec::{CodecError, CodecResult, Reader, Writer};
-use crate::digest::request_info::{selectors, RequestInfo};
+use crate::digest::request_info::RequestInfo;
+use crate::digest::selectors;
 use crate::fairqueuing::WorkEstimate;
 use crate::Nanos;
 use serde::Deserialize;
