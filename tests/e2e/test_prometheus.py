@@ -69,8 +69,8 @@ def upstream_series_names() -> set[str]:
     """Every series name upstream exports: counters and gauges as named, histograms as
     `_bucket`, `_sum`, `_count`."""
     out = set()
-    for name, kind in re.findall(r'^\s*m\("([a-z_]+)",\s*(Counter|Gauge|Histogram)\b',
-                                 METRICS_RS.read_text(), re.M):
+    for name, kind in re.findall(r'\bm\(\s*"([a-z_]+)",\s*(Counter|Gauge|Histogram)\b',
+                                 METRICS_RS.read_text()):
         base = "apiserver_flowcontrol_" + name
         out |= {base + s for s in ("_bucket", "_sum", "_count")} if kind == "Histogram" else {base}
     assert len(out) > 40, "the METRICS table in src/observe/metrics.rs was not found"
