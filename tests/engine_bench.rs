@@ -43,7 +43,7 @@ fn bench_request_path() {
         let tag = RequestTag { owner: 1, context: i, flow_schema: 0, flow_hash: 42, wait_deadline: i64::MAX };
         let now = i64::from(i) * 1000;
         let Decision::Execute(rc) =
-            engine::admit(&c, &store, now, lvl, apf_wasm::fairqueuing::WorkEstimate::ONE, tag, &mut notices).unwrap()
+            engine::admit(&c, &store, now, lvl, apf_wasm::fairqueuing::WorkEstimate::ONE, tag, &mut notices).unwrap().0
         else {
             panic!()
         };
@@ -224,7 +224,8 @@ fn bench_saturated_workers() {
                 match cmd {
                     Cmd::Arrive(ctx, now) => {
                         let tag = RequestTag { owner: w + 1, context: ctx, flow_schema: 0, flow_hash: 42, wait_deadline: i64::MAX };
-                        if let Decision::Execute(rc) = engine::admit(&c, &store, now, level, WorkEstimate::ONE, tag, &mut notices).unwrap()
+                        if let Decision::Execute(rc) =
+                            engine::admit(&c, &store, now, level, WorkEstimate::ONE, tag, &mut notices).unwrap().0
                         {
                             run.push(rc);
                         }

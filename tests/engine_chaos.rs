@@ -264,7 +264,7 @@ impl Sim {
         let tag = RequestTag { owner: self.workers[w].slot, context: ctx, flow_schema: 0, flow_hash: self.rng.below(40), wait_deadline };
         let mut notices = Vec::new();
         self.counts.admitted += 1;
-        match engine::admit(c, &self.store, self.now, lvl, work, tag, &mut notices).unwrap() {
+        match engine::admit(c, &self.store, self.now, lvl, work, tag, &mut notices).unwrap().0 {
             Decision::Execute(rc) => {
                 self.counts.executed += 1;
                 self.workers[w].requests.insert(ctx, entry(key, rc.id, Phase::Executing, self.now, wait_deadline, Some(rc)));
@@ -626,7 +626,7 @@ fn race_once(attempt: u64) -> (u64, u64) {
                             wait_deadline: now + (5 + rng.below(100) as i64) * MS,
                         };
                         let key = c.levels[lvl].key.clone();
-                        match engine::admit(&c, &store, now, lvl, WorkEstimate::ONE, tag, &mut ns).unwrap() {
+                        match engine::admit(&c, &store, now, lvl, WorkEstimate::ONE, tag, &mut ns).unwrap().0 {
                             Decision::Execute(rc) => {
                                 reqs.insert(ctx, entry(key, rc.id, Phase::Executing, now, tag.wait_deadline, Some(rc)))
                             }

@@ -58,6 +58,7 @@ fn two_workers_share_one_limit_and_wake_the_owner() {
         let owner = 1 + (i % 2);
         match engine::admit(&c, &store, i as i64 * MS, lvl, WorkEstimate::ONE, tag(owner, 100 + i, i as u64 * 7919, 0), &mut notices)
             .unwrap()
+            .0
         {
             Decision::Execute(id) => executing.push((owner, id)),
             Decision::Queued(id) => queued.push((owner, 100 + i, id)),
@@ -94,11 +95,14 @@ fn dead_worker_seats_are_reaped() {
     // worker 1 takes both seats, worker 2 queues one.
     for i in 0..2 {
         assert!(matches!(
-            engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(w1, i, i as u64, 0), &mut notices).unwrap(),
+            engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(w1, i, i as u64, 0), &mut notices).unwrap().0,
             Decision::Execute(_)
         ));
     }
-    assert!(matches!(engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(w2, 9, 99, 0), &mut notices).unwrap(), Decision::Queued(_)));
+    assert!(matches!(
+        engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(w2, 9, 99, 0), &mut notices).unwrap().0,
+        Decision::Queued(_)
+    ));
     // worker 2 keeps heart-beating; worker 1 dies.
     engine::heartbeat(&store, 0xbbbb, 4 * NANOS_PER_SEC).unwrap();
     let dead = engine::reap_dead_workers(&store, 6 * NANOS_PER_SEC, 5 * NANOS_PER_SEC, std::slice::from_ref(&key), &mut notices).unwrap();
@@ -117,10 +121,10 @@ fn stream_end_cancels_queued_and_releases_executing() {
     let store = MemStore::new();
     let key = c.levels[lvl].key.to_string();
     let mut notices = Vec::new();
-    let Decision::Execute(a) = engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(1, 1, 1, 0), &mut notices).unwrap() else {
+    let Decision::Execute(a) = engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(1, 1, 1, 0), &mut notices).unwrap().0 else {
         panic!()
     };
-    let Decision::Queued(b) = engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(1, 2, 2, 0), &mut notices).unwrap() else {
+    let Decision::Queued(b) = engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(1, 2, 2, 0), &mut notices).unwrap().0 else {
         panic!()
     };
     // the queued client goes away: no dispatch happens, nothing leaks

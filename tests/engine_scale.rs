@@ -77,7 +77,7 @@ fn drive(c: &Compiled, flows: u32, window: usize, check_every: u32) -> Run {
     let queues = usize::try_from(c.levels[lvl].qs_config.desired_queues).unwrap();
     let mut notices = Vec::new();
     // The empty state: one request in and out.
-    let Decision::Execute(rc) = engine::admit(c, &store, 0, lvl, WorkEstimate::ONE, tag(0, u64::MAX), &mut notices).unwrap() else {
+    let Decision::Execute(rc) = engine::admit(c, &store, 0, lvl, WorkEstimate::ONE, tag(0, u64::MAX), &mut notices).unwrap().0 else {
         panic!()
     };
     engine::end(&store, 1, &key, rc.id, Some(&rc), &mut notices).unwrap();
@@ -92,7 +92,7 @@ fn drive(c: &Compiled, flows: u32, window: usize, check_every: u32) -> Run {
             let id = present.pop_front().unwrap();
             engine::end(&store, now, &key, id, receipts.remove(&id).as_ref(), &mut notices).unwrap();
         }
-        match engine::admit(c, &store, now, lvl, WorkEstimate::ONE, tag(u, user_hash(u)), &mut notices).unwrap() {
+        match engine::admit(c, &store, now, lvl, WorkEstimate::ONE, tag(u, user_hash(u)), &mut notices).unwrap().0 {
             Decision::Execute(rc) => {
                 present.push_back(rc.id);
                 receipts.insert(rc.id, rc);
@@ -195,7 +195,7 @@ fn bench_cost_per_request_vs_flows() {
                     engine::end(&store, now, &key, id, receipts.remove(&id).as_ref(), &mut notices).unwrap();
                 }
                 let h = hashes[(i % k) as usize];
-                match engine::admit(&c, &store, now, lvl, WorkEstimate::ONE, tag(i, h), &mut notices).unwrap() {
+                match engine::admit(&c, &store, now, lvl, WorkEstimate::ONE, tag(i, h), &mut notices).unwrap().0 {
                     Decision::Execute(rc) => {
                         present.push_back(rc.id);
                         receipts.insert(rc.id, rc);

@@ -9,22 +9,10 @@ use crate::fairqueuing::queueset::Arrival;
 use crate::fairqueuing::{Receipt, RejectReason, RequestId, RequestTag, WorkEstimate};
 use crate::Nanos;
 
-/// Admits a classified request to priority level `level` (index into the compiled levels).
+/// Admits a classified request to priority level `level` (index into the compiled levels): its
+/// decision, and the length of its queue after it was enqueued (`None` when it was not
+/// enqueued): upstream's `request_queue_length_after_enqueue`.
 pub fn admit(
-    c: &Compiled,
-    store: &dyn Store,
-    now: Nanos,
-    level: usize,
-    work: WorkEstimate,
-    tag: RequestTag,
-    notices: &mut Vec<Notice>,
-) -> Result<Decision, EngineError> {
-    admit_observed(c, store, now, level, work, tag, notices).map(|(d, _)| d)
-}
-
-/// [`admit`], also giving the length of the request's queue after it was enqueued (`None`
-/// when it was not enqueued): upstream's `request_queue_length_after_enqueue`.
-pub fn admit_observed(
     c: &Compiled,
     store: &dyn Store,
     now: Nanos,

@@ -136,7 +136,7 @@ impl Request {
             wait_deadline: now.saturating_add(d.wait_limit),
         };
         let mut notices = Vec::new();
-        let decision = engine::admit_observed(c, h.store(), now, d.class.priority_level, d.work, tag, &mut notices);
+        let decision = engine::admit(c, h.store(), now, d.class.priority_level, d.work, tag, &mut notices);
         w.stats.observe(c, M::WorkEstimatedSeats, pl, fs, EXTRA_NONE, f64::from(seats));
         if let Ok((_, Some(length))) = decision {
             w.stats.observe(c, M::QueueLengthAfterEnqueue, pl, fs, EXTRA_NONE, f64::from(length));

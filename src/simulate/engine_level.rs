@@ -184,7 +184,7 @@ impl Admission for EngineLevel<'_> {
         w.next_context = w.next_context.wrapping_add(1).max(1);
         let tag = RequestTag { owner: w.slot, context, ..call.tag };
         let mut notices = Vec::new();
-        let decision = engine::admit(&self.compiled, &w.store, now, 0, call.work, tag, &mut notices).map_err(err)?;
+        let decision = engine::admit(&self.compiled, &w.store, now, 0, call.work, tag, &mut notices).map_err(err)?.0;
         let entry = |id, phase, receipt| Entry {
             level_key: self.key.clone(),
             id,
