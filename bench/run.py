@@ -25,6 +25,8 @@ Variants (interleaved, repeated for --rounds; medians reported):
                    at once and the gateway is CPU-bound; with --upstream-delay-ms D it holds
                    each response D ms, as an apiserver does, so the level (8 seats / D) limits
                    the rate and every variant serves the same req/s with CPU to spare
+  apf-fleet        apf-wasm, default policy, uncontended, in fleet mode (one replica, a local
+                   etcd from Debian's etcd-server): ÷ apf is what the fleet's driver costs
   apf-flows        apf-wasm, default policy, uncontended, each request from one of K users
                    (K = 10, 1000, 100000; --flow-counts): cost per request vs flows seen
   apf-noisy        not a CPU measurement: a saturated 18-seat level (Python upstream, 50 ms ± 20 %
@@ -323,6 +325,12 @@ def variant_specs(args, mods) -> list[dict]:
             if args.apf_wasm_b:
                 specs.append(dict(name="apf-b", workers=w, http_filter="wasm", wasm=args.apf_wasm_b,
                                   cfg=roomy, conns=args.connections))
+        elif v == "apf-fleet":
+            # Fleet mode with the same policy (one replica, so all its seats are this one's):
+            # what the fleet's driver costs beside the request path. ÷ the apf variant.
+            fleet = dict(roomy, fleet={"etcd": {"cluster": "etcd"}, "period": "1s", "leaseTtl": "5s"})
+            specs.append(dict(name="apf-fleet", workers=w, http_filter="wasm", wasm=mods["apf"],
+                              cfg=fleet, conns=args.connections, etcd=True))
         elif v == "apf-flows":
             for k in args.flow_counts:
                 specs.append(dict(name=f"apf-flows K={k}", workers=w, http_filter="wasm",
@@ -434,11 +442,52 @@ def cpu_window(env: EnvoyProcess, gen, n: int, contention: bool = False) -> dict
     return res
 
 
-def measure(spec: dict, args, envoy_bin: str, upstream_port: int, wrk: str | None,
-            workdir: Path) -> dict:
+ETCD_PORT: list[int] = []  # the local etcd's client port, when a fleet variant runs
+
+
+def variant_config(spec: dict, args, upstream_port: int) -> dict:
+    """The Envoy configuration of a variant (fleet variants: with an `etcd` cluster)."""
     cfg = gateway_config(upstream_port=upstream_port, wasm_path=str(spec.get("wasm") or ""),
                          plugin_config=spec.get("cfg"), http_filter=spec["http_filter"])
+    if spec.get("etcd") and ETCD_PORT:
+        cfg["static_resources"]["clusters"].append({
+            "name": "etcd", "type": "STATIC", "connect_timeout": "1s",
+            "load_assignment": {"cluster_name": "etcd", "endpoints": [{"lb_endpoints": [
+                {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1",
+                                                              "port_value": ETCD_PORT[0]}}}}]}]}})
     with_stats(cfg, args.envoy_stats)
+    return cfg
+
+
+def start_etcd(workdir: Path) -> subprocess.Popen:
+    """A throwaway etcd on loopback for the fleet variants (Debian's etcd-server)."""
+    import socket as _socket
+    ports = []
+    for _ in range(2):
+        with _socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    c, p = f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}"
+    proc = subprocess.Popen(["etcd", "--name", "bench", "--data-dir", str(workdir / "etcd"),
+                             "--listen-client-urls", c, "--advertise-client-urls", c,
+                             "--listen-peer-urls", p, "--initial-advertise-peer-urls", p,
+                             "--initial-cluster", f"bench={p}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    ETCD_PORT.append(ports[0])
+    import urllib.request
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(urllib.request.Request(f"{c}/v3/maintenance/status", data=b"{}",
+                                                          method="POST"), timeout=1).read()
+            break
+        except OSError:
+            time.sleep(0.1)
+    return proc
+
+
+def measure(spec: dict, args, envoy_bin: str, upstream_port: int, wrk: str | None,
+            workdir: Path) -> dict:
+    cfg = variant_config(spec, args, upstream_port)
     env = EnvoyProcess(cfg, workdir, envoy_bin=envoy_bin, concurrency=spec["workers"],
                        name=f"gw-{spec['name']}-{spec['workers']}", log_level="warning")
     env.start()
@@ -468,9 +517,7 @@ def measure_paired(specs: list[dict], args, envoy_bin: str, upstream_port: int, 
     out: dict[str, list[dict]] = {}
     try:
         for spec in specs:
-            cfg = gateway_config(upstream_port=upstream_port, wasm_path=str(spec.get("wasm") or ""),
-                                 plugin_config=spec.get("cfg"), http_filter=spec["http_filter"])
-            with_stats(cfg, args.envoy_stats)
+            cfg = variant_config(spec, args, upstream_port)
             env = EnvoyProcess(cfg, workdir, envoy_bin=envoy_bin, concurrency=spec["workers"],
                                name=f"gwp-{spec['name']}-{spec['workers']}", log_level="warning")
             env.start()
@@ -798,6 +845,7 @@ def main() -> int:
         + (f"; upstream delay {args.upstream_delay_ms} ms" if args.upstream_delay_ms else ""))
 
     work = Path(tempfile.mkdtemp(prefix="apf-bench-"))
+    etcd = start_etcd(work) if any(s.get("etcd") for s in specs) else None
     up = EnvoyProcess(direct_response_config(delay_ms=args.upstream_delay_ms), work,
                       envoy_bin=envoy_bin, concurrency=1,
                       name="upstream", log_level="warning")
@@ -838,6 +886,9 @@ def main() -> int:
                     else f"FAILED {r['error']}"))
     finally:
         up.stop()
+        if etcd is not None:
+            etcd.terminate()
+            etcd.wait(timeout=10)
 
     base_key = next((k for k in results if k.split("|")[0] == args.ratio_base), None)
     lines = ["| variant | workers | conns | CPU µs/req (median) | min–max | × " + args.ratio_base
@@ -883,6 +934,9 @@ def main() -> int:
     if f"apf-b|{args.workers}" in results and f"apf|{args.workers}" in results:
         table += ("\nA/B, uncontended apf-b ÷ apf (medians of per-round ratios): "
                   f"{per_round(f'apf-b|{args.workers}', f'apf|{args.workers}'):.2f}.")
+    if f"apf-fleet|{args.workers}" in results and f"apf|{args.workers}" in results:
+        table += ("\nFleet mode (one replica, etcd on loopback), apf-fleet ÷ apf (medians of per-round "
+                  f"ratios), {args.workers} worker(s): {per_round(f'apf-fleet|{args.workers}', f'apf|{args.workers}'):.2f}.")
     if "apf-saturated-b|1" in results:
         table += ("\nA/B, apf-saturated-b ÷ apf-saturated (medians of per-round ratios): "
                   f"1 worker {per_round('apf-saturated-b|1', 'apf-saturated|1'):.2f}, "
