@@ -5,7 +5,7 @@
 //! implement [`Host`]; everything else is here, so every host behaves alike.
 
 use super::store::Store;
-use super::{EngineError, Notice, NoticeKind};
+use super::{Decision, EngineError, Notice, NoticeKind};
 use crate::fairqueuing::{Receipt, RejectReason, RequestId};
 use crate::Nanos;
 use hashbrown::HashMap;
@@ -31,6 +31,25 @@ pub struct Entry<X> {
     /// Set once it executes: what the QueueSet needs back to finish it.
     pub receipt: Option<Receipt>,
     pub extra: X,
+}
+
+impl<X> Entry<X> {
+    /// The entry of a request the engine just admitted at `arrived` (`None` for a rejection):
+    /// executing with its receipt, or waiting in its queue.
+    pub fn admitted(
+        level_key: std::sync::Arc<str>,
+        decision: &Decision,
+        arrived: Nanos,
+        wait_deadline: Nanos,
+        extra: X,
+    ) -> Option<Entry<X>> {
+        let (id, phase, receipt) = match *decision {
+            Decision::Execute(rc) => (rc.id, Phase::Executing, Some(rc)),
+            Decision::Queued(id) => (id, Phase::Waiting, None),
+            Decision::Rejected { .. } => return None,
+        };
+        Some(Entry { level_key, id, phase, arrived, wait_deadline, waited: 0, started: arrived, receipt, extra })
+    }
 }
 
 /// What the engine needs from the host for one worker's requests.

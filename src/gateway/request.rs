@@ -143,26 +143,17 @@ impl Request {
         }
         // Dry run: the request is accounted as queued or rejected but let through.
         let stop = if level.enforce { Action::Pause } else { Action::Continue };
-        let local = |id, phase, receipt| Local {
-            level_key: level.key.clone(),
-            id,
-            phase,
-            arrived: now,
-            wait_deadline: tag.wait_deadline,
-            waited: 0,
-            started: now,
-            receipt,
-            extra: extra.clone(),
-        };
-        let action = match decision.map(|(d, _)| d) {
-            Ok(Decision::Execute(rc)) => {
+        let decision = decision.map(|(d, _)| d);
+        if let Some(e) = decision.as_ref().ok().and_then(|d| Local::admitted(level.key.clone(), d, now, tag.wait_deadline, extra.clone())) {
+            w.requests.insert(self.ctx, e);
+        }
+        let action = match decision {
+            Ok(Decision::Execute(_)) => {
                 extra.dispatched(&mut w.stats, 0);
-                w.requests.insert(self.ctx, local(rc.id, Phase::Executing, Some(rc)));
                 Action::Continue
             }
-            Ok(Decision::Queued(id)) => {
+            Ok(Decision::Queued(_)) => {
                 extra.queued(&mut w.stats, 1);
-                w.requests.insert(self.ctx, local(id, Phase::Waiting, None));
                 stop
             }
             Ok(Decision::Rejected { reason, retry_after }) => {

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use super::admission::{Admission, Call, CallId, Outcomes};
 use super::results::CallKind;
 use super::scenario::Scenario;
-use crate::engine::requests::{Entry, Host, Phase, Requests};
+use crate::engine::requests::{Entry, Host, Requests};
 use crate::engine::store::{MemStore, Store, WorkerStore};
 use crate::engine::{self, Compiled, Decision, LevelRuntime, LevelState, Notice};
 use crate::fairqueuing::queueset::QueueSet;
@@ -185,27 +185,13 @@ impl Admission for EngineLevel<'_> {
         let tag = RequestTag { owner: w.slot, context, ..call.tag };
         let mut notices = Vec::new();
         let decision = engine::admit(&self.compiled, &w.store, now, 0, call.work, tag, &mut notices).map_err(err)?.0;
-        let entry = |id, phase, receipt| Entry {
-            level_key: self.key.clone(),
-            id,
-            phase,
-            arrived: now,
-            wait_deadline: tag.wait_deadline,
-            waited: 0,
-            started: now,
-            receipt,
-            extra: call.id,
-        };
+        if let Some(e) = Entry::admitted(self.key.clone(), &decision, now, tag.wait_deadline, call.id) {
+            w.requests.insert(context, e);
+            self.by_call.insert(call.id, (call.worker as usize, context));
+        }
         match decision {
-            Decision::Execute(rc) => {
-                w.requests.insert(context, entry(rc.id, Phase::Executing, Some(rc)));
-                self.by_call.insert(call.id, (call.worker as usize, context));
-                out.push((call.id, CallKind::Start { waited: 0 }));
-            }
-            Decision::Queued(id) => {
-                w.requests.insert(context, entry(id, Phase::Waiting, None));
-                self.by_call.insert(call.id, (call.worker as usize, context));
-            }
+            Decision::Execute(_) => out.push((call.id, CallKind::Start { waited: 0 })),
+            Decision::Queued(_) => {}
             Decision::Rejected { reason, .. } => out.push((call.id, CallKind::Reject(reason))),
         }
         self.route(now, call.worker as usize, None, notices, out);
