@@ -340,6 +340,20 @@ impl QueueSet {
         tag: RequestTag,
         out: &mut Vec<Dispatched>,
     ) -> (Arrival, Option<u32>) {
+        self.arrive_via(now, work, tag, out, true)
+    }
+
+    /// [`QueueSet::arrive_observed`]; `direct`: a request that would be dispatched at once
+    /// skips the enqueue (the fast path, [`Self::try_dispatch_directly`]); without it every
+    /// arrival takes the general enqueue-then-dispatch path (tests compare the two).
+    fn arrive_via(
+        &mut self,
+        now: Nanos,
+        work: WorkEstimate,
+        tag: RequestTag,
+        out: &mut Vec<Dispatched>,
+        direct: bool,
+    ) -> (Arrival, Option<u32>) {
         self.sync_time(now);
         if self.cfg.desired_queues < 1 {
             if !self.can_accommodate(work.max_seats()) {
@@ -365,7 +379,7 @@ impl QueueSet {
         let id = self.new_id();
         let r = self.current_r;
         let length = Some(sat_u32(waiting.saturating_add(1)));
-        if let Some(receipt) = self.try_dispatch_directly(pos, id, tag, work, now) {
+        if let Some(receipt) = direct.then(|| self.try_dispatch_directly(pos, id, tag, work, now)).flatten() {
             return (Arrival::Executing(receipt), length);
         }
         if let Some(q) = self.queues.get_mut(pos) {
@@ -395,10 +409,6 @@ impl QueueSet {
     /// enqueue + [`Self::dispatch_one`] and returns the receipt; returns None (changing
     /// nothing) when the request would not be dispatched right away.
     fn try_dispatch_directly(&mut self, pos: usize, id: RequestId, tag: RequestTag, work: WorkEstimate, now: Nanos) -> Option<Receipt> {
-        #[cfg(test)]
-        if !DIRECT_DISPATCH.with(|d| d.get()) {
-            return None;
-        }
         if self.tot_requests_waiting != 0 || self.tot_seats_in_use >= self.cfg.concurrency_limit as u64 {
             return None;
         }
@@ -597,12 +607,6 @@ impl QueueSet {
         self.dispatch_as_much_as_possible(now, out);
         count
     }
-}
-
-#[cfg(test)]
-thread_local! {
-    /// Test switch: false forces arrivals through the general enqueue + dispatch path.
-    static DIRECT_DISPATCH: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
 }
 
 /// Upstream `boundNextDispatchLocked` (anti-windup).
