@@ -9,9 +9,8 @@
 mod mock_host;
 
 use apf_wasm::gateway::host::Action;
-use mock_host::{headers, Node, Proxy};
+use mock_host::{gateway, headers, level_row, Node, Proxy};
 use serde_json::json;
-use std::rc::Rc;
 use std::time::Duration;
 
 const PODS: &str = "/api/v1/namespaces/default/pods";
@@ -52,29 +51,10 @@ fn config(seats: u32, queue_length_limit: u32, reject: bool) -> String {
     .to_string()
 }
 
-/// A process with `n` workers, all configured with `cfg`.
-fn gateway(n: usize, cfg: &str) -> (Rc<Proxy>, Vec<Node>) {
-    let proxy = Proxy::new();
-    let mut nodes: Vec<Node> = (0..n).map(|i| Node::new(&proxy, i)).collect();
-    for node in &mut nodes {
-        assert!(node.configure(cfg), "configuration refused");
-        node.tick();
-    }
-    (proxy, nodes)
-}
-
 /// (waiting, executing) requests of level `lvl`, from the priority-level dump.
 fn level(node: &mut Node) -> (u32, u32) {
-    let (ctx, action) =
-        node.request(&headers("GET", "/debug/api_priority_and_fairness/dump_priority_levels", "admin", &["system:masters"]), &[]);
-    assert_eq!(action, Action::Pause);
-    let reply = node.stream(ctx).reply.expect("dump answered");
-    node.close(ctx);
-    let mut lines = reply.body.lines();
-    let cols: Vec<&str> = lines.next().unwrap().split(',').map(str::trim).collect();
-    let col = |name: &str| cols.iter().position(|c| *c == name).unwrap();
-    let row = lines.map(|l| l.split(',').map(str::trim).collect::<Vec<_>>()).find(|r| r[0] == "lvl").unwrap();
-    (row[col("WaitingRequests")].parse().unwrap(), row[col("ExecutingRequests")].parse().unwrap())
+    let admin = [("x-remote-user", "admin"), ("x-remote-group", "system:masters")];
+    level_row(&node.dump("dump_priority_levels", &admin, &[]), "lvl")
 }
 
 fn get(node: &mut Node, user: &str) -> (u32, Action) {

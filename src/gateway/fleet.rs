@@ -201,8 +201,10 @@ pub fn on_tick(h: &dyn Host, w: &mut Worker, c: &Compiled, now: Nanos) {
         w.fleet = None;
         return;
     };
-    let beat_due = w.fleet.as_ref().is_none_or(|d| now.saturating_sub(d.last_beat) >= DRIVER_BEAT);
-    if beat_due {
+    // The driver renews its role, the others look whether it is free, every `DRIVER_BEAT`.
+    let last = w.fleet.as_ref().map_or(w.fleet_checked, |d| d.last_beat);
+    if now.saturating_sub(last) >= DRIVER_BEAT {
+        w.fleet_checked = now;
         if !claim_driver(h, w.instance, now) {
             w.fleet = None;
             return;
@@ -210,6 +212,8 @@ pub fn on_tick(h: &dyn Host, w: &mut Worker, c: &Compiled, now: Nanos) {
         if let Some(d) = w.fleet.as_mut() {
             d.last_beat = now;
         }
+    } else if w.fleet.is_none() {
+        return;
     }
     if w.fleet.as_ref().is_none_or(|d| d.feed.generation() != c.generation) {
         let Some(d) = FleetDriver::new(h, w, c, cfg, now) else { return };

@@ -111,6 +111,8 @@ pub struct Worker {
     pub stats: Stats,
     /// Fleet mode: the fleet's state machine, on the one worker that drives it.
     pub fleet: Option<super::fleet::FleetDriver>,
+    /// Fleet mode, on the other workers: when this one last looked whether the role is free.
+    pub fleet_checked: Nanos,
 }
 
 /// The engine's callbacks for this worker's requests: resume, answer, post to other workers,
@@ -244,6 +246,7 @@ impl Worker {
             requests: Requests::new(),
             stats: Stats::default(),
             fleet: None,
+            fleet_checked: 0,
         }
     }
 

@@ -563,7 +563,7 @@ UPGRADES = {
 @pytest.mark.parametrize("kind", sorted(UPGRADES))
 def test_exec_upgrade_streams_both_ways_outside_apf(secure, kind):
     """kubectl exec's upgrade (WebSocket, kubectl 1.30+; SPDY/3.1 before) goes through the shipped
-    file to the apiserver with the verified identity, bytes stream both ways, and the open session
+    file to the apiserver with the verified identity, bytes stream both ways, and the open stream
     holds no seats (exec is long-running: outside APF, as in kube-apiserver)."""
     secure.upstream.reset()
     sock = _tls(secure, "alice")
