@@ -106,7 +106,7 @@ fn bench_digest_parts() {
 fn bench_saturated_level() {
     use apf_wasm::engine::LevelState;
     use apf_wasm::fairqueuing::{QueueSetConfig, WorkEstimate};
-    let cfg = QueueSetConfig { desired_queues: 16, queue_length_limit: 100, hand_size: 4, concurrency_limit: 2 };
+    let cfg = QueueSetConfig { desired_queues: 16, queue_length_limit: 100, hand_size: 4, concurrency_limit: 2, strict_limit: false };
     let mut st = LevelState::new(cfg, 1, 0).unwrap();
     let mut out = Vec::new();
     let mut running = std::collections::VecDeque::new();
@@ -147,7 +147,8 @@ fn bench_codec_by_queue_length() {
     use apf_wasm::engine::LevelState;
     use apf_wasm::fairqueuing::{QueueSetConfig, WorkEstimate};
     for (seats, clients) in [(2u32, 16u32), (8, 64), (8, 128)] {
-        let cfg = QueueSetConfig { desired_queues: 16, queue_length_limit: 100, hand_size: 4, concurrency_limit: seats };
+        let cfg =
+            QueueSetConfig { desired_queues: 16, queue_length_limit: 100, hand_size: 4, concurrency_limit: seats, strict_limit: false };
         let mut st = LevelState::new(cfg, 1, 0).unwrap();
         let mut out = Vec::new();
         for i in 0..clients {
@@ -286,7 +287,7 @@ fn bench_decode_reusing_vs_scratch() {
     use apf_wasm::engine::LevelState;
     use apf_wasm::fairqueuing::queueset::Arrival;
     use apf_wasm::fairqueuing::{QueueSetConfig, WorkEstimate};
-    let cfg = QueueSetConfig { desired_queues: 16, queue_length_limit: 100, hand_size: 4, concurrency_limit: 8 };
+    let cfg = QueueSetConfig { desired_queues: 16, queue_length_limit: 100, hand_size: 4, concurrency_limit: 8, strict_limit: false };
     let mut st = LevelState::new(cfg, 1, 0).unwrap();
     let tag =
         |i: u32| RequestTag { owner: 1 + (i % 2), context: i, flow_schema: 0, flow_hash: 42 + u64::from(i % 8), wait_deadline: i64::MAX };

@@ -42,6 +42,7 @@ fn random_operations_keep_state_consistent() {
             queue_length_limit: 1 + rng.below(5) as u32,
             hand_size: if desired > 1 { 1 + rng.below(4) as u32 } else { 1 },
             concurrency_limit: c,
+            strict_limit: false,
         };
         let mut qs = QueueSet::new(cfg, 0).unwrap();
         let mut now: Nanos = 0;
@@ -153,7 +154,7 @@ fn random_operations_keep_state_consistent() {
 }
 
 fn bench(with_codec: bool, ops: u64) -> (f64, usize) {
-    let cfg = QueueSetConfig { desired_queues: 128, queue_length_limit: 50, hand_size: 6, concurrency_limit: 100 };
+    let cfg = QueueSetConfig { desired_queues: 128, queue_length_limit: 50, hand_size: 6, concurrency_limit: 100, strict_limit: false };
     let mut qs = QueueSet::new(cfg, 0).unwrap();
     let mut bytes = Vec::new();
     let mut executing: VecDeque<Receipt> = VecDeque::new();
@@ -206,7 +207,7 @@ fn bench_queueset() {
     let (ns, max_len) = bench(true, 200_000);
     println!("same with decode+encode around each op: {ns:.0} ns per request (state up to {max_len} bytes)");
     // Bytes of encoded state per queued request.
-    let cfg = QueueSetConfig { desired_queues: 128, queue_length_limit: 50, hand_size: 6, concurrency_limit: 1 };
+    let cfg = QueueSetConfig { desired_queues: 128, queue_length_limit: 50, hand_size: 6, concurrency_limit: 1, strict_limit: false };
     let mut qs = QueueSet::new(cfg, 1_000_000_000_000).unwrap();
     let mut out = Vec::new();
     let size = |qs: &QueueSet| {

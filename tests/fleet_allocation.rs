@@ -116,7 +116,7 @@ impl Case {
     }
 
     fn replicas(&self) -> Vec<ReplicaDemand<'_>> {
-        self.ids.iter().zip(&self.demand).map(|(id, d)| ReplicaDemand { id, demand: d }).collect()
+        self.ids.iter().zip(&self.demand).map(|(id, d)| ReplicaDemand { id, demand: d, wide: &[] }).collect()
     }
 
     fn allocate(&self) -> Allocation {
@@ -179,7 +179,8 @@ fn bounds_minimum_and_determinism() {
         for i in (1..order.len()).rev() {
             order.swap(i, rng.below(i as u64 + 1) as usize);
         }
-        let shuffled: Vec<ReplicaDemand<'_>> = order.iter().map(|&i| ReplicaDemand { id: &case.ids[i], demand: &case.demand[i] }).collect();
+        let shuffled: Vec<ReplicaDemand<'_>> =
+            order.iter().map(|&i| ReplicaDemand { id: &case.ids[i], demand: &case.demand[i], wide: &[] }).collect();
         assert_eq!(allocate(&case.policy, &shuffled), a);
         for (i, id) in case.ids.iter().enumerate() {
             let mine = a.seats_of(id).unwrap();
@@ -287,7 +288,7 @@ fn fleet_equals_one_apiserver_with_the_summed_demand() {
             })
             .collect();
         update_borrowing(&mut upstream, policy.nominal_sum());
-        let one = allocate(&policy, &[ReplicaDemand { id: "only", demand: &single }]);
+        let one = allocate(&policy, &[ReplicaDemand { id: "only", demand: &single, wide: &[] }]);
         for ((u, a), l) in upstream.iter().zip(&one.levels).zip(&policy.levels) {
             assert_eq!(a.current, u.current);
             if !l.exempt {
@@ -312,7 +313,7 @@ fn fleet_equals_one_apiserver_with_the_summed_demand() {
             })
             .collect();
         let ids = ["a", "b", "c"];
-        let replicas: Vec<ReplicaDemand<'_>> = ids.iter().zip(&parts).map(|(id, d)| ReplicaDemand { id, demand: d }).collect();
+        let replicas: Vec<ReplicaDemand<'_>> = ids.iter().zip(&parts).map(|(id, d)| ReplicaDemand { id, demand: d, wide: &[] }).collect();
         let three = allocate(&policy, &replicas);
         for (u, a) in upstream.iter().zip(&three.levels) {
             assert_eq!(a.current, u.current);
@@ -336,7 +337,7 @@ fn upstream_exempt_borrowing_vector_over_two_replicas() {
     // Exempt demand 540 = 270 + 270; workload-low demand 1 on one replica only; the others 970.
     let a = vec![stats(485.0), stats(270.0), stats(1.0), stats(485.0)];
     let b = vec![stats(485.0), stats(270.0), stats(0.0), stats(485.0)];
-    let alloc = allocate(&policy, &[ReplicaDemand { id: "b", demand: &b }, ReplicaDemand { id: "a", demand: &a }]);
+    let alloc = allocate(&policy, &[ReplicaDemand { id: "b", demand: &b, wide: &[] }, ReplicaDemand { id: "a", demand: &a, wide: &[] }]);
     let current: Vec<u32> = alloc.levels.iter().map(|l| l.current).collect();
     assert_eq!(current, vec![240, 540, 60, 30], "upstream's step 3");
     assert_eq!(alloc.levels[0].seats, vec![120, 120]);
@@ -363,8 +364,63 @@ fn no_replicas_and_weights() {
     // Repeated ids are merged whatever the order.
     let d1 = vec![SeatDemandStats { avg: 5.0, ..Default::default() }; policy.levels.len()];
     let d2 = vec![SeatDemandStats { std_dev: 2.0, ..Default::default() }; policy.levels.len()];
-    let x = allocate(&policy, &[ReplicaDemand { id: "r", demand: &d1 }, ReplicaDemand { id: "r", demand: &d2 }]);
-    let y = allocate(&policy, &[ReplicaDemand { id: "r", demand: &d2 }, ReplicaDemand { id: "r", demand: &d1 }]);
+    let x = allocate(&policy, &[ReplicaDemand { id: "r", demand: &d1, wide: &[] }, ReplicaDemand { id: "r", demand: &d2, wide: &[] }]);
+    let y = allocate(&policy, &[ReplicaDemand { id: "r", demand: &d2, wide: &[] }, ReplicaDemand { id: "r", demand: &d1, wide: &[] }]);
     assert_eq!(x, y);
     assert_eq!(x.replicas, vec!["r".to_string()]);
+}
+
+/// Room for wide requests over random splits: Σ unchanged, the minimum and every width already
+/// satisfied kept, and the oldest need served whenever the others' surplus covers it.
+#[test]
+fn room_for_wide_requests() {
+    use apf_wasm::fleet::allocation::make_room_for_wide;
+    use apf_wasm::fleet::WideNeed;
+    let mut rng = Rng(0x5eed_0003);
+    let mut served_first = 0;
+    for _ in 0..20_000 {
+        let n = rng.range(1, 6) as usize;
+        let current = rng.range(0, 40) as u32;
+        let weights: Vec<u64> = (0..n).map(|_| rng.below(5_000)).collect();
+        let before = split_seats(current, &weights);
+        let minimum = minimum_share(current, n);
+        let wide: Vec<WideNeed> = (0..n)
+            .map(|_| {
+                if rng.chance(40) {
+                    WideNeed { seats: rng.range(1, 12) as u32, since: rng.range(1, 5) as i64 }
+                } else {
+                    WideNeed::default()
+                }
+            })
+            .collect();
+        let mut seats = before.clone();
+        make_room_for_wide(current, minimum, &mut seats, &wide);
+        assert_eq!(seats.iter().sum::<u32>(), current, "{before:?} {wide:?} → {seats:?}");
+        for i in 0..n {
+            assert!(seats[i] >= minimum.min(before[i]), "minimum: {before:?} {wide:?} → {seats:?}");
+            let need = wide[i].seats.min(current);
+            if need > 0 && before[i] >= need {
+                assert!(seats[i] >= need, "a satisfied width kept: {before:?} {wide:?} → {seats:?}");
+            }
+        }
+        // The oldest need (ties: first id) is served when the others can give enough.
+        let first = (0..n).filter(|&i| wide[i].seats.min(current) > before[i]).min_by_key(|&i| (wide[i].since, i));
+        if let Some(i) = first {
+            let need = wide[i].seats.min(current);
+            let floor = |j: usize| {
+                let own = wide[j].seats.min(current);
+                if own > 0 && own <= before[j] {
+                    own.max(minimum)
+                } else {
+                    minimum
+                }
+            };
+            let room: u32 = (0..n).filter(|&j| j != i).map(|j| before[j].saturating_sub(floor(j))).sum();
+            if room >= need - before[i] {
+                assert_eq!(seats[i], need, "oldest need: {before:?} {wide:?} → {seats:?}");
+                served_first += 1;
+            }
+        }
+    }
+    assert!(served_first > 1_000, "{served_first}");
 }

@@ -29,8 +29,10 @@ fn queueset_counter_overflow() {
     use apf_wasm::codec::Reader;
     use apf_wasm::fairqueuing::queueset::QueueSet;
     use apf_wasm::fairqueuing::{RequestTag, WorkEstimate};
-    // (Re-encoded for the current encoding version: one more empty list, lingering seats.)
-    let input: &[u8] = b"\x05\x00\x00\x00\x03\x00/\x00\x00\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00";
+    // (Re-encoded for the current encoding version: one more empty list, lingering seats; the
+    // strict-limit flag.)
+    let input: &[u8] =
+        b"\x06\x00\x00\x00\x03\x00\x00/\x00\x00\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00";
     let mut qs = QueueSet::decode(&mut Reader::new(input)).unwrap();
     assert_eq!(qs.counters().dispatched, u64::MAX);
     let mut out = Vec::new();

@@ -375,10 +375,10 @@ fn write_queueing_corpus() {
     const S: i64 = 1_000_000_000;
     let now = 1_700_000_000 * S;
     let configs = [
-        ("queuing", QueueSetConfig { desired_queues: 8, queue_length_limit: 5, hand_size: 3, concurrency_limit: 2 }),
-        ("one-queue", QueueSetConfig { desired_queues: 1, queue_length_limit: 3, hand_size: 1, concurrency_limit: 1 }),
-        ("reject", QueueSetConfig { desired_queues: 0, queue_length_limit: 0, hand_size: 0, concurrency_limit: 3 }),
-        ("exempt", QueueSetConfig { desired_queues: -1, queue_length_limit: 0, hand_size: 0, concurrency_limit: 0 }),
+        ("queuing", QueueSetConfig { desired_queues: 8, queue_length_limit: 5, hand_size: 3, concurrency_limit: 2, strict_limit: false }),
+        ("one-queue", QueueSetConfig { desired_queues: 1, queue_length_limit: 3, hand_size: 1, concurrency_limit: 1, strict_limit: false }),
+        ("reject", QueueSetConfig { desired_queues: 0, queue_length_limit: 0, hand_size: 0, concurrency_limit: 3, strict_limit: false }),
+        ("exempt", QueueSetConfig { desired_queues: -1, queue_length_limit: 0, hand_size: 0, concurrency_limit: 0, strict_limit: false }),
     ];
     for (name, cfg) in configs {
         let mut st = LevelState::new(cfg, 3, now).unwrap();

@@ -16,6 +16,9 @@
 //!   Asserted: the fleet limit holds, and replica 2 has ≥ 85 % of the seats at every sample
 //!   from 4 periods on and reached them within 3 periods plus the 50 ms of ticks the replicas'
 //!   registration and first demand sample take.
+//! - `fleet_wide_requests.json`: 6 seats, 3 replicas, 4-seat requests on each: they take turns,
+//!   one at a time in the fleet.
+//! - `fleet_reject_level.json`: 2 seats without queues, 3 replicas: the limit holds.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use apf_wasm::simulate::{run_scenario, run_scenario_with, FleetResult, Options, SimulationResult};
@@ -113,6 +116,42 @@ fn load_moving_between_replicas_stays_under_the_limit() {
     }
     assert!(f.replicas.iter().all(|rep| rep.max_executing > 0));
     assert!(r.clients.iter().all(|c| c.executed > 0));
+}
+
+#[test]
+fn requests_wider_than_a_share_take_turns_within_the_limit() {
+    // 6 seats, 3 replicas, 4-seat requests on every replica: only one fits the fleet at a time.
+    // Each replica enforces its seats strictly (upstream would run a too-wide request alone on
+    // each replica's idle level: 12 seats in use), and the allocation gives 4 seats to the
+    // replica waiting longest, in turn.
+    let data = fixture("fleet_wide_requests");
+    for workers in [1, 2] {
+        let r = run(&data, workers);
+        let f = fleet(&r);
+        limit_held(&format!("wide requests, {workers} worker(s)"), f);
+        assert_eq!(f.max_executing, 4, "one 4-seat request at a time");
+        for (i, rep) in f.replicas.iter().enumerate() {
+            let turns = rep.seat_changes.iter().filter(|(_, s)| *s >= 4).count();
+            assert!(turns >= 3, "replica {i} had {turns} turns: {:?}", rep.seat_changes);
+        }
+        for (i, c) in r.clients.iter().enumerate() {
+            assert!(c.executed >= 60, "client {i}: {} executed", c.executed);
+            assert_eq!(c.rejected.queue_full + c.rejected.concurrency_limit + c.rejected.time_out, 0, "client {i}");
+        }
+    }
+}
+
+#[test]
+fn a_level_without_queues_stays_within_the_limit() {
+    // 2 seats without queues, 3 replicas: the replica without seats rejects (upstream would
+    // admit one request on each idle replica). The second half of each client's threads starts
+    // at 10 s, with the fleet settled.
+    let data = fixture("fleet_reject_level");
+    let r = run(&data, 1);
+    let f = fleet(&r);
+    limit_held("no queues", f);
+    assert_eq!(f.replicas.iter().map(|rep| rep.max_executing).collect::<Vec<_>>(), vec![1, 1, 0]);
+    assert_eq!(r.clients.iter().map(|c| c.executed).collect::<Vec<_>>(), vec![50, 50, 0]);
 }
 
 #[test]

@@ -841,6 +841,7 @@ pub fn queueset_ops(data: &[u8]) -> bool {
         queue_length_limit: u32::from(b(1) % 8),
         hand_size: u32::from(b(2) % 6),
         concurrency_limit: u32::from(b(3) % 10),
+        strict_limit: b(3) >= 128,
     };
     let mut now: i64 = 1_000_000_000;
     let Ok(mut qs) = QueueSet::new(cfg, now) else { return false };
@@ -851,6 +852,7 @@ pub fn queueset_ops(data: &[u8]) -> bool {
     for (n, c) in data.get(4..).unwrap_or_default().chunks(4).enumerate() {
         let c = |i: usize| c.get(i).copied().unwrap_or(0);
         let ms = |v: u8| i64::from(v) * 1_000_000;
+        let seats_before = qs.seats_in_use();
         match c(0) % 8 {
             0 | 1 => {
                 let work = WorkEstimate {
@@ -911,6 +913,11 @@ pub fn queueset_ops(data: &[u8]) -> bool {
                     let _ = qs.reconfigure(cfg2, now);
                 }
             }
+        }
+        // A strict limit is never exceeded by a dispatch (a lowered one drains).
+        let cfg = qs.config();
+        if cfg.strict_limit && cfg.desired_queues >= 0 && qs.seats_in_use() > seats_before {
+            assert!(qs.seats_in_use() <= cfg.concurrency_limit, "strict limit {} exceeded: {}", cfg.concurrency_limit, qs.seats_in_use());
         }
         receipts.extend(out.iter().map(|d| d.receipt));
         out.clear();

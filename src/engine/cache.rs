@@ -77,7 +77,7 @@ mod tests {
         let w = WorkerStore::new(&shared);
         let encode = |k: &str, st: LevelState| super::encode(&w, k, st);
         let decode = |k: &str, b: &[u8]| super::decode(&w, k, b);
-        let cfg = QueueSetConfig { desired_queues: 8, queue_length_limit: 10, hand_size: 2, concurrency_limit: 3 };
+        let cfg = QueueSetConfig { desired_queues: 8, queue_length_limit: 10, hand_size: 2, concurrency_limit: 3, strict_limit: false };
         let st = LevelState::new(cfg, 7, 1_000).unwrap();
         let bytes = encode("apf/v3/pl/x", st.clone());
         let a = decode("apf/v3/pl/x", &bytes).unwrap();

@@ -111,16 +111,27 @@ impl Compiled {
                 // seats (the fleet limit is every replica's together).
                 let initial = if config.fleet.is_some() { 0 } else { lim.initial_current };
                 let qs_config = match (&pl.spec, pl.queuing()) {
-                    (PriorityLevelSpec::Exempt { .. }, _) => {
-                        QueueSetConfig { desired_queues: -1, queue_length_limit: 0, hand_size: 0, concurrency_limit: lim.nominal }
-                    }
+                    (PriorityLevelSpec::Exempt { .. }, _) => QueueSetConfig {
+                        desired_queues: -1,
+                        queue_length_limit: 0,
+                        hand_size: 0,
+                        concurrency_limit: lim.nominal,
+                        strict_limit: false,
+                    },
                     (_, Some(q)) => QueueSetConfig {
                         desired_queues: q.queues,
                         queue_length_limit: u32::try_from(q.queue_length_limit).unwrap_or(0),
                         hand_size: u32::try_from(q.hand_size).unwrap_or(1),
                         concurrency_limit: initial,
+                        strict_limit: config.fleet.is_some(),
                     },
-                    (_, None) => QueueSetConfig { desired_queues: 0, queue_length_limit: 0, hand_size: 0, concurrency_limit: initial },
+                    (_, None) => QueueSetConfig {
+                        desired_queues: 0,
+                        queue_length_limit: 0,
+                        hand_size: 0,
+                        concurrency_limit: initial,
+                        strict_limit: config.fleet.is_some(),
+                    },
                 };
                 LevelRuntime {
                     name: pl.name.clone(),

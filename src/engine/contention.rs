@@ -54,7 +54,7 @@ mod tests {
         assert_eq!((c.writes, c.conflicts), (1, 1));
         assert_eq!(s.state.take(), Contention::default(), "take resets");
 
-        let cfg = QueueSetConfig { desired_queues: 8, queue_length_limit: 10, hand_size: 2, concurrency_limit: 3 };
+        let cfg = QueueSetConfig { desired_queues: 8, queue_length_limit: 10, hand_size: 2, concurrency_limit: 3, strict_limit: false };
         let st = LevelState::new(cfg, 7, 1_000).unwrap();
         let other = LevelState::new(cfg, 8, 1_000).unwrap().encode();
         let key = "apf/v3/pl/contention-test";

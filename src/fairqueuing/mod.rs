@@ -78,6 +78,11 @@ pub struct QueueSetConfig {
     pub queue_length_limit: u32,
     pub hand_size: u32,
     pub concurrency_limit: u32,
+    /// The limit is never exceeded, not even by a request wider than it, which then waits (or,
+    /// without queues, is rejected) until the limit grows. Upstream lets such a request run
+    /// alone on an idle level (`queueset.go: canAccommodateSeatsLocked`); in fleet mode the limit
+    /// is this replica's share of the fleet's, and running alone would break the fleet's sum.
+    pub strict_limit: bool,
 }
 
 /// Request identifier, unique within one QueueSet's lifetime.

@@ -13,6 +13,13 @@
 //!    served at once; the rest goes in proportion to each replica's demand envelope (average +
 //!    standard deviation of the last period), in integer seats by largest remainder, ties broken
 //!    by replica id. Σ over replicas == `C` exactly.
+//! 3. **Room for wide requests.** Each replica enforces its seats strictly (a request wider than
+//!    them waits: upstream's "too wide runs alone", `queueset.go: canAccommodateSeatsLocked`,
+//!    would break the fleet's sum). A replica whose widest waiting request needs more seats than
+//!    step 2 gives it is raised to that width with seats taken from the others, down to their
+//!    minimum and their own satisfied widths ([`make_room_for_wide`]); such replicas are served
+//!    oldest need first, by the revision since which each has been waiting, and a replica that
+//!    got its seats joins the back of the line when it needs them again.
 //!
 //! Exempt levels are not split (they are never limited); their fleet CurrentCL is reported.
 
@@ -34,6 +41,18 @@ pub struct ReplicaDemand<'a> {
     pub id: &'a str,
     /// Per level, in the policy's order; missing levels count as no demand.
     pub demand: &'a [SeatDemandStats],
+    /// Per level, in the policy's order: the widest request waiting for more seats than the
+    /// replica has; missing levels count as none.
+    pub wide: &'a [WideNeed],
+}
+
+/// A request waiting for more seats than its replica has on a level.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WideNeed {
+    /// Its seats (MaxSeats); 0: no such request.
+    pub seats: u32,
+    /// The store revision since which the replica has been waiting for them: its place in line.
+    pub since: i64,
 }
 
 /// One level of an allocation.
@@ -176,17 +195,69 @@ pub fn split_seats(current: u32, weights: &[u64]) -> Vec<u32> {
     seats
 }
 
+/// Raises the replicas whose widest waiting request needs more seats than they have (`wide`,
+/// capped at `current`) to that width, oldest need first (ties by position, i.e. replica id),
+/// with seats taken from the others: never below `minimum`, never below a width already
+/// satisfied (in this pass or by step 2), largest surplus first (ties: first position). A
+/// replica whose need the others cannot cover keeps its seats. Σ seats is unchanged.
+pub fn make_room_for_wide(current: u32, minimum: u32, seats: &mut [u32], wide: &[WideNeed]) {
+    let need = |i: usize| wide.get(i).map_or(0, |w| w.seats.min(current));
+    let at = |s: &[u32], i: usize| s.get(i).copied().unwrap_or(0);
+    let mut line: Vec<usize> = (0..seats.len()).filter(|&i| need(i) > at(seats, i)).collect();
+    line.sort_by_key(|&i| (wide.get(i).map_or(0, |w| w.since), i));
+    let mut served = vec![false; seats.len()];
+    for &i in &line {
+        // What each other replica may give: its seats above its floor.
+        let floor = |s: &[u32], j: usize| {
+            let own = need(j);
+            if served.get(j).copied().unwrap_or(false) {
+                at(s, j)
+            } else if own > 0 && own <= at(s, j) {
+                own.max(minimum)
+            } else {
+                minimum
+            }
+        };
+        let surplus = |s: &[u32], j: usize| if j == i { 0 } else { at(s, j).saturating_sub(floor(s, j)) };
+        let short = need(i).saturating_sub(at(seats, i));
+        let room: u64 = (0..seats.len()).map(|j| u64::from(surplus(seats, j))).sum();
+        if room < u64::from(short) {
+            continue;
+        }
+        for _ in 0..short {
+            let donor = (0..seats.len()).max_by_key(|&j| (surplus(seats, j), std::cmp::Reverse(j)));
+            if let Some(s) = donor.and_then(|j| seats.get_mut(j)) {
+                *s = s.saturating_sub(1);
+            }
+        }
+        if let Some(s) = seats.get_mut(i) {
+            *s = need(i);
+        }
+        if let Some(x) = served.get_mut(i) {
+            *x = true;
+        }
+    }
+}
+
 /// The allocation for `replicas` (any order; ids are unique in etcd, a repeated id is merged
 /// by taking the larger of each statistic so that the result does not depend on the order).
 pub fn allocate(policy: &FleetPolicy, replicas: &[ReplicaDemand<'_>]) -> Allocation {
     let nlevels = policy.levels.len();
-    let mut sorted: Vec<(&str, Vec<SeatDemandStats>)> = Vec::with_capacity(replicas.len());
+    let mut sorted: Vec<(&str, Vec<SeatDemandStats>, Vec<WideNeed>)> = Vec::with_capacity(replicas.len());
     let mut input: Vec<&ReplicaDemand<'_>> = replicas.iter().collect();
     input.sort_by(|a, b| a.id.cmp(b.id));
     for r in input {
         let stats = (0..nlevels).map(|i| r.demand.get(i).copied().unwrap_or_default());
+        let wide = (0..nlevels).map(|i| r.wide.get(i).copied().unwrap_or_default());
         match sorted.last_mut() {
-            Some((id, prev)) if *id == r.id => {
+            Some((id, prev, prev_wide)) if *id == r.id => {
+                for (p, w) in prev_wide.iter_mut().zip(wide) {
+                    *p = match (p.seats, w.seats) {
+                        (0, _) => w,
+                        (_, 0) => *p,
+                        _ => WideNeed { seats: p.seats.max(w.seats), since: p.since.min(w.since) },
+                    };
+                }
                 for (p, s) in prev.iter_mut().zip(stats) {
                     *p = SeatDemandStats {
                         avg: clean(p.avg).max(clean(s.avg)),
@@ -196,10 +267,10 @@ pub fn allocate(policy: &FleetPolicy, replicas: &[ReplicaDemand<'_>]) -> Allocat
                     };
                 }
             }
-            _ => sorted.push((r.id, stats.collect())),
+            _ => sorted.push((r.id, stats.collect(), wide.collect())),
         }
     }
-    let demand: Vec<SeatDemandStats> = (0..nlevels).map(|i| fleet_demand(sorted.iter().filter_map(|(_, d)| d.get(i)))).collect();
+    let demand: Vec<SeatDemandStats> = (0..nlevels).map(|i| fleet_demand(sorted.iter().filter_map(|(_, d, _)| d.get(i)))).collect();
     // Step 1: one kube-apiserver with the fleet's demand. A failed allocation problem keeps the
     // "previous" CurrentCL upstream; a pure function has none, so it is the initial one.
     let mut borrowing: Vec<BorrowingLevel> = policy
@@ -226,18 +297,16 @@ pub fn allocate(policy: &FleetPolicy, replicas: &[ReplicaDemand<'_>]) -> Allocat
             if b.exempt {
                 return LevelAllocation { exempt: true, current: b.current, minimum: 0, seats: vec![0; n], demand };
             }
-            let weights: Vec<u64> = sorted.iter().map(|(_, d)| d.get(i).map_or(0, demand_weight)).collect();
-            LevelAllocation {
-                exempt: false,
-                current: b.current,
-                minimum: minimum_share(b.current, n),
-                seats: split_seats(b.current, &weights),
-                demand,
-            }
+            let weights: Vec<u64> = sorted.iter().map(|(_, d, _)| d.get(i).map_or(0, demand_weight)).collect();
+            let wide: Vec<WideNeed> = sorted.iter().map(|(_, _, w)| w.get(i).copied().unwrap_or_default()).collect();
+            let minimum = minimum_share(b.current, n);
+            let mut seats = split_seats(b.current, &weights);
+            make_room_for_wide(b.current, minimum, &mut seats, &wide);
+            LevelAllocation { exempt: false, current: b.current, minimum, seats, demand }
         })
         .collect();
     Allocation {
-        replicas: sorted.into_iter().map(|(id, _)| id.to_string()).collect(),
+        replicas: sorted.into_iter().map(|(id, _, _)| id.to_string()).collect(),
         levels,
         regime: outcome.regime,
         fair_frac: outcome.fair_frac,
@@ -259,6 +328,27 @@ mod tests {
         assert_eq!(split_seats(0, &[1, 2]), vec![0, 0]);
         assert!(split_seats(5, &[]).is_empty());
         assert_eq!(split_seats(u32::MAX, &[u64::MAX, u64::MAX]).iter().map(|&s| u64::from(s)).sum::<u64>(), u64::from(u32::MAX));
+    }
+
+    #[test]
+    fn wide_requests_get_room_oldest_first() {
+        let w = |seats, since| WideNeed { seats, since };
+        // 6 seats, 3 replicas, each with a 4-seat request waiting: the oldest need gets 4.
+        let mut seats = split_seats(6, &[4_000, 4_000, 4_000]);
+        assert_eq!(seats, vec![2, 2, 2]);
+        make_room_for_wide(6, 0, &mut seats, &[w(4, 90), w(4, 80), w(4, 85)]);
+        assert_eq!(seats, vec![1, 4, 1]);
+        // Donors keep the minimum and widths they already have.
+        let mut seats = vec![2, 6, 2, 10];
+        make_room_for_wide(20, 2, &mut seats, &[w(5, 7), w(6, 1), w(0, 0), w(0, 0)]);
+        assert_eq!(seats, vec![5, 6, 2, 7]);
+        // Not enough room: nothing moves; a need wider than the level is capped at it.
+        let mut seats = vec![2, 2, 2];
+        make_room_for_wide(6, 2, &mut seats, &[w(4, 1), w(0, 0), w(0, 0)]);
+        assert_eq!(seats, vec![2, 2, 2]);
+        let mut seats = vec![3, 3];
+        make_room_for_wide(6, 0, &mut seats, &[w(9, 1), w(0, 0)]);
+        assert_eq!(seats, vec![6, 0]);
     }
 
     #[test]

@@ -147,6 +147,10 @@ pub struct Fleet {
     next_id: u64,
     // Inputs.
     demand: Vec<SeatDemandStats>,
+    /// Per level: the widest request waiting for more seats than the local limit (0: none), and
+    /// the revision since which it has been waiting for them.
+    wide: Vec<u32>,
+    wide_since: Vec<i64>,
     in_use: Vec<u32>,
     in_use_generation: u64,
     // Authentication and lease.
@@ -210,6 +214,8 @@ impl Fleet {
             id: replica_id.to_string(),
             next_id: 1,
             demand: vec![SeatDemandStats::default(); n],
+            wide: vec![0; n],
+            wide_since: vec![0; n],
             in_use: vec![0; n],
             in_use_generation: 0,
             token: None,
@@ -252,6 +258,26 @@ impl Fleet {
     pub fn set_local_demand(&mut self, demand: &[SeatDemandStats]) {
         for (i, d) in self.demand.iter_mut().enumerate() {
             *d = demand.get(i).copied().unwrap_or_default();
+        }
+    }
+
+    /// The seats of the widest waiting request per level (policy order; 0: none), published with
+    /// the next write when they exceed the local limit: the allocation then makes room for them,
+    /// oldest need first. A replica keeps its place in line (the latest snapshot's revision when
+    /// the need began) until its limit covers the need.
+    pub fn set_widest_waiting(&mut self, widest: &[u32]) {
+        let revision = self.snapshot.as_ref().map_or(1, |s| s.revision.max(1));
+        for (i, (w, since)) in self.wide.iter_mut().zip(self.wide_since.iter_mut()).enumerate() {
+            let seats = widest.get(i).copied().unwrap_or(0);
+            let limit = self.limits.get(i).copied().flatten();
+            if limit.is_some_and(|l| seats > l) {
+                *w = seats;
+                if *since == 0 {
+                    *since = revision;
+                }
+            } else {
+                (*w, *since) = (0, 0);
+            }
         }
     }
 
@@ -742,7 +768,14 @@ impl Fleet {
                 .enumerate()
                 .map(|(i, l)| {
                     let demand = self.demand.get(i).copied().unwrap_or_default();
-                    (l.name.clone(), LevelRecord { demand, claim: 0, granted: 0, in_use: self.in_use.get(i).copied().unwrap_or(0) })
+                    let record = LevelRecord {
+                        demand,
+                        in_use: self.in_use.get(i).copied().unwrap_or(0),
+                        wide: self.wide.get(i).copied().unwrap_or(0),
+                        wide_since: self.wide_since.get(i).copied().unwrap_or(0),
+                        ..LevelRecord::default()
+                    };
+                    (l.name.clone(), record)
                 })
                 .collect(),
         };

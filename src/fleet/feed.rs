@@ -32,6 +32,8 @@ pub struct FleetFeed {
     demand: Vec<Integrator>,
     stats: Vec<SeatDemandStats>,
     in_use: Vec<u32>,
+    /// Per level: the widest waiting request seen by the samples of the current period.
+    widest: Vec<u32>,
     period_start: Nanos,
     last_sample: Option<Nanos>,
     /// (configuration generation, fleet generation) of the limits last applied to the levels.
@@ -58,6 +60,7 @@ impl FleetFeed {
             demand: (0..n).map(|_| Integrator::new(now)).collect(),
             stats: vec![SeatDemandStats::default(); n],
             in_use: vec![0; n],
+            widest: vec![0; n],
             period_start: now,
             last_sample: None,
             applied: None,
@@ -89,6 +92,9 @@ impl FleetFeed {
             if let Some(u) = self.in_use.get_mut(i) {
                 *u = st.qs.seats_in_use();
             }
+            if let Some(w) = self.widest.get_mut(i) {
+                *w = (*w).max(st.qs.widest_waiting());
+            }
         }
         let period_ended = now.saturating_sub(self.period_start) >= self.fleet.config().period;
         if period_ended {
@@ -97,6 +103,8 @@ impl FleetFeed {
                 s.update(&x.reset(now));
             }
             self.fleet.set_local_demand(&self.stats);
+            self.fleet.set_widest_waiting(&self.widest);
+            self.widest.iter_mut().for_each(|w| *w = 0);
             let applied = self.applied.map_or(0, |(_, g)| g);
             self.fleet.set_seats_in_use(&self.in_use, applied);
         }

@@ -30,7 +30,7 @@ pub mod memetcd;
 pub mod record;
 pub mod snapshot;
 
-pub use allocation::{allocate, Allocation, ReplicaDemand};
+pub use allocation::{allocate, Allocation, ReplicaDemand, WideNeed};
 pub use claim::{EtcdCall, Fleet, FleetMode};
 pub use config::FleetConfig;
 pub use feed::FleetFeed;

@@ -12,7 +12,10 @@
 //!   its **granted** seats (the part of the claim that passed the fleet check: the replica admits
 //!   requests only while its seats in use are below it; equal to the claim except while requests
 //!   admitted outside the fleet's accounting — after the record was lost — drain), and its
-//!   seats in use when it wrote the record.
+//!   seats in use when it wrote the record. While a request wider than the replica's seats on a
+//!   level waits there, `wide` is its seats and `wideSince` the revision from which the replica
+//!   has been waiting for them (its place in the line for seats, [`crate::fleet::allocation`]);
+//!   both are left out otherwise.
 //! - `revision`: the store revision of the snapshot the replica planned this record from.
 //! - `heartbeat`: counts the replica's writes.
 //! - `serverConcurrencyLimit`: the fleet limit the replica runs with (a mismatch shows a
@@ -34,6 +37,10 @@ pub struct LevelRecord {
     pub claim: u32,
     pub granted: u32,
     pub in_use: u32,
+    /// The seats of the widest request waiting for more seats than the replica has (0: none).
+    pub wide: u32,
+    /// The revision from which the replica has been waiting for `wide` seats.
+    pub wide_since: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -78,10 +85,15 @@ fn seats(v: &Value, key: &str) -> Result<u32, String> {
 impl LevelRecord {
     fn to_json(self) -> Value {
         let d = &self.demand;
-        json!({
+        let mut v = json!({
             "avg": finite(d.avg), "stdDev": finite(d.std_dev), "highWatermark": d.high_watermark.max(0),
             "smoothed": finite(d.smoothed), "claim": self.claim, "granted": self.granted, "inUse": self.in_use,
-        })
+        });
+        if let (Some(m), true) = (v.as_object_mut(), self.wide > 0) {
+            m.insert("wide".into(), json!(self.wide));
+            m.insert("wideSince".into(), json!(self.wide_since.to_string()));
+        }
+        v
     }
 
     fn from_json(v: &Value) -> Result<LevelRecord, String> {
@@ -94,6 +106,8 @@ impl LevelRecord {
             claim: seats(v, "claim")?,
             granted: seats(v, "granted")?,
             in_use: seats(v, "inUse")?,
+            wide: seats(v, "wide")?,
+            wide_since: i64::try_from(unsigned(v, "wideSince")?).map_err(|_| "wideSince: out of range".to_string())?,
         })
     }
 }
@@ -174,8 +188,12 @@ mod tests {
                 claim: 7,
                 granted: 6,
                 in_use: 2,
+                wide: 0,
+                wide_since: 0,
             },
         );
+        assert_eq!(Record::decode(&r.encode()).unwrap(), r);
+        r.levels.insert("w".into(), LevelRecord { claim: 1, granted: 1, wide: 4, wide_since: 1180, ..LevelRecord::default() });
         assert_eq!(Record::decode(&r.encode()).unwrap(), r);
         assert_eq!(r.claim("a") + r.claim("b"), 7);
         let lenient = Record::decode(br#"{"format":1,"future":true,"levels":{"x":{"claim":4,"avg":null}}}"#).unwrap();

@@ -2,10 +2,10 @@
 //! read returns it. The allocation is computed from a snapshot, and the claims it holds are what
 //! a raise is checked against.
 
-use super::allocation::{allocate, Allocation, ReplicaDemand};
+use super::allocation::{allocate, Allocation, ReplicaDemand, WideNeed};
 use super::etcd::{EtcdError, RangeResponse};
 use super::levels::FleetPolicy;
-use super::record::Record;
+use super::record::{LevelRecord, Record};
 use crate::limits::borrowing::SeatDemandStats;
 
 /// One key under the prefix.
@@ -92,8 +92,9 @@ impl Snapshot {
     /// without demand).
     pub fn allocate(&self, policy: &FleetPolicy) -> Allocation {
         let demand: Vec<Vec<SeatDemandStats>> = self.replicas.iter().map(|e| demand_of(e.record.as_ref().ok(), policy)).collect();
+        let wide: Vec<Vec<WideNeed>> = self.replicas.iter().map(|e| wide_of(e.record.as_ref().ok(), policy)).collect();
         let input: Vec<ReplicaDemand<'_>> =
-            self.replicas.iter().zip(&demand).map(|(e, d)| ReplicaDemand { id: &e.id, demand: d }).collect();
+            self.replicas.iter().zip(demand.iter().zip(&wide)).map(|(e, (d, w))| ReplicaDemand { id: &e.id, demand: d, wide: w }).collect();
         allocate(policy, &input)
     }
 
@@ -118,6 +119,12 @@ impl Snapshot {
 /// A record's demand per level of `policy` (levels it does not name: no demand).
 pub fn demand_of(record: Option<&Record>, policy: &FleetPolicy) -> Vec<SeatDemandStats> {
     policy.levels.iter().map(|l| record.and_then(|r| r.levels.get(&l.name)).map(|x| x.demand).unwrap_or_default()).collect()
+}
+
+/// A record's wide requests per level of `policy` (levels it does not name: none).
+pub fn wide_of(record: Option<&Record>, policy: &FleetPolicy) -> Vec<WideNeed> {
+    let need = |l: &LevelRecord| WideNeed { seats: l.wide, since: l.wide_since };
+    policy.levels.iter().map(|l| record.and_then(|r| r.levels.get(&l.name)).map(need).unwrap_or_default()).collect()
 }
 
 /// A record's claims per level of `policy`.

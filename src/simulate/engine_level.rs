@@ -89,7 +89,7 @@ fn compiled(sc: &Scenario) -> Compiled {
     let config = PluginConfig { policy: Policy::default(), limits: Vec::new(), fleet, ..PluginConfig::default() };
     let mut c = Compiled::new(config, 1);
     let limit = sc.cfg.concurrency_limit;
-    let qs_config = if in_fleet { QueueSetConfig { concurrency_limit: 0, ..sc.cfg } } else { sc.cfg };
+    let qs_config = if in_fleet { QueueSetConfig { concurrency_limit: 0, strict_limit: true, ..sc.cfg } } else { sc.cfg };
     c.levels = vec![LevelRuntime {
         name: LEVEL_NAME.to_string(),
         uid: String::new(),

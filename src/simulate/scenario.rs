@@ -236,13 +236,14 @@ impl Scenario {
         let pl = &sc.priority_level;
         let c = ranged(pl.concurrency_limit, 0, MAX_SEATS, "priorityLevel.concurrencyLimit")?;
         let cfg = if pl.exempt {
-            QueueSetConfig { desired_queues: -1, queue_length_limit: 0, hand_size: 0, concurrency_limit: c }
+            QueueSetConfig { desired_queues: -1, queue_length_limit: 0, hand_size: 0, concurrency_limit: c, strict_limit: false }
         } else {
             QueueSetConfig {
                 desired_queues: ranged(pl.queues, 0, 1 << 26, "priorityLevel.queues")? as i32,
                 queue_length_limit: ranged(pl.queue_length_limit, 0, MAX_SEATS, "priorityLevel.queueLengthLimit")?,
                 hand_size: ranged(pl.hand_size, 0, 1 << 26, "priorityLevel.handSize")?,
                 concurrency_limit: c,
+                strict_limit: false,
             }
         };
         // The QueueSet's own checks (entropy of the hand, …) fail early with its message.

@@ -15,7 +15,7 @@ use crate::Nanos;
 
 /// Values of another version are not read (state keys carry the version, so modules of
 /// different versions never share a value).
-const ENCODING_VERSION: u8 = 5;
+const ENCODING_VERSION: u8 = 6;
 /// Flags of a waiting request's encoding: which fields repeat the previous request's.
 const SAME_OWNER: u8 = 1;
 const SAME_SCHEMA: u8 = 2;
@@ -31,6 +31,7 @@ impl QueueSet {
         w.u32(self.cfg.queue_length_limit);
         w.u32(self.cfg.hand_size);
         w.u32(self.cfg.concurrency_limit);
+        w.u8(u8::from(self.cfg.strict_limit));
         w.u64(self.current_r);
         w.i64(self.last_real_time);
         w.u32(self.robin_index);
@@ -145,7 +146,13 @@ impl QueueSet {
             return Err(CodecError("unknown queueset encoding version"));
         }
         let (desired_queues, queue_length_limit, hand_size) = (r.i32()?, r.u32()?, r.u32()?);
-        let cfg = QueueSetConfig { desired_queues, queue_length_limit, hand_size, concurrency_limit: r.u32()? };
+        let concurrency_limit = r.u32()?;
+        let strict_limit = match r.u8()? {
+            0 => false,
+            1 => true,
+            _ => return Err(CodecError("bad strict-limit flag")),
+        };
+        let cfg = QueueSetConfig { desired_queues, queue_length_limit, hand_size, concurrency_limit, strict_limit };
         let mut qs = QueueSet::new(cfg, 0).map_err(|_| CodecError("invalid queueset config"))?;
         qs.current_r = r.u64()?;
         qs.last_real_time = r.i64()?;

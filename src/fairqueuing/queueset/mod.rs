@@ -221,6 +221,11 @@ impl QueueSet {
     pub fn seat_demand(&self) -> u32 {
         sat_u32(self.tot_seats_in_use.saturating_add(self.tot_seats_waiting))
     }
+    /// The MaxSeats of the widest waiting request (0 when none waits): under a strict limit it
+    /// can run only once the limit is at least that.
+    pub fn widest_waiting(&self) -> u32 {
+        self.queues.iter().flat_map(|q| q.waiting.iter()).map(|w| w.work.max_seats()).max().unwrap_or(0)
+    }
     /// Upstream `isIdleLocked`: nothing waiting and nothing executing (lingering seats do not
     /// count).
     pub fn is_idle(&self) -> bool {
@@ -288,11 +293,13 @@ impl QueueSet {
 
     // ---------------------------------------------------------------- arrival
 
-    /// Upstream `canAccommodateSeatsLocked` ("too wide runs alone"); exempt levels always can.
+    /// Upstream `canAccommodateSeatsLocked` ("too wide runs alone", unless the limit is strict);
+    /// exempt levels always can.
     fn can_accommodate(&self, seats: u32) -> bool {
         let (c, seats) = (self.cfg.concurrency_limit as u64, seats as u64);
         let fits = self.tot_seats_in_use.saturating_add(seats) <= c;
-        self.cfg.desired_queues < 0 || if seats > c { self.tot_requests_executing == 0 } else { fits }
+        let alone = !self.cfg.strict_limit && self.tot_requests_executing == 0;
+        self.cfg.desired_queues < 0 || if seats > c { alone } else { fits }
     }
 
     fn queue_pos(&self, index: u32) -> Result<usize, usize> {

@@ -11,7 +11,7 @@ const SEC: Nanos = NANOS_PER_SEC;
 const MS: Nanos = 1_000_000;
 
 fn cfg(q: i32, qll: u32, hand: u32, c: u32) -> QueueSetConfig {
-    QueueSetConfig { desired_queues: q, queue_length_limit: qll, hand_size: hand, concurrency_limit: c }
+    QueueSetConfig { desired_queues: q, queue_length_limit: qll, hand_size: hand, concurrency_limit: c, strict_limit: false }
 }
 fn tag(hash: u64) -> RequestTag {
     RequestTag { owner: 1, context: hash as u32, flow_schema: 0, flow_hash: hash, wait_deadline: Nanos::MAX }
@@ -831,4 +831,25 @@ fn queue_length_after_enqueue() {
     assert_eq!(lens, vec![Some(1), Some(1), Some(2), None], "runs, waits, waits, queue full");
     let mut reject_level = QueueSet::new(cfg(0, 0, 0, 1), 0).unwrap();
     assert_eq!(reject_level.arrive_observed(0, one(), tag(7), &mut out).1, None);
+}
+
+#[test]
+fn a_strict_limit_is_never_exceeded() {
+    let strict = |q: i32, c: u32| QueueSetConfig { strict_limit: true, ..cfg(q, 10, 1, c) };
+    let mut out = Vec::new();
+    let w3 = WorkEstimate { initial_seats: 3, final_seats: 0, additional_latency: 0 };
+    // Queuing: a request wider than the limit waits on an idle level until the limit grows.
+    let mut qs = QueueSet::new(strict(4, 2), 0).unwrap();
+    let Arrival::Queued(b) = qs.arrive(0, w3, tag(1), &mut out) else { panic!() };
+    assert_eq!((qs.seats_in_use(), qs.widest_waiting()), (0, 3));
+    assert!(qs.reconfigure(strict(4, 3), SEC).unwrap().iter().map(|d| d.id).eq([b]));
+    assert_eq!((qs.seats_in_use(), qs.widest_waiting()), (3, 0));
+    // The state round-trips with its flag.
+    let mut w = Writer { buf: Vec::new() };
+    qs.encode(&mut w);
+    assert_eq!(QueueSet::decode(&mut Reader::new(&w.buf)).unwrap().config(), strict(4, 3));
+    // Without queues: at limit 0 (a replica without seats) nothing is admitted.
+    let mut qs = QueueSet::new(strict(0, 0), 0).unwrap();
+    assert_eq!(qs.arrive(0, one(), tag(1), &mut out), Arrival::Rejected(RejectReason::ConcurrencyLimit));
+    assert_eq!(qs.seats_in_use(), 0);
 }
