@@ -160,6 +160,14 @@ fn the_fleet_limit_holds_and_the_seats_follow_the_load() {
     let on_0 = world.executing(0);
     eprintln!("load on replica 0 only: {on_0} of {FLEET_LEVEL_SEATS} seats there, at most {max_total} in the fleet");
     assert!(on_0 * 100 >= FLEET_LEVEL_SEATS as usize * 85, "replica 0 uses {on_0} of {FLEET_LEVEL_SEATS} seats");
+    // Its driver exports its seats per level with the state it publishes (once a period); the
+    // exempt level has none.
+    let admin = [("x-remote-user", "admin"), ("x-remote-group", "system:masters")];
+    let dump: serde_json::Value = serde_json::from_str(&world.procs[0].nodes[0].dump("dump_fleet", &admin, &[])).unwrap();
+    let allocated = world.procs[0].proxy.stat("apf_wasm_fleet_allocated_seats.priority_level.lvl");
+    assert_eq!(Some(allocated as u64), dump["limits"]["lvl"].as_u64(), "{dump}");
+    assert!(allocated > 1, "allocated {allocated}");
+    assert!(!world.procs[0].proxy.has_stat("apf_wasm_fleet_allocated_seats.priority_level.exempt"));
     // The load moves to replica 1 as well; replica 0's requests keep their seats.
     world.load(1, 40);
     for _ in 0..80 {

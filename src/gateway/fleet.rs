@@ -147,7 +147,8 @@ impl FleetDriver {
                             .map(|(name, l)| {
                                 let allocated = names.iter().position(|n| n == name).and_then(|i| seats.get(i).copied());
                                 let v = serde_json::json!({"allocated": allocated, "claim": l.claim, "granted": l.granted, "inUse": l.in_use,
-                                    "demandAvg": l.demand.avg, "demandStdDev": l.demand.std_dev, "demandHighWatermark": l.demand.high_watermark});
+                                    "demandAvg": l.demand.avg, "demandStdDev": l.demand.std_dev, "demandHighWatermark": l.demand.high_watermark,
+                                    "wide": l.wide, "wideSince": l.wide_since.to_string()});
                                 (name.clone(), v)
                             })
                             .collect(),
@@ -176,6 +177,7 @@ impl FleetDriver {
         let age = f.last_sync().map(|t| u64::try_from(now.saturating_sub(t) / crate::NANOS_PER_SEC).unwrap_or(0));
         let n = f.snapshot().map_or(0, |s| s.replicas.len() as u64);
         w.stats.set_fleet_gauges(h, n, age);
+        w.stats.set_fleet_allocation(h, c, f.limits());
     }
 }
 

@@ -87,6 +87,8 @@ pub struct Stats {
     own_ids: [Option<u32>; 9],
     own_gauge_ids: [Option<u32>; 2],
     fleet_gauge_ids: [Option<u32>; 2],
+    /// `apf_wasm_fleet_allocated_seats` per (configuration generation, level).
+    fleet_level_ids: HashMap<(u64, usize), Option<u32>>,
 }
 
 /// A new series: its stat name (counters, gauges) or its histogram's.
@@ -189,6 +191,20 @@ impl Stats {
         }
     }
 
+    /// Fleet mode, on the worker that drives it: this replica's seats per limited level
+    /// (`apf_wasm_fleet_allocated_seats{priority_level}`; `None`: exempt, not exported).
+    pub fn set_fleet_allocation(&mut self, h: &dyn Host, c: &Compiled, seats: &[Option<u32>]) {
+        self.fleet_level_ids.retain(|(generation, _), _| *generation == c.generation);
+        for (i, (lvl, value)) in c.levels.iter().zip(seats).enumerate() {
+            let Some(value) = value else { continue };
+            let slot = self.fleet_level_ids.entry((c.generation, i)).or_insert(None);
+            let name = format!("{FLEET_ALLOCATED_SEATS}.priority_level.{}", names::sanitize_label_value(&lvl.name));
+            if let Some(id) = metric_id(h, slot, StatKind::Gauge, &name) {
+                h.record_metric(id, u64::from(*value));
+            }
+        }
+    }
+
     /// Sets the cost gauges (the same value from every worker).
     pub fn set_own_gauges(&mut self, h: &dyn Host, stale_resources: u64, age_seconds: Option<u64>) {
         let values = [Some(stale_resources), age_seconds];
@@ -249,6 +265,8 @@ pub enum Own {
 
 /// Fleet mode's gauges (set by the worker that drives the fleet).
 const FLEET_GAUGES: [&str; 2] = ["apf_wasm_fleet_replicas", "apf_wasm_fleet_sync_age_seconds"];
+/// Fleet mode's per-level gauge: the replica's seats (its level's limit).
+const FLEET_ALLOCATED_SEATS: &str = "apf_wasm_fleet_allocated_seats";
 
 /// Gauges: resources whose cluster count is stale; seconds since the last successful poll.
 const OWN_GAUGES: [&str; 2] = ["apf_wasm_object_counts_stale_resources", "apf_wasm_object_counts_age_seconds"];

@@ -306,7 +306,7 @@ impl HistogramAcc {
 pub fn stats_tags() -> Vec<(String, String)> {
     let tag = |k: &&str| {
         let value = if *k == "le" { r"([^.]+(?:\.[0-9]+)?))$" } else { r"([^.]+))" };
-        let prefix = r"^(?:wasmcustom\.)?apiserver_flowcontrol_[a-z_]+(?:\.[a-z_]+\.[^.]+)*?";
+        let prefix = r"^(?:wasmcustom\.)?(?:apiserver_flowcontrol|apf_wasm)_[a-z_]+(?:\.[a-z_]+\.[^.]+)*?";
         (k.to_string(), format!(r"{prefix}(\.{k}\.{value}"))
     };
     LABEL_KEYS.iter().map(tag).collect()

@@ -117,6 +117,11 @@ impl Proxy {
         self.stats.borrow().get(name).map_or(0, |(_, v)| *v)
     }
 
+    /// Whether the stat `name` was defined.
+    pub fn has_stat(&self, name: &str) -> bool {
+        self.stats.borrow().contains_key(name)
+    }
+
     /// Messages waiting in the queue `name`.
     pub fn queued_messages(&self, name: &str) -> usize {
         self.queues.borrow().iter().find(|(n, _)| n == name).map_or(0, |(_, q)| q.len())

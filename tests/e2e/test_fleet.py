@@ -223,6 +223,11 @@ def test_fleet_shares_one_limit_across_three_replicas(fleet):
     assert s.mean >= 0.7 * SEATS, f"mean in flight {s.mean:.1f} < 70 % of {SEATS}"
     per_replica = [sum(1 for r in served if r.user.startswith(f"eq-{p}-")) for p in ports]
     print(f"served per replica: {per_replica} (20 seats split 7 / 7 / 6)")
+    # Each replica exports its seats per level; under equal load they are about a third each.
+    allocated = [sum(v for k, v in env.stats("apf_wasm_fleet_allocated_seats").items() if k.endswith(".e2e-level"))
+                 for env in envoys]
+    print(f"apf_wasm_fleet_allocated_seats: {allocated}")
+    assert sum(allocated) <= SEATS and min(allocated) >= 4, allocated
 
     # Two equal users on two replicas (the third idle) are served alike (within 15 %).
     up.reset()
