@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import json
 import random
+import re
 import shutil
 import signal
 import socket
@@ -33,7 +34,8 @@ import pytest
 import client
 from apf_policy import E2E_GROUP, single_level_config
 from envoy_template import gateway_config, socket_address
-from envoyproc import EnvoyProcess, wait_until
+from envoyproc import REPO, EnvoyProcess, wait_until
+from test_prometheus import FLEET_SERIES, dashboard_targets
 from upstream import Upstream
 
 pytestmark = pytest.mark.apf
@@ -42,6 +44,7 @@ SEATS = 20
 PERIOD = 1.0
 LEASE_TTL = 5.0
 PATH = "/api/v1/namespaces/default/pods"
+STATS_CONFIG = REPO / "envoy" / "stats_config.yaml"
 
 
 def free_port() -> int:
@@ -173,7 +176,8 @@ def fleet(wasm_module, envoy_bin):
             "name": "etcd", "type": "STATIC", "connect_timeout": "1s",
             "load_assignment": {"cluster_name": "etcd", "endpoints": [{"lb_endpoints": [
                 {"endpoint": {"address": socket_address(etcd.client_port)}}]}]}})
-        env = EnvoyProcess(cfg, work / f"envoy{i}", envoy_bin=envoy_bin, concurrency=2, name=f"envoy{i}")
+        env = EnvoyProcess(cfg, work / f"envoy{i}", envoy_bin=envoy_bin, concurrency=2, name=f"envoy{i}",
+                           extra_args=["--config-yaml", STATS_CONFIG.read_text()])
         envoys.append(env.start())
     try:
         for env in envoys:
@@ -228,6 +232,14 @@ def test_fleet_shares_one_limit_across_three_replicas(fleet):
                  for env in envoys]
     print(f"apf_wasm_fleet_allocated_seats: {allocated}")
     assert sum(allocated) <= SEATS and min(allocated) >= 4, allocated
+    # Every series of the dashboard's fleet row is exported, the per-level one with its label.
+    prom = envoys[0].stats_prometheus()
+    wanted = {n for _, e in dashboard_targets(fleet=True) for n in FLEET_SERIES if n in e}
+    assert wanted == FLEET_SERIES, wanted
+    for name in FLEET_SERIES:
+        assert re.search(rf"^{name}(\{{|\s)", prom, re.M), name
+    assert re.search(r'^apf_wasm_fleet_allocated_seats\{priority_level="e2e-level"\} \d+', prom, re.M), \
+        [ln for ln in prom.splitlines() if "allocated" in ln]
 
     # Two equal users on two replicas (the third idle) are served alike (within 15 %).
     up.reset()

@@ -77,22 +77,33 @@ def upstream_series_names() -> set[str]:
     return out
 
 
+# Fleet mode's own series (docs/observability.md).
+FLEET_SERIES = {"apf_wasm_fleet_allocated_seats", "apf_wasm_fleet_replicas", "apf_wasm_fleet_sync_age_seconds",
+                "apf_wasm_fleet_sync_failures_total"}
+
+
 def metric_names_in(expr: str) -> set[str]:
     return set(re.findall(r"\b(apiserver_flowcontrol_[a-z_]+)\b", expr))
 
 
-def dashboard_targets() -> list[tuple[str, str]]:
-    """(panel title, expr) for every query of every panel, rows included."""
+FLEET_ROW = "Fleet (apf-wasm fleet mode)"
+
+
+def dashboard_targets(fleet: bool = False) -> list[tuple[str, str]]:
+    """(panel title, expr) for every query of every panel, rows included: outside the fleet row
+    (upstream's names, for kube-apiserver and every gateway), or, with `fleet`, inside it (fleet
+    mode's own series; tests/e2e/test_fleet.py checks that the replicas export them)."""
     d = json.loads(DASHBOARD.read_text())
     out = []
 
-    def walk(panels):
+    def walk(panels, in_fleet: bool):
         for p in panels:
-            walk(p.get("panels", []))
-            for t in p.get("targets", []):
-                out.append((p["title"], t["expr"]))
+            inside = in_fleet or p.get("title") == FLEET_ROW
+            walk(p.get("panels", []), inside)
+            if inside == fleet:
+                out.extend((p["title"], t["expr"]) for t in p.get("targets", []))
 
-    walk(d["panels"])
+    walk(d["panels"], False)
     return out
 
 
@@ -129,6 +140,14 @@ def test_dashboard_and_alerts_use_upstream_names_only():
         # Label variables are regex matchers, so "All" (.*) and multi-value selections work.
         for var in re.findall(r'(\S*)"\$\{?(?:job|priority_level)\}?"', expr):
             assert var.endswith("=~"), (title, expr)
+    # The fleet row: upstream's names and fleet mode's own series only.
+    fleet = dashboard_targets(fleet=True)
+    assert len(fleet) >= 4
+    for title, expr in fleet:
+        own = set(re.findall(r"\b(apf_wasm_fleet_[a-z_]+)\b", expr))
+        assert own or metric_names_in(expr), (title, expr)
+        assert metric_names_in(expr) <= upstream, title
+        assert own <= FLEET_SERIES, (title, own - FLEET_SERIES)
     alerts = ALERTS.read_text()
     names = metric_names_in(alerts)
     assert names and names <= upstream, names - upstream
