@@ -57,6 +57,12 @@ use crate::Nanos;
 /// raises that follow it at once).
 pub const MAX_WRITES_PER_PERIOD: u32 = 4;
 
+/// Between rounds, every `period / NUDGES_PER_PERIOD` a replica whose claims can come down
+/// (its seats in use drained under a lower limit) writes them lower, and one that may use more
+/// than it is granted reads the fleet again to raise into seats the others freed: seats move
+/// within a period of being freed rather than at the next rounds of both replicas.
+pub const NUDGES_PER_PERIOD: i64 = 4;
+
 /// Generations of limits kept for the bound of seats in use (older ones are folded together).
 const MAX_HISTORY: usize = 32;
 
@@ -166,6 +172,7 @@ pub struct Fleet {
     kv_call: Option<InFlight>,
     // Rounds.
     last_round: Option<Nanos>,
+    last_nudge: Option<Nanos>,
     writes_this_round: u32,
     published_this_round: bool,
     /// The last kv call failed (no follow-up until the next period).
@@ -228,6 +235,7 @@ impl Fleet {
             lease_call: None,
             kv_call: None,
             last_round: None,
+            last_nudge: None,
             writes_this_round: 0,
             published_this_round: false,
             kv_error: false,
@@ -361,7 +369,9 @@ impl Fleet {
     /// round, or the lease deadline (where the limits fall back), whichever comes first.
     pub fn next_tick(&self, now: Nanos) -> Nanos {
         let p = self.config.period;
-        let due = [self.last_keepalive.map(|k| k.saturating_add(p)), self.last_round.map(|r| r.saturating_add(p)), self.lease_deadline()];
+        let nudge = self.last_round.max(self.last_nudge).map(|t| t.saturating_add(p / NUDGES_PER_PERIOD)).filter(|_| self.nudge_useful());
+        let due =
+            [self.last_keepalive.map(|k| k.saturating_add(p)), self.last_round.map(|r| r.saturating_add(p)), nudge, self.lease_deadline()];
         due.into_iter().flatten().filter(|&t| t > now).fold(now.saturating_add(p), Nanos::min)
     }
 
@@ -421,9 +431,59 @@ impl Fleet {
             self.writes_this_round = 0;
             self.published_this_round = false;
             calls.extend(self.round_call(now));
+        } else if self.kv_call.is_none() && self.nudge_due(now) {
+            self.last_nudge = Some(now);
+            calls.extend(self.nudge_call(now));
         }
         self.refresh(now);
         calls
+    }
+
+    fn nudge_due(&self, now: Nanos) -> bool {
+        let step = self.config.period / NUDGES_PER_PERIOD;
+        let since = |t: Option<Nanos>| t.is_none_or(|t| now.saturating_sub(t) >= step);
+        self.last_round.is_some()
+            && since(self.last_round)
+            && since(self.last_nudge)
+            && self.writes_this_round < MAX_WRITES_PER_PERIOD
+            && self.lease_deadline().is_some_and(|d| now < d)
+            && self.nudge_useful()
+    }
+
+    /// Whether a claim is above the bound of seats in use and the allocation (it can come
+    /// down), or the allocation above the granted seats (a raise may fit now).
+    fn nudge_useful(&self) -> bool {
+        let (Some((_, claims)), Some(targets)) = (self.own.as_ref(), self.targets()) else { return false };
+        let in_use = self.in_use_bound();
+        let at = |v: &[u32], i: usize| v.get(i).copied().unwrap_or(0);
+        self.policy.levels.iter().enumerate().filter(|(_, l)| !l.exempt).any(|(i, _)| {
+            let (c, t, g) = (at(claims, i), at(&targets, i), at(&self.granted, i));
+            c > t.max(at(&in_use, i)).max(g.min(t)) || t > g
+        })
+    }
+
+    /// Between rounds: lower the claims where the seats in use allow it, else read the fleet
+    /// when this replica may use more seats than it is granted (the answer's follow-up raises).
+    fn nudge_call(&mut self, now: Nanos) -> Option<EtcdCall> {
+        if self.left || self.lease.is_none() || self.needs_token() {
+            return None;
+        }
+        let current = self.own.as_ref().map(|(_, c)| c.clone())?;
+        let plan = self.plan(false)?;
+        if plan.claims.iter().zip(&current).any(|(p, c)| p < c) {
+            return Some(self.write_call(plan, now));
+        }
+        let targets = self.targets()?;
+        let wants = self
+            .policy
+            .levels
+            .iter()
+            .enumerate()
+            .any(|(i, l)| !l.exempt && targets.get(i).copied().unwrap_or(0) > self.granted.get(i).copied().unwrap_or(0));
+        wants.then(|| {
+            let body = RangeRequest::prefix(&self.prefix).to_json();
+            self.call(CallKind::Range, etcd::KV_RANGE, serde_json::to_vec(&body).unwrap_or_default(), now)
+        })
     }
 
     /// An answer to call `id`: the HTTP status (0 when there was none: a timeout, a reset) and

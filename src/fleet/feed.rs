@@ -96,6 +96,12 @@ impl FleetFeed {
                 *w = (*w).max(st.qs.widest_waiting());
             }
         }
+        // Seats in use go to the fleet with every sample (so that claims come down as soon as
+        // requests drain), demand statistics at the end of each period.
+        if sample {
+            let applied = self.applied.map_or(0, |(_, g)| g);
+            self.fleet.set_seats_in_use(&self.in_use, applied);
+        }
         let period_ended = now.saturating_sub(self.period_start) >= self.fleet.config().period;
         if period_ended {
             self.period_start = now;
@@ -105,8 +111,6 @@ impl FleetFeed {
             self.fleet.set_local_demand(&self.stats);
             self.fleet.set_widest_waiting(&self.widest);
             self.widest.iter_mut().for_each(|w| *w = 0);
-            let applied = self.applied.map_or(0, |(_, g)| g);
-            self.fleet.set_seats_in_use(&self.in_use, applied);
         }
         Tick { calls: self.fleet.tick(now), period_ended }
     }
