@@ -54,14 +54,16 @@ def render(name: str) -> list[dict]:
     return docs
 
 
-def one(docs: list[dict], kind: str, name_prefix: str = "apf-gateway") -> dict:
-    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"].startswith(name_prefix)]
-    assert len(found) == 1, f"expected one {kind} {name_prefix}*, got {[d['metadata']['name'] for d in found]}"
+def one(docs: list[dict], kind: str, name: str = "apf-gateway", hashed: bool = False) -> dict:
+    """The `kind` named `name` (`hashed`: a generated name, `name-<hash>`)."""
+    named = (lambda n: n.startswith(f"{name}-")) if hashed else (lambda n: n == name)
+    found = [d for d in docs if d["kind"] == kind and named(d["metadata"]["name"])]
+    assert len(found) == 1, f"expected one {kind} {name}, got {[d['metadata']['name'] for d in found]}"
     return found[0]
 
 
 def envoy_config(docs: list[dict]) -> str:
-    return one(docs, "ConfigMap", "apf-gateway-envoy")["data"]["envoy.yaml"]
+    return one(docs, "ConfigMap", "apf-gateway-envoy", hashed=True)["data"]["envoy.yaml"]
 
 
 def wasm_filter_config(boot: dict) -> dict:
