@@ -257,3 +257,106 @@ def test_deploy_envoy_answers_the_probe(envoy_bin, wasm_module, tmp_path):
         assert env.fatal_log_lines() == []
     finally:
         env.stop()
+
+
+# -- Envoy Gateway ------------------------------------------------------------------------------
+
+EG = "gateway.envoyproxy.io/v1alpha1"
+GW_API = "gateway.networking.k8s.io"
+# EnvoyExtensionPolicy targets (the CRD's x-kubernetes-validations, Envoy Gateway v1.9).
+EG_TARGET_KINDS = {"Gateway", "ListenerSet", "HTTPRoute", "GRPCRoute", "TCPRoute", "UDPRoute", "TLSRoute"}
+
+
+def kind_named(docs: list[dict], api_version: str, kind: str, name: str) -> dict:
+    found = [d for d in docs if d["apiVersion"] == api_version and d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind} {name} ({api_version}) is not rendered exactly once"
+    return found[0]
+
+
+def test_envoy_gateway_example_is_consistent():
+    """deploy/envoy-gateway renders; its core objects validate against the Kubernetes schemas; the
+    EnvoyExtensionPolicy has the fields Envoy Gateway's CRD requires (wasm[].code, the Image
+    source's url, targetRefs group/kind/name), keeps failOpen false, and every reference it and the
+    other objects make resolves. (The CRD schemas are not vendored: the example was checked
+    against Envoy Gateway v1.9.0's CRDs when written.)"""
+    docs = render("envoy-gateway")
+    for d in docs:
+        if d["apiVersion"].startswith((EG.split("/")[0], GW_API)):
+            continue
+        kubernetes_validate.validate(d, kubernetes_validate.latest_version(), strict=True)
+    policy = one(docs, "EnvoyExtensionPolicy", "apf-wasm")
+    assert policy["apiVersion"] == EG
+    refs = policy["spec"]["targetRefs"]
+    assert refs and all(r["group"] == GW_API and r["kind"] in EG_TARGET_KINDS and r["name"] for r in refs)
+    route = kind_named(docs, f"{GW_API}/v1", "HTTPRoute", refs[0]["name"])
+    [wasm] = policy["spec"]["wasm"]
+    code = wasm["code"]
+    assert code["type"] == "Image" and code["image"]["url"] and "http" not in code
+    assert wasm["failOpen"] is False, "failOpen must stay false: the filter strips client-supplied identity headers"
+    assert wasm["rootID"] == ""
+    cfg = wasm["config"]
+    assert cfg["identity"]["setFrontProxyHeaders"] is True
+    assert cfg["clusterPolicy"]["tokenEnv"] in wasm["env"]["hostKeys"]
+    ns = route["metadata"]["namespace"]
+    assert cfg["clusterPolicy"]["cluster"] == f"httproute/{ns}/{route['metadata']['name']}/rule/0"
+    # The route's backend, the Gateway's listener and the proxy's environment resolve.
+    [backend_ref] = route["spec"]["rules"][0]["backendRefs"]
+    backend = kind_named(docs, EG, backend_ref["kind"], backend_ref["name"])
+    assert backend["spec"]["endpoints"][0]["fqdn"] == {"hostname": "kubernetes.default.svc", "port": 443}
+    assert backend["spec"]["tls"]["clientCertificateRef"]["name"] in OPERATOR_SECRETS
+    gateway = kind_named(docs, f"{GW_API}/v1", "Gateway", route["spec"]["parentRefs"][0]["name"])
+    assert {c["name"] for lst in gateway["spec"]["listeners"] for c in lst["tls"]["certificateRefs"]} <= OPERATOR_SECRETS
+    proxy = kind_named(docs, EG, "EnvoyProxy", gateway["spec"]["infrastructure"]["parametersRef"]["name"])
+    env = proxy["spec"]["provider"]["kubernetes"]["envoyDeployment"]["container"]["env"]
+    token = next(e for e in env if e["name"] == cfg["clusterPolicy"]["tokenEnv"])
+    one(docs, "Secret", token["valueFrom"]["secretKeyRef"]["name"])
+    ctp = one(docs, "ClientTrafficPolicy")
+    assert ctp["spec"]["tls"]["clientValidation"]["caCertificateRefs"], "callers must present a client certificate"
+
+
+def test_envoy_gateway_plugin_config_loads_in_envoy(envoy_bin, wasm_module, tmp_path):
+    """The EnvoyExtensionPolicy's config, as Envoy Gateway hands it to the filter (JSON, with the
+    policy's rootID, env.hostKeys and failOpen false = FAIL_CLOSED, and a cluster under the name
+    Envoy Gateway gives the route's rule), loads in `envoy --mode validate`."""
+    docs = render("envoy-gateway")
+    wasm = one(docs, "EnvoyExtensionPolicy", "apf-wasm")["spec"]["wasm"][0]
+    cfg = wasm["config"]
+    boot = {
+        "static_resources": {
+            "listeners": [{
+                "name": "eg", "address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}},
+                "filter_chains": [{"filters": [{
+                    "name": "envoy.filters.network.http_connection_manager",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                        "stat_prefix": "eg",
+                        "route_config": {"virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [
+                            {"match": {"prefix": "/"}, "route": {"cluster": cfg["clusterPolicy"]["cluster"]}}]}]},
+                        "http_filters": [
+                            {"name": "envoy.filters.http.wasm", "typed_config": {
+                                "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+                                "config": {
+                                    "name": wasm["name"], "root_id": wasm["rootID"],
+                                    "failure_policy": "FAIL_OPEN" if wasm["failOpen"] else "FAIL_CLOSED",
+                                    "vm_config": {"runtime": "envoy.wasm.runtime.v8",
+                                                  "environment_variables": {"host_env_keys": wasm["env"]["hostKeys"]},
+                                                  "code": {"local": {"filename": wasm_module}}},
+                                    "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue",
+                                                      "value": json.dumps(cfg)}}}},
+                            {"name": "envoy.filters.http.router", "typed_config": {
+                                "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}]}}]}]}],
+            "clusters": [{"name": cfg["clusterPolicy"]["cluster"], "type": "STATIC", "connect_timeout": "1s",
+                          "load_assignment": {"cluster_name": cfg["clusterPolicy"]["cluster"], "endpoints": [{"lb_endpoints": [
+                              {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 6443}}}}]}]}}],
+        }
+    }
+    path = tmp_path / "eg.json"
+    path.write_text(json.dumps(boot))
+    p = validate_config(envoy_bin, str(path), env={"APF_WASM_TOKEN": "placeholder-token"})
+    assert p.returncode == 0, f"the EnvoyExtensionPolicy's config is refused:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    # And the filter really checks it: an invalid config is refused, naming the field.
+    wasm_cfg = boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"][0]
+    wasm_cfg["typed_config"]["config"]["configuration"]["value"] = json.dumps({**cfg, "serverConcurrencyLimit": -1})
+    path.write_text(json.dumps(boot))
+    p = validate_config(envoy_bin, str(path), env={"APF_WASM_TOKEN": "placeholder-token"})
+    assert p.returncode != 0 and "serverConcurrencyLimit" in p.stdout + p.stderr, (p.stdout + p.stderr)[-3000:]
