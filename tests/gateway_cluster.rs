@@ -39,7 +39,8 @@ fn policy_config() -> String {
     json!({
         "identity": {"sources": [{"type": "frontProxy"}]},
         "explainGroups": ["explain"],
-        "clusterPolicy": {"cluster": "apiserver", "period": "1s", "token": "s3cret", "authority": "kubernetes.default.svc"},
+        "clusterPolicy": {"cluster": "apiserver", "period": "1s", "token": "s3cret", "authority": "kubernetes.default.svc",
+                          "pathPrefix": FC},
         "workEstimator": {"clusterMetrics": false}
     })
     .to_string()
@@ -47,6 +48,11 @@ fn policy_config() -> String {
 
 /// The two list responses as the apiserver writes them (items without kind and apiVersion).
 fn lists(fs_name: &str, precedence: u32) -> (String, String) {
+    lists_at("v1", fs_name, precedence)
+}
+
+/// [`lists`] as version `version` of the group serves them.
+fn lists_at(version: &str, fs_name: &str, precedence: u32) -> (String, String) {
     let mut fs = flow_schema(fs_name, "cluster-level", precedence, &["cluster-team"]);
     let mut pl = priority_level("cluster-level", 10, 8, 2, 10);
     for o in [&mut fs, &mut pl] {
@@ -56,8 +62,14 @@ fn lists(fs_name: &str, precedence: u32) -> (String, String) {
         m["metadata"]["resourceVersion"] = json!("4711");
         m.insert("status".into(), json!({"conditions": [{"type": "Dangling", "status": "False"}]}));
     }
+    if version == "v1beta2" || version == "v1beta1" {
+        // flowcontrol/v1beta2/types.go: the shares are `assuredConcurrencyShares`.
+        let limited = pl["spec"]["limited"].as_object_mut().unwrap();
+        let shares = limited.remove("nominalConcurrencyShares").unwrap();
+        limited.insert("assuredConcurrencyShares".into(), shares);
+    }
     let list = |kind: &str, item: Value| {
-        json!({"kind": kind, "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "metadata": {"resourceVersion": "4711"}, "items": [item]})
+        json!({"kind": kind, "apiVersion": format!("flowcontrol.apiserver.k8s.io/{version}"), "metadata": {"resourceVersion": "4711"}, "items": [item]})
             .to_string()
     };
     (list("FlowSchemaList", fs), list("PriorityLevelConfigurationList", pl))
@@ -154,6 +166,176 @@ fn an_unchanged_policy_is_not_applied_again() {
     let (fs2, _) = lists("from-cluster", 400);
     answer_policy(&mut w, (Some(200), &fs2), (Some(200), &pl));
     assert_eq!(generation(&proxy), applied + 1, "a changed policy is");
+}
+
+// -- clusterPolicy: the served version, discovered ------------------------------------------------
+
+const GROUP_PATH: &str = "/apis/flowcontrol.apiserver.k8s.io";
+
+/// `policy_config` without `pathPrefix`: the version is discovered.
+fn discovering_config() -> String {
+    let mut cfg: Value = serde_json::from_str(&policy_config()).unwrap();
+    cfg["clusterPolicy"].as_object_mut().unwrap().remove("pathPrefix");
+    cfg.to_string()
+}
+
+/// The group's discovery document (an `APIGroup`) serving `versions`, preferring `preferred`.
+fn group(versions: &[&str], preferred: &str) -> String {
+    let gv = |v: &str| json!({"groupVersion": format!("flowcontrol.apiserver.k8s.io/{v}"), "version": v});
+    json!({"kind": "APIGroup", "apiVersion": "v1", "name": "flowcontrol.apiserver.k8s.io",
+           "versions": versions.iter().map(|v| gv(v)).collect::<Vec<_>>(), "preferredVersion": gv(preferred)})
+    .to_string()
+}
+
+/// The path of the last call started.
+fn last_path(proxy: &Proxy) -> String {
+    calls(proxy).last().unwrap().header(":path").unwrap().to_string()
+}
+
+/// Answers the discovery call started last with `doc`; the list calls follow at once.
+fn answer_discovery(w: &mut [Node], status: Option<u32>, doc: &str) {
+    let c = calls(&w[0].host.proxy);
+    let d = c.last().unwrap();
+    assert_eq!(d.header(":path"), Some(GROUP_PATH), "{c:?}");
+    assert_eq!(d.header("authorization"), Some("Bearer s3cret"));
+    answer(w, d, status, doc.as_bytes());
+}
+
+/// Answers a whole read at `version` (two lists), checking the paths.
+fn answer_lists_at(w: &mut [Node], version: &str, fs_name: &str) {
+    let c = calls(&w[0].host.proxy);
+    let [a, b] = &c[c.len() - 2..] else { unreachable!() };
+    assert_eq!(a.header(":path").unwrap(), format!("{GROUP_PATH}/{version}/flowschemas"));
+    assert_eq!(b.header(":path").unwrap(), format!("{GROUP_PATH}/{version}/prioritylevelconfigurations"));
+    let (fs, pl) = lists_at(version, fs_name, 500);
+    answer(w, a, Some(200), fs.as_bytes());
+    answer(w, b, Some(200), pl.as_bytes());
+}
+
+#[test]
+fn discovery_picks_the_served_version_and_reads_its_lists() {
+    let (proxy, mut w) = gateway(1, &discovering_config());
+    assert_eq!(calls(&proxy).len(), 1, "discovery comes first");
+    // A 1.24 cluster: v1beta2 preferred, v1beta1 also served.
+    answer_discovery(&mut w, Some(200), &group(&["v1beta2", "v1beta1"], "v1beta2"));
+    assert_eq!(calls(&proxy).len(), 3, "the lists follow at once");
+    answer_lists_at(&mut w, "v1beta2", "from-v1beta2");
+    assert_eq!(carol(&mut w[0]).0, "from-v1beta2");
+    // The next reads go straight to the lists, at the discovered version.
+    pass(&proxy, &mut w, 1_000);
+    assert_eq!(calls(&proxy).len(), 5);
+    answer_lists_at(&mut w, "v1beta2", "from-v1beta2");
+    // A preferred version we do not understand is passed over for the newest we do.
+    let (proxy, mut w) = gateway(1, &discovering_config());
+    answer_discovery(&mut w, Some(200), &group(&["v2alpha9", "v1beta3"], "v2alpha9"));
+    answer_lists_at(&mut w, "v1beta3", "from-v1beta3");
+    assert_eq!(calls(&proxy).len(), 3);
+    assert_eq!(carol(&mut w[0]).0, "from-v1beta3");
+}
+
+#[test]
+fn pathprefix_overrides_discovery() {
+    let (proxy, mut w) = gateway(1, &policy_config());
+    assert!(calls(&proxy).iter().all(|c| c.header(":path").unwrap().starts_with(&format!("{FC}/"))), "no discovery");
+    answer_lists_at(&mut w, "v1", "from-cluster");
+    for _ in 0..12 {
+        pass(&proxy, &mut w, 1_000);
+        answer_lists_at(&mut w, "v1", "from-cluster");
+    }
+    assert!(calls(&proxy).iter().all(|c| c.header(":path") != Some(GROUP_PATH)));
+}
+
+#[test]
+fn a_changed_served_version_is_followed_on_rediscovery() {
+    let (proxy, mut w) = gateway(1, &discovering_config());
+    answer_discovery(&mut w, Some(200), &group(&["v1beta3", "v1beta2"], "v1beta3"));
+    answer_lists_at(&mut w, "v1beta3", "from-v1beta3");
+    // The cluster is upgraded; reads continue at v1beta3 (still served) until discovery is
+    // read again, after a bounded number of reads.
+    let mut reads = 1;
+    loop {
+        pass(&proxy, &mut w, 1_000);
+        if last_path(&proxy) == GROUP_PATH {
+            break;
+        }
+        answer_lists_at(&mut w, "v1beta3", "from-v1beta3");
+        reads += 1;
+        assert!(reads <= 10, "discovery is read again within 10 reads");
+    }
+    answer_discovery(&mut w, Some(200), &group(&["v1", "v1beta3"], "v1"));
+    answer_lists_at(&mut w, "v1", "from-v1");
+    assert_eq!(carol(&mut w[0]).0, "from-v1");
+}
+
+#[test]
+fn a_list_answering_404_triggers_rediscovery() {
+    let (proxy, mut w) = gateway(1, &discovering_config());
+    answer_discovery(&mut w, Some(200), &group(&["v1beta3", "v1beta2"], "v1beta3"));
+    answer_lists_at(&mut w, "v1beta3", "from-v1beta3");
+    pass(&proxy, &mut w, 1_000);
+    answer_lists_at(&mut w, "v1beta3", "from-v1beta3");
+    // The cluster stopped serving v1beta3: the lists answer 404.
+    pass(&proxy, &mut w, 1_000);
+    answer_policy(&mut w, (Some(404), "{\"kind\":\"Status\",\"code\":404}"), (Some(404), "{\"kind\":\"Status\",\"code\":404}"));
+    assert_eq!(carol(&mut w[0]).0, "from-v1beta3", "the current policy keeps serving");
+    // Discovery is read again on the next tick, not a period later.
+    pass(&proxy, &mut w, 50);
+    assert_eq!(last_path(&proxy), GROUP_PATH);
+    answer_discovery(&mut w, Some(200), &group(&["v1"], "v1"));
+    answer_lists_at(&mut w, "v1", "from-v1");
+    assert_eq!(carol(&mut w[0]).0, "from-v1");
+    // A version that 404s right after discovery named it does not make discovery spin.
+    pass(&proxy, &mut w, 1_000);
+    answer_policy(&mut w, (Some(404), "{}"), (Some(404), "{}"));
+    pass(&proxy, &mut w, 50);
+    assert_eq!(last_path(&proxy), GROUP_PATH, "404 after a few reads: rediscovered at once");
+    answer_discovery(&mut w, Some(200), &group(&["v1"], "v1"));
+    answer_policy(&mut w, (Some(404), "{}"), (Some(404), "{}"));
+    let n = calls(&proxy).len();
+    pass(&proxy, &mut w, 500);
+    assert_eq!(calls(&proxy).len(), n, "404 right after discovery: discovery waits for the period");
+    pass(&proxy, &mut w, 500);
+    assert_eq!(last_path(&proxy), GROUP_PATH);
+}
+
+#[test]
+fn a_failed_or_malformed_discovery_keeps_the_version_and_policy() {
+    let (proxy, mut w) = gateway(1, &discovering_config());
+    // Discovery that never answered usefully: the lists are read at v1 meanwhile.
+    answer_discovery(&mut w, Some(200), "{\"kind\":\"Status\",\"code\":404}");
+    answer_lists_at(&mut w, "v1", "from-v1");
+    assert_eq!(carol(&mut w[0]).0, "from-v1");
+    pass(&proxy, &mut w, 1_000);
+    answer_discovery(&mut w, Some(200), &group(&["v1beta2"], "v1beta2"));
+    answer_lists_at(&mut w, "v1beta2", "from-v1beta2");
+    assert_eq!(carol(&mut w[0]).0, "from-v1beta2");
+    let garbage: [(Option<u32>, &str, &str); 5] = [
+        (None, "", "no response"),
+        (Some(403), "{\"kind\":\"Status\",\"code\":403}", "forbidden"),
+        (Some(200), "{\"kind\":\"APIGroup\",\"versions\":[", "malformed JSON"),
+        (Some(200), "{\"kind\":\"APIGroupList\",\"groups\":[]}", "another kind"),
+        (Some(200), &group(&["v9"], "v9"), "no version we understand"),
+    ];
+    // Force discovery: a 404 on the lists after a few reads.
+    for _ in 0..2 {
+        pass(&proxy, &mut w, 1_000);
+        answer_lists_at(&mut w, "v1beta2", "from-v1beta2");
+    }
+    pass(&proxy, &mut w, 1_000);
+    answer_policy(&mut w, (Some(404), "{}"), (Some(404), "{}"));
+    pass(&proxy, &mut w, 50);
+    for (status, body, why) in garbage {
+        answer_discovery(&mut w, status, body);
+        // The previous version is read, the previous policy keeps serving, and discovery is
+        // retried at the next read.
+        answer_lists_at(&mut w, "v1beta2", "from-v1beta2");
+        assert_eq!(carol(&mut w[0]).0, "from-v1beta2", "{why}");
+        pass(&proxy, &mut w, 1_000);
+        assert_eq!(last_path(&proxy), GROUP_PATH, "{why}: retried");
+    }
+    answer_discovery(&mut w, Some(200), &group(&["v1", "v1beta3"], "v1"));
+    answer_lists_at(&mut w, "v1", "from-v1");
+    assert_eq!(carol(&mut w[0]).0, "from-v1");
 }
 
 // -- workEstimator.clusterMetrics ---------------------------------------------------------------

@@ -8,7 +8,10 @@ use super::worker::{self, Worker, REAP_EVERY};
 use crate::digest::metrics_scan::ScrapedCounts;
 use crate::engine::object_counts::{SharedCounts, OBJECT_COUNTS_KEY};
 use crate::engine::{self, Compiled};
+use crate::policy::cluster::ClusterPolicy;
 use crate::policy::config::{parse_plugin_config, PluginConfig};
+use crate::policy::discovery;
+use crate::policy::objects::ApiVersion;
 use crate::Nanos;
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::rc::Rc;
@@ -42,6 +45,37 @@ struct ClusterFetch {
     bodies: [Option<Vec<u8>>; 2],
     /// Digest of the last applied responses (re-reading an unchanged policy changes nothing).
     applied: Option<u64>,
+    /// The read of the group's discovery document under way (without `pathPrefix`).
+    discovery: Option<u32>,
+    /// The served version discovered last; `None` until discovery first answers (the lists are
+    /// read at [`discovery::FALLBACK`]'s path meanwhile).
+    version: Option<ApiVersion>,
+    /// Policy reads started since discovery last answered.
+    reads_since_discovery: u32,
+    /// Read the discovery document before the next read (it failed, or a list answered 404).
+    rediscover: bool,
+    /// The path prefix of the lists under way.
+    prefix: String,
+}
+
+impl ClusterFetch {
+    fn busy(&self) -> bool {
+        self.discovery.is_some() || self.tokens.iter().any(Option::is_some)
+    }
+
+    fn discovery_due(&self) -> bool {
+        self.version.is_none() || self.rediscover || self.reads_since_discovery >= discovery::REDISCOVER_EVERY
+    }
+
+    /// Where the lists are read: `pathPrefix`, else the discovered (or fallback) version's.
+    fn prefix_of(&self, cp: &ClusterPolicy) -> String {
+        cp.path_prefix.clone().unwrap_or_else(|| discovery::path_prefix(self.version.unwrap_or(discovery::FALLBACK)))
+    }
+}
+
+/// The timeout of the policy reads.
+fn timeout_of(cp: &ClusterPolicy) -> Duration {
+    Duration::from_nanos(u64::try_from(cp.timeout).unwrap_or(5_000_000_000))
 }
 
 fn next_generation(h: &dyn Host) -> u64 {
@@ -103,28 +137,112 @@ impl Root {
         h.http_call(cluster, &headers, &[], timeout)
     }
 
-    /// Starts reading the cluster's policy when due.
+    /// Starts reading the cluster's policy when due: the group's discovery document first when
+    /// the served version is to be (re)discovered, else the two lists.
     fn maybe_fetch(&mut self, h: &dyn Host, c: &Compiled, now: Nanos) {
         let Some(cp) = c.config.cluster_policy.as_ref() else { return };
-        if now < self.fetch.next || self.fetch.tokens.iter().any(Option::is_some) {
+        if now < self.fetch.next || self.fetch.busy() {
             return;
         }
         self.fetch.next = now.saturating_add(cp.period);
+        if cp.path_prefix.is_none() && self.fetch.discovery_due() {
+            let call =
+                Self::get(h, &cp.cluster, &cp.authority, discovery::DISCOVERY_PATH, "application/json", cp.token.as_ref(), timeout_of(cp));
+            match call {
+                Ok(t) => return self.fetch.discovery = Some(t),
+                Err(e) => {
+                    self.fetch.rediscover = true;
+                    log::warn!(
+                        "apf: cannot read {} from cluster {:?}: {e:?}; reading {} meanwhile",
+                        discovery::DISCOVERY_PATH,
+                        cp.cluster,
+                        self.fetch.prefix_of(cp)
+                    );
+                }
+            }
+        }
+        self.start_lists(h, cp);
+    }
+
+    /// Starts the two list calls.
+    fn start_lists(&mut self, h: &dyn Host, cp: &ClusterPolicy) {
+        let prefix = self.fetch.prefix_of(cp);
         self.fetch.bodies = [None, None];
-        let timeout = Duration::from_nanos(u64::try_from(cp.timeout).unwrap_or(5_000_000_000));
-        self.fetch.tokens = cp.paths().map(|path| {
-            let call = Self::get(h, &cp.cluster, &cp.authority, &path, "application/json", cp.token.as_ref(), timeout);
+        self.fetch.reads_since_discovery = self.fetch.reads_since_discovery.saturating_add(1);
+        self.fetch.tokens = ClusterPolicy::paths(&prefix).map(|path| {
+            let call = Self::get(h, &cp.cluster, &cp.authority, &path, "application/json", cp.token.as_ref(), timeout_of(cp));
             call.map_err(|e| log::warn!("apf: cannot read the cluster policy from cluster {:?}: {e:?}", cp.cluster)).ok()
         });
+        self.fetch.prefix = prefix;
+    }
+
+    /// The discovery document's reply: the version to read from now on (a failed or unusable
+    /// reply keeps the previous one, and discovery is retried at the next read); then the lists.
+    fn discovery_response(&mut self, h: &dyn Host, cp: &ClusterPolicy, body_size: usize) {
+        let status = call_status(h);
+        let outcome = match status.as_str() {
+            "200" => discovery::choose_version(&h.body_bytes(Body::CallResponse, 0, body_size).unwrap_or_default()),
+            "" => Err("no response (timeout or connection failure)".to_string()),
+            _ => Err(format!("HTTP status {status}")),
+        };
+        match outcome {
+            Ok(d) => {
+                if self.fetch.version != Some(d.version) {
+                    let preferred = d.preferred.as_deref().unwrap_or("none");
+                    log::info!(
+                        "apf: the cluster serves {} {:?} (preferred: {preferred}); reading the policy from {}",
+                        discovery::GROUP,
+                        d.served,
+                        discovery::path_prefix(d.version)
+                    );
+                }
+                self.fetch.version = Some(d.version);
+                self.fetch.rediscover = false;
+                self.fetch.reads_since_discovery = 0;
+            }
+            Err(why) => {
+                self.fetch.rediscover = true;
+                let which = if self.fetch.version.is_some() { "the version in use" } else { "the newest version, until discovery answers" };
+                log::warn!(
+                    "apf: discovering the served {} version ({}) failed: {why}; reading {} ({which})",
+                    discovery::GROUP,
+                    discovery::DISCOVERY_PATH,
+                    self.fetch.prefix_of(cp)
+                );
+            }
+        }
+        self.start_lists(h, cp);
     }
 
     /// A response of the cluster policy read; applies the policy once both are in.
     fn call_response(&mut self, h: &dyn Host, token: u32, body_size: usize) {
+        let Some(c) = self.compiled.clone() else { return };
+        let Some(cp) = c.config.cluster_policy.as_ref() else { return };
+        if self.fetch.discovery.take_if(|t| *t == token).is_some() {
+            return self.discovery_response(h, cp, body_size);
+        }
         let Some((i, t)) = self.fetch.tokens.iter_mut().enumerate().find(|(_, t)| **t == Some(token)) else { return };
         *t = None;
         let status = call_status(h);
+        if status == "404" && cp.path_prefix.is_none() {
+            // The version read is no longer served (the cluster was upgraded or downgraded):
+            // discover again, at once unless discovery has just named this version.
+            log::warn!(
+                "apf: reading the cluster policy from {} failed: HTTP status 404; discovering the served version again",
+                self.fetch.prefix
+            );
+            self.fetch.rediscover = true;
+            if self.fetch.reads_since_discovery > 1 {
+                self.fetch.next = h.monotonic_nanos();
+            }
+            self.fetch.bodies = [None, None];
+            return;
+        }
         if status != "200" {
-            log::warn!("apf: reading the cluster policy failed: HTTP status {status:?}; keeping the current one");
+            log::warn!(
+                "apf: reading the cluster policy from {} failed: HTTP status {status:?}; keeping the current one",
+                self.fetch.prefix
+            );
             self.fetch.bodies = [None, None];
             return;
         }
@@ -140,14 +258,20 @@ impl Root {
         let Some(base) = self.base.as_ref() else { return };
         let merged = match crate::policy::cluster::merged_config(base, &[fs, pl]) {
             Ok(m) => m,
-            Err(e) => return log::error!("apf: cluster policy unusable, keeping the current one: {e}"),
+            Err(e) => return log::error!("apf: cluster policy from {} unusable, keeping the current one: {e}", self.fetch.prefix),
         };
         self.fetch.applied = Some(digest);
         match parse_plugin_config(&merged) {
-            Ok(cfg) => self.apply(h, cfg, "cluster policy"),
-            Err(errors) => {
-                log::error!("apf: invalid cluster policy ({} errors); keeping the current one: {}", errors.len(), errors.join("; "))
+            Ok(cfg) => {
+                let what = format!("cluster policy from {}", self.fetch.prefix);
+                self.apply(h, cfg, &what)
             }
+            Err(errors) => log::error!(
+                "apf: invalid cluster policy from {} ({} errors); keeping the current one: {}",
+                self.fetch.prefix,
+                errors.len(),
+                errors.join("; ")
+            ),
         }
     }
 

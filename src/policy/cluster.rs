@@ -12,13 +12,14 @@
 //!
 //! The bearer token is `token` (in the configuration) or read from the environment variable
 //! `tokenEnv` names when the configuration is parsed (see [`resolve_token`]).
+//!
+//! Without `pathPrefix`, the version of `flowcontrol.apiserver.k8s.io` to read is discovered
+//! from the cluster ([`super::discovery`]); `pathPrefix` names the lists' location outright.
 
 use crate::duration::parse_go_duration;
 use crate::Nanos;
 use serde::Deserialize;
 use serde_json::{Map, Value};
-
-pub const DEFAULT_PATH_PREFIX: &str = "/apis/flowcontrol.apiserver.k8s.io/v1";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterPolicy {
@@ -30,7 +31,8 @@ pub struct ClusterPolicy {
     pub token: Option<String>,
     pub period: Nanos,
     pub timeout: Nanos,
-    pub path_prefix: String,
+    /// Where the lists are (`<pathPrefix>/flowschemas`); `None`: discover the served version.
+    pub path_prefix: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -105,8 +107,7 @@ impl ClusterPolicy {
         if raw.cluster.is_empty() {
             errs.push("clusterPolicy.cluster: Required value".to_string());
         }
-        let path_prefix = raw.path_prefix.unwrap_or_else(|| DEFAULT_PATH_PREFIX.to_string());
-        if !path_prefix.starts_with('/') {
+        if raw.path_prefix.as_ref().is_some_and(|p| !p.starts_with('/')) {
             errs.push("clusterPolicy.pathPrefix: must start with /".to_string());
         }
         let policy = ClusterPolicy {
@@ -115,14 +116,14 @@ impl ClusterPolicy {
             token,
             period,
             timeout,
-            path_prefix: path_prefix.trim_end_matches('/').to_string(),
+            path_prefix: raw.path_prefix.map(|p| p.trim_end_matches('/').to_string()),
         };
         errs.is_empty().then_some(policy).ok_or(errs)
     }
 
-    /// The two list paths.
-    pub fn paths(&self) -> [String; 2] {
-        [format!("{}/flowschemas", self.path_prefix), format!("{}/prioritylevelconfigurations", self.path_prefix)]
+    /// The two list paths under `prefix` (`pathPrefix` or the discovered version's).
+    pub fn paths(prefix: &str) -> [String; 2] {
+        [format!("{prefix}/flowschemas"), format!("{prefix}/prioritylevelconfigurations")]
     }
 }
 
@@ -267,7 +268,12 @@ mod tests {
         let none = |_: &str| None;
         let c = ClusterPolicy::parse(&serde_json::json!({"cluster": "kube", "period": "10s"}), &none).unwrap();
         assert_eq!(c.period, 10 * crate::NANOS_PER_SEC);
-        assert_eq!(c.paths()[0], "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas");
+        assert_eq!(c.path_prefix, None, "discovered");
+        let c =
+            ClusterPolicy::parse(&serde_json::json!({"cluster": "k", "pathPrefix": "/apis/flowcontrol.apiserver.k8s.io/v1beta3/"}), &none);
+        assert_eq!(c.unwrap().path_prefix.as_deref(), Some("/apis/flowcontrol.apiserver.k8s.io/v1beta3"));
+        assert_eq!(ClusterPolicy::paths("/p")[1], "/p/prioritylevelconfigurations");
+        assert!(ClusterPolicy::parse(&serde_json::json!({"cluster": "k", "pathPrefix": "apis"}), &none).is_err());
         assert!(ClusterPolicy::parse(&serde_json::json!({"cluster": ""}), &none).is_err());
         assert!(ClusterPolicy::parse(&serde_json::json!({"cluster": "k", "bogus": 1}), &none).is_err());
         assert!(ClusterPolicy::parse(&serde_json::json!({"cluster": "k", "period": "-1s"}), &none).is_err());

@@ -4,6 +4,7 @@
 pub mod bootstrap;
 pub mod cluster;
 pub mod config;
+pub mod discovery;
 pub mod model;
 pub mod objects;
 pub mod validation;

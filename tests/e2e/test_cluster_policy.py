@@ -4,6 +4,8 @@ like a reload; an invalid cluster policy changes nothing."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from envoyproc import wait_until
@@ -59,3 +61,59 @@ def test_policy_is_read_from_the_cluster(gateway):
                timeout=15, what="the gateway re-reads the invalid policy")
     assert fs_uid(gw) == "fs-from-cluster"
     assert gw.request(user="admin", groups=("system:masters",), path="/healthz").status == 200
+
+
+GROUP = "/apis/flowcontrol.apiserver.k8s.io"
+
+
+def objects_at(version: str) -> tuple[dict, dict]:
+    """The FlowSchema and level as `version` of the group writes them (UIDs name the version, so
+    the policy in force shows which version's read applied)."""
+    fs = flow_schema(500, uid=f"fs-{version}")
+    pl = json.loads(json.dumps(PL))
+    pl["metadata"]["uid"] = f"pl-{version}"
+    for o in (fs, pl):
+        o["apiVersion"] = f"flowcontrol.apiserver.k8s.io/{version}"
+    if version in ("v1beta2", "v1beta1"):
+        # flowcontrol/v1beta2/types.go: the shares are `assuredConcurrencyShares`.
+        limited = pl["spec"]["limited"]
+        limited["assuredConcurrencyShares"] = limited.pop("nominalConcurrencyShares")
+    return fs, pl
+
+
+def test_policy_follows_the_served_version(gateway):
+    """Without pathPrefix the gateway discovers the served flowcontrol version: a cluster serving
+    only v1beta2 (1.23-1.25), then only v1beta3, then only v1 (an upgrade) is followed with no
+    configuration change."""
+    gw = gateway({"identity": {"sources": [{"type": "frontProxy"}]},
+                  "clusterPolicy": {"cluster": "apiserver", "period": "1s", "token": "s3cret",
+                                    "authority": "kubernetes.default.svc"}})
+    for version in ("v1beta2", "v1beta3", "v1"):
+        gw.upstream.reset()
+        fs, pl = objects_at(version)
+        gw.upstream.set_flowcontrol([fs], [pl])
+        gw.upstream.set_flowcontrol_versions([version])
+
+        def applied() -> bool:
+            for _ in range(8):  # each worker reads the policy itself: several fresh connections
+                r = gw.request(user="carol", groups=("cluster-team",))
+                uids = (r.headers.get("x-kubernetes-pf-flowschema-uid"), r.headers.get("x-kubernetes-pf-prioritylevel-uid"))
+                if uids != (f"fs-{version}", f"pl-{version}"):
+                    return False
+            return True
+
+        wait_until(applied, timeout=20, what=f"the policy served at {version} applies on every worker")
+        paths = [p for p, _ in gw.upstream.received(GROUP)]
+        assert GROUP in paths, f"the discovery document was read again: {paths[:8]}"
+        assert f"{GROUP}/{version}/flowschemas" in paths, paths[:8]
+        assert f"{GROUP}/{version}/prioritylevelconfigurations" in paths, paths[:8]
+    # Reads settle on v1: nothing else is asked for once discovery named it.
+    gw.upstream.reset()
+    n = len(gw.upstream.received(f"{GROUP}/v1/flowschemas"))
+    wait_until(lambda: len(gw.upstream.received(f"{GROUP}/v1/flowschemas")) >= n + 4, timeout=15, what="more v1 reads")
+    others = [p for p, _ in gw.upstream.received(GROUP) if p != GROUP and not p.startswith(f"{GROUP}/v1/")]
+    assert not others, others[:5]
+    # The log names the version each policy came from (Envoy flushes its log file every 10 s).
+    logged = lambda: all(f"cluster policy from {GROUP}/{v} generation" in gw.envoy.log_path.read_text(errors="replace")
+                         for v in ("v1beta2", "v1beta3", "v1"))
+    wait_until(logged, timeout=20, what="the log names each version the policy came from")

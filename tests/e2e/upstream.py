@@ -373,6 +373,10 @@ class Stats:
             # as real list responses); set with Upstream.set_flowcontrol. Not reset.
             if not hasattr(self, "flowcontrol"):
                 self.flowcontrol: dict[str, list[dict]] = {"flowschemas": [], "prioritylevelconfigurations": []}
+            # The flowcontrol versions served (the first is the preferred one, as in the group's
+            # discovery document); set with Upstream.set_flowcontrol_versions. Not reset.
+            if not hasattr(self, "flowcontrol_versions"):
+                self.flowcontrol_versions: list[str] = ["v1", "v1beta3"]
 
     def count_chaos(self, kind: str) -> None:
         with self.lock:
@@ -599,15 +603,29 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(200, API_GROUP_LIST)
         if p == "/api/v1":
             return self._json(200, CORE_V1_RESOURCES)
-        fc = "/apis/flowcontrol.apiserver.k8s.io/v1/"
-        if p in (fc + "flowschemas", fc + "prioritylevelconfigurations"):
-            res = p[len(fc):]
+        group = "/apis/flowcontrol.apiserver.k8s.io"
+        if p == group or p.startswith(group + "/"):
             stats: Stats = self.server.stats  # type: ignore[attr-defined]
             with stats.lock:
-                items = json.loads(json.dumps(stats.flowcontrol.get(res, [])))
-            kind = "FlowSchemaList" if res == "flowschemas" else "PriorityLevelConfigurationList"
-            return self._json(200, {"kind": kind, "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
-                                    "metadata": {"resourceVersion": "1"}, "items": items})
+                served = list(stats.flowcontrol_versions)
+            gv = lambda v: {"groupVersion": f"flowcontrol.apiserver.k8s.io/{v}", "version": v}
+            if p == group:
+                # The group's discovery document (an APIGroup), as kube-apiserver serves it.
+                doc = {"kind": "APIGroup", "apiVersion": "v1", "name": "flowcontrol.apiserver.k8s.io",
+                       "versions": [gv(v) for v in served]}
+                if served:
+                    doc["preferredVersion"] = gv(served[0])
+                return self._json(200, doc)
+            version, _, res = p[len(group) + 1:].partition("/")
+            if version in served and res in ("flowschemas", "prioritylevelconfigurations"):
+                with stats.lock:
+                    items = json.loads(json.dumps(stats.flowcontrol.get(res, [])))
+                kind = "FlowSchemaList" if res == "flowschemas" else "PriorityLevelConfigurationList"
+                return self._json(200, {"kind": kind, "apiVersion": f"flowcontrol.apiserver.k8s.io/{version}",
+                                        "metadata": {"resourceVersion": "1"}, "items": items})
+            if version not in served:
+                return self._json(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                        "reason": "NotFound", "code": 404, "message": "the server could not find the requested resource"})
         pods = pods_path(p)
         if pods is not None or (p.startswith("/api/v1/namespaces/") and p.endswith("/pods")):
             ns = pods[0] if pods is not None else p.split("/")[4]
@@ -854,12 +872,21 @@ class Upstream:
         self.server.nodelay = on  # type: ignore[attr-defined]
 
     def set_flowcontrol(self, flowschemas: list[dict], prioritylevelconfigurations: list[dict]) -> None:
-        """Objects served at /apis/flowcontrol.apiserver.k8s.io/v1/{flowschemas,
-        prioritylevelconfigurations} (as an apiserver lists them: items without kind)."""
+        """Objects served at /apis/flowcontrol.apiserver.k8s.io/<version>/{flowschemas,
+        prioritylevelconfigurations} for each served version (set_flowcontrol_versions), as an
+        apiserver lists them: items without kind."""
         strip = lambda objs: [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in objs]
         with self.stats.lock:
             self.stats.flowcontrol = {"flowschemas": strip(flowschemas),
                                       "prioritylevelconfigurations": strip(prioritylevelconfigurations)}
+
+    def set_flowcontrol_versions(self, versions: list[str]) -> None:
+        """The flowcontrol.apiserver.k8s.io versions served from now on, the preferred one first
+        (default ["v1", "v1beta3"], as kube-apiserver 1.29+): the group's discovery document
+        /apis/flowcontrol.apiserver.k8s.io lists them, and the lists of any other version answer
+        404. Every served version lists the objects set_flowcontrol gave, as they are."""
+        with self.stats.lock:
+            self.stats.flowcontrol_versions = list(versions)
 
     def set_object_counts(self, counts: dict[str, tuple[int, int]], legacy_only: bool = False) -> None:
         """What /metrics reports from now on: {"pods": (count, average object size in bytes),
