@@ -68,6 +68,7 @@ sys.path.insert(0, str(REPO / "tests" / "e2e"))
 import apf_policy  # noqa: E402
 from envoy_template import direct_response_config, gateway_config  # noqa: E402
 from envoyproc import EnvoyProcess, find_envoy  # noqa: E402
+from etcdproc import Etcd  # noqa: E402
 
 HEADERS = {"X-Remote-User": "bench-user", "X-Remote-Group": "system:authenticated"}
 # Variants whose windows also read the filter's global-state contention counters.
@@ -442,47 +443,24 @@ def cpu_window(env: EnvoyProcess, gen, n: int, contention: bool = False) -> dict
     return res
 
 
-ETCD_PORT: list[int] = []  # the local etcd's client port, when a fleet variant runs
+ETCD: list[Etcd] = []  # the local etcd, when a fleet variant runs
 
 
 def variant_config(spec: dict, args, upstream_port: int) -> dict:
     """The Envoy configuration of a variant (fleet variants: with an `etcd` cluster)."""
     cfg = gateway_config(upstream_port=upstream_port, wasm_path=str(spec.get("wasm") or ""),
                          plugin_config=spec.get("cfg"), http_filter=spec["http_filter"])
-    if spec.get("etcd") and ETCD_PORT:
-        cfg["static_resources"]["clusters"].append({
-            "name": "etcd", "type": "STATIC", "connect_timeout": "1s",
-            "load_assignment": {"cluster_name": "etcd", "endpoints": [{"lb_endpoints": [
-                {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1",
-                                                              "port_value": ETCD_PORT[0]}}}}]}]}})
+    if spec.get("etcd") and ETCD:
+        cfg["static_resources"]["clusters"].append(ETCD[0].envoy_cluster())
     with_stats(cfg, args.envoy_stats)
     return cfg
 
 
-def start_etcd(workdir: Path) -> subprocess.Popen:
+def start_etcd(workdir: Path) -> Etcd:
     """A throwaway etcd on loopback for the fleet variants (Debian's etcd-server)."""
-    import socket as _socket
-    ports = []
-    for _ in range(2):
-        with _socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
-    c, p = f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}"
-    proc = subprocess.Popen(["etcd", "--name", "bench", "--data-dir", str(workdir / "etcd"),
-                             "--listen-client-urls", c, "--advertise-client-urls", c,
-                             "--listen-peer-urls", p, "--initial-advertise-peer-urls", p,
-                             "--initial-cluster", f"bench={p}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-    ETCD_PORT.append(ports[0])
-    import urllib.request
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(urllib.request.Request(f"{c}/v3/maintenance/status", data=b"{}",
-                                                          method="POST"), timeout=1).read()
-            break
-        except OSError:
-            time.sleep(0.1)
-    return proc
+    etcd = Etcd(workdir, name="bench").start()
+    ETCD.append(etcd)
+    return etcd
 
 
 def measure(spec: dict, args, envoy_bin: str, upstream_port: int, wrk: str | None,
@@ -887,8 +865,7 @@ def main() -> int:
     finally:
         up.stop()
         if etcd is not None:
-            etcd.terminate()
-            etcd.wait(timeout=10)
+            etcd.stop()
 
     base_key = next((k for k in results if k.split("|")[0] == args.ratio_base), None)
     lines = ["| variant | workers | conns | CPU µs/req (median) | min–max | × " + args.ratio_base

@@ -15,25 +15,22 @@ Checked, with closed-loop clients against an upstream whose service time varies:
 
 from __future__ import annotations
 
-import base64
 import json
 import random
 import re
 import shutil
 import signal
-import socket
-import subprocess
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 import client
 from apf_policy import E2E_GROUP, single_level_config
-from envoy_template import gateway_config, socket_address
+from envoy_template import gateway_config
+from etcdproc import Etcd
 from envoyproc import REPO, EnvoyProcess, wait_until
 from test_prometheus import FLEET_SERIES, dashboard_targets
 from upstream import Upstream
@@ -45,57 +42,6 @@ PERIOD = 1.0
 LEASE_TTL = 5.0
 PATH = "/api/v1/namespaces/default/pods"
 STATS_CONFIG = REPO / "envoy" / "stats_config.yaml"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Etcd:
-    """A throwaway single-member etcd on loopback."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.dir = workdir / "etcd"
-        self.client_port, self.peer_port = free_port(), free_port()
-        self.proc: subprocess.Popen | None = None
-        self.log = open(workdir / "etcd.log", "ab")  # noqa: SIM115
-
-    def start(self) -> "Etcd":
-        c, p = f"http://127.0.0.1:{self.client_port}", f"http://127.0.0.1:{self.peer_port}"
-        self.proc = subprocess.Popen(
-            ["etcd", "--name", "e2e", "--data-dir", str(self.dir), "--listen-client-urls", c,
-             "--advertise-client-urls", c, "--listen-peer-urls", p,
-             "--initial-advertise-peer-urls", p, "--initial-cluster", f"e2e={p}"],
-            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        wait_until(lambda: self.call("/v3/kv/range", {"key": b64(b"x")}) is not None, timeout=20,
-                   what="etcd answering")
-        return self
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-
-    def call(self, path: str, body: dict) -> dict | None:
-        req = urllib.request.Request(f"http://127.0.0.1:{self.client_port}{path}",
-                                     data=json.dumps(body).encode(), method="POST")
-        try:
-            with urllib.request.urlopen(req, timeout=2) as r:
-                return json.loads(r.read())
-        except OSError:
-            return None
-
-    def replicas(self) -> list[dict]:
-        prefix = b"/apf-wasm/"
-        end = prefix[:-1] + bytes([prefix[-1] + 1])
-        r = self.call("/v3/kv/range", {"key": b64(prefix), "range_end": b64(end)}) or {}
-        return [json.loads(base64.b64decode(kv["value"])) for kv in r.get("kvs", [])]
-
-
-def b64(b: bytes) -> str:
-    return base64.b64encode(b).decode()
 
 
 def fleet_config() -> dict:
@@ -172,10 +118,7 @@ def fleet(wasm_module, envoy_bin):
     envoys: list[EnvoyProcess] = []
     for i in range(3):
         cfg = gateway_config(upstream_port=up.port, wasm_path=wasm_module, plugin_config=fleet_config())
-        cfg["static_resources"]["clusters"].append({
-            "name": "etcd", "type": "STATIC", "connect_timeout": "1s",
-            "load_assignment": {"cluster_name": "etcd", "endpoints": [{"lb_endpoints": [
-                {"endpoint": {"address": socket_address(etcd.client_port)}}]}]}})
+        cfg["static_resources"]["clusters"].append(etcd.envoy_cluster())
         env = EnvoyProcess(cfg, work / f"envoy{i}", envoy_bin=envoy_bin, concurrency=2, name=f"envoy{i}",
                            extra_args=["--config-yaml", STATS_CONFIG.read_text()])
         envoys.append(env.start())
