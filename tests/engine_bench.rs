@@ -112,7 +112,8 @@ fn bench_saturated_level() {
     let mut running = std::collections::VecDeque::new();
     let tag = |i: u32| RequestTag { owner: 1 + (i % 2), context: i, flow_schema: 0, flow_hash: 42, wait_deadline: i64::MAX };
     for i in 0..16u32 {
-        if let apf_wasm::fairqueuing::queueset::Arrival::Executing(rc) = st.qs.arrive(0, WorkEstimate::ONE, tag(i), &mut out) {
+        if let apf_wasm::fairqueuing::queueset::Arrival::Executing(rc) = st.qs.start_request(0, WorkEstimate::ONE, tag(i), &mut out).arrival
+        {
             running.push_back(rc);
         }
     }
@@ -129,7 +130,7 @@ fn bench_saturated_level() {
         bytes = s.encode();
         let mut s = LevelState::decode(&bytes).unwrap();
         out.clear();
-        let _ = s.qs.arrive(now, WorkEstimate::ONE, tag(16 + i), &mut out);
+        let _ = s.qs.start_request(now, WorkEstimate::ONE, tag(16 + i), &mut out);
         bytes = s.encode();
     }
     let ns = t.elapsed().as_nanos() as f64 / f64::from(n);
@@ -158,7 +159,7 @@ fn bench_codec_by_queue_length() {
                 flow_hash: 42 + u64::from(i % 4),
                 wait_deadline: 30_000_000_000,
             };
-            let _ = st.qs.arrive(i64::from(i) * 1000, WorkEstimate::ONE, tag, &mut out);
+            let _ = st.qs.start_request(i64::from(i) * 1000, WorkEstimate::ONE, tag, &mut out);
         }
         let bytes = st.encode();
         let n = iterations();
@@ -293,7 +294,7 @@ fn bench_decode_reusing_vs_scratch() {
     let mut running = std::collections::VecDeque::new();
     let mut out = Vec::new();
     for i in 0..64u32 {
-        if let Arrival::Executing(rc) = st.qs.arrive(0, WorkEstimate::ONE, tag(i), &mut out) {
+        if let Arrival::Executing(rc) = st.qs.start_request(0, WorkEstimate::ONE, tag(i), &mut out).arrival {
             running.push_back(rc);
         }
     }
@@ -311,7 +312,7 @@ fn bench_decode_reusing_vs_scratch() {
                 st.qs.finish(now, &rc, &mut out);
             }
             _ => {
-                if let Arrival::Executing(rc) = st.qs.arrive(now, WorkEstimate::ONE, tag(64 + i as u32), &mut out) {
+                if let Arrival::Executing(rc) = st.qs.start_request(now, WorkEstimate::ONE, tag(64 + i as u32), &mut out).arrival {
                     running.push_back(rc);
                 }
             }

@@ -23,13 +23,13 @@ pub fn admit(
 ) -> Result<(Decision, Option<u32>), EngineError> {
     let lvl = c.levels.get(level).ok_or_else(|| EngineError::Config("level index out of range".into()))?;
     let r = update_level(store, now, &lvl.key, Some((lvl, c.generation)), notices, |st, out| {
-        let (arrival, length) = st.qs.arrive_observed(now, work, tag, out);
-        let decision = match arrival {
+        let started = st.qs.start_request(now, work, tag, out);
+        let decision = match started.arrival {
             Arrival::Executing(rc) => Decision::Execute(rc),
             Arrival::Queued(id) => Decision::Queued(id),
             Arrival::Rejected(reason) => Decision::Rejected { reason, retry_after: st.reject(now) },
         };
-        (decision, length)
+        (decision, started.queue_length)
     })?;
     r.ok_or_else(|| EngineError::Config("arrival without a decision".into()))
 }
