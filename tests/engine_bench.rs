@@ -4,7 +4,7 @@
 
 use apf_wasm::digest::identity::IdentityInput;
 use apf_wasm::engine::store::MemStore;
-use apf_wasm::engine::{self, Compiled, Decision};
+use apf_wasm::engine::{self, Arriving, Compiled, Decision};
 use apf_wasm::fairqueuing::RequestTag;
 use apf_wasm::policy::config::parse_plugin_config;
 use std::time::Instant;
@@ -43,7 +43,9 @@ fn bench_request_path() {
         let tag = RequestTag { owner: 1, context: i, flow_schema: 0, flow_hash: 42, wait_deadline: i64::MAX };
         let now = i64::from(i) * 1000;
         let Decision::Execute(rc) =
-            engine::admit(&c, &store, now, lvl, apf_wasm::fairqueuing::WorkEstimate::ONE, tag, &mut notices).unwrap().0
+            engine::admit(&c, &store, now, Arriving { level: lvl, work: apf_wasm::fairqueuing::WorkEstimate::ONE, tag }, &mut notices)
+                .unwrap()
+                .0
         else {
             panic!()
         };
@@ -226,7 +228,7 @@ fn bench_saturated_workers() {
                     Cmd::Arrive(ctx, now) => {
                         let tag = RequestTag { owner: w + 1, context: ctx, flow_schema: 0, flow_hash: 42, wait_deadline: i64::MAX };
                         if let Decision::Execute(rc) =
-                            engine::admit(&c, &store, now, level, WorkEstimate::ONE, tag, &mut notices).unwrap().0
+                            engine::admit(&c, &store, now, Arriving { level, work: WorkEstimate::ONE, tag }, &mut notices).unwrap().0
                         {
                             run.push(rc);
                         }

@@ -12,7 +12,7 @@ use crate::digest::work_estimate::{ClusterStats, StatsLookup, WatchInit};
 use crate::engine::compiled::Digest;
 use crate::engine::object_counts::SharedCounts;
 use crate::engine::requests::Phase;
-use crate::engine::{self, debug, Compiled, Decision};
+use crate::engine::{self, debug, Arriving, Compiled, Decision};
 use crate::fairqueuing::RequestTag;
 use crate::Nanos;
 use serde_json::Value;
@@ -136,7 +136,7 @@ impl Request {
             wait_deadline: now.saturating_add(d.wait_limit),
         };
         let mut notices = Vec::new();
-        let decision = engine::admit(c, h.store(), now, d.class.priority_level, d.work, tag, &mut notices);
+        let decision = engine::admit(c, h.store(), now, Arriving { level: d.class.priority_level, work: d.work, tag }, &mut notices);
         w.stats.observe(c, M::WorkEstimatedSeats, pl, fs, EXTRA_NONE, f64::from(seats));
         if let Ok((_, Some(length))) = decision {
             w.stats.observe(c, M::QueueLengthAfterEnqueue, pl, fs, EXTRA_NONE, f64::from(length));

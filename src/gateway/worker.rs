@@ -6,7 +6,7 @@ use super::host::Host;
 use super::stats::{Own, Stats, EXTRA_NONE, M};
 use crate::digest::initial_events::MarkerScanner;
 use crate::digest::request_info::RequestInfo;
-use crate::engine::requests::{self, Entry, Requests};
+use crate::engine::requests::{self, Ctx, Entry, Requests};
 use crate::engine::{self, Compiled, Notice};
 use crate::Nanos;
 use hashbrown::{HashMap, HashSet};
@@ -299,7 +299,7 @@ impl Worker {
     /// Delivers notices: our own are handled here, others go to their owner's mailbox.
     pub fn route(&mut self, h: &dyn Host, notices: Vec<Notice>, now: Nanos) {
         let (r, mut cb) = self.split(h);
-        r.route(h.store(), &mut cb, notices, now);
+        r.route(&mut Ctx { store: h.store(), host: &mut cb, now }, notices);
     }
 
     /// Backstop for the wait limit: a queued request of ours whose deadline passed (and that no
@@ -307,7 +307,7 @@ impl Worker {
     pub fn enforce_local_deadlines(&mut self, h: &dyn Host, now: Nanos) {
         const GRACE: Nanos = 100_000_000;
         let (r, mut cb) = self.split(h);
-        r.time_out_overdue(h.store(), &mut cb, now, GRACE);
+        r.time_out_overdue(&mut Ctx { store: h.store(), host: &mut cb, now }, GRACE);
     }
 
     /// Takes up to `limit` messages from this worker's mailbox. The host posts one
@@ -342,7 +342,7 @@ impl Worker {
         if self.requests.get(context).is_some() {
             let now = h.monotonic_nanos();
             let (r, mut cb) = self.split(h);
-            r.end(h.store(), &mut cb, context, now);
+            r.end(&mut Ctx { store: h.store(), host: &mut cb, now }, context);
         }
     }
 
@@ -351,7 +351,7 @@ impl Worker {
     pub fn end_watch_init(&mut self, h: &dyn Host, context: u32, now: Nanos, info: Option<&RequestInfo>) {
         let hold = self.holds.remove(&context);
         let (r, mut cb) = self.split(h);
-        r.end(h.store(), &mut cb, context, now);
+        r.end(&mut Ctx { store: h.store(), host: &mut cb, now }, context);
         let info = info.or(hold.as_ref().map(|h| &h.info));
         if let (Some(info), Some(slot)) = (info, self.slot) {
             match engine::watches::register(h.store(), slot, info) {
