@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use apf_wasm::digest::identity::IdentityInput;
+use apf_wasm::engine::compiled::RequestLine;
 use apf_wasm::engine::store::MemStore;
 use apf_wasm::engine::{self, Arriving, Compiled, Decision};
 use apf_wasm::fairqueuing::RequestTag;
@@ -30,8 +31,8 @@ fn bench_request_path() {
     let t = Instant::now();
     let mut lvl = 0;
     for _ in 0..n {
-        let d =
-            c.digest(b"GET", b"/api/v1/namespaces/default/pods", &input, None, |_| 0, &apf_wasm::digest::work_estimate::no_cluster_stats);
+        let line = RequestLine { method: b"GET", path: b"/api/v1/namespaces/default/pods", namespace_header: None };
+        let d = c.digest(line, &input, |_| 0, &apf_wasm::digest::work_estimate::no_cluster_stats);
         lvl = d.class.priority_level;
     }
     let digest_ns = t.elapsed().as_nanos() as f64 / f64::from(n);

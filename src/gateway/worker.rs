@@ -3,7 +3,7 @@
 //! callback; shared state lives in the host's store.
 
 use super::host::Host;
-use super::stats::{Own, Stats, EXTRA_NONE, M};
+use super::stats::{Labels, Own, Stats, EXTRA_NONE, M};
 use crate::digest::initial_events::MarkerScanner;
 use crate::digest::request_info::RequestInfo;
 use crate::engine::requests::{self, Ctx, Entry, Requests};
@@ -39,12 +39,17 @@ pub type Local = Entry<Extra>;
 impl Extra {
     /// Adds `delta` to the request's series of `m`.
     pub fn add(&self, s: &mut Stats, m: M, label: &'static str, delta: i64) {
-        s.add(&self.compiled, m, self.pl, self.fs, label, delta);
+        s.add(self.labels(), m, label, delta);
     }
 
     /// Records a duration in the request's histogram `m`.
     pub fn observe(&self, s: &mut Stats, m: M, label: &'static str, d: Nanos) {
-        s.observe(&self.compiled, m, self.pl, self.fs, label, d as f64 / 1e9);
+        s.observe(self.labels(), m, label, d as f64 / 1e9);
+    }
+
+    /// The labels of the request's series.
+    pub fn labels(&self) -> Labels<'_> {
+        Labels { compiled: &self.compiled, pl: self.pl, fs: self.fs }
     }
 
     /// Bookkeeping when a request enters its queue (`n` = 1), or leaves it (`n` = -1).
