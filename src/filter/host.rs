@@ -110,13 +110,9 @@ fn store() -> &'static dyn Store {
     STORE.with(|s| *s.get_or_init(|| Box::leak(Box::<HostStore>::default())))
 }
 
-/// Makes `store` this worker's view of the shared store (before the first use).
-pub(super) fn set_store(store: &'static dyn Store) {
-    STORE.with(|s| {
-        if s.set(store).is_err() {
-            log::error!("apf: the shared store is already in use; not replaced");
-        }
-    });
+/// Makes `store` this worker's view of the shared store; false when one is already in use.
+pub(super) fn set_store(store: &'static dyn Store) -> bool {
+    STORE.with(|s| s.set(store).is_ok())
 }
 
 impl Store for HostStore {

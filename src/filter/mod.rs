@@ -115,10 +115,10 @@ impl Drop for FilterHttp {
 /// of the shared store when it is not Envoy's shared data as is ([`HostStore`]), for a module of
 /// its own that wraps it (bench/isolated).
 pub fn start(store: Option<&'static dyn Store>) {
-    if let Some(store) = store {
-        host::set_store(store);
-    }
     proxy_wasm::set_log_level(proxy_wasm::types::LogLevel::Info);
+    if store.is_some_and(|s| !host::set_store(s)) {
+        log::error!("apf: the shared store is already in use; not replaced");
+    }
     std::panic::set_hook(Box::new(|info| {
         log::error!("apf: panic: {info}");
     }));
@@ -126,6 +126,4 @@ pub fn start(store: Option<&'static dyn Store>) {
 }
 
 #[cfg(feature = "proxy-wasm-filter")]
-proxy_wasm::main! {{
-    start(None);
-}}
+proxy_wasm::main! {{ start(None); }}
