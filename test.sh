@@ -7,7 +7,7 @@
 #      cargo test --all-targets                      (native unit + integration tests)
 #   2. cargo clippy --all-targets -- -D warnings     (native)
 #   3. cargo clippy --target wasm32-wasip1 --lib -- -D warnings   (the proxy-wasm glue is wasm-only),
-#      also with the benchmark-only feature bench-isolated-levels
+#      and the same for the benchmark control module bench/isolated
 #   4. ./wasm-build.sh                               (release module)
 #   5. scripts/envoy-env.sh                          (.venv with Envoy + pytest)
 #   6. pytest tests/e2e                              (end-to-end against a real Envoy)
@@ -53,8 +53,8 @@ cargo clippy --all-targets -- -D warnings || fail "cargo clippy (native)"
 
 stage "cargo clippy --target wasm32-wasip1 --lib -- -D warnings"
 cargo clippy --target wasm32-wasip1 --lib -- -D warnings || fail "cargo clippy (wasm32-wasip1)"
-cargo clippy --target wasm32-wasip1 --lib --features bench-isolated-levels -- -D warnings \
-  || fail "cargo clippy (wasm32-wasip1, bench-isolated-levels)"
+cargo clippy --manifest-path bench/isolated/Cargo.toml --target wasm32-wasip1 --target-dir target/bench-isolated \
+  -- -D warnings || fail "cargo clippy (wasm32-wasip1, bench/isolated)"
 
 if [[ "${APF_SKIP_E2E:-}" == 1 ]]; then
   echo "test.sh: APF_SKIP_E2E=1, skipping the end-to-end stages"

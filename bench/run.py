@@ -15,9 +15,9 @@ Variants (interleaved, repeated for --rounds; medians reported):
                    with 1 worker, half per worker with 2), so that apf ÷ localqueue at each worker
                    count isolates the cost of APF's logic and global state from what splitting
                    a paused-and-resumed pipeline over two Envoy workers costs by itself; and,
-                   with 2 workers, the no-sharing control isolated-saturated: this very module
-                   built with the feature bench-isolated-levels (each worker keys its levels
-                   apart: same code, nothing shared, half the seats each), so that apf ÷ it is
+                   with 2 workers, the no-sharing control isolated-saturated: the same filter
+                   built as bench/isolated (each worker keys its levels apart: same code,
+                   nothing shared, half the seats each), so that apf ÷ it is
                    what sharing the level across workers costs; with --localqueue-global also
                    lq-global, localqueue with global seats (one seat count and FIFO in a shared
                    value, cross-worker hand-offs), whose ratio to localqueue with 2 workers is
@@ -136,8 +136,10 @@ def build_modules(args) -> dict[str, Path]:
     if "apf-saturated" in want:
         mods["localqueue"] = cargo_wasm(REPO / "bench/localqueue/Cargo.toml",
                                         target_dir() / "bench-localqueue", "localqueue")
-        # The same module built as the no-sharing control (feature bench-isolated-levels).
-        mods["apf-isolated"] = wasm_build(target_dir() / "bench-isolated", "bench-isolated-levels")
+        # The no-sharing control: the same filter over a store that keys each worker's levels
+        # apart (bench/isolated).
+        mods["apf-isolated"] = cargo_wasm(REPO / "bench/isolated/Cargo.toml",
+                                          target_dir() / "bench-isolated", "apf_isolated")
     if "passthrough" in want:
         mods["passthrough"] = cargo_wasm(REPO / "bench/passthrough/Cargo.toml",
                                          target_dir() / "bench-passthrough", "passthrough")

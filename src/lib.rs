@@ -20,8 +20,8 @@ pub mod observe;
 pub mod policy;
 pub mod simulate;
 
-#[cfg(all(target_arch = "wasm32", feature = "proxy-wasm-filter"))]
-mod filter;
+#[cfg(all(target_arch = "wasm32", feature = "proxy-wasm-glue"))]
+pub mod filter;
 
 /// Monotonic time in nanoseconds (the engine's clock unit; origin is arbitrary but shared by all
 /// workers of one process).

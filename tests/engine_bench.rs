@@ -3,8 +3,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use apf_wasm::digest::identity::IdentityInput;
+use apf_wasm::engine::compiled::RequestLine;
 use apf_wasm::engine::store::MemStore;
-use apf_wasm::engine::{self, Compiled, Decision};
+use apf_wasm::engine::{self, Arriving, Compiled, Decision};
 use apf_wasm::fairqueuing::RequestTag;
 use apf_wasm::policy::config::parse_plugin_config;
 use std::time::Instant;
@@ -30,8 +31,8 @@ fn bench_request_path() {
     let t = Instant::now();
     let mut lvl = 0;
     for _ in 0..n {
-        let d =
-            c.digest(b"GET", b"/api/v1/namespaces/default/pods", &input, None, |_| 0, &apf_wasm::digest::work_estimate::no_cluster_stats);
+        let line = RequestLine { method: b"GET", path: b"/api/v1/namespaces/default/pods", namespace_header: None };
+        let d = c.digest(line, &input, |_| 0, &apf_wasm::digest::work_estimate::no_cluster_stats);
         lvl = d.class.priority_level;
     }
     let digest_ns = t.elapsed().as_nanos() as f64 / f64::from(n);
@@ -43,7 +44,9 @@ fn bench_request_path() {
         let tag = RequestTag { owner: 1, context: i, flow_schema: 0, flow_hash: 42, wait_deadline: i64::MAX };
         let now = i64::from(i) * 1000;
         let Decision::Execute(rc) =
-            engine::admit(&c, &store, now, lvl, apf_wasm::fairqueuing::WorkEstimate::ONE, tag, &mut notices).unwrap().0
+            engine::admit(&c, &store, now, Arriving { level: lvl, work: apf_wasm::fairqueuing::WorkEstimate::ONE, tag }, &mut notices)
+                .unwrap()
+                .0
         else {
             panic!()
         };
@@ -112,7 +115,8 @@ fn bench_saturated_level() {
     let mut running = std::collections::VecDeque::new();
     let tag = |i: u32| RequestTag { owner: 1 + (i % 2), context: i, flow_schema: 0, flow_hash: 42, wait_deadline: i64::MAX };
     for i in 0..16u32 {
-        if let apf_wasm::fairqueuing::queueset::Arrival::Executing(rc) = st.qs.arrive(0, WorkEstimate::ONE, tag(i), &mut out) {
+        if let apf_wasm::fairqueuing::queueset::Arrival::Executing(rc) = st.qs.start_request(0, WorkEstimate::ONE, tag(i), &mut out).arrival
+        {
             running.push_back(rc);
         }
     }
@@ -129,7 +133,7 @@ fn bench_saturated_level() {
         bytes = s.encode();
         let mut s = LevelState::decode(&bytes).unwrap();
         out.clear();
-        let _ = s.qs.arrive(now, WorkEstimate::ONE, tag(16 + i), &mut out);
+        let _ = s.qs.start_request(now, WorkEstimate::ONE, tag(16 + i), &mut out);
         bytes = s.encode();
     }
     let ns = t.elapsed().as_nanos() as f64 / f64::from(n);
@@ -159,7 +163,7 @@ fn bench_codec_by_queue_length() {
                 flow_hash: 42 + u64::from(i % 4),
                 wait_deadline: 30_000_000_000,
             };
-            let _ = st.qs.arrive(i64::from(i) * 1000, WorkEstimate::ONE, tag, &mut out);
+            let _ = st.qs.start_request(i64::from(i) * 1000, WorkEstimate::ONE, tag, &mut out);
         }
         let bytes = st.encode();
         let n = iterations();
@@ -226,7 +230,7 @@ fn bench_saturated_workers() {
                     Cmd::Arrive(ctx, now) => {
                         let tag = RequestTag { owner: w + 1, context: ctx, flow_schema: 0, flow_hash: 42, wait_deadline: i64::MAX };
                         if let Decision::Execute(rc) =
-                            engine::admit(&c, &store, now, level, WorkEstimate::ONE, tag, &mut notices).unwrap().0
+                            engine::admit(&c, &store, now, Arriving { level, work: WorkEstimate::ONE, tag }, &mut notices).unwrap().0
                         {
                             run.push(rc);
                         }
@@ -294,7 +298,7 @@ fn bench_decode_reusing_vs_scratch() {
     let mut running = std::collections::VecDeque::new();
     let mut out = Vec::new();
     for i in 0..64u32 {
-        if let Arrival::Executing(rc) = st.qs.arrive(0, WorkEstimate::ONE, tag(i), &mut out) {
+        if let Arrival::Executing(rc) = st.qs.start_request(0, WorkEstimate::ONE, tag(i), &mut out).arrival {
             running.push_back(rc);
         }
     }
@@ -312,7 +316,7 @@ fn bench_decode_reusing_vs_scratch() {
                 st.qs.finish(now, &rc, &mut out);
             }
             _ => {
-                if let Arrival::Executing(rc) = st.qs.arrive(now, WorkEstimate::ONE, tag(64 + i as u32), &mut out) {
+                if let Arrival::Executing(rc) = st.qs.start_request(now, WorkEstimate::ONE, tag(64 + i as u32), &mut out).arrival {
                     running.push_back(rc);
                 }
             }

@@ -18,9 +18,9 @@
 //! owner the post fails and the table releases a dispatched request itself.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use apf_wasm::engine::requests::{Entry, Host, Phase, Requests};
+use apf_wasm::engine::requests::{Ctx, Entry, Host, Phase, Requests};
 use apf_wasm::engine::store::MemStore;
-use apf_wasm::engine::{self, Compiled, Decision, Notice};
+use apf_wasm::engine::{self, Arriving, Compiled, Decision, Notice};
 use apf_wasm::fairqueuing::{RequestId, RequestTag, WorkEstimate};
 use apf_wasm::policy::config::parse_plugin_config;
 use apf_wasm::{Nanos, NANOS_PER_SEC};
@@ -217,7 +217,7 @@ impl Sim {
             let Sim { store, workers, counts, now, .. } = self;
             let wk = &mut workers[w];
             let mut host = TestHost { slot: wk.slot, live: &live, store, outbox: Vec::new(), counts };
-            wk.requests.route(store, &mut host, notices, *now);
+            wk.requests.route(&mut Ctx { store, host: &mut host, now: *now }, notices);
             for n in host.outbox {
                 let o = self.worker_by_slot(n.owner).unwrap();
                 pending.push((o, vec![n]));
@@ -226,12 +226,12 @@ impl Sim {
     }
 
     /// Runs `f` on worker `w`'s table with its host, then routes what it posted.
-    fn with_table<T>(&mut self, w: usize, f: impl FnOnce(&mut Requests<()>, &MemStore, &mut TestHost, Nanos) -> T) -> T {
+    fn with_table<T>(&mut self, w: usize, f: impl FnOnce(&mut Requests<()>, &mut Ctx<'_, ()>) -> T) -> T {
         let live: Vec<u32> = self.workers.iter().filter(|w| w.alive).map(|w| w.slot).collect();
         let Sim { store, workers, counts, now, .. } = self;
         let wk = &mut workers[w];
         let mut host = TestHost { slot: wk.slot, live: &live, store, outbox: Vec::new(), counts };
-        let r = f(&mut wk.requests, store, &mut host, *now);
+        let r = f(&mut wk.requests, &mut Ctx { store, host: &mut host, now: *now });
         let outbox = host.outbox;
         for n in outbox {
             let o = self.worker_by_slot(n.owner).unwrap();
@@ -264,7 +264,7 @@ impl Sim {
         let tag = RequestTag { owner: self.workers[w].slot, context: ctx, flow_schema: 0, flow_hash: self.rng.below(40), wait_deadline };
         let mut notices = Vec::new();
         self.counts.admitted += 1;
-        match engine::admit(c, &self.store, self.now, lvl, work, tag, &mut notices).unwrap().0 {
+        match engine::admit(c, &self.store, self.now, Arriving { level: lvl, work, tag }, &mut notices).unwrap().0 {
             Decision::Execute(rc) => {
                 self.counts.executed += 1;
                 self.workers[w].requests.insert(ctx, entry(key, rc.id, Phase::Executing, self.now, wait_deadline, Some(rc)));
@@ -296,7 +296,7 @@ impl Sim {
 
     /// `gateway::worker::Worker::stream_ended`: client abort, reset, or response complete.
     fn end_stream(&mut self, w: usize, ctx: u32) {
-        if self.with_table(w, |t, store, host, now| t.end(store, host, ctx, now)).is_some() {
+        if self.with_table(w, |t, cx| t.end(cx, ctx)).is_some() {
             self.counts.ended += 1;
         }
     }
@@ -305,7 +305,7 @@ impl Sim {
     /// `gateway::worker::Worker::end_watch_init`): the request gives its seats back now.
     fn finish(&mut self, w: usize, ctx: u32) {
         if self.workers[w].requests.get(ctx).is_some_and(|l| l.phase == Phase::Executing) {
-            self.with_table(w, |t, store, host, now| t.end(store, host, ctx, now));
+            self.with_table(w, |t, cx| t.end(cx, ctx));
         }
     }
 
@@ -334,7 +334,7 @@ impl Sim {
             self.route_from(w, std::mem::take(&mut notices));
         }
         // enforce_local_deadlines
-        self.with_table(w, |t, store, host, now| t.time_out_overdue(store, host, now, GRACE));
+        self.with_table(w, |t, cx| t.time_out_overdue(cx, GRACE));
         self.workers[w].next_tick = now + TICK;
     }
 
@@ -626,7 +626,7 @@ fn race_once(attempt: u64) -> (u64, u64) {
                             wait_deadline: now + (5 + rng.below(100) as i64) * MS,
                         };
                         let key = c.levels[lvl].key.clone();
-                        match engine::admit(&c, &store, now, lvl, WorkEstimate::ONE, tag, &mut ns).unwrap().0 {
+                        match engine::admit(&c, &store, now, Arriving { level: lvl, work: WorkEstimate::ONE, tag }, &mut ns).unwrap().0 {
                             Decision::Execute(rc) => {
                                 reqs.insert(ctx, entry(key, rc.id, Phase::Executing, now, tag.wait_deadline, Some(rc)))
                             }
@@ -639,7 +639,7 @@ fn race_once(attempt: u64) -> (u64, u64) {
                         ctxs.sort_unstable();
                         if !ctxs.is_empty() {
                             let ctx = ctxs[rng.below(ctxs.len() as u64) as usize];
-                            reqs.end(&store, &mut host, ctx, now).unwrap();
+                            reqs.end(&mut Ctx { store: &store, host: &mut host, now }, ctx).unwrap();
                         }
                     }
                     _ => {
@@ -653,7 +653,7 @@ fn race_once(attempt: u64) -> (u64, u64) {
                         }
                     }
                 }
-                reqs.route(&store, &mut host, ns, now);
+                reqs.route(&mut Ctx { store: &store, host: &mut host, now }, ns);
             }
             let counts = store.state.take();
             (reqs, rx, over, counts)
@@ -673,11 +673,11 @@ fn race_once(attempt: u64) -> (u64, u64) {
             let ns: Vec<Notice> = w.1.try_iter().collect();
             moved |= !ns.is_empty() || !w.0.is_empty();
             let mut host = ChannelHost { slot, txs: txs.clone() };
-            w.0.route(&*store, &mut host, ns, now);
+            w.0.route(&mut Ctx { store: &*store, host: &mut host, now }, ns);
             let mut ctxs: Vec<u32> = w.0.iter().map(|(c, _)| c).collect();
             ctxs.sort_unstable();
             for ctx in ctxs {
-                w.0.end(&*store, &mut host, ctx, now);
+                w.0.end(&mut Ctx { store: &*store, host: &mut host, now }, ctx);
             }
         }
         for k in &keys {

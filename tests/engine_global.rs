@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use apf_wasm::engine::store::MemStore;
-use apf_wasm::engine::{self, Compiled, Decision, NoticeKind};
+use apf_wasm::engine::{self, Arriving, Compiled, Decision, NoticeKind};
 use apf_wasm::fairqueuing::{RequestTag, WorkEstimate};
 use apf_wasm::policy::config::parse_plugin_config;
 use apf_wasm::NANOS_PER_SEC;
@@ -56,9 +56,15 @@ fn two_workers_share_one_limit_and_wake_the_owner() {
     // 10 requests alternate between worker 1 and worker 2.
     for i in 0..10u32 {
         let owner = 1 + (i % 2);
-        match engine::admit(&c, &store, i as i64 * MS, lvl, WorkEstimate::ONE, tag(owner, 100 + i, i as u64 * 7919, 0), &mut notices)
-            .unwrap()
-            .0
+        match engine::admit(
+            &c,
+            &store,
+            i as i64 * MS,
+            Arriving { level: lvl, work: WorkEstimate::ONE, tag: tag(owner, 100 + i, i as u64 * 7919, 0) },
+            &mut notices,
+        )
+        .unwrap()
+        .0
         {
             Decision::Execute(id) => executing.push((owner, id)),
             Decision::Queued(id) => queued.push((owner, 100 + i, id)),
@@ -95,12 +101,14 @@ fn dead_worker_seats_are_reaped() {
     // worker 1 takes both seats, worker 2 queues one.
     for i in 0..2 {
         assert!(matches!(
-            engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(w1, i, i as u64, 0), &mut notices).unwrap().0,
+            engine::admit(&c, &store, 0, Arriving { level: lvl, work: WorkEstimate::ONE, tag: tag(w1, i, i as u64, 0) }, &mut notices)
+                .unwrap()
+                .0,
             Decision::Execute(_)
         ));
     }
     assert!(matches!(
-        engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(w2, 9, 99, 0), &mut notices).unwrap().0,
+        engine::admit(&c, &store, 0, Arriving { level: lvl, work: WorkEstimate::ONE, tag: tag(w2, 9, 99, 0) }, &mut notices).unwrap().0,
         Decision::Queued(_)
     ));
     // worker 2 keeps heart-beating; worker 1 dies.
@@ -121,10 +129,14 @@ fn stream_end_cancels_queued_and_releases_executing() {
     let store = MemStore::new();
     let key = c.levels[lvl].key.to_string();
     let mut notices = Vec::new();
-    let Decision::Execute(a) = engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(1, 1, 1, 0), &mut notices).unwrap().0 else {
+    let Decision::Execute(a) =
+        engine::admit(&c, &store, 0, Arriving { level: lvl, work: WorkEstimate::ONE, tag: tag(1, 1, 1, 0) }, &mut notices).unwrap().0
+    else {
         panic!()
     };
-    let Decision::Queued(b) = engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(1, 2, 2, 0), &mut notices).unwrap().0 else {
+    let Decision::Queued(b) =
+        engine::admit(&c, &store, 0, Arriving { level: lvl, work: WorkEstimate::ONE, tag: tag(1, 2, 2, 0) }, &mut notices).unwrap().0
+    else {
         panic!()
     };
     // the queued client goes away: no dispatch happens, nothing leaks
@@ -142,10 +154,10 @@ fn wait_limit_times_out_with_retry_after() {
     let store = MemStore::new();
     let key = c.levels[lvl].key.to_string();
     let mut notices = Vec::new();
-    engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, tag(1, 1, 1, 0), &mut notices).unwrap();
+    engine::admit(&c, &store, 0, Arriving { level: lvl, work: WorkEstimate::ONE, tag: tag(1, 1, 1, 0) }, &mut notices).unwrap();
     let mut t = tag(1, 2, 2, 0);
     t.wait_deadline = 500 * MS;
-    engine::admit(&c, &store, 0, lvl, WorkEstimate::ONE, t, &mut notices).unwrap();
+    engine::admit(&c, &store, 0, Arriving { level: lvl, work: WorkEstimate::ONE, tag: t }, &mut notices).unwrap();
     engine::expire_level(&store, 400 * MS, &key, &mut notices).unwrap();
     assert!(notices.is_empty());
     engine::expire_level(&store, 500 * MS, &key, &mut notices).unwrap();

@@ -6,6 +6,7 @@
 use apf_wasm::digest::identity::IdentityInput;
 use apf_wasm::digest::metrics_scan::ScrapedCounts;
 use apf_wasm::digest::work_estimate::{ObjectStats, StatsLookup, WatchInit};
+use apf_wasm::engine::compiled::RequestLine;
 use apf_wasm::engine::object_counts::{
     claim, read, record, ObjectCountTracker, SharedCounts, CLAIM_GRACE, PRUNE_AFTER, RETRY_AFTER_FAILURE,
 };
@@ -106,7 +107,8 @@ fn shared_value_round_trips_and_rejects_garbage() {
 fn digest_seats(c: &Compiled, path: &str, counts: &ObjectCountTracker, now: i64) -> (u32, Option<StatsLookup>, WatchInit) {
     let input = IdentityInput { headers: &[], peer: None, mtls: false, cert_subject: None, jwt_claims: None };
     let cluster = |g: &str, r: &str| counts.get(g, r, now, 180 * S);
-    let d = c.digest(b"GET", path.as_bytes(), &input, None, |_| 0, &cluster);
+    let line = RequestLine { method: b"GET", path: path.as_bytes(), namespace_header: None };
+    let d = c.digest(line, &input, |_| 0, &cluster);
     (d.work.max_seats(), d.stats, d.watch_init)
 }
 

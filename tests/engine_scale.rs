@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 
 use apf_wasm::engine::store::{MemStore, Store};
-use apf_wasm::engine::{self, Compiled, Decision, NoticeKind};
+use apf_wasm::engine::{self, Arriving, Compiled, Decision, NoticeKind};
 use apf_wasm::fairqueuing::{RequestId, RequestTag, WorkEstimate};
 use apf_wasm::policy::config::parse_plugin_config;
 use apf_wasm::{Nanos, NANOS_PER_SEC};
@@ -77,7 +77,9 @@ fn drive(c: &Compiled, flows: u32, window: usize, check_every: u32) -> Run {
     let queues = usize::try_from(c.levels[lvl].qs_config.desired_queues).unwrap();
     let mut notices = Vec::new();
     // The empty state: one request in and out.
-    let Decision::Execute(rc) = engine::admit(c, &store, 0, lvl, WorkEstimate::ONE, tag(0, u64::MAX), &mut notices).unwrap().0 else {
+    let Decision::Execute(rc) =
+        engine::admit(c, &store, 0, Arriving { level: lvl, work: WorkEstimate::ONE, tag: tag(0, u64::MAX) }, &mut notices).unwrap().0
+    else {
         panic!()
     };
     engine::end(&store, 1, &key, rc.id, Some(&rc), &mut notices).unwrap();
@@ -92,7 +94,10 @@ fn drive(c: &Compiled, flows: u32, window: usize, check_every: u32) -> Run {
             let id = present.pop_front().unwrap();
             engine::end(&store, now, &key, id, receipts.remove(&id).as_ref(), &mut notices).unwrap();
         }
-        match engine::admit(c, &store, now, lvl, WorkEstimate::ONE, tag(u, user_hash(u)), &mut notices).unwrap().0 {
+        match engine::admit(c, &store, now, Arriving { level: lvl, work: WorkEstimate::ONE, tag: tag(u, user_hash(u)) }, &mut notices)
+            .unwrap()
+            .0
+        {
             Decision::Execute(rc) => {
                 present.push_back(rc.id);
                 receipts.insert(rc.id, rc);
@@ -195,7 +200,10 @@ fn bench_cost_per_request_vs_flows() {
                     engine::end(&store, now, &key, id, receipts.remove(&id).as_ref(), &mut notices).unwrap();
                 }
                 let h = hashes[(i % k) as usize];
-                match engine::admit(&c, &store, now, lvl, WorkEstimate::ONE, tag(i, h), &mut notices).unwrap().0 {
+                match engine::admit(&c, &store, now, Arriving { level: lvl, work: WorkEstimate::ONE, tag: tag(i, h) }, &mut notices)
+                    .unwrap()
+                    .0
+                {
                     Decision::Execute(rc) => {
                         present.push_back(rc.id);
                         receipts.insert(rc.id, rc);

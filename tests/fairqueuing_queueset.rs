@@ -66,7 +66,7 @@ fn random_operations_keep_state_consistent() {
                         final_seats: rng.below(8) as u32,
                         additional_latency: rng.below(3) as Nanos * 100_000_000,
                     };
-                    match qs.arrive(now, work, tag, &mut out) {
+                    match qs.start_request(now, work, tag, &mut out).arrival {
                         Arrival::Executing(rc) => executing.push(rc),
                         Arrival::Queued(id) => waiting.push(id),
                         Arrival::Rejected(_) => {}
@@ -170,7 +170,7 @@ fn bench(with_codec: bool, ops: u64) -> (f64, usize) {
         if with_codec {
             qs = QueueSet::decode(&mut Reader::new(&bytes)).unwrap_or(qs);
         }
-        match qs.arrive(now, WorkEstimate::ONE, tag, &mut out) {
+        match qs.start_request(now, WorkEstimate::ONE, tag, &mut out).arrival {
             Arrival::Executing(rc) => executing.push_back(rc),
             Arrival::Queued(_) | Arrival::Rejected(_) => {}
         }
@@ -216,7 +216,12 @@ fn bench_queueset() {
         w.buf.len()
     };
     let now = 1_000_000_000_000 + 5_000_000;
-    qs.arrive(now, WorkEstimate::ONE, RequestTag { flow_hash: 1, wait_deadline: now + 15_000_000_000, ..Default::default() }, &mut out);
+    qs.start_request(
+        now,
+        WorkEstimate::ONE,
+        RequestTag { flow_hash: 1, wait_deadline: now + 15_000_000_000, ..Default::default() },
+        &mut out,
+    );
     let base = size(&qs);
     println!("one executing request: {base} bytes");
     let n = 1000u64;
@@ -229,7 +234,7 @@ fn bench_queueset() {
             flow_hash: (i % 500).wrapping_mul(0x9E3779B97F4A7C15),
             wait_deadline: t + 15_000_000_000,
         };
-        qs.arrive(t, WorkEstimate::ONE, tag, &mut out);
+        qs.start_request(t, WorkEstimate::ONE, tag, &mut out);
     }
     let full = size(&qs);
     println!(

@@ -19,7 +19,7 @@ fn empty_path_segment_gives_empty_resource() {
 }
 
 /// Fuzz target `state_queueset`, minimised input below: a stored QueueSet whose `dispatched`
-/// counter is `u64::MAX` decodes fine, and the next `arrive` panics with "attempt to add with
+/// counter is `u64::MAX` decodes fine, and the next `start_request` panics with "attempt to add with
 /// overflow" (queueset.rs `self.counters.dispatched += 1`; the same for the other counters at
 /// lines 331, 333, 394, 432, 500, 541, 662). Release builds wrap silently. The shared store is
 /// written by other workers (or a corrupted/old value), so decoded counters are untrusted:
@@ -36,7 +36,7 @@ fn queueset_counter_overflow() {
     let mut qs = QueueSet::decode(&mut Reader::new(input)).unwrap();
     assert_eq!(qs.counters().dispatched, u64::MAX);
     let mut out = Vec::new();
-    let _ = qs.arrive(0, WorkEstimate::ONE, RequestTag::default(), &mut out);
+    let _ = qs.start_request(0, WorkEstimate::ONE, RequestTag::default(), &mut out);
     assert_eq!(qs.counters().dispatched, u64::MAX, "saturates");
 }
 

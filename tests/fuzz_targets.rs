@@ -395,7 +395,7 @@ fn write_queueing_corpus() {
                 flow_hash: u64::from(i % 4) * 0x1234_5678_9abc,
                 wait_deadline: if i % 4 == 0 { i64::MAX } else { t + 15 * S },
             };
-            if let apf_wasm::fairqueuing::queueset::Arrival::Executing(rc) = st.qs.arrive(t, work, tag, &mut out) {
+            if let apf_wasm::fairqueuing::queueset::Arrival::Executing(rc) = st.qs.start_request(t, work, tag, &mut out).arrival {
                 first = first.or(Some(rc));
             }
             st.demand.set(t, f64::from(st.qs.seat_demand()));

@@ -820,7 +820,7 @@ fn exercise(qs: &mut QueueSet) {
     let mut out = Vec::new();
     let _ = qs.next_event();
     let tag = RequestTag { owner: 1, context: 2, flow_schema: 3, flow_hash: 0xfeed, wait_deadline: now.saturating_add(1_000_000_000) };
-    let _ = qs.arrive(now.saturating_add(1_000), WorkEstimate::ONE, tag, &mut out);
+    let _ = qs.start_request(now.saturating_add(1_000), WorkEstimate::ONE, tag, &mut out);
     for rc in receipts_of(qs, now).into_iter().take(4) {
         let _ = qs.finish(now.saturating_add(2_000), &rc, &mut out);
     }
@@ -867,7 +867,7 @@ pub fn queueset_ops(data: &[u8]) -> bool {
                     flow_hash: u64::from(c(3)).wrapping_mul(0x9E37_79B9_7F4A_7C15),
                     wait_deadline: if c(2) & 0x80 != 0 { i64::MAX } else { now.saturating_add(ms(c(3))) },
                 };
-                match qs.arrive(now, work, tag, &mut out) {
+                match qs.start_request(now, work, tag, &mut out).arrival {
                     Arrival::Executing(rc) => receipts.push(rc),
                     Arrival::Queued(id) => ids.push(id),
                     Arrival::Rejected(_) => {}

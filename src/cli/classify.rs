@@ -23,6 +23,7 @@ use serde_json::json;
 use crate::digest::identity::UserInfo;
 use crate::digest::metrics_scan::{scan_metrics, ScrapedCounts};
 use crate::digest::work_estimate::{get_by_resource, StatsLookup};
+use crate::engine::compiled::RequestLine;
 use crate::engine::object_counts::resource_key;
 use crate::engine::Compiled;
 use crate::fairqueuing::shuffle_sharding::Dealer;
@@ -184,7 +185,9 @@ pub fn classify_request(c: &Compiled, req: &ClassifyRequest) -> serde_json::Valu
         Some(u) => {
             let ns = cfg.namespace_header.as_deref().and_then(|h| req.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(h)));
             let user = UserInfo::authenticated(u, &req.groups);
-            c.digest_for(req.method.as_bytes(), req.path.as_bytes(), user, ns.map(|(_, v)| v.as_slice()), |_| 0, &cluster)
+            let line =
+                RequestLine { method: req.method.as_bytes(), path: req.path.as_bytes(), namespace_header: ns.map(|(_, v)| v.as_slice()) };
+            c.digest_for(line, user, |_| 0, &cluster)
         }
         None => {
             let mut host = OneRequest::new(&req.method, &req.path, &req.headers);

@@ -31,6 +31,15 @@ pub struct LevelRuntime {
     pub enforce: bool,
 }
 
+/// What the digest reads of a request besides its identity.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestLine<'a> {
+    pub method: &'a [u8],
+    pub path: &'a [u8],
+    /// The value of the configured namespace header (`namespace_header`, generic mode).
+    pub namespace_header: Option<&'a [u8]>,
+}
+
 pub struct Compiled {
     pub config: PluginConfig,
     pub classifier: Classifier,
@@ -160,27 +169,24 @@ impl Compiled {
     /// LIST and WATCH only).
     pub fn digest(
         &self,
-        method: &[u8],
-        path: &[u8],
+        line: RequestLine<'_>,
         identity: &IdentityInput,
-        namespace_header: Option<&[u8]>,
         watch_count: impl FnOnce(&RequestInfo) -> u32,
         cluster: ClusterStats,
     ) -> Digest {
         let user = identify(&self.config.identity, identity);
-        self.digest_for(method, path, user, namespace_header, watch_count, cluster)
+        self.digest_for(line, user, watch_count, cluster)
     }
 
     /// [`Compiled::digest`] for a caller already identified (`apf classify --user`).
     pub fn digest_for(
         &self,
-        method: &[u8],
-        path: &[u8],
+        line: RequestLine<'_>,
         user: UserInfo,
-        namespace_header: Option<&[u8]>,
         watch_count: impl FnOnce(&RequestInfo) -> u32,
         cluster: ClusterStats,
     ) -> Digest {
+        let RequestLine { method, path, namespace_header } = line;
         let method_s = std::str::from_utf8(method).unwrap_or("");
         let info = match self.config.request_mode {
             RequestMode::Kubernetes => parse_request_info(method_s, path),

@@ -60,16 +60,15 @@ impl LevelState {
     /// Loads the stored state, creating it for `lvl` when absent or unreadable, and applies
     /// `lvl`'s queuing configuration if it comes from a newer generation.
     fn load(
-        store: &dyn Store,
-        key: &str,
+        at: &LevelWrite<'_>,
         bytes: Option<&[u8]>,
         lvl: &LevelRuntime,
         generation: u64,
-        now: Nanos,
         out: &mut Vec<Dispatched>,
     ) -> Result<LevelState, EngineError> {
+        let now = at.now;
         // A match, not Option/Result adapters: those move the whole state twice more (memcpy).
-        let existing = bytes.and_then(|b| match cache::decode(store, key, b) {
+        let existing = bytes.and_then(|b| match cache::decode(at.store, at.key, b) {
             Ok(s) => Some(s),
             Err(e) => {
                 log::error!("apf: discarding unreadable level state ({e})");
@@ -100,6 +99,14 @@ impl LevelState {
     }
 }
 
+/// The call context of a level's write path: the shared store, the level's key in it and the
+/// time of the call.
+struct LevelWrite<'a> {
+    store: &'a dyn Store,
+    key: &'a str,
+    now: Nanos,
+}
+
 /// The one write path of a level: one CAS update of its stored state. Loads the state
 /// (decoded, or this worker's own last write from [`cache`]); with `create`, a missing or
 /// unreadable state is created for that level and a newer configuration generation applied;
@@ -114,10 +121,11 @@ pub(crate) fn update_level<T>(
     notices: &mut Vec<Notice>,
     mut f: impl FnMut(&mut LevelState, &mut Vec<Dispatched>) -> T,
 ) -> Result<Option<T>, EngineError> {
+    let at = LevelWrite { store, key: level_key, now };
     let r = update(store, level_key, MAX_CAS_TRIES, |cur| {
         let mut out = Vec::new();
         let mut st = match create {
-            Some((lvl, generation)) => LevelState::load(store, level_key, cur, lvl, generation, now, &mut out)?,
+            Some((lvl, generation)) => LevelState::load(&at, cur, lvl, generation, &mut out)?,
             None => match cur {
                 Some(bytes) => cache::decode(store, level_key, bytes)?,
                 None => return Ok::<_, EngineError>((Vec::new(), None)),

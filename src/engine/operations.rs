@@ -9,27 +9,35 @@ use crate::fairqueuing::queueset::Arrival;
 use crate::fairqueuing::{Receipt, RejectReason, RequestId, RequestTag, WorkEstimate};
 use crate::Nanos;
 
-/// Admits a classified request to priority level `level` (index into the compiled levels): its
-/// decision, and the length of its queue after it was enqueued (`None` when it was not
-/// enqueued): upstream's `request_queue_length_after_enqueue`.
+/// A classified request to admit.
+#[derive(Debug, Clone, Copy)]
+pub struct Arriving {
+    /// Its priority level (index into the compiled levels).
+    pub level: usize,
+    pub work: WorkEstimate,
+    pub tag: RequestTag,
+}
+
+/// Admits a classified request to its priority level: its decision, and the length of its
+/// queue after it was enqueued (`None` when it was not enqueued): upstream's
+/// `request_queue_length_after_enqueue`.
 pub fn admit(
     c: &Compiled,
     store: &dyn Store,
     now: Nanos,
-    level: usize,
-    work: WorkEstimate,
-    tag: RequestTag,
+    request: Arriving,
     notices: &mut Vec<Notice>,
 ) -> Result<(Decision, Option<u32>), EngineError> {
+    let Arriving { level, work, tag } = request;
     let lvl = c.levels.get(level).ok_or_else(|| EngineError::Config("level index out of range".into()))?;
     let r = update_level(store, now, &lvl.key, Some((lvl, c.generation)), notices, |st, out| {
-        let (arrival, length) = st.qs.arrive_observed(now, work, tag, out);
-        let decision = match arrival {
+        let started = st.qs.start_request(now, work, tag, out);
+        let decision = match started.arrival {
             Arrival::Executing(rc) => Decision::Execute(rc),
             Arrival::Queued(id) => Decision::Queued(id),
             Arrival::Rejected(reason) => Decision::Rejected { reason, retry_after: st.reject(now) },
         };
-        (decision, length)
+        (decision, started.queue_length)
     })?;
     r.ok_or_else(|| EngineError::Config("arrival without a decision".into()))
 }

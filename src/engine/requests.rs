@@ -73,6 +73,14 @@ pub trait Host<X> {
     fn failed(&mut self, _what: &str, _e: &EngineError) {}
 }
 
+/// The call context of the operations on a worker's requests: the shared store, the worker's
+/// [`Host`] and the time of the call.
+pub struct Ctx<'a, X> {
+    pub store: &'a dyn Store,
+    pub host: &'a mut dyn Host<X>,
+    pub now: Nanos,
+}
+
 /// This worker's requests, by stream context.
 #[derive(Debug, Clone)]
 pub struct Requests<X> {
@@ -108,17 +116,17 @@ impl<X> Requests<X> {
 
     /// Delivers notices: this worker's are handled here, others posted to their owner; one
     /// that cannot be delivered gives its seats back (its owner is gone).
-    pub fn route(&mut self, store: &dyn Store, host: &mut dyn Host<X>, notices: Vec<Notice>, now: Nanos) {
+    pub fn route(&mut self, cx: &mut Ctx<'_, X>, notices: Vec<Notice>) {
         // In the order the engine gave them (its dispatch order), and then what they caused.
-        let me = host.slot();
+        let me = cx.host.slot();
         let mut pending: std::collections::VecDeque<Notice> = notices.into();
         let mut more = Vec::new();
         while let Some(n) = pending.pop_front() {
             if Some(n.owner) == me {
-                self.handle(store, host, n, now, &mut more);
-            } else if let (false, NoticeKind::Run { receipt, .. }) = (host.post(&n), n.kind) {
-                if let Err(e) = super::finish(store, now, &n.level_key, &receipt, &mut more) {
-                    host.failed("release of an undeliverable dispatch", &e);
+                self.handle(cx, n, &mut more);
+            } else if let (false, NoticeKind::Run { receipt, .. }) = (cx.host.post(&n), n.kind) {
+                if let Err(e) = super::finish(cx.store, cx.now, &n.level_key, &receipt, &mut more) {
+                    cx.host.failed("release of an undeliverable dispatch", &e);
                 }
             }
             pending.extend(more.drain(..));
@@ -126,71 +134,65 @@ impl<X> Requests<X> {
     }
 
     /// Handles a notice for one of this worker's requests (further notices go to `more`).
-    pub fn handle(&mut self, store: &dyn Store, host: &mut dyn Host<X>, n: Notice, now: Nanos, more: &mut Vec<Notice>) {
+    pub fn handle(&mut self, cx: &mut Ctx<'_, X>, n: Notice, more: &mut Vec<Notice>) {
         let known = self.map.get(&n.context).is_some_and(|e| e.id == n.id && *e.level_key == *n.level_key);
         match n.kind {
             NoticeKind::Run { waited, receipt } => {
                 if !known {
                     // The stream is gone (or was answered) before its wake-up arrived.
-                    release(store, host, &n.level_key, n.id, Some(&receipt), now, more);
+                    release(cx, &n.level_key, n.id, Some(&receipt), more);
                     return;
                 }
                 let Some(e) = self.map.get_mut(&n.context).filter(|e| e.phase == Phase::Waiting) else { return };
                 e.phase = Phase::Executing;
                 e.waited = waited;
-                e.started = now;
+                e.started = cx.now;
                 e.receipt = Some(receipt);
-                host.dispatched(e);
-                if !host.resume(n.context, e) {
+                cx.host.dispatched(e);
+                if !cx.host.resume(n.context, e) {
                     // Stream gone between dispatch and wake-up: give the seats back.
-                    self.end_into(store, host, n.context, now, more);
+                    self.end_into(cx, n.context, more);
                 }
             }
             NoticeKind::Reject { reason, retry_after } => {
                 let Some(e) = known.then(|| self.map.remove(&n.context)).flatten() else { return };
-                host.left_queue(&e, now);
-                host.reject(n.context, &e, reason, retry_after);
+                cx.host.left_queue(&e, cx.now);
+                cx.host.reject(n.context, &e, reason, retry_after);
             }
         }
     }
 
     /// The stream of `context` ended (client gone, response done, reset): releases what it
     /// holds. Returns its entry, if it had one.
-    pub fn end(&mut self, store: &dyn Store, host: &mut dyn Host<X>, context: u32, now: Nanos) -> Option<Entry<X>> {
+    pub fn end(&mut self, cx: &mut Ctx<'_, X>, context: u32) -> Option<Entry<X>> {
         let mut more = Vec::new();
-        let e = self.end_into(store, host, context, now, &mut more);
-        self.route(store, host, more, now);
+        let e = self.end_into(cx, context, &mut more);
+        self.route(cx, more);
         e
     }
 
-    fn end_into(
-        &mut self,
-        store: &dyn Store,
-        host: &mut dyn Host<X>,
-        context: u32,
-        now: Nanos,
-        more: &mut Vec<Notice>,
-    ) -> Option<Entry<X>> {
+    fn end_into(&mut self, cx: &mut Ctx<'_, X>, context: u32, more: &mut Vec<Notice>) -> Option<Entry<X>> {
         let e = self.map.remove(&context)?;
         match e.phase {
-            Phase::Executing => host.finished(&e, now),
-            Phase::Waiting => host.left_queue(&e, now),
+            Phase::Executing => cx.host.finished(&e, cx.now),
+            Phase::Waiting => cx.host.left_queue(&e, cx.now),
         }
-        release(store, host, &e.level_key, e.id, e.receipt.as_ref(), now, more);
+        release(cx, &e.level_key, e.id, e.receipt.as_ref(), more);
         Some(e)
     }
 
     /// Backstop for the wait limit: this worker's waiting requests whose deadline passed
     /// `grace` ago and that no expiry has answered yet are timed out here.
-    pub fn time_out_overdue(&mut self, store: &dyn Store, host: &mut dyn Host<X>, now: Nanos, grace: Nanos) {
+    pub fn time_out_overdue(&mut self, cx: &mut Ctx<'_, X>, grace: Nanos) {
+        let now = cx.now;
         let overdue: Vec<_> = (self.map.iter())
             .filter(|(_, e)| e.phase == Phase::Waiting && e.wait_deadline.saturating_add(grace) <= now)
             .map(|(c, e)| (*c, e.level_key.clone(), e.id))
             .collect();
         for (context, key, id) in overdue {
-            match super::time_out(store, now, &key, id) {
+            match super::time_out(cx.store, now, &key, id) {
                 Ok(Some(retry_after)) => {
-                    let owner = host.slot().unwrap_or(0);
+                    let owner = cx.host.slot().unwrap_or(0);
                     let n = Notice {
                         owner,
                         context,
@@ -198,26 +200,19 @@ impl<X> Requests<X> {
                         id,
                         kind: NoticeKind::Reject { reason: RejectReason::TimeOut, retry_after },
                     };
-                    self.handle(store, host, n, now, &mut Vec::new());
+                    self.handle(cx, n, &mut Vec::new());
                 }
                 // Dispatched meanwhile: its wake-up notice (with the receipt) is on its way.
                 Ok(None) => {}
-                Err(e) => host.failed("time-out of a waiting request", &e),
+                Err(e) => cx.host.failed("time-out of a waiting request", &e),
             }
         }
     }
 }
 
-fn release<X>(
-    store: &dyn Store,
-    host: &mut dyn Host<X>,
-    level_key: &str,
-    id: RequestId,
-    receipt: Option<&Receipt>,
-    now: Nanos,
-    more: &mut Vec<Notice>,
-) {
-    if let Err(e) = super::end(store, now, level_key, id, receipt, more) {
-        host.failed("release", &e);
+/// Gives back what a request of this worker holds (its seats, or its place in a queue).
+fn release<X>(cx: &mut Ctx<'_, X>, level_key: &str, id: RequestId, receipt: Option<&Receipt>, more: &mut Vec<Notice>) {
+    if let Err(e) = super::end(cx.store, cx.now, level_key, id, receipt, more) {
+        cx.host.failed("release", &e);
     }
 }

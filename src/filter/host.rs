@@ -12,6 +12,7 @@ use crate::engine::store::{SetOutcome, Store, StoreError, WorkerState};
 use crate::gateway::host::{serialize_pairs, Body, HeaderMap, Host, StatKind};
 use crate::Nanos;
 use proxy_wasm::types::{BufferType, MapType, MetricType, StreamType};
+use std::cell::OnceCell;
 use std::ptr::{null, null_mut};
 use std::time::Duration;
 
@@ -98,19 +99,20 @@ fn clock(id: u32) -> i64 {
 #[derive(Default)]
 pub struct HostStore(WorkerState);
 
-#[cfg(not(feature = "bench-isolated-levels"))]
-type FilterStore = HostStore;
-#[cfg(feature = "bench-isolated-levels")]
-type FilterStore = super::isolated_levels::IsolatedLevels<HostStore>;
-
 thread_local! {
     /// One per VM (an Envoy worker), for the VM's life.
-    static STORE: &'static FilterStore = Box::leak(Box::default());
+    static STORE: OnceCell<&'static dyn Store> = const { OnceCell::new() };
 }
 
-/// This worker's view of the shared store.
-fn store() -> &'static FilterStore {
-    STORE.with(|s| *s)
+/// This worker's view of the shared store: the one [`set_store`] gave, else Envoy's shared data
+/// ([`HostStore`]).
+fn store() -> &'static dyn Store {
+    STORE.with(|s| *s.get_or_init(|| Box::leak(Box::<HostStore>::default())))
+}
+
+/// Makes `store` this worker's view of the shared store; false when one is already in use.
+pub(super) fn set_store(store: &'static dyn Store) -> bool {
+    STORE.with(|s| s.set(store).is_ok())
 }
 
 impl Store for HostStore {

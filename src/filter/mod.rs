@@ -9,9 +9,10 @@
 
 mod alloc;
 mod host;
-#[cfg(feature = "bench-isolated-levels")]
-mod isolated_levels;
 
+pub use host::HostStore;
+
+use crate::engine::store::Store;
 use crate::gateway::host::{Action as GatewayAction, Body, Host};
 use crate::gateway::{Request, Root, Worker};
 use host::WasmHost;
@@ -110,10 +111,19 @@ impl Drop for FilterHttp {
     }
 }
 
-proxy_wasm::main! {{
+/// Starts the filter in this VM: the body of the module's entry point. `store`: this VM's view
+/// of the shared store when it is not Envoy's shared data as is ([`HostStore`]), for a module of
+/// its own that wraps it (bench/isolated).
+pub fn start(store: Option<&'static dyn Store>) {
     proxy_wasm::set_log_level(proxy_wasm::types::LogLevel::Info);
+    if store.is_some_and(|s| !host::set_store(s)) {
+        log::error!("apf: the shared store is already in use; not replaced");
+    }
     std::panic::set_hook(Box::new(|info| {
         log::error!("apf: panic: {info}");
     }));
     proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(FilterRoot(Root::default())) });
-}}
+}
+
+#[cfg(feature = "proxy-wasm-filter")]
+proxy_wasm::main! {{ start(None); }}

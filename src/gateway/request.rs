@@ -2,17 +2,17 @@
 //! when the upstream's response ends (or the stream does).
 
 use super::host::{pairs, Action, Body, HeaderMap, Host};
-use super::stats::{EXTRA_NONE, M};
+use super::stats::{Labels, EXTRA_NONE, M};
 use super::worker::{self, Extra, Hold, Local, Worker};
 use crate::digest::identity::{IdentityConfig, IdentityInput, IdentitySource};
 use crate::digest::initial_events::MarkerScanner;
 use crate::digest::list_size::ListBodyScanner;
 use crate::digest::request_info::RequestInfo;
 use crate::digest::work_estimate::{ClusterStats, StatsLookup, WatchInit};
-use crate::engine::compiled::Digest;
+use crate::engine::compiled::{Digest, RequestLine};
 use crate::engine::object_counts::SharedCounts;
 use crate::engine::requests::Phase;
-use crate::engine::{self, debug, Compiled, Decision};
+use crate::engine::{self, debug, Arriving, Compiled, Decision};
 use crate::fairqueuing::RequestTag;
 use crate::Nanos;
 use serde_json::Value;
@@ -136,10 +136,11 @@ impl Request {
             wait_deadline: now.saturating_add(d.wait_limit),
         };
         let mut notices = Vec::new();
-        let decision = engine::admit(c, h.store(), now, d.class.priority_level, d.work, tag, &mut notices);
-        w.stats.observe(c, M::WorkEstimatedSeats, pl, fs, EXTRA_NONE, f64::from(seats));
+        let decision = engine::admit(c, h.store(), now, Arriving { level: d.class.priority_level, work: d.work, tag }, &mut notices);
+        let labels = Labels { compiled: c, pl, fs };
+        w.stats.observe(labels, M::WorkEstimatedSeats, EXTRA_NONE, f64::from(seats));
         if let Ok((_, Some(length))) = decision {
-            w.stats.observe(c, M::QueueLengthAfterEnqueue, pl, fs, EXTRA_NONE, f64::from(length));
+            w.stats.observe(labels, M::QueueLengthAfterEnqueue, EXTRA_NONE, f64::from(length));
         }
         // Dry run: the request is accounted as queued or rejected but let through.
         let stop = if level.enforce { Action::Pause } else { Action::Continue };
@@ -313,7 +314,8 @@ pub fn digest_request(h: &dyn Host, c: &Compiled, cluster: ClusterStats) -> Dige
     let fwd = c.config.identity.front_proxy_headers(&input, headers.iter().map(|(k, v)| (*k, *v)));
     remove.extend(fwd.remove);
     let watch_count = |info: &RequestInfo| engine::watches::interested_count(h.store(), info);
-    let digest = c.digest(method, path, &input, ns_header, watch_count, cluster);
+    let line = RequestLine { method, path, namespace_header: ns_header };
+    let digest = c.digest(line, &input, watch_count, cluster);
     Digested { remove, add: fwd.add, refuse: fwd.refuse, dump: debug::dump_kind(path), digest }
 }
 

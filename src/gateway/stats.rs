@@ -91,8 +91,18 @@ pub struct Stats {
     fleet_level_ids: HashMap<(u64, usize), Option<u32>>,
 }
 
+/// Whose series: a request's configuration, priority level and flow schema (indexes into the
+/// configuration's; a per-level series has flow schema 0).
+#[derive(Clone, Copy)]
+pub struct Labels<'a> {
+    pub compiled: &'a Compiled,
+    pub pl: usize,
+    pub fs: usize,
+}
+
 /// A new series: its stat name (counters, gauges) or its histogram's.
-fn new_series(c: &Compiled, m: M, pl: usize, fs: usize, extra: &'static str) -> Option<Series> {
+fn new_series(l: Labels<'_>, m: M, extra: &'static str) -> Option<Series> {
+    let Labels { compiled: c, pl, fs } = l;
     let spec = names::spec(m.upstream_name())?;
     let pl_name = c.levels.get(pl).map(|l| l.name.as_str()).unwrap_or("");
     let fs_name = c.config.policy.flow_schemas.get(fs).map(|f| f.name.as_str()).unwrap_or("");
@@ -138,35 +148,28 @@ fn add_to_counters(h: &dyn Host, names: &[impl AsRef<str>], ids: &mut [Option<u3
 }
 
 impl Stats {
-    fn with_series<T>(
-        &mut self,
-        c: &Compiled,
-        m: M,
-        pl: usize,
-        fs: usize,
-        extra: &'static str,
-        f: impl FnOnce(&mut Series) -> T,
-    ) -> Option<T> {
-        let key: Key = (c.generation, m, pl as u16, fs as u16, extra);
+    fn with_series<T>(&mut self, l: Labels<'_>, m: M, extra: &'static str, f: impl FnOnce(&mut Series) -> T) -> Option<T> {
+        let key: Key = (l.compiled.generation, m, l.pl as u16, l.fs as u16, extra);
         match self.series.entry(key) {
             Entry::Occupied(s) => Some(f(s.into_mut())),
-            Entry::Vacant(v) => Some(f(v.insert(new_series(c, m, pl, fs, extra)?))),
+            Entry::Vacant(v) => Some(f(v.insert(new_series(l, m, extra)?))),
         }
     }
 
     /// Adds `delta` to a counter or gauge (flushed on the timer).
-    pub fn add(&mut self, c: &Compiled, m: M, pl: usize, fs: usize, extra: &'static str, delta: i64) {
-        self.with_series(c, m, pl, fs, extra, |s| s.pending += delta);
+    pub fn add(&mut self, l: Labels<'_>, m: M, extra: &'static str, delta: i64) {
+        self.with_series(l, m, extra, |s| s.pending += delta);
     }
 
     /// Records one histogram sample, in upstream units (seconds, seats); flushed on the timer.
-    pub fn observe(&mut self, c: &Compiled, m: M, pl: usize, fs: usize, extra: &'static str, value: f64) {
-        self.with_series(c, m, pl, fs, extra, |s| s.hist.as_mut().map(|hist| hist.observe(value)));
+    pub fn observe(&mut self, l: Labels<'_>, m: M, extra: &'static str, value: f64) {
+        self.with_series(l, m, extra, |s| s.hist.as_mut().map(|hist| hist.observe(value)));
     }
 
     /// Sets a per-level gauge to an absolute value (values that are the same for every worker).
     pub fn set(&mut self, h: &dyn Host, c: &Compiled, m: M, pl: usize, value: u64) {
-        self.with_series(c, m, pl, 0, EXTRA_NONE, |s| scalar_id(h, s).map(|id| h.record_metric(id, value)));
+        let l = Labels { compiled: c, pl, fs: 0 };
+        self.with_series(l, m, EXTRA_NONE, |s| scalar_id(h, s).map(|id| h.record_metric(id, value)));
     }
 
     pub fn count_own(&mut self, m: Own) {

@@ -3,10 +3,10 @@
 //! callback; shared state lives in the host's store.
 
 use super::host::Host;
-use super::stats::{Own, Stats, EXTRA_NONE, M};
+use super::stats::{Labels, Own, Stats, EXTRA_NONE, M};
 use crate::digest::initial_events::MarkerScanner;
 use crate::digest::request_info::RequestInfo;
-use crate::engine::requests::{self, Entry, Requests};
+use crate::engine::requests::{self, Ctx, Entry, Requests};
 use crate::engine::{self, Compiled, Notice};
 use crate::Nanos;
 use hashbrown::{HashMap, HashSet};
@@ -39,12 +39,17 @@ pub type Local = Entry<Extra>;
 impl Extra {
     /// Adds `delta` to the request's series of `m`.
     pub fn add(&self, s: &mut Stats, m: M, label: &'static str, delta: i64) {
-        s.add(&self.compiled, m, self.pl, self.fs, label, delta);
+        s.add(self.labels(), m, label, delta);
     }
 
     /// Records a duration in the request's histogram `m`.
     pub fn observe(&self, s: &mut Stats, m: M, label: &'static str, d: Nanos) {
-        s.observe(&self.compiled, m, self.pl, self.fs, label, d as f64 / 1e9);
+        s.observe(self.labels(), m, label, d as f64 / 1e9);
+    }
+
+    /// The labels of the request's series.
+    pub fn labels(&self) -> Labels<'_> {
+        Labels { compiled: &self.compiled, pl: self.pl, fs: self.fs }
     }
 
     /// Bookkeeping when a request enters its queue (`n` = 1), or leaves it (`n` = -1).
@@ -299,7 +304,7 @@ impl Worker {
     /// Delivers notices: our own are handled here, others go to their owner's mailbox.
     pub fn route(&mut self, h: &dyn Host, notices: Vec<Notice>, now: Nanos) {
         let (r, mut cb) = self.split(h);
-        r.route(h.store(), &mut cb, notices, now);
+        r.route(&mut Ctx { store: h.store(), host: &mut cb, now }, notices);
     }
 
     /// Backstop for the wait limit: a queued request of ours whose deadline passed (and that no
@@ -307,7 +312,7 @@ impl Worker {
     pub fn enforce_local_deadlines(&mut self, h: &dyn Host, now: Nanos) {
         const GRACE: Nanos = 100_000_000;
         let (r, mut cb) = self.split(h);
-        r.time_out_overdue(h.store(), &mut cb, now, GRACE);
+        r.time_out_overdue(&mut Ctx { store: h.store(), host: &mut cb, now }, GRACE);
     }
 
     /// Takes up to `limit` messages from this worker's mailbox. The host posts one
@@ -342,7 +347,7 @@ impl Worker {
         if self.requests.get(context).is_some() {
             let now = h.monotonic_nanos();
             let (r, mut cb) = self.split(h);
-            r.end(h.store(), &mut cb, context, now);
+            r.end(&mut Ctx { store: h.store(), host: &mut cb, now }, context);
         }
     }
 
@@ -351,7 +356,7 @@ impl Worker {
     pub fn end_watch_init(&mut self, h: &dyn Host, context: u32, now: Nanos, info: Option<&RequestInfo>) {
         let hold = self.holds.remove(&context);
         let (r, mut cb) = self.split(h);
-        r.end(h.store(), &mut cb, context, now);
+        r.end(&mut Ctx { store: h.store(), host: &mut cb, now }, context);
         let info = info.or(hold.as_ref().map(|h| &h.info));
         if let (Some(info), Some(slot)) = (info, self.slot) {
             match engine::watches::register(h.store(), slot, info) {

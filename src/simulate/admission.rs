@@ -102,7 +102,7 @@ impl BareQueueSet {
 impl Admission for BareQueueSet {
     fn arrive(&mut self, now: Nanos, call: &Call, out: &mut Outcomes) -> Result<(), String> {
         let tag = RequestTag { owner: 0, context: call.id.thread, ..call.tag };
-        match self.qs.arrive(now, call.work, tag, &mut self.out) {
+        match self.qs.start_request(now, call.work, tag, &mut self.out).arrival {
             Arrival::Executing(receipt) => {
                 self.running.insert(call.id, receipt);
                 out.push((call.id, CallKind::Start { waited: 0 }));

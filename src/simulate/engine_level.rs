@@ -16,9 +16,9 @@ use std::sync::Arc;
 use super::admission::{Admission, Call, CallId, Outcomes};
 use super::results::CallKind;
 use super::scenario::Scenario;
-use crate::engine::requests::{Entry, Host, Requests};
+use crate::engine::requests::{Ctx, Entry, Host, Requests};
 use crate::engine::store::{MemStore, Store, WorkerStore};
-use crate::engine::{self, Compiled, Decision, LevelRuntime, LevelState, Notice};
+use crate::engine::{self, Arriving, Compiled, Decision, LevelRuntime, LevelState, Notice};
 use crate::fairqueuing::queueset::QueueSet;
 use crate::fairqueuing::{QueueSetConfig, RejectReason, RequestTag};
 use crate::policy::config::PluginConfig;
@@ -153,9 +153,10 @@ impl<'a> EngineLevel<'a> {
             let Some(wk) = self.workers.get_mut(w) else { continue };
             let by_call = &mut self.by_call;
             let mut host = SimHost { slot: wk.slot, outbox: Vec::new(), by_call, out };
+            let cx = &mut Ctx { store: &wk.store, host: &mut host, now };
             match end {
-                Some(context) => drop(wk.requests.end(&wk.store, &mut host, context, now)),
-                None => wk.requests.route(&wk.store, &mut host, notices, now),
+                Some(context) => drop(wk.requests.end(cx, context)),
+                None => wk.requests.route(cx, notices),
             }
             let outbox = host.outbox;
             let owner = |n: &Notice| self.workers.iter().position(|w| w.slot == n.owner);
@@ -184,7 +185,8 @@ impl Admission for EngineLevel<'_> {
         w.next_context = w.next_context.wrapping_add(1).max(1);
         let tag = RequestTag { owner: w.slot, context, ..call.tag };
         let mut notices = Vec::new();
-        let decision = engine::admit(&self.compiled, &w.store, now, 0, call.work, tag, &mut notices).map_err(err)?.0;
+        let decision =
+            engine::admit(&self.compiled, &w.store, now, Arriving { level: 0, work: call.work, tag }, &mut notices).map_err(err)?.0;
         if let Some(e) = Entry::admitted(self.key.clone(), &decision, now, tag.wait_deadline, call.id) {
             w.requests.insert(context, e);
             self.by_call.insert(call.id, (call.worker as usize, context));

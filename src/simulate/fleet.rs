@@ -223,10 +223,12 @@ impl<'a> FleetLevels<'a> {
         Ok(())
     }
 
-    /// `gateway::fleet::on_call_response`.
-    fn answer(&mut self, replica: usize, id: u64, status: u16, body: &[u8], now: Nanos, out: &mut Outcomes) -> Result<(), String> {
+    /// `gateway::fleet::on_call_response`: etcd's answer on the wire under `token` reaches its
+    /// replica.
+    fn answer(&mut self, token: u64, now: Nanos, out: &mut Outcomes) -> Result<(), String> {
+        let Some(Wire::Answer { replica, id, status, body }) = self.wire.remove(&token) else { return Ok(()) };
         let Some(feed) = self.replica(replica)?.feed.as_mut() else { return Ok(()) };
-        let calls = feed.on_response(id, status, body, now);
+        let calls = feed.on_response(id, status, &body, now);
         self.send(replica, calls, now);
         self.apply(replica, now, false, out)
     }
@@ -306,10 +308,7 @@ impl Admission for FleetLevels<'_> {
                 self.schedule(now.saturating_add(back), Job::Answer(token));
                 Ok(())
             }
-            Job::Answer(token) => {
-                let Some(Wire::Answer { replica, id, status, body }) = self.wire.remove(&token) else { return Ok(()) };
-                self.answer(replica, id, status, &body, now, out)
-            }
+            Job::Answer(token) => self.answer(token, now, out),
             Job::Sample => self.sample(now),
         }
     }

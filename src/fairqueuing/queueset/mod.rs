@@ -77,7 +77,25 @@ pub const HIGH_R: u64 = R_DECREMENT + R_DECREMENT / 2;
 /// Largest queue index that can exist (the Dealer's maximum deck size).
 const MAX_QUEUES: u32 = 1 << 26;
 
-/// Outcome of [`QueueSet::arrive`].
+/// What [`QueueSet::start_request`] did with a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Started {
+    pub arrival: Arrival,
+    /// The length of the request's queue right after it was enqueued (upstream's
+    /// `request_queue_length_after_enqueue`, observed in `queueset.go:
+    /// timeoutOldRequestsAndRejectOrEnqueueLocked`): `None` when it was not enqueued (rejected,
+    /// exempt, a level without queues). A request dispatched at once was enqueued first, as
+    /// upstream does.
+    pub queue_length: Option<u32>,
+}
+
+impl Started {
+    fn new(arrival: Arrival, queue_length: Option<u32>) -> Started {
+        Started { arrival, queue_length }
+    }
+}
+
+/// The outcome of an arrival ([`Started::arrival`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arrival {
     /// Dispatched immediately; call `finish` with this receipt when the handler returns.
@@ -330,45 +348,26 @@ impl QueueSet {
         rotated.min_by_key(|&i| self.waiting_work_of(i)).unwrap_or(0)
     }
 
-    /// Upstream `StartRequest`. `out` receives the requests dispatched as a consequence (not
-    /// including this one when the result is `Executing`).
-    pub fn arrive(&mut self, now: Nanos, work: WorkEstimate, tag: RequestTag, out: &mut Vec<Dispatched>) -> Arrival {
-        self.arrive_observed(now, work, tag, out).0
+    /// Upstream `StartRequest`: the request is rejected, queued, or executing (in the order of
+    /// `timeoutOldRequestsAndRejectOrEnqueueLocked`, then `dispatchAsMuchAsPossibleLocked`).
+    /// `out` receives the requests dispatched as a consequence (not including this one when it
+    /// is executing).
+    pub fn start_request(&mut self, now: Nanos, work: WorkEstimate, tag: RequestTag, out: &mut Vec<Dispatched>) -> Started {
+        self.start_request_via(now, work, tag, out, true)
     }
 
-    /// [`QueueSet::arrive`], also giving the length of the request's queue right after it was
-    /// enqueued (upstream's `request_queue_length_after_enqueue`, observed in `queueset.go:
-    /// timeoutOldRequestsAndRejectOrEnqueueLocked`): `None` when it was not enqueued (rejected, exempt, a
-    /// level without queues). A request dispatched at once was enqueued first, as upstream does.
-    pub fn arrive_observed(
-        &mut self,
-        now: Nanos,
-        work: WorkEstimate,
-        tag: RequestTag,
-        out: &mut Vec<Dispatched>,
-    ) -> (Arrival, Option<u32>) {
-        self.arrive_via(now, work, tag, out, true)
-    }
-
-    /// [`QueueSet::arrive_observed`]; `direct`: a request that would be dispatched at once
+    /// [`QueueSet::start_request`]; `direct`: a request that would be dispatched at once
     /// skips the enqueue (the fast path, [`Self::try_dispatch_directly`]); without it every
     /// arrival takes the general enqueue-then-dispatch path (tests compare the two).
-    fn arrive_via(
-        &mut self,
-        now: Nanos,
-        work: WorkEstimate,
-        tag: RequestTag,
-        out: &mut Vec<Dispatched>,
-        direct: bool,
-    ) -> (Arrival, Option<u32>) {
+    fn start_request_via(&mut self, now: Nanos, work: WorkEstimate, tag: RequestTag, out: &mut Vec<Dispatched>, direct: bool) -> Started {
         self.sync_time(now);
         if self.cfg.desired_queues < 1 {
             if !self.can_accommodate(work.max_seats()) {
                 self.counters.rejected_concurrency_limit = self.counters.rejected_concurrency_limit.saturating_add(1);
-                return (Arrival::Rejected(RejectReason::ConcurrencyLimit), None);
+                return Started::new(Arrival::Rejected(RejectReason::ConcurrencyLimit), None);
             }
             let id = self.new_id();
-            return (Arrival::Executing(self.start_executing(id, tag.owner, -1, &work, now)), None);
+            return Started::new(Arrival::Executing(self.start_executing(id, tag.owner, -1, &work, now)), None);
         }
         let qidx = self.shuffle_shard(tag.flow_hash);
         let pos = self.queue_pos(qidx).unwrap_or_else(|p| {
@@ -381,13 +380,13 @@ impl QueueSet {
                 self.queues.remove(pos);
             }
             self.counters.rejected_queue_full = self.counters.rejected_queue_full.saturating_add(1);
-            return (Arrival::Rejected(RejectReason::QueueFull), None);
+            return Started::new(Arrival::Rejected(RejectReason::QueueFull), None);
         }
         let id = self.new_id();
         let r = self.current_r;
         let length = Some(sat_u32(waiting.saturating_add(1)));
         if let Some(receipt) = direct.then(|| self.try_dispatch_directly(pos, id, tag, work, now)).flatten() {
-            return (Arrival::Executing(receipt), length);
+            return Started::new(Arrival::Executing(receipt), length);
         }
         if let Some(q) = self.queues.get_mut(pos) {
             if q.waiting.is_empty() && q.requests_executing == 0 {
@@ -407,7 +406,7 @@ impl QueueSet {
             Some(i) => Arrival::Executing(out.remove(before + i).receipt),
             None => Arrival::Queued(id),
         };
-        (arrival, length)
+        Started::new(arrival, length)
     }
 
     /// The uncontended arrival, without the round trip through the queue: when nothing else

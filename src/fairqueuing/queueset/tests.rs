@@ -164,12 +164,12 @@ fn worked_example() {
     let mut qs = QueueSet::new(cfg(2, 8, 1, 1), 0).unwrap();
     let mut out = Vec::new();
     // Dealer(2,1): hash mod 2 → X (hash 0) uses q0, Y (hash 1) uses q1.
-    let x1 = qs.arrive(0, one(), tag(0), &mut out);
+    let x1 = qs.start_request(0, one(), tag(0), &mut out).arrival;
     assert!(matches!(x1, Arrival::Executing(_)));
     assert_eq!(ndr(&qs, 0), ss(0.003));
     assert_eq!(qs.robin_index, 0);
-    let y1 = qs.arrive(0, one(), tag(1), &mut out);
-    let x2 = qs.arrive(0, one(), tag(0), &mut out);
+    let y1 = qs.start_request(0, one(), tag(1), &mut out).arrival;
+    let x2 = qs.start_request(0, one(), tag(0), &mut out).arrival;
     let (Arrival::Executing(x1), Arrival::Queued(y1), Arrival::Queued(x2)) = (x1, y1, x2) else { panic!() };
     assert!(out.is_empty());
     assert_eq!(qs.virtual_time_ratio(), 0.5);
@@ -201,8 +201,8 @@ fn worked_example() {
 fn context_cancel() {
     let mut qs = QueueSet::new(cfg(11, 11, 1, 1), 0).unwrap();
     let mut out = Vec::new();
-    let Arrival::Executing(r1) = qs.arrive(0, one(), tag(1), &mut out) else { panic!() };
-    let Arrival::Queued(r2) = qs.arrive(0, one(), tag(2), &mut out) else { panic!() };
+    let Arrival::Executing(r1) = qs.start_request(0, one(), tag(1), &mut out).arrival else { panic!() };
+    let Arrival::Queued(r2) = qs.start_request(0, one(), tag(2), &mut out).arrival else { panic!() };
     assert_eq!(qs.cancel(SEC, r2), Some(tag(2)));
     assert_eq!(qs.cancel(SEC, r2), None);
     assert_eq!(qs.counters.timed_out, 1);
@@ -216,10 +216,10 @@ fn context_cancel() {
 fn wait_deadline_expiry_and_next_event() {
     let mut qs = QueueSet::new(cfg(4, 10, 1, 1), 0).unwrap();
     let mut out = Vec::new();
-    let Arrival::Executing(r1) = qs.arrive(0, one(), tag(1), &mut out) else { panic!() };
+    let Arrival::Executing(r1) = qs.start_request(0, one(), tag(1), &mut out).arrival else { panic!() };
     let mut t = tag(2);
     t.wait_deadline = 5 * SEC;
-    let Arrival::Queued(r2) = qs.arrive(0, one(), t, &mut out) else { panic!() };
+    let Arrival::Queued(r2) = qs.start_request(0, one(), t, &mut out).arrival else { panic!() };
     assert_eq!(qs.next_event(), Some(5 * SEC));
     let mut to = Vec::new();
     qs.expire(4 * SEC, &mut to, &mut out);
@@ -237,19 +237,19 @@ fn reject_levels_and_exempt() {
     let mut qs = QueueSet::new(cfg(0, 0, 0, 2), 0).unwrap();
     let mut out = Vec::new();
     let w2 = WorkEstimate { initial_seats: 2, final_seats: 0, additional_latency: 0 };
-    assert!(matches!(qs.arrive(0, one(), tag(1), &mut out), Arrival::Executing(_)));
-    assert_eq!(qs.arrive(0, w2, tag(1), &mut out), Arrival::Rejected(RejectReason::ConcurrencyLimit));
+    assert!(matches!(qs.start_request(0, one(), tag(1), &mut out).arrival, Arrival::Executing(_)));
+    assert_eq!(qs.start_request(0, w2, tag(1), &mut out).arrival, Arrival::Rejected(RejectReason::ConcurrencyLimit));
     assert_eq!(qs.counters.rejected_concurrency_limit, 1);
     let mut ex = QueueSet::new(cfg(-1, 0, 0, 0), 0).unwrap();
     for _ in 0..5 {
-        assert!(matches!(ex.arrive(0, w2, tag(1), &mut out), Arrival::Executing(_)));
+        assert!(matches!(ex.start_request(0, w2, tag(1), &mut out).arrival, Arrival::Executing(_)));
     }
     assert_eq!(ex.seats_in_use(), 10);
     // too wide runs alone
     let mut qs = QueueSet::new(cfg(4, 10, 1, 2), 0).unwrap();
     let w3 = WorkEstimate { initial_seats: 3, final_seats: 0, additional_latency: 0 };
-    let Arrival::Executing(a) = qs.arrive(0, one(), tag(0), &mut out) else { panic!() };
-    let Arrival::Queued(b) = qs.arrive(0, w3, tag(1), &mut out) else { panic!() };
+    let Arrival::Executing(a) = qs.start_request(0, one(), tag(0), &mut out).arrival else { panic!() };
+    let Arrival::Queued(b) = qs.start_request(0, w3, tag(1), &mut out).arrival else { panic!() };
     assert!(qs.finish(SEC, &a, &mut out));
     assert_eq!(out.iter().map(|d| (d.id, d.receipt.max_seats)).collect::<Vec<_>>(), vec![(b, 3)]);
     assert_eq!(qs.seats_in_use(), 3);
@@ -261,7 +261,7 @@ fn final_seats_narrowing_and_linger() {
     let mut out = Vec::new();
     let w = WorkEstimate { initial_seats: 1, final_seats: 8, additional_latency: SEC };
     // MaxSeats 8 > C: runs alone; final seats narrowed to 4, latency doubled.
-    let r = qs.arrive(0, w, tag(0), &mut out);
+    let r = qs.start_request(0, w, tag(0), &mut out).arrival;
     let Arrival::Executing(id) = r else { panic!("{r:?}") };
     assert_eq!(qs.seats_in_use(), 4);
     assert!(qs.finish(SEC, &id, &mut out));
@@ -278,11 +278,11 @@ fn final_seats_narrowing_and_linger() {
 fn reconfigure_and_remove_owner() {
     let mut qs = QueueSet::new(cfg(8, 10, 2, 1), 0).unwrap();
     let mut out = Vec::new();
-    let Arrival::Executing(_a) = qs.arrive(0, one(), tag(5), &mut out) else { panic!() };
+    let Arrival::Executing(_a) = qs.start_request(0, one(), tag(5), &mut out).arrival else { panic!() };
     let mut t = tag(6);
     t.owner = 2;
-    let Arrival::Queued(_b) = qs.arrive(0, one(), t, &mut out) else { panic!() };
-    let Arrival::Queued(c) = qs.arrive(0, one(), tag(7), &mut out) else { panic!() };
+    let Arrival::Queued(_b) = qs.start_request(0, one(), t, &mut out).arrival else { panic!() };
+    let Arrival::Queued(c) = qs.start_request(0, one(), tag(7), &mut out).arrival else { panic!() };
     assert!(qs.reconfigure(cfg(512, 8, 8, 1), SEC).unwrap_err().contains("required entropy bits"));
     // owner 1 gone: its executing request releases its seat, its... c is owner 1 too
     let n = qs.remove_owner(2, SEC, &mut out);
@@ -306,9 +306,9 @@ fn remove_owner_releases_aggregates_and_lingers() {
     let lw = WorkEstimate { initial_seats: 2, final_seats: 3, additional_latency: SEC };
     let mut t7 = tag(0);
     t7.owner = 7;
-    let Arrival::Executing(a) = qs.arrive(0, lw, t7, &mut out) else { panic!() };
-    let Arrival::Executing(b) = qs.arrive(0, one(), t7, &mut out) else { panic!() };
-    let Arrival::Executing(c) = qs.arrive(0, one(), tag(0), &mut out) else { panic!() };
+    let Arrival::Executing(a) = qs.start_request(0, lw, t7, &mut out).arrival else { panic!() };
+    let Arrival::Executing(b) = qs.start_request(0, one(), t7, &mut out).arrival else { panic!() };
+    let Arrival::Executing(c) = qs.start_request(0, one(), tag(0), &mut out).arrival else { panic!() };
     assert_eq!((a.queue, b.queue, c.queue), (0, 0, 0));
     assert_eq!(qs.execs.len(), 2, "one aggregate per (owner, queue)");
     assert!(qs.finish(MS, &a, &mut out));
@@ -333,10 +333,10 @@ fn executing_requests_do_not_grow_the_state() {
     };
     let mut qs = QueueSet::new(cfg(-1, 0, 0, 0), SEC).unwrap();
     let mut out = Vec::new();
-    qs.arrive(SEC, one(), tag(1), &mut out);
+    qs.start_request(SEC, one(), tag(1), &mut out);
     let one_size = size(&qs);
     for i in 0..500 {
-        qs.arrive(SEC + i, one(), tag(1), &mut out);
+        qs.start_request(SEC + i, one(), tag(1), &mut out);
     }
     // Only varints grow (counters, next id, the aggregate's count and seats).
     assert!(size(&qs) <= one_size + 8, "{} vs {one_size}", size(&qs));
@@ -359,7 +359,7 @@ fn decode_rejects_inconsistent_aggregates() {
     };
     let mut qs = QueueSet::new(cfg(4, 10, 1, 10), 0).unwrap();
     let mut out = Vec::new();
-    qs.arrive(0, one(), tag(0), &mut out);
+    qs.start_request(0, one(), tag(0), &mut out);
     assert!(QueueSet::decode(&mut Reader::new(&enc(&qs))).is_ok());
     // Seats held in a queue that is not stored.
     let mut bad = qs.clone();
@@ -397,7 +397,7 @@ fn busy_state() -> QueueSet {
             t.wait_deadline = now + 15 * SEC;
         }
         let w = WorkEstimate { initial_seats: 1 + (i % 2) as u32, final_seats: (i % 5) as u32, additional_latency: (i % 4) as i64 * MS };
-        if let Arrival::Executing(rc) = qs.arrive(now, w, t, &mut out) {
+        if let Arrival::Executing(rc) = qs.start_request(now, w, t, &mut out).arrival {
             running.push(rc);
         }
     }
@@ -425,7 +425,7 @@ fn encode_roundtrip() {
     let mut out = Vec::new();
     let mut t = tag(17644606172554983095);
     t.wait_deadline = 123_456_789_000_000 + 15 * SEC;
-    qs.arrive(123_456_789_000_000, one(), t, &mut out);
+    qs.start_request(123_456_789_000_000, one(), t, &mut out);
     let mut w = Writer::new();
     qs.encode(&mut w);
     let n = w.buf.len();
@@ -468,8 +468,8 @@ fn direct_dispatch_matches_enqueue_then_dispatch() {
                     let mut t = tag(rnd(u64::MAX));
                     t.wait_deadline = now + rnd(50) as i64 * MS;
                     let (mut oa, mut ob) = (Vec::new(), Vec::new());
-                    let ra = a.arrive(now, w, t, &mut oa);
-                    let rb = b.arrive_via(now, w, t, &mut ob, false).0;
+                    let ra = a.start_request(now, w, t, &mut oa).arrival;
+                    let rb = b.start_request_via(now, w, t, &mut ob, false).arrival;
                     assert_eq!(ra, rb);
                     assert_eq!(oa, ob);
                     note(&mut ids, &oa);
@@ -559,7 +559,7 @@ fn decode_rejects_duplicate_ids() {
     let mut one = QueueSet::new(cfg(4, 50, 1, 1), 0).unwrap();
     let mut out = Vec::new();
     for _ in 0..6 {
-        let _ = one.arrive(1, WorkEstimate::ONE, tag(7), &mut out);
+        let _ = one.start_request(1, WorkEstimate::ONE, tag(7), &mut out);
     }
     assert_eq!(one.queues.iter().filter(|q| !q.waiting.is_empty()).count(), 1);
     assert!(roundtrip(&one).is_ok());
@@ -644,7 +644,7 @@ fn garbage_decode_never_panics() {
             // whatever decoded must be usable without panics
             let mut out = Vec::new();
             let mut to = Vec::new();
-            q.arrive(q.last_real_time + SEC, one(), tag(x), &mut out);
+            q.start_request(q.last_real_time + SEC, one(), tag(x), &mut out);
             q.expire(q.last_real_time + 100 * SEC, &mut to, &mut out);
             let _ = q.snapshot();
         }
@@ -662,9 +662,9 @@ fn owned(owner: u32, ctx: u32) -> RequestTag {
 fn single_owner_order_is_fifo() {
     let mut qs = QueueSet::new(cfg(1, 100, 1, 1), 0).unwrap();
     let mut out = Vec::new();
-    let Arrival::Executing(mut rc) = qs.arrive(0, one(), owned(1, 1), &mut out) else { panic!("runs") };
+    let Arrival::Executing(mut rc) = qs.start_request(0, one(), owned(1, 1), &mut out).arrival else { panic!("runs") };
     let ids: Vec<RequestId> = (0..5)
-        .map(|k| match qs.arrive(MS, one(), owned(1, 10 + k), &mut out) {
+        .map(|k| match qs.start_request(MS, one(), owned(1, 10 + k), &mut out).arrival {
             Arrival::Queued(id) => id,
             other => panic!("{other:?}"),
         })
@@ -718,7 +718,7 @@ fn decoding_with_a_prior_state_equals_decoding() {
                 }
                 let work =
                     WorkEstimate { initial_seats: 1 + rnd(2) as u32, final_seats: rnd(2) as u32, additional_latency: rnd(2) as Nanos * MS };
-                if let Arrival::Executing(rc) = qs.arrive(now, work, tag, &mut out) {
+                if let Arrival::Executing(rc) = qs.start_request(now, work, tag, &mut out).arrival {
                     executing.push(rc);
                 }
             }
@@ -827,10 +827,10 @@ fn segment_entries_decode_back() {
 fn queue_length_after_enqueue() {
     let mut qs = QueueSet::new(cfg(1, 2, 1, 1), 0).unwrap();
     let mut out = Vec::new();
-    let lens: Vec<Option<u32>> = (0..4).map(|k| qs.arrive_observed(k, one(), tag(7), &mut out).1).collect();
+    let lens: Vec<Option<u32>> = (0..4).map(|k| qs.start_request(k, one(), tag(7), &mut out).queue_length).collect();
     assert_eq!(lens, vec![Some(1), Some(1), Some(2), None], "runs, waits, waits, queue full");
     let mut reject_level = QueueSet::new(cfg(0, 0, 0, 1), 0).unwrap();
-    assert_eq!(reject_level.arrive_observed(0, one(), tag(7), &mut out).1, None);
+    assert_eq!(reject_level.start_request(0, one(), tag(7), &mut out).queue_length, None);
 }
 
 #[test]

@@ -1,8 +1,11 @@
-//! Benchmark control only (feature `bench-isolated-levels`, never in a release module): a store
-//! that keys this VM's levels apart, so that every worker runs the same code on levels of its
-//! own and nothing is shared. Measured beside the real module, it isolates what sharing costs.
+//! Benchmark control for the saturated benchmark (not part of the product): apf-wasm's filter
+//! with a store that keys this VM's levels apart, so that every worker runs the same code on
+//! levels of its own and nothing is shared. Measured beside the real module, it isolates what
+//! sharing costs. Never a production module: it splits each level per worker.
 
-use crate::engine::store::{SetOutcome, Store, StoreError, WorkerState};
+use apf_wasm::engine::store::{SetOutcome, Store, StoreError, WorkerState};
+use apf_wasm::engine::LEVEL_KEY_PREFIX;
+use apf_wasm::filter::HostStore;
 use std::borrow::Cow;
 
 thread_local! {
@@ -16,10 +19,10 @@ thread_local! {
 
 /// `S` with this VM's level keys suffixed.
 #[derive(Default)]
-pub struct IsolatedLevels<S>(S);
+struct IsolatedLevels<S>(S);
 
 fn key(key: &str) -> Cow<'_, str> {
-    if key.starts_with(crate::engine::LEVEL_KEY_PREFIX) {
+    if key.starts_with(LEVEL_KEY_PREFIX) {
         Cow::Owned(SUFFIX.with(|s| format!("{key}{s}")))
     } else {
         Cow::Borrowed(key)
@@ -39,3 +42,7 @@ impl<S: Store> Store for IsolatedLevels<S> {
         self.0.worker()
     }
 }
+
+proxy_wasm::main! {{
+    apf_wasm::filter::start(Some(Box::leak(Box::<IsolatedLevels<HostStore>>::default())));
+}}
