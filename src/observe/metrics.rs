@@ -371,7 +371,7 @@ mod tests {
     #[test]
     fn yaml_snippets() {
         let y = envoy_stats_config_yaml();
-        assert!(y.contains("  - tag_name: priority_level\n    regex: '^(?:wasmcustom\\.)?apiserver_flowcontrol_[a-z_]+(?:\\.[a-z_]+\\.[^.]+)*?(\\.priority_level\\.([^.]+))'\n"), "{y}");
+        assert!(y.contains("  - tag_name: priority_level\n    regex: '^(?:wasmcustom\\.)?(?:apiserver_flowcontrol|apf_wasm)_[a-z_]+(?:\\.[a-z_]+\\.[^.]+)*?(\\.priority_level\\.([^.]+))'\n"), "{y}");
         assert!(y.contains("  - tag_name: le\n"), "{y}");
         assert!(!y.contains("histogram_bucket_settings"), "histograms are bucket counters: {y}");
     }

@@ -840,7 +840,7 @@ fn a_strict_limit_is_never_exceeded() {
     let w3 = WorkEstimate { initial_seats: 3, final_seats: 0, additional_latency: 0 };
     // Queuing: a request wider than the limit waits on an idle level until the limit grows.
     let mut qs = QueueSet::new(strict(4, 2), 0).unwrap();
-    let Arrival::Queued(b) = qs.arrive(0, w3, tag(1), &mut out) else { panic!() };
+    let Arrival::Queued(b) = qs.start_request(0, w3, tag(1), &mut out).arrival else { panic!() };
     assert_eq!((qs.seats_in_use(), qs.widest_waiting()), (0, 3));
     assert!(qs.reconfigure(strict(4, 3), SEC).unwrap().iter().map(|d| d.id).eq([b]));
     assert_eq!((qs.seats_in_use(), qs.widest_waiting()), (3, 0));
@@ -850,6 +850,6 @@ fn a_strict_limit_is_never_exceeded() {
     assert_eq!(QueueSet::decode(&mut Reader::new(&w.buf)).unwrap().config(), strict(4, 3));
     // Without queues: at limit 0 (a replica without seats) nothing is admitted.
     let mut qs = QueueSet::new(strict(0, 0), 0).unwrap();
-    assert_eq!(qs.arrive(0, one(), tag(1), &mut out), Arrival::Rejected(RejectReason::ConcurrencyLimit));
+    assert_eq!(qs.start_request(0, one(), tag(1), &mut out).arrival, Arrival::Rejected(RejectReason::ConcurrencyLimit));
     assert_eq!(qs.seats_in_use(), 0);
 }
