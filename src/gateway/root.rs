@@ -74,8 +74,29 @@ impl ClusterFetch {
 }
 
 /// The timeout of the policy reads.
-fn timeout_of(cp: &ClusterPolicy) -> Duration {
-    Duration::from_nanos(u64::try_from(cp.timeout).unwrap_or(5_000_000_000))
+/// Where a poll goes: an Envoy cluster, the `:authority`, the bearer token (if any) and the
+/// call's timeout.
+struct PollTarget<'a> {
+    cluster: &'a str,
+    authority: &'a str,
+    token: Option<&'a String>,
+    timeout: Duration,
+}
+
+impl<'a> PollTarget<'a> {
+    fn policy(cp: &'a ClusterPolicy) -> PollTarget<'a> {
+        let timeout = Duration::from_nanos(u64::try_from(cp.timeout).unwrap_or(5_000_000_000));
+        PollTarget { cluster: &cp.cluster, authority: &cp.authority, token: cp.token.as_ref(), timeout }
+    }
+
+    /// Starts a GET of `path`; the call's token.
+    fn get(&self, h: &dyn Host, path: &str, accept: &str) -> Result<u32, String> {
+        let bearer = self.token.map(|t| format!("Bearer {t}"));
+        let auth = bearer.as_deref().map(|b| ("authorization", b));
+        let headers = [(":method", "GET"), (":path", path), (":authority", self.authority), ("accept", accept)];
+        let headers: Vec<(&str, &str)> = headers.into_iter().chain(auth).collect();
+        h.http_call(self.cluster, &headers, &[], self.timeout)
+    }
 }
 
 fn next_generation(h: &dyn Host) -> u64 {
@@ -120,23 +141,6 @@ impl Root {
         self.compiled = Some(Rc::new(c));
     }
 
-    /// Starts a GET on `cluster` (with `token` as bearer token, if any); the call's token.
-    fn get(
-        h: &dyn Host,
-        cluster: &str,
-        authority: &str,
-        path: &str,
-        accept: &str,
-        token: Option<&String>,
-        timeout: Duration,
-    ) -> Result<u32, String> {
-        let bearer = token.map(|t| format!("Bearer {t}"));
-        let auth = bearer.as_deref().map(|b| ("authorization", b));
-        let headers = [(":method", "GET"), (":path", path), (":authority", authority), ("accept", accept)];
-        let headers: Vec<(&str, &str)> = headers.into_iter().chain(auth).collect();
-        h.http_call(cluster, &headers, &[], timeout)
-    }
-
     /// Starts reading the cluster's policy when due: the group's discovery document first when
     /// the served version is to be (re)discovered, else the two lists.
     fn maybe_fetch(&mut self, h: &dyn Host, c: &Compiled, now: Nanos) {
@@ -146,8 +150,7 @@ impl Root {
         }
         self.fetch.next = now.saturating_add(cp.period);
         if cp.path_prefix.is_none() && self.fetch.discovery_due() {
-            let call =
-                Self::get(h, &cp.cluster, &cp.authority, discovery::DISCOVERY_PATH, "application/json", cp.token.as_ref(), timeout_of(cp));
+            let call = PollTarget::policy(cp).get(h, discovery::DISCOVERY_PATH, "application/json");
             match call {
                 Ok(t) => return self.fetch.discovery = Some(t),
                 Err(e) => {
@@ -170,7 +173,7 @@ impl Root {
         self.fetch.bodies = [None, None];
         self.fetch.reads_since_discovery = self.fetch.reads_since_discovery.saturating_add(1);
         self.fetch.tokens = ClusterPolicy::paths(&prefix).map(|path| {
-            let call = Self::get(h, &cp.cluster, &cp.authority, &path, "application/json", cp.token.as_ref(), timeout_of(cp));
+            let call = PollTarget::policy(cp).get(h, &path, "application/json");
             call.map_err(|e| log::warn!("apf: cannot read the cluster policy from cluster {:?}: {e:?}", cp.cluster)).ok()
         });
         self.fetch.prefix = prefix;
@@ -292,7 +295,8 @@ impl Root {
             Err(e) => return log::warn!("apf: claiming the object counts poll failed: {e}"),
         }
         let timeout = Duration::from_nanos(u64::try_from(cm.timeout).unwrap_or(10_000_000_000));
-        match Self::get(h, &cm.cluster, &cm.authority, &cm.path, "text/plain", cm.token.as_ref(), timeout) {
+        let target = PollTarget { cluster: &cm.cluster, authority: &cm.authority, token: cm.token.as_ref(), timeout };
+        match target.get(h, &cm.path, "text/plain") {
             Ok(t) => self.counts_call = Some(t),
             Err(e) => self.record_counts(h, w, Err(format!("cannot call cluster {:?}: {e}", cm.cluster))),
         }
