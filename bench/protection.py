@@ -56,6 +56,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -184,8 +185,13 @@ class StandIn:
                                    timeout=30, what="the stand-in's port"))
 
     def get(self, path: str) -> dict:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as r:
-            return json.loads(r.read())
+        """A control endpoint; while the stand-in restarts after a death (it refuses
+        connections), waits for it to come back."""
+        def once():
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as r:
+                return json.loads(r.read())
+        return wait_until(once, timeout=Model().restart_s + 20, interval=0.1,
+                          what=f"the stand-in's {path}")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -359,9 +365,12 @@ def summarize(records, model_stats: dict, series: list, t_from: float, t_to: flo
     for cls in CLASSES:
         rs = [r for r in win if r[0] == cls]
         ok = [r for r in rs if r[3] == 200]
+        # Latency percentiles over every request, a failed one counting as never served
+        # (infinite): "p99 ≤ 1 s" means 99 % of them succeeded within 1 s.
+        lat = [r[2] if r[3] == 200 else float("inf") for r in rs]
         out[cls] = {"requests": len(rs), "ok": len(ok), "ok_pct": 100.0 * len(ok) / len(rs) if rs else float("nan"),
-                    "p50_s": pct([r[2] for r in rs], 0.50), "p99_s": pct([r[2] for r in rs], 0.99),
-                    "max_s": max((r[2] for r in rs), default=float("nan")),
+                    "p50_s": pct(lat, 0.50), "p99_s": pct(lat, 0.99),
+                    "max_s": max(lat, default=float("nan")),
                     "status_429": sum(1 for r in rs if r[3] == 429),
                     "other_failures": sum(1 for r in rs if r[3] not in (200, 429))}
     dur = max(1e-9, t_to - t_from)
@@ -386,7 +395,7 @@ def time_series(records, offset: float, seconds: int) -> dict:
             buckets[k].append(r)
     for rs in buckets:
         hb = [r for r in rs if r[0] == "node"]
-        lat = [r[2] for r in hb]
+        lat = [r[2] for r in hb if r[3] == 200]
         b["hb_p50"].append(pct(lat, 0.5))
         b["hb_p99"].append(pct(lat, 0.99))
         b["hb_max"].append(max(lat, default=float("nan")))
@@ -446,6 +455,8 @@ def fmt_pct(v: float) -> str:
 
 
 def fmt_s(v: float) -> str:
+    if v == float("inf"):
+        return "failed"
     return "–" if v != v else f"{v * 1000:.0f} ms" if v < 1 else f"{v:.1f} s"
 
 
@@ -471,24 +482,27 @@ def plot(results: list[dict], scenario: str, path: Path, args) -> None:
     import matplotlib.pyplot as plt
 
     m = Model()
-    fig, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
+    fig, axes = plt.subplots(4, 1, figsize=(10, 11), sharex=True,
+                             gridspec_kw={"height_ratios": [3, 1.6, 3, 3]})
     for r in results:
         g, color = r["gateway"], COLORS.get(r["gateway"], None)
         t = [x + 0.5 for x in r["series"]["t"]]
         axes[0].plot(t, r["series"]["hb_p99"], color=color, label=g, lw=1.4)
+        axes[1].plot(t, r["series"]["hb_fail"], color=color, label=g, lw=1.2)
         ms = r["model_series"]
-        axes[1].plot([s[0] for s in ms], [s[2] / 1e9 for s in ms], color=color, label=g, lw=1.4)
-        axes[2].plot([s[0] for s in ms], [s[1] for s in ms], color=color, label=g, lw=1.2)
+        axes[2].plot([s[0] for s in ms], [s[2] / 1e9 for s in ms], color=color, label=g, lw=1.4)
+        axes[3].plot([s[0] for s in ms], [s[1] for s in ms], color=color, label=g, lw=1.2)
         deaths = [d - r["model_t0"] for d in r["summary"]["death_times"]]
-        axes[1].plot(deaths, [m.memory_limit_bytes / 1e9] * len(deaths), "x", color=color, ms=7)
+        axes[2].plot(deaths, [m.memory_limit_bytes / 1e9] * len(deaths), "x", color=color, ms=7)
     axes[0].set_yscale("log")
-    axes[0].set_ylabel("heartbeat latency, s\n(p99 per second)")
+    axes[0].set_ylabel("heartbeat latency, s\n(p99 of those served,\nper second)")
     axes[0].axhline(1.0, color="black", ls=":", lw=0.8)
-    axes[1].axhline(m.memory_limit_bytes / 1e9, color="black", ls="--", lw=0.8)
-    axes[1].text(0.5, m.memory_limit_bytes / 1e9, " memory limit (OOM kill)", va="bottom", fontsize=8)
-    axes[1].set_ylabel("stand-in memory, GB")
-    axes[2].set_ylabel("requests in flight\nat the stand-in")
-    axes[2].set_xlabel("seconds")
+    axes[1].set_ylabel("heartbeats\nfailed per second")
+    axes[2].axhline(m.memory_limit_bytes / 1e9, color="black", ls="--", lw=0.8)
+    axes[2].text(0.5, m.memory_limit_bytes / 1e9, " memory limit (OOM kill: x)", va="bottom", fontsize=8)
+    axes[2].set_ylabel("stand-in memory, GB")
+    axes[3].set_ylabel("requests in flight\nat the stand-in")
+    axes[3].set_xlabel("seconds")
     for ax in axes:
         ax.axvspan(args.calm, args.calm + args.seconds, color="#f2d0d0", alpha=0.25, lw=0)
         ax.grid(True, alpha=0.3)
@@ -588,7 +602,8 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="apf-protection-"))
     ver = subprocess.run([envoy_bin, "--version"], capture_output=True, text=True).stdout
-    envoy_version = ver.split("/")[1] if ver.count("/") >= 2 else "?"
+    mv = re.search(r"/(\d+\.\d+\.\d+)/", ver)
+    envoy_version = mv.group(1) if mv else "?"
     for scenario in args.scenarios:
         results = []
         for gw in args.gateway_list:
