@@ -176,6 +176,7 @@ def envoy_config(gateway: str, upstream_port: int, wasm: str | None, capacity_rp
 # The stand-in
 class StandIn:
     def __init__(self, workdir: Path, name: str) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
         self.port_file = workdir / f"{name}.port"
         self.log = open(workdir / f"{name}.log", "wb")
         self.proc = subprocess.Popen([sys.executable, str(REPO / "bench" / "apiserver_model.py"),
