@@ -10,7 +10,8 @@ gateway, one after another:
   nodes        --nodes kubelets (system:node:node-N in system:nodes), each renewing its lease
                (PUT .../namespaces/kube-node-lease/leases/node-N) every 10 s, timeout 10 s
   controllers  --controllers service accounts of kube-system, each a closed loop of GET then
-               PUT of a pod, 0.2 s apart, timeout 10 s
+               PUT of a pod, 0.2 s apart, timeout 10 s, and a relist (a cluster-wide LIST of
+               pods, timeout 60 s) every --relist-period seconds
   users        --users ordinary users (system:authenticated), each a closed loop of a LIST of
                one namespace's pods or a GET, 1 s apart, timeout 30 s
   storm        from --calm seconds on, for --seconds: cluster-wide LISTs of pods
@@ -28,6 +29,10 @@ Gateways (--gateways, comma-separated):
   ratelimit-per-user    the same plus a bucket per X-Remote-User (dynamic descriptors) at
                         20 req/s, burst 30: kube-controller-manager's own client QPS and burst,
                         the busiest client a cluster runs by default
+  ratelimit-lists       the global bucket plus one for cluster-wide LISTs of pods only (GET
+                        /api/v1/pods) at the rate the stand-in's memory holds with a 2× margin:
+                        what an operator who knows which request is expensive, and what it costs
+                        in this cluster, would write (--list-rate)
   adaptive-concurrency  adaptive_concurrency, gradient controller with Envoy's defaults
   admission-control     admission_control, 5xx as failures, Envoy's defaults (30 s window,
                         95 % success threshold, at most 80 % rejected)
@@ -73,12 +78,12 @@ from apiserver_model import Model  # noqa: E402
 from envoy_template import gateway_config  # noqa: E402
 from envoyproc import EnvoyProcess, find_envoy, wait_until  # noqa: E402
 
-GATEWAYS = ["none", "ratelimit", "ratelimit-per-user", "adaptive-concurrency", "admission-control",
-            "apf-wasm"]
+GATEWAYS = ["none", "ratelimit", "ratelimit-per-user", "ratelimit-lists", "adaptive-concurrency",
+            "admission-control", "apf-wasm"]
 SCENARIOS = ["storm", "daemonset"]
-COLORS = {"none": "#7f7f7f", "ratelimit": "#ff7f0e", "ratelimit-per-user": "#d62728",
+COLORS = {"none": "#7f7f7f", "ratelimit": "#ff7f0e", "ratelimit-per-user": "#d62728", "ratelimit-lists": "#1f77b4",
           "adaptive-concurrency": "#9467bd", "admission-control": "#8c564b", "apf-wasm": "#2ca02c"}
-CLASSES = ("node", "controller", "user", "storm")
+CLASSES = ("node", "controller", "relist", "user", "storm")
 LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/"
 # Client behaviour per class: (period or think time s, timeout s).
 HEARTBEAT_PERIOD, HEARTBEAT_TIMEOUT = 10.0, 10.0
@@ -112,7 +117,14 @@ def ordinary_capacity_rps(m: Model, nodes: int, controllers: int, users: int) ->
     return m.cores / (sum(r * c for r, c in mix) / rate)
 
 
-def local_ratelimit(capacity_rps: float, per_user: bool) -> dict:
+def list_rate(m: Model) -> float:
+    """Cluster-wide pod LISTs per second that the stand-in holds with a 2× margin: the LISTs
+    that fit in its memory headroom at once, ÷ a LIST's duration on one core, ÷ 2."""
+    at_once = (m.memory_limit_bytes - m.baseline_memory_bytes) // m.list_memory(m.pods)
+    return at_once / m.list_cpu(m.pods) / 2
+
+
+def local_ratelimit(capacity_rps: float, per_user: bool, list_rps: float | None = None) -> dict:
     tokens = max(1, int(capacity_rps))
     cfg: dict = {
         "@type": LRL_TYPE,
@@ -129,6 +141,16 @@ def local_ratelimit(capacity_rps: float, per_user: bool) -> dict:
             "header_name": "x-remote-user", "descriptor_key": "user"}}]}]
         cfg["descriptors"] = [{"entries": [{"key": "user", "value": ""}], "token_bucket": {
             "max_tokens": PER_USER_BURST, "tokens_per_fill": PER_USER_QPS, "fill_interval": "1s"}}]
+    if list_rps:
+        # Cluster-wide LISTs of pods get a bucket of their own (every client together).
+        n = max(1, round(list_rps))
+        cfg["rate_limits"] = [{"actions": [{"header_value_match": {
+            "descriptor_key": "request", "descriptor_value": "cluster-pod-list", "headers": [
+                {"name": ":method", "string_match": {"exact": "GET"}},
+                {"name": ":path", "string_match": {"safe_regex": {"regex": r"^/api/v1/pods(\?.*)?$"}}}]}}]}]
+        cfg["descriptors"] = [{"entries": [{"key": "request", "value": "cluster-pod-list"}],
+                               "token_bucket": {"max_tokens": n, "tokens_per_fill": n,
+                                                "fill_interval": "1s"}}]
     return {"name": "envoy.filters.http.local_ratelimit", "typed_config": cfg}
 
 
@@ -167,6 +189,7 @@ def envoy_config(gateway: str, upstream_port: int, wasm: str | None, capacity_rp
                               plugin_config=apf_config(), http_filter="wasm")
     extra = {"none": [], "ratelimit": [local_ratelimit(capacity_rps, False)],
              "ratelimit-per-user": [local_ratelimit(capacity_rps, True)],
+             "ratelimit-lists": [local_ratelimit(capacity_rps, False, list_rate(Model()))],
              "adaptive-concurrency": [adaptive_concurrency()],
              "admission-control": [admission_control()]}[gateway]
     return gateway_config(upstream_port=upstream_port, http_filter="none", extra_filters=extra)
@@ -296,9 +319,16 @@ class Traffic:
                    ("system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"))
         body = b'{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}'
         k = 0
+        period = self.args.relist_period
+        relist = self.t0 + self.rng.uniform(0, period) if period > 0 else float("inf")
         if not await self.sleep_until(self.t0 + self.rng.uniform(0, CONTROLLER_THINK)):
             return
         while time.monotonic() < self.end:
+            if time.monotonic() >= relist:
+                # An informer's relist: a cluster-wide LIST of pods.
+                await self.call("relist", c, "GET", "/api/v1/pods", STORM_TIMEOUT)
+                relist += period
+                continue
             k += 1
             path = f"/api/v1/namespaces/ns-{(i * 31 + k) % 1000}/pods/pod-{k % 100}"
             if k % 2:
@@ -462,14 +492,15 @@ def fmt_s(v: float) -> str:
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| gateway | heartbeats ok | heartbeat p50 / p99 | controllers ok | users ok | "
-             "storm LISTs served/s | storm 429s | stand-in peak memory | deaths | goodput req/s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| gateway | heartbeats ok | heartbeat p50 / p99 | controllers ok | controller relists ok | "
+             "users ok | storm LISTs served/s | storm 429s | stand-in peak memory | deaths | goodput req/s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         s = r["summary"]
         lines.append(
             f"| {r['gateway']} | {fmt_pct(s['node']['ok_pct'])} | {fmt_s(s['node']['p50_s'])} / "
             f"{fmt_s(s['node']['p99_s'])} | {fmt_pct(s['controller']['ok_pct'])} | "
+            f"{s['relist']['ok']} of {s['relist']['requests']} | "
             f"{fmt_pct(s['user']['ok_pct'])} | {s['storm_served_per_s']:.2f} | "
             f"{s['storm']['status_429']} | {s['peak_memory_gb']:.0f} GB | {s['deaths']} | "
             f"{s['goodput_rps']:.0f} |")
@@ -572,6 +603,9 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--calm", type=float, default=10.0, help="seconds of ordinary traffic before the storm")
     ap.add_argument("--nodes", type=int, default=1000, help="kubelets renewing a lease every 10 s")
     ap.add_argument("--controllers", type=int, default=20, help="kube-system service accounts")
+    ap.add_argument("--relist-period", type=float, default=60.0,
+                    help="seconds between a controller's relists (cluster-wide LISTs of pods; "
+                         "0: none)")
     ap.add_argument("--users", type=int, default=10, help="ordinary users")
     ap.add_argument("--storm-connections", type=int, default=50,
                     help="scenario storm: the runaway service account's connections")
@@ -620,7 +654,8 @@ def main() -> int:
         header = (f"Scenario {scenario}: Envoy {envoy_version} (2 workers), {args.calm:g} s calm then "
                   f"{args.seconds:g} s storm per gateway, each against a fresh stand-in ({m.cores:g} "
                   f"cores, {m.memory_limit_bytes / 1e9:g} GB, {m.pods} pods); {args.nodes} nodes, "
-                  f"{args.controllers} controllers, {args.users} users; "
+                  f"{args.controllers} controllers (a relist every {args.relist_period:g} s each), "
+                  f"{args.users} users; "
                   + (f"storm: one service account, {args.storm_connections} connections"
                      if scenario == "storm" else
                      f"storm: {args.nodes} identities, one LIST each every {args.daemonset_period:g} s")

@@ -36,6 +36,7 @@ def test_storm_behind_apf_keeps_the_apiserver_up(wasm_module, envoy_bin, tmp_pat
     assert s["node"]["requests"] >= 600, s["node"]
     assert s["node"]["ok_pct"] >= 99.0, f"heartbeats: {s['node']}"
     assert s["controller"]["ok_pct"] >= 99.0, f"controllers: {s['controller']}"
+    assert s["relist"]["ok"] == s["relist"]["requests"], f"controller relists: {s['relist']}"
     assert s["storm"]["ok"] > 0, f"the storm was starved to zero: {s['storm']}"
     assert s["storm"]["status_429"] > 0, f"the storm was never limited: {s['storm']}"
 
