@@ -542,7 +542,9 @@ def plot(results: list[dict], scenario: str, path: Path, args) -> None:
             f"{args.storm_connections} connections" if scenario == "storm" else
             f"{args.nodes} identities (a DaemonSet) each LISTing all pods every {args.daemonset_period:g} s")
     axes[0].set_title(f"Storm from {args.calm:g} s (shaded): {what}\n{args.nodes} nodes' heartbeats, "
-                      f"{args.controllers} controllers, {args.users} users; stand-in "
+                      f"{args.controllers} controllers"
+                      + (f" (a relist every {args.relist_period:g} s)" if args.relist_period > 0 else "")
+                      + f", {args.users} users; stand-in "
                       f"{m.cores:g} cores, {m.memory_limit_bytes / 1e9:g} GB, {m.pods // 1000}k pods",
                       fontsize=10)
     axes[0].legend(loc="upper left", fontsize=8, ncol=3)
@@ -654,8 +656,10 @@ def main() -> int:
         header = (f"Scenario {scenario}: Envoy {envoy_version} (2 workers), {args.calm:g} s calm then "
                   f"{args.seconds:g} s storm per gateway, each against a fresh stand-in ({m.cores:g} "
                   f"cores, {m.memory_limit_bytes / 1e9:g} GB, {m.pods} pods); {args.nodes} nodes, "
-                  f"{args.controllers} controllers (a relist every {args.relist_period:g} s each), "
-                  f"{args.users} users; "
+                  f"{args.controllers} controllers ("
+                  + (f"a relist every {args.relist_period:g} s each), " if args.relist_period > 0
+                     else "no relists), ")
+                  + f"{args.users} users; "
                   + (f"storm: one service account, {args.storm_connections} connections"
                      if scenario == "storm" else
                      f"storm: {args.nodes} identities, one LIST each every {args.daemonset_period:g} s")
