@@ -389,7 +389,7 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(len(xs) * q))]
 
 
-def summarize(records, model_stats: dict, series: list, t_from: float, t_to: float) -> dict:
+def summarize(records, model_stats: dict, t_from: float, t_to: float) -> dict:
     """Headline numbers over requests started in [t_from, t_to)."""
     win = [r for r in records if t_from <= r[1] < t_to]
     out: dict = {}
@@ -467,8 +467,8 @@ def run_gateway(gateway: str, scenario: str, args, envoy_bin: str, wasm: str | N
     if fatal:
         raise RuntimeError(f"{gateway}: Envoy reports a fatal filter error:\n" + "\n".join(fatal[-5:]))
     total = args.calm + args.seconds
-    summary = summarize(traffic.records, stats, series, args.calm, total)
-    summary["calm"] = summarize(traffic.records, stats, series, 0, args.calm)
+    summary = summarize(traffic.records, stats, args.calm, total)
+    summary["calm"] = summarize(traffic.records, stats, 0, args.calm)
     # The stand-in's samples, on the traffic's clock.
     model_series = [[round(s[0] - start, 2), s[1], s[2], s[3]] for s in series
                     if 0 <= s[0] - start <= total + 1]
@@ -596,11 +596,14 @@ def apf_module(arg: str | None) -> str:
 
 
 def parse_args(argv: list[str] | None = None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    class Fmt(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+        pass
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=Fmt)
     ap.add_argument("--scenario", default=",".join(SCENARIOS),
-                    help=f"comma-separated scenarios: {', '.join(SCENARIOS)} (default: both)")
+                    help=f"comma-separated scenarios: {', '.join(SCENARIOS)}")
     ap.add_argument("--gateways", default=",".join(GATEWAYS),
-                    help=f"comma-separated gateways, run in this order (default: {','.join(GATEWAYS)})")
+                    help="comma-separated gateways, run in this order")
     ap.add_argument("--seconds", type=float, default=60.0, help="the storm's length per gateway")
     ap.add_argument("--calm", type=float, default=10.0, help="seconds of ordinary traffic before the storm")
     ap.add_argument("--nodes", type=int, default=1000, help="kubelets renewing a lease every 10 s")
