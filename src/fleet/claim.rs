@@ -456,10 +456,17 @@ impl Fleet {
         let (Some((_, claims)), Some(targets)) = (self.own.as_ref(), self.targets()) else { return false };
         let in_use = self.in_use_bound();
         let at = |v: &[u32], i: usize| v.get(i).copied().unwrap_or(0);
-        self.policy.levels.iter().enumerate().filter(|(_, l)| !l.exempt).any(|(i, _)| {
+        let lowers = self.policy.levels.iter().enumerate().filter(|(_, l)| !l.exempt).any(|(i, _)| {
             let (c, t, g) = (at(claims, i), at(&targets, i), at(&self.granted, i));
-            c > t.max(at(&in_use, i)).max(g.min(t)) || t > g
-        })
+            c > t.max(at(&in_use, i)).max(g.min(t))
+        });
+        lowers || self.wants_more(&targets)
+    }
+
+    /// Whether the allocation `targets` gives a limited level more than its granted seats.
+    fn wants_more(&self, targets: &[u32]) -> bool {
+        let at = |v: &[u32], i: usize| v.get(i).copied().unwrap_or(0);
+        self.policy.levels.iter().enumerate().any(|(i, l)| !l.exempt && at(targets, i) > at(&self.granted, i))
     }
 
     /// Between rounds: lower the claims where the seats in use allow it, else read the fleet
@@ -474,16 +481,13 @@ impl Fleet {
             return Some(self.write_call(plan, now));
         }
         let targets = self.targets()?;
-        let wants = self
-            .policy
-            .levels
-            .iter()
-            .enumerate()
-            .any(|(i, l)| !l.exempt && targets.get(i).copied().unwrap_or(0) > self.granted.get(i).copied().unwrap_or(0));
-        wants.then(|| {
-            let body = RangeRequest::prefix(&self.prefix).to_json();
-            self.call(CallKind::Range, etcd::KV_RANGE, serde_json::to_vec(&body).unwrap_or_default(), now)
-        })
+        self.wants_more(&targets).then(|| self.range_call(now))
+    }
+
+    /// A read of every record under the prefix.
+    fn range_call(&mut self, now: Nanos) -> EtcdCall {
+        let body = RangeRequest::prefix(&self.prefix).to_json();
+        self.call(CallKind::Range, etcd::KV_RANGE, serde_json::to_vec(&body).unwrap_or_default(), now)
     }
 
     /// An answer to call `id`: the HTTP status (0 when there was none: a timeout, a reset) and
@@ -584,8 +588,7 @@ impl Fleet {
                 return Some(self.write_call(plan, now));
             }
         }
-        let body = RangeRequest::prefix(&self.prefix).to_json();
-        Some(self.call(CallKind::Range, etcd::KV_RANGE, serde_json::to_vec(&body).unwrap_or_default(), now))
+        Some(self.range_call(now))
     }
 
     /// After an answer: register, retry this period's write, or raise on the fresh snapshot

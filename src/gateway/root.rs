@@ -73,7 +73,6 @@ impl ClusterFetch {
     }
 }
 
-/// The timeout of the policy reads.
 /// Where a poll goes: an Envoy cluster, the `:authority`, the bearer token (if any) and the
 /// call's timeout.
 struct PollTarget<'a> {

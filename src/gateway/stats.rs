@@ -137,6 +137,17 @@ fn scalar_id(h: &dyn Host, s: &mut Series) -> Option<u32> {
     metric_id(h, id, s.kind, name)
 }
 
+/// Sets the gauges `names` (their ids in `ids`, defined on first use) to `values`; `None`
+/// leaves a gauge as it is.
+fn record_gauges(h: &dyn Host, names: &[&str], ids: &mut [Option<u32>], values: impl IntoIterator<Item = Option<u64>>) {
+    for ((name, id), value) in names.iter().zip(ids).zip(values) {
+        let Some(value) = value else { continue };
+        if let Some(id) = metric_id(h, id, StatKind::Gauge, name) {
+            h.record_metric(id, value);
+        }
+    }
+}
+
 /// Adds `deltas` to the counters `names` (their ids in `ids`, defined on the first call even at
 /// 0, so that the series exist from the start).
 fn add_to_counters(h: &dyn Host, names: &[impl AsRef<str>], ids: &mut [Option<u32>], deltas: impl IntoIterator<Item = u64>) {
@@ -185,13 +196,7 @@ impl Stats {
     /// Fleet mode, on the worker that drives it: the replicas in the fleet's last snapshot and
     /// the seconds since the last successful sync with etcd.
     pub fn set_fleet_gauges(&mut self, h: &dyn Host, replicas: u64, sync_age_seconds: Option<u64>) {
-        let values = [Some(replicas), sync_age_seconds];
-        for ((name, value), id) in FLEET_GAUGES.iter().zip(values).zip(&mut self.fleet_gauge_ids) {
-            let Some(value) = value else { continue };
-            if let Some(id) = metric_id(h, id, StatKind::Gauge, name) {
-                h.record_metric(id, value);
-            }
-        }
+        record_gauges(h, &FLEET_GAUGES, &mut self.fleet_gauge_ids, [Some(replicas), sync_age_seconds]);
     }
 
     /// Fleet mode, on the worker that drives it: this replica's seats per limited level
@@ -201,8 +206,11 @@ impl Stats {
         for (i, (lvl, value)) in c.levels.iter().zip(seats).enumerate() {
             let Some(value) = value else { continue };
             let slot = self.fleet_level_ids.entry((c.generation, i)).or_insert(None);
-            let name = format!("{FLEET_ALLOCATED_SEATS}.priority_level.{}", names::sanitize_label_value(&lvl.name));
-            if let Some(id) = metric_id(h, slot, StatKind::Gauge, &name) {
+            if slot.is_none() {
+                let name = format!("{FLEET_ALLOCATED_SEATS}.priority_level.{}", names::sanitize_label_value(&lvl.name));
+                *slot = h.define_metric(StatKind::Gauge, &name);
+            }
+            if let Some(id) = *slot {
                 h.record_metric(id, u64::from(*value));
             }
         }
@@ -210,13 +218,7 @@ impl Stats {
 
     /// Sets the cost gauges (the same value from every worker).
     pub fn set_own_gauges(&mut self, h: &dyn Host, stale_resources: u64, age_seconds: Option<u64>) {
-        let values = [Some(stale_resources), age_seconds];
-        for ((name, value), id) in OWN_GAUGES.iter().zip(values).zip(&mut self.own_gauge_ids) {
-            let Some(value) = value else { continue };
-            if let Some(id) = metric_id(h, id, StatKind::Gauge, name) {
-                h.record_metric(id, value);
-            }
-        }
+        record_gauges(h, &OWN_GAUGES, &mut self.own_gauge_ids, [Some(stale_resources), age_seconds]);
     }
 
     /// Pushes accumulated deltas to the host.

@@ -123,6 +123,21 @@ pub struct Counters {
     pub no_accommodation: u64,
 }
 
+impl Counters {
+    /// Every counter, in the order of the fields (the codec's order).
+    pub fn values(&self) -> [u64; 7] {
+        [
+            self.dispatched,
+            self.rejected_queue_full,
+            self.rejected_concurrency_limit,
+            self.timed_out,
+            self.epoch_advances,
+            self.epoch_advance_failures,
+            self.no_accommodation,
+        ]
+    }
+}
+
 /// Key of a queue in receipts, aggregates and lingers (indices are below 2^26).
 fn qkey(index: u32) -> i32 {
     i32::try_from(index).unwrap_or(i32::MAX)
