@@ -188,7 +188,7 @@ fn live_lists(n: u32) -> (String, String) {
             item["metadata"]["resourceVersion"] = json!(format!("{}", 9000 + n));
             item["metadata"]["generation"] = json!(1);
             item["metadata"]["managedFields"] = json!([{"manager": "api-priority-and-fairness-config-consumer-v1", "operation": "Update", "time": format!("2026-11-28T06:{:02}:00Z", n % 60)}]);
-            item["status"] = json!({"conditions": [{"type": "Dangling", "status": if n % 2 == 0 { "False" } else { "True" },
+            item["status"] = json!({"conditions": [{"type": "Dangling", "status": if n.is_multiple_of(2) { "False" } else { "True" },
                 "lastTransitionTime": format!("2026-11-28T06:{:02}:00Z", n % 60), "reason": format!("R{n}"), "message": format!("read {n}")}]});
         }
         v.to_string()
