@@ -111,8 +111,9 @@ cmd_certs() {
     openssl pkey -in jwt.key -pubout -out jwt.pub
     say "jwt.key, jwt.pub: the token signing key"
   fi
-  [[ -s root.password ]] || openssl rand -hex 24 >root.password
-  [[ -s fleet.password ]] || openssl rand -hex 24 >fleet.password
+  # No trailing newline: the Secrets take the files as they are.
+  [[ -s root.password ]] || openssl rand -hex 24 | tr -d '\n' >root.password
+  [[ -s fleet.password ]] || openssl rand -hex 24 | tr -d '\n' >fleet.password
   chmod 600 ./*.key ./*.password
 }
 
