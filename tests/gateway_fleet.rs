@@ -469,8 +469,8 @@ fn a_leaving_replica_gives_its_seats_to_the_others_within_a_period() {
     }
     assert_eq!(world.dump(0)["mode"], "Leaving");
     let (_, r) = world.record(0).expect("still registered while requests run");
-    assert_eq!(r.levels["lvl"].granted, 0);
     assert_eq!(r.levels["lvl"].claim as usize, world.executing(0), "claims follow the seats in use");
+    assert_eq!(r.levels["lvl"].granted as usize, world.executing(0), "and so do the granted seats");
     // Its requests finish: the record goes, and replica 1 takes the seats within a period.
     world.finish_all(0);
     let mut steps = 0;

@@ -1055,9 +1055,9 @@ impl Fleet {
     }
 
     /// Leave the fleet gracefully: call on every tick once asked to (idempotent). From the
-    /// first call on the replica admits nothing new on limited levels (limits and granted seats
-    /// 0), publishes no demand and claims only the seats still in use, lowered as they drain
-    /// (the others raise into the freed seats at their next read). Once nothing is in use, or
+    /// first call on the replica admits nothing new on limited levels (limits 0, no raise),
+    /// publishes no demand, and its record's claims and granted seats come down to the seats
+    /// still in use as they drain (the others raise into the freed seats at their next read). Once nothing is in use, or
     /// after `leaseTtl` at most, the lease is revoked ([`Fleet::leave`]); returns that call.
     pub fn leave_gracefully(&mut self, now: Nanos) -> Vec<EtcdCall> {
         if self.left {
@@ -1066,7 +1066,6 @@ impl Fleet {
         if self.leaving.is_none() {
             log::info!("fleet {}: leaving: admitting nothing new, claims follow the seats in use", self.id);
             self.leaving = Some(now);
-            self.granted.iter_mut().for_each(|g| *g = 0);
             self.refresh(now);
         }
         let since = self.leaving.unwrap_or(now);
