@@ -191,12 +191,12 @@ impl World {
         }
     }
 
-    /// `POST /apf-wasm/fleet/leave` on worker 0 of process `p` from `peer`: the reply, if the
-    /// gateway answered.
-    fn leave(&mut self, p: usize, peer: &str) -> Option<mock_host::Reply> {
+    /// `POST /apf-wasm/fleet/leave` on worker 0 of process `p` from `peer` to `local` (the
+    /// connection's addresses): the reply, if the gateway answered.
+    fn leave(&mut self, p: usize, peer: &str, local: &str) -> Option<mock_host::Reply> {
         let h = [(":method", "POST"), (":path", "/apf-wasm/fleet/leave"), (":authority", "localhost")];
         let node = &mut self.procs[p].nodes[0];
-        let (ctx, _) = node.request(&h, &[("source.address", peer.as_bytes())]);
+        let (ctx, _) = node.request(&h, &[("source.address", peer.as_bytes()), ("destination.address", local.as_bytes())]);
         let reply = node.stream(ctx).reply;
         node.close(ctx);
         reply
@@ -452,14 +452,22 @@ fn a_leaving_replica_gives_its_seats_to_the_others_within_a_period() {
     let (on_0, on_1) = (world.executing(0), world.executing(1));
     assert!(on_0 > 0 && on_1 > 0, "{on_0} and {on_1}");
     // A remote peer cannot make a replica leave.
-    let refused = world.leave(0, "10.1.2.3:4567").expect("answered");
-    assert_eq!(refused.status, 403, "{refused:?}");
-    let reply = world.leave(0, "127.0.0.1:4567").expect("answered");
+    for (peer, local) in [("10.1.2.3:4567", "10.0.0.7:6443"), ("10.1.2.3:4567", "127.0.0.1:6443"), ("127.0.0.1:4567", "10.0.0.7:6443")] {
+        // A remote peer, or a loopback source on a connection to the pod's address (a
+        // forwarded-for address taken as the peer).
+        let refused = world.leave(0, peer, local).expect("answered");
+        assert_eq!(refused.status, 403, "{peer} → {local}: {refused:?}");
+    }
+    for _ in 0..5 {
+        world.step();
+    }
+    assert_eq!(world.driver(0).feed.fleet().mode(), apf_wasm::fleet::FleetMode::Synced, "a refused request changes nothing");
+    let reply = world.leave(0, "127.0.0.1:4567", "127.0.0.1:6443").expect("answered");
     assert_eq!(reply.status, 200, "{reply:?}");
     let body: serde_json::Value = serde_json::from_str(&reply.body).unwrap();
     assert_eq!(body["leaving"], true);
     assert_eq!(body["alreadyLeaving"], false);
-    let again: serde_json::Value = serde_json::from_str(&world.leave(0, "[::1]:4567").unwrap().body).unwrap();
+    let again: serde_json::Value = serde_json::from_str(&world.leave(0, "[::1]:4567", "[::1]:6443").unwrap().body).unwrap();
     assert_eq!(again["alreadyLeaving"], true, "idempotent");
     // Nothing new admitted; the claims come down to the seats still in use.
     for _ in 0..30 {

@@ -294,12 +294,15 @@ fn leave_requested(h: &dyn Host) -> bool {
     h.store().get(LEAVING_KEY).is_ok_and(|(v, _)| v.is_some_and(|b| !b.is_empty()))
 }
 
-/// `POST /apf-wasm/fleet/leave` from `peer` (fleet mode on): a loopback peer makes this
-/// process's replica leave the fleet gracefully (the driver, whichever worker holds the role,
-/// acts on its next tick); anyone else is refused. Idempotent. The status and JSON body.
-pub fn leave_request(h: &dyn Host, peer: Option<std::net::IpAddr>, now: Nanos) -> (u32, String) {
-    if !peer.is_some_and(|p| p.to_canonical().is_loopback()) {
-        log::warn!("apf: fleet: a leave request from {peer:?} refused (loopback only)");
+/// `POST /apf-wasm/fleet/leave` (fleet mode on) on a connection whose two ends (`source` and
+/// `destination` addresses) are loopback: this process's replica leaves the fleet gracefully
+/// (the driver, whichever worker holds the role, acts on its next tick). Anything else is
+/// refused: the destination cannot be spoofed by a remote client, the source can be with
+/// `X-Forwarded-For` when the listener does not set `use_remote_address`. Idempotent. The
+/// status and JSON body.
+pub fn leave_request(h: &dyn Host, ends: [Option<std::net::IpAddr>; 2], now: Nanos) -> (u32, String) {
+    if !ends.iter().all(|a| a.is_some_and(|a| a.to_canonical().is_loopback())) {
+        log::warn!("apf: fleet: a leave request on a connection {ends:?} refused (loopback only)");
         return (403, "{\"error\": \"the fleet leave request is accepted from loopback only\"}\n".to_string());
     }
     let r = engine::store::update::<bool, engine::EngineError>(h.store(), LEAVING_KEY, engine::MAX_CAS_TRIES, |cur| match cur {

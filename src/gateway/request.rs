@@ -83,8 +83,8 @@ impl Request {
         let cluster = |group: &str, resource: &str| cluster_lookup(c, counts, group, resource, now);
         let Digested { remove, add, refuse, dump, leave, digest: d } = digest_request(h, c, &cluster);
         if leave && c.config.fleet.is_some() {
-            let peer = h.property(&["source", "address"]).and_then(|b| parse_peer(&b));
-            let (status, body) = super::fleet::leave_request(h, peer, now);
+            let ends = [["source", "address"], ["destination", "address"]].map(|p| h.property(&p).and_then(|b| parse_peer(&b)));
+            let (status, body) = super::fleet::leave_request(h, ends, now);
             h.send_response(status, &[("content-type", b"application/json"), ("x-content-type-options", b"nosniff")], body.as_bytes());
             return Action::Pause;
         }
