@@ -9,6 +9,10 @@
 //! replies back, and applies the fleet's limits to the levels whenever they change. The feeding
 //! and applying are [`crate::fleet::FleetFeed`]'s (the simulator runs the same); this module
 //! adds the driver role, the replica id and the HTTP calls.
+//!
+//! A reload with the same `fleet` object re-plans the running fleet's levels in place (same
+//! lease and record); `POST /apf-wasm/fleet/leave` on a loopback connection makes the replica
+//! leave the fleet gracefully ([`leave_request`]; `docs/fleet.md`, "In the gateway").
 
 use super::host::{pairs, Body, HeaderMap, Host};
 use super::stats::Own;
