@@ -87,6 +87,10 @@ pub enum FleetMode {
     /// etcd unreachable for as long as the lease may live: the static share, under the last
     /// claims and granted seats.
     Fallback,
+    /// Leaving the fleet gracefully ([`Fleet::leave_gracefully`]): nothing new admitted on
+    /// limited levels, the claims lowered to the seats in use as they drain, then the lease
+    /// revoked.
+    Leaving,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,6 +203,11 @@ pub struct Fleet {
     last_sync: Option<Nanos>,
     sync_failures: u64,
     left: bool,
+    /// Since when the replica is leaving gracefully.
+    leaving: Option<Nanos>,
+    /// Limited levels a new policy removed, with the seats that may still be in use on them:
+    /// claimed in the record (outside the policy's levels) until they drain.
+    draining: Vec<(String, u32)>,
 }
 
 fn limited(policy: &FleetPolicy) -> impl Iterator<Item = bool> + '_ {
@@ -255,6 +264,8 @@ impl Fleet {
             sync_failures: 0,
             policy,
             left: false,
+            leaving: None,
+            draining: Vec::new(),
         })
     }
 
@@ -347,6 +358,9 @@ impl Fleet {
 
     /// This replica's seats in the latest allocation.
     pub fn targets(&self) -> Option<Vec<u32>> {
+        if self.leaving.is_some() {
+            return Some(vec![0; self.policy.levels.len()]);
+        }
         self.allocation.as_ref().and_then(|a| a.seats_of(&self.id))
     }
 
@@ -460,7 +474,7 @@ impl Fleet {
             let (c, t, g) = (at(claims, i), at(&targets, i), at(&self.granted, i));
             c > t.max(at(&in_use, i)).max(g.min(t))
         });
-        lowers || self.wants_more(&targets)
+        lowers || self.wants_more(&targets) || self.draining_lowers()
     }
 
     /// Whether the allocation `targets` gives a limited level more than its granted seats.
@@ -817,7 +831,7 @@ impl Fleet {
     fn plan(&self, raise: bool) -> Option<Plan> {
         let snap = self.snapshot.as_ref()?;
         let present = self.own.is_some();
-        let raise = raise || !present;
+        let raise = (raise || !present) && self.leaving.is_none();
         let in_use = self.in_use_bound();
         let n = self.policy.levels.len();
         let mut record = Record {
@@ -830,22 +844,27 @@ impl Fleet {
                 .iter()
                 .enumerate()
                 .map(|(i, l)| {
-                    let demand = self.demand.get(i).copied().unwrap_or_default();
+                    // A leaving replica wants nothing: the allocation gives its seats to the others.
+                    let staying = self.leaving.is_none();
+                    let demand = self.demand.get(i).copied().filter(|_| staying).unwrap_or_default();
                     let record = LevelRecord {
                         demand,
                         in_use: self.in_use.get(i).copied().unwrap_or(0),
-                        wide: self.wide.get(i).copied().unwrap_or(0),
-                        wide_since: self.wide_since.get(i).copied().unwrap_or(0),
+                        wide: self.wide.get(i).copied().filter(|_| staying).unwrap_or(0),
+                        wide_since: self.wide_since.get(i).copied().filter(|_| staying).unwrap_or(0),
                         ..LevelRecord::default()
                     };
                     (l.name.clone(), record)
                 })
                 .collect(),
         };
+        for (name, seats) in &self.draining {
+            record.levels.entry(name.clone()).or_default().claim = *seats;
+        }
         // The state this write creates, and its allocation.
         let after = snap.with_record(&self.id, record.clone());
         let alloc = after.allocate(&self.policy);
-        let target = alloc.seats_of(&self.id).unwrap_or_else(|| vec![0; n]);
+        let target = alloc.seats_of(&self.id).filter(|_| self.leaving.is_none()).unwrap_or_else(|| vec![0; n]);
         let others = after.others_claims(&self.policy, &self.id);
         let zeros = vec![0u32; n];
         let current: &[u32] = self.own.as_ref().map_or(&zeros, |(_, c)| c);
@@ -870,7 +889,8 @@ impl Fleet {
             }
         }
         // The total over all levels must fit the fleet's Σ CurrentCL: trim raises, last levels first.
-        let total = granted.iter().map(|&g| u64::from(g)).sum::<u64>().saturating_add(others.total);
+        let draining = self.draining.iter().map(|(_, s)| u64::from(*s)).sum::<u64>();
+        let total = granted.iter().map(|&g| u64::from(g)).sum::<u64>().saturating_add(others.total).saturating_add(draining);
         let mut excess = total.saturating_sub(alloc.limited_total());
         for (i, g2) in granted.iter_mut().enumerate().rev() {
             let raised = g2.saturating_sub(at(old_granted, i));
@@ -890,7 +910,7 @@ impl Fleet {
                 at(&in_use, i).max(at(&granted, i)).max(at(current, i).min(at(&target, i)))
             })
             .collect();
-        for (i, l) in self.policy.levels.iter().enumerate() {
+        for (i, l) in self.policy.levels.iter().enumerate().filter(|(_, l)| !l.exempt) {
             if let Some(lr) = record.levels.get_mut(&l.name) {
                 lr.claim = at(&claims, i);
                 lr.granted = at(&granted, i);
@@ -905,6 +925,9 @@ impl Fleet {
     }
 
     fn compute_mode(&self, now: Nanos) -> FleetMode {
+        if self.leaving.is_some() {
+            return FleetMode::Leaving;
+        }
         let trusted = self.lease.is_some() && self.lease_deadline().is_some_and(|d| now < d);
         // Unable to register again for as long as a lease may live: as if cut off.
         let rejoin_failed = self.lost_at.is_some_and(|t| now >= t.saturating_add(self.config.lease_ttl).saturating_sub(self.config.period));
@@ -923,7 +946,7 @@ impl Fleet {
         self.mode = self.compute_mode(now);
         let floor = self.claim_floor().unwrap_or_else(|| vec![0; self.policy.levels.len()]);
         let cap: Vec<u32> = match self.mode {
-            FleetMode::Joining => vec![0; self.policy.levels.len()],
+            FleetMode::Joining | FleetMode::Leaving => vec![0; self.policy.levels.len()],
             FleetMode::Synced => self.targets().unwrap_or_else(|| floor.clone()),
             FleetMode::Fallback => self.static_shares(),
         };
@@ -951,4 +974,114 @@ impl Fleet {
             }
         }
     }
+
+    // -----------------------------------------------------------------------------------------
+    // a new policy, leaving
+
+    /// A new policy (levels, fleet limit) for the same fleet: the lease and the record stay,
+    /// and every level's state (limits, claims, granted seats, demand, wide need, the limits'
+    /// history) carries over by name. A new level starts with no seats, raised by the next
+    /// round's transaction; a limited level the policy removes (or makes exempt) stays claimed,
+    /// outside the policy's levels, with the seats that may still be in use on it, until they
+    /// drain ([`Fleet::set_draining_in_use`]). The new allocation lowers limits at once; raises
+    /// only ever come from a transaction.
+    pub fn set_policy(&mut self, policy: FleetPolicy, now: Nanos) {
+        let bound = self.in_use_bound();
+        let old = std::mem::replace(&mut self.policy, policy);
+        let map: Vec<Option<usize>> = self.policy.levels.iter().map(|l| old.index(&l.name)).collect();
+        let new = &self.policy;
+        for (i, l) in old.levels.iter().enumerate().filter(|(_, l)| !l.exempt) {
+            let seats = bound.get(i).copied().unwrap_or(0);
+            if seats > 0 && new.index(&l.name).is_none_or(|j| new.levels.get(j).is_some_and(|n| n.exempt)) {
+                self.draining.push((l.name.clone(), seats));
+            }
+        }
+        let limits_of = |v: &[Option<u32>]| -> Vec<Option<u32>> {
+            new.levels.iter().zip(remap(v, &map, None)).map(|(l, x)| (!l.exempt).then(|| x.unwrap_or(0))).collect()
+        };
+        self.limits = limits_of(&self.limits);
+        self.history = self.history.iter().map(|(g, l)| (*g, limits_of(l))).collect();
+        self.demand = remap(&self.demand, &map, SeatDemandStats::default());
+        self.wide = remap(&self.wide, &map, 0);
+        self.wide_since = remap(&self.wide_since, &map, 0);
+        self.in_use = remap(&self.in_use, &map, 0);
+        self.granted = remap(&self.granted, &map, 0);
+        self.own = self.own.take().map(|(m, c)| (m, remap(&c, &map, 0)));
+        self.last_claims = self.last_claims.take().map(|c| remap(&c, &map, 0));
+        for p in &mut self.pending {
+            p.claims = remap(&p.claims, &map, 0);
+            p.granted = remap(&p.granted, &map, 0);
+        }
+        // A level limited again: what may still be in use on it counts as in use.
+        let (policy, mut back) = (&self.policy, Vec::new());
+        self.draining.retain(|(n, s)| match policy.index(n).filter(|&i| policy.levels.get(i).is_some_and(|l| !l.exempt)) {
+            Some(i) => {
+                back.push((i, *s));
+                false
+            }
+            None => true,
+        });
+        for (i, seats) in back {
+            if let Some(u) = self.in_use.get_mut(i) {
+                *u = (*u).max(seats);
+            }
+        }
+        self.allocation = self.snapshot.as_ref().map(|s| s.allocate(&self.policy));
+        self.generation = self.generation.wrapping_add(1);
+        self.history.push((self.generation, self.limits.clone()));
+        self.refresh(now);
+    }
+
+    /// The limited levels a new policy removed whose seats may still be in use.
+    pub fn draining_levels(&self) -> impl Iterator<Item = &str> + '_ {
+        self.draining.iter().map(|(n, _)| n.as_str())
+    }
+
+    /// The seats that may be in use on a removed level now (in use, plus its limit while
+    /// requests wait); its claim only comes down, and the level leaves the record at 0.
+    pub fn set_draining_in_use(&mut self, level: &str, seats: u32) {
+        for (_, s) in self.draining.iter_mut().filter(|(n, _)| n == level) {
+            *s = (*s).min(seats);
+        }
+        self.draining.retain(|(_, s)| *s > 0);
+    }
+
+    /// Whether a removed level's claim in etcd is above what may still be in use on it.
+    fn draining_lowers(&self) -> bool {
+        let Some(Ok(r)) = self.snapshot.as_ref().and_then(|s| s.get(&self.id)).map(|e| e.record.as_ref()) else { return false };
+        let limited = |n: &str| self.policy.index(n).and_then(|i| self.policy.levels.get(i)).is_some_and(|l| !l.exempt);
+        let published = r.levels.iter().filter(|(n, _)| !limited(n));
+        published.into_iter().any(|(n, l)| l.claim > self.draining.iter().find(|(d, _)| d == n).map_or(0, |(_, s)| *s))
+    }
+
+    /// Leave the fleet gracefully: call on every tick once asked to (idempotent). From the
+    /// first call on the replica admits nothing new on limited levels (limits 0, no raise),
+    /// publishes no demand, and its record's claims and granted seats come down to the seats
+    /// still in use as they drain (the others raise into the freed seats at their next read). Once nothing is in use, or
+    /// after `leaseTtl` at most, the lease is revoked ([`Fleet::leave`]); returns that call.
+    pub fn leave_gracefully(&mut self, now: Nanos) -> Vec<EtcdCall> {
+        if self.left {
+            return Vec::new();
+        }
+        if self.leaving.is_none() {
+            log::info!("fleet {}: leaving: admitting nothing new, claims follow the seats in use", self.id);
+            self.leaving = Some(now);
+            self.refresh(now);
+        }
+        let since = self.leaving.unwrap_or(now);
+        let bound = self.in_use_bound();
+        let limited = self.policy.levels.iter().zip(&bound).filter(|(l, _)| !l.exempt);
+        let drained = limited.map(|(_, u)| *u).max().unwrap_or(0) == 0 && self.draining.is_empty();
+        if self.lease.is_none() || drained || now >= since.saturating_add(self.config.lease_ttl) {
+            log::info!("fleet {}: left the fleet (drained: {drained})", self.id);
+            return self.leave(now);
+        }
+        Vec::new()
+    }
+}
+
+/// `v` (in an old policy's level order) in a new policy's order: `map` names each new level's
+/// old index; a level new to the policy gets `fill`.
+fn remap<T: Clone>(v: &[T], map: &[Option<usize>], fill: T) -> Vec<T> {
+    map.iter().map(|m| m.and_then(|i| v.get(i).cloned()).unwrap_or_else(|| fill.clone())).collect()
 }
