@@ -22,8 +22,11 @@
 //!   configuration rollout in progress).
 //!
 //! Decoding is total and lenient about what it does not know (unknown fields are ignored, so a
-//! newer writer can add some); a record of a newer `format` is an error.
+//! newer writer can add some); a record of a newer `format` is an error. Decoding does not judge
+//! the numbers: [`crate::fleet::snapshot::Snapshot::checked`] ignores a record whose numbers are
+//! impossible, and one that does not decode.
 
+use super::levels::FleetPolicy;
 use crate::limits::borrowing::SeatDemandStats;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -61,10 +64,11 @@ fn finite(x: f64) -> f64 {
     }
 }
 
+/// A number as written: a negative value is kept (the snapshot's check refuses the record).
 fn num(v: &Value, key: &str) -> Result<f64, String> {
     match v.get(key) {
         None | Some(Value::Null) => Ok(0.0),
-        Some(Value::Number(n)) => Ok(finite(n.as_f64().unwrap_or(0.0))),
+        Some(Value::Number(n)) => n.as_f64().ok_or_else(|| format!("{key}: {n} is not a number")),
         Some(_) => Err(format!("{key}: expected a number")),
     }
 }
@@ -166,6 +170,49 @@ impl Record {
     /// Σ claims over every level the record names.
     pub fn total_claim(&self) -> u64 {
         self.levels.values().map(|l| u64::from(l.claim)).sum()
+    }
+}
+
+/// Why a demand statistic is impossible: negative, not finite, or above `bound` (none for
+/// exempt and unknown levels).
+fn impossible_demand(d: &SeatDemandStats, bound: Option<u64>) -> Option<String> {
+    // One replica holds at most `bound` seats: the average and the high watermark stay within
+    // it, the standard deviation of values within [0, bound] within bound ÷ 2 (Popoviciu), and
+    // the smoothed value (upstream `seatDemandStats.update`: the largest recent average +
+    // deviation, decaying) within bound × (1 + √2) ÷ 2; the checks leave a factor of 2 above
+    // the last two for rounding.
+    let b = bound.map_or(f64::INFINITY, |b| b as f64);
+    let hw = d.high_watermark as f64;
+    let checks = [("avg", d.avg, b), ("stdDev", d.std_dev, b), ("highWatermark", hw, b), ("smoothed", d.smoothed, 2.0 * b)];
+    checks.iter().find(|(_, x, max)| !x.is_finite() || *x < 0.0 || x > max).map(|(name, x, max)| format!("{name} {x} not within [0, {max}]"))
+}
+
+impl Record {
+    /// Why this record's numbers are impossible for a replica running `policy`, if they are: a
+    /// claim or a grant above the level's fleet-wide maximum ([`FleetPolicy::level_max`]), a
+    /// waiting width above it and above the widest request ([`FleetPolicy::wide_bound`]), granted seats above the claim, claims over all levels above
+    /// the largest Σ fleet CurrentCL ([`FleetPolicy::max_total`]), or a demand statistic that is
+    /// negative, not finite or above what one replica can hold ([`FleetPolicy::demand_bound`]).
+    /// A replica's own writes never are (its seats stay within its limits, which stay within
+    /// the fleet CurrentCL), so such a record was not written by a replica of this fleet.
+    pub fn impossible(&self, policy: &FleetPolicy) -> Option<String> {
+        for (name, l) in &self.levels {
+            let i = policy.index(name);
+            if let Some(max) = i.and_then(|i| policy.level_max(i)).filter(|&m| l.claim > m || l.granted > m) {
+                return Some(format!("levels.{name}: claim {} or granted {} above the level's maximum {max}", l.claim, l.granted));
+            }
+            if let Some(max) = i.and_then(|i| policy.wide_bound(i)).filter(|&m| l.wide > m) {
+                return Some(format!("levels.{name}: wide {} above the level's maximum {max}", l.wide));
+            }
+            if l.granted > l.claim {
+                return Some(format!("levels.{name}: granted {} above claim {}", l.granted, l.claim));
+            }
+            if let Some(why) = impossible_demand(&l.demand, i.and_then(|i| policy.demand_bound(i))) {
+                return Some(format!("levels.{name}: {why}"));
+            }
+        }
+        let total = self.total_claim();
+        (total > policy.max_total()).then(|| format!("claims sum to {total}, above the largest Σ CurrentCL {}", policy.max_total()))
     }
 }
 
