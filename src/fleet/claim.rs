@@ -60,7 +60,7 @@ use super::etcd::{
 };
 use super::levels::FleetPolicy;
 use super::record::{valid_replica_id, LevelRecord, Record};
-use super::snapshot::{claims_of, IgnoredRecord, Snapshot};
+use super::snapshot::{claims_of, granted_of, IgnoredRecord, Snapshot};
 use crate::limits::borrowing::SeatDemandStats;
 use crate::Nanos;
 use std::collections::BTreeMap;
@@ -899,9 +899,9 @@ impl Fleet {
         self.others_seen = s.replicas.iter().any(|e| e.id != self.id);
         match s.get(&self.id) {
             Some(e) => {
-                let claims = match &e.record {
-                    Ok(r) => claims_of(r, &self.policy),
-                    Err(_) => vec![0; self.policy.levels.len()],
+                let (claims, granted) = match &e.record {
+                    Ok(r) => (claims_of(r, &self.policy), granted_of(r, &self.policy)),
+                    Err(_) => (vec![0; self.policy.levels.len()], vec![0; self.policy.levels.len()]),
                 };
                 let m = e.mod_revision;
                 // A pending write is dead once the record moved past what it compared.
@@ -911,9 +911,10 @@ impl Fleet {
                 });
                 if self.own.as_ref().is_none_or(|(known, _)| *known != m) {
                     // A write whose answer was lost applied, or a record from an earlier run
-                    // of this replica: what it was granted is not known, keep the smaller.
-                    for (g, c) in self.granted.iter_mut().zip(&claims) {
-                        *g = (*g).min(*c);
+                    // of this replica: keep the smaller of the grants (a registration's grant
+                    // can be below its claims, which cover seats in use it was not granted).
+                    for (g, r) in self.granted.iter_mut().zip(&granted) {
+                        *g = (*g).min(*r);
                     }
                     self.lost_at = None;
                 }
