@@ -450,7 +450,7 @@ impl Fleet {
         self.ignored_total
     }
 
-    /// How many times etcd was seen losing its data.
+    /// How many times etcd was seen losing its data (signs seen while recovering count once).
     pub fn data_losses(&self) -> u64 {
         self.data_losses
     }
@@ -836,11 +836,14 @@ impl Fleet {
     /// share of the last fleet known (at least `maxReplicas` replicas) and the seats granted now.
     /// The revision seen so far no longer counts (answers to calls sent before are not judged).
     fn data_lost(&mut self, why: &str, now: Nanos) {
-        log::warn!("fleet {}: etcd lost its data ({why}): recovering for leaseTtl", self.id);
-        self.data_losses = self.data_losses.saturating_add(1);
+        let recovering = self.recovering_until.is_some_and(|t| now < t);
+        if !recovering {
+            // Further signs of the same loss (the lease gone, the fleet empty) only extend it.
+            log::warn!("fleet {}: etcd lost its data ({why}): recovering for leaseTtl", self.id);
+            self.data_losses = self.data_losses.saturating_add(1);
+        }
         let at = |v: &[u32], i: usize| v.get(i).copied().unwrap_or(0);
         let shares = self.static_shares();
-        let recovering = self.recovering_until.is_some_and(|t| now < t);
         self.recovery_cap = (0..self.policy.levels.len())
             .map(|i| {
                 let cap = at(&shares, i).min(at(&self.granted, i));

@@ -71,6 +71,22 @@ pub fn test_policy() -> FleetPolicy {
     FleetPolicy::new(60, &levels)
 }
 
+/// One limited level of `limit` seats that neither lends nor borrows (its CurrentCL is the
+/// limit), as in the Envoy tests.
+pub fn one_level_policy(limit: u32) -> FleetPolicy {
+    let level = PriorityLevel {
+        name: "workload".into(),
+        uid: String::new(),
+        spec: PriorityLevelSpec::Limited {
+            nominal_concurrency_shares: 10,
+            lendable_percent: 0,
+            borrowing_limit_percent: Some(0),
+            limit_response: LimitResponse::Queue(Queuing { queues: 16, hand_size: 4, queue_length_limit: 50 }),
+        },
+    };
+    FleetPolicy::new(limit, &[level])
+}
+
 #[derive(Clone)]
 pub struct Net {
     pub delay_min: Nanos,
@@ -204,6 +220,19 @@ impl Sim {
             service_min: 50 * MS,
             service_max: 400 * MS,
         }
+    }
+
+    /// A simulation of the fleet `policy` (before any replica starts).
+    pub fn with_policy(seed: u64, net: Net, policy: FleetPolicy) -> Sim {
+        let mut sim = Sim::new(seed, net);
+        sim.ceiling = vec![0; policy.levels.len()];
+        sim.policy = policy;
+        sim
+    }
+
+    /// Σ seats in use of every live replica per level.
+    pub fn fleet_in_use(&self) -> Vec<u32> {
+        (0..self.policy.levels.len()).map(|i| self.live().map(|r| r.in_use()[i]).sum()).collect()
     }
 
     /// Adds (or restarts in `slot`) a replica with a fresh id.
