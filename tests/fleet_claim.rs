@@ -342,7 +342,13 @@ fn recovers(f: &mut Fleet, m: &mut MemEtcd, start: i64) {
         assert_eq!(f.mode(), FleetMode::Recovering);
         for (i, l) in f.limits().iter().enumerate() {
             if let Some(l) = l {
-                assert!(*l <= shares[i].min(granted[i]), "t = {} ms level {i}: {l} > min({}, {})", (t - start) / 1_000_000, shares[i], granted[i]);
+                assert!(
+                    *l <= shares[i].min(granted[i]),
+                    "t = {} ms level {i}: {l} > min({}, {})",
+                    (t - start) / 1_000_000,
+                    shares[i],
+                    granted[i]
+                );
             }
         }
         t += S / 2;
@@ -420,7 +426,10 @@ fn ignored_records_are_listed_and_counted_once_per_revision() {
         period(&mut a, &mut m, T0 + t * S);
     }
     let ignored: Vec<(&str, &str)> = a.ignored_records().iter().map(|r| (r.id.as_str(), r.reason.as_str())).collect();
-    assert_eq!(ignored, vec![("huge", "no lease (a replica's record always has one)"), ("junk", "no lease (a replica's record always has one)")]);
+    assert_eq!(
+        ignored,
+        vec![("huge", "no lease (a replica's record always has one)"), ("junk", "no lease (a replica's record always has one)")]
+    );
     assert_eq!(a.ignored_total(), 2, "each (key, mod revision) counted once");
     assert_eq!(a.allocation().unwrap().replicas, vec!["gw-a".to_string()]);
     let want: Vec<Option<u32>> = a.allocation().unwrap().levels.iter().map(|l| (!l.exempt).then_some(l.current)).collect();

@@ -148,7 +148,7 @@ fn lose_data(sim: &mut Sim, seed: u64) {
 
 fn chaos(seed: u64, steps: u64) -> (fleet_sim::Stats, Phases) {
     let mut sim = Sim::new(seed, clean());
-    if seed % 2 == 0 {
+    if seed.is_multiple_of(2) {
         sim.config.max_replicas = Some(5);
     }
     let mut rng = Rng(seed ^ 0xc4a0_5eed);

@@ -260,7 +260,7 @@ fn lost_data(same_cluster: bool) {
         sim.etcd.set_cluster_id(id);
     }
     let t0 = sim.now;
-    let mut noticed = vec![None; 3];
+    let mut noticed = [None; 3];
     let mut most = 0;
     while sim.now - t0 < ttl + 2 * period {
         sim.step(DT);

@@ -49,7 +49,8 @@ fn the_bounds_of_the_test_policy() {
 
 #[test]
 fn what_is_ignored_and_why() {
-    let good = r#"{"format":1,"levels":{"high":{"avg":3.5,"stdDev":1.2,"highWatermark":6,"smoothed":4.1,"claim":20,"granted":20,"inUse":5}}}"#;
+    let good =
+        r#"{"format":1,"levels":{"high":{"avg":3.5,"stdDev":1.2,"highWatermark":6,"smoothed":4.1,"claim":20,"granted":20,"inUse":5}}}"#;
     let s = checked(vec![kv(b"gw-a", good, 5)]);
     assert_eq!((s.replicas.len(), s.ignored.len()), (1, 0));
     assert_eq!(reason(b"gw-a", good, 0), "no lease (a replica's record always has one)");
@@ -58,7 +59,10 @@ fn what_is_ignored_and_why() {
     assert!(reason(b"gw-a", "not json", 5).starts_with("does not decode: invalid JSON"));
     assert_eq!(reason(b"gw-a", r#"{"format":2}"#, 5), "does not decode: unsupported record format 2");
     let r = |levels: &str| reason(b"gw-a", &format!(r#"{{"format":1,"levels":{levels}}}"#), 5);
-    assert_eq!(r(r#"{"high":{"claim":4294967295}}"#), "impossible: levels.high: claim 4294967295 or granted 0 above the level's maximum 47");
+    assert_eq!(
+        r(r#"{"high":{"claim":4294967295}}"#),
+        "impossible: levels.high: claim 4294967295 or granted 0 above the level's maximum 47"
+    );
     assert_eq!(r(r#"{"high":{"claim":48,"granted":48}}"#), "impossible: levels.high: claim 48 or granted 48 above the level's maximum 47");
     assert_eq!(r(r#"{"high":{"claim":4,"granted":5}}"#), "impossible: levels.high: granted 5 above claim 4");
     assert_eq!(r(r#"{"high":{"claim":1,"wide":48}}"#), "impossible: levels.high: wide 48 above the level's maximum 47");
@@ -131,7 +135,17 @@ fn under_foreign_key(what: &str, suffix: &[u8], value: &str, ttl_secs: i64) {
 #[test]
 fn foreign_keys_take_no_seats() {
     under_foreign_key("lease-less undecodable key", b"junk", "\u{0}garbage", 0);
-    under_foreign_key("lease-less record claiming 4294967295", b"x", r#"{"format":1,"levels":{"workload":{"claim":4294967295,"granted":4294967295}}}"#, 0);
-    under_foreign_key("record with a lease and demand 1e9", b"x", r#"{"format":1,"levels":{"workload":{"avg":1e9,"highWatermark":1000000000,"smoothed":1e9}}}"#, 60);
+    under_foreign_key(
+        "lease-less record claiming 4294967295",
+        b"x",
+        r#"{"format":1,"levels":{"workload":{"claim":4294967295,"granted":4294967295}}}"#,
+        0,
+    );
+    under_foreign_key(
+        "record with a lease and demand 1e9",
+        b"x",
+        r#"{"format":1,"levels":{"workload":{"avg":1e9,"highWatermark":1000000000,"smoothed":1e9}}}"#,
+        60,
+    );
     under_foreign_key("record of a newer format with a lease", b"gw-future", r#"{"format":2,"levels":{}}"#, 60);
 }

@@ -768,14 +768,16 @@ impl Fleet {
     fn on_kv(&mut self, call: InFlight, status: u16, body: &[u8], now: Nanos) {
         self.kv_error = true;
         match call.kind {
-            CallKind::Range => match RangeResponse::decode(status, body).and_then(|r| Ok((r.header, Snapshot::from_range(&self.prefix, &r)?))) {
-                Ok((header, s)) => {
-                    self.kv_error = false;
-                    self.seen_header(&call, &header, now);
-                    self.observe(s, now);
+            CallKind::Range => {
+                match RangeResponse::decode(status, body).and_then(|r| Ok((r.header, Snapshot::from_range(&self.prefix, &r)?))) {
+                    Ok((header, s)) => {
+                        self.kv_error = false;
+                        self.seen_header(&call, &header, now);
+                        self.observe(s, now);
+                    }
+                    Err(e) => self.failed(&e),
                 }
-                Err(e) => self.failed(&e),
-            },
+            }
             CallKind::Txn(heartbeat) => {
                 let answer = TxnResponse::decode(status, body);
                 let read = answer.as_ref().ok().map(|t| t.range().map(|r| Snapshot::from_range(&self.prefix, r)));

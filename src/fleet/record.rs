@@ -184,7 +184,10 @@ fn impossible_demand(d: &SeatDemandStats, bound: Option<u64>) -> Option<String> 
     let b = bound.map_or(f64::INFINITY, |b| b as f64);
     let hw = d.high_watermark as f64;
     let checks = [("avg", d.avg, b), ("stdDev", d.std_dev, b), ("highWatermark", hw, b), ("smoothed", d.smoothed, 2.0 * b)];
-    checks.iter().find(|(_, x, max)| !x.is_finite() || *x < 0.0 || x > max).map(|(name, x, max)| format!("{name} {x} not within [0, {max}]"))
+    checks
+        .iter()
+        .find(|(_, x, max)| !x.is_finite() || *x < 0.0 || x > max)
+        .map(|(name, x, max)| format!("{name} {x} not within [0, {max}]"))
 }
 
 impl Record {

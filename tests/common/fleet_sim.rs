@@ -602,7 +602,13 @@ impl Sim {
         if let Some((_, bound)) = self.wipe_bound.as_ref().filter(|_| wiped) {
             for (i, l) in self.policy.levels.iter().enumerate().filter(|(_, l)| !l.exempt) {
                 let all: u64 = self.replicas.iter().filter(|r| r.alive).map(|r| u64::from(r.in_use()[i])).sum();
-                assert!(all <= bound[i], "t={}: etcd lost its data: level {} Σ seats in use {all} > {} claimed before", self.now, l.name, bound[i]);
+                assert!(
+                    all <= bound[i],
+                    "t={}: etcd lost its data: level {} Σ seats in use {all} > {} claimed before",
+                    self.now,
+                    l.name,
+                    bound[i]
+                );
             }
         }
         for r in self.replicas.iter_mut().filter(|r| r.alive) {
