@@ -440,3 +440,23 @@ fn ignored_records_are_listed_and_counted_once_per_revision() {
     assert_eq!(a.ignored_total(), 3);
     assert_eq!(a.ignored_records()[1].mod_revision, m.get(b"/apf-wasm/default/replicas/junk").unwrap().mod_revision);
 }
+
+/// A replica that leaves while recovering admits nothing and revokes its lease.
+#[test]
+fn leaving_while_recovering() {
+    let mut m = MemEtcd::new();
+    let (mut a, _b) = pair(&mut m);
+    m.wipe();
+    period(&mut a, &mut m, T0 + 3 * S);
+    period(&mut a, &mut m, T0 + 4 * S);
+    assert_eq!(a.mode(), FleetMode::Recovering);
+    assert!(a.claims().is_some(), "registered again");
+    let calls = a.leave(T0 + 4 * S);
+    assert_eq!(calls.iter().map(|c| c.path).collect::<Vec<_>>(), vec![etcd::LEASE_REVOKE]);
+    assert_eq!(a.mode(), FleetMode::Joining);
+    assert!(a.limits().iter().flatten().all(|&l| l == 0));
+    exchange(&mut a, &mut m, calls, T0 + 4 * S);
+    assert!(m.get(b"/apf-wasm/default/replicas/gw-a").is_none(), "the record went with the lease");
+    assert!(a.tick(T0 + 5 * S).is_empty());
+    assert_eq!(a.mode(), FleetMode::Joining);
+}

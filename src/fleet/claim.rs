@@ -880,7 +880,8 @@ impl Fleet {
         let mut logged = BTreeMap::new();
         for r in ignored {
             if self.ignored_logged.get(&r.id) != Some(&r.mod_revision) {
-                log::warn!("fleet {}: ignoring key {:?} (mod revision {}): {}", self.id, r.id, r.mod_revision, r.reason);
+                let key = format!("{}{}", String::from_utf8_lossy(&self.prefix), r.id);
+                log::warn!("fleet {}: ignoring key {key:?} (mod revision {}): {}", self.id, r.mod_revision, r.reason);
                 self.ignored_total = self.ignored_total.saturating_add(1);
             }
             logged.insert(r.id.clone(), r.mod_revision);
