@@ -817,7 +817,11 @@ impl Fleet {
     }
 
     /// An answer's header: etcd lost its data when its cluster id changed or its revision is
-    /// below the highest one seen before the call was sent.
+    /// below the highest one seen before the call was sent. A keepalive's revision is not
+    /// judged: a member that is not the leader forwards the renewal and fills the header with
+    /// its own applied revision, which may lag (etcd `server/etcdserver/api/v3rpc/header.go: fill`); ranges (linearizable),
+    /// txns and lease grants (through raft) are answered at least at the revision committed
+    /// when they arrived.
     fn seen_header(&mut self, call: &InFlight, h: &Header, now: Nanos) {
         if h.cluster_id != 0 {
             if let Some(old) = self.cluster_id.filter(|&c| c != h.cluster_id) {
@@ -825,7 +829,7 @@ impl Fleet {
             }
             self.cluster_id = Some(h.cluster_id);
         }
-        if h.revision > 0 && h.revision < call.floor {
+        if h.revision > 0 && h.revision < call.floor && call.kind != CallKind::KeepAlive {
             self.data_lost(&format!("etcd's revision went back from {} to {}", call.floor, h.revision), now);
         }
         if h.revision > 0 {
