@@ -6,6 +6,7 @@
 #[path = "common/mock_host.rs"]
 mod mock_host;
 
+use apf_wasm::fleet::etcd::{PutRequest, RequestOp, TxnRequest};
 use apf_wasm::fleet::memetcd::MemEtcd;
 use apf_wasm::fleet::record::Record;
 use mock_host::{headers, Node, Proxy};
@@ -505,4 +506,34 @@ fn the_leave_request_is_not_intercepted_without_fleet_mode() {
     let (ctx, action) = nodes[0].request(&h, &[("source.address", b"127.0.0.1:1")]);
     assert_eq!(action, apf_wasm::gateway::Action::Continue);
     assert!(nodes[0].stream(ctx).reply.is_none());
+}
+
+#[test]
+fn records_nobody_trusts_are_ignored_counted_and_shown() {
+    let mut world = World::new(2, 2);
+    for _ in 0..60 {
+        world.step();
+    }
+    // A lease-less record claiming every seat there is, written under the fleet's prefix.
+    let put = PutRequest {
+        key: b"/apf-wasm/default/replicas/forged".to_vec(),
+        value: br#"{"format":1,"levels":{"lvl":{"claim":4294967295,"granted":4294967295}}}"#.to_vec(),
+        lease: 0,
+    };
+    world.etcd.txn(&TxnRequest { success: vec![RequestOp::Put(put)], ..Default::default() }).unwrap();
+    world.load(0, 40);
+    for _ in 0..80 {
+        world.step();
+    }
+    let on_0 = world.executing(0);
+    assert!(on_0 * 100 >= FLEET_LEVEL_SEATS as usize * 85, "replica 0 uses {on_0} of {FLEET_LEVEL_SEATS} seats");
+    let dump = world.dump(0);
+    assert_eq!(dump["replicas"].as_array().unwrap().len(), 2, "{dump}");
+    let ignored = dump["ignoredRecords"].as_array().unwrap();
+    assert_eq!(ignored.len(), 1, "{dump}");
+    assert_eq!(ignored[0]["id"], "forged", "{dump}");
+    assert!(ignored[0]["reason"].as_str().unwrap().starts_with("no lease"), "{dump}");
+    assert_eq!(dump["dataLosses"], 0, "{dump}");
+    // Counted once, however often it is read.
+    assert_eq!(world.procs[0].proxy.stat("apf_wasm_fleet_ignored_records_total"), 1);
 }

@@ -44,8 +44,8 @@ pub struct FleetDriver {
     /// HTTP call tokens → the fleet's call ids.
     calls: HashMap<u32, u64>,
     last_beat: Nanos,
-    /// Failed calls already counted in the stats.
-    failures_counted: u64,
+    /// Failed calls, ignored records and data losses already counted in the stats.
+    counted: [u64; 3],
 }
 
 /// The driver role's holder and heartbeat in shared data.
@@ -97,7 +97,7 @@ impl FleetDriver {
         let id = replica_id(h, w.instance)?;
         let fleet = Fleet::new(cfg.clone(), FleetPolicy::from_config(&c.config), &id).map_err(|e| log::error!("apf: fleet: {e}")).ok()?;
         log::info!("apf: fleet: replica {id} drives this process's fleet membership");
-        Some(FleetDriver { feed: FleetFeed::new(fleet, c, now), calls: HashMap::new(), last_beat: now, failures_counted: 0 })
+        Some(FleetDriver { feed: FleetFeed::new(fleet, c, now), calls: HashMap::new(), last_beat: now, counted: [0; 3] })
     }
 
     /// Sends the fleet's calls to etcd through the host.
@@ -173,6 +173,11 @@ impl FleetDriver {
                 })
                 .collect()
         });
+        let ignored: Vec<serde_json::Value> = f
+            .ignored_records()
+            .iter()
+            .map(|r| serde_json::json!({"id": r.id, "modRevision": r.mod_revision.to_string(), "reason": r.reason}))
+            .collect();
         let status = serde_json::json!({
             "replica": f.replica_id(),
             "mode": format!("{:?}", f.mode()),
@@ -181,13 +186,20 @@ impl FleetDriver {
             "revision": f.snapshot().map(|s| s.revision.to_string()),
             "limits": limits,
             "replicas": replicas,
+            "ignoredRecords": ignored,
+            "ignoredRecordsTotal": f.ignored_total(),
+            "dataLosses": f.data_losses(),
+            "recoveringForSeconds": f.recovering_until().filter(|&t| t > now).map(|t| (t - now) as f64 / 1e9),
         });
         if let Err(e) = h.store().set(STATUS_KEY, status.to_string().as_bytes(), None) {
             log::warn!("apf: fleet: storing its state failed: {e}");
         }
-        let failures = f.sync_failures();
-        w.stats.add_own(Own::FleetSyncFailures, failures.saturating_sub(self.failures_counted));
-        self.failures_counted = failures;
+        let counted = [f.sync_failures(), f.ignored_total(), f.data_losses()];
+        let own = [Own::FleetSyncFailures, Own::FleetIgnoredRecords, Own::FleetDataLosses];
+        for ((m, now_total), before) in own.into_iter().zip(counted).zip(&mut self.counted) {
+            w.stats.add_own(m, now_total.saturating_sub(*before));
+            *before = now_total;
+        }
         let age = f.last_sync().map(|t| u64::try_from(now.saturating_sub(t) / crate::NANOS_PER_SEC).unwrap_or(0));
         let n = f.snapshot().map_or(0, |s| s.replicas.len() as u64);
         w.stats.set_fleet_gauges(h, n, age);
