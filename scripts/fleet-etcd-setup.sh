@@ -136,7 +136,7 @@ cmd_secrets() {
   apply_secret "$ETCD_NAME-peer" --from-file=tls.crt="$d/peer.crt" --from-file=tls.key="$d/peer.key" --from-file=ca.crt="$d/ca.crt"
   apply_secret "$ETCD_NAME-jwt" --from-file=jwt.key="$d/jwt.key" --from-file=jwt.pub="$d/jwt.pub"
   # The gateway's: its client certificate and etcd's CA (Envoy's cluster apf_etcd), and the
-  # fleet user's password (the init container render-config).
+  # fleet user's password (the Envoy container's FLEET_ETCD_PASSWORD).
   apply_secret "$ETCD_NAME-client" --from-file=tls.crt="$d/client.crt" --from-file=tls.key="$d/client.key" --from-file=ca.crt="$d/ca.crt"
   apply_secret "$ETCD_NAME-auth" --from-literal=username="$FLEET_USER" --from-file=password="$d/fleet.password"
   # root's password, for re-running `auth` (nothing mounts it).

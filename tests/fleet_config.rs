@@ -75,7 +75,10 @@ fn validation_errors_name_the_field() {
     assert_eq!(base(json!({"name": "a/b"})), vec!["fleet.name: must be non-empty and must not contain /, got \"a/b\""]);
     let with_etcd = |etcd: serde_json::Value| errors(json!({ "etcd": etcd }));
     assert_eq!(with_etcd(json!({"cluster": "e", "prefix": "/x"})), vec!["fleet.etcd.prefix: must end with /, got \"/x\""]);
-    assert_eq!(with_etcd(json!({"cluster": "e", "username": "u"})), vec!["fleet.etcd.password: Required value when username is set"]);
+    assert_eq!(
+        with_etcd(json!({"cluster": "e", "username": "u"})),
+        vec!["fleet.etcd.password: Required value when username is set (or passwordEnv)"]
+    );
     assert_eq!(with_etcd(json!({"cluster": "e", "password": "p"})), vec!["fleet.etcd.username: Required value when password is set"]);
     assert_eq!(with_etcd(json!({"cluster": "e", "username": "", "password": "p"})), vec!["fleet.etcd.username: must not be empty"]);
     assert_eq!(
@@ -102,4 +105,63 @@ fn max_replicas() {
     // Reported with the other errors.
     let e = errors(json!({"etcd": {"cluster": "e"}, "maxReplicas": 0, "name": ""}));
     assert_eq!(e.len(), 2, "{e:?}");
+}
+
+/// An environment of `pairs` (the filter's is the Wasm VM's, `host_env_keys`).
+fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+    move |name| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
+}
+
+fn etcd_with(etcd: serde_json::Value, env: &dyn Fn(&str) -> Option<String>) -> Result<FleetConfig, Vec<String>> {
+    FleetConfig::parse(&json!({ "etcd": etcd }), env)
+}
+
+#[test]
+fn password_env_reads_the_password_from_the_environment() {
+    let env = env_of(&[("FLEET_ETCD_PASSWORD", "  0123abcd\n"), ("OTHER", "x")]);
+    let c = etcd_with(json!({"cluster": "e", "username": "apf-gateway", "passwordEnv": "FLEET_ETCD_PASSWORD"}), &env).unwrap();
+    let want = Credentials { username: "apf-gateway".into(), password: "0123abcd".into() };
+    assert_eq!(c.etcd.credentials, Some(want), "surrounding whitespace trimmed");
+    assert!(!format!("{c:?}").contains("0123abcd"), "the password is not printed");
+    // A literal password does not look at the environment.
+    let c = etcd_with(json!({"cluster": "e", "username": "u", "password": " p "}), &env_of(&[])).unwrap();
+    assert_eq!(c.etcd.credentials, Some(Credentials { username: "u".into(), password: " p ".into() }));
+}
+
+#[test]
+fn password_env_errors_name_the_field() {
+    let env = env_of(&[("EMPTY", " \n"), ("PW", "secret")]);
+    let unset = |name: &str| {
+        vec![format!(
+            "fleet.etcd.passwordEnv: Invalid value: {name:?}: the environment variable is unset or empty \
+             (Envoy: list it in vm_config.environment_variables.host_env_keys; Istio: WasmPlugin vmConfig.env)"
+        )]
+    };
+    for name in ["MISSING", "EMPTY", ""] {
+        let e = etcd_with(json!({"cluster": "e", "username": "u", "passwordEnv": name}), &env).unwrap_err();
+        assert_eq!(e, unset(name));
+    }
+    let e = etcd_with(json!({"cluster": "e", "username": "u", "password": "p", "passwordEnv": "PW"}), &env).unwrap_err();
+    assert_eq!(e, vec!["fleet.etcd.passwordEnv: Forbidden: may not be set together with fleet.etcd.password"]);
+    let e = etcd_with(json!({"cluster": "e", "passwordEnv": "PW"}), &env).unwrap_err();
+    assert_eq!(e, vec!["fleet.etcd.username: Required value when passwordEnv is set"]);
+    let e = etcd_with(json!({"cluster": "e", "username": "", "passwordEnv": "PW"}), &env).unwrap_err();
+    assert_eq!(e, vec!["fleet.etcd.username: must not be empty"]);
+    // Reported with the other errors, each once.
+    let e = etcd_with(json!({"cluster": "", "passwordEnv": "MISSING"}), &env).unwrap_err();
+    assert_eq!(e.len(), 3, "{e:?}");
+    let e = etcd_with(json!({"cluster": "e", "username": "u", "passwordEnv": 1}), &env).unwrap_err();
+    assert!(e.len() == 1 && e[0].starts_with("fleet.etcd: invalid type"), "{e:?}");
+}
+
+#[test]
+fn password_env_through_the_plugin_configuration() {
+    use apf_wasm::policy::config::parse_plugin_config_with_env;
+    let doc = br#"{"fleet": {"etcd": {"cluster": "etcd", "username": "apf-gateway", "passwordEnv": "FLEET_ETCD_PASSWORD"}}}"#;
+    let env = env_of(&[("FLEET_ETCD_PASSWORD", "pw\n")]);
+    let c = parse_plugin_config_with_env(doc, &env).unwrap();
+    let creds = c.fleet.unwrap().etcd.credentials.unwrap();
+    assert_eq!((creds.username.as_str(), creds.password.as_str()), ("apf-gateway", "pw"));
+    let e = parse_plugin_config_with_env(doc, &env_of(&[])).unwrap_err();
+    assert!(e.iter().any(|e| e.starts_with("fleet.etcd.passwordEnv: Invalid value: \"FLEET_ETCD_PASSWORD\"")), "{e:?}");
 }

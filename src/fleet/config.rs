@@ -3,15 +3,18 @@
 //!
 //! ```json
 //! "fleet": { "etcd": { "cluster": "etcd", "authority": "etcd.example", "prefix": "/apf-wasm/",
-//!                      "username": "apf", "password": "..." },
+//!                      "username": "apf", "passwordEnv": "FLEET_ETCD_PASSWORD" },
 //!            "name": "default", "period": "1s", "leaseTtl": "5s", "maxReplicas": 3 }
 //! ```
-//! Only `etcd.cluster` is required. Every error names its field (`fleet.leaseTtl: ...`) and every
-//! error found is reported, as for the rest of the configuration (`policy::config`).
+//! Only `etcd.cluster` is required. The password is `password` as written or the value of the
+//! environment variable `passwordEnv` names, read when the configuration is parsed, as
+//! `clusterPolicy.tokenEnv` (`policy::cluster::resolve_token`): it stays out of Envoy's
+//! configuration (and its `/config_dump`). Every error names its field (`fleet.leaseTtl: ...`)
+//! and every error found is reported, as for the rest of the configuration (`policy::config`).
 //! The fleet's records live under `<prefix><name>/replicas/<replica-id>`.
 
 use crate::duration::format_go_duration;
-use crate::policy::cluster::positive_duration;
+use crate::policy::cluster::{positive_duration, process_env, Env};
 use crate::{Nanos, NANOS_PER_SEC};
 use serde::Deserialize;
 use serde_json::Value;
@@ -81,6 +84,8 @@ struct RawEtcd {
     prefix: Option<String>,
     username: Option<String>,
     password: Option<String>,
+    #[serde(rename = "passwordEnv")]
+    password_env: Option<String>,
 }
 
 impl FleetConfig {
@@ -100,8 +105,15 @@ impl FleetConfig {
         }
     }
 
-    /// Parses and validates the value of the `fleet` key; errors are prefixed with the key path.
+    /// [`FleetConfig::parse`] with `passwordEnv` looked up in the process environment (in the
+    /// filter: the Wasm VM's environment, fixed when Envoy starts).
     pub fn from_json(v: &Value) -> Result<FleetConfig, Vec<String>> {
+        FleetConfig::parse(v, &process_env)
+    }
+
+    /// Parses and validates the value of the `fleet` key (`env`: where `passwordEnv` is looked
+    /// up); errors are prefixed with the key path.
+    pub fn parse(v: &Value, env: Env) -> Result<FleetConfig, Vec<String>> {
         let raw = Raw::deserialize(v).map_err(|e| vec![format!("fleet: {e}")])?;
         let mut errs = Vec::new();
         let etcd = match raw.etcd {
@@ -109,7 +121,7 @@ impl FleetConfig {
                 errs.push("fleet.etcd: Required value".to_string());
                 None
             }
-            Some(v) => parse_etcd(&v, &mut errs),
+            Some(v) => parse_etcd(&v, env, &mut errs),
         };
         let name = raw.name.unwrap_or_else(|| DEFAULT_NAME.to_string());
         if name.is_empty() || name.contains('/') {
@@ -167,7 +179,7 @@ fn parse_max_replicas(v: &Value, errs: &mut Vec<String>) -> Option<u32> {
     }
 }
 
-fn parse_etcd(v: &Value, errs: &mut Vec<String>) -> Option<EtcdConfig> {
+fn parse_etcd(v: &Value, env: Env, errs: &mut Vec<String>) -> Option<EtcdConfig> {
     let raw = RawEtcd::deserialize(v).map_err(|e| errs.push(format!("fleet.etcd: {e}"))).ok()?;
     let cluster = raw.cluster.unwrap_or_default();
     if cluster.is_empty() {
@@ -180,24 +192,52 @@ fn parse_etcd(v: &Value, errs: &mut Vec<String>) -> Option<EtcdConfig> {
     if !prefix.ends_with('/') {
         errs.push(format!("fleet.etcd.prefix: must end with /, got {prefix:?}"));
     }
-    let credentials = match (raw.username, raw.password) {
-        (Some(username), Some(password)) if !username.is_empty() => Some(Credentials { username, password }),
-        (Some(_), Some(_)) => {
-            errs.push("fleet.etcd.username: must not be empty".to_string());
-            None
-        }
-        (Some(_), None) => {
-            errs.push("fleet.etcd.password: Required value when username is set".to_string());
-            None
-        }
-        (None, Some(_)) => {
-            errs.push("fleet.etcd.username: Required value when password is set".to_string());
-            None
-        }
-        (None, None) => None,
-    };
+    let credentials = credentials(raw.username, raw.password, raw.password_env, env, errs);
     let authority = raw.authority.unwrap_or_else(|| cluster.clone());
     Some(EtcdConfig { cluster, authority, prefix, credentials })
+}
+
+/// `username` with `password` or `passwordEnv` (one of the two), or none of the three.
+fn credentials(
+    username: Option<String>,
+    password: Option<String>,
+    password_env: Option<String>,
+    env: Env,
+    errs: &mut Vec<String>,
+) -> Option<Credentials> {
+    let which = if password_env.is_some() { "passwordEnv" } else { "password" };
+    let set = password.is_some() || password_env.is_some();
+    let password = resolve_password(password, password_env, env, errs);
+    match username {
+        Some(u) if u.is_empty() => errs.push("fleet.etcd.username: must not be empty".to_string()),
+        Some(_) if !set => errs.push("fleet.etcd.password: Required value when username is set (or passwordEnv)".to_string()),
+        Some(username) => return password.map(|password| Credentials { username, password }),
+        None if set => errs.push(format!("fleet.etcd.username: Required value when {which} is set")),
+        None => {}
+    }
+    None
+}
+
+/// The password: `password` as written, or the value of the environment variable `passwordEnv`
+/// names, surrounding whitespace trimmed (a Secret file's trailing newline does no harm) — as
+/// `policy::cluster::resolve_token` reads `tokenEnv`. Both set, or a variable unset or empty, is
+/// an error naming the field. `None` when neither is set or on an error.
+fn resolve_password(password: Option<String>, password_env: Option<String>, env: Env, errs: &mut Vec<String>) -> Option<String> {
+    let name = match (password, password_env) {
+        (Some(_), Some(_)) => {
+            errs.push("fleet.etcd.passwordEnv: Forbidden: may not be set together with fleet.etcd.password".to_string());
+            return None;
+        }
+        (Some(p), None) => return Some(p),
+        (None, Some(name)) => name,
+        (None, None) => return None,
+    };
+    let value = (!name.is_empty()).then(|| env(&name)).flatten();
+    let value = value.map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+    if value.is_none() {
+        errs.push(format!("fleet.etcd.passwordEnv: Invalid value: {name:?}: the environment variable is unset or empty (Envoy: list it in vm_config.environment_variables.host_env_keys; Istio: WasmPlugin vmConfig.env)"));
+    }
+    value
 }
 
 #[cfg(test)]

@@ -143,7 +143,7 @@ pub fn parse_plugin_config(bytes: &[u8]) -> Result<PluginConfig, Vec<String>> {
     parse_plugin_config_with_env(bytes, &super::cluster::process_env)
 }
 
-/// [`parse_plugin_config`] with `env` answering the `tokenEnv` look-ups.
+/// [`parse_plugin_config`] with `env` answering the `tokenEnv` and `passwordEnv` look-ups.
 pub fn parse_plugin_config_with_env(bytes: &[u8], env: Env) -> Result<PluginConfig, Vec<String>> {
     let value: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
         Value::Object(Map::new())
@@ -208,7 +208,7 @@ fn from_map(m: &Map<String, Value>, env: Env) -> (PluginConfig, Vec<String>) {
     let dry_run_priority_levels = get_string_list(m, "dryRunPriorityLevels", &[], &mut errs);
     let debug_groups = get_string_list(m, "debugGroups", &["system:masters"], &mut errs);
     let explain_groups = get_string_list(m, "explainGroups", &[], &mut errs);
-    let fleet = m.get("fleet").filter(|v| !v.is_null()).map(crate::fleet::FleetConfig::from_json);
+    let fleet = m.get("fleet").filter(|v| !v.is_null()).map(|v| crate::fleet::FleetConfig::parse(v, env));
     let fleet = fleet.and_then(|f| f.map_err(|e| errs.extend(e)).ok());
     let cluster_policy = m.get("clusterPolicy").filter(|v| !v.is_null()).map(|v| ClusterPolicy::parse(v, env));
     let cluster_policy = cluster_policy.and_then(|c| c.map_err(|e| errs.extend(e)).ok());

@@ -4,18 +4,25 @@ together (mounts, probes, RBAC, selectors), and the Envoy configuration inside l
 `envoy --mode validate` and, started, answers the kubelet's probe on /ready. The fleet overlay's
 etcd is production-shaped (three members on volumes, TLS for clients and peers, auth, PDB,
 NetworkPolicy), and scripts/fleet-etcd-setup.sh works: its certificates, Secrets (through a
-recording kubectl) and users set up an etcd started with the StatefulSet's own flags, and the
-overlay's Envoy, its configuration rendered by the init container's script, registers in it."""
+recording kubectl) and users set up an etcd started with the StatefulSet's own flags; the
+overlay's Envoy, its password in the environment as the Deployment sets it, registers in it, and
+its preStop hook's leave request, on the loopback listener fleet_leave, removes its record at
+once (and is not honoured on the main listener)."""
 
 from __future__ import annotations
 
+import base64
+import http.client
 import json
 import os
+import re
 import shutil
 import socket
 import ssl
 import subprocess
 import sys
+import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -23,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from envoyproc import REPO, EnvoyProcess, http_get, validate_config, wait_until
-from etcdproc import Etcd, b64
+from etcdproc import Etcd, b64, range_end
 from pki import have_openssl, self_signed
 
 yaml = pytest.importorskip("yaml", reason="PyYAML (installed with kubernetes-validate by scripts/envoy-env.sh)")
@@ -53,6 +60,11 @@ FLEET_GATEWAY_SECRETS = {"apf-gateway-etcd-client", "apf-gateway-etcd-auth"}
 FLEET_ETCD_SECRETS = {"apf-gateway-etcd-server", "apf-gateway-etcd-peer", "apf-gateway-etcd-jwt"}
 FLEET_SECRETS = FLEET_GATEWAY_SECRETS | FLEET_ETCD_SECRETS | {"apf-gateway-etcd-root"}
 SETUP = REPO / "scripts" / "fleet-etcd-setup.sh"
+# The fleet overlay: the variable the etcd password comes in, the listener of the leave request.
+PASSWORD_ENV = "FLEET_ETCD_PASSWORD"
+LEAVE_LISTENER = "fleet_leave"
+# The path the filter answers (src/gateway/fleet.rs: LEAVE_PATH).
+LEAVE_PATH = re.search(r'pub const LEAVE_PATH: &str = "([^"]+)"', (REPO / "src/gateway/fleet.rs").read_text())[1]
 
 
 def kubectl() -> str:
@@ -109,28 +121,38 @@ def secrets_used(pod_spec: dict) -> set[str]:
     return used
 
 
-def init_container(deployment: dict, name: str) -> dict:
-    return next(c for c in deployment["spec"]["template"]["spec"].get("initContainers", []) if c["name"] == name)
+def listener(boot: dict, name: str) -> dict:
+    return next(ls for ls in boot["static_resources"]["listeners"] if ls["name"] == name)
 
 
-def render_config(docs: list[dict], out: Path, username: str, password: str) -> subprocess.CompletedProcess:
-    """Runs the fleet overlay's init container render-config (its shell script, the ConfigMap's
-    envoy.yaml as its template) with the Secret's `username` and `password`; the configuration
-    it writes is `out`/envoy.yaml."""
-    dep = one(docs, "Deployment")
-    init = init_container(dep, "render-config")
-    mounts = {m["name"]: m["mountPath"] for m in init["volumeMounts"]}
-    template = out / "template"
-    template.mkdir(parents=True, exist_ok=True)
-    (template / "envoy.yaml").write_text(envoy_config(docs))
-    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
-    script = init["args"][0]
-    for vol, path in mounts.items():
-        local = template if "configMap" in volumes[vol] else out
-        script = script.replace(path.rstrip("/") + "/", f"{local}/")
-    env = {"PATH": os.environ["PATH"], "FLEET_ETCD_USERNAME": username, "FLEET_ETCD_PASSWORD": password}
-    assert init["command"] == ["sh", "-c"]
-    return subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, timeout=30)
+def hcm(ls: dict) -> dict:
+    [chain] = ls["filter_chains"]
+    [f] = chain["filters"]
+    assert f["name"] == "envoy.filters.network.http_connection_manager"
+    return f["typed_config"]
+
+
+def prestop(docs: list[dict]) -> str:
+    """The gateway container's preStop script (`bash -c SCRIPT`)."""
+    command = gateway_container(one(docs, "Deployment"))["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[:2] == ["bash", "-c"] and len(command) == 3, command
+    return command[2]
+
+
+def run_prestop(docs: list[dict], port: int, bindir: Path) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Runs the preStop script with its leave request sent to `port` and a `sleep` that returns
+    at once and records its arguments: the completed process and the sleeps asked for."""
+    script = prestop(docs)
+    assert script.count("/dev/tcp/127.0.0.1/9903") == 1, script
+    script = script.replace("/dev/tcp/127.0.0.1/9903", f"/dev/tcp/127.0.0.1/{port}")
+    bindir.mkdir(parents=True, exist_ok=True)
+    log = bindir / "sleeps"
+    log.write_text("")
+    (bindir / "sleep").write_text(f'#!/bin/sh\necho "$*" >> {log}\n')
+    (bindir / "sleep").chmod(0o755)
+    env = {"PATH": f"{bindir}:{os.environ['PATH']}"}
+    p = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
+    return p, log.read_text().split()
 
 
 def certs(d: Path) -> Path:
@@ -259,13 +281,21 @@ def test_deploy_pieces_fit_together(name):
 
 
 def test_deploy_fleet_overlay_is_the_base_plus_fleet():
-    """The overlay's Envoy configuration is the base's with `fleet` and the etcd cluster added."""
+    """The overlay's Envoy configuration is the base's with `fleet`, its password variable in
+    host_env_keys, the etcd cluster, the leave listener and the main listener's leave route
+    added."""
     base = yaml.safe_load(envoy_config(render("base")))
     fleet = yaml.safe_load(envoy_config(render("overlays/fleet")))
     cfg = plugin_config(fleet)
     etcd_cluster = cfg.pop("fleet")["etcd"]["cluster"]
     assert cfg == plugin_config(base)
     fleet["static_resources"]["clusters"] = [c for c in fleet["static_resources"]["clusters"] if c["name"] != etcd_cluster]
+    fleet["static_resources"]["listeners"].remove(listener(fleet, LEAVE_LISTENER))
+    [routes] = [vh["routes"] for vh in hcm(listener(fleet, "apiserver_gateway"))["route_config"]["virtual_hosts"]]
+    assert routes[0]["match"] == {"path": LEAVE_PATH}
+    del routes[0]
+    env_keys = wasm_filter_config(fleet)["vm_config"]["environment_variables"]["host_env_keys"]
+    env_keys.remove(PASSWORD_ENV)
     for b in (base, fleet):
         wasm_filter_config(b)["configuration"]["value"] = ""
     assert fleet == base
@@ -275,18 +305,17 @@ def test_deploy_fleet_overlay_is_the_base_plus_fleet():
 def test_deploy_envoy_config_validates(name, envoy_bin, wasm_module, tmp_path):
     docs = render(name)
     text = envoy_config(docs)
-    if name == "overlays/fleet":
-        # What Envoy reads there: the template with the Secret's values, by the init container.
-        p = render_config(docs, tmp_path / "rendered", "apf-gateway", "0123abcdef")
-        assert p.returncode == 0, p.stderr
-        text = (tmp_path / "rendered" / "envoy.yaml").read_text()
-        etcd = plugin_config(yaml.safe_load(text))["fleet"]["etcd"]
-        assert (etcd["username"], etcd["password"]) == ("apf-gateway", "0123abcdef")
     text = localize(text, wasm_module, certs(tmp_path / "certs"))
     path = tmp_path / "envoy.yaml"
     path.write_text(text)
-    p = validate_config(envoy_bin, str(path), env={"APF_WASM_TOKEN": "placeholder-token"})
+    env = {"APF_WASM_TOKEN": "placeholder-token", PASSWORD_ENV: "0123abcdef"}
+    p = validate_config(envoy_bin, str(path), env=env)
     assert p.returncode == 0, f"deploy/{name}: Envoy refuses its configuration:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    if name == "overlays/fleet":
+        # The plugin really reads the password from the environment (the YAML aliases too).
+        p = validate_config(envoy_bin, str(path), env={**env, PASSWORD_ENV: ""})
+        out = p.stdout + p.stderr
+        assert p.returncode != 0 and f'fleet.etcd.passwordEnv: Invalid value: "{PASSWORD_ENV}"' in out, out[-3000:]
 
 
 def free_port() -> int:
@@ -400,8 +429,9 @@ def test_deploy_fleet_etcd_is_production_shaped():
 def test_deploy_fleet_gateway_reaches_etcd_over_tls_with_a_password():
     """The gateway's cluster apf_etcd: TLS to the client Service's name, etcd's CA and the
     client certificate from the Secret apf-gateway-etcd-client; the plugin's fleet.etcd has the
-    username and password the init container takes from apf-gateway-etcd-auth; Envoy reads the
-    rendered configuration from a memory emptyDir."""
+    user the setup script creates and its password from the environment variable the Envoy
+    container takes from apf-gateway-etcd-auth and the Wasm VM is given (host_env_keys); Envoy
+    reads the ConfigMap itself (no init container renders it)."""
     docs = render("overlays/fleet")
     text = envoy_config(docs)
     boot = yaml.safe_load(text)
@@ -421,34 +451,118 @@ def test_deploy_fleet_gateway_reaches_etcd_over_tls_with_a_password():
     assert cert["certificate_chain"]["filename"].startswith(ETCD_CLIENT_DIR)
     assert cert["private_key"]["filename"].startswith(ETCD_CLIENT_DIR)
     assert etcd_cfg["authority"] == fqdn
-    assert etcd_cfg["username"] == "@FLEET_ETCD_USERNAME@" and etcd_cfg["password"] == "@FLEET_ETCD_PASSWORD@"
+    # The user scripts/fleet-etcd-setup.sh creates (FLEET_USER's default), the password from
+    # the environment only.
+    user = re.search(r'FLEET_USER="\$\{FLEET_USER:-([^}]+)\}"', SETUP.read_text())[1]
+    assert etcd_cfg["username"] == user == "apf-gateway"
+    assert etcd_cfg["passwordEnv"] == PASSWORD_ENV and "password" not in etcd_cfg
+    assert "@FLEET_ETCD" not in text, "no placeholders left"
+    assert PASSWORD_ENV in wasm_filter_config(boot)["vm_config"]["environment_variables"]["host_env_keys"]
     dep = one(docs, "Deployment")
     spec = dep["spec"]["template"]["spec"]
+    envoy = gateway_container(dep)
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in envoy["env"] if "secretKeyRef" in e.get("valueFrom", {})}
+    assert refs[PASSWORD_ENV] == {"name": "apf-gateway-etcd-auth", "key": "password"}
+    assert refs["APF_WASM_TOKEN"]["name"] == "apf-gateway-token", "the base's token is kept"
     volumes = {v["name"]: v for v in spec["volumes"]}
-    envoy_mounts = {m["mountPath"]: m["name"] for m in gateway_container(dep)["volumeMounts"]}
+    envoy_mounts = {m["mountPath"]: m["name"] for m in envoy["volumeMounts"]}
     assert volumes[envoy_mounts[ETCD_CLIENT_DIR.rstrip("/")]]["secret"]["secretName"] == "apf-gateway-etcd-client"
     config_volume = volumes[envoy_mounts["/etc/envoy"]]
-    assert config_volume["emptyDir"]["medium"] == "Memory" and "configMap" not in config_volume
-    init = init_container(dep, "render-config")
-    assert [i["name"] for i in spec["initContainers"]][0] == "fetch-module", "patches address initContainers/0"
-    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in init["env"]}
-    assert refs == {"FLEET_ETCD_USERNAME": {"name": "apf-gateway-etcd-auth", "key": "username"},
-                    "FLEET_ETCD_PASSWORD": {"name": "apf-gateway-etcd-auth", "key": "password"}}
-    init_mounts = {m["name"]: m["mountPath"] for m in init["volumeMounts"]}
-    assert init_mounts[envoy_mounts["/etc/envoy"]] == "/etc/envoy"
-    assert volumes[next(n for n in init_mounts if n != envoy_mounts["/etc/envoy"])]["configMap"]["name"].startswith("apf-gateway-envoy-")
+    assert config_volume["configMap"]["name"].startswith("apf-gateway-envoy-") and "emptyDir" not in config_volume
+    assert [i["name"] for i in spec["initContainers"]] == ["fetch-module"], "patches address initContainers/0"
+    assert all(v["name"] != "envoy-template" for v in spec["volumes"])
     # The overlay's comments no longer claim a restart is harmless.
     assert "costs a re-registration" not in (DEPLOY / "overlays/fleet/kustomization.yaml").read_text()
 
 
-def test_deploy_fleet_render_config_refuses_unsafe_secrets(tmp_path):
-    """The init container fails (the pod does not start) rather than write a broken
-    configuration: a password with JSON or sed metacharacters, or an empty one."""
+def test_deploy_fleet_leave_listener_and_prestop_hook():
+    """The stop path: the loopback-only plain listener fleet_leave runs the main listener's wasm
+    filter unchanged (same vm_id, same plugin configuration: the leaving flag is in that VM's
+    shared data) and routes nothing (404); the main listener answers the leave path 404 with the
+    filter off for it; the preStop hook waits as the base's, sends the leave request to
+    fleet_leave's port, then waits leaseTtl + one period; the grace period covers the hook."""
     docs = render("overlays/fleet")
-    for i, (user, password) in enumerate([("apf-gateway", 'a"b'), ("apf-gateway", "a/b"), ("apf-gateway", ""),
-                                          ("a/b", "abc")]):
-        p = render_config(docs, tmp_path / str(i), user, password)
-        assert p.returncode != 0 and "apf-gateway-etcd-auth" in p.stderr, (user, password, p.stderr)
+    boot = yaml.safe_load(envoy_config(docs))
+    leave = listener(boot, LEAVE_LISTENER)
+    addr = leave["address"]["socket_address"]
+    assert addr["address"] == "127.0.0.1" and addr["port_value"] == 9903
+    assert "transport_socket" not in leave["filter_chains"][0]
+    ports = {ls["address"]["socket_address"]["port_value"] for ls in boot["static_resources"]["listeners"]}
+    assert len(ports) == len(boot["static_resources"]["listeners"]) and boot["admin"]["address"]["socket_address"]["port_value"] not in ports
+    leave_hcm, main_hcm = hcm(leave), hcm(listener(boot, "apiserver_gateway"))
+    assert leave_hcm["use_remote_address"] is True
+    assert leave_hcm["http_filters"][0] == main_hcm["http_filters"][0], "the same wasm filter on both listeners"
+    assert [f["name"] for f in leave_hcm["http_filters"]] == ["envoy.filters.http.wasm", "envoy.filters.http.router"]
+    [vhost] = leave_hcm["route_config"]["virtual_hosts"]
+    assert vhost["routes"] == [{"match": {"prefix": "/"}, "direct_response": {"status": 404}}]
+    [main_vhost] = main_hcm["route_config"]["virtual_hosts"]
+    first = main_vhost["routes"][0]
+    assert first["match"] == {"path": LEAVE_PATH} and first["direct_response"] == {"status": 404}
+    assert first["typed_per_filter_config"]["envoy.filters.http.wasm"] == {
+        "@type": "type.googleapis.com/envoy.config.route.v3.FilterConfig", "disabled": True}
+    # The hook: the base's wait first, the request to fleet_leave, the drain wait last.
+    script = prestop(docs)
+    base_hook = gateway_container(one(render("base"), "Deployment"))["lifecycle"]["preStop"]["exec"]["command"]
+    assert base_hook[0] == "sleep"
+    lines = [ln.strip() for ln in script.strip().splitlines()]
+    assert lines[0] == f"sleep {base_hook[1]}", lines
+    assert f"/dev/tcp/127.0.0.1/{addr['port_value']}" in script and f"POST {LEAVE_PATH} HTTP/1.1" in script
+    fleet = plugin_config(boot)["fleet"]
+    lease_ttl, period = int(fleet.get("leaseTtl", "5s").rstrip("s")), int(fleet.get("period", "1s").rstrip("s"))
+    assert lines[-1] == f"sleep {lease_ttl + period}", lines
+    read_timeout = int(re.search(r"read -r -t (\d+)", script)[1])
+    hook = int(base_hook[1]) + read_timeout + lease_ttl + period
+    grace = one(docs, "Deployment")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace >= hook + 10, (grace, hook)
+
+
+class OneAnswer:
+    """A loopback TCP server that records the first request and answers it `status_line`."""
+
+    def __init__(self, status_line: bytes) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.request = b""
+        self.thread = threading.Thread(target=self.serve, args=(status_line,), daemon=True)
+        self.thread.start()
+
+    def serve(self, status_line: bytes) -> None:
+        self.sock.settimeout(20)
+        conn, _ = self.sock.accept()
+        with conn:
+            while b"\r\n\r\n" not in self.request:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                self.request += chunk
+            conn.sendall(status_line + b"\r\ncontent-length: 0\r\n\r\n")
+
+    def close(self) -> None:
+        self.thread.join(timeout=20)
+        self.sock.close()
+
+
+def test_deploy_fleet_prestop_script_sends_the_leave_request(tmp_path):
+    """The hook's bash script (the envoyproxy/envoy image has bash, not curl) sends a well-formed
+    HTTP/1.1 POST of the leave path and waits for the drain only when the answer is 200; a
+    refusal or nothing listening fails the hook, saying why, without the drain wait."""
+    docs = render("overlays/fleet")
+    ok = OneAnswer(b"HTTP/1.1 200 OK")
+    p, sleeps = run_prestop(docs, ok.port, tmp_path / "ok")
+    ok.close()
+    assert p.returncode == 0, p.stderr
+    head, _, body = ok.request.partition(b"\r\n\r\n")
+    request_line, *headers = head.decode().split("\r\n")
+    assert request_line == f"POST {LEAVE_PATH} HTTP/1.1" and body == b""
+    headers = {k.lower(): v.strip() for k, v in (h.split(":", 1) for h in headers)}
+    assert headers["host"] and headers["content-length"] == "0", headers
+    assert sleeps == ["5", "6"], sleeps
+    refused = OneAnswer(b"HTTP/1.1 403 Forbidden")
+    p, sleeps = run_prestop(docs, refused.port, tmp_path / "refused")
+    refused.close()
+    assert p.returncode != 0 and "HTTP/1.1 403" in p.stderr and sleeps == ["5"], (p.stderr, sleeps)
+    p, sleeps = run_prestop(docs, free_port(), tmp_path / "closed")
+    assert p.returncode != 0 and "cannot connect" in p.stderr and sleeps == ["5"], (p.stderr, sleeps)
 
 
 def test_deploy_envoy_answers_the_probe(envoy_bin, wasm_module, tmp_path):
@@ -625,14 +739,27 @@ class OverlayEtcd(Etcd):
         return ["etcd", *out]
 
 
+def replica_ids(etcd: Etcd, prefix: bytes = b"/apf-wasm/default/replicas/") -> list[str] | None:
+    """The ids of the replicas registered in etcd (None: etcd did not answer)."""
+    r = etcd.call("/v3/kv/range", {"key": b64(prefix), "range_end": b64(range_end(prefix)), "keys_only": True})
+    if r is None:
+        return None
+    return [base64.b64decode(kv["key"])[len(prefix):].decode() for kv in r.get("kvs", [])]
+
+
 def test_deploy_fleet_setup_script_secures_the_overlays_etcd(envoy_bin, wasm_module, tmp_path):
     """scripts/fleet-etcd-setup.sh end to end, on loopback: `certs`; `secrets` (into a recording
     kubectl); an etcd started with the StatefulSet's flags and those Secrets' files; `auth` and
     `check`. Then: no certificate, no connection; a certificate with a CN is refused by the JSON
     gateway (why the gateway's has none); the fleet user writes only under its prefix. And the
-    overlay's Envoy (its configuration rendered by the init container's script from the auth
-    Secret, the cluster apf_etcd with the client Secret's files, only its address made local)
-    registers in that etcd."""
+    overlay's Envoy (its configuration as rendered, the password in its environment from the
+    auth Secret's file as the Deployment sets it, the cluster apf_etcd with the client Secret's
+    files, only addresses and ports made local) registers in that etcd; /config_dump does not
+    show the password. Then the stop path: the leave request on the main listener (from
+    loopback, with a valid client certificate, as through a port-forward) is answered 404 and
+    not honoured; on the loopback listener fleet_leave it is, the preStop hook's script is
+    answered too, and the replica's record leaves etcd within 3 s — a lease left to expire would
+    take leaseTtl (5 s) after the last keep-alive."""
     if shutil.which("etcd") is None or shutil.which("etcdctl") is None or not have_openssl():
         pytest.skip("etcd, etcdctl or openssl missing (scripts/prereqs.sh e2e)")
     docs = render("overlays/fleet")
@@ -679,22 +806,53 @@ def test_deploy_fleet_setup_script_secures_the_overlays_etcd(envoy_bin, wasm_mod
 
         # The overlay's Envoy against it.
         auth = secrets / "apf-gateway-etcd-auth"
-        rendered = tmp_path / "rendered"
-        p = render_config(docs, rendered, (auth / "username").read_text(), (auth / "password").read_text())
-        assert p.returncode == 0, p.stderr
-        text = (rendered / "envoy.yaml").read_text().replace(ETCD_CLIENT_DIR, f"{secrets}/apf-gateway-etcd-client/")
-        text = localize(text, wasm_module, certs(tmp_path / "certs"))
+        text = envoy_config(docs).replace(ETCD_CLIENT_DIR, f"{secrets}/apf-gateway-etcd-client/")
+        assert plugin_config(yaml.safe_load(text))["fleet"]["etcd"]["username"] == (auth / "username").read_text()
+        certdir = certs(tmp_path / "certs")
+        text = localize(text, wasm_module, certdir)
         svc = "address: apf-gateway-etcd.apf-gateway.svc, port_value: 2379"
         assert text.count(svc) == 1
         text = text.replace(svc, f"address: 127.0.0.1, port_value: {etcd.client_port}")
         text = text.replace("port_value: 9901", f"port_value: {free_port()}")
-        text = text.replace("port_value: 16443", "port_value: 0").replace("port_value: 9902", "port_value: 0")
+        for port in (16443, 9902, 9903):
+            assert text.count(f"port_value: {port}") == 1, port
+            text = text.replace(f"port_value: {port}", "port_value: 0")
+        password = (auth / "password").read_text()
         envoy = EnvoyProcess(text, tmp_path / "envoy", envoy_bin=envoy_bin, name="fleet",
-                             env={"APF_WASM_TOKEN": "placeholder-token"})
+                             env={"APF_WASM_TOKEN": "placeholder-token", PASSWORD_ENV: password})
         envoy.start().wait_ready(timeout=40)
-        wait_until(lambda: len(etcd.replicas()) == 1, timeout=20, what="the overlay's Envoy registered in etcd")
+        [replica] = wait_until(lambda: replica_ids(etcd) or None, timeout=20, what="the overlay's Envoy registered in etcd")
         handshakes = envoy.stats(r"cluster\.apf_etcd\.ssl\.handshake")
         assert sum(handshakes.values()) >= 1, handshakes
+        status, dump = envoy.admin_get("/config_dump")
+        assert status == 200 and password.strip().encode() not in dump and PASSWORD_ENV.encode() in dump
+
+        # fleet_leave routes nothing but the filter's leave path (the filter admits, then 404).
+        assert http_get(envoy.ports[LEAVE_LISTENER], "/version", timeout=10)[0] == 404
+        # The stop path. The main listener: from loopback, with a client certificate it
+        # accepts, the leave path is answered 404 by the route, the filter off for it.
+        tls = ssl.create_default_context(cafile=str(certdir / "ca.crt"))
+        tls.check_hostname = False
+        tls.load_cert_chain(str(certdir / "tls.crt"), str(certdir / "tls.key"))
+        conn = http.client.HTTPSConnection("127.0.0.1", envoy.ports["apiserver_gateway"], timeout=10, context=tls)
+        conn.request("POST", LEAVE_PATH, body=b"")
+        main = conn.getresponse()
+        assert main.status == 404, (main.status, main.read())
+        conn.close()
+        # fleet_leave: honoured, and for the first time (the main listener's did nothing).
+        conn = http.client.HTTPConnection("127.0.0.1", envoy.ports[LEAVE_LISTENER], timeout=10)
+        conn.request("POST", LEAVE_PATH, body=b"")
+        r = conn.getresponse()
+        answer = json.loads(r.read())
+        conn.close()
+        left_at = time.monotonic()
+        assert r.status == 200 and answer == {"replica": replica, "leaving": True, "alreadyLeaving": False}, answer
+        # The preStop hook's own request (idempotent), its sleeps not slept.
+        p, sleeps = run_prestop(docs, envoy.ports[LEAVE_LISTENER], tmp_path / "prestop")
+        assert p.returncode == 0 and sleeps == ["5", "6"], (p.stdout, p.stderr, sleeps)
+        wait_until(lambda: replica_ids(etcd) == [], timeout=3, what="the leaving replica's record gone from etcd")
+        print(f"record gone {time.monotonic() - left_at:.2f} s after the leave request")
+        assert envoy.fatal_log_lines() == []
     finally:
         if envoy is not None:
             envoy.stop()
