@@ -440,16 +440,27 @@ def test_graceful_stop_hands_over_the_seats(harness):
     h = harness
     a, b = h.replica(), h.replica()
 
+    drained: list[float] = []
+
     def leave_then_sigterm(env: EnvoyProcess) -> None:
+        """The deploy's stop path: the pod's preStop posts the leave request from loopback and
+        waits until the replica's requests drained (its record gone, at most leaseTtl); then
+        the kubelet sends SIGTERM."""
+        t = time.monotonic()
         r = client.request(env.ports["gateway"], client.Req(path=LEAVE, method="POST"), timeout=5)
-        assert r.status == 200, f"the leave request: {r!r} {r.body[:200]!r}"
+        answer = json.loads(r.body) if r.status == 200 and r.body.startswith(b"{") else {}
+        assert answer.get("leaving") is True, f"the leave request: {r!r} {r.body[:200]!r}"
+        gone = lambda: not any(k.endswith("/" + answer["replica"]) for k in (etcd_records(h.etcd) or {"": ""}))  # noqa: E731
+        wait_until(gone, timeout=LEASE_TTL + 2 * PERIOD, what="the leaving replica's record revoked")
+        drained.append(time.monotonic() - t)
         env.proc.send_signal(signal.SIGTERM)
 
     graceful, peak = survivor_takes_over(h, a, b, leave_then_sigterm)
     c = h.replica()
     plain, peak2 = survivor_takes_over(h, c, b, lambda env: env.proc.send_signal(signal.SIGTERM))
     report(f"graceful stop (leave, then SIGTERM): the survivor holds ≥ 85 % of the seats "
-           f"{graceful if graceful is None else round(graceful, 2)} s after the leave request (max in flight {peak}); "
+           f"{graceful if graceful is None else round(graceful, 2)} s after the leave request (max in flight {peak}, "
+           f"record revoked {drained[0]:.2f} s after it); "
            f"plain SIGTERM: after {plain if plain is None else round(plain, 2)} s (max in flight {peak2})")
     # Plain SIGTERM is not asserted on: the dying Envoy resets its streams, the gateway frees the
     # seats of the executing ones (whose requests still run upstream) and dispatches queued
