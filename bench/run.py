@@ -460,7 +460,7 @@ def variant_config(spec: dict, args, upstream_port: int) -> dict:
 
 def start_etcd(workdir: Path) -> Etcd:
     """A throwaway etcd on loopback for the fleet variants (Debian's etcd-server)."""
-    etcd = Etcd(workdir, name="bench").start()
+    etcd = Etcd(workdir, name="bench", secure=False).start()
     ETCD.append(etcd)
     return etcd
 

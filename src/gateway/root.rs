@@ -43,7 +43,8 @@ struct ClusterFetch {
     tokens: [Option<u32>; 2],
     /// The responses read so far (both cleared when one fails).
     bodies: [Option<Vec<u8>>; 2],
-    /// Digest of the last applied responses (re-reading an unchanged policy changes nothing).
+    /// Digest of the last applied policy's meaning (re-reading an unchanged policy changes
+    /// nothing: see `cluster::merged_config`).
     applied: Option<u64>,
     /// The read of the group's discovery document under way (without `pathPrefix`).
     discovery: Option<u32>,
@@ -253,15 +254,17 @@ impl Root {
             *b = Some(body);
         }
         let [Some(fs), Some(pl)] = &self.fetch.bodies else { return };
-        let digest = BuildHasherDefault::<DefaultHasher>::default().hash_one((fs, pl));
-        if self.fetch.applied == Some(digest) {
-            return;
-        }
         let Some(base) = self.base.as_ref() else { return };
         let merged = match crate::policy::cluster::merged_config(base, &[fs, pl]) {
             Ok(m) => m,
             Err(e) => return log::error!("apf: cluster policy from {} unusable, keeping the current one: {e}", self.fetch.prefix),
         };
+        // The merged configuration holds only what the policy means (not resourceVersions,
+        // managedFields or status): a re-read that changed nothing else changes nothing.
+        let digest = BuildHasherDefault::<DefaultHasher>::default().hash_one(&merged);
+        if self.fetch.applied == Some(digest) {
+            return;
+        }
         self.fetch.applied = Some(digest);
         match parse_plugin_config(&merged) {
             Ok(cfg) => {

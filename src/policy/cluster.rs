@@ -235,15 +235,42 @@ fn list_items(list: &Value) -> Result<Vec<Value>, String> {
     Ok(items)
 }
 
+/// What of a fetched object the gateway uses: `kind`, `apiVersion`, the name, UID, namespace
+/// and annotations, the `spec`, and the types of the status conditions (validated as upstream
+/// does). What a live apiserver changes on every read — `resourceVersion`, `managedFields`,
+/// `generation`, the conditions' status, reason and times — is dropped, so that re-reading an
+/// unchanged policy gives the same bytes.
+fn meaning_of(item: &Value) -> Value {
+    let mut out = Map::new();
+    for k in ["apiVersion", "kind", "spec"] {
+        if let Some(v) = item.get(k) {
+            out.insert(k.to_string(), v.clone());
+        }
+    }
+    if let Some(m) = item.get("metadata").and_then(Value::as_object) {
+        let kept = ["name", "uid", "namespace", "annotations"].into_iter().filter_map(|k| Some((k.to_string(), m.get(k)?.clone())));
+        out.insert("metadata".to_string(), Value::Object(kept.collect()));
+    }
+    if let Some(c) = item.get("status").and_then(|s| s.get("conditions")).and_then(Value::as_array) {
+        let types = c.iter().map(|c| serde_json::json!({"type": c.get("type").cloned().unwrap_or(Value::Null)})).collect();
+        out.insert("status".to_string(), serde_json::json!({"conditions": Value::Array(types)}));
+    }
+    Value::Object(out)
+}
+
 /// Builds the plugin configuration to apply: `base` (the configuration document) with its
 /// `policy` replaced by the fetched objects plus the base's own objects (which win on
-/// kind+name), and without `clusterPolicy`'s effect on parsing changed.
+/// kind+name), and without `clusterPolicy`'s effect on parsing changed. The fetched objects
+/// are reduced to what the gateway uses ([`meaning_of`]) and sorted by kind and name: the
+/// result is the same for two reads of one policy, whatever the order of the lists' items and
+/// whatever moved in their metadata and status (the caller compares it to skip re-applying).
 pub fn merged_config(base: &Value, lists: &[&[u8]]) -> Result<Vec<u8>, String> {
     let mut fetched = Vec::new();
     for body in lists {
         let v: Value = serde_json::from_slice(body).map_err(|e| format!("cluster policy response: {e}"))?;
-        fetched.extend(list_items(&v)?);
+        fetched.extend(list_items(&v)?.iter().map(meaning_of));
     }
+    fetched.sort_by(|a, b| key_of(a).cmp(&key_of(b)));
     let mut obj: Map<String, Value> = base.as_object().cloned().unwrap_or_default();
     let local: Vec<Value> = match obj.get("policy") {
         Some(Value::Array(a)) => a.clone(),

@@ -1,19 +1,29 @@
 """deploy/: the kustomize base and overlays render with `kubectl kustomize`, every manifest
 validates against the Kubernetes schemas (kubernetes-validate, which bundles them), the pieces fit
 together (mounts, probes, RBAC, selectors), and the Envoy configuration inside loads in
-`envoy --mode validate` and, started, answers the kubelet's probe on /ready."""
+`envoy --mode validate` and, started, answers the kubelet's probe on /ready. The fleet overlay's
+etcd is production-shaped (three members on volumes, TLS for clients and peers, auth, PDB,
+NetworkPolicy), and scripts/fleet-etcd-setup.sh works: its certificates, Secrets (through a
+recording kubectl) and users set up an etcd started with the StatefulSet's own flags, and the
+overlay's Envoy, its configuration rendered by the init container's script, registers in it."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
+import ssl
 import subprocess
+import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from envoyproc import REPO, EnvoyProcess, http_get, validate_config, wait_until
+from etcdproc import Etcd, b64
 from pki import have_openssl, self_signed
 
 yaml = pytest.importorskip("yaml", reason="PyYAML (installed with kubernetes-validate by scripts/envoy-env.sh)")
@@ -33,9 +43,16 @@ KUSTOMIZATIONS = {
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount/"
 # Where the rendered Envoy configuration reads files, and what the test substitutes.
 MODULE_PATH = "/etc/apf/plugin.wasm"
-CERT_DIRS = ("/etc/apf-gateway/tls/", "/etc/apf-gateway/front-proxy/", SA_DIR)
+ETCD_CLIENT_DIR = "/etc/apf-gateway/etcd/"
+CERT_DIRS = ("/etc/apf-gateway/tls/", "/etc/apf-gateway/front-proxy/", ETCD_CLIENT_DIR, SA_DIR)
 # Secrets the operator creates before applying (docs/deployment.md says how).
 OPERATOR_SECRETS = {"apf-gateway-tls", "apf-gateway-front-proxy"}
+# ... and for the fleet overlay (scripts/fleet-etcd-setup.sh secrets): the gateway's, etcd's, and
+# root's password, which only the setup script reads.
+FLEET_GATEWAY_SECRETS = {"apf-gateway-etcd-client", "apf-gateway-etcd-auth"}
+FLEET_ETCD_SECRETS = {"apf-gateway-etcd-server", "apf-gateway-etcd-peer", "apf-gateway-etcd-jwt"}
+FLEET_SECRETS = FLEET_GATEWAY_SECRETS | FLEET_ETCD_SECRETS | {"apf-gateway-etcd-root"}
+SETUP = REPO / "scripts" / "fleet-etcd-setup.sh"
 
 
 def kubectl() -> str:
@@ -82,6 +99,38 @@ def plugin_config(boot: dict) -> dict:
 
 def gateway_container(deployment: dict) -> dict:
     return next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "envoy")
+
+
+def secrets_used(pod_spec: dict) -> set[str]:
+    """The Secrets a pod mounts or takes environment variables from (any container)."""
+    used = {v["secret"]["secretName"] for v in pod_spec["volumes"] if "secret" in v}
+    for c in pod_spec["containers"] + pod_spec.get("initContainers", []):
+        used |= {e["valueFrom"]["secretKeyRef"]["name"] for e in c.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})}
+    return used
+
+
+def init_container(deployment: dict, name: str) -> dict:
+    return next(c for c in deployment["spec"]["template"]["spec"].get("initContainers", []) if c["name"] == name)
+
+
+def render_config(docs: list[dict], out: Path, username: str, password: str) -> subprocess.CompletedProcess:
+    """Runs the fleet overlay's init container render-config (its shell script, the ConfigMap's
+    envoy.yaml as its template) with the Secret's `username` and `password`; the configuration
+    it writes is `out`/envoy.yaml."""
+    dep = one(docs, "Deployment")
+    init = init_container(dep, "render-config")
+    mounts = {m["name"]: m["mountPath"] for m in init["volumeMounts"]}
+    template = out / "template"
+    template.mkdir(parents=True, exist_ok=True)
+    (template / "envoy.yaml").write_text(envoy_config(docs))
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    script = init["args"][0]
+    for vol, path in mounts.items():
+        local = template if "configMap" in volumes[vol] else out
+        script = script.replace(path.rstrip("/") + "/", f"{local}/")
+    env = {"PATH": os.environ["PATH"], "FLEET_ETCD_USERNAME": username, "FLEET_ETCD_PASSWORD": password}
+    assert init["command"] == ["sh", "-c"]
+    return subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, timeout=30)
 
 
 def certs(d: Path) -> Path:
@@ -173,11 +222,11 @@ def test_deploy_pieces_fit_together(name):
         assert "plugin.wasm" in " ".join(init["args"]) and any(e["name"] == "APF_WASM_IMAGE" for e in init["env"])
     # Secrets: the token Secret is rendered; the TLS ones the operator creates (documented).
     rendered = {d["metadata"]["name"] for d in docs if d["kind"] == "Secret"}
-    used = {v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
-    used |= {e["valueFrom"]["secretKeyRef"]["name"] for e in envoy["env"] if "valueFrom" in e}
-    assert used - rendered == OPERATOR_SECRETS, used - rendered
+    used = secrets_used(spec)
+    expected = OPERATOR_SECRETS | (FLEET_GATEWAY_SECRETS if name == "overlays/fleet" else set())
+    assert used - rendered == expected, used - rendered
     guide = (REPO / "docs/deployment.md").read_text()
-    assert all(s in guide for s in OPERATOR_SECRETS)
+    assert all(s in guide for s in expected)
     token = one(docs, "Secret", "apf-gateway-token")
     assert token["type"] == "kubernetes.io/service-account-token"
     sa = one(docs, "ServiceAccount")
@@ -224,7 +273,16 @@ def test_deploy_fleet_overlay_is_the_base_plus_fleet():
 
 @pytest.mark.parametrize("name", sorted(KUSTOMIZATIONS))
 def test_deploy_envoy_config_validates(name, envoy_bin, wasm_module, tmp_path):
-    text = localize(envoy_config(render(name)), wasm_module, certs(tmp_path / "certs"))
+    docs = render(name)
+    text = envoy_config(docs)
+    if name == "overlays/fleet":
+        # What Envoy reads there: the template with the Secret's values, by the init container.
+        p = render_config(docs, tmp_path / "rendered", "apf-gateway", "0123abcdef")
+        assert p.returncode == 0, p.stderr
+        text = (tmp_path / "rendered" / "envoy.yaml").read_text()
+        etcd = plugin_config(yaml.safe_load(text))["fleet"]["etcd"]
+        assert (etcd["username"], etcd["password"]) == ("apf-gateway", "0123abcdef")
+    text = localize(text, wasm_module, certs(tmp_path / "certs"))
     path = tmp_path / "envoy.yaml"
     path.write_text(text)
     p = validate_config(envoy_bin, str(path), env={"APF_WASM_TOKEN": "placeholder-token"})
@@ -235,6 +293,162 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# -- the fleet overlay's etcd --------------------------------------------------------------------
+
+
+def etcd_flags(container: dict) -> dict[str, str]:
+    """etcd's command line as {flag: value} (a bare flag: "true")."""
+    assert container["command"][0] == "etcd"
+    flags = {}
+    for a in container["command"][1:] + container.get("args", []):
+        k, _, v = a.partition("=")
+        assert k.startswith("--") and k not in flags, a
+        flags[k] = v or "true"
+    return flags
+
+
+def selects(selector: dict, labels: dict) -> bool:
+    return all(labels.get(k) == v for k, v in selector["matchLabels"].items())
+
+
+def test_deploy_fleet_etcd_is_production_shaped():
+    """Three members on PersistentVolumes, a headless peer Service and a client Service, a PDB
+    (maxUnavailable 1), anti-affinity, resources, probes on /health of the metrics port, TLS for
+    clients and peers with certificates from mounted Secrets, JWT auth tokens, and a
+    NetworkPolicy: client port from the gateway's pods, peer port from the members, metrics from
+    the monitoring namespace."""
+    docs = render("overlays/fleet")
+    sts = one(docs, "StatefulSet", "apf-gateway-etcd")
+    spec = sts["spec"]
+    pod = spec["template"]["spec"]
+    labels = spec["template"]["metadata"]["labels"]
+    assert spec["replicas"] == 3 and spec["podManagementPolicy"] == "Parallel"
+    assert selects(spec["selector"], labels)
+    # Storage: one claim per member, mounted where the data directory is.
+    [claim] = spec["volumeClaimTemplates"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"] and claim["spec"]["resources"]["requests"]["storage"]
+    [etcd] = pod["containers"]
+    mounts = {m["mountPath"]: m["name"] for m in etcd["volumeMounts"]}
+    flags = etcd_flags(etcd)
+    data_mount = [m for m in mounts if flags["--data-dir"].startswith(m + "/")]
+    assert data_mount and mounts[data_mount[0]] == claim["metadata"]["name"], flags["--data-dir"]
+    assert not any("emptyDir" in v for v in pod.get("volumes", []))
+    # Services: the headless one names the members (published before ready), the other serves clients.
+    peer_svc = one(docs, "Service", spec["serviceName"])
+    assert peer_svc["spec"]["clusterIP"] == "None" and peer_svc["spec"]["publishNotReadyAddresses"] is True
+    client_svc = one(docs, "Service", "apf-gateway-etcd")
+    assert client_svc["spec"].get("clusterIP") != "None"
+    for svc in (peer_svc, client_svc):
+        assert all(labels.get(k) == v for k, v in svc["spec"]["selector"].items())
+    ports = {p["name"]: p["containerPort"] for p in etcd["ports"]}
+    assert [p["targetPort"] for p in client_svc["spec"]["ports"]] == ["client"]
+    pdb = one(docs, "PodDisruptionBudget", "apf-gateway-etcd")
+    assert pdb["spec"]["maxUnavailable"] == 1 and selects(pdb["spec"]["selector"], labels)
+    [term] = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert selects(term["podAffinityTerm"]["labelSelector"], labels)
+    assert etcd["resources"]["requests"]["cpu"] and etcd["resources"]["requests"]["memory"]
+    # Listeners: clients and peers over TLS, metrics apart on their own port.
+    port_of = lambda url: int(url.rsplit(":", 1)[1])
+    assert flags["--listen-client-urls"].startswith("https://") and port_of(flags["--listen-client-urls"]) == ports["client"]
+    assert flags["--listen-peer-urls"].startswith("https://") and port_of(flags["--listen-peer-urls"]) == ports["peer"]
+    assert flags["--initial-advertise-peer-urls"].startswith("https://")
+    assert flags["--advertise-client-urls"].startswith("https://")
+    assert port_of(flags["--listen-metrics-urls"]) == ports["metrics"] not in (ports["client"], ports["peer"])
+    members = dict(m.split("=", 1) for m in flags["--initial-cluster"].split(","))
+    assert sorted(members) == [f"apf-gateway-etcd-{i}" for i in range(3)]
+    assert all(u.startswith(f"https://{n}.{peer_svc['metadata']['name']}.") for n, u in members.items())
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        get = etcd[probe]["httpGet"]
+        assert get["path"].startswith("/health") and ports[get["port"]] == ports["metrics"], probe
+    assert "serializable=true" in etcd["livenessProbe"]["httpGet"]["path"], "a lost quorum must not restart every member"
+    # TLS both ways, from mounted Secrets.
+    secret_mounts = {path: next(v["secret"]["secretName"] for v in pod["volumes"] if v["name"] == vol)
+                     for path, vol in mounts.items() if any(v["name"] == vol and "secret" in v for v in pod["volumes"])}
+    assert set(secret_mounts.values()) == FLEET_ETCD_SECRETS
+    for flag in ("--client-cert-auth", "--peer-client-cert-auth"):
+        assert flags[flag] == "true", flag
+    files = [flags[f] for f in ("--cert-file", "--key-file", "--trusted-ca-file", "--peer-cert-file",
+                                "--peer-key-file", "--peer-trusted-ca-file")]
+    auth_token = dict(kv.split("=", 1) for kv in flags["--auth-token"].split(",")[1:])
+    assert flags["--auth-token"].startswith("jwt,") and auth_token["sign-method"].startswith("RS")
+    files += [auth_token["pub-key"], auth_token["priv-key"]]
+    for f in files:
+        assert any(f.startswith(m + "/") for m in secret_mounts), f"{f} is not in a mounted Secret"
+    assert flags["--cert-file"].rsplit("/", 1)[0] != flags["--peer-cert-file"].rsplit("/", 1)[0]
+    # Every Secret is created by the setup script and named in the guide.
+    script, guide = SETUP.read_text(), (REPO / "docs/deployment.md").read_text()
+    for name in FLEET_SECRETS:
+        assert f'"$ETCD_NAME-{name.removeprefix("apf-gateway-etcd-")}"' in script and name in guide, name
+    # The NetworkPolicy: every rule names its peers and ports; each port opened to its own.
+    gateway_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    netpol = one(docs, "NetworkPolicy", "apf-gateway-etcd")
+    assert netpol["spec"]["policyTypes"] == ["Ingress"] and selects(netpol["spec"]["podSelector"], labels)
+    rules = {p["port"]: r["from"] for r in netpol["spec"]["ingress"] for p in r["ports"]}
+    assert set(rules) == {ports["client"], ports["peer"], ports["metrics"]}
+    assert all(r.get("from") and r.get("ports") for r in netpol["spec"]["ingress"])
+    [client_from] = rules[ports["client"]]
+    assert selects(client_from["podSelector"], gateway_labels) and not selects(client_from["podSelector"], labels)
+    [peer_from] = rules[ports["peer"]]
+    assert selects(peer_from["podSelector"], labels) and not selects(peer_from["podSelector"], gateway_labels)
+    [metrics_from] = rules[ports["metrics"]]
+    assert list(metrics_from) == ["namespaceSelector"] and metrics_from["namespaceSelector"]["matchLabels"]
+
+
+def test_deploy_fleet_gateway_reaches_etcd_over_tls_with_a_password():
+    """The gateway's cluster apf_etcd: TLS to the client Service's name, etcd's CA and the
+    client certificate from the Secret apf-gateway-etcd-client; the plugin's fleet.etcd has the
+    username and password the init container takes from apf-gateway-etcd-auth; Envoy reads the
+    rendered configuration from a memory emptyDir."""
+    docs = render("overlays/fleet")
+    text = envoy_config(docs)
+    boot = yaml.safe_load(text)
+    etcd_cfg = plugin_config(boot)["fleet"]["etcd"]
+    cluster = next(c for c in boot["static_resources"]["clusters"] if c["name"] == etcd_cfg["cluster"])
+    svc = one(docs, "Service", "apf-gateway-etcd")
+    fqdn = f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc"
+    tls = cluster["transport_socket"]
+    assert tls["name"] == "envoy.transport_sockets.tls"
+    ctx = tls["typed_config"]
+    assert ctx["@type"].endswith("UpstreamTlsContext") and ctx["sni"] == fqdn
+    common = ctx["common_tls_context"]
+    assert common["validation_context"]["trusted_ca"]["filename"] == ETCD_CLIENT_DIR + "ca.crt"
+    assert common["validation_context"]["match_typed_subject_alt_names"] == [
+        {"san_type": "DNS", "matcher": {"exact": fqdn}}]
+    [cert] = common["tls_certificates"]
+    assert cert["certificate_chain"]["filename"].startswith(ETCD_CLIENT_DIR)
+    assert cert["private_key"]["filename"].startswith(ETCD_CLIENT_DIR)
+    assert etcd_cfg["authority"] == fqdn
+    assert etcd_cfg["username"] == "@FLEET_ETCD_USERNAME@" and etcd_cfg["password"] == "@FLEET_ETCD_PASSWORD@"
+    dep = one(docs, "Deployment")
+    spec = dep["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    envoy_mounts = {m["mountPath"]: m["name"] for m in gateway_container(dep)["volumeMounts"]}
+    assert volumes[envoy_mounts[ETCD_CLIENT_DIR.rstrip("/")]]["secret"]["secretName"] == "apf-gateway-etcd-client"
+    config_volume = volumes[envoy_mounts["/etc/envoy"]]
+    assert config_volume["emptyDir"]["medium"] == "Memory" and "configMap" not in config_volume
+    init = init_container(dep, "render-config")
+    assert [i["name"] for i in spec["initContainers"]][0] == "fetch-module", "patches address initContainers/0"
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in init["env"]}
+    assert refs == {"FLEET_ETCD_USERNAME": {"name": "apf-gateway-etcd-auth", "key": "username"},
+                    "FLEET_ETCD_PASSWORD": {"name": "apf-gateway-etcd-auth", "key": "password"}}
+    init_mounts = {m["name"]: m["mountPath"] for m in init["volumeMounts"]}
+    assert init_mounts[envoy_mounts["/etc/envoy"]] == "/etc/envoy"
+    assert volumes[next(n for n in init_mounts if n != envoy_mounts["/etc/envoy"])]["configMap"]["name"].startswith("apf-gateway-envoy-")
+    # The overlay's comments no longer claim a restart is harmless.
+    assert "costs a re-registration" not in (DEPLOY / "overlays/fleet/kustomization.yaml").read_text()
+
+
+def test_deploy_fleet_render_config_refuses_unsafe_secrets(tmp_path):
+    """The init container fails (the pod does not start) rather than write a broken
+    configuration: a password with JSON or sed metacharacters, or an empty one."""
+    docs = render("overlays/fleet")
+    for i, (user, password) in enumerate([("apf-gateway", 'a"b'), ("apf-gateway", "a/b"), ("apf-gateway", ""),
+                                          ("a/b", "abc")]):
+        p = render_config(docs, tmp_path / str(i), user, password)
+        assert p.returncode != 0 and "apf-gateway-etcd-auth" in p.stderr, (user, password, p.stderr)
 
 
 def test_deploy_envoy_answers_the_probe(envoy_bin, wasm_module, tmp_path):
@@ -360,3 +574,128 @@ def test_envoy_gateway_plugin_config_loads_in_envoy(envoy_bin, wasm_module, tmp_
     path.write_text(json.dumps(boot))
     p = validate_config(envoy_bin, str(path), env={"APF_WASM_TOKEN": "placeholder-token"})
     assert p.returncode != 0 and "serverConcurrencyLimit" in p.stdout + p.stderr, (p.stdout + p.stderr)[-3000:]
+
+
+# A kubectl that records `create secret generic NAME --from-file=K=PATH --from-literal=K=V` as
+# files OUT/NAME/K (what the pod would see in a Secret volume) and accepts the script's other calls.
+FAKE_KUBECTL = """
+import pathlib, sys
+out, a = pathlib.Path(sys.argv[0]).parent / "secrets", sys.argv[1:]
+if "create" in a and "secret" in a:
+    name = a[a.index("generic") + 1]
+    d = out / name
+    d.mkdir(parents=True, exist_ok=True)
+    for x in a:
+        for kind in ("--from-file=", "--from-literal="):
+            if x.startswith(kind):
+                k, v = x[len(kind):].split("=", 1)
+                (d / k).write_bytes(pathlib.Path(v).read_bytes() if kind == "--from-file=" else v.encode())
+    print("apiVersion: v1\\nkind: Secret\\nmetadata: {name: %s}" % name)
+elif a[:2] == ["apply", "-f"]:
+    sys.stdin.read()
+elif not ("get" in a and "namespace" in a):
+    sys.exit("fake kubectl: unexpected %r" % a)
+"""
+
+
+class OverlayEtcd(Etcd):
+    """The StatefulSet's etcd as one member on loopback: its flags as rendered (TLS, client
+    certificates, JWT tokens...), the files of its Secret mounts taken from `secrets` (DIR/NAME/
+    KEY), the URLs and cluster flags local."""
+
+    def __init__(self, workdir: Path, sts: dict, secrets: Path) -> None:
+        super().__init__(workdir, name="apf-gateway-etcd-0")
+        pod = sts["spec"]["template"]["spec"]
+        [container] = pod["containers"]
+        by_volume = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+        self.mounts = {m["mountPath"].rstrip("/") + "/": f"{secrets}/{by_volume[m['name']]}/"
+                       for m in container["volumeMounts"] if m["name"] in by_volume}
+        self.flags = etcd_flags(container)
+
+    def args(self) -> list[str]:
+        p = f"https://127.0.0.1:{self.peer_port}"
+        local = {"--name": self.name, "--data-dir": str(self.dir), "--listen-client-urls": self.url,
+                 "--advertise-client-urls": self.url, "--listen-peer-urls": p, "--initial-advertise-peer-urls": p,
+                 "--initial-cluster": f"{self.name}={p}", "--listen-metrics-urls": f"http://127.0.0.1:{self.metrics_port}"}
+        out = []
+        for k, v in {**self.flags, **local}.items():
+            for mount, path in self.mounts.items():
+                v = v.replace(mount, path)
+            out.append(f"{k}={v}")
+        return ["etcd", *out]
+
+
+def test_deploy_fleet_setup_script_secures_the_overlays_etcd(envoy_bin, wasm_module, tmp_path):
+    """scripts/fleet-etcd-setup.sh end to end, on loopback: `certs`; `secrets` (into a recording
+    kubectl); an etcd started with the StatefulSet's flags and those Secrets' files; `auth` and
+    `check`. Then: no certificate, no connection; a certificate with a CN is refused by the JSON
+    gateway (why the gateway's has none); the fleet user writes only under its prefix. And the
+    overlay's Envoy (its configuration rendered by the init container's script from the auth
+    Secret, the cluster apf_etcd with the client Secret's files, only its address made local)
+    registers in that etcd."""
+    if shutil.which("etcd") is None or shutil.which("etcdctl") is None or not have_openssl():
+        pytest.skip("etcd, etcdctl or openssl missing (scripts/prereqs.sh e2e)")
+    docs = render("overlays/fleet")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "kubectl").write_text(f"#!{sys.executable}\n{FAKE_KUBECTL}")
+    (bindir / "kubectl").chmod(0o755)
+    secrets = bindir / "secrets"
+    etcd = OverlayEtcd(tmp_path, one(docs, "StatefulSet", "apf-gateway-etcd"), secrets)
+    p = subprocess.run(["bash", str(SETUP), "secrets", str(etcd.pki)], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr
+    assert {d.name for d in secrets.iterdir()} == FLEET_SECRETS
+    assert {f.name for f in (secrets / "apf-gateway-etcd-client").iterdir()} == {"tls.crt", "tls.key", "ca.crt"}
+    envoy = None
+    try:
+        etcd.start()
+        assert "check:" in etcd.setup("check")
+        # The auth step again (as after a restore): nothing to do, nothing fails.
+        assert "auth is on already" in etcd.setup("auth")
+        range_body = json.dumps({"key": b64(b"/apf-wasm/")}).encode()
+
+        def post(ctx: ssl.SSLContext, token: str | None = None) -> tuple[int, str]:
+            req = urllib.request.Request(f"{etcd.url}/v3/kv/range", data=range_body, method="POST",
+                                         headers={"Authorization": token} if token else {})
+            try:
+                with urllib.request.urlopen(req, timeout=5, context=ctx) as r:
+                    return r.status, r.read().decode()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read().decode()
+        no_cert = ssl.create_default_context(cafile=str(etcd.pki / "ca.crt"))
+        with pytest.raises((ssl.SSLError, ConnectionError, urllib.error.URLError)):
+            post(no_cert)
+        with_cn = ssl.create_default_context(cafile=str(etcd.pki / "ca.crt"))
+        with_cn.load_cert_chain(str(etcd.pki / "server.crt"), str(etcd.pki / "server.key"))
+        token = etcd.authenticate("apf-gateway", etcd.password)
+        assert token
+        status, body = post(with_cn, token)
+        assert status == 400 and "CommonName" in body, (status, body)
+        assert post(etcd.tls_context(), token)[0] == 200
+        assert post(etcd.tls_context())[0] in (400, 401, 403), "anonymous reads must fail"
+        outside = etcd.post("/v3/kv/put", {"key": b64(b"/apf-wasm0"), "value": b64(b"x")}, token)
+        assert outside and outside[0] == 403, outside
+
+        # The overlay's Envoy against it.
+        auth = secrets / "apf-gateway-etcd-auth"
+        rendered = tmp_path / "rendered"
+        p = render_config(docs, rendered, (auth / "username").read_text(), (auth / "password").read_text())
+        assert p.returncode == 0, p.stderr
+        text = (rendered / "envoy.yaml").read_text().replace(ETCD_CLIENT_DIR, f"{secrets}/apf-gateway-etcd-client/")
+        text = localize(text, wasm_module, certs(tmp_path / "certs"))
+        svc = "address: apf-gateway-etcd.apf-gateway.svc, port_value: 2379"
+        assert text.count(svc) == 1
+        text = text.replace(svc, f"address: 127.0.0.1, port_value: {etcd.client_port}")
+        text = text.replace("port_value: 9901", f"port_value: {free_port()}")
+        text = text.replace("port_value: 16443", "port_value: 0").replace("port_value: 9902", "port_value: 0")
+        envoy = EnvoyProcess(text, tmp_path / "envoy", envoy_bin=envoy_bin, name="fleet",
+                             env={"APF_WASM_TOKEN": "placeholder-token"})
+        envoy.start().wait_ready(timeout=40)
+        wait_until(lambda: len(etcd.replicas()) == 1, timeout=20, what="the overlay's Envoy registered in etcd")
+        handshakes = envoy.stats(r"cluster\.apf_etcd\.ssl\.handshake")
+        assert sum(handshakes.values()) >= 1, handshakes
+    finally:
+        if envoy is not None:
+            envoy.stop()
+        etcd.stop()

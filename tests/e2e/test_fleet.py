@@ -1,5 +1,6 @@
 """Fleet mode in real Envoys: three gateway processes (2 workers each) in front of one test
-upstream, coordinated through a real etcd (Debian's etcd-server, started here on loopback).
+upstream, coordinated through a real etcd (Debian's etcd-server, started here on loopback with
+TLS and authentication, set up as deploy/overlays/fleet's: tests/e2e/etcdproc.py).
 The level's 20 seats are the limit of the whole fleet: without fleet mode each replica would
 enforce all 20 (45 requests in flight with 15 closed-loop clients per replica).
 
@@ -47,9 +48,9 @@ PATH = "/api/v1/namespaces/default/pods"
 STATS_CONFIG = REPO / "envoy" / "stats_config.yaml"
 
 
-def fleet_config() -> dict:
+def fleet_config(etcd: Etcd) -> dict:
     cfg = single_level_config(SEATS, queues=16, hand_size=4, queue_length_limit=50)
-    cfg["fleet"] = {"etcd": {"cluster": "etcd"}, "period": "1s", "leaseTtl": "5s"}
+    cfg["fleet"] = {"etcd": etcd.fleet_etcd("etcd"), "period": "1s", "leaseTtl": "5s"}
     return cfg
 
 
@@ -120,7 +121,7 @@ def fleet(wasm_module, envoy_bin):
     up.set_nodelay()
     envoys: list[EnvoyProcess] = []
     for i in range(3):
-        cfg = gateway_config(upstream_port=up.port, wasm_path=wasm_module, plugin_config=fleet_config())
+        cfg = gateway_config(upstream_port=up.port, wasm_path=wasm_module, plugin_config=fleet_config(etcd))
         cfg["static_resources"]["clusters"].append(etcd.envoy_cluster())
         env = EnvoyProcess(cfg, work / f"envoy{i}", envoy_bin=envoy_bin, concurrency=2, name=f"envoy{i}",
                            extra_args=["--config-yaml", STATS_CONFIG.read_text()])
