@@ -13,6 +13,7 @@ Stdlib only: one thread per direction per connection.
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import threading
@@ -63,12 +64,14 @@ class PausableProxy:
         for s in conns:
             _reset(s)
 
-    def cluster(self, name: str = "etcd") -> dict:
-        """A static Envoy cluster through this proxy (as `Etcd.envoy_cluster`)."""
-        return {"name": name, "type": "STATIC", "connect_timeout": "1s",
-                "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [
-                    {"endpoint": {"address": {"socket_address": {
-                        "address": "127.0.0.1", "port_value": self.port}}}}]}]}}
+    def cluster(self, direct: dict) -> dict:
+        """The static Envoy cluster `direct` (one endpoint, e.g. `Etcd.envoy_cluster()`, TLS
+        included: the proxy forwards bytes) through this proxy instead."""
+        c = json.loads(json.dumps(direct))
+        for group in c["load_assignment"]["endpoints"]:
+            for ep in group["lb_endpoints"]:
+                ep["endpoint"]["address"]["socket_address"].update(address="127.0.0.1", port_value=self.port)
+        return c
 
     # -- forwarding --------------------------------------------------------------------------
     def _accept(self) -> None:
