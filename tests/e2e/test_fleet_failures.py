@@ -257,7 +257,9 @@ def test_cluster_policy_one_lease_and_etcd_outage(harness):
     leases = LeaseWatch(h.etcd)
 
     # Without an outage: 14 s, measured from 4 s on.
+    h.up.reset()
     res, t_m = measured_run(h, ports, 14.0, "base", settle=4.0)
+    base_peak = h.up.snapshot()["max_in_flight"]
     base_rate, base_p99 = rate_and_p99(res, t_m, t_m + 10.0)
     assert not [r for r in res if r.status != 200], "requests failed without an outage"
 
@@ -271,12 +273,14 @@ def test_cluster_policy_one_lease_and_etcd_outage(harness):
         time.sleep(30.0)
         window.append(time.monotonic())
         h.etcd.start()
+    h.up.reset()
     res, _ = measured_run(h, ports, 36.0, "outage", settle=0.0, during=outage)
+    peak = h.up.snapshot()["max_in_flight"]
     rate, lat = rate_and_p99(res, window[0] + 1.0, window[1])
     failed = [r for r in res if r.status != 200]
     report(f"etcd down 30 s: {len(res)} requests, {len(failed)} not 200; {rate:.0f} req/s vs {base_rate:.0f} "
            f"without the outage; client p99 {lat * 1000:.0f} ms vs {base_p99 * 1000:.0f} ms; "
-           f"upstream max in flight {h.up.snapshot()['max_in_flight']}")
+           f"upstream max in flight {peak} ({base_peak} without the outage)")
     wait_synced(envs, 2, timeout=LEASE_TTL + 3 * PERIOD)
     seen = leases.stop()
     applied = [Counter(m.group(1) for m in map(APPLIED.match, e.log_path.read_text(errors="replace").splitlines()) if m)
@@ -284,6 +288,7 @@ def test_cluster_policy_one_lease_and_etcd_outage(harness):
     report(f"leases per record over the run: { {k.rsplit('/', 1)[-1]: len(v) for k, v in seen.items()} }; "
            f"cluster policy applications per reader thread: {[dict(a) for a in applied]}")
     assert not failed, f"{len(failed)} requests failed with etcd down: {failed[:3]}"
+    assert peak <= SEATS, f"{peak} in flight > {SEATS} around the etcd outage"
     assert rate >= 0.9 * base_rate, f"throughput with etcd down {rate:.0f} req/s < 90 % of {base_rate:.0f}"
     assert lat <= max(1.25 * base_p99, base_p99 + 0.1), f"p99 {lat:.3f} s with etcd down vs {base_p99:.3f} s"
     assert len(seen) == 2 and all(len(v) == 1 for v in seen.values()), f"leases per record: {seen}"

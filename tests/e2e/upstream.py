@@ -51,7 +51,9 @@ Like a kube-apiserver with many objects (set from the tests, in-process):
                  changes, FlowSchemas' `status.conditions` (type Dangling) are rewritten with a
                  fresh `lastTransitionTime` as the APF config controller does, `managedFields`
                  carry the time of the last write, and the items come in a different order from
-                 one read to the next. Only the spec is stable (`flowcontrol_list`).
+                 one read to the next. Only the spec is stable (`flowcontrol_list`). These
+                 reads (the gateway's own) are not requests in flight; `flowcontrol_lists()`
+                 counts them.
   Upgrades       any request with `Connection: upgrade` and an `Upgrade` header (kubectl exec,
                  attach, port-forward: `websocket` or `SPDY/3.1`): 101 with that Upgrade (for
                  WebSocket the Sec-WebSocket-Accept of its key and the first subprotocol offered),
@@ -266,6 +268,7 @@ def metrics_text(counts: dict[str, tuple[int, int]], legacy_only: bool = False) 
 
 # -- pods and watches ---------------------------------------------------------------------------
 
+FLOWCONTROL = "/apis/flowcontrol.apiserver.k8s.io"
 TRUE_VALUES = ("1", "t", "T", "true", "TRUE", "True")  # Go's strconv.ParseBool
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
@@ -599,6 +602,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.cluster.touch()  # type: ignore[attr-defined]
         if url.path == "/metrics":
             return self._metrics()
+        if url.path.rstrip("/") == FLOWCONTROL or url.path.startswith(FLOWCONTROL + "/"):
+            return self._answer(url.path)  # the gateway's own policy reads: not in flight
         upgrade = self.headers.get("Upgrade")
         if upgrade and "upgrade" in (self.headers.get("Connection") or "").lower():
             return self._upgrade(upgrade.strip())
@@ -671,7 +676,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(200, API_GROUP_LIST)
         if p == "/api/v1":
             return self._json(200, CORE_V1_RESOURCES)
-        group = "/apis/flowcontrol.apiserver.k8s.io"
+        group = FLOWCONTROL
         if p == group or p.startswith(group + "/"):
             stats: Stats = self.server.stats  # type: ignore[attr-defined]
             with stats.lock:
