@@ -108,8 +108,10 @@ def dump(env: EnvoyProcess) -> dict:
 
 
 def synced_with(env: EnvoyProcess, n: int) -> bool:
+    """Synced with `n` replicas within the last two periods."""
     d = dump(env)
-    return d.get("mode") == "Synced" and len(d.get("replicas", [])) == n
+    age = d.get("lastSyncAgeSeconds")
+    return d.get("mode") == "Synced" and len(d.get("replicas", [])) == n and age is not None and age < 2 * PERIOD
 
 
 def wait_synced(envs: list[EnvoyProcess], n: int, timeout: float = 20) -> None:
@@ -227,7 +229,7 @@ class LeaseWatch:
         return self.leases
 
 
-def measured_run(h: Harness, ports: list[int], seconds: float, tag: str, settle: float,
+def measured_run(ports: list[int], seconds: float, tag: str, settle: float,
                  during=None) -> tuple[list[client.Result], float]:
     """15 closed-loop clients per replica for `seconds`; `during(t0)` runs meanwhile. Returns the
     results and the time the measurement starts (`settle` s in)."""
@@ -258,7 +260,7 @@ def test_cluster_policy_one_lease_and_etcd_outage(harness):
 
     # Without an outage: 14 s, measured from 4 s on.
     h.up.reset()
-    res, t_m = measured_run(h, ports, 14.0, "base", settle=4.0)
+    res, t_m = measured_run(ports, 14.0, "base", settle=4.0)
     base_peak = h.up.snapshot()["max_in_flight"]
     base_rate, base_p99 = rate_and_p99(res, t_m, t_m + 10.0)
     assert not [r for r in res if r.status != 200], "requests failed without an outage"
@@ -274,7 +276,7 @@ def test_cluster_policy_one_lease_and_etcd_outage(harness):
         window.append(time.monotonic())
         h.etcd.start()
     h.up.reset()
-    res, _ = measured_run(h, ports, 36.0, "outage", settle=0.0, during=outage)
+    res, _ = measured_run(ports, 36.0, "outage", settle=0.0, during=outage)
     peak = h.up.snapshot()["max_in_flight"]
     rate, lat = rate_and_p99(res, window[0] + 1.0, window[1])
     failed = [r for r in res if r.status != 200]
@@ -282,6 +284,8 @@ def test_cluster_policy_one_lease_and_etcd_outage(harness):
            f"without the outage; client p99 {lat * 1000:.0f} ms vs {base_p99 * 1000:.0f} ms; "
            f"upstream max in flight {peak} ({base_peak} without the outage)")
     wait_synced(envs, 2, timeout=LEASE_TTL + 3 * PERIOD)
+    wait_until(lambda: len(etcd_records(h.etcd) or {}) == 2, timeout=2 * PERIOD, what="both records in etcd")
+    time.sleep(1.0)  # the lease watch reads them at least once more
     seen = leases.stop()
     applied = [Counter(m.group(1) for m in map(APPLIED.match, e.log_path.read_text(errors="replace").splitlines()) if m)
                for e in envs]
@@ -452,7 +456,9 @@ def test_graceful_stop_hands_over_the_seats(harness):
         r = client.request(env.ports["gateway"], client.Req(path=LEAVE, method="POST"), timeout=5)
         answer = json.loads(r.body) if r.status == 200 and r.body.startswith(b"{") else {}
         assert answer.get("leaving") is True, f"the leave request: {r!r} {r.body[:200]!r}"
-        gone = lambda: not any(k.endswith("/" + answer["replica"]) for k in (etcd_records(h.etcd) or {"": ""}))  # noqa: E731
+        def gone() -> bool:
+            keys = etcd_records(h.etcd)
+            return keys is not None and not any(k.endswith("/" + answer["replica"]) for k in keys)
         wait_until(gone, timeout=LEASE_TTL + 2 * PERIOD, what="the leaving replica's record revoked")
         drained.append(time.monotonic() - t)
         env.proc.send_signal(signal.SIGTERM)

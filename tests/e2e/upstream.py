@@ -322,6 +322,7 @@ def flowcontrol_list(resource: str, version: str, objects: list[dict], levels: s
     # Dangling conditions); the config producer keeps the levels' specs (rest/storage_flowcontrol.go).
     role = "consumer" if resource == "flowschemas" else "producer"
     manager = f"api-priority-and-fairness-config-{role}-{version}"
+    gv = f"flowcontrol.apiserver.k8s.io/{version}"
     for i, o in enumerate(items):
         meta = o.setdefault("metadata", {})
         name = meta.get("name", "")
@@ -331,9 +332,9 @@ def flowcontrol_list(resource: str, version: str, objects: list[dict], levels: s
         meta.setdefault("creationTimestamp", "2024-01-01T00:00:00Z")
         fields = {"f:status": {"f:conditions": {}}} if resource == "flowschemas" else {"f:spec": {}}
         meta["managedFields"] = [
-            {"manager": "kube-apiserver", "operation": "Update", "apiVersion": f"flowcontrol.apiserver.k8s.io/{version}",
+            {"manager": "kube-apiserver", "operation": "Update", "apiVersion": gv,
              "time": "2024-01-01T00:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}},
-            {"manager": manager, "operation": "Apply", "apiVersion": f"flowcontrol.apiserver.k8s.io/{version}",
+            {"manager": manager, "operation": "Apply", "apiVersion": gv,
              "time": rfc3339(now), "fieldsType": "FieldsV1", "fieldsV1": fields,
              **({"subresource": "status"} if resource == "flowschemas" else {})}]
         if resource == "flowschemas":
@@ -348,8 +349,7 @@ def flowcontrol_list(resource: str, version: str, objects: list[dict], levels: s
             o["status"] = {}
     random.Random(revision).shuffle(items)  # the order varies from one read to the next
     kind = "FlowSchemaList" if resource == "flowschemas" else "PriorityLevelConfigurationList"
-    return {"kind": kind, "apiVersion": f"flowcontrol.apiserver.k8s.io/{version}",
-            "metadata": {"resourceVersion": str(revision)}, "items": items}
+    return {"kind": kind, "apiVersion": gv, "metadata": {"resourceVersion": str(revision)}, "items": items}
 
 
 class Cluster:
