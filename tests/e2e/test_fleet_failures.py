@@ -214,14 +214,16 @@ class LeaseWatch:
     """Reads the records' leases from etcd every 0.5 s: every lease each key had."""
 
     def __init__(self, etcd: Etcd) -> None:
-        self.etcd, self.leases, self._stop = etcd, {}, threading.Event()
+        self.etcd, self.leases, self.reads, self._stop = etcd, {}, 0, threading.Event()
         self.t = threading.Thread(target=self._run, daemon=True)
         self.t.start()
 
     def _run(self) -> None:
         while not self._stop.wait(0.5):
-            for key, lease in (etcd_records(self.etcd) or {}).items():
+            records = etcd_records(self.etcd)
+            for key, lease in (records or {}).items():
                 self.leases.setdefault(key, set()).add(lease)
+            self.reads += records is not None
 
     def stop(self) -> dict[str, set[str]]:
         self._stop.set()
@@ -285,7 +287,8 @@ def test_cluster_policy_one_lease_and_etcd_outage(harness):
            f"upstream max in flight {peak} ({base_peak} without the outage)")
     wait_synced(envs, 2, timeout=LEASE_TTL + 3 * PERIOD)
     wait_until(lambda: len(etcd_records(h.etcd) or {}) == 2, timeout=2 * PERIOD, what="both records in etcd")
-    time.sleep(1.0)  # the lease watch reads them at least once more
+    reads = leases.reads
+    wait_until(lambda: leases.reads >= reads + 2, timeout=5, what="the lease watch reading etcd again")
     seen = leases.stop()
     applied = [Counter(m.group(1) for m in map(APPLIED.match, e.log_path.read_text(errors="replace").splitlines()) if m)
                for e in envs]
