@@ -424,3 +424,37 @@ fn room_for_wide_requests() {
     }
     assert!(served_first > 1_000, "{served_first}");
 }
+
+/// `FleetPolicy::level_max` bounds every limited level's fleet CurrentCL for any demand — a
+/// record claiming more is impossible and ignored — and is tight: all demand on one level (and
+/// none exempt) reaches it whenever upstream's borrowing is in its allocation regime.
+#[test]
+fn level_max_bounds_every_current_cl_and_is_reached() {
+    let mut rng = Rng(0x5eed_0007);
+    let (mut cases, mut reached, mut allocated) = (0, 0, 0);
+    for _ in 0..3000 {
+        let case = Case::random(&mut rng);
+        let a = case.allocate();
+        let mut total = 0u64;
+        for (i, l) in a.levels.iter().enumerate().filter(|(_, l)| !l.exempt) {
+            let max = case.policy.level_max(i).unwrap();
+            assert!(l.current <= max, "level {i}: CurrentCL {} > level_max {max}: {:?}", l.current, case.policy);
+            total += u64::from(l.current);
+            cases += 1;
+        }
+        assert!(total <= case.policy.max_total());
+        // All demand on one limited level, the others idle.
+        let Some(i) = case.policy.levels.iter().position(|l| !l.exempt) else { continue };
+        let hot = SeatDemandStats { avg: 1e6, std_dev: 0.0, high_watermark: 1_000_000, smoothed: 1e6 };
+        let demand: Vec<SeatDemandStats> =
+            (0..case.policy.levels.len()).map(|j| if j == i { hot } else { SeatDemandStats::default() }).collect();
+        let a = allocate(&case.policy, &[ReplicaDemand { id: "gw", demand: &demand, wide: &[] }]);
+        if a.regime == apf_wasm::limits::borrowing::BorrowingRegime::Allocated {
+            allocated += 1;
+            reached += usize::from(a.levels[i].current == case.policy.level_max(i).unwrap());
+        }
+    }
+    eprintln!("{cases} levels bounded; all demand on one level reached the bound in {reached} of {allocated} allocated cases");
+    assert!(cases > 3000 && allocated > 500);
+    assert_eq!(reached, allocated);
+}

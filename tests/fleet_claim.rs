@@ -313,3 +313,150 @@ fn an_inherited_record_is_granted_nothing_unchecked() {
     assert_eq!(again.mode(), FleetMode::Synced);
     assert_eq!(again.limits()[HIGH], Some(claims[HIGH]), "granted again by the check");
 }
+
+/// Two replicas that have seen each other, synced on `m`.
+fn pair(m: &mut MemEtcd) -> (Fleet, Fleet) {
+    let mut a = synced("gw-a", m, &[0.0, 30.0, 5.0, 1.0], T0);
+    let mut b = synced("gw-b", m, &[0.0, 30.0, 5.0, 1.0], T0);
+    for t in 1..3 {
+        period(&mut a, m, T0 + t * S);
+        period(&mut b, m, T0 + t * S);
+    }
+    assert_eq!(a.allocation().unwrap().replicas.len(), 2);
+    (a, b)
+}
+
+/// After etcd lost its data, `f` recovers for leaseTtl under min(static share of the last fleet,
+/// seats granted before), registering again meanwhile; then the allocation resumes.
+fn recovers(f: &mut Fleet, m: &mut MemEtcd, start: i64) {
+    let granted: Vec<u32> = f.limits().iter().map(|l| l.unwrap_or(0)).collect();
+    let shares = f.static_shares();
+    period(f, m, start);
+    assert_eq!(f.mode(), FleetMode::Recovering);
+    assert_eq!(f.data_losses(), 1);
+    assert_eq!(f.recovering_until(), Some(start + 5 * S));
+    assert!(f.next_tick(start + 4 * S + S / 2) <= start + 5 * S, "a tick when recovery ends");
+    let mut t = start;
+    while t < start + 5 * S {
+        period(f, m, t);
+        assert_eq!(f.mode(), FleetMode::Recovering);
+        for (i, l) in f.limits().iter().enumerate() {
+            if let Some(l) = l {
+                assert!(
+                    *l <= shares[i].min(granted[i]),
+                    "t = {} ms level {i}: {l} > min({}, {})",
+                    (t - start) / 1_000_000,
+                    shares[i],
+                    granted[i]
+                );
+            }
+        }
+        t += S / 2;
+    }
+    assert!(f.claims().is_some(), "registered again while recovering");
+    assert!(f.limits()[HIGH].unwrap() > 0, "serving while recovering");
+    period(f, m, start + 5 * S);
+    assert_eq!(f.mode(), FleetMode::Synced);
+    period(f, m, start + 6 * S);
+    let want: Vec<Option<u32>> = f.allocation().unwrap().levels.iter().map(|l| (!l.exempt).then_some(l.current)).collect();
+    assert_eq!(f.limits(), want.as_slice(), "alone in the new etcd: the whole allocation");
+    assert_eq!(f.data_losses(), 1);
+}
+
+#[test]
+fn etcd_losing_its_data_is_seen_by_its_cluster_id() {
+    let mut m = MemEtcd::new();
+    let (mut a, _b) = pair(&mut m);
+    m.wipe();
+    // Revision above every one seen: only the cluster id (and the vanished lease) tell.
+    for i in 0..50 {
+        let put = etcd::PutRequest { key: format!("/elsewhere/{i}").into_bytes(), value: b"x".to_vec(), lease: 0 };
+        m.txn(&TxnRequest { success: vec![RequestOp::Put(put)], ..Default::default() }).unwrap();
+    }
+    recovers(&mut a, &mut m, T0 + 3 * S);
+}
+
+#[test]
+fn etcd_losing_its_data_is_seen_by_its_revision_going_back() {
+    let mut m = MemEtcd::new();
+    let (mut a, _b) = pair(&mut m);
+    let id = m.cluster_id();
+    m.wipe();
+    m.set_cluster_id(id);
+    recovers(&mut a, &mut m, T0 + 3 * S);
+}
+
+#[test]
+fn etcd_losing_its_data_is_seen_by_the_fleet_or_lease_vanishing_while_trusted() {
+    let mut m = MemEtcd::new();
+    let (mut a, _b) = pair(&mut m);
+    let id = m.cluster_id();
+    m.wipe();
+    m.set_cluster_id(id);
+    for i in 0..50 {
+        let put = etcd::PutRequest { key: format!("/elsewhere/{i}").into_bytes(), value: b"x".to_vec(), lease: 0 };
+        m.txn(&TxnRequest { success: vec![RequestOp::Put(put)], ..Default::default() }).unwrap();
+    }
+    recovers(&mut a, &mut m, T0 + 3 * S);
+}
+
+#[test]
+fn an_etcd_restart_that_keeps_its_data_is_no_loss() {
+    let mut m = MemEtcd::new();
+    let (mut a, mut b) = pair(&mut m);
+    m.restart(T0 + 3 * S);
+    for t in 3..8 {
+        period(&mut a, &mut m, T0 + t * S);
+        period(&mut b, &mut m, T0 + t * S);
+    }
+    assert_eq!((a.mode(), b.mode(), a.data_losses(), b.data_losses()), (FleetMode::Synced, FleetMode::Synced, 0, 0));
+}
+
+#[test]
+fn ignored_records_are_listed_and_counted_once_per_revision() {
+    let mut m = MemEtcd::new();
+    let mut a = synced("gw-a", &mut m, &[0.0, 30.0, 5.0, 1.0], T0);
+    let put = |m: &mut MemEtcd, key: &str, value: &[u8]| {
+        let p = etcd::PutRequest { key: format!("/apf-wasm/default/replicas/{key}").into_bytes(), value: value.to_vec(), lease: 0 };
+        m.txn(&TxnRequest { success: vec![RequestOp::Put(p)], ..Default::default() }).unwrap();
+    };
+    put(&mut m, "junk", b"not json");
+    put(&mut m, "huge", br#"{"format":1,"levels":{"high":{"claim":4294967295,"granted":4294967295}}}"#);
+    for t in 1..4 {
+        period(&mut a, &mut m, T0 + t * S);
+    }
+    let ignored: Vec<(&str, &str)> = a.ignored_records().iter().map(|r| (r.id.as_str(), r.reason.as_str())).collect();
+    assert_eq!(
+        ignored,
+        vec![("huge", "no lease (a replica's record always has one)"), ("junk", "no lease (a replica's record always has one)")]
+    );
+    assert_eq!(a.ignored_total(), 2, "each (key, mod revision) counted once");
+    assert_eq!(a.allocation().unwrap().replicas, vec!["gw-a".to_string()]);
+    let want: Vec<Option<u32>> = a.allocation().unwrap().levels.iter().map(|l| (!l.exempt).then_some(l.current)).collect();
+    assert_eq!(a.limits(), want.as_slice(), "the foreign keys take nothing");
+    // Rewritten: a new mod revision, counted again.
+    put(&mut m, "junk", b"still not json");
+    period(&mut a, &mut m, T0 + 4 * S);
+    assert_eq!(a.ignored_total(), 3);
+    assert_eq!(a.ignored_records()[1].mod_revision, m.get(b"/apf-wasm/default/replicas/junk").unwrap().mod_revision);
+}
+
+/// A replica that leaves while recovering admits nothing and revokes its lease.
+#[test]
+fn leaving_while_recovering() {
+    let mut m = MemEtcd::new();
+    let (mut a, _b) = pair(&mut m);
+    m.wipe();
+    period(&mut a, &mut m, T0 + 3 * S);
+    period(&mut a, &mut m, T0 + 4 * S);
+    assert_eq!(a.mode(), FleetMode::Recovering);
+    assert!(a.claims().is_some(), "registered again");
+    let calls = a.leave(T0 + 4 * S);
+    assert_eq!(calls.iter().map(|c| c.path).collect::<Vec<_>>(), vec![etcd::LEASE_REVOKE]);
+    assert_eq!(a.mode(), FleetMode::Joining);
+    assert!(a.limits().iter().flatten().all(|&l| l == 0));
+    exchange(&mut a, &mut m, calls, T0 + 4 * S);
+    assert!(m.get(b"/apf-wasm/default/replicas/gw-a").is_none(), "the record went with the lease");
+    assert!(a.tick(T0 + 5 * S).is_empty());
+    assert_eq!(a.mode(), FleetMode::Joining);
+}

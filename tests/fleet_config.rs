@@ -86,3 +86,20 @@ fn validation_errors_name_the_field() {
     let e = errors(json!({"etcd": {"cluster": "", "prefix": "p"}, "name": "", "period": "3s"}));
     assert_eq!(e.len(), 4, "{e:?}");
 }
+
+#[test]
+fn max_replicas() {
+    let c = FleetConfig::from_json(&json!({"etcd": {"cluster": "e"}, "maxReplicas": 12})).unwrap();
+    assert_eq!(c.max_replicas, Some(12));
+    assert_eq!(FleetConfig::from_json(&json!({"etcd": {"cluster": "e"}})).unwrap().max_replicas, None);
+    assert_eq!(FleetConfig::from_json(&json!({"etcd": {"cluster": "e"}, "maxReplicas": null})).unwrap().max_replicas, None);
+    for bad in [json!(0), json!(-3), json!(1.5), json!("3"), json!(true), json!(4_294_967_296u64)] {
+        assert_eq!(
+            errors(json!({"etcd": {"cluster": "e"}, "maxReplicas": bad})),
+            vec![format!("fleet.maxReplicas: must be an integer from 1 to 4294967295, got {bad}")]
+        );
+    }
+    // Reported with the other errors.
+    let e = errors(json!({"etcd": {"cluster": "e"}, "maxReplicas": 0, "name": ""}));
+    assert_eq!(e.len(), 2, "{e:?}");
+}

@@ -236,3 +236,92 @@ fn lossy_network_still_converges() {
     sim.converged().unwrap();
     eprintln!("{:?}", sim.stats);
 }
+
+/// etcd loses its data under load (stopped, wiped, restarted): every replica notices within a
+/// period, recovers for leaseTtl under min(static share, its grant), and Σ seats in use of every
+/// replica never exceeds the limit (Sim::check, the claims before the loss). `same_cluster`: the
+/// wiped member comes back with the same cluster id (as etcd does with the same configuration),
+/// so the revision going back or the lease vanishing tells.
+fn lost_data(same_cluster: bool) {
+    let mut sim = Sim::with_policy(13, Net { delay_max: 30 * MS, ..Net::perfect() }, fleet_sim::one_level_policy(20));
+    for d in [30, 5, 12] {
+        sim.start_replica(None, vec![d]);
+        sim.run(0.3, DT);
+    }
+    sim.run(4.0, DT);
+    sim.converged().unwrap();
+    assert_eq!(sim.fleet_in_use(), vec![20]);
+    let (ttl, period) = (sim.config.lease_ttl, sim.config.period);
+    let before: Vec<(u32, u32)> = sim.live().map(|r| (r.fleet.limits()[0].unwrap(), r.fleet.static_shares()[0])).collect();
+    let id = sim.etcd.cluster_id();
+    let bound = sim.wipe_etcd(ttl + 2 * period);
+    assert_eq!(bound, vec![20]);
+    if same_cluster {
+        sim.etcd.set_cluster_id(id);
+    }
+    let t0 = sim.now;
+    let mut noticed = [None; 3];
+    let mut most = 0;
+    while sim.now - t0 < ttl + 2 * period {
+        sim.step(DT);
+        most = most.max(sim.fleet_in_use()[0]);
+        for r in sim.live() {
+            if r.fleet.mode() == FleetMode::Recovering {
+                noticed[r.slot].get_or_insert(sim.now - t0);
+                let (limit, share) = before[r.slot];
+                assert!(r.fleet.limits()[0].unwrap() <= limit.min(share), "{}: above min({limit}, {share})", r.fleet.replica_id());
+            }
+        }
+    }
+    let noticed: Vec<i64> = noticed.iter().map(|t| t.expect("every replica notices") / MS).collect();
+    assert!(noticed.iter().all(|&t| t <= period / MS + 100), "noticed after {noticed:?} ms");
+    eprintln!("etcd lost its data (same cluster id: {same_cluster}): noticed after {noticed:?} ms, at most {most} of 20 seats in use");
+    assert!(most <= 20);
+    let took = until(&mut sim, 3 * S, "converged after recovering", |s| s.converged().is_ok() && s.last_overshoot == 0);
+    eprintln!("  converged {} ms after leaseTtl + 2 periods; then {:?} of 20 seats in use", took / MS, sim.fleet_in_use());
+    assert!(sim.live().all(|r| r.fleet.data_losses() == 1));
+}
+
+#[test]
+fn etcd_losing_its_data_under_load_never_overshoots() {
+    lost_data(false);
+    lost_data(true);
+}
+
+/// One replica alone (it saw N = 1) is cut off from etcd; two more start and take the seats once
+/// its lease expired. Its fallback is ⌊20 / max(1, maxReplicas)⌋: with maxReplicas 3, 6 seats,
+/// so the fleet stays within 20 + 7 once its older requests drained; without, 20: up to 40.
+fn stale_count(max_replicas: Option<u32>) -> u32 {
+    let mut sim = Sim::with_policy(17, Net::perfect(), fleet_sim::one_level_policy(20));
+    sim.config.max_replicas = max_replicas;
+    sim.start_replica(None, vec![30]);
+    sim.run(3.0, DT);
+    sim.converged().unwrap();
+    assert_eq!(sim.fleet_in_use(), vec![20]);
+    let cut = sim.replicas[0].fleet.replica_id().to_string();
+    sim.replicas[0].partitioned = true;
+    sim.run(1.0, DT);
+    sim.start_replica(None, vec![30]);
+    sim.start_replica(None, vec![30]);
+    let ttl = sim.config.lease_ttl;
+    until(&mut sim, ttl, "the cut-off replica's record expires", |s| !s.records().contains_key(&cut));
+    // Its older requests drain (the longest takes 400 ms); the others take the seats.
+    sim.run(1.0, DT);
+    let mut most = 0;
+    for _ in 0..100 {
+        sim.step(DT);
+        most = most.max(sim.fleet_in_use()[0]);
+    }
+    let share = sim.replicas[0].fleet.static_shares()[0];
+    eprintln!("maxReplicas {max_replicas:?}: static share {share}, at most {most} of 20 seats in use");
+    assert!(most <= 20 + share, "{most} > 20 + {share}");
+    most
+}
+
+#[test]
+fn max_replicas_bounds_the_fallback_of_a_replica_that_saw_fewer() {
+    let with = stale_count(Some(3));
+    assert!(with <= 20 + 20_u32.div_ceil(3), "{with}");
+    let without = stale_count(None);
+    assert_eq!(without, 40, "without maxReplicas the cut-off replica keeps the whole limit");
+}

@@ -36,6 +36,17 @@
 //!   cannot register for `leaseTtl − period`, it falls back as above.
 //! - A replica that never had a record admits nothing on limited levels until its first
 //!   registration succeeds.
+//! - Records are checked, not trusted ([`Snapshot::checked`]): a key without a lease, a record
+//!   that does not decode and one whose numbers are impossible count for nothing; each is
+//!   logged once per mod revision ([`Fleet::ignored_records`], [`Fleet::ignored_total`]).
+//! - etcd losing its data is detected — an answer's revision below the highest seen before the
+//!   call was sent, a changed cluster id, the lease or the whole fleet gone while the lease was
+//!   trusted and other replicas were seen — and survived: for `leaseTtl` the replica is
+//!   [`FleetMode::Recovering`], under the static share of the last fleet it knew and the seats
+//!   granted then, while it registers again and after, so that the replicas that have not yet
+//!   noticed (they keep their allocations until their next call) and those that have fit the
+//!   limit together. After `leaseTtl` every old lease was renewed (its replica registered
+//!   again) or expired, and the allocation resumes.
 //!
 //! The host calls [`Fleet::tick`] at least every `period`, sends the returned calls, and passes
 //! every answer (or its failure, status 0) to [`Fleet::on_response`]; it feeds the levels' seat
@@ -44,14 +55,15 @@
 use super::allocation::{static_share, Allocation};
 use super::config::FleetConfig;
 use super::etcd::{
-    self, AuthenticateResponse, Compare, EtcdError, LeaseResponse, PutRequest, RangeRequest, RangeResponse, RequestOp, TxnRequest,
+    self, AuthenticateResponse, Compare, EtcdError, Header, LeaseResponse, PutRequest, RangeRequest, RangeResponse, RequestOp, TxnRequest,
     TxnResponse,
 };
 use super::levels::FleetPolicy;
 use super::record::{valid_replica_id, LevelRecord, Record};
-use super::snapshot::{claims_of, Snapshot};
+use super::snapshot::{claims_of, granted_of, IgnoredRecord, Snapshot};
 use crate::limits::borrowing::SeatDemandStats;
 use crate::Nanos;
+use std::collections::BTreeMap;
 
 /// Record writes a replica sends per period at most (the periodic one and the retries or
 /// raises that follow it at once).
@@ -87,6 +99,15 @@ pub enum FleetMode {
     /// etcd unreachable for as long as the lease may live: the static share, under the last
     /// claims and granted seats.
     Fallback,
+    /// Leaving the fleet gracefully ([`Fleet::leave_gracefully`]): nothing new admitted on
+    /// limited levels, the claims lowered to the seats in use as they drain, then the lease
+    /// revoked.
+    Leaving,
+    /// etcd lost its data (its revision went back, its cluster id changed, or the lease or the
+    /// whole fleet vanished while the lease was trusted): for `leaseTtl` from the detection, at
+    /// most the static share of the last fleet known before the loss and the seats granted
+    /// then, also while registering again and after the new registration's grant.
+    Recovering,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +126,9 @@ struct InFlight {
     id: u64,
     kind: CallKind,
     sent: Nanos,
+    /// The highest store revision seen when the call was sent: etcd applies the call later, so
+    /// its answer's revision is at least that unless etcd lost its data.
+    floor: i64,
 }
 
 /// What a write compared: its own record's mod revision, or the whole prefix's.
@@ -199,6 +223,24 @@ pub struct Fleet {
     last_sync: Option<Nanos>,
     sync_failures: u64,
     left: bool,
+    /// Since when the replica is leaving gracefully.
+    leaving: Option<Nanos>,
+    /// Limited levels a new policy removed, with the seats that may still be in use on them:
+    /// claimed in the record (outside the policy's levels) until they drain.
+    draining: Vec<(String, u32)>,
+    // Records ignored, and etcd losing its data.
+    /// Per key ignored in the latest snapshot, the mod revision it was logged at.
+    ignored_logged: BTreeMap<String, i64>,
+    ignored_total: u64,
+    /// The highest store revision any answer carried, and the cluster id of the answers.
+    max_revision: i64,
+    cluster_id: Option<u64>,
+    /// Whether the latest snapshot held another replica's record.
+    others_seen: bool,
+    /// Safe mode after etcd lost its data: until when, and the limits' cap per level.
+    recovering_until: Option<Nanos>,
+    recovery_cap: Vec<u32>,
+    data_losses: u64,
 }
 
 fn limited(policy: &FleetPolicy) -> impl Iterator<Item = bool> + '_ {
@@ -253,8 +295,18 @@ impl Fleet {
             mode: FleetMode::Joining,
             last_sync: None,
             sync_failures: 0,
-            policy,
             left: false,
+            leaving: None,
+            draining: Vec::new(),
+            ignored_logged: BTreeMap::new(),
+            ignored_total: 0,
+            max_revision: 0,
+            cluster_id: None,
+            others_seen: false,
+            recovering_until: None,
+            recovery_cap: vec![0; n],
+            data_losses: 0,
+            policy,
         })
     }
 
@@ -347,6 +399,9 @@ impl Fleet {
 
     /// This replica's seats in the latest allocation.
     pub fn targets(&self) -> Option<Vec<u32>> {
+        if self.leaving.is_some() {
+            return Some(vec![0; self.policy.levels.len()]);
+        }
         self.allocation.as_ref().and_then(|a| a.seats_of(&self.id))
     }
 
@@ -370,8 +425,13 @@ impl Fleet {
     pub fn next_tick(&self, now: Nanos) -> Nanos {
         let p = self.config.period;
         let nudge = self.last_round.max(self.last_nudge).map(|t| t.saturating_add(p / NUDGES_PER_PERIOD)).filter(|_| self.nudge_useful());
-        let due =
-            [self.last_keepalive.map(|k| k.saturating_add(p)), self.last_round.map(|r| r.saturating_add(p)), nudge, self.lease_deadline()];
+        let due = [
+            self.last_keepalive.map(|k| k.saturating_add(p)),
+            self.last_round.map(|r| r.saturating_add(p)),
+            nudge,
+            self.lease_deadline(),
+            self.recovering_until,
+        ];
         due.into_iter().flatten().filter(|&t| t > now).fold(now.saturating_add(p), Nanos::min)
     }
 
@@ -385,11 +445,34 @@ impl Fleet {
         self.sync_failures
     }
 
-    /// The static share per level: fleet CurrentCL ÷ the last known number of replicas.
+    /// The static share per level: fleet CurrentCL ÷ max(the last known number of replicas,
+    /// `maxReplicas`).
     pub fn static_shares(&self) -> Vec<u32> {
         let Some(a) = &self.allocation else { return vec![0; self.policy.levels.len()] };
-        let n = a.replicas.len() + usize::from(a.replica_index(&self.id).is_none());
+        let seen = a.replicas.len() + usize::from(a.replica_index(&self.id).is_none());
+        let n = seen.max(self.config.max_replicas.map_or(0, |m| usize::try_from(m).unwrap_or(usize::MAX)));
         a.levels.iter().map(|l| static_share(l.current, n)).collect()
+    }
+
+    /// The keys under the prefix the latest snapshot ignored, and why (sorted by key).
+    pub fn ignored_records(&self) -> &[IgnoredRecord] {
+        self.snapshot.as_ref().map_or(&[], |s| s.ignored.as_slice())
+    }
+
+    /// Distinct (key, mod revision) pairs seen ignored since the start.
+    pub fn ignored_total(&self) -> u64 {
+        self.ignored_total
+    }
+
+    /// How many times etcd was seen losing its data (signs seen while recovering count once).
+    pub fn data_losses(&self) -> u64 {
+        self.data_losses
+    }
+
+    /// Until when the replica stays in [`FleetMode::Recovering`] (the latest detection +
+    /// `leaseTtl`), if it has been in it.
+    pub fn recovering_until(&self) -> Option<Nanos> {
+        self.recovering_until
     }
 
     // -----------------------------------------------------------------------------------------
@@ -460,7 +543,7 @@ impl Fleet {
             let (c, t, g) = (at(claims, i), at(&targets, i), at(&self.granted, i));
             c > t.max(at(&in_use, i)).max(g.min(t))
         });
-        lowers || self.wants_more(&targets)
+        lowers || self.wants_more(&targets) || self.draining_lowers()
     }
 
     /// Whether the allocation `targets` gives a limited level more than its granted seats.
@@ -476,7 +559,7 @@ impl Fleet {
             return None;
         }
         let current = self.own.as_ref().map(|(_, c)| c.clone())?;
-        let plan = self.plan(false)?;
+        let plan = self.plan(false, now)?;
         if plan.claims.iter().zip(&current).any(|(p, c)| p < c) {
             return Some(self.write_call(plan, now));
         }
@@ -546,7 +629,7 @@ impl Fleet {
     fn call(&mut self, kind: CallKind, path: &'static str, body: Vec<u8>, now: Nanos) -> EtcdCall {
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1).max(1);
-        let slot = InFlight { id, kind, sent: now };
+        let slot = InFlight { id, kind, sent: now, floor: self.max_revision };
         match kind {
             CallKind::Authenticate => self.auth_call = Some(slot),
             CallKind::Grant | CallKind::KeepAlive | CallKind::Revoke => self.lease_call = Some(slot),
@@ -584,7 +667,7 @@ impl Fleet {
         let trusted = self.lease_deadline().is_some_and(|d| now < d);
         if self.lease.is_some() && self.snapshot.is_some() && !self.needs_token() && trusted {
             let raise = self.own.is_none();
-            if let Some(plan) = self.plan(raise) {
+            if let Some(plan) = self.plan(raise, now) {
                 return Some(self.write_call(plan, now));
             }
         }
@@ -594,13 +677,17 @@ impl Fleet {
     /// After an answer: register, retry this period's write, or raise on the fresh snapshot
     /// (not after a failed call: the next period retries).
     fn follow_up(&mut self, now: Nanos) -> Option<EtcdCall> {
-        if self.left || self.kv_error || self.kv_call.is_some() || self.lease.is_none() || self.snapshot.is_none() || self.needs_token() {
+        if self.left || self.kv_error || self.kv_call.is_some() || self.lease.is_none() || self.needs_token() {
             return None;
+        }
+        if self.snapshot.is_none() {
+            // Dropped when etcd lost its data: read the fleet before registering again.
+            return self.recovering_until.is_some().then(|| self.range_call(now));
         }
         if self.writes_this_round >= MAX_WRITES_PER_PERIOD || self.last_round.is_none() {
             return None;
         }
-        let plan = self.plan(true)?;
+        let plan = self.plan(true, now)?;
         if plan.raises || !self.published_this_round {
             return Some(self.write_call(plan, now));
         }
@@ -646,6 +733,7 @@ impl Fleet {
         match call.kind {
             CallKind::Grant => match LeaseResponse::decode_grant(status, body) {
                 Ok(r) => {
+                    self.seen_header(&call, &r.header, now);
                     self.lease = Some(r.id);
                     self.lease_alive_at = Some(call.sent);
                     self.last_keepalive = Some(call.sent);
@@ -654,9 +742,13 @@ impl Fleet {
             },
             CallKind::KeepAlive => match LeaseResponse::decode_keepalive(status, body) {
                 Ok(r) if r.ttl > 0 => {
+                    self.seen_header(&call, &r.header, now);
                     self.lease_alive_at = Some(self.lease_alive_at.map_or(call.sent, |k| k.max(call.sent)));
                 }
-                Ok(_) => self.lease_gone(now),
+                Ok(r) => {
+                    self.seen_header(&call, &r.header, now);
+                    self.lease_gone(now);
+                }
                 Err(e) if e.is_lease_not_found() => self.lease_gone(now),
                 Err(e) => self.failed(&e),
             },
@@ -665,8 +757,12 @@ impl Fleet {
     }
 
     /// etcd no longer has the lease: it deleted the record with it, and no pending write can
-    /// apply any more (a put naming a missing lease fails).
+    /// apply any more (a put naming a missing lease fails). While the lease was trusted it
+    /// cannot have expired: with other replicas in the fleet, etcd lost its data.
     fn lease_gone(&mut self, now: Nanos) {
+        if self.lease.is_some() && self.lease_trusted(now) && self.others_seen {
+            self.data_lost("the lease vanished while trusted", now);
+        }
         log::info!("fleet {}: lease gone, registering again", self.id);
         self.lease = None;
         self.lease_alive_at = None;
@@ -686,18 +782,22 @@ impl Fleet {
     fn on_kv(&mut self, call: InFlight, status: u16, body: &[u8], now: Nanos) {
         self.kv_error = true;
         match call.kind {
-            CallKind::Range => match RangeResponse::decode(status, body).and_then(|r| Snapshot::from_range(&self.prefix, &r)) {
-                Ok(s) => {
-                    self.kv_error = false;
-                    self.observe(s, now);
+            CallKind::Range => {
+                match RangeResponse::decode(status, body).and_then(|r| Ok((r.header, Snapshot::from_range(&self.prefix, &r)?))) {
+                    Ok((header, s)) => {
+                        self.kv_error = false;
+                        self.seen_header(&call, &header, now);
+                        self.observe(s, now);
+                    }
+                    Err(e) => self.failed(&e),
                 }
-                Err(e) => self.failed(&e),
-            },
+            }
             CallKind::Txn(heartbeat) => {
                 let answer = TxnResponse::decode(status, body);
                 let read = answer.as_ref().ok().map(|t| t.range().map(|r| Snapshot::from_range(&self.prefix, r)));
                 match (answer, read) {
                     (Ok(t), Some(Some(Ok(snapshot)))) => {
+                        self.seen_header(&call, &t.header, now);
                         let written = self.pending.iter().position(|p| p.heartbeat == heartbeat).map(|i| self.pending.swap_remove(i));
                         self.kv_error = false;
                         if t.succeeded {
@@ -730,24 +830,102 @@ impl Fleet {
         }
     }
 
+    /// An answer's header: etcd lost its data when its cluster id changed or its revision is
+    /// below the highest one seen before the call was sent. A keepalive's revision is not
+    /// judged: a member that is not the leader forwards the renewal and fills the header with
+    /// its own applied revision, which may lag (etcd `server/etcdserver/api/v3rpc/header.go: fill`); ranges (linearizable),
+    /// txns and lease grants (through raft) are answered at least at the revision committed
+    /// when they arrived.
+    fn seen_header(&mut self, call: &InFlight, h: &Header, now: Nanos) {
+        if h.cluster_id != 0 {
+            if let Some(old) = self.cluster_id.filter(|&c| c != h.cluster_id) {
+                self.data_lost(&format!("etcd's cluster id changed from {old:x} to {:x}", h.cluster_id), now);
+            }
+            self.cluster_id = Some(h.cluster_id);
+        }
+        if h.revision > 0 && h.revision < call.floor && call.kind != CallKind::KeepAlive {
+            self.data_lost(&format!("etcd's revision went back from {} to {}", call.floor, h.revision), now);
+        }
+        if h.revision > 0 {
+            self.max_revision = self.max_revision.max(h.revision);
+        }
+    }
+
+    /// etcd lost its data while the other replicas may still use their allocations: safe mode
+    /// for `leaseTtl` (every old lease has then been renewed or has expired), under the static
+    /// share of the last fleet known (at least `maxReplicas` replicas) and the seats granted now.
+    /// The revision seen so far no longer counts (answers to calls sent before are not judged).
+    fn data_lost(&mut self, why: &str, now: Nanos) {
+        let recovering = self.recovering_until.is_some_and(|t| now < t);
+        if !recovering {
+            // Further signs of the same loss (the lease gone, the fleet empty) only extend it.
+            log::warn!("fleet {}: etcd lost its data ({why}): recovering for leaseTtl", self.id);
+            self.data_losses = self.data_losses.saturating_add(1);
+        }
+        let at = |v: &[u32], i: usize| v.get(i).copied().unwrap_or(0);
+        let shares = self.static_shares();
+        self.recovery_cap = (0..self.policy.levels.len())
+            .map(|i| {
+                let cap = at(&shares, i).min(at(&self.granted, i));
+                if recovering {
+                    cap.min(at(&self.recovery_cap, i))
+                } else {
+                    cap
+                }
+            })
+            .collect();
+        self.recovering_until = Some(now.saturating_add(self.config.lease_ttl));
+        // The snapshot is of the lost data: a registration checked against it would pass a
+        // prefix compare on the new store's lower revisions. Read the fleet again first.
+        self.snapshot = None;
+        self.max_revision = 0;
+        for c in [&mut self.auth_call, &mut self.lease_call, &mut self.kv_call].into_iter().flatten() {
+            c.floor = 0;
+        }
+        (self.wide.iter_mut().zip(self.wide_since.iter_mut())).for_each(|(w, since)| (*w, *since) = (0, 0));
+    }
+
+    fn lease_trusted(&self, now: Nanos) -> bool {
+        self.lease_deadline().is_some_and(|d| now < d)
+    }
+
+    fn recovering(&self, now: Nanos) -> bool {
+        !self.left && self.recovering_until.is_some_and(|t| now < t)
+    }
+
+    /// Logs each ignored key once per mod revision, and counts them.
+    fn note_ignored(&mut self, ignored: &[IgnoredRecord]) {
+        let mut logged = BTreeMap::new();
+        for r in ignored {
+            if self.ignored_logged.get(&r.id) != Some(&r.mod_revision) {
+                let key = format!("{}{}", String::from_utf8_lossy(&self.prefix), r.id);
+                log::warn!("fleet {}: ignoring key {key:?} (mod revision {}): {}", self.id, r.mod_revision, r.reason);
+                self.ignored_total = self.ignored_total.saturating_add(1);
+            }
+            logged.insert(r.id.clone(), r.mod_revision);
+        }
+        self.ignored_logged = logged;
+    }
+
     /// A snapshot read: what it says about this replica's record, and the new allocation.
     ///
     /// Kv calls are sent one at a time and a late answer to a given-up call is ignored, so every
-    /// snapshot is newer than the previous one (a lower revision means etcd's data was replaced).
+    /// snapshot is newer than the previous one (a lower revision means etcd's data was replaced,
+    /// which [`Fleet::seen_header`] has seen). A fleet that is empty — no valid record at all,
+    /// this replica's included — after other replicas were seen, while the lease is trusted,
+    /// means etcd lost its data too.
     fn observe(&mut self, s: Snapshot, now: Nanos) {
-        if self.snapshot.as_ref().is_some_and(|old| s.revision < old.revision) {
-            log::warn!(
-                "fleet {}: etcd's revision went back from {:?} to {}",
-                self.id,
-                self.snapshot.as_ref().map(|o| o.revision),
-                s.revision
-            );
+        let s = s.checked(&self.policy, &self.id);
+        self.note_ignored(&s.ignored);
+        if s.replicas.is_empty() && self.own.is_some() && self.others_seen && self.lease_trusted(now) {
+            self.data_lost("the fleet vanished while the lease was trusted", now);
         }
+        self.others_seen = s.replicas.iter().any(|e| e.id != self.id);
         match s.get(&self.id) {
             Some(e) => {
-                let claims = match &e.record {
-                    Ok(r) => claims_of(r, &self.policy),
-                    Err(_) => vec![0; self.policy.levels.len()],
+                let (claims, granted) = match &e.record {
+                    Ok(r) => (claims_of(r, &self.policy), granted_of(r, &self.policy)),
+                    Err(_) => (vec![0; self.policy.levels.len()], vec![0; self.policy.levels.len()]),
                 };
                 let m = e.mod_revision;
                 // A pending write is dead once the record moved past what it compared.
@@ -757,9 +935,10 @@ impl Fleet {
                 });
                 if self.own.as_ref().is_none_or(|(known, _)| *known != m) {
                     // A write whose answer was lost applied, or a record from an earlier run
-                    // of this replica: what it was granted is not known, keep the smaller.
-                    for (g, c) in self.granted.iter_mut().zip(&claims) {
-                        *g = (*g).min(*c);
+                    // of this replica: keep the smaller of the grants (a registration's grant
+                    // can be below its claims, which cover seats in use it was not granted).
+                    for (g, r) in self.granted.iter_mut().zip(&granted) {
+                        *g = (*g).min(*r);
                     }
                     self.lost_at = None;
                 }
@@ -805,7 +984,8 @@ impl Fleet {
     /// The next record write on the latest snapshot, raising grants only when `raise` (a
     /// registration always may).
     ///
-    /// Per limited level, with `t` the allocation of the state this write creates, `g` the
+    /// Per limited level, with `t` the allocation of the state this write creates (in safe mode
+    /// at most the recovery cap: nothing is granted above it), `g` the
     /// granted seats, `cur` the current claim and `u` the bound of seats in use:
     /// - raise (`t > g`): granted `g' = min(t, max(g, room))`, `room` = the level's fleet
     ///   CurrentCL − Σ the others' claims; otherwise `g' = min(g, max(t, u))`;
@@ -814,10 +994,10 @@ impl Fleet {
     ///   record no longer covered (a registration after the record was lost);
     /// - over all levels, Σ the others' claims + Σ `g'` ≤ Σ fleet CurrentCL: raises are trimmed,
     ///   last levels first.
-    fn plan(&self, raise: bool) -> Option<Plan> {
+    fn plan(&self, raise: bool, now: Nanos) -> Option<Plan> {
         let snap = self.snapshot.as_ref()?;
         let present = self.own.is_some();
-        let raise = raise || !present;
+        let raise = (raise || !present) && self.leaving.is_none();
         let in_use = self.in_use_bound();
         let n = self.policy.levels.len();
         let mut record = Record {
@@ -830,22 +1010,33 @@ impl Fleet {
                 .iter()
                 .enumerate()
                 .map(|(i, l)| {
-                    let demand = self.demand.get(i).copied().unwrap_or_default();
+                    // A leaving replica wants nothing: the allocation gives its seats to the others.
+                    let staying = self.leaving.is_none();
+                    let demand = self.demand.get(i).copied().filter(|_| staying).unwrap_or_default();
                     let record = LevelRecord {
                         demand,
                         in_use: self.in_use.get(i).copied().unwrap_or(0),
-                        wide: self.wide.get(i).copied().unwrap_or(0),
-                        wide_since: self.wide_since.get(i).copied().unwrap_or(0),
+                        wide: self.wide.get(i).copied().filter(|_| staying).unwrap_or(0),
+                        wide_since: self.wide_since.get(i).copied().filter(|_| staying).unwrap_or(0),
                         ..LevelRecord::default()
                     };
                     (l.name.clone(), record)
                 })
                 .collect(),
         };
+        for (name, seats) in &self.draining {
+            record.levels.entry(name.clone()).or_default().claim = *seats;
+        }
         // The state this write creates, and its allocation.
         let after = snap.with_record(&self.id, record.clone());
         let alloc = after.allocate(&self.policy);
-        let target = alloc.seats_of(&self.id).unwrap_or_else(|| vec![0; n]);
+        let mut target = alloc.seats_of(&self.id).filter(|_| self.leaving.is_none()).unwrap_or_else(|| vec![0; n]);
+        if self.recovering(now) {
+            // Safe mode: never granted above the cap.
+            for (t, c) in target.iter_mut().zip(&self.recovery_cap) {
+                *t = (*t).min(*c);
+            }
+        }
         let others = after.others_claims(&self.policy, &self.id);
         let zeros = vec![0u32; n];
         let current: &[u32] = self.own.as_ref().map_or(&zeros, |(_, c)| c);
@@ -860,7 +1051,7 @@ impl Fleet {
             let g2 = if raise && t > g {
                 let fleet_cl = alloc.levels.get(i).map_or(0, |a| u64::from(a.current));
                 let others_claims = others.per_level.get(i).copied().unwrap_or(u64::MAX);
-                let room = if others.unknown { 0 } else { u32::try_from(fleet_cl.saturating_sub(others_claims)).unwrap_or(u32::MAX) };
+                let room = u32::try_from(fleet_cl.saturating_sub(others_claims)).unwrap_or(u32::MAX);
                 t.min(g.max(room))
             } else {
                 g.min(t.max(u))
@@ -870,7 +1061,8 @@ impl Fleet {
             }
         }
         // The total over all levels must fit the fleet's Σ CurrentCL: trim raises, last levels first.
-        let total = granted.iter().map(|&g| u64::from(g)).sum::<u64>().saturating_add(others.total);
+        let draining = self.draining.iter().map(|(_, s)| u64::from(*s)).sum::<u64>();
+        let total = granted.iter().map(|&g| u64::from(g)).sum::<u64>().saturating_add(others.total).saturating_add(draining);
         let mut excess = total.saturating_sub(alloc.limited_total());
         for (i, g2) in granted.iter_mut().enumerate().rev() {
             let raised = g2.saturating_sub(at(old_granted, i));
@@ -890,7 +1082,7 @@ impl Fleet {
                 at(&in_use, i).max(at(&granted, i)).max(at(current, i).min(at(&target, i)))
             })
             .collect();
-        for (i, l) in self.policy.levels.iter().enumerate() {
+        for (i, l) in self.policy.levels.iter().enumerate().filter(|(_, l)| !l.exempt) {
             if let Some(lr) = record.levels.get_mut(&l.name) {
                 lr.claim = at(&claims, i);
                 lr.granted = at(&granted, i);
@@ -905,6 +1097,12 @@ impl Fleet {
     }
 
     fn compute_mode(&self, now: Nanos) -> FleetMode {
+        if self.leaving.is_some() {
+            return FleetMode::Leaving;
+        }
+        if self.recovering(now) {
+            return FleetMode::Recovering;
+        }
         let trusted = self.lease.is_some() && self.lease_deadline().is_some_and(|d| now < d);
         // Unable to register again for as long as a lease may live: as if cut off.
         let rejoin_failed = self.lost_at.is_some_and(|t| now >= t.saturating_add(self.config.lease_ttl).saturating_sub(self.config.period));
@@ -918,14 +1116,25 @@ impl Fleet {
         }
     }
 
+    /// Safe mode's limits (before the claims and the granted seats): the allocation while the
+    /// record is in etcd and the lease trusted, else the static share; never above the cap.
+    fn recovery_limits(&self, now: Nanos) -> Vec<u32> {
+        let base = match self.targets() {
+            Some(t) if self.own.is_some() && self.lease.is_some() && self.lease_trusted(now) => t,
+            _ => self.static_shares(),
+        };
+        base.iter().zip(&self.recovery_cap).map(|(b, c)| (*b).min(*c)).collect()
+    }
+
     /// Recomputes the mode and the limits; a change starts a new generation.
     fn refresh(&mut self, now: Nanos) {
         self.mode = self.compute_mode(now);
         let floor = self.claim_floor().unwrap_or_else(|| vec![0; self.policy.levels.len()]);
         let cap: Vec<u32> = match self.mode {
-            FleetMode::Joining => vec![0; self.policy.levels.len()],
+            FleetMode::Joining | FleetMode::Leaving => vec![0; self.policy.levels.len()],
             FleetMode::Synced => self.targets().unwrap_or_else(|| floor.clone()),
             FleetMode::Fallback => self.static_shares(),
+            FleetMode::Recovering => self.recovery_limits(now),
         };
         let at = |v: &[u32], i: usize| v.get(i).copied().unwrap_or(0);
         let limits: Vec<Option<u32>> = self
@@ -951,4 +1160,116 @@ impl Fleet {
             }
         }
     }
+
+    // -----------------------------------------------------------------------------------------
+    // a new policy, leaving
+
+    /// A new policy (levels, fleet limit) for the same fleet: the lease and the record stay,
+    /// and every level's state (limits, claims, granted seats, demand, wide need, the limits'
+    /// history) carries over by name. A new level starts with no seats, raised by the next
+    /// round's transaction; a limited level the policy removes (or makes exempt) stays claimed,
+    /// outside the policy's levels, with the seats that may still be in use on it, until they
+    /// drain ([`Fleet::set_draining_in_use`]). The new allocation lowers limits at once; raises
+    /// only ever come from a transaction.
+    pub fn set_policy(&mut self, policy: FleetPolicy, now: Nanos) {
+        let bound = self.in_use_bound();
+        let old = std::mem::replace(&mut self.policy, policy);
+        let map: Vec<Option<usize>> = self.policy.levels.iter().map(|l| old.index(&l.name)).collect();
+        let new = &self.policy;
+        for (i, l) in old.levels.iter().enumerate().filter(|(_, l)| !l.exempt) {
+            let seats = bound.get(i).copied().unwrap_or(0);
+            if seats > 0 && new.index(&l.name).is_none_or(|j| new.levels.get(j).is_some_and(|n| n.exempt)) {
+                self.draining.push((l.name.clone(), seats));
+            }
+        }
+        let limits_of = |v: &[Option<u32>]| -> Vec<Option<u32>> {
+            new.levels.iter().zip(remap(v, &map, None)).map(|(l, x)| (!l.exempt).then(|| x.unwrap_or(0))).collect()
+        };
+        self.limits = limits_of(&self.limits);
+        self.history = self.history.iter().map(|(g, l)| (*g, limits_of(l))).collect();
+        self.demand = remap(&self.demand, &map, SeatDemandStats::default());
+        self.wide = remap(&self.wide, &map, 0);
+        self.wide_since = remap(&self.wide_since, &map, 0);
+        self.in_use = remap(&self.in_use, &map, 0);
+        self.granted = remap(&self.granted, &map, 0);
+        // Recovering: a level new to the policy gets no seats until the safe mode ends.
+        self.recovery_cap = remap(&self.recovery_cap, &map, 0);
+        self.own = self.own.take().map(|(m, c)| (m, remap(&c, &map, 0)));
+        self.last_claims = self.last_claims.take().map(|c| remap(&c, &map, 0));
+        for p in &mut self.pending {
+            p.claims = remap(&p.claims, &map, 0);
+            p.granted = remap(&p.granted, &map, 0);
+        }
+        // A level limited again: what may still be in use on it counts as in use.
+        let (policy, mut back) = (&self.policy, Vec::new());
+        self.draining.retain(|(n, s)| match policy.index(n).filter(|&i| policy.levels.get(i).is_some_and(|l| !l.exempt)) {
+            Some(i) => {
+                back.push((i, *s));
+                false
+            }
+            None => true,
+        });
+        for (i, seats) in back {
+            if let Some(u) = self.in_use.get_mut(i) {
+                *u = (*u).max(seats);
+            }
+        }
+        self.allocation = self.snapshot.as_ref().map(|s| s.allocate(&self.policy));
+        self.generation = self.generation.wrapping_add(1);
+        self.history.push((self.generation, self.limits.clone()));
+        self.refresh(now);
+    }
+
+    /// The limited levels a new policy removed whose seats may still be in use.
+    pub fn draining_levels(&self) -> impl Iterator<Item = &str> + '_ {
+        self.draining.iter().map(|(n, _)| n.as_str())
+    }
+
+    /// The seats that may be in use on a removed level now (in use, plus its limit while
+    /// requests wait); its claim only comes down, and the level leaves the record at 0.
+    pub fn set_draining_in_use(&mut self, level: &str, seats: u32) {
+        for (_, s) in self.draining.iter_mut().filter(|(n, _)| n == level) {
+            *s = (*s).min(seats);
+        }
+        self.draining.retain(|(_, s)| *s > 0);
+    }
+
+    /// Whether a removed level's claim in etcd is above what may still be in use on it.
+    fn draining_lowers(&self) -> bool {
+        let Some(Ok(r)) = self.snapshot.as_ref().and_then(|s| s.get(&self.id)).map(|e| e.record.as_ref()) else { return false };
+        let limited = |n: &str| self.policy.index(n).and_then(|i| self.policy.levels.get(i)).is_some_and(|l| !l.exempt);
+        let published = r.levels.iter().filter(|(n, _)| !limited(n));
+        published.into_iter().any(|(n, l)| l.claim > self.draining.iter().find(|(d, _)| d == n).map_or(0, |(_, s)| *s))
+    }
+
+    /// Leave the fleet gracefully: call on every tick once asked to (idempotent). From the
+    /// first call on the replica admits nothing new on limited levels (limits 0, no raise),
+    /// publishes no demand, and its record's claims and granted seats come down to the seats
+    /// still in use as they drain (the others raise into the freed seats at their next read). Once nothing is in use, or
+    /// after `leaseTtl` at most, the lease is revoked ([`Fleet::leave`]); returns that call.
+    pub fn leave_gracefully(&mut self, now: Nanos) -> Vec<EtcdCall> {
+        if self.left {
+            return Vec::new();
+        }
+        if self.leaving.is_none() {
+            log::info!("fleet {}: leaving: admitting nothing new, claims follow the seats in use", self.id);
+            self.leaving = Some(now);
+            self.refresh(now);
+        }
+        let since = self.leaving.unwrap_or(now);
+        let bound = self.in_use_bound();
+        let limited = self.policy.levels.iter().zip(&bound).filter(|(l, _)| !l.exempt);
+        let drained = limited.map(|(_, u)| *u).max().unwrap_or(0) == 0 && self.draining.is_empty();
+        if self.lease.is_none() || drained || now >= since.saturating_add(self.config.lease_ttl) {
+            log::info!("fleet {}: left the fleet (drained: {drained})", self.id);
+            return self.leave(now);
+        }
+        Vec::new()
+    }
+}
+
+/// `v` (in an old policy's level order) in a new policy's order: `map` names each new level's
+/// old index; a level new to the policy gets `fill`.
+fn remap<T: Clone>(v: &[T], map: &[Option<usize>], fill: T) -> Vec<T> {
+    map.iter().map(|m| m.and_then(|i| v.get(i).cloned()).unwrap_or_else(|| fill.clone())).collect()
 }

@@ -4,7 +4,7 @@
 //! ```json
 //! "fleet": { "etcd": { "cluster": "etcd", "authority": "etcd.example", "prefix": "/apf-wasm/",
 //!                      "username": "apf", "password": "..." },
-//!            "name": "default", "period": "1s", "leaseTtl": "5s" }
+//!            "name": "default", "period": "1s", "leaseTtl": "5s", "maxReplicas": 3 }
 //! ```
 //! Only `etcd.cluster` is required. Every error names its field (`fleet.leaseTtl: ...`) and every
 //! error found is reported, as for the rest of the configuration (`policy::config`).
@@ -56,6 +56,11 @@ pub struct FleetConfig {
     pub period: Nanos,
     /// TTL of each replica's lease (whole seconds, at least 2 × period).
     pub lease_ttl: Nanos,
+    /// The most replicas the fleet may run (the autoscaler's maximum, for instance): the static
+    /// share a replica falls back to is the fleet CurrentCL ÷ max(the replicas it last saw,
+    /// this), so that replicas started while it is cut off do not make the fleet overshoot by
+    /// more than that share. `None`: the replicas it last saw.
+    pub max_replicas: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -65,6 +70,7 @@ struct Raw {
     name: Option<String>,
     period: Option<String>,
     lease_ttl: Option<String>,
+    max_replicas: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -90,6 +96,7 @@ impl FleetConfig {
             name: DEFAULT_NAME.to_string(),
             period: DEFAULT_PERIOD,
             lease_ttl: DEFAULT_LEASE_TTL,
+            max_replicas: None,
         }
     }
 
@@ -123,8 +130,9 @@ impl FleetConfig {
                 format_go_duration(lease_ttl)
             ));
         }
+        let max_replicas = raw.max_replicas.as_ref().and_then(|v| parse_max_replicas(v, &mut errs));
         match etcd {
-            Some(etcd) if errs.is_empty() => Ok(FleetConfig { etcd, name, period, lease_ttl }),
+            Some(etcd) if errs.is_empty() => Ok(FleetConfig { etcd, name, period, lease_ttl, max_replicas }),
             _ => Err(errs),
         }
     }
@@ -142,6 +150,20 @@ impl FleetConfig {
     /// The lease TTL in whole seconds (as granted by etcd).
     pub fn lease_ttl_secs(&self) -> i64 {
         (self.lease_ttl / NANOS_PER_SEC).max(1)
+    }
+}
+
+/// `maxReplicas`: an integer ≥ 1 (null: not set).
+fn parse_max_replicas(v: &Value, errs: &mut Vec<String>) -> Option<u32> {
+    if v.is_null() {
+        return None;
+    }
+    match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+        Some(n) if n >= 1 => Some(n),
+        _ => {
+            errs.push(format!("fleet.maxReplicas: must be an integer from 1 to {}, got {v}", u32::MAX));
+            None
+        }
     }
 }
 
@@ -197,5 +219,11 @@ mod tests {
         assert_eq!(e, vec!["fleet.leaseTtl: must be at least 2 × period (6s), got 5s"]);
         let e = FleetConfig::from_json(&json!({"etcd": {"cluster": "etcd", "bogus": 1}})).unwrap_err();
         assert!(e[0].starts_with("fleet.etcd: unknown field `bogus`"), "{e:?}");
+        for bad in [json!(0), json!(-1), json!(2.5), json!("3"), json!(5_000_000_000u64)] {
+            let e = FleetConfig::from_json(&json!({"etcd": {"cluster": "etcd"}, "maxReplicas": bad})).unwrap_err();
+            assert!(e[0].starts_with("fleet.maxReplicas: must be an integer from 1 to "), "{e:?}");
+        }
+        let c = FleetConfig::from_json(&json!({"etcd": {"cluster": "etcd"}, "maxReplicas": 3})).unwrap();
+        assert_eq!(c.max_replicas, Some(3));
     }
 }

@@ -14,6 +14,7 @@
 //! [`FleetFeed::apply`] after each (forced at the end of a period).
 
 use super::claim::{EtcdCall, Fleet};
+use super::levels::FleetPolicy;
 use crate::engine::store::Store;
 use crate::engine::{self, Compiled, EngineError, Notice};
 use crate::limits::borrowing::SeatDemandStats;
@@ -28,8 +29,10 @@ pub const SAMPLE_EVERY: Nanos = 200_000_000;
 #[derive(Debug, Clone)]
 pub struct FleetFeed {
     fleet: Fleet,
-    /// The configuration generation it was made for.
+    /// The configuration generation it runs (made for, or last reconfigured to).
     generation: u64,
+    /// The levels' names, in the configuration's order (the order of every per-level vector).
+    names: Vec<String>,
     /// Per level: the seat demand over the current period, and its statistics so far.
     demand: Vec<Integrator>,
     stats: Vec<SeatDemandStats>,
@@ -59,6 +62,7 @@ impl FleetFeed {
         FleetFeed {
             fleet,
             generation: c.generation,
+            names: c.levels.iter().map(|l| l.name.clone()).collect(),
             demand: (0..n).map(|_| Integrator::new(now)).collect(),
             stats: vec![SeatDemandStats::default(); n],
             in_use: vec![0; n],
@@ -73,9 +77,52 @@ impl FleetFeed {
         &self.fleet
     }
 
-    /// The configuration generation the feed was made for (a newer one needs a new feed).
+    /// The configuration generation the feed runs.
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// A newer configuration `c` for the same fleet (its `fleet` object unchanged): the fleet
+    /// keeps its lease and record and re-plans its levels in place ([`Fleet::set_policy`]); the
+    /// period's demand, seats in use and widest waiting request carry over by level name.
+    pub fn reconfigure(&mut self, c: &Compiled, now: Nanos) {
+        let map: Vec<Option<usize>> = c.levels.iter().map(|l| self.names.iter().position(|n| *n == l.name)).collect();
+        let take = |i: &Option<usize>| i.and_then(|i| self.demand.get(i).cloned()).unwrap_or_else(|| Integrator::new(now));
+        self.demand = map.iter().map(take).collect();
+        let pick = |v: &[u32]| map.iter().map(|i| i.and_then(|i| v.get(i).copied()).unwrap_or(0)).collect::<Vec<u32>>();
+        (self.in_use, self.widest) = (pick(&self.in_use), pick(&self.widest));
+        self.stats = map.iter().map(|i| i.and_then(|i| self.stats.get(i).copied()).unwrap_or_default()).collect();
+        self.names = c.levels.iter().map(|l| l.name.clone()).collect();
+        self.generation = c.generation;
+        // The levels run the limits last applied until the next apply (this configuration's
+        // new levels none): reports of seats in use stay valid under that fleet generation.
+        self.applied = self.applied.map(|(_, g)| (0, g));
+        self.fleet.set_policy(FleetPolicy::from_config(&c.config), now);
+    }
+
+    /// Leave the fleet gracefully ([`Fleet::leave_gracefully`]; call on every tick once asked).
+    pub fn leave_gracefully(&mut self, now: Nanos) -> Vec<EtcdCall> {
+        self.fleet.leave_gracefully(now)
+    }
+
+    /// Leave the fleet at once ([`Fleet::leave`]): the lease revoke to send.
+    pub fn leave(&mut self, now: Nanos) -> Vec<EtcdCall> {
+        self.fleet.leave(now)
+    }
+
+    /// Levels a newer configuration removed, while seats may be in use on them: in use, plus
+    /// the level's limit while requests wait (they may still be dispatched under it).
+    fn sample_draining(&mut self, store: &dyn Store) {
+        let names: Vec<String> = self.fleet.draining_levels().map(str::to_string).collect();
+        for name in names {
+            let seats = match engine::read_level(store, &engine::level_key(&name)) {
+                Ok(Some(st)) if st.qs.requests_waiting() > 0 => st.qs.seats_in_use().max(st.qs.config().concurrency_limit),
+                Ok(Some(st)) => st.qs.seats_in_use(),
+                Ok(None) => 0,
+                Err(_) => continue,
+            };
+            self.fleet.set_draining_in_use(&name, seats);
+        }
     }
 
     /// One timer tick at `now`: samples each level's seat demand and seats in use from `store`;
@@ -103,6 +150,7 @@ impl FleetFeed {
         if sample {
             let applied = self.applied.map_or(0, |(_, g)| g);
             self.fleet.set_seats_in_use(&self.in_use, applied);
+            self.sample_draining(store);
         }
         let period_ended = now.saturating_sub(self.period_start) >= self.fleet.config().period;
         if period_ended {

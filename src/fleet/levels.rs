@@ -3,6 +3,7 @@
 //! (`limits::static_limits::compute_limits`, upstream `apf_controller.go:
 //! finishQueueSetReconfigsLocked`).
 
+use crate::digest::work_estimate::MAXIMUM_LIST_SEATS_SIZE_BASED;
 use crate::limits::static_limits::{compute_limits, LevelLimits};
 use crate::policy::config::PluginConfig;
 use crate::policy::model::PriorityLevel;
@@ -15,6 +16,26 @@ pub struct FleetLevel {
     /// `updateBorrowingLocked`).
     pub exempt: bool,
     pub limits: LevelLimits,
+    /// The most seats that can wait on one replica: queues × queueLengthLimit × the widest
+    /// request ([`queue_seats`]); 0 for levels without queues; `u64::MAX` when unknown (the
+    /// replicas' demand on the level is then not bounded).
+    pub queue_seats: u64,
+}
+
+/// The most seats that can wait on one replica at a level: `queues × queueLengthLimit` requests
+/// (upstream rejects a request whose queue is full, `queueset.go: rejectOrEnqueueToBoundLocked`),
+/// each at most as wide as the work estimator makes a request there: `plMaxSeats`, itself
+/// capped at the estimator's largest width (`work_estimate::clamp_max`, upstream
+/// `request/list_work_estimator.go: estimate`).
+pub fn queue_seats(level: &PriorityLevel, limits: &LevelLimits) -> u64 {
+    let Some(q) = level.queuing() else { return 0 };
+    let requests = u64::try_from(q.queues).unwrap_or(0).saturating_mul(u64::try_from(q.queue_length_limit).unwrap_or(0));
+    requests.saturating_mul(u64::from(widest_request(limits)))
+}
+
+/// The widest request the work estimator makes at a level (`work_estimate::clamp_max`).
+pub fn widest_request(limits: &LevelLimits) -> u32 {
+    limits.max_seats.filter(|&m| m != 0 && m <= MAXIMUM_LIST_SEATS_SIZE_BASED).unwrap_or(MAXIMUM_LIST_SEATS_SIZE_BASED)
 }
 
 /// The fleet limit and its levels (in the policy's order, which the engine also uses).
@@ -29,14 +50,24 @@ impl FleetPolicy {
     /// The static limits of `levels` at the fleet limit `server_cl`.
     pub fn new(server_cl: u32, levels: &[PriorityLevel]) -> FleetPolicy {
         let (limits, _) = compute_limits(server_cl, levels);
-        let levels = levels.iter().zip(limits).map(|(l, limits)| FleetLevel { name: l.name.clone(), exempt: l.is_exempt(), limits });
+        let levels = levels.iter().zip(limits).map(|(l, limits)| FleetLevel {
+            name: l.name.clone(),
+            exempt: l.is_exempt(),
+            queue_seats: queue_seats(l, &limits),
+            limits,
+        });
         FleetPolicy { server_concurrency_limit: server_cl, levels: levels.collect() }
     }
 
     /// The levels of a parsed plugin configuration (its limits are already computed).
     pub fn from_config(cfg: &PluginConfig) -> FleetPolicy {
         let levels = cfg.policy.priority_levels.iter().zip(&cfg.limits);
-        let levels = levels.map(|(l, limits)| FleetLevel { name: l.name.clone(), exempt: l.is_exempt(), limits: *limits });
+        let levels = levels.map(|(l, limits)| FleetLevel {
+            name: l.name.clone(),
+            exempt: l.is_exempt(),
+            queue_seats: queue_seats(l, limits),
+            limits: *limits,
+        });
         FleetPolicy { server_concurrency_limit: cfg.server_concurrency_limit, levels: levels.collect() }
     }
 
@@ -53,5 +84,45 @@ impl FleetPolicy {
     /// How many levels are limited (not exempt).
     pub fn limited_levels(&self) -> usize {
         self.levels.iter().filter(|l| !l.exempt).count()
+    }
+
+    /// The most seats level `i` can ever have fleet-wide (its largest possible fleet CurrentCL):
+    /// `min(MaxCL, nominalCLSum − Σ MinCL of the other limited levels)`. Upstream's
+    /// `updateBorrowingLocked` gives a limited level at most its MaxCL (the allocation problem's
+    /// upper bound), and every other limited level at least its MinCL (its lower bound
+    /// `MinCurrentCL ≥ MinCL`) out of `nominalCLSum` (`computeConcurrencyAllocation`'s required
+    /// sum); the other regimes give at most NominalCL, which is within both. Integer rounding
+    /// cannot go above an integer bound. `None` for exempt or unknown levels (not limited).
+    pub fn level_max(&self, i: usize) -> Option<u32> {
+        let level = self.levels.get(i).filter(|l| !l.exempt)?;
+        let others: u64 = self.levels.iter().enumerate().filter(|(j, l)| *j != i && !l.exempt).map(|(_, l)| u64::from(l.limits.min)).sum();
+        let room = u64::from(self.nominal_sum()).saturating_sub(others);
+        Some(u32::try_from(room.min(u64::from(level.limits.max))).unwrap_or(u32::MAX))
+    }
+
+    /// The largest Σ fleet CurrentCL over the limited levels: `nominalCLSum` plus one seat per
+    /// two limited levels (upstream rounds each level's allocation to the nearest integer).
+    pub fn max_total(&self) -> u64 {
+        u64::from(self.nominal_sum()).saturating_add(self.limited_levels() as u64 / 2)
+    }
+
+    /// The most seats any replica can hold on one limited level, executing or waiting, under
+    /// this policy's `serverConcurrencyLimit`: the largest Σ fleet CurrentCL
+    /// ([`FleetPolicy::max_total`]) plus the largest queue capacity of a level
+    /// ([`FleetLevel::queue_seats`]). It is the same bound for every level on purpose: a
+    /// replica still running the previous policy during a rolling change of the levels' shares
+    /// or queues publishes demand that is within it, and must not be ignored for it.
+    pub fn demand_bound(&self) -> u64 {
+        let queues = self.levels.iter().filter(|l| !l.exempt).map(|l| l.queue_seats).max().unwrap_or(0);
+        self.max_total().saturating_add(queues)
+    }
+
+    /// The widest request that can wait for seats on a limited level (`wide` in a record): the
+    /// largest Σ fleet CurrentCL, or the widest request of any level when that is larger (a
+    /// level that can have fewer seats than one request still queues it). One bound for every
+    /// level, as [`FleetPolicy::demand_bound`].
+    pub fn wide_bound(&self) -> u64 {
+        let widest = self.levels.iter().filter(|l| !l.exempt).map(|l| widest_request(&l.limits)).max().unwrap_or(0);
+        self.max_total().max(u64::from(widest))
     }
 }

@@ -9,7 +9,8 @@
 //! every put of the chosen branch checked first (`checkRequestPut`); leases with a TTL that
 //! expire by the model's clock (their keys deleted at one revision) and that a restart renews to
 //! their full TTL (as a leader change does); optional simple-token authentication with tokens
-//! that expire. Errors are `{"error","code","message"}` with the gateway's HTTP status.
+//! that expire; every answer's header with the cluster id, member id, store revision and raft
+//! term (`etcdserverpb.ResponseHeader`); losing every piece of data ([`MemEtcd::wipe`]). Errors are `{"error","code","message"}` with the gateway's HTTP status.
 //! Not modelled: compaction, watches, multiple members, range limits and sorting options.
 
 use super::etcd::{
@@ -39,6 +40,7 @@ pub struct MemEtcd {
     token_ttl: Nanos,
     next_token: u64,
     raft_term: u64,
+    cluster_id: u64,
 }
 
 impl Default for MemEtcd {
@@ -78,6 +80,7 @@ impl MemEtcd {
             token_ttl: 300 * crate::NANOS_PER_SEC,
             next_token: 1,
             raft_term: 2,
+            cluster_id: 0x1c2f_3b4a_5d6e_7f80,
         }
     }
 
@@ -90,7 +93,7 @@ impl MemEtcd {
     }
 
     fn header(&self) -> Header {
-        Header { cluster_id: 0x1c2f_3b4a_5d6e_7f80, member_id: 0x8e9d_0c1b_2a39_4857, revision: self.revision, raft_term: self.raft_term }
+        Header { cluster_id: self.cluster_id, member_id: 0x8e9d_0c1b_2a39_4857, revision: self.revision, raft_term: self.raft_term }
     }
 
     /// The store revision.
@@ -135,6 +138,32 @@ impl MemEtcd {
         }
         self.tokens.clear();
         self.raft_term = self.raft_term.saturating_add(1);
+    }
+
+    /// The member lost its data and started again empty (its data directory wiped, or restored
+    /// from nothing): the store revision back to 1, every key, its history and every lease gone,
+    /// tokens gone, and a new cluster id (a new cluster bootstrapped). Lease ids go on from
+    /// where they were (etcd makes them from the member id and the clock, so a new lease does
+    /// not take an old one's id). Users stay (re-created with the cluster).
+    pub fn wipe(&mut self) {
+        self.revision = 1;
+        self.kvs.clear();
+        self.history.clear();
+        self.leases.clear();
+        self.tokens.clear();
+        self.raft_term = 2;
+        self.cluster_id = self.cluster_id.rotate_left(17) ^ 0x9e37_79b9_7f4a_7c15;
+    }
+
+    /// The cluster id in every answer's header.
+    pub fn cluster_id(&self) -> u64 {
+        self.cluster_id
+    }
+
+    /// Sets the cluster id (a wiped member restarted with the same initial cluster token and
+    /// members gets the same id again).
+    pub fn set_cluster_id(&mut self, id: u64) {
+        self.cluster_id = id;
     }
 
     fn write(&mut self, key: Vec<u8>, kv: Option<KeyValue>) {

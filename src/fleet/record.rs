@@ -22,8 +22,11 @@
 //!   configuration rollout in progress).
 //!
 //! Decoding is total and lenient about what it does not know (unknown fields are ignored, so a
-//! newer writer can add some); a record of a newer `format` is an error.
+//! newer writer can add some); a record of a newer `format` is an error. Decoding does not judge
+//! the numbers: [`crate::fleet::snapshot::Snapshot::checked`] ignores a record whose numbers are
+//! impossible, and one that does not decode.
 
+use super::levels::FleetPolicy;
 use crate::limits::borrowing::SeatDemandStats;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -61,10 +64,11 @@ fn finite(x: f64) -> f64 {
     }
 }
 
+/// A number as written: a negative value is kept (the snapshot's check refuses the record).
 fn num(v: &Value, key: &str) -> Result<f64, String> {
     match v.get(key) {
         None | Some(Value::Null) => Ok(0.0),
-        Some(Value::Number(n)) => Ok(finite(n.as_f64().unwrap_or(0.0))),
+        Some(Value::Number(n)) => n.as_f64().ok_or_else(|| format!("{key}: {n} is not a number")),
         Some(_) => Err(format!("{key}: expected a number")),
     }
 }
@@ -166,6 +170,59 @@ impl Record {
     /// Σ claims over every level the record names.
     pub fn total_claim(&self) -> u64 {
         self.levels.values().map(|l| u64::from(l.claim)).sum()
+    }
+}
+
+/// Why a demand statistic is impossible: negative, not finite, or above `bound` (none for
+/// exempt levels: nothing limits them).
+fn impossible_demand(d: &SeatDemandStats, bound: Option<u64>) -> Option<String> {
+    // One replica holds at most `bound` seats: the average and the high watermark stay within
+    // it, the standard deviation of values within [0, bound] within bound ÷ 2 (Popoviciu), and
+    // the smoothed value (upstream `seatDemandStats.update`: the largest recent average +
+    // deviation, decaying) within bound × (1 + √2) ÷ 2; the checks leave a factor of 2 above
+    // the last two for rounding.
+    let b = bound.map_or(f64::INFINITY, |b| b as f64);
+    let hw = d.high_watermark as f64;
+    let checks = [("avg", d.avg, b), ("stdDev", d.std_dev, b), ("highWatermark", hw, b), ("smoothed", d.smoothed, 2.0 * b)];
+    checks
+        .iter()
+        .find(|(_, x, max)| !x.is_finite() || *x < 0.0 || x > max)
+        .map(|(name, x, max)| format!("{name} {x} not within [0, {max}]"))
+}
+
+impl Record {
+    /// Why this record's numbers are impossible for a replica of a fleet running `policy`, if
+    /// they are: on a level that is not exempt here, a claim or a grant above the largest Σ
+    /// fleet CurrentCL ([`FleetPolicy::max_total`]: no level ever has more seats than the whole
+    /// fleet), a waiting width above [`FleetPolicy::wide_bound`], or a demand statistic that is
+    /// negative, not finite or above [`FleetPolicy::demand_bound`]; granted seats above the
+    /// claim; claims over all levels above the largest Σ fleet CurrentCL. The bounds do not
+    /// depend on any one level's shares or queues, so that a replica still running the previous
+    /// policy in a rolling change of them is not ignored; they do depend on
+    /// `serverConcurrencyLimit` (see docs/fleet.md, "Records nobody trusts").
+    pub fn impossible(&self, policy: &FleetPolicy) -> Option<String> {
+        let max = policy.max_total();
+        for (name, l) in &self.levels {
+            if l.granted > l.claim {
+                return Some(format!("levels.{name}: granted {} above claim {}", l.granted, l.claim));
+            }
+            let exempt = policy.index(name).and_then(|i| policy.levels.get(i)).is_some_and(|level| level.exempt);
+            let bound = (!exempt).then(|| policy.demand_bound());
+            if let Some(why) = impossible_demand(&l.demand, bound) {
+                return Some(format!("levels.{name}: {why}"));
+            }
+            if exempt {
+                continue;
+            }
+            if u64::from(l.claim) > max {
+                return Some(format!("levels.{name}: claim {} above the largest Σ CurrentCL {max}", l.claim));
+            }
+            if u64::from(l.wide) > policy.wide_bound() {
+                return Some(format!("levels.{name}: wide {} above the widest possible {}", l.wide, policy.wide_bound()));
+            }
+        }
+        let total = self.total_claim();
+        (total > max).then(|| format!("claims sum to {total}, above the largest Σ CurrentCL {max}"))
     }
 }
 

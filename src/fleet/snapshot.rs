@@ -1,11 +1,16 @@
 //! A snapshot: every replica record under the fleet's prefix at one store revision, as one range
 //! read returns it. The allocation is computed from a snapshot, and the claims it holds are what
 //! a raise is checked against.
+//!
+//! Records are checked, not trusted ([`Snapshot::checked`]): a key without a lease, a record that
+//! does not decode or under a key that is not a replica's, and a record whose numbers no replica
+//! of this fleet can write are ignored — for the allocation, the claims a raise is checked
+//! against, the number of replicas and everything else — and listed in [`Snapshot::ignored`].
 
 use super::allocation::{allocate, Allocation, ReplicaDemand, WideNeed};
 use super::etcd::{EtcdError, RangeResponse};
 use super::levels::FleetPolicy;
-use super::record::{LevelRecord, Record};
+use super::record::{valid_replica_id, LevelRecord, Record};
 use crate::limits::borrowing::SeatDemandStats;
 
 /// One key under the prefix.
@@ -19,12 +24,23 @@ pub struct ReplicaEntry {
     pub record: Result<Record, String>,
 }
 
+/// A key under the prefix that is not taken for a replica's record, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IgnoredRecord {
+    /// The key without the prefix (invalid UTF-8 replaced).
+    pub id: String,
+    pub mod_revision: i64,
+    pub reason: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Snapshot {
     /// The store revision of the read.
     pub revision: i64,
     /// Sorted by id.
     pub replicas: Vec<ReplicaEntry>,
+    /// Keys [`Snapshot::checked`] took out of `replicas`, sorted by id.
+    pub ignored: Vec<IgnoredRecord>,
 }
 
 /// The others' claims in a snapshot, as a raise is checked against them.
@@ -34,8 +50,23 @@ pub struct OthersClaims {
     pub per_level: Vec<u64>,
     /// Over every level every record names (levels this replica does not know included).
     pub total: u64,
-    /// Some other record does not decode: its claims are unknown, so nothing may be raised.
-    pub unknown: bool,
+}
+
+/// Why an entry is not a replica's record (`None`: it is one).
+fn ignore_reason(e: &ReplicaEntry, policy: &FleetPolicy, own: &str) -> Option<String> {
+    if e.lease == 0 {
+        return Some("no lease (a replica's record always has one)".to_string());
+    }
+    if !valid_replica_id(&e.id) {
+        return Some("not a replica key".to_string());
+    }
+    match &e.record {
+        Err(why) => Some(format!("does not decode: {why}")),
+        // This replica's own record is what it wrote: never impossible to itself, whatever
+        // policy it has switched to since.
+        Ok(_) if e.id == own => None,
+        Ok(r) => r.impossible(policy).map(|why| format!("impossible: {why}")),
+    }
 }
 
 impl Snapshot {
@@ -51,6 +82,7 @@ impl Snapshot {
             .filter_map(|kv| {
                 let id = kv.key.strip_prefix(prefix)?;
                 Some(ReplicaEntry {
+                    // Invalid UTF-8 becomes U+FFFD, which no replica id has.
                     id: String::from_utf8_lossy(id).into_owned(),
                     mod_revision: kv.mod_revision,
                     lease: kv.lease,
@@ -60,7 +92,27 @@ impl Snapshot {
             .collect();
         replicas.sort_by(|a, b| a.id.cmp(&b.id));
         replicas.dedup_by(|a, b| a.id == b.id);
-        Ok(Snapshot { revision: r.header.revision, replicas })
+        Ok(Snapshot { revision: r.header.revision, replicas, ignored: Vec::new() })
+    }
+
+    /// This snapshot with the entries that are not replicas' records of a fleet running `policy`
+    /// moved to [`Snapshot::ignored`]: a key without a lease (a replica's record always has
+    /// one; a lease-less key never expires), a key that is not a replica id, a record that does
+    /// not decode (a newer format included: a format change needs a new fleet `name`), and a
+    /// record whose numbers are impossible ([`Record::impossible`]). The whole record is
+    /// ignored, not only the levels at fault.
+    pub fn checked(mut self, policy: &FleetPolicy, own: &str) -> Snapshot {
+        let (mut kept, mut ignored) = (Vec::with_capacity(self.replicas.len()), Vec::new());
+        for e in self.replicas {
+            match ignore_reason(&e, policy, own) {
+                Some(reason) => ignored.push(IgnoredRecord { id: e.id, mod_revision: e.mod_revision, reason }),
+                None => kept.push(e),
+            }
+        }
+        self.replicas = kept;
+        self.ignored.extend(ignored);
+        self.ignored.sort_by(|a, b| a.id.cmp(&b.id));
+        self
     }
 
     pub fn get(&self, id: &str) -> Option<&ReplicaEntry> {
@@ -83,13 +135,8 @@ impl Snapshot {
         s
     }
 
-    /// Records that do not decode.
-    pub fn unreadable(&self) -> usize {
-        self.replicas.iter().filter(|e| e.record.is_err()).count()
-    }
-
-    /// The allocation of this snapshot (a record that does not decode counts as a replica
-    /// without demand).
+    /// The allocation of this snapshot (in an unchecked snapshot, a record that does not decode
+    /// counts as a replica without demand).
     pub fn allocate(&self, policy: &FleetPolicy) -> Allocation {
         let demand: Vec<Vec<SeatDemandStats>> = self.replicas.iter().map(|e| demand_of(e.record.as_ref().ok(), policy)).collect();
         let wide: Vec<Vec<WideNeed>> = self.replicas.iter().map(|e| wide_of(e.record.as_ref().ok(), policy)).collect();
@@ -98,19 +145,15 @@ impl Snapshot {
         allocate(policy, &input)
     }
 
-    /// The claims of every replica but `id`.
+    /// The claims of every replica but `id` (records that do not decode count for nothing: a
+    /// checked snapshot has none).
     pub fn others_claims(&self, policy: &FleetPolicy, id: &str) -> OthersClaims {
-        let mut c = OthersClaims { per_level: vec![0; policy.levels.len()], total: 0, unknown: false };
-        for e in self.replicas.iter().filter(|e| e.id != id) {
-            match &e.record {
-                Ok(r) => {
-                    for (sum, l) in c.per_level.iter_mut().zip(&policy.levels) {
-                        *sum = sum.saturating_add(u64::from(r.claim(&l.name)));
-                    }
-                    c.total = c.total.saturating_add(r.total_claim());
-                }
-                Err(_) => c.unknown = true,
+        let mut c = OthersClaims { per_level: vec![0; policy.levels.len()], total: 0 };
+        for r in self.replicas.iter().filter(|e| e.id != id).filter_map(|e| e.record.as_ref().ok()) {
+            for (sum, l) in c.per_level.iter_mut().zip(&policy.levels) {
+                *sum = sum.saturating_add(u64::from(r.claim(&l.name)));
             }
+            c.total = c.total.saturating_add(r.total_claim());
         }
         c
     }

@@ -9,6 +9,10 @@
 //! replies back, and applies the fleet's limits to the levels whenever they change. The feeding
 //! and applying are [`crate::fleet::FleetFeed`]'s (the simulator runs the same); this module
 //! adds the driver role, the replica id and the HTTP calls.
+//!
+//! A reload with the same `fleet` object re-plans the running fleet's levels in place (same
+//! lease and record); `POST /apf-wasm/fleet/leave` on a loopback connection makes the replica
+//! leave the fleet gracefully ([`leave_request`]; `docs/fleet.md`, "In the gateway").
 
 use super::host::{pairs, Body, HeaderMap, Host};
 use super::stats::Own;
@@ -25,6 +29,10 @@ const DRIVER_KEY: &str = "apf/v3/fleet/driver";
 const REPLICA_KEY: &str = "apf/v3/fleet/replica";
 /// Shared-data key of the fleet's state as the driver last saw it (JSON, for `dump_fleet`).
 pub const STATUS_KEY: &str = "apf/v3/fleet/status";
+/// Shared-data key of the request to leave the fleet gracefully (when it was made).
+const LEAVING_KEY: &str = "apf/v3/fleet/leaving";
+/// The path of the request that makes this process's replica leave the fleet gracefully.
+pub const LEAVE_PATH: &str = "/apf-wasm/fleet/leave";
 /// The driver renews its role this often; another worker takes it over after `TAKEOVER`.
 const DRIVER_BEAT: Nanos = 500_000_000;
 const TAKEOVER: Nanos = 3 * crate::NANOS_PER_SEC;
@@ -36,8 +44,8 @@ pub struct FleetDriver {
     /// HTTP call tokens → the fleet's call ids.
     calls: HashMap<u32, u64>,
     last_beat: Nanos,
-    /// Failed calls already counted in the stats.
-    failures_counted: u64,
+    /// Failed calls, ignored records and data losses already counted in the stats.
+    counted: [u64; 3],
 }
 
 /// The driver role's holder and heartbeat in shared data.
@@ -89,7 +97,7 @@ impl FleetDriver {
         let id = replica_id(h, w.instance)?;
         let fleet = Fleet::new(cfg.clone(), FleetPolicy::from_config(&c.config), &id).map_err(|e| log::error!("apf: fleet: {e}")).ok()?;
         log::info!("apf: fleet: replica {id} drives this process's fleet membership");
-        Some(FleetDriver { feed: FleetFeed::new(fleet, c, now), calls: HashMap::new(), last_beat: now, failures_counted: 0 })
+        Some(FleetDriver { feed: FleetFeed::new(fleet, c, now), calls: HashMap::new(), last_beat: now, counted: [0; 3] })
     }
 
     /// Sends the fleet's calls to etcd through the host.
@@ -127,6 +135,12 @@ impl FleetDriver {
 }
 
 impl FleetDriver {
+    /// Leaves the fleet at once (its lease revoked): the fleet configuration changed or is gone.
+    fn quit(&mut self, h: &dyn Host, now: Nanos) {
+        let calls = self.feed.leave(now);
+        self.send(h, calls);
+    }
+
     /// Once a period: the fleet's state in shared data (any worker serves it as `dump_fleet`),
     /// and the fleet's stats.
     fn publish(&mut self, h: &dyn Host, w: &mut Worker, c: &Compiled, now: Nanos) {
@@ -159,6 +173,11 @@ impl FleetDriver {
                 })
                 .collect()
         });
+        let ignored: Vec<serde_json::Value> = f
+            .ignored_records()
+            .iter()
+            .map(|r| serde_json::json!({"id": r.id, "modRevision": r.mod_revision.to_string(), "reason": r.reason}))
+            .collect();
         let status = serde_json::json!({
             "replica": f.replica_id(),
             "mode": format!("{:?}", f.mode()),
@@ -167,13 +186,20 @@ impl FleetDriver {
             "revision": f.snapshot().map(|s| s.revision.to_string()),
             "limits": limits,
             "replicas": replicas,
+            "ignoredRecords": ignored,
+            "ignoredRecordsTotal": f.ignored_total(),
+            "dataLosses": f.data_losses(),
+            "recoveringForSeconds": f.recovering_until().filter(|&t| t > now).map(|t| (t - now) as f64 / 1e9),
         });
         if let Err(e) = h.store().set(STATUS_KEY, status.to_string().as_bytes(), None) {
             log::warn!("apf: fleet: storing its state failed: {e}");
         }
-        let failures = f.sync_failures();
-        w.stats.add_own(Own::FleetSyncFailures, failures.saturating_sub(self.failures_counted));
-        self.failures_counted = failures;
+        let counted = [f.sync_failures(), f.ignored_total(), f.data_losses()];
+        let own = [Own::FleetSyncFailures, Own::FleetIgnoredRecords, Own::FleetDataLosses];
+        for ((m, now_total), before) in own.into_iter().zip(counted).zip(&mut self.counted) {
+            w.stats.add_own(m, now_total.saturating_sub(*before));
+            *before = now_total;
+        }
         let age = f.last_sync().map(|t| u64::try_from(now.saturating_sub(t) / crate::NANOS_PER_SEC).unwrap_or(0));
         let n = f.snapshot().map_or(0, |s| s.replicas.len() as u64);
         w.stats.set_fleet_gauges(h, n, age);
@@ -198,9 +224,21 @@ pub fn render_dump(store: &dyn crate::engine::store::Store, now: Nanos) -> Strin
 }
 
 /// The timer's part of fleet mode (every tick, every worker).
+///
+/// Configuration generations come from one counter and only grow; during a reload two root
+/// contexts tick on a worker, and only the newest one seen drives. A newer configuration with
+/// the same `fleet` object re-plans the running fleet's levels in place (same lease, same
+/// record, no seat dropped on the levels it keeps); a different `fleet` object (or none) makes
+/// the running membership leave (its lease revoked) before a new one registers.
 pub fn on_tick(h: &dyn Host, w: &mut Worker, c: &Compiled, now: Nanos) {
+    if c.generation < w.fleet_generation {
+        return;
+    }
+    w.fleet_generation = c.generation;
     let Some(cfg) = c.config.fleet.as_ref() else {
-        w.fleet = None;
+        if let Some(mut d) = w.fleet.take() {
+            d.quit(h, now);
+        }
         return;
     };
     // The driver renews its role, the others look whether it is free, every `DRIVER_BEAT`.
@@ -217,11 +255,25 @@ pub fn on_tick(h: &dyn Host, w: &mut Worker, c: &Compiled, now: Nanos) {
     } else if w.fleet.is_none() {
         return;
     }
-    if w.fleet.as_ref().is_none_or(|d| d.feed.generation() != c.generation) {
+    match w.fleet.as_mut() {
+        Some(d) if d.feed.fleet().config() != cfg => {
+            log::info!("apf: fleet: the fleet configuration changed: leaving, then joining again");
+            if let Some(mut old) = w.fleet.take() {
+                old.quit(h, now);
+            }
+        }
+        Some(d) if d.feed.generation() < c.generation => d.feed.reconfigure(c, now),
+        _ => {}
+    }
+    if w.fleet.is_none() {
         let Some(d) = FleetDriver::new(h, w, c, cfg, now) else { return };
         w.fleet = Some(d);
     }
     let Some(mut d) = w.fleet.take() else { return };
+    if leave_requested(h) {
+        let calls = d.feed.leave_gracefully(now);
+        d.send(h, calls);
+    }
     let tick = d.feed.tick(c, h.store(), now);
     d.send(h, tick.calls);
     d.apply(h, w, c, now, tick.period_ended);
@@ -245,9 +297,45 @@ pub fn on_call_response(h: &dyn Host, w: &mut Worker, c: Option<&Compiled>, toke
     let now = h.monotonic_nanos();
     let calls = d.feed.on_response(id, status, &body, now);
     d.send(h, calls);
-    if let Some(c) = c {
+    // Applied only under the configuration the feed runs (an older root's levels differ).
+    if let Some(c) = c.filter(|c| c.generation == d.feed.generation()) {
         d.apply(h, w, c, now, false);
     }
     w.fleet = Some(d);
     true
+}
+
+/// Whether this process was asked to leave the fleet.
+fn leave_requested(h: &dyn Host) -> bool {
+    h.store().get(LEAVING_KEY).is_ok_and(|(v, _)| v.is_some_and(|b| !b.is_empty()))
+}
+
+/// `POST /apf-wasm/fleet/leave` (fleet mode on) on a connection whose two ends (`source` and
+/// `destination` addresses) are loopback: this process's replica leaves the fleet gracefully
+/// (the driver, whichever worker holds the role, acts on its next tick). Anything else is
+/// refused: the destination cannot be spoofed by a remote client, the source can be with
+/// `X-Forwarded-For` when the listener does not set `use_remote_address`. Idempotent. The
+/// status and JSON body.
+pub fn leave_request(h: &dyn Host, ends: [Option<std::net::IpAddr>; 2], now: Nanos) -> (u32, String) {
+    if !ends.iter().all(|a| a.is_some_and(|a| a.to_canonical().is_loopback())) {
+        log::warn!("apf: fleet: a leave request on a connection {ends:?} refused (loopback only)");
+        return (403, "{\"error\": \"the fleet leave request is accepted from loopback only\"}\n".to_string());
+    }
+    let r = engine::store::update::<bool, engine::EngineError>(h.store(), LEAVING_KEY, engine::MAX_CAS_TRIES, |cur| match cur {
+        Some(b) if !b.is_empty() => Ok((b.to_vec(), false)),
+        _ => Ok((now.to_le_bytes().to_vec(), true)),
+    });
+    let first = match r {
+        Ok(first) => first,
+        Err(e) => {
+            log::warn!("apf: fleet: recording the leave request failed: {e}");
+            return (503, "{\"error\": \"the leave request could not be recorded; try again\"}\n".to_string());
+        }
+    };
+    if first {
+        log::info!("apf: fleet: asked to leave the fleet gracefully");
+    }
+    let replica = h.store().get(REPLICA_KEY).ok().and_then(|(v, _)| v).and_then(|b| String::from_utf8(b).ok());
+    let body = serde_json::json!({"replica": replica, "leaving": true, "alreadyLeaving": !first});
+    (200, format!("{body}\n"))
 }

@@ -81,7 +81,13 @@ impl Request {
         let now = h.monotonic_nanos();
         let counts = w.counts.as_deref();
         let cluster = |group: &str, resource: &str| cluster_lookup(c, counts, group, resource, now);
-        let Digested { remove, add, refuse, dump, digest: d } = digest_request(h, c, &cluster);
+        let Digested { remove, add, refuse, dump, leave, digest: d } = digest_request(h, c, &cluster);
+        if leave && c.config.fleet.is_some() {
+            let ends = [["source", "address"], ["destination", "address"]].map(|p| h.property(&p).and_then(|b| parse_peer(&b)));
+            let (status, body) = super::fleet::leave_request(h, ends, now);
+            h.send_response(status, &[("content-type", b"application/json"), ("x-content-type-options", b"nosniff")], body.as_bytes());
+            return Action::Pause;
+        }
         // setFrontProxyHeaders (nothing to change without it): the upstream sees only the identity
         // derived here, on every request this filter sees (before any early return: exempt,
         // long-running, debug paths) — or, when a verified credential names a user that cannot
@@ -286,6 +292,8 @@ pub struct Digested {
     pub refuse: Option<String>,
     /// The path is a debug dump's (served only to `debugGroups`).
     pub dump: Option<debug::DumpKind>,
+    /// `POST /apf-wasm/fleet/leave` (answered here in fleet mode, loopback peers only).
+    pub leave: bool,
     pub digest: Digest,
 }
 
@@ -316,7 +324,8 @@ pub fn digest_request(h: &dyn Host, c: &Compiled, cluster: ClusterStats) -> Dige
     let watch_count = |info: &RequestInfo| engine::watches::interested_count(h.store(), info);
     let line = RequestLine { method, path, namespace_header: ns_header };
     let digest = c.digest(line, &input, watch_count, cluster);
-    Digested { remove, add: fwd.add, refuse: fwd.refuse, dump: debug::dump_kind(path), digest }
+    let leave = method == b"POST" && path.split(|&b| b == b'?').next() == Some(super::fleet::LEAVE_PATH.as_bytes());
+    Digested { remove, add: fwd.add, refuse: fwd.refuse, dump: debug::dump_kind(path), leave, digest }
 }
 
 /// The object counts of a resource as the gateway has them: polled from the cluster

@@ -83,8 +83,8 @@ struct Series {
 #[derive(Default)]
 pub struct Stats {
     series: HashMap<Key, Series>,
-    own_pending: [u64; 4],
-    own_ids: [Option<u32>; 9],
+    own_pending: [u64; 6],
+    own_ids: [Option<u32>; 11],
     own_gauge_ids: [Option<u32>; 2],
     fleet_gauge_ids: [Option<u32>; 2],
     /// `apf_wasm_fleet_allocated_seats` per (configuration generation, level).
@@ -243,7 +243,7 @@ impl Stats {
 
 /// The filter's own counters (not upstream metrics): global-state contention (see
 /// [`crate::engine::contention`]), then where LIST and WATCH costs come from ([`Own`]).
-const OWN_COUNTERS: [&str; 9] = [
+const OWN_COUNTERS: [&str; 11] = [
     "apf_wasm_shared_state_writes_total",
     "apf_wasm_shared_state_conflicts_total",
     "apf_wasm_level_state_decodes_total",
@@ -253,6 +253,8 @@ const OWN_COUNTERS: [&str; 9] = [
     "apf_wasm_object_counts_refresh_failures_total",
     "apf_wasm_watch_initial_hold_timeouts_total",
     "apf_wasm_fleet_sync_failures_total",
+    "apf_wasm_fleet_ignored_records_total",
+    "apf_wasm_fleet_data_losses_total",
 ];
 
 /// The filter's own counters of where LIST and WATCH costs come from.
@@ -266,6 +268,12 @@ pub enum Own {
     WatchHoldTimeouts = 2,
     /// Fleet mode: etcd calls that failed (no answer, or an error status).
     FleetSyncFailures = 3,
+    /// Fleet mode: records under the fleet's prefix ignored (no lease, undecodable, impossible
+    /// numbers), each counted once per write.
+    FleetIgnoredRecords = 4,
+    /// Fleet mode: times etcd was seen to have lost its data (revision back, new cluster id,
+    /// the fleet gone).
+    FleetDataLosses = 5,
 }
 
 /// Fleet mode's gauges (set by the worker that drives the fleet).

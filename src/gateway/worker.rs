@@ -118,6 +118,9 @@ pub struct Worker {
     pub fleet: Option<super::fleet::FleetDriver>,
     /// Fleet mode, on the other workers: when this one last looked whether the role is free.
     pub fleet_checked: Nanos,
+    /// The newest configuration generation whose timer ran fleet mode here (an older root
+    /// context, still alive during a reload, leaves the fleet alone).
+    pub fleet_generation: u64,
 }
 
 /// The engine's callbacks for this worker's requests: resume, answer, post to other workers,
@@ -252,6 +255,7 @@ impl Worker {
             stats: Stats::default(),
             fleet: None,
             fleet_checked: 0,
+            fleet_generation: 0,
         }
     }
 

@@ -101,7 +101,10 @@ fn err(e: impl std::fmt::Display) -> String {
 /// borrowing, so the fleet limit (`serverConcurrencyLimit`) and its CurrentCL are its limit.
 fn policy(limit: u32) -> FleetPolicy {
     let limits = LevelLimits { nominal: limit, lendable: 0, borrowing: 0, min: limit, max: limit, max_seats: None, initial_current: limit };
-    FleetPolicy { server_concurrency_limit: limit, levels: vec![FleetLevel { name: LEVEL_NAME.to_string(), exempt: false, limits }] }
+    FleetPolicy {
+        server_concurrency_limit: limit,
+        levels: vec![FleetLevel { name: LEVEL_NAME.to_string(), exempt: false, limits, queue_seats: u64::MAX }],
+    }
 }
 
 impl<'a> FleetLevels<'a> {

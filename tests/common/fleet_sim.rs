@@ -71,6 +71,22 @@ pub fn test_policy() -> FleetPolicy {
     FleetPolicy::new(60, &levels)
 }
 
+/// One limited level of `limit` seats that neither lends nor borrows (its CurrentCL is the
+/// limit), as in the Envoy tests.
+pub fn one_level_policy(limit: u32) -> FleetPolicy {
+    let level = PriorityLevel {
+        name: "workload".into(),
+        uid: String::new(),
+        spec: PriorityLevelSpec::Limited {
+            nominal_concurrency_shares: 10,
+            lendable_percent: 0,
+            borrowing_limit_percent: Some(0),
+            limit_response: LimitResponse::Queue(Queuing { queues: 16, hand_size: 4, queue_length_limit: 50 }),
+        },
+    };
+    FleetPolicy::new(limit, &[level])
+}
+
 #[derive(Clone)]
 pub struct Net {
     pub delay_min: Nanos,
@@ -152,6 +168,10 @@ pub struct Sim {
     records_cache: Option<(i64, BTreeMap<String, Record>)>,
     /// Maximum extra steps of lag before a replica's engine applies new limits.
     pub apply_lag: Nanos,
+    /// After etcd lost its data ([`Sim::wipe_etcd`]): until when, per level, Σ seats in use of
+    /// every live replica (in the fleet's accounting or not) stays within the claims etcd held
+    /// before the loss.
+    pub wipe_bound: Option<(Nanos, Vec<u64>)>,
     pub service_min: Nanos,
     pub service_max: Nanos,
 }
@@ -196,9 +216,23 @@ impl Sim {
             overshoot_in_step: false,
             records_cache: None,
             apply_lag: 100 * MS,
+            wipe_bound: None,
             service_min: 50 * MS,
             service_max: 400 * MS,
         }
+    }
+
+    /// A simulation of the fleet `policy` (before any replica starts).
+    pub fn with_policy(seed: u64, net: Net, policy: FleetPolicy) -> Sim {
+        let mut sim = Sim::new(seed, net);
+        sim.ceiling = vec![0; policy.levels.len()];
+        sim.policy = policy;
+        sim
+    }
+
+    /// Σ seats in use of every live replica per level.
+    pub fn fleet_in_use(&self) -> Vec<u32> {
+        (0..self.policy.levels.len()).map(|i| self.live().map(|r| r.in_use()[i]).sum()).collect()
     }
 
     /// Adds (or restarts in `slot`) a replica with a fresh id.
@@ -241,6 +275,40 @@ impl Sim {
         r.outstanding.clear();
     }
 
+    /// etcd loses every piece of data (revision back to 1, a new cluster id, keys and leases
+    /// gone) while the replicas run. Until `window` from now, [`Sim::check`] asserts per level
+    /// that Σ seats in use of every live replica stays within Σ claims in etcd before the loss
+    /// (returned), instead of requiring replicas without a record not to be synced (those that
+    /// have not noticed yet still are).
+    pub fn wipe_etcd(&mut self, window: Nanos) -> Vec<u64> {
+        let mut bound = vec![0u64; self.policy.levels.len()];
+        for r in self.records().values() {
+            for (b, c) in bound.iter_mut().zip(claims_of(r, &self.policy)) {
+                *b += u64::from(c);
+            }
+        }
+        self.etcd.wipe();
+        self.records_cache = None;
+        self.wipe_bound = Some((self.now + window, bound.clone()));
+        bound
+    }
+
+    /// Writes `value` under the replicas prefix at `<prefix><suffix>` as someone else would
+    /// (`lease` 0: none; else a lease granted now with `ttl_secs`).
+    pub fn put_foreign(&mut self, suffix: &[u8], value: &[u8], ttl_secs: i64) {
+        let lease = if ttl_secs > 0 {
+            let (_, b) = self.etcd.handle(etcd::LEASE_GRANT, &[], &etcd::lease_grant_request(ttl_secs), self.now);
+            etcd::LeaseResponse::decode_grant(200, &b).unwrap().id
+        } else {
+            0
+        };
+        let mut key = self.prefix();
+        key.extend_from_slice(suffix);
+        let put = etcd::PutRequest { key, value: value.to_vec(), lease };
+        let txn = TxnRequest { success: vec![RequestOp::Put(put)], ..Default::default() };
+        assert!(self.etcd.txn(&txn).unwrap().succeeded);
+    }
+
     pub fn set_etcd_up(&mut self, up: bool) {
         if up && !self.etcd_up {
             self.etcd.restart(self.now);
@@ -260,13 +328,11 @@ impl Sim {
         self.config.replicas_prefix().into_bytes()
     }
 
-    /// The records in etcd now.
+    /// The replicas' records in etcd now (keys a replica ignores left out).
     pub fn records(&self) -> BTreeMap<String, Record> {
         let prefix = self.prefix();
-        let kvs = self.etcd.range(&prefix, &etcd::prefix_range_end(&prefix));
-        kvs.into_iter()
-            .map(|kv| (String::from_utf8_lossy(&kv.key[prefix.len()..]).into_owned(), Record::decode(&kv.value).unwrap()))
-            .collect()
+        let s = self.snapshot_of(self.etcd.range(&prefix, &etcd::prefix_range_end(&prefix)), self.etcd.revision());
+        s.replicas.into_iter().map(|e| (e.id, e.record.unwrap())).collect()
     }
 
     /// The allocation of etcd's current state.
@@ -277,7 +343,7 @@ impl Sim {
 
     fn snapshot_of(&self, kvs: Vec<KeyValue>, revision: i64) -> Snapshot {
         let r = etcd::RangeResponse { header: etcd::Header { revision, ..Default::default() }, count: kvs.len() as i64, kvs, more: false };
-        Snapshot::from_range(&self.prefix(), &r).unwrap()
+        Snapshot::from_range(&self.prefix(), &r).unwrap().checked(&self.policy, "")
     }
 
     fn push(&mut self, at: Nanos, e: Event) {
@@ -532,6 +598,19 @@ impl Sim {
         let n = self.policy.levels.len();
         let mut covered = vec![0u64; n];
         let mut overshoot = vec![0u64; n];
+        let wiped = self.wipe_bound.as_ref().is_some_and(|(until, _)| self.now < *until);
+        if let Some((_, bound)) = self.wipe_bound.as_ref().filter(|_| wiped) {
+            for (i, l) in self.policy.levels.iter().enumerate().filter(|(_, l)| !l.exempt) {
+                let all: u64 = self.replicas.iter().filter(|r| r.alive).map(|r| u64::from(r.in_use()[i])).sum();
+                assert!(
+                    all <= bound[i],
+                    "t={}: etcd lost its data: level {} Σ seats in use {all} > {} claimed before",
+                    self.now,
+                    l.name,
+                    bound[i]
+                );
+            }
+        }
         for r in self.replicas.iter_mut().filter(|r| r.alive) {
             let id = r.fleet.replica_id().to_string();
             let used = r.in_use();
@@ -562,7 +641,9 @@ impl Sim {
                     let last = r.last_etcd_claims.clone().unwrap_or_else(|| vec![0; n]);
                     if r.registered {
                         r.lost_record = true;
-                        assert_ne!(r.fleet.mode(), FleetMode::Synced, "t={} {id}: synced without a record", self.now);
+                        if !wiped {
+                            assert_ne!(r.fleet.mode(), FleetMode::Synced, "t={} {id}: synced without a record", self.now);
+                        }
                     }
                     for (i, l) in self.policy.levels.iter().enumerate().filter(|(_, l)| !l.exempt) {
                         assert!(used[i] <= last[i], "t={} {id}: level {} uses {} > its last claim {}", self.now, l.name, used[i], last[i]);

@@ -79,7 +79,8 @@ def upstream_series_names() -> set[str]:
 
 # Fleet mode's own series (docs/observability.md).
 FLEET_SERIES = {"apf_wasm_fleet_allocated_seats", "apf_wasm_fleet_replicas", "apf_wasm_fleet_sync_age_seconds",
-                "apf_wasm_fleet_sync_failures_total"}
+                "apf_wasm_fleet_sync_failures_total", "apf_wasm_fleet_ignored_records_total",
+                "apf_wasm_fleet_data_losses_total"}
 
 
 def metric_names_in(expr: str) -> set[str]:
