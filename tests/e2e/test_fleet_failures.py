@@ -350,15 +350,17 @@ def test_foreign_records_are_ignored(harness):
         res = bg.join()
     mean = s.mean(t0 + 6.0, t0 + 14.0)
     d = dump(envs[0])
+    ignored = {x.get("id"): x.get("reason") for x in d.get("ignoredRecords", [])}
     report(f"foreign records: mean in flight {mean:.1f} of {SEATS} (from 6 s on), max "
            f"{h.up.snapshot()['max_in_flight']}; a new replica had seats {got and round(got, 1)} s after it was "
            f"ready (None: not within {3 * LEASE_TTL:.0f} s); "
-           f"replicas seen: {sorted(x['id'] for x in d.get('replicas', []))}")
+           f"replicas seen: {sorted(x['id'] for x in d.get('replicas', []))}; ignored: {ignored}")
     assert got is not None, "a replica started with foreign records present got no seats"
     assert r.status == 200, r
     assert not [x for x in res if x.status != 200], "requests failed"
     assert h.up.snapshot()["max_in_flight"] <= SEATS
     assert mean >= 0.9 * SEATS, f"the fleet uses {mean:.1f} of {SEATS} seats with foreign records present"
+    assert set(ignored) == {"garbage", "r-claims-everything", "r-huge-demand"}, f"dump_fleet's ignoredRecords: {ignored}"
 
 
 # -- c. etcd loses its data -------------------------------------------------------------------------
@@ -382,10 +384,12 @@ def test_etcd_losing_its_data_keeps_the_limit(harness):
         res = bg.join()
     peak = h.up.snapshot()["max_in_flight"]
     after = s.mean(t_back + synced + 2 * PERIOD)
+    losses = [dump(e).get("dataLosses") for e in envs]
     report(f"etcd wiped: down {t_back - t_down:.1f} s, both replicas registered again {synced:.1f} s after its return; "
            f"upstream max in flight over the phase {peak} (limit {SEATS}); mean afterwards {after:.1f}; "
-           f"{len([r for r in res if r.status != 200])} of {len(res)} requests not 200")
+           f"{len([r for r in res if r.status != 200])} of {len(res)} requests not 200; data losses seen {losses}")
     assert peak <= SEATS, f"{peak} in flight > the fleet's limit {SEATS} after etcd lost its data"
+    assert all(n and n >= 1 for n in losses), f"dump_fleet's dataLosses: {losses}"
 
 
 # -- d. partition with a stale fleet size -------------------------------------------------------------
