@@ -12,7 +12,7 @@ use apf_wasm::engine::object_counts::{
 };
 use apf_wasm::engine::store::MemStore;
 use apf_wasm::engine::Compiled;
-use apf_wasm::policy::config::parse_plugin_config;
+use apf_wasm::config::parse_plugin_config;
 use apf_wasm::NANOS_PER_SEC as S;
 
 fn scraped(entries: &[(&str, i64, i64)]) -> ScrapedCounts {
@@ -185,7 +185,7 @@ fn cluster_metrics_configuration() {
 
 #[test]
 fn tokens_from_the_environment() {
-    use apf_wasm::policy::config::parse_plugin_config_with_env;
+    use apf_wasm::config::parse_plugin_config_with_env;
     let env = |name: &str| match name {
         "APF_WASM_TOKEN" => Some("s3cret\n".to_string()),
         "OTHER_TOKEN" => Some("other".to_string()),

@@ -36,7 +36,7 @@ use apf_wasm::limits::integrator::Integrator;
 use apf_wasm::limits::retry_after::DroppedRequestsTracker;
 use apf_wasm::policy::default_policy;
 use apf_wasm::policy::model::Policy;
-use apf_wasm::policy::parse_plugin_config;
+use apf_wasm::config::parse_plugin_config;
 use apf_wasm::simulate::run_scenario;
 use std::net::IpAddr;
 use std::sync::OnceLock;

@@ -29,7 +29,7 @@ use crate::engine::Compiled;
 use crate::fairqueuing::shuffle_sharding::Dealer;
 use crate::gateway::offline::OneRequest;
 use crate::gateway::request::digest_request;
-use crate::policy::config::parse_plugin_config;
+use crate::config::parse_plugin_config;
 
 const USAGE: &str = "usage: apf classify [--config FILE|-] --method M --path P [--user U] [--group G]... \
 [--header 'Name: value']... [--peer IP] [--mtls] [--cert-subject SUBJECT] \

@@ -10,7 +10,7 @@
 //! environment variable `passwordEnv` names, read when the configuration is parsed, as
 //! `clusterPolicy.tokenEnv` (`policy::cluster::resolve_token`): it stays out of Envoy's
 //! configuration (and its `/config_dump`). Every error names its field (`fleet.leaseTtl: ...`)
-//! and every error found is reported, as for the rest of the configuration (`policy::config`).
+//! and every error found is reported, as for the rest of the configuration (`crate::config`).
 //! The fleet's records live under `<prefix><name>/replicas/<replica-id>`.
 
 use crate::duration::format_go_duration;

@@ -5,7 +5,7 @@
 
 use crate::digest::work_estimate::MAXIMUM_LIST_SEATS_SIZE_BASED;
 use crate::limits::static_limits::{compute_limits, LevelLimits};
-use crate::policy::config::PluginConfig;
+use crate::config::PluginConfig;
 use crate::policy::model::PriorityLevel;
 
 /// One priority level's static values.

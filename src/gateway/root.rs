@@ -9,7 +9,7 @@ use crate::digest::metrics_scan::ScrapedCounts;
 use crate::engine::object_counts::{SharedCounts, OBJECT_COUNTS_KEY};
 use crate::engine::{self, Compiled};
 use crate::policy::cluster::ClusterPolicy;
-use crate::policy::config::{parse_plugin_config, PluginConfig};
+use crate::config::{parse_plugin_config, PluginConfig};
 use crate::policy::discovery;
 use crate::policy::objects::ApiVersion;
 use crate::Nanos;

@@ -21,7 +21,7 @@ use crate::engine::store::{MemStore, Store, WorkerStore};
 use crate::engine::{self, Arriving, Compiled, Decision, LevelRuntime, LevelState, Notice};
 use crate::fairqueuing::queueset::QueueSet;
 use crate::fairqueuing::{QueueSetConfig, RejectReason, RequestTag};
-use crate::policy::config::PluginConfig;
+use crate::config::PluginConfig;
 use crate::policy::model::Policy;
 use crate::Nanos;
 
