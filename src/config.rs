@@ -15,13 +15,13 @@
 //! Empty input is the same as `{}`: Kubernetes' built-in configuration at 600 seats.
 use serde_json::{Map, Value};
 
-use crate::policy::bootstrap;
-use crate::policy::cluster::{self, ClusterMetrics, ClusterPolicy, Env};
-use crate::policy::model::Policy;
 use crate::digest::identity::IdentityConfig;
 use crate::digest::work_estimate::WorkEstimatorConfig;
 use crate::duration::{format_go_duration, parse_go_duration};
 use crate::limits::static_limits::{compute_limits, LevelLimits};
+use crate::policy::bootstrap;
+use crate::policy::cluster::{self, ClusterMetrics, ClusterPolicy, Env};
+use crate::policy::model::Policy;
 use crate::{Nanos, NANOS_PER_SEC};
 
 pub const DEFAULT_SERVER_CONCURRENCY_LIMIT: u32 = 600;

@@ -2,12 +2,12 @@
 //! `cargo test --release --test engine_bench -- --ignored --nocapture`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use apf_wasm::config::parse_plugin_config;
 use apf_wasm::digest::identity::IdentityInput;
 use apf_wasm::engine::compiled::RequestLine;
 use apf_wasm::engine::store::MemStore;
 use apf_wasm::engine::{self, Arriving, Compiled, Decision};
 use apf_wasm::fairqueuing::RequestTag;
-use apf_wasm::config::parse_plugin_config;
 use std::time::Instant;
 
 /// Iterations per measurement (`APF_BENCH_N`, default 200000; lower it under callgrind).
