@@ -13,6 +13,10 @@
 //! (`pkg/server/config.go`, default 400 + 200 = 600); `requestTimeout` upstream's
 //! `--request-timeout` (60 s, `pkg/server/config.go`).
 //! Empty input is the same as `{}`: Kubernetes' built-in configuration at 600 seats.
+//!
+//! The document gathers every part's configuration (the policy, static limits, identity, work
+//! estimator, the cluster's policy and counts, the fleet), so it sits above all of them; the
+//! parts below parse and validate their own pieces.
 use serde_json::{Map, Value};
 
 use crate::digest::identity::IdentityConfig;

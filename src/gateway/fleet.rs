@@ -20,6 +20,7 @@ use crate::engine::{self, Compiled, Notice};
 use crate::fleet::{EtcdCall, Fleet, FleetConfig, FleetFeed, FleetPolicy};
 use crate::Nanos;
 use hashbrown::HashMap;
+use serde_json::{json, Value};
 use std::time::Duration;
 
 /// Shared-data key of the driver role: (instance, heartbeat).
@@ -176,52 +177,7 @@ impl FleetDriver {
     fn publish(&mut self, h: &dyn Host, stats: &mut Stats, c: &Compiled, now: Nanos) {
         let f = self.feed.fleet();
         let names: Vec<&str> = c.levels.iter().map(|l| l.name.as_str()).collect();
-        let limits: serde_json::Map<String, serde_json::Value> =
-            names.iter().zip(f.limits()).filter_map(|(n, l)| Some(((*n).to_string(), serde_json::Value::from((*l)?)))).collect();
-        let allocation = f.allocation();
-        let replicas: Vec<serde_json::Value> = f.snapshot().map_or_else(Vec::new, |s| {
-            s.replicas
-                .iter()
-                .map(|r| {
-                    let seats = allocation.and_then(|a| a.seats_of(&r.id)).unwrap_or_default();
-                    let levels: serde_json::Map<String, serde_json::Value> = match &r.record {
-                        Ok(rec) => rec
-                            .levels
-                            .iter()
-                            .map(|(name, l)| {
-                                let allocated = names.iter().position(|n| n == name).and_then(|i| seats.get(i).copied());
-                                let v = serde_json::json!({"allocated": allocated, "claim": l.claim, "granted": l.granted, "inUse": l.in_use,
-                                    "demandAvg": l.demand.avg, "demandStdDev": l.demand.std_dev, "demandHighWatermark": l.demand.high_watermark,
-                                    "wide": l.wide, "wideSince": l.wide_since.to_string()});
-                                (name.clone(), v)
-                            })
-                            .collect(),
-                        Err(_) => serde_json::Map::new(),
-                    };
-                    serde_json::json!({"id": r.id, "lease": r.lease.to_string(), "modRevision": r.mod_revision.to_string(),
-                        "record": if r.record.is_ok() { "ok" } else { "undecodable" }, "levels": levels})
-                })
-                .collect()
-        });
-        let ignored: Vec<serde_json::Value> = f
-            .ignored_records()
-            .iter()
-            .map(|r| serde_json::json!({"id": r.id, "modRevision": r.mod_revision.to_string(), "reason": r.reason}))
-            .collect();
-        let status = serde_json::json!({
-            "replica": f.replica_id(),
-            "mode": format!("{:?}", f.mode()),
-            "lastSync": f.last_sync(),
-            "syncFailures": f.sync_failures(),
-            "revision": f.snapshot().map(|s| s.revision.to_string()),
-            "limits": limits,
-            "replicas": replicas,
-            "ignoredRecords": ignored,
-            "ignoredRecordsTotal": f.ignored_total(),
-            "dataLosses": f.data_losses(),
-            "recoveringForSeconds": f.recovering_until().filter(|&t| t > now).map(|t| (t - now) as f64 / 1e9),
-        });
-        if let Err(e) = h.store().set(STATUS_KEY, status.to_string().as_bytes(), None) {
+        if let Err(e) = h.store().set(STATUS_KEY, status_json(f, &names, now).to_string().as_bytes(), None) {
             log::warn!("apf: fleet: storing its state failed: {e}");
         }
         let counted = [f.sync_failures(), f.ignored_total(), f.data_losses()];
@@ -235,6 +191,54 @@ impl FleetDriver {
         stats.set_fleet_gauges(h, n, age);
         stats.set_fleet_allocation(h, c, f.limits());
     }
+}
+
+/// The fleet's state as `dump_fleet` shows it (`names`: the levels, in the fleet's order).
+fn status_json(f: &Fleet, names: &[&str], now: Nanos) -> Value {
+    let limits: serde_json::Map<String, Value> =
+        names.iter().zip(f.limits()).filter_map(|(n, l)| Some(((*n).to_string(), Value::from((*l)?)))).collect();
+    let ignored: Vec<Value> =
+        f.ignored_records().iter().map(|r| json!({"id": r.id, "modRevision": r.mod_revision.to_string(), "reason": r.reason})).collect();
+    json!({
+        "replica": f.replica_id(),
+        "mode": format!("{:?}", f.mode()),
+        "lastSync": f.last_sync(),
+        "syncFailures": f.sync_failures(),
+        "revision": f.snapshot().map(|s| s.revision.to_string()),
+        "limits": limits,
+        "replicas": replicas_json(f, names),
+        "ignoredRecords": ignored,
+        "ignoredRecordsTotal": f.ignored_total(),
+        "dataLosses": f.data_losses(),
+        "recoveringForSeconds": f.recovering_until().filter(|&t| t > now).map(|t| (t - now) as f64 / 1e9),
+    })
+}
+
+/// Every replica of the fleet's last snapshot: its lease and record, and per level its claim,
+/// grant, use, demand and the seats the allocation gives it.
+fn replicas_json(f: &Fleet, names: &[&str]) -> Vec<Value> {
+    let allocation = f.allocation();
+    let Some(snapshot) = f.snapshot() else { return Vec::new() };
+    let replicas = snapshot.replicas.iter().map(|r| {
+        let seats = allocation.and_then(|a| a.seats_of(&r.id)).unwrap_or_default();
+        let levels: serde_json::Map<String, Value> = match &r.record {
+            Ok(rec) => rec
+                .levels
+                .iter()
+                .map(|(name, l)| {
+                    let allocated = names.iter().position(|n| n == name).and_then(|i| seats.get(i).copied());
+                    let v = json!({"allocated": allocated, "claim": l.claim, "granted": l.granted, "inUse": l.in_use,
+                        "demandAvg": l.demand.avg, "demandStdDev": l.demand.std_dev, "demandHighWatermark": l.demand.high_watermark,
+                        "wide": l.wide, "wideSince": l.wide_since.to_string()});
+                    (name.clone(), v)
+                })
+                .collect(),
+            Err(_) => serde_json::Map::new(),
+        };
+        json!({"id": r.id, "lease": r.lease.to_string(), "modRevision": r.mod_revision.to_string(),
+            "record": if r.record.is_ok() { "ok" } else { "undecodable" }, "levels": levels})
+    });
+    replicas.collect()
 }
 
 /// `dump_fleet`: the fleet's state as its driver last published it (JSON, a top-level
