@@ -14,9 +14,10 @@
 //! `--request-timeout` (60 s, `pkg/server/config.go`).
 //! Empty input is the same as `{}`: Kubernetes' built-in configuration at 600 seats.
 //!
-//! The document gathers every part's configuration (the policy, static limits, identity, work
-//! estimator, the cluster's policy and counts, the fleet), so it sits above all of them; the
-//! parts below parse and validate their own pieces.
+//! The document gathers every part's configuration (the policy and its static limits, identity,
+//! work estimator, the cluster's policy and counts, the fleet's `FleetConfig`), each parsed and
+//! validated by its own module; the engine compiles the result and the fleet plans its levels
+//! from it.
 use serde_json::{Map, Value};
 
 use crate::digest::identity::IdentityConfig;
