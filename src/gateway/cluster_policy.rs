@@ -4,7 +4,7 @@
 //! ([`crate::policy::cluster::merged_config`]). A policy whose meaning did not change is not
 //! applied again; a failed or invalid read keeps the current one.
 
-use super::host::{call_status, describe_status, Body, Host, PollTarget};
+use super::host::{call_status, call_timeout, describe_status, Body, Host, PollTarget};
 use crate::config::{parse_plugin_config, PluginConfig};
 use crate::policy::cluster::ClusterPolicy;
 use crate::policy::discovery;
@@ -46,7 +46,7 @@ pub struct Fetched {
 
 /// Where the policy is read.
 fn target(cp: &ClusterPolicy) -> PollTarget<'_> {
-    let timeout = Duration::from_nanos(u64::try_from(cp.timeout).unwrap_or(5_000_000_000));
+    let timeout = call_timeout(cp.timeout, Duration::from_secs(5));
     PollTarget { cluster: &cp.cluster, authority: &cp.authority, token: cp.token.as_ref(), timeout }
 }
 

@@ -2,7 +2,7 @@
 //! process claims each poll of the cluster's `/metrics` in shared data, scans the reply in
 //! pieces and records the counts there; every worker re-reads them into its own copy.
 
-use super::host::{call_status, describe_status, Body, CallError, Host, PollTarget};
+use super::host::{call_status, call_timeout, describe_status, Body, CallError, Host, PollTarget};
 use super::stats::Own;
 use super::worker::Worker;
 use crate::config::PluginConfig;
@@ -59,7 +59,7 @@ impl CountsPoll {
             Ok(false) => return w.refresh_counts(h, now),
             Err(e) => return log::warn!("apf: claiming the object counts poll failed: {e}"),
         }
-        let timeout = Duration::from_nanos(u64::try_from(cm.timeout).unwrap_or(10_000_000_000));
+        let timeout = call_timeout(cm.timeout, Duration::from_secs(10));
         let target = PollTarget { cluster: &cm.cluster, authority: &cm.authority, token: cm.token.as_ref(), timeout };
         match target.get(h, &cm.path, "text/plain") {
             Ok(t) => self.call = Some(t),

@@ -14,7 +14,7 @@
 //! lease and record); `POST /apf-wasm/fleet/leave` on a loopback connection makes the replica
 //! leave the fleet gracefully ([`leave_request`]; `docs/fleet.md`, "In the gateway").
 
-use super::host::{call_status, Body, Host};
+use super::host::{call_status, call_timeout, Body, Host};
 use super::stats::{Own, Stats};
 use crate::engine::{self, Compiled, Notice};
 use crate::fleet::{EtcdCall, Fleet, FleetConfig, FleetFeed, FleetPolicy};
@@ -116,7 +116,7 @@ impl FleetDriver {
     fn send(&mut self, h: &dyn Host, calls: Vec<EtcdCall>) {
         let cfg = self.feed.fleet().config();
         let (cluster, authority, timeout) = (cfg.etcd.cluster.clone(), cfg.etcd.authority.clone(), cfg.period);
-        let timeout = Duration::from_nanos(u64::try_from(timeout).unwrap_or(1_000_000_000));
+        let timeout = call_timeout(timeout, Duration::from_secs(1));
         for call in calls {
             let mut headers: Vec<(&str, &str)> = vec![(":method", "POST"), (":path", call.path), (":authority", &authority)];
             headers.extend(call.headers.iter().map(|(k, v)| (*k, v.as_str())));

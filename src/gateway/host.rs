@@ -135,6 +135,13 @@ pub fn call_status(h: &dyn Host) -> Option<u16> {
     std::str::from_utf8(status).ok()?.parse().ok()
 }
 
+/// An HTTP call's timeout from a validated (positive) duration of the configuration
+/// (`fallback` in a release build if it is not).
+pub fn call_timeout(nanos: crate::Nanos, fallback: Duration) -> Duration {
+    debug_assert!(nanos > 0, "a call timeout of {nanos} ns passed validation");
+    u64::try_from(nanos).map_or(fallback, Duration::from_nanos)
+}
+
 /// Where a poll goes: an Envoy cluster, the `:authority`, the bearer token (if any) and the
 /// call's timeout.
 pub struct PollTarget<'a> {

@@ -224,6 +224,7 @@ pub fn mailbox_name(instance: u64) -> String {
 pub fn pf_headers(e: &Extra) -> Vec<(&'static str, &[u8])> {
     let fs_obj = e.compiled.config.policy.flow_schemas.get(e.fs);
     let lvl = e.compiled.levels.get(e.pl);
+    debug_assert!(fs_obj.is_some() && lvl.is_some(), "a request classified outside its configuration");
     let mut h = vec![
         ("x-kubernetes-pf-flowschema-uid", fs_obj.map(|f| f.uid.as_bytes()).unwrap_or_default()),
         ("x-kubernetes-pf-prioritylevel-uid", lvl.map(|l| l.uid.as_bytes()).unwrap_or_default()),
