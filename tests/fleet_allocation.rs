@@ -25,28 +25,18 @@ use apf_wasm::limits::borrowing::{update_borrowing, BorrowingLevel, SeatDemandSt
 use apf_wasm::policy::default_policy;
 use apf_wasm::policy::model::{LimitResponse, PriorityLevel, PriorityLevelSpec, Queuing};
 
-/// splitmix64.
-struct Rng(u64);
+#[path = "common/rng.rs"]
+mod rng;
+use rng::Rng;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo + 1)
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
+/// A float in `[0, hi)`.
+trait Float {
+    fn f(&mut self, hi: f64) -> f64;
+}
+
+impl Float for Rng {
     fn f(&mut self, hi: f64) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 * hi
+        self.unit() * hi
     }
 }
 
