@@ -716,8 +716,11 @@ fn decoding_with_a_prior_state_equals_decoding() {
                 if rng.below(3) == 0 {
                     tag.wait_deadline = now + rng.below(40 * MS as u64) as Nanos;
                 }
-                let work =
-                    WorkEstimate { initial_seats: 1 + rng.below(2) as u32, final_seats: rng.below(2) as u32, additional_latency: rng.below(2) as Nanos * MS };
+                let work = WorkEstimate {
+                    initial_seats: 1 + rng.below(2) as u32,
+                    final_seats: rng.below(2) as u32,
+                    additional_latency: rng.below(2) as Nanos * MS,
+                };
                 if let Arrival::Executing(rc) = qs.start_request(now, work, tag, &mut out).arrival {
                     executing.push(rc);
                 }
