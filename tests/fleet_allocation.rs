@@ -17,7 +17,7 @@
 //!   rises (moving from the allocated regime to the shared one), the minimum grows in steps, and
 //!   largest remainder can take a seat from a replica when the total grows (the Alabama
 //!   paradox). The test counts those cases and checks that a fleet of one is never affected.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, clippy::unnecessary_cast)]
 
 use apf_wasm::fleet::allocation::{allocate, demand_weight, minimum_share, split_seats, static_share, Allocation, ReplicaDemand};
 use apf_wasm::fleet::levels::FleetPolicy;
