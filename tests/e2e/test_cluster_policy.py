@@ -1,10 +1,17 @@
 """Policy from the cluster: the gateway reads FlowSchemas and priority levels
 from the protected apiserver through an Envoy cluster, with a bearer token, and enforces them
-like a reload; an invalid cluster policy changes nothing."""
+like a reload; an invalid cluster policy changes nothing; a policy read again with only what a
+live apiserver changes on every read (resourceVersion, managedFields, status, order) is not
+applied again, a changed spec is.
+
+The test upstream lists the objects as a live kube-apiserver does (tests/e2e/upstream.py,
+"Flowcontrol"): every read differs from the one before outside the objects' specs."""
 
 from __future__ import annotations
 
 import json
+import re
+from collections import Counter
 
 import pytest
 
@@ -117,3 +124,55 @@ def test_policy_follows_the_served_version(gateway):
     logged = lambda: all(f"cluster policy from {GROUP}/{v} generation" in gw.envoy.log_path.read_text(errors="replace")
                          for v in ("v1beta2", "v1beta3", "v1"))
     wait_until(logged, timeout=20, what="the log names each version the policy came from")
+
+
+# "apf: cluster policy from <prefix> generation G applied: L priority levels, S flow schemas, ..."
+# as Envoy logs it: [time][thread id][level][wasm] ...
+APPLIED = re.compile(r"^\[[^]]*\]\[(\d+)\]\[\w+\]\[wasm\].*cluster policy from \S+ generation \d+ applied: "
+                     r"\d+ priority levels, (\d+) flow schemas")
+
+
+def applied_lines(gw) -> list[tuple[str, int]]:
+    """(thread id, flow schemas) of each "cluster policy ... applied" line in Envoy's log."""
+    text = gw.envoy.log_path.read_text(errors="replace")
+    return [(m.group(1), int(m.group(2))) for m in map(APPLIED.match, text.splitlines()) if m]
+
+
+def second_schema() -> dict:
+    fs = flow_schema(400, uid="fs-second")
+    fs["metadata"]["name"] = "second-from-cluster"
+    fs["spec"]["rules"][0]["subjects"] = [{"kind": "Group", "group": {"name": "second-team"}}]
+    return fs
+
+
+def test_unchanged_policy_is_applied_once(gateway):
+    """Read N times with only volatile changes, the cluster's policy is applied once by each VM
+    that reads it (a re-application would log again, recompile the policy and re-plan the fleet);
+    a changed spec (one more FlowSchema) is applied. Envoy writes its log file every 10 s: the
+    lines of the first policy are all in the file once those of the second are."""
+    polls = 5
+    gw = gateway({"identity": {"sources": [{"type": "frontProxy"}]},
+                  "clusterPolicy": {"cluster": "apiserver", "period": "1s", "token": "s3cret"}})
+    schemas = lambda: {n for _, n in applied_lines(gw)}  # noqa: E731
+    gw.upstream.set_flowcontrol([flow_schema(500)], [PL])
+    wait_until(lambda: fs_uid(gw) == "fs-from-cluster", timeout=15, what="the cluster's policy applies")
+    wait_until(lambda: schemas(), timeout=20, what="the applied lines in Envoy's log")
+    first = max(schemas())
+    readers = {t for t, n in applied_lines(gw) if n == first}
+    lists = gw.upstream.flowcontrol_lists()
+    wait_until(lambda: gw.upstream.flowcontrol_lists() >= lists + 2 * polls * len(readers),
+               timeout=3 * polls + 10, what=f"{polls} more reads by each of the {len(readers)} readers")
+    # A real change: one more FlowSchema.
+    gw.upstream.set_flowcontrol([flow_schema(500), second_schema()], [PL])
+    r = wait_until(lambda: (lambda r: r if r.headers.get("x-kubernetes-pf-flowschema-uid") == "fs-second" else None)(
+        gw.request(user="dave", groups=("second-team",))), timeout=15, what="the changed policy applies")
+    assert r.status == 200, r
+    wait_until(lambda: {t for t, n in applied_lines(gw) if n == first + 1} >= readers, timeout=25,
+               what="every reader's applied line of the changed policy in Envoy's log")
+    lines = applied_lines(gw)
+    before = Counter(t for t, n in lines[:next(i for i, (_, n) in enumerate(lines) if n == first + 1)] if n == first)
+    reads = gw.upstream.flowcontrol_lists()
+    print(f"cluster policy: {reads} list reads, applied per reader thread before the change: {dict(before)}, "
+          f"after: {dict(Counter(t for t, n in lines if n == first + 1))}")
+    assert set(before) == readers and all(v == 1 for v in before.values()), \
+        f"an unchanged policy was applied again: {dict(before)} applications per thread over {polls}+ reads each"

@@ -1,14 +1,21 @@
-"""A client that never reads its responses cannot keep seats.
+"""A client that never reads a response that fits Envoy's buffers cannot keep seats.
 
 kube-apiserver frees a request's seats when its handler returns, whatever the client does with
 the response; the gateway does the same when the upstream's response has ended, not when the
-downstream stream does. The attacker here speaks raw HTTP/2 (the `h2` package): it advertises a
-zero stream receive window (SETTINGS_INITIAL_WINDOW_SIZE = 0) and never sends WINDOW_UPDATE, so
-Envoy can deliver response headers but no body and none of its streams ever ends downstream.
-It opens ten times as many streams as its level has seats. The upstream answers each at once
-with a small body; every stream must then be answered (the queued ones too, as seats come back),
-the level's executing seats must be back to zero while all those streams are still open, and
-another user must be served at once.
+downstream stream does. This holds for responses Envoy can take whole into its buffers (about
+1 MiB per stream and connection by default). A client that stops reading a larger one, say a
+20 MB LIST, does hold its seats: Envoy's flow control stops reading from the upstream, whose
+response then does not end, until `stream_idle_timeout` resets the stream. kube-apiserver does
+the same: its handler blocks writing the LIST to a client that does not read, and the seats are
+freed only when it returns.
+
+The attacker here speaks raw HTTP/2 (the `h2` package): it advertises a zero stream receive
+window (SETTINGS_INITIAL_WINDOW_SIZE = 0) and never sends WINDOW_UPDATE, so Envoy can deliver
+response headers but no body and none of its streams ever ends downstream. It opens ten times as
+many streams as its level has seats. The upstream answers each at once with a small body; every
+stream must then be answered (the queued ones too, as seats come back), the level's executing
+seats must be back to zero while all those streams are still open, and another user must be
+served at once.
 """
 
 from __future__ import annotations

@@ -42,6 +42,18 @@ Like a kube-apiserver with many objects (set from the tests, in-process):
                  just before the first initial event to just before the event that ends the
                  initial state is written; `watch_init_max`, `watches_total`, `watches_open`) and
                  `Upstream.watches()`.
+  Flowcontrol    `/apis/flowcontrol.apiserver.k8s.io` (the group's discovery document) and
+                 `<version>/{flowschemas,prioritylevelconfigurations}`: the objects set with
+                 `Upstream.set_flowcontrol`, served LIVE, as a running kube-apiserver lists them:
+                 the list's and every object's `metadata.resourceVersion` grow on every request
+                 the upstream receives (one global counter, as etcd's revision moves with writes
+                 anywhere in the cluster), `metadata.generation` grows only when an object's spec
+                 changes, FlowSchemas' `status.conditions` (type Dangling) are rewritten with a
+                 fresh `lastTransitionTime` as the APF config controller does, `managedFields`
+                 carry the time of the last write, and the items come in a different order from
+                 one read to the next. Only the spec is stable (`flowcontrol_list`). These
+                 reads (the gateway's own) are not requests in flight; `flowcontrol_lists()`
+                 counts them.
   Upgrades       any request with `Connection: upgrade` and an `Upgrade` header (kubectl exec,
                  attach, port-forward: `websocket` or `SPDY/3.1`): 101 with that Upgrade (for
                  WebSocket the Sec-WebSocket-Accept of its key and the first subprotocol offered),
@@ -55,6 +67,7 @@ import argparse
 import base64
 import hashlib
 import json
+import random
 import select
 import socket
 import struct
@@ -255,6 +268,7 @@ def metrics_text(counts: dict[str, tuple[int, int]], legacy_only: bool = False) 
 
 # -- pods and watches ---------------------------------------------------------------------------
 
+FLOWCONTROL = "/apis/flowcontrol.apiserver.k8s.io"
 TRUE_VALUES = ("1", "t", "T", "true", "TRUE", "True")  # Go's strconv.ParseBool
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
@@ -292,6 +306,52 @@ def pods_path(path: str) -> tuple[str | None, bool] | None:
     return None
 
 
+def rfc3339(t: float) -> str:
+    """A Kubernetes timestamp (metav1.Time: RFC 3339, whole seconds, UTC)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def flowcontrol_list(resource: str, version: str, objects: list[dict], levels: set[str],
+                     generations: dict[str, int], revision: int, now: float) -> dict:
+    """The list `resource` of `version` as a live kube-apiserver answers it at store revision
+    `revision`: the objects' specs as set, everything else volatile (see the module docstring).
+    `levels`: the names of the existing priority levels (a FlowSchema's Dangling condition);
+    `generations`: metadata.generation per object name."""
+    items = json.loads(json.dumps(objects))
+    # The APF config controller writes FlowSchemas' status (apf_controller.go: the consumer's
+    # Dangling conditions); the config producer keeps the levels' specs (rest/storage_flowcontrol.go).
+    role = "consumer" if resource == "flowschemas" else "producer"
+    manager = f"api-priority-and-fairness-config-{role}-{version}"
+    gv = f"flowcontrol.apiserver.k8s.io/{version}"
+    for i, o in enumerate(items):
+        meta = o.setdefault("metadata", {})
+        name = meta.get("name", "")
+        # Each object last written a few revisions back (its status, by the APF controller).
+        meta["resourceVersion"] = str(revision - len(items) + i)
+        meta["generation"] = generations.get(name, 1)
+        meta.setdefault("creationTimestamp", "2024-01-01T00:00:00Z")
+        fields = {"f:status": {"f:conditions": {}}} if resource == "flowschemas" else {"f:spec": {}}
+        meta["managedFields"] = [
+            {"manager": "kube-apiserver", "operation": "Update", "apiVersion": gv,
+             "time": "2024-01-01T00:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}},
+            {"manager": manager, "operation": "Apply", "apiVersion": gv,
+             "time": rfc3339(now), "fieldsType": "FieldsV1", "fieldsV1": fields,
+             **({"subresource": "status"} if resource == "flowschemas" else {})}]
+        if resource == "flowschemas":
+            pl = ((o.get("spec") or {}).get("priorityLevelConfiguration") or {}).get("name", "")
+            found = pl in levels
+            o["status"] = {"conditions": [{
+                "type": "Dangling", "status": "False" if found else "True",
+                "lastTransitionTime": rfc3339(now), "reason": "Found" if found else "NotFound",
+                "message": (f"This FlowSchema references the PriorityLevelConfiguration object named "
+                            f"\"{pl}\" and it {'exists' if found else 'does not exist'}")}]}
+        else:
+            o["status"] = {}
+    random.Random(revision).shuffle(items)  # the order varies from one read to the next
+    kind = "FlowSchemaList" if resource == "flowschemas" else "PriorityLevelConfigurationList"
+    return {"kind": kind, "apiVersion": gv, "metadata": {"resourceVersion": str(revision)}, "items": items}
+
+
 class Cluster:
     """What the fake apiserver serves beyond the fixed documents (set in-process by the tests;
     not cleared by `Stats.reset`)."""
@@ -310,6 +370,15 @@ class Cluster:
         self.watch_init_ms = 150.0
         self.watch_bookmark = True
         self.bookmark_every = 1.0
+        self.revision = 1000  # the store's revision: moves with every request (see `touch`)
+        self.fc_lists = 0  # flowcontrol lists served
+
+    def touch(self) -> int:
+        """One more request reached the cluster: the store's revision moves (other clients'
+        writes, the controllers' status updates). Returns the new revision."""
+        with self.lock:
+            self.revision += 1
+            return self.revision
 
     def resource_version(self) -> str:
         return "1" if self.pods is None else str(1000 + len(self.pods))
@@ -373,6 +442,7 @@ class Stats:
             # as real list responses); set with Upstream.set_flowcontrol. Not reset.
             if not hasattr(self, "flowcontrol"):
                 self.flowcontrol: dict[str, list[dict]] = {"flowschemas": [], "prioritylevelconfigurations": []}
+                self.flowcontrol_generations: dict[str, dict[str, int]] = {}
             # The flowcontrol versions served (the first is the preferred one, as in the group's
             # discovery document); set with Upstream.set_flowcontrol_versions. Not reset.
             if not hasattr(self, "flowcontrol_versions"):
@@ -529,8 +599,11 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(200, ev)
 
         stats.record_headers(self.path, list(self.headers.items()))
+        self.server.cluster.touch()  # type: ignore[attr-defined]
         if url.path == "/metrics":
             return self._metrics()
+        if url.path.rstrip("/") == FLOWCONTROL or url.path.startswith(FLOWCONTROL + "/"):
+            return self._answer(url.path)  # the gateway's own policy reads: not in flight
         upgrade = self.headers.get("Upgrade")
         if upgrade and "upgrade" in (self.headers.get("Connection") or "").lower():
             return self._upgrade(upgrade.strip())
@@ -603,7 +676,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(200, API_GROUP_LIST)
         if p == "/api/v1":
             return self._json(200, CORE_V1_RESOURCES)
-        group = "/apis/flowcontrol.apiserver.k8s.io"
+        group = FLOWCONTROL
         if p == group or p.startswith(group + "/"):
             stats: Stats = self.server.stats  # type: ignore[attr-defined]
             with stats.lock:
@@ -618,11 +691,17 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._json(200, doc)
             version, _, res = p[len(group) + 1:].partition("/")
             if version in served and res in ("flowschemas", "prioritylevelconfigurations"):
+                cluster: Cluster = self.server.cluster  # type: ignore[attr-defined]
                 with stats.lock:
-                    items = json.loads(json.dumps(stats.flowcontrol.get(res, [])))
-                kind = "FlowSchemaList" if res == "flowschemas" else "PriorityLevelConfigurationList"
-                return self._json(200, {"kind": kind, "apiVersion": f"flowcontrol.apiserver.k8s.io/{version}",
-                                        "metadata": {"resourceVersion": "1"}, "items": items})
+                    objects = stats.flowcontrol.get(res, [])
+                    levels = {pl.get("metadata", {}).get("name", "")
+                              for pl in stats.flowcontrol.get("prioritylevelconfigurations", [])}
+                    generations = dict(stats.flowcontrol_generations.get(res, {}))
+                revision = cluster.touch()
+                with cluster.lock:
+                    cluster.fc_lists += 1
+                doc = flowcontrol_list(res, version, objects, levels, generations, revision, time.time())
+                return self._json(200, doc)
             if version not in served:
                 return self._json(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
                                         "reason": "NotFound", "code": 404, "message": "the server could not find the requested resource"})
@@ -873,12 +952,29 @@ class Upstream:
 
     def set_flowcontrol(self, flowschemas: list[dict], prioritylevelconfigurations: list[dict]) -> None:
         """Objects served at /apis/flowcontrol.apiserver.k8s.io/<version>/{flowschemas,
-        prioritylevelconfigurations} for each served version (set_flowcontrol_versions), as an
-        apiserver lists them: items without kind."""
+        prioritylevelconfigurations} for each served version (set_flowcontrol_versions), as a
+        live apiserver lists them: items without kind, their specs as given, metadata and status
+        changing on every read (the module docstring). Counts as a write."""
         strip = lambda objs: [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in objs]
+        new = {"flowschemas": strip(flowschemas), "prioritylevelconfigurations": strip(prioritylevelconfigurations)}
         with self.stats.lock:
-            self.stats.flowcontrol = {"flowschemas": strip(flowschemas),
-                                      "prioritylevelconfigurations": strip(prioritylevelconfigurations)}
+            old = self.stats.flowcontrol
+            for res, objs in new.items():
+                # metadata.generation: bumped when an object's spec changes (as the apiserver's
+                # strategy does), kept otherwise.
+                before = {o.get("metadata", {}).get("name"): o.get("spec") for o in old.get(res, [])}
+                gens = self.stats.flowcontrol_generations.setdefault(res, {})
+                for o in objs:
+                    name = o.get("metadata", {}).get("name", "")
+                    if name not in gens or before.get(name) != o.get("spec"):
+                        gens[name] = gens.get(name, 0) + 1
+            self.stats.flowcontrol = new
+        self.cluster.touch()  # a write
+
+    def flowcontrol_lists(self) -> int:
+        """Flowcontrol lists (FlowSchemas or priority levels) served since the start."""
+        with self.cluster.lock:
+            return self.cluster.fc_lists
 
     def set_flowcontrol_versions(self, versions: list[str]) -> None:
         """The flowcontrol.apiserver.k8s.io versions served from now on, the preferred one first
