@@ -40,12 +40,12 @@ from pathlib import Path
 
 import pytest
 
-from apf_policy import flow_schema, priority_level
-from envoyproc import REPO, EnvoyProcess, validate_config, wait_until
-from ops_helpers import parse_dump
-from pki import have_openssl, issue, make_ca, self_signed, subject
-from test_work_estimate_cluster import list_seats, pl_max_seats
-from upstream import Upstream
+from apfkit.apf_policy import flow_schema, priority_level
+from apfkit.envoyproc import REPO, EnvoyProcess, validate_config, wait_until
+from apfkit.observe import parse_dump
+from apfkit.pki import have_openssl, issue, make_ca, self_signed, subject
+from apfkit.upstream import Upstream
+from apfkit.work_estimate import list_seats, pl_max_seats
 
 pytestmark = pytest.mark.apf
 
