@@ -63,12 +63,12 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
+sys.path.insert(0, str(REPO))  # the shared harness, apfkit/
 
-import apf_policy  # noqa: E402
-from envoy_template import direct_response_config, gateway_config  # noqa: E402
-from envoyproc import EnvoyProcess, find_envoy  # noqa: E402
-from etcdproc import Etcd  # noqa: E402
+from apfkit import apf_policy  # noqa: E402
+from apfkit.envoy_template import direct_response_config, gateway_config  # noqa: E402
+from apfkit.envoyproc import EnvoyProcess, find_envoy  # noqa: E402
+from apfkit.etcdproc import Etcd  # noqa: E402
 
 HEADERS = {"X-Remote-User": "bench-user", "X-Remote-Group": "system:authenticated"}
 # Variants whose windows also read the filter's global-state contention counters.
@@ -549,7 +549,7 @@ def measure_noisy(args, envoy_bin: str, wasm: Path, workdir: Path, rnd: int = 0)
     import http.client
     import random
 
-    from upstream import Upstream
+    from apfkit.upstream import Upstream
 
     seats, service_ms, jitter = args.noisy_seats, args.noisy_service_ms, args.noisy_jitter
     qconns = args.noisy_quiet_connections

@@ -6,7 +6,7 @@ memory, CPU per request, throughput and errors are reported per window.
 
 Setup (the harness of bench/run.py): the module from ./wasm-build.sh (or --apf-wasm), copied
 aside so later rebuilds cannot touch it; an upstream Envoy answering at once with a
-direct_response (1 worker); the gateway Envoy (tests/e2e/envoy_template.py gateway_config,
+direct_response (1 worker); the gateway Envoy (apfkit/envoy_template.py gateway_config,
 --workers workers) with apf-wasm, identity frontProxy, the default policy (suggested defaults:
 requests of group system:authenticated land in level global-default, 49 seats, ByUser flows).
 
@@ -86,16 +86,13 @@ import tempfile
 import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the shared harness apfkit/, and bench/run.py as bench.run
 
-import run as harness  # noqa: E402  (bench/run.py; also puts tests/e2e on sys.path)
-
-import apf_policy  # noqa: E402
-from envoy_template import direct_response_config, gateway_config  # noqa: E402
-from envoyproc import EnvoyProcess, find_envoy, http_get  # noqa: E402
-
-REPO = BENCH.parent
+from apfkit import apf_policy  # noqa: E402
+from apfkit.envoy_template import direct_response_config, gateway_config  # noqa: E402
+from apfkit.envoyproc import EnvoyProcess, find_envoy, http_get  # noqa: E402
+from bench import run as harness  # noqa: E402
 RQ_TOTAL = harness.RQ_TOTAL
 PATH = harness.PATH
 GROUP = "system:authenticated"

@@ -4,7 +4,7 @@ like a reload; an invalid cluster policy changes nothing; a policy read again wi
 live apiserver changes on every read (resourceVersion, managedFields, status, order) is not
 applied again, a changed spec is.
 
-The test upstream lists the objects as a live kube-apiserver does (tests/e2e/upstream.py,
+The test upstream lists the objects as a live kube-apiserver does (apfkit/upstream.py,
 "Flowcontrol"): every read differs from the one before outside the objects' specs."""
 
 from __future__ import annotations
