@@ -306,8 +306,6 @@ def run_python(port: int, n: int, conns: int, users: int | None = None) -> dict:
 # Variants
 def variant_specs(args, mods) -> list[dict]:
     roomy = apf_policy.plugin_config()
-    saturated = apf_policy.single_level_config(args.saturated_seats, group="system:authenticated", queues=16,
-                                               hand_size=4, queue_length_limit=100)
     specs = []
     w = args.workers
     for v in args.variants:
@@ -341,42 +339,52 @@ def variant_specs(args, mods) -> list[dict]:
         elif v == "apf-noisy":
             continue  # measured separately (measure_noisy)
         elif v == "apf-saturated":
-            for sw in (1, 2):
-                specs.append(dict(name="apf-saturated", workers=sw, http_filter="wasm",
-                                  wasm=mods["apf"], cfg=saturated, conns=args.saturated_connections))
-                if args.apf_wasm_b:
-                    specs.append(dict(name="apf-saturated-b", workers=sw, http_filter="wasm",
-                                      wasm=args.apf_wasm_b, cfg=saturated,
-                                      conns=args.saturated_connections))
-            # No-sharing control, 2 workers: the same code with each worker on a level of its
-            # own holding half the seats (as localqueue), so apf ÷ it is what sharing costs.
-            specs.append(dict(name="isolated-saturated", workers=2, http_filter="wasm",
-                              wasm=mods["apf-isolated"], conns=args.saturated_connections,
-                              cfg=apf_policy.single_level_config(
-                                  max(1, args.saturated_seats // 2), group="system:authenticated",
-                                  queues=16, hand_size=4, queue_length_limit=100)))
-            for sw in (1, 2):
-                specs.append(dict(name="localqueue-saturated", workers=sw, http_filter="wasm",
-                                  wasm=mods["localqueue"], cfg=str(max(1, args.saturated_seats // sw)),
-                                  conns=args.saturated_connections))
-            if args.localqueue_value_bytes:
-                # The host's part of sharing: localqueue bumping a value of apf's size on one
-                # key (both workers) and on a key per worker (see bench/localqueue).
-                per = max(1, args.saturated_seats // 2)
-                for name, how in (("lq-shared-value", ""), ("lq-private-value", ",private")):
-                    specs.append(dict(name=name, workers=2, http_filter="wasm", wasm=mods["localqueue"],
-                                      cfg=f"{per},{args.localqueue_value_bytes}{how}",
-                                      conns=args.saturated_connections))
-            if args.localqueue_global:
-                # What a global seat pool costs on this host by itself: localqueue with one seat
-                # count and FIFO for both workers (CAS) and cross-worker hand-offs (see
-                # bench/localqueue); ÷ localqueue-saturated|2 it is the reference for apf ÷
-                # the no-sharing control.
-                specs.append(dict(name="lq-global", workers=2, http_filter="wasm", wasm=mods["localqueue"],
-                                  cfg=f"{args.saturated_seats},{args.localqueue_value_bytes or 1100},global",
-                                  conns=args.saturated_connections))
+            specs.extend(saturated_specs(args, mods))
         else:
             raise SystemExit(f"unknown variant {v}")
+    return specs
+
+
+def saturated_specs(args, mods) -> list[dict]:
+    """apf-saturated with 1 and 2 workers and its references: localqueue, the no-sharing
+    control, and on request the second module, the shared-value and global-seat variants."""
+    saturated = apf_policy.single_level_config(args.saturated_seats, group="system:authenticated", queues=16,
+                                               hand_size=4, queue_length_limit=100)
+    specs = []
+    for sw in (1, 2):
+        specs.append(dict(name="apf-saturated", workers=sw, http_filter="wasm",
+                          wasm=mods["apf"], cfg=saturated, conns=args.saturated_connections))
+        if args.apf_wasm_b:
+            specs.append(dict(name="apf-saturated-b", workers=sw, http_filter="wasm",
+                              wasm=args.apf_wasm_b, cfg=saturated,
+                              conns=args.saturated_connections))
+    # No-sharing control, 2 workers: the same code with each worker on a level of its
+    # own holding half the seats (as localqueue), so apf ÷ it is what sharing costs.
+    specs.append(dict(name="isolated-saturated", workers=2, http_filter="wasm",
+                      wasm=mods["apf-isolated"], conns=args.saturated_connections,
+                      cfg=apf_policy.single_level_config(
+                          max(1, args.saturated_seats // 2), group="system:authenticated",
+                          queues=16, hand_size=4, queue_length_limit=100)))
+    for sw in (1, 2):
+        specs.append(dict(name="localqueue-saturated", workers=sw, http_filter="wasm",
+                          wasm=mods["localqueue"], cfg=str(max(1, args.saturated_seats // sw)),
+                          conns=args.saturated_connections))
+    if args.localqueue_value_bytes:
+        # The host's part of sharing: localqueue bumping a value of apf's size on one
+        # key (both workers) and on a key per worker (see bench/localqueue).
+        per = max(1, args.saturated_seats // 2)
+        for name, how in (("lq-shared-value", ""), ("lq-private-value", ",private")):
+            specs.append(dict(name=name, workers=2, http_filter="wasm", wasm=mods["localqueue"],
+                              cfg=f"{per},{args.localqueue_value_bytes}{how}",
+                              conns=args.saturated_connections))
+    if args.localqueue_global:
+        # What a global seat pool costs on this host by itself: localqueue with one seat
+        # count and FIFO for both workers (CAS) and cross-worker hand-offs (see
+        # bench/localqueue); ÷ localqueue-saturated|2 it is the reference for apf ÷
+        # the no-sharing control.
+        specs.append(dict(name="lq-global", workers=2, http_filter="wasm", wasm=mods["localqueue"],
+                          cfg=f"{args.saturated_seats},{args.localqueue_value_bytes or 1100},global",
+                          conns=args.saturated_connections))
     return specs
 
 

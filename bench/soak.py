@@ -322,26 +322,23 @@ def derive(w: dict) -> dict:
     return w
 
 
-def summarize(windows: list[dict], args, meta: dict) -> tuple[str, dict]:
-    for w in windows:
-        derive(w)
-    post = [w for w in windows if w["t_start_min"] >= args.warmup_minutes - 1e-9]
-    s: dict = {"windows": len(windows), "post_warmup_windows": len(post),
-               "warmup_minutes": args.warmup_minutes}
-    tot = {"requests_envoy": sum(w["requests"] for w in windows),
-           "requests_wrk": sum(w["wrk_requests"] for w in windows),
-           "non2xx": sum(sum(v for k, v in w["codes"].items() if not k.startswith("2")) for w in windows),
-           "429": sum(w["codes"].get("429", 0) for w in windows),
-           "5xx": sum(sum(v for k, v in w["codes"].items() if k.startswith("5")) for w in windows),
-           "socket_errors": sum(sum(w["socket_errors"].values()) for w in windows),
-           "envoy_4xx": sum(w["envoy"]["downstream_rq_4xx"] for w in windows),
-           "envoy_5xx": sum(w["envoy"]["downstream_rq_5xx"] for w in windows),
-           "apf_rejected": sum(w["envoy"]["apf_rejected"] for w in windows)}
-    s["totals"] = tot
-    lines = []
-    if not post:
-        lines.append("No window after the warm-up: nothing to summarize.")
-        return "\n".join(lines), s
+def totals(windows: list[dict]) -> dict:
+    """Requests and failures over all windows."""
+    return {"requests_envoy": sum(w["requests"] for w in windows),
+            "requests_wrk": sum(w["wrk_requests"] for w in windows),
+            "non2xx": sum(sum(v for k, v in w["codes"].items() if not k.startswith("2")) for w in windows),
+            "429": sum(w["codes"].get("429", 0) for w in windows),
+            "5xx": sum(sum(v for k, v in w["codes"].items() if k.startswith("5")) for w in windows),
+            "socket_errors": sum(sum(w["socket_errors"].values()) for w in windows),
+            "envoy_4xx": sum(w["envoy"]["downstream_rq_4xx"] for w in windows),
+            "envoy_5xx": sum(w["envoy"]["downstream_rq_5xx"] for w in windows),
+            "apf_rejected": sum(w["envoy"]["apf_rejected"] for w in windows)}
+
+
+def trend_table(post: list[dict], args, s: dict) -> list[str]:
+    """Markdown lines: each measure's first, last, slope and medians over the windows after the
+    warm-up (also stored in `s` under the measure's key)."""
+    lines: list[str] = []
     xs = [(w["t_start_min"] + w["t_end_min"]) / 2 for w in post]
     metrics = [("RSS", "rss_mib", "MiB", ".1f"), ("RSS anonymous", "rss_anon_mib", "MiB", ".1f"),
                ("RSS file-backed", "rss_file_mib", "MiB", ".1f"),
@@ -374,6 +371,22 @@ def summarize(windows: list[dict], args, meta: dict) -> tuple[str, dict]:
                      f"{fmt(ys[-1] - ys[0] if ys[0] is not None and ys[-1] is not None else None, '+' + sp)}{u} | "
                      f"{fmt(slope, '+.3f')}{u} ({fmt(slope / statistics.mean(good) * 100 if statistics.mean(good) else None, '+.2f')} % of mean) | "
                      f"{fmt(first5, sp)}{u} | {fmt(last5, sp)}{u} |")
+    return lines
+
+
+def summarize(windows: list[dict], args, meta: dict) -> tuple[str, dict]:
+    for w in windows:
+        derive(w)
+    post = [w for w in windows if w["t_start_min"] >= args.warmup_minutes - 1e-9]
+    s: dict = {"windows": len(windows), "post_warmup_windows": len(post),
+               "warmup_minutes": args.warmup_minutes}
+    tot = totals(windows)
+    s["totals"] = tot
+    lines = []
+    if not post:
+        lines.append("No window after the warm-up: nothing to summarize.")
+        return "\n".join(lines), s
+    lines += trend_table(post, args, s)
     lv = [w.get("level") for w in windows if w.get("level")]
     if lv:
         s["level_max"] = {k: max(x[k] for x in lv) for k in lv[0]}
