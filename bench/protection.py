@@ -70,13 +70,12 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO))  # the shared harness apfkit/, and bench/ as a package
 
-import apf_policy  # noqa: E402
-from apiserver_model import Model  # noqa: E402
-from envoy_template import gateway_config  # noqa: E402
-from envoyproc import EnvoyProcess, find_envoy, wait_until  # noqa: E402
+from apfkit import apf_policy  # noqa: E402
+from apfkit.envoy_template import gateway_config  # noqa: E402
+from apfkit.envoyproc import EnvoyProcess, find_envoy, wait_until  # noqa: E402
+from bench.apiserver_model import Model  # noqa: E402
 
 GATEWAYS = ["none", "ratelimit", "ratelimit-per-user", "ratelimit-lists", "adaptive-concurrency",
             "admission-control", "apf-wasm"]

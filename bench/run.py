@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import shutil
@@ -63,12 +62,13 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
+sys.path.insert(0, str(REPO))  # the shared harness, apfkit/
 
-import apf_policy  # noqa: E402
-from envoy_template import direct_response_config, gateway_config  # noqa: E402
-from envoyproc import EnvoyProcess, find_envoy  # noqa: E402
-from etcdproc import Etcd  # noqa: E402
+from apfkit import apf_policy  # noqa: E402
+from apfkit.envoy_template import direct_response_config, gateway_config  # noqa: E402
+from apfkit.envoyproc import EnvoyProcess, find_envoy  # noqa: E402
+from apfkit.etcdproc import Etcd  # noqa: E402
+from bench.noisy import measure_noisy, noisy_section, round_line  # noqa: E402
 
 HEADERS = {"X-Remote-User": "bench-user", "X-Remote-Group": "system:authenticated"}
 # Variants whose windows also read the filter's global-state contention counters.
@@ -306,8 +306,6 @@ def run_python(port: int, n: int, conns: int, users: int | None = None) -> dict:
 # Variants
 def variant_specs(args, mods) -> list[dict]:
     roomy = apf_policy.plugin_config()
-    saturated = apf_policy.single_level_config(args.saturated_seats, group="system:authenticated", queues=16,
-                                               hand_size=4, queue_length_limit=100)
     specs = []
     w = args.workers
     for v in args.variants:
@@ -341,42 +339,52 @@ def variant_specs(args, mods) -> list[dict]:
         elif v == "apf-noisy":
             continue  # measured separately (measure_noisy)
         elif v == "apf-saturated":
-            for sw in (1, 2):
-                specs.append(dict(name="apf-saturated", workers=sw, http_filter="wasm",
-                                  wasm=mods["apf"], cfg=saturated, conns=args.saturated_connections))
-                if args.apf_wasm_b:
-                    specs.append(dict(name="apf-saturated-b", workers=sw, http_filter="wasm",
-                                      wasm=args.apf_wasm_b, cfg=saturated,
-                                      conns=args.saturated_connections))
-            # No-sharing control, 2 workers: the same code with each worker on a level of its
-            # own holding half the seats (as localqueue), so apf ÷ it is what sharing costs.
-            specs.append(dict(name="isolated-saturated", workers=2, http_filter="wasm",
-                              wasm=mods["apf-isolated"], conns=args.saturated_connections,
-                              cfg=apf_policy.single_level_config(
-                                  max(1, args.saturated_seats // 2), group="system:authenticated",
-                                  queues=16, hand_size=4, queue_length_limit=100)))
-            for sw in (1, 2):
-                specs.append(dict(name="localqueue-saturated", workers=sw, http_filter="wasm",
-                                  wasm=mods["localqueue"], cfg=str(max(1, args.saturated_seats // sw)),
-                                  conns=args.saturated_connections))
-            if args.localqueue_value_bytes:
-                # The host's part of sharing: localqueue bumping a value of apf's size on one
-                # key (both workers) and on a key per worker (see bench/localqueue).
-                per = max(1, args.saturated_seats // 2)
-                for name, how in (("lq-shared-value", ""), ("lq-private-value", ",private")):
-                    specs.append(dict(name=name, workers=2, http_filter="wasm", wasm=mods["localqueue"],
-                                      cfg=f"{per},{args.localqueue_value_bytes}{how}",
-                                      conns=args.saturated_connections))
-            if args.localqueue_global:
-                # What a global seat pool costs on this host by itself: localqueue with one seat
-                # count and FIFO for both workers (CAS) and cross-worker hand-offs (see
-                # bench/localqueue); ÷ localqueue-saturated|2 it is the reference for apf ÷
-                # the no-sharing control.
-                specs.append(dict(name="lq-global", workers=2, http_filter="wasm", wasm=mods["localqueue"],
-                                  cfg=f"{args.saturated_seats},{args.localqueue_value_bytes or 1100},global",
-                                  conns=args.saturated_connections))
+            specs.extend(saturated_specs(args, mods))
         else:
             raise SystemExit(f"unknown variant {v}")
+    return specs
+
+
+def saturated_specs(args, mods) -> list[dict]:
+    """apf-saturated with 1 and 2 workers and its references: localqueue, the no-sharing
+    control, and on request the second module, the shared-value and global-seat variants."""
+    saturated = apf_policy.single_level_config(args.saturated_seats, group="system:authenticated", queues=16,
+                                               hand_size=4, queue_length_limit=100)
+    specs = []
+    for sw in (1, 2):
+        specs.append(dict(name="apf-saturated", workers=sw, http_filter="wasm",
+                          wasm=mods["apf"], cfg=saturated, conns=args.saturated_connections))
+        if args.apf_wasm_b:
+            specs.append(dict(name="apf-saturated-b", workers=sw, http_filter="wasm",
+                              wasm=args.apf_wasm_b, cfg=saturated,
+                              conns=args.saturated_connections))
+    # No-sharing control, 2 workers: the same code with each worker on a level of its
+    # own holding half the seats (as localqueue), so apf ÷ it is what sharing costs.
+    specs.append(dict(name="isolated-saturated", workers=2, http_filter="wasm",
+                      wasm=mods["apf-isolated"], conns=args.saturated_connections,
+                      cfg=apf_policy.single_level_config(
+                          max(1, args.saturated_seats // 2), group="system:authenticated",
+                          queues=16, hand_size=4, queue_length_limit=100)))
+    for sw in (1, 2):
+        specs.append(dict(name="localqueue-saturated", workers=sw, http_filter="wasm",
+                          wasm=mods["localqueue"], cfg=str(max(1, args.saturated_seats // sw)),
+                          conns=args.saturated_connections))
+    if args.localqueue_value_bytes:
+        # The host's part of sharing: localqueue bumping a value of apf's size on one
+        # key (both workers) and on a key per worker (see bench/localqueue).
+        per = max(1, args.saturated_seats // 2)
+        for name, how in (("lq-shared-value", ""), ("lq-private-value", ",private")):
+            specs.append(dict(name=name, workers=2, http_filter="wasm", wasm=mods["localqueue"],
+                              cfg=f"{per},{args.localqueue_value_bytes}{how}",
+                              conns=args.saturated_connections))
+    if args.localqueue_global:
+        # What a global seat pool costs on this host by itself: localqueue with one seat
+        # count and FIFO for both workers (CAS) and cross-worker hand-offs (see
+        # bench/localqueue); ÷ localqueue-saturated|2 it is the reference for apf ÷
+        # the no-sharing control.
+        specs.append(dict(name="lq-global", workers=2, http_filter="wasm", wasm=mods["localqueue"],
+                          cfg=f"{args.saturated_seats},{args.localqueue_value_bytes or 1100},global",
+                          conns=args.saturated_connections))
     return specs
 
 
@@ -529,223 +537,12 @@ def measure_paired(specs: list[dict], args, envoy_bin: str, upstream_port: int, 
     return out
 
 
-def measure_noisy(args, envoy_bin: str, wasm: Path, workdir: Path, rnd: int = 0) -> dict:
-    """Noisy neighbours: one Limited level of `--noisy-seats` seats in front of the (Python) test
-    upstream, which holds every request `--noisy-service-ms` ± `--noisy-jitter` (drawn per request
-    by the client from seeded generators, sent as `x-sleep-ms`). Every request is a GET (one
-    seat); every flow is a user of `system:authenticated`, which gets the explain headers.
-
-    Phases: (1) the closed-loop quiet flow `quiet-cl` alone (`--noisy-quiet-connections`
-    connections, each sending its next request when the previous answer returns), half of
-    `--noisy-standalone-seconds`; (2) the noisy run, 2 s warm-up then `--noisy-seconds`: heavy
-    flows `heavy-a` and `heavy-b` (`--noisy-heavy-connections` closed-loop connections each; a
-    429 backs off 20 ms), `quiet-cl` as in (1), and the open-loop flow `quiet` at
-    `--noisy-quiet-rps` (0: none), one request per fresh connection; (3) `quiet-cl` alone again
-    (the other half: its standalone rate is over (1) and (3), so a drift of the machine's speed
-    cancels out). Counted per flow: the 200s completed in the window, and the queue waits
-    (`x-apf-queued-ms`). Reported: req/s per flow, Jain's index (Σx)²/(n·Σx²) over the heavy
-    flows, `quiet-cl`'s throughput kept (noisy ÷ standalone req/s) and queue-wait percentiles,
-    the open-loop flow's served share (200s / requests sent) and latency."""
-    import http.client
-    import random
-
-    from upstream import Upstream
-
-    seats, service_ms, jitter = args.noisy_seats, args.noisy_service_ms, args.noisy_jitter
-    qconns = args.noisy_quiet_connections
-    path = "/api/v1/namespaces/default/pods/demo-pod"
-    up = Upstream().start()
-    # Without TCP_NODELAY the test upstream's answers on kept-alive connections take ~40 ms more
-    # than the service time asked (its head and body leave in two writes: Nagle + delayed ACK).
-    up.set_nodelay()
-    cfg = apf_policy.single_level_config(seats, group="system:authenticated", queues=128,
-                                         hand_size=6, queue_length_limit=50,
-                                         explainGroups=["system:authenticated"])
-    env = EnvoyProcess(gateway_config(upstream_port=up.port, wasm_path=str(wasm), plugin_config=cfg,
-                                      http_filter="wasm"),
-                       workdir, envoy_bin=envoy_bin, concurrency=args.workers_noisy,
-                       name="gw-noisy", log_level="warning")
-    env.start()
-    try:
-        env.wait_ready(timeout=60)
-        port = env.ports["gateway"]
-        lock = threading.Lock()
-
-        def one(c, user: str, rng: random.Random) -> tuple[int | None, int | None, int | None]:
-            """(status, x-apf-queued-ms, x-apf-seats) of one request on connection `c`."""
-            ms = service_ms * (1.0 + rng.uniform(-jitter, jitter))
-            try:
-                c.request("GET", path, headers=dict(HEADERS, **{"X-Remote-User": user,
-                                                                "x-sleep-ms": f"{ms:.3f}"}))
-                r = c.getresponse()
-                r.read()
-                q, st = r.getheader("x-apf-queued-ms"), r.getheader("x-apf-seats")
-                return r.status, int(q) if q else None, int(st) if st else None
-            except Exception:  # noqa: BLE001
-                c.close()
-                return None, None, None
-
-        def closed_loops(conns: dict[str, int], t0: float, t1: float,
-                         rngs: dict | None = None) -> dict[str, dict]:
-            """Closed loops until t1; per user: 200s and queue waits completed in [t0, t1),
-            other outcomes, the largest seat count charged. Connection i of a user draws its
-            service times from its own generator, seeded alike in every phase; `rngs` keeps
-            them from one call to the next (the sequences continue instead of starting over)."""
-            out = {u: {"ok": 0, "rejected": 0, "waits": [], "seats": 0} for u in conns}
-            rngs = {} if rngs is None else rngs
-            for u, n in conns.items():
-                for i in range(n):
-                    rngs.setdefault((u, i), random.Random(f"noisy/{rnd}/{u}/{i}"))
-
-            def loop(user: str, i: int) -> None:
-                rng = rngs[(user, i)]
-                c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-                while time.monotonic() < t1:
-                    st, waited, seats_ = one(c, user, rng)
-                    done = time.monotonic()
-                    if t0 <= done < t1:
-                        with lock:
-                            o = out[user]
-                            if st == 200:
-                                o["ok"] += 1
-                                if waited is not None:
-                                    o["waits"].append(waited)
-                            else:
-                                o["rejected"] += 1
-                            o["seats"] = max(o["seats"], seats_ or 0)
-                    if st != 200:
-                        time.sleep(0.02)
-                c.close()
-
-            threads = [threading.Thread(target=loop, args=(u, i), daemon=True)
-                       for u, n in conns.items() for i in range(n)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(timeout=t1 - time.monotonic() + 60)
-            return out
-
-        # quiet-cl alone: the second half continues the first half's service-time sequences,
-        # so alone and in the noisy run it draws about the same values.
-        alone_rngs: dict = {}
-
-        def alone(seconds: float) -> tuple[int, float]:
-            t = time.monotonic()
-            t0, t1 = t + 0.5, t + 0.5 + seconds
-            return closed_loops({"quiet-cl": qconns}, t0, t1, alone_rngs)["quiet-cl"]["ok"], t1 - t0
-
-        half = args.noisy_standalone_seconds / 2
-        ok1, w1 = alone(half)
-
-        t_start = time.monotonic()
-        t0, t1 = t_start + 2.0, t_start + 2.0 + args.noisy_seconds
-        quiet = {"sent": 0, "ok": 0, "rejected": 0, "lat": []}
-
-        def quiet_one(sent_at: float, i: int) -> None:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-            st, _, _ = one(c, "quiet", random.Random(f"noisy/{rnd}/quiet/{i}"))
-            c.close()
-            with lock:
-                if st == 200:
-                    quiet["ok"] += 1
-                    quiet["lat"].append(time.monotonic() - sent_at)
-                else:
-                    quiet["rejected"] += 1
-
-        loops: dict[str, dict] = {}
-        runner = threading.Thread(target=lambda: loops.update(closed_loops(
-            {"heavy-a": args.noisy_heavy_connections, "heavy-b": args.noisy_heavy_connections,
-             "quiet-cl": qconns}, t0, t1)), daemon=True)
-        runner.start()
-        senders: list[threading.Thread] = []
-        if args.noisy_quiet_rps > 0:
-            period, nxt = 1.0 / args.noisy_quiet_rps, t0
-            while nxt < t1:
-                time.sleep(max(0.0, nxt - time.monotonic()))
-                q = threading.Thread(target=quiet_one, args=(nxt, quiet["sent"]), daemon=True)
-                q.start()
-                senders.append(q)
-                quiet["sent"] += 1
-                nxt += period
-        runner.join(timeout=t1 - time.monotonic() + 120)
-        for q in senders:
-            q.join(timeout=60)
-
-        ok2, w2 = alone(half)
-        secs = t1 - t0
-        xa, xb = loops["heavy-a"]["ok"] / secs, loops["heavy-b"]["ok"] / secs
-        jain = (xa + xb) ** 2 / (2 * (xa * xa + xb * xb)) if xa + xb > 0 else float("nan")
-        cl = loops["quiet-cl"]
-        alone_rps = (ok1 + ok2) / (w1 + w2)
-        cl_rps = cl["ok"] / secs
-        waits = sorted(cl["waits"])
-        lat = sorted(quiet["lat"])
-        sent = quiet["sent"]
-        return dict(heavy_a_rps=xa, heavy_b_rps=xb, jain=jain,
-                    cl_alone_rps=alone_rps, cl_alone_before_rps=ok1 / w1, cl_alone_after_rps=ok2 / w2,
-                    cl_rps=cl_rps, cl_kept=cl_rps / alone_rps if alone_rps else float("nan"),
-                    cl_wait_p50_ms=pct(waits, 0.5), cl_wait_p90_ms=pct(waits, 0.9),
-                    cl_wait_p99_ms=pct(waits, 0.99), cl_wait_max_ms=waits[-1] if waits else float("nan"),
-                    cl_wait_mean_ms=sum(waits) / len(waits) if waits else float("nan"),
-                    heavy_wait_p50_ms=pct(sorted(loops["heavy-a"]["waits"] + loops["heavy-b"]["waits"]), 0.5),
-                    quiet_rps=quiet["ok"] / secs if sent else float("nan"),
-                    quiet_demand_rps=sent / secs if sent else float("nan"),
-                    quiet_share=quiet["ok"] / sent if sent else float("nan"),
-                    quiet_p50_ms=pct(lat, 0.5) * 1e3, quiet_p99_ms=pct(lat, 0.99) * 1e3,
-                    rejected={u: o["rejected"] for u, o in loops.items() if o["rejected"]}
-                    | ({"quiet": quiet["rejected"]} if quiet["rejected"] else {}),
-                    max_seats=max(o["seats"] for o in loops.values()),
-                    capacity_rps=seats / (service_ms / 1000))
-    except Exception as e:  # noqa: BLE001
-        return {"error": f"{type(e).__name__}: {e}".splitlines()[0], "log": env.log_tail(15)}
-    finally:
-        env.stop()
-        up.stop()
-
-
-def pct(sorted_xs: list[float], q: float) -> float:
-    """Nearest-rank percentile of an ascending list (q in [0, 1]); NaN for none."""
-    if not sorted_xs:
-        return float("nan")
-    return sorted_xs[min(len(sorted_xs) - 1, max(0, math.ceil(q * len(sorted_xs)) - 1))]
-
-
-def noisy_table(rs: list[dict]) -> str:
-    f0 = lambda v: "–" if v != v else f"{v:.0f}"  # noqa: E731
-    lines = ["| round | heavy-a req/s | heavy-b req/s | Jain (heavy) | quiet-cl alone req/s | quiet-cl "
-             "req/s | **kept** | quiet-cl wait p50 / p90 / p99 / max ms | heavy wait p50 ms | open-loop "
-             "quiet req/s (demand) | share | p50 / p99 ms | 429s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for i, r in enumerate(rs):
-        if "error" in r:
-            lines.append(f"| {i + 1} | failed: {r['error']} |" + " |" * 11)
-            continue
-        lines.append(
-            f"| {i + 1} | {r['heavy_a_rps']:.1f} | {r['heavy_b_rps']:.1f} | {r['jain']:.4f} | "
-            f"{r['cl_alone_rps']:.1f} | {r['cl_rps']:.1f} | {r['cl_kept'] * 100:.1f} % | "
-            f"{f0(r['cl_wait_p50_ms'])} / {f0(r['cl_wait_p90_ms'])} / {f0(r['cl_wait_p99_ms'])} / "
-            f"{f0(r['cl_wait_max_ms'])} | {f0(r['heavy_wait_p50_ms'])} | "
-            f"{r['quiet_rps']:.1f} ({r['quiet_demand_rps']:.1f}) | {r['quiet_share'] * 100:.1f} % | "
-            f"{f0(r['quiet_p50_ms'])} / {f0(r['quiet_p99_ms'])} | {r['rejected'] or 0} |")
-    good = [r for r in rs if "error" not in r]
-    if len(good) > 1:
-        m = lambda k: median([r[k] for r in good])  # noqa: E731
-        lines.append(
-            f"| median | {m('heavy_a_rps'):.1f} | {m('heavy_b_rps'):.1f} | {m('jain'):.4f} | "
-            f"{m('cl_alone_rps'):.1f} | {m('cl_rps'):.1f} | {m('cl_kept') * 100:.1f} % | "
-            f"{f0(m('cl_wait_p50_ms'))} / {f0(m('cl_wait_p90_ms'))} / {f0(m('cl_wait_p99_ms'))} / "
-            f"{f0(m('cl_wait_max_ms'))} | {f0(m('heavy_wait_p50_ms'))} | {m('quiet_rps'):.1f} "
-            f"({m('quiet_demand_rps'):.1f}) | {m('quiet_share') * 100:.1f} % | | |")
-    return "\n".join(lines)
-
-
 def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+def add_load_args(ap: argparse.ArgumentParser) -> None:
+    """The load, the variants and their shapes."""
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--warmup", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=3)
@@ -768,6 +565,10 @@ def main() -> int:
     ap.add_argument("--variants", default="none,passthrough,floor,local_ratelimit,apf,apf-saturated")
     ap.add_argument("--flow-counts", default="10,1000,100000",
                     help="apf-flows: numbers of distinct users (flows) to cycle through")
+
+
+def add_noisy_args(ap: argparse.ArgumentParser) -> None:
+    """The shape of apf-noisy (bench/noisy.py)."""
     ap.add_argument("--noisy-seconds", type=float, default=20.0,
                     help="apf-noisy: the noisy run's length (after a 2 s warm-up)")
     ap.add_argument("--noisy-standalone-seconds", type=float, default=6.0,
@@ -785,6 +586,10 @@ def main() -> int:
     ap.add_argument("--noisy-quiet-rps", type=float, default=10.0,
                     help="apf-noisy: the open-loop quiet flow's request rate (0: none)")
     ap.add_argument("--workers-noisy", type=int, default=2, help="Envoy workers for apf-noisy")
+
+
+def add_setup_args(ap: argparse.ArgumentParser) -> None:
+    """Modules, load generator, Envoy's setup, measurement mode and output."""
     ap.add_argument("--floor-dir")
     ap.add_argument("--apf-wasm", help="use this apf-wasm module instead of ./wasm-build.sh")
     ap.add_argument("--apf-wasm-b", help="A/B: also run apf-saturated with this second module "
@@ -811,66 +616,54 @@ def main() -> int:
                          "share the machine's conditions, for tighter ratios")
     ap.add_argument("--out", help="also write the Markdown table here")
     ap.add_argument("--json", help="write raw per-round results here")
-    args = ap.parse_args()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    add_load_args(ap)
+    add_noisy_args(ap)
+    add_setup_args(ap)
+    args = ap.parse_args(argv)
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    IDLE_LOAD[0] = args.load_priority == "idle" and shutil.which("chrt") is not None
     args.flow_counts = [int(k) for k in args.flow_counts.split(",") if k.strip()]
+    return args
 
-    envoy_bin = find_envoy()
-    mods = build_modules(args)
-    specs = variant_specs(args, mods)
-    wrk = None if args.python_client else ensure_wrk(not args.no_install)
-    log(f"envoy {envoy_bin}; load generator {'wrk' if wrk else 'python'}; "
-        f"{args.requests} requests x {args.rounds} rounds x {len(specs)} variants"
-        + (f"; upstream delay {args.upstream_delay_ms} ms" if args.upstream_delay_ms else ""))
 
-    work = Path(tempfile.mkdtemp(prefix="apf-bench-"))
-    etcd = start_etcd(work) if any(s.get("etcd") for s in specs) else None
-    up = EnvoyProcess(direct_response_config(delay_ms=args.upstream_delay_ms), work,
-                      envoy_bin=envoy_bin, concurrency=1,
-                      name="upstream", log_level="warning")
-    up.start().wait_ready()
-    make_idle(up.pid)
+def run_rounds(specs: list[dict], args, mods: dict[str, Path], envoy_bin: str, upstream_port: int,
+               wrk: str | None, work: Path) -> tuple[dict[str, list[dict]], list[dict]]:
+    """Every round of every variant (CPU results per `name|workers`) and of apf-noisy."""
     results: dict[str, list[dict]] = {}
     noisy: list[dict] = []
-    try:
-        if args.paired and specs:
-            results = measure_paired(specs, args, envoy_bin, up.ports["direct"], wrk, work)
-            specs_rounds = 0
-        else:
-            specs_rounds = args.rounds
-        for rnd in range(specs_rounds if specs else args.rounds):
-            if "apf-noisy" in args.variants:
-                r = measure_noisy(args, envoy_bin, mods["apf"], work, rnd)
-                noisy.append(r)
-                log(f"round {rnd + 1}/{args.rounds} apf-noisy: " + (
-                    f"Jain {r['jain']:.4f}, quiet-cl kept {r['cl_kept'] * 100:.1f} % "
-                    f"({r['cl_rps']:.1f} of {r['cl_alone_rps']:.1f} req/s alone: "
-                    f"{r['cl_alone_before_rps']:.1f} before, {r['cl_alone_after_rps']:.1f} after), "
-                    f"wait p50 {r['cl_wait_p50_ms']:.0f} / p90 {r['cl_wait_p90_ms']:.0f} / "
-                    f"max {r['cl_wait_max_ms']:.0f} ms (mean {r['cl_wait_mean_ms']:.1f}), "
-                    f"open-loop quiet share {r['quiet_share'] * 100:.1f} %, "
-                    f"max seats per request {r['max_seats']}"
-                    if "jain" in r else f"FAILED {r['error']}"))
-            if not specs:
-                continue
-            # Interleave; rotate the order every round so no variant always runs first.
-            k = rnd % len(specs)
-            for spec in specs[k:] + specs[:k]:
-                key = f"{spec['name']}|{spec['workers']}"
-                r = measure(spec, args, envoy_bin, up.ports["direct"], wrk, work)
-                r["round"] = rnd
-                results.setdefault(key, []).append(r)
-                log(f"round {rnd + 1}/{args.rounds} {key}: " + (
-                    f"{r['cpu_us']:.1f} us/req, {r['rps']:.0f} rps" if "cpu_us" in r
-                    else f"FAILED {r['error']}"))
-    finally:
-        up.stop()
-        if etcd is not None:
-            etcd.stop()
+    if args.paired and specs:
+        results = measure_paired(specs, args, envoy_bin, upstream_port, wrk, work)
+        specs_rounds = 0
+    else:
+        specs_rounds = args.rounds
+    for rnd in range(specs_rounds if specs else args.rounds):
+        if "apf-noisy" in args.variants:
+            r = measure_noisy(args, envoy_bin, mods["apf"], work, rnd)
+            noisy.append(r)
+            log(f"round {rnd + 1}/{args.rounds} apf-noisy: " + round_line(r))
+        if not specs:
+            continue
+        # Interleave; rotate the order every round so no variant always runs first.
+        k = rnd % len(specs)
+        for spec in specs[k:] + specs[:k]:
+            key = f"{spec['name']}|{spec['workers']}"
+            r = measure(spec, args, envoy_bin, upstream_port, wrk, work)
+            r["round"] = rnd
+            results.setdefault(key, []).append(r)
+            log(f"round {rnd + 1}/{args.rounds} {key}: " + (
+                f"{r['cpu_us']:.1f} us/req, {r['rps']:.0f} rps" if "cpu_us" in r
+                else f"FAILED {r['error']}"))
+    return results, noisy
 
-    base_key = next((k for k in results if k.split("|")[0] == args.ratio_base), None)
-    lines = ["| variant | workers | conns | CPU µs/req (median) | min–max | × " + args.ratio_base
+
+def cpu_table(specs: list[dict], results: dict[str, list[dict]], ratio_base: str) -> str:
+    """One row per variant: CPU µs per request (median, range, × the ratio base), rate, latency."""
+    base_key = next((k for k in results if k.split("|")[0] == ratio_base), None)
+    lines = ["| variant | workers | conns | CPU µs/req (median) | min–max | × " + ratio_base
              + " | req/s | p50 ms | p99 ms | non-2xx |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for spec in specs:
@@ -893,85 +686,114 @@ def main() -> int:
             f"{median([r['rps'] for r in rs]):.0f} | {fmt(median([r.get('p50_ms', float('nan')) for r in rs]))} | "
             f"{fmt(median([r.get('p99_ms', float('nan')) for r in rs]))} | "
             f"{sum(r.get('non2xx', 0) for r in rs)} |")
-    table = "\n".join(lines) if specs else ""  # no CPU variants: only the noisy table below
+    return "\n".join(lines) if specs else ""  # no CPU variants: only the noisy table below
 
-    def metric(r: dict, m: str) -> float | None:
+
+def per_round(results: dict[str, list[dict]], a: str, b: str, m: str = "cpu") -> float:
+    """Median over rounds of variant `a` ÷ variant `b` (CPU per request, or a `split` part)."""
+    def metric(r: dict) -> float | None:
         v = r.get("cpu_us") if m == "cpu" else r.get("split", {}).get(m)
         return v if v else None
 
-    def per_round(a: str, b: str, m: str = "cpu") -> float:
-        ra = {r["round"]: v for r in results.get(a, []) if (v := metric(r, m))}
-        rb = {r["round"]: v for r in results.get(b, []) if (v := metric(r, m))}
-        return median([ra[k] / rb[k] for k in ra if k in rb])
+    ra = {r["round"]: v for r in results.get(a, []) if (v := metric(r))}
+    rb = {r["round"]: v for r in results.get(b, []) if (v := metric(r))}
+    return median([ra[k] / rb[k] for k in ra if k in rb])
 
+
+def ratio_notes(results: dict[str, list[dict]], workers: int) -> str:
+    """The ratios between variants that the run has both sides of."""
+    pr = lambda a, b: per_round(results, a, b)  # noqa: E731
+    out = ""
     if "apf-saturated|2" in results and "localqueue-saturated|2" in results:
-        table += ("\n\nSaturated shape, medians of per-round ratios: apf 2 workers ÷ 1 worker "
-                  f"{per_round('apf-saturated|2', 'apf-saturated|1'):.2f}; localqueue reference "
-                  f"2 ÷ 1 {per_round('localqueue-saturated|2', 'localqueue-saturated|1'):.2f}; "
-                  f"apf ÷ localqueue with 1 worker {per_round('apf-saturated|1', 'localqueue-saturated|1'):.2f}, "
-                  f"with 2 workers {per_round('apf-saturated|2', 'localqueue-saturated|2'):.2f}.")
-    if f"apf-b|{args.workers}" in results and f"apf|{args.workers}" in results:
-        table += ("\nA/B, uncontended apf-b ÷ apf (medians of per-round ratios): "
-                  f"{per_round(f'apf-b|{args.workers}', f'apf|{args.workers}'):.2f}.")
-    if f"apf-fleet|{args.workers}" in results and f"apf|{args.workers}" in results:
-        table += ("\nFleet mode (one replica, etcd on loopback), apf-fleet ÷ apf (medians of per-round "
-                  f"ratios), {args.workers} worker(s): {per_round(f'apf-fleet|{args.workers}', f'apf|{args.workers}'):.2f}.")
+        out += ("\n\nSaturated shape, medians of per-round ratios: apf 2 workers ÷ 1 worker "
+                f"{pr('apf-saturated|2', 'apf-saturated|1'):.2f}; localqueue reference "
+                f"2 ÷ 1 {pr('localqueue-saturated|2', 'localqueue-saturated|1'):.2f}; "
+                f"apf ÷ localqueue with 1 worker {pr('apf-saturated|1', 'localqueue-saturated|1'):.2f}, "
+                f"with 2 workers {pr('apf-saturated|2', 'localqueue-saturated|2'):.2f}.")
+    if f"apf-b|{workers}" in results and f"apf|{workers}" in results:
+        out += ("\nA/B, uncontended apf-b ÷ apf (medians of per-round ratios): "
+                f"{pr(f'apf-b|{workers}', f'apf|{workers}'):.2f}.")
+    if f"apf-fleet|{workers}" in results and f"apf|{workers}" in results:
+        out += ("\nFleet mode (one replica, etcd on loopback), apf-fleet ÷ apf (medians of per-round "
+                f"ratios), {workers} worker(s): {pr(f'apf-fleet|{workers}', f'apf|{workers}'):.2f}.")
     if "apf-saturated-b|1" in results:
-        table += ("\nA/B, apf-saturated-b ÷ apf-saturated (medians of per-round ratios): "
-                  f"1 worker {per_round('apf-saturated-b|1', 'apf-saturated|1'):.2f}, "
-                  f"2 workers {per_round('apf-saturated-b|2', 'apf-saturated|2'):.2f}; "
-                  f"b 2 ÷ 1 {per_round('apf-saturated-b|2', 'apf-saturated-b|1'):.2f}.")
+        out += ("\nA/B, apf-saturated-b ÷ apf-saturated (medians of per-round ratios): "
+                f"1 worker {pr('apf-saturated-b|1', 'apf-saturated|1'):.2f}, "
+                f"2 workers {pr('apf-saturated-b|2', 'apf-saturated|2'):.2f}; "
+                f"b 2 ÷ 1 {pr('apf-saturated-b|2', 'apf-saturated-b|1'):.2f}.")
     if "apf-saturated|2" in results and "isolated-saturated|2" in results:
-        table += ("\nNo-sharing control (the same module, each worker on a level of its own with "
-                  f"half the seats), 2 workers ÷ apf 1 worker {per_round('isolated-saturated|2', 'apf-saturated|1'):.2f}; "
-                  f"apf ÷ control with 2 workers (what sharing the level costs) "
-                  f"{per_round('apf-saturated|2', 'isolated-saturated|2'):.2f}.")
+        out += ("\nNo-sharing control (the same module, each worker on a level of its own with "
+                f"half the seats), 2 workers ÷ apf 1 worker {pr('isolated-saturated|2', 'apf-saturated|1'):.2f}; "
+                f"apf ÷ control with 2 workers (what sharing the level costs) "
+                f"{pr('apf-saturated|2', 'isolated-saturated|2'):.2f}.")
     if "lq-global|2" in results and "localqueue-saturated|2" in results:
-        table += ("\nGlobal seats in a trivial module (lq-global ÷ localqueue, 2 workers): "
-                  f"{per_round('lq-global|2', 'localqueue-saturated|2'):.2f}, what a global seat pool "
-                  "costs on this host by itself (pool.py gives apf's sharing cost over it).")
+        out += ("\nGlobal seats in a trivial module (lq-global ÷ localqueue, 2 workers): "
+                f"{pr('lq-global|2', 'localqueue-saturated|2'):.2f}, what a global seat pool "
+                "costs on this host by itself (pool.py gives apf's sharing cost over it).")
+    return out
+
+
+def split_notes(results: dict[str, list[dict]]) -> str:
+    """Where the saturated variants' CPU goes: user, kernel, worker sleeps."""
     sat = [k for k in ("apf-saturated|1", "apf-saturated|2", "isolated-saturated|2",
                        "localqueue-saturated|1", "localqueue-saturated|2") if k in results]
-    if any("split" in r for k in sat for r in results[k]):
-        def split_median(k: str, m: str) -> float:
-            return median([r["split"][m] for r in results[k] if "split" in r])
+    if not any("split" in r for k in sat for r in results[k]):
+        return ""
 
-        table += "\nWhere the CPU goes (medians per request; user and kernel µs at clock-tick resolution): " + "; ".join(
-            f"{k} user {split_median(k, 'user_s'):.1f}, kernel {split_median(k, 'sys_s'):.1f}, "
-            f"worker sleeps {split_median(k, 'sleeps'):.2f}" for k in sat) + "."
-        if "apf-saturated|2" in results and "apf-saturated|1" in results:
-            table += ("\nUser CPU only, medians of per-round ratios: apf 2 ÷ 1 "
-                      f"{per_round('apf-saturated|2', 'apf-saturated|1', 'user_s'):.2f}"
-                      + (f"; localqueue 2 ÷ 1 {per_round('localqueue-saturated|2', 'localqueue-saturated|1', 'user_s'):.2f}"
-                         if "localqueue-saturated|2" in results else "")
-                      + (f"; apf ÷ control {per_round('apf-saturated|2', 'isolated-saturated|2', 'user_s'):.2f}"
-                         if "isolated-saturated|2" in results else "") + ". Kernel CPU only: apf 2 ÷ 1 "
-                      f"{per_round('apf-saturated|2', 'apf-saturated|1', 'sys_s'):.2f}.")
+    def split_median(k: str, m: str) -> float:
+        return median([r["split"][m] for r in results[k] if "split" in r])
+
+    def pr(a: str, b: str, m: str) -> float:
+        return per_round(results, a, b, m)
+
+    out = "\nWhere the CPU goes (medians per request; user and kernel µs at clock-tick resolution): " + "; ".join(
+        f"{k} user {split_median(k, 'user_s'):.1f}, kernel {split_median(k, 'sys_s'):.1f}, "
+        f"worker sleeps {split_median(k, 'sleeps'):.2f}" for k in sat) + "."
+    if "apf-saturated|2" in results and "apf-saturated|1" in results:
+        out += ("\nUser CPU only, medians of per-round ratios: apf 2 ÷ 1 "
+                f"{pr('apf-saturated|2', 'apf-saturated|1', 'user_s'):.2f}"
+                + (f"; localqueue 2 ÷ 1 {pr('localqueue-saturated|2', 'localqueue-saturated|1', 'user_s'):.2f}"
+                   if "localqueue-saturated|2" in results else "")
+                + (f"; apf ÷ control {pr('apf-saturated|2', 'isolated-saturated|2', 'user_s'):.2f}"
+                   if "isolated-saturated|2" in results else "") + ". Kernel CPU only: apf 2 ÷ 1 "
+                f"{pr('apf-saturated|2', 'apf-saturated|1', 'sys_s'):.2f}.")
+    return out
+
+
+def contention_notes(results: dict[str, list[dict]]) -> str:
+    """The global-state contention counters of the variants that read them."""
+    out = ""
     for name, w in [(n, w) for n in COUNTED for w in (1, 2)]:
         cs = [r["contention"] for r in results.get(f"{name}|{w}", []) if "contention" in r]
         if cs:
             m_ = {k: median([c[k] for c in cs]) for k in CONTENTION}
             updates = max(1e-9, m_["writes"] + m_["conflicts"])
-            table += (f"\n{name}, {w} worker{'s' if w > 1 else ''}, global-state contention "
-                      f"(medians per request): {m_['writes']:.2f} shared writes, CAS conflicts "
-                      f"{m_['conflicts'] / updates:.1%} of updates, level states decoded "
-                      f"{m_['decodes']:.2f} / reused {m_['reuses']:.2f}, cross-worker wake-ups "
-                      f"{m_['wakeups']:.3f}.")
+            out += (f"\n{name}, {w} worker{'s' if w > 1 else ''}, global-state contention "
+                    f"(medians per request): {m_['writes']:.2f} shared writes, CAS conflicts "
+                    f"{m_['conflicts'] / updates:.1%} of updates, level states decoded "
+                    f"{m_['decodes']:.2f} / reused {m_['reuses']:.2f}, cross-worker wake-ups "
+                    f"{m_['wakeups']:.3f}.")
+    return out
+
+
+def run_header(args, envoy_bin: str, wrk: str | None) -> str:
+    """The run's setting: Envoy's version, the load, the machine."""
     ver = subprocess.run([envoy_bin, "--version"], capture_output=True, text=True).stdout
     m = re.search(r"/(\d+\.\d+\.\d+)/", ver)
-    header = (f"Envoy {m.group(1) if m else '?'}, "
-              f"{args.requests} requests/round after {args.warmup} warm-up, {args.rounds} rounds, "
-              f"load generator {'wrk' if wrk else 'python'}, {os.cpu_count()} CPUs"
-              + (", Envoy stats: minimal inclusion list" if args.envoy_stats == "minimal" else "") + ".\n")
+    return (f"Envoy {m.group(1) if m else '?'}, "
+            f"{args.requests} requests/round after {args.warmup} warm-up, {args.rounds} rounds, "
+            f"load generator {'wrk' if wrk else 'python'}, {os.cpu_count()} CPUs"
+            + (", Envoy stats: minimal inclusion list" if args.envoy_stats == "minimal" else "") + ".\n")
+
+
+def report(args, specs: list[dict], results: dict[str, list[dict]], noisy: list[dict], envoy_bin: str,
+           wrk: str | None) -> None:
+    """Prints the tables and writes --out and --json (`results` gains the noisy rounds)."""
+    table = cpu_table(specs, results, args.ratio_base)
+    table += ratio_notes(results, args.workers) + split_notes(results) + contention_notes(results)
+    header = run_header(args, envoy_bin, wrk)
     if noisy:
-        table += ("\n\n" if table else "") + (f"apf-noisy ({args.noisy_seats} seats, service {args.noisy_service_ms:.0f} ms "
-                  f"± {args.noisy_jitter:.0%} ≈ {args.noisy_seats * 1000 / args.noisy_service_ms:.0f} "
-                  f"req/s capacity, {args.workers_noisy} workers; heavy-a, heavy-b "
-                  f"{args.noisy_heavy_connections} closed-loop connections each, quiet-cl "
-                  f"{args.noisy_quiet_connections}, open-loop quiet {args.noisy_quiet_rps:g} req/s; "
-                  f"{args.noisy_seconds:g} s per round, quiet-cl alone {args.noisy_standalone_seconds:g} s; "
-                  "targets: Jain ≥ 0.99, quiet-cl kept ≥ 90 % with wait p50 ≤ 2 × service ÷ seats, "
-                  "open-loop share ≥ 90 %):\n\n" + noisy_table(noisy))
+        table += ("\n\n" if table else "") + noisy_section(args, noisy)
         results["apf-noisy"] = noisy
     print(header)
     print(table)
@@ -979,6 +801,34 @@ def main() -> int:
         Path(args.out).write_text(header + "\n" + table + "\n")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))
+
+
+def main() -> int:
+    args = parse_args()
+    IDLE_LOAD[0] = args.load_priority == "idle" and shutil.which("chrt") is not None
+
+    envoy_bin = find_envoy()
+    mods = build_modules(args)
+    specs = variant_specs(args, mods)
+    wrk = None if args.python_client else ensure_wrk(not args.no_install)
+    log(f"envoy {envoy_bin}; load generator {'wrk' if wrk else 'python'}; "
+        f"{args.requests} requests x {args.rounds} rounds x {len(specs)} variants"
+        + (f"; upstream delay {args.upstream_delay_ms} ms" if args.upstream_delay_ms else ""))
+
+    work = Path(tempfile.mkdtemp(prefix="apf-bench-"))
+    etcd = start_etcd(work) if any(s.get("etcd") for s in specs) else None
+    up = EnvoyProcess(direct_response_config(delay_ms=args.upstream_delay_ms), work,
+                      envoy_bin=envoy_bin, concurrency=1,
+                      name="upstream", log_level="warning")
+    up.start().wait_ready()
+    make_idle(up.pid)
+    try:
+        results, noisy = run_rounds(specs, args, mods, envoy_bin, up.ports["direct"], wrk, work)
+    finally:
+        up.stop()
+        if etcd is not None:
+            etcd.stop()
+    report(args, specs, results, noisy, envoy_bin, wrk)
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

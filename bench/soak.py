@@ -6,7 +6,7 @@ memory, CPU per request, throughput and errors are reported per window.
 
 Setup (the harness of bench/run.py): the module from ./wasm-build.sh (or --apf-wasm), copied
 aside so later rebuilds cannot touch it; an upstream Envoy answering at once with a
-direct_response (1 worker); the gateway Envoy (tests/e2e/envoy_template.py gateway_config,
+direct_response (1 worker); the gateway Envoy (apfkit/envoy_template.py gateway_config,
 --workers workers) with apf-wasm, identity frontProxy, the default policy (suggested defaults:
 requests of group system:authenticated land in level global-default, 49 seats, ByUser flows).
 
@@ -86,16 +86,13 @@ import tempfile
 import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the shared harness apfkit/, and bench/run.py as bench.run
 
-import run as harness  # noqa: E402  (bench/run.py; also puts tests/e2e on sys.path)
-
-import apf_policy  # noqa: E402
-from envoy_template import direct_response_config, gateway_config  # noqa: E402
-from envoyproc import EnvoyProcess, find_envoy, http_get  # noqa: E402
-
-REPO = BENCH.parent
+from apfkit import apf_policy  # noqa: E402
+from apfkit.envoy_template import direct_response_config, gateway_config  # noqa: E402
+from apfkit.envoyproc import EnvoyProcess, find_envoy, http_get  # noqa: E402
+from bench import run as harness  # noqa: E402
 RQ_TOTAL = harness.RQ_TOTAL
 PATH = harness.PATH
 GROUP = "system:authenticated"
@@ -325,26 +322,23 @@ def derive(w: dict) -> dict:
     return w
 
 
-def summarize(windows: list[dict], args, meta: dict) -> tuple[str, dict]:
-    for w in windows:
-        derive(w)
-    post = [w for w in windows if w["t_start_min"] >= args.warmup_minutes - 1e-9]
-    s: dict = {"windows": len(windows), "post_warmup_windows": len(post),
-               "warmup_minutes": args.warmup_minutes}
-    tot = {"requests_envoy": sum(w["requests"] for w in windows),
-           "requests_wrk": sum(w["wrk_requests"] for w in windows),
-           "non2xx": sum(sum(v for k, v in w["codes"].items() if not k.startswith("2")) for w in windows),
-           "429": sum(w["codes"].get("429", 0) for w in windows),
-           "5xx": sum(sum(v for k, v in w["codes"].items() if k.startswith("5")) for w in windows),
-           "socket_errors": sum(sum(w["socket_errors"].values()) for w in windows),
-           "envoy_4xx": sum(w["envoy"]["downstream_rq_4xx"] for w in windows),
-           "envoy_5xx": sum(w["envoy"]["downstream_rq_5xx"] for w in windows),
-           "apf_rejected": sum(w["envoy"]["apf_rejected"] for w in windows)}
-    s["totals"] = tot
-    lines = []
-    if not post:
-        lines.append("No window after the warm-up: nothing to summarize.")
-        return "\n".join(lines), s
+def totals(windows: list[dict]) -> dict:
+    """Requests and failures over all windows."""
+    return {"requests_envoy": sum(w["requests"] for w in windows),
+            "requests_wrk": sum(w["wrk_requests"] for w in windows),
+            "non2xx": sum(sum(v for k, v in w["codes"].items() if not k.startswith("2")) for w in windows),
+            "429": sum(w["codes"].get("429", 0) for w in windows),
+            "5xx": sum(sum(v for k, v in w["codes"].items() if k.startswith("5")) for w in windows),
+            "socket_errors": sum(sum(w["socket_errors"].values()) for w in windows),
+            "envoy_4xx": sum(w["envoy"]["downstream_rq_4xx"] for w in windows),
+            "envoy_5xx": sum(w["envoy"]["downstream_rq_5xx"] for w in windows),
+            "apf_rejected": sum(w["envoy"]["apf_rejected"] for w in windows)}
+
+
+def trend_table(post: list[dict], args, s: dict) -> list[str]:
+    """Markdown lines: each measure's first, last, slope and medians over the windows after the
+    warm-up (also stored in `s` under the measure's key)."""
+    lines: list[str] = []
     xs = [(w["t_start_min"] + w["t_end_min"]) / 2 for w in post]
     metrics = [("RSS", "rss_mib", "MiB", ".1f"), ("RSS anonymous", "rss_anon_mib", "MiB", ".1f"),
                ("RSS file-backed", "rss_file_mib", "MiB", ".1f"),
@@ -377,6 +371,22 @@ def summarize(windows: list[dict], args, meta: dict) -> tuple[str, dict]:
                      f"{fmt(ys[-1] - ys[0] if ys[0] is not None and ys[-1] is not None else None, '+' + sp)}{u} | "
                      f"{fmt(slope, '+.3f')}{u} ({fmt(slope / statistics.mean(good) * 100 if statistics.mean(good) else None, '+.2f')} % of mean) | "
                      f"{fmt(first5, sp)}{u} | {fmt(last5, sp)}{u} |")
+    return lines
+
+
+def summarize(windows: list[dict], args, meta: dict) -> tuple[str, dict]:
+    for w in windows:
+        derive(w)
+    post = [w for w in windows if w["t_start_min"] >= args.warmup_minutes - 1e-9]
+    s: dict = {"windows": len(windows), "post_warmup_windows": len(post),
+               "warmup_minutes": args.warmup_minutes}
+    tot = totals(windows)
+    s["totals"] = tot
+    lines = []
+    if not post:
+        lines.append("No window after the warm-up: nothing to summarize.")
+        return "\n".join(lines), s
+    lines += trend_table(post, args, s)
     lv = [w.get("level") for w in windows if w.get("level")]
     if lv:
         s["level_max"] = {k: max(x[k] for x in lv) for k in lv[0]}
@@ -397,7 +407,7 @@ def summarize(windows: list[dict], args, meta: dict) -> tuple[str, dict]:
 
 
 # ---------------------------------------------------------------------------------------------
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--minutes", type=float, default=30.0, help="total run time (default 30)")
@@ -438,25 +448,23 @@ def main() -> int:
     ap.add_argument("--from-json", metavar="FILE",
                     help="run nothing: summarize the windows of an earlier run's --out file (with "
                     "this --warmup-minutes; --md to write the Markdown)")
-    args = ap.parse_args()
-    if args.from_json:
-        data = json.loads(Path(args.from_json).read_text())
-        print(HEADER)
-        print(SEP)
-        for w in data["windows"]:
-            print(row(w))
-        report(data["windows"], data["meta"], args)
-        return 0
-    if args.threads > args.connections:
-        args.threads = args.connections
-    harness.IDLE_LOAD[0] = args.load_priority == "idle" and shutil.which("chrt") is not None
+    return ap.parse_args(argv)
 
-    envoy_bin = find_envoy()
-    wrk = harness.ensure_wrk(not args.no_install)
-    if not wrk:
-        raise SystemExit("wrk not found (apt-get install wrk)")
-    work = Path(tempfile.mkdtemp(prefix="apf-soak-"))
-    control = args.filter == "none"
+
+def summarize_file(args) -> int:
+    """--from-json: the windows and summary of an earlier run."""
+    data = json.loads(Path(args.from_json).read_text())
+    print(HEADER)
+    print(SEP)
+    for w in data["windows"]:
+        print(row(w))
+    report(data["windows"], data["meta"], args)
+    return 0
+
+
+def prepare_module(args, work: Path, control: bool) -> tuple[Path, str, Path]:
+    """(where the module comes from, its sha256, the copy the gateway loads); for the control
+    run an empty file."""
     wasm = work / "apf_wasm.wasm"
     if control:
         src, sha = Path("-"), "-"
@@ -465,6 +473,11 @@ def main() -> int:
         src = Path(args.apf_wasm) if args.apf_wasm else harness.wasm_build(None, None)
         shutil.copyfile(src, wasm)
         sha = hashlib.sha256(wasm.read_bytes()).hexdigest()
+    return src, sha, wasm
+
+
+def run_meta(args, envoy_bin: str, src: Path, sha: str, wasm: Path, control: bool) -> dict:
+    """What the run measured: Envoy, module, commit, machine, load and policy."""
     git = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True).stdout.strip()
     dirty = bool(subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "src", "Cargo.toml"],
@@ -483,6 +496,164 @@ def main() -> int:
                 policy="none (no filter)" if control else (f"one level of {args.seats} seats (128 queues, hand 6, queue limit 50)"
                         if args.seats else "default (suggested defaults)") + ", identity frontProxy")
     meta["filter"] = args.filter
+    return meta
+
+
+def start_gateway(name: str, kind: str, args, upstream_port: int, wasm: Path, work: Path,
+                  envoy_bin: str) -> tuple[str, EnvoyProcess, bool]:
+    """A started gateway Envoy: apf-wasm, the localqueue module or no filter; (target label, Envoy,
+    whether it has apf-wasm's debug dumps)."""
+    if kind == "apf":
+        cfg = gateway_config(upstream_port=upstream_port, wasm_path=str(wasm),
+                             plugin_config=(apf_policy.single_level_config(
+                                 args.seats, group=GROUP, queues=128, hand_size=6, queue_length_limit=50)
+                                 if args.seats else apf_policy.plugin_config()))
+    elif kind == "localqueue":
+        lq = harness.cargo_wasm(REPO / "bench/localqueue/Cargo.toml",
+                                harness.target_dir() / "bench-localqueue", "localqueue")
+        shutil.copyfile(lq, work / "localqueue.wasm")
+        per_worker = max(1, args.seats // args.workers) if args.seats else 1_000_000
+        cfg = gateway_config(upstream_port=upstream_port, wasm_path=str(work / "localqueue.wasm"),
+                             plugin_config=str(per_worker))
+    else:
+        cfg = gateway_config(upstream_port=upstream_port, http_filter="none")
+    env = EnvoyProcess(cfg, work, envoy_bin=envoy_bin, concurrency=args.workers, name=name,
+                       log_level="warning")
+    env.start()
+    return name, env, kind == "apf"
+
+
+def write_out(args, meta: dict, windows: list[dict], summary: dict | None = None) -> None:
+    if args.out:
+        Path(args.out).write_text(json.dumps({"meta": meta, "windows": windows, "summary": summary},
+                                             indent=1, default=str))
+
+
+def print_intro(meta: dict, args, n_windows: int) -> None:
+    print(f"Envoy {meta['envoy']}, {args.workers} workers, {os.cpu_count()} CPUs; module git "
+          f"{meta['git']} sha256 {meta['module_sha256']}…; policy: {meta['policy']}"
+          + (f"; upstream delay {args.upstream_delay_ms:g} ms" if args.upstream_delay_ms else "")
+          + f"; wrk {args.connections} connections, think "
+          f"{args.think_ms} ms; {args.users:,} users; {n_windows} × {args.window:g} s windows"
+          + (f", alternating apf-wasm / control ({args.interleave})" if args.interleave else "")
+          + ".\n", flush=True)
+    print(HEADER)
+    print(SEP, flush=True)
+
+
+def run_windows(gateways: list[tuple[str, EnvoyProcess, bool]], args, wrk: str, work: Path, meta: dict,
+                windows: list[dict], stop: list[bool]) -> None:
+    """Waits for the gateways, then the windows (alternating between the gateways), each
+    appended to `windows`, printed and written out as it ends; stops early when `stop[0]`."""
+    for name, env, _ in gateways:
+        env.wait_ready(timeout=60)
+        bad = env.fatal_log_lines()
+        if bad:
+            raise RuntimeError(f"{name} module failed: " + bad[0])
+    n_windows = max(1, int(round(args.minutes * 60 / args.window)))
+    log(f"{n_windows} windows of {args.window:g} s; {args.connections} connections, think "
+        f"{args.think_ms} ms, {args.users:,} users, {args.workers} workers"
+        + (f"; alternating with the control ({args.interleave})" if args.interleave else ""))
+    print_intro(meta, args, n_windows)
+    script = work / "soak.lua"
+    next_user = 0
+    t0 = time.monotonic()
+    for i in range(n_windows):
+        if stop[0]:
+            break
+        win = measure_window(i, gateways, args, wrk, script, next_user, t0)
+        next_user += win["wrk_requests"]
+        windows.append(win)
+        print(row(win), flush=True)
+        write_out(args, meta, windows)
+
+
+def run_wrk_sampling(cmd: list[str], gateway: tuple[str, EnvoyProcess, bool],
+                     gateways: list[tuple[str, EnvoyProcess, bool]], args, w0: float) -> tuple[str, list[dict], int, int]:
+    """wrk's output, with the level samples (debug dumps), the probe requests they took and the
+    largest RSS (kB) seen while it ran; raises when a gateway exits."""
+    _, env, dumps = gateway
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         stdin=subprocess.DEVNULL)
+    samples: list[dict] = []
+    probes = 0
+    rss_max = 0
+    next_sample = time.monotonic() + min(args.sample, args.window / 2)
+    while p.poll() is None:
+        if not all(g.alive() for _, g, _ in gateways):
+            p.kill()
+            dead = next((n, g) for n, g, _ in gateways if not g.alive())
+            raise RuntimeError(f"{dead[0]} Envoy exited\n" + dead[1].log_tail(20))
+        if time.monotonic() >= next_sample and time.monotonic() < w0 + args.window - 1:
+            if dumps:
+                try:
+                    samples.append(level_sample(env.ports["gateway"]))
+                except Exception as e:  # noqa: BLE001
+                    log(f"dump sample failed: {e}")
+                probes += 2
+            rss_max = max(rss_max, proc_status(env.pid)["VmRSS"])
+            next_sample += args.sample
+        time.sleep(0.1)
+    out, _ = p.communicate()
+    return out, samples, probes, rss_max
+
+
+def measure_window(i: int, gateways: list[tuple[str, EnvoyProcess, bool]], args, wrk: str, script: Path,
+                   next_user: int, t0: float) -> dict:
+    """Window i (on gateway i mod their number): wrk for --window seconds from user `next_user`
+    on, and the gateway's CPU, memory and counters before and after."""
+    target, env, _ = gateways[i % len(gateways)]
+    port = env.ports["gateway"]
+    wrk_script(script, args.users, next_user, args.threads, args.think_ms)
+    c0, cpu0, w0 = counters(env), proc_cpu_s(env.pid), time.monotonic()
+    sched0 = env.cpu_split()["cpu_s"]
+    cmd = harness.idle_cmd([wrk, "-t", str(args.threads), "-c", str(args.connections),
+                            "-d", f"{args.window:g}s", "--timeout", "10s", "-s", str(script),
+                            f"http://127.0.0.1:{port}{PATH}"])
+    out, samples, probes, rss_max = run_wrk_sampling(cmd, gateways[i % len(gateways)], gateways, args, w0)
+    w1 = time.monotonic()
+    cpu1, c1 = proc_cpu_s(env.pid), counters(env)
+    sched1 = env.cpu_split()["cpu_s"]
+    res = parse_wrk(out)
+    if "wrk_failed" in res:
+        log("wrk output: " + " / ".join(res["wrk_failed"]))
+    next_user += res["wrk_requests"]
+    stt = proc_status(env.pid)
+    mem = admin_memory(env)
+    wm = wasm_memory(env.pid)
+    d = {k: c1[k] - c0[k] for k in c1 if k != "stats_count"}
+    served = max(1, d["downstream_rq_total"] - probes)
+    return dict(index=i + 1, target=target, t_start_min=(w0 - t0) / 60, t_end_min=(w1 - t0) / 60,
+                wall_s=w1 - w0, requests=served, probes=probes, rps=served / (w1 - w0),
+                cpu_s=cpu1 - cpu0, cpu_us_per_req=(cpu1 - cpu0) / served * 1e6,
+                cpu_us_per_req_schedstat=(sched1 - sched0) / served * 1e6,
+                rss_mib=stt["VmRSS"] / 1024, rss_max_mib=max(rss_max, stt["VmRSS"]) / 1024,
+                rss_anon_mib=stt["RssAnon"] / 1024, rss_file_mib=stt["RssFile"] / 1024,
+                hwm_mib=stt["VmHWM"] / 1024, threads=stt.get("Threads"),
+                heap_allocated_mib=mem["allocated"] / MiB if "allocated" in mem else None,
+                heap_size_mib=mem["heap_size"] / MiB if "heap_size" in mem else None,
+                memory=mem, wasm_vms=wm["vms"], wasm_size_mib=wm["size_kb"] / 1024,
+                wasm_rss_mib=wm["rss_kb"] / 1024, stats_count=c1["stats_count"], envoy=d,
+                level=({k: max(s[k] for s in samples) for k in samples[0]} if samples else None),
+                level_samples=len(samples), next_user=next_user % args.users, **res)
+
+
+def main() -> int:
+    args = parse_args()
+    if args.from_json:
+        return summarize_file(args)
+    if args.threads > args.connections:
+        args.threads = args.connections
+    harness.IDLE_LOAD[0] = args.load_priority == "idle" and shutil.which("chrt") is not None
+
+    envoy_bin = find_envoy()
+    wrk = harness.ensure_wrk(not args.no_install)
+    if not wrk:
+        raise SystemExit("wrk not found (apt-get install wrk)")
+    work = Path(tempfile.mkdtemp(prefix="apf-soak-"))
+    control = args.filter == "none"
+    src, sha, wasm = prepare_module(args, work, control)
+    meta = run_meta(args, envoy_bin, src, sha, wasm, control)
     log(f"envoy {meta['envoy']} {envoy_bin}; module {src} ({meta['module_bytes']} bytes, sha256 "
         f"{meta['module_sha256']}…, git {meta['git']}); work dir {work}")
 
@@ -490,32 +661,10 @@ def main() -> int:
                       name="upstream", log_level="warning")
     up.start().wait_ready()
     harness.make_idle(up.pid)
-    # (target label, Envoy, whether it has apf-wasm's debug dumps)
-    gateways: list[tuple[str, EnvoyProcess, bool]] = []
-
-    def start_gateway(name: str, kind: str) -> None:
-        if kind == "apf":
-            cfg = gateway_config(upstream_port=up.ports["direct"], wasm_path=str(wasm),
-                                 plugin_config=(apf_policy.single_level_config(
-                                     args.seats, group=GROUP, queues=128, hand_size=6, queue_length_limit=50)
-                                     if args.seats else apf_policy.plugin_config()))
-        elif kind == "localqueue":
-            lq = harness.cargo_wasm(REPO / "bench/localqueue/Cargo.toml",
-                                    harness.target_dir() / "bench-localqueue", "localqueue")
-            shutil.copyfile(lq, work / "localqueue.wasm")
-            per_worker = max(1, args.seats // args.workers) if args.seats else 1_000_000
-            cfg = gateway_config(upstream_port=up.ports["direct"], wasm_path=str(work / "localqueue.wasm"),
-                                 plugin_config=str(per_worker))
-        else:
-            cfg = gateway_config(upstream_port=up.ports["direct"], http_filter="none")
-        env = EnvoyProcess(cfg, work, envoy_bin=envoy_bin, concurrency=args.workers, name=name,
-                           log_level="warning")
-        gateways.append((name, env, kind == "apf"))
-        env.start()
-
-    start_gateway("gateway", "none" if control else "apf")
+    gateways = [start_gateway("gateway", "none" if control else "apf", args, up.ports["direct"], wasm, work,
+                              envoy_bin)]
     if args.interleave:
-        start_gateway("control", args.interleave)
+        gateways.append(start_gateway("control", args.interleave, args, up.ports["direct"], wasm, work, envoy_bin))
         meta["interleave"] = args.interleave
     windows: list[dict] = []
     stop = [False]
@@ -524,95 +673,8 @@ def main() -> int:
         stop[0] = True
 
     signal.signal(signal.SIGTERM, on_term)
-
-    def write_out(summary: dict | None = None) -> None:
-        if args.out:
-            Path(args.out).write_text(json.dumps({"meta": meta, "windows": windows, "summary": summary},
-                                                 indent=1, default=str))
-
     try:
-        for name, env, _ in gateways:
-            env.wait_ready(timeout=60)
-            bad = env.fatal_log_lines()
-            if bad:
-                raise RuntimeError(f"{name} module failed: " + bad[0])
-        n_windows = max(1, int(round(args.minutes * 60 / args.window)))
-        log(f"{n_windows} windows of {args.window:g} s; {args.connections} connections, think "
-            f"{args.think_ms} ms, {args.users:,} users, {args.workers} workers"
-            + (f"; alternating with the control ({args.interleave})" if args.interleave else ""))
-        print(f"Envoy {meta['envoy']}, {args.workers} workers, {os.cpu_count()} CPUs; module git "
-              f"{meta['git']} sha256 {meta['module_sha256']}…; policy: {meta['policy']}"
-              + (f"; upstream delay {args.upstream_delay_ms:g} ms" if args.upstream_delay_ms else "")
-              + f"; wrk {args.connections} connections, think "
-              f"{args.think_ms} ms; {args.users:,} users; {n_windows} × {args.window:g} s windows"
-              + (f", alternating apf-wasm / control ({args.interleave})" if args.interleave else "")
-              + ".\n", flush=True)
-        print(HEADER)
-        print(SEP, flush=True)
-        script = work / "soak.lua"
-        next_user = 0
-        t0 = time.monotonic()
-        for i in range(n_windows):
-            if stop[0]:
-                break
-            target, env, dumps = gateways[i % len(gateways)]
-            port = env.ports["gateway"]
-            wrk_script(script, args.users, next_user, args.threads, args.think_ms)
-            c0, cpu0, w0 = counters(env), proc_cpu_s(env.pid), time.monotonic()
-            sched0 = env.cpu_split()["cpu_s"]
-            cmd = harness.idle_cmd([wrk, "-t", str(args.threads), "-c", str(args.connections),
-                                    "-d", f"{args.window:g}s", "--timeout", "10s", "-s", str(script),
-                                    f"http://127.0.0.1:{port}{PATH}"])
-            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                 stdin=subprocess.DEVNULL)
-            samples: list[dict] = []
-            probes = 0
-            rss_max = 0
-            next_sample = time.monotonic() + min(args.sample, args.window / 2)
-            while p.poll() is None:
-                if not all(g.alive() for _, g, _ in gateways):
-                    p.kill()
-                    dead = next((n, g) for n, g, _ in gateways if not g.alive())
-                    raise RuntimeError(f"{dead[0]} Envoy exited\n" + dead[1].log_tail(20))
-                if time.monotonic() >= next_sample and time.monotonic() < w0 + args.window - 1:
-                    if dumps:
-                        try:
-                            samples.append(level_sample(port))
-                        except Exception as e:  # noqa: BLE001
-                            log(f"dump sample failed: {e}")
-                        probes += 2
-                    rss_max = max(rss_max, proc_status(env.pid)["VmRSS"])
-                    next_sample += args.sample
-                time.sleep(0.1)
-            out, _ = p.communicate()
-            w1 = time.monotonic()
-            cpu1, c1 = proc_cpu_s(env.pid), counters(env)
-            sched1 = env.cpu_split()["cpu_s"]
-            res = parse_wrk(out)
-            if "wrk_failed" in res:
-                log("wrk output: " + " / ".join(res["wrk_failed"]))
-            next_user += res["wrk_requests"]
-            stt = proc_status(env.pid)
-            mem = admin_memory(env)
-            wm = wasm_memory(env.pid)
-            d = {k: c1[k] - c0[k] for k in c1 if k != "stats_count"}
-            served = max(1, d["downstream_rq_total"] - probes)
-            win = dict(index=i + 1, target=target, t_start_min=(w0 - t0) / 60, t_end_min=(w1 - t0) / 60,
-                       wall_s=w1 - w0, requests=served, probes=probes, rps=served / (w1 - w0),
-                       cpu_s=cpu1 - cpu0, cpu_us_per_req=(cpu1 - cpu0) / served * 1e6,
-                       cpu_us_per_req_schedstat=(sched1 - sched0) / served * 1e6,
-                       rss_mib=stt["VmRSS"] / 1024, rss_max_mib=max(rss_max, stt["VmRSS"]) / 1024,
-                       rss_anon_mib=stt["RssAnon"] / 1024, rss_file_mib=stt["RssFile"] / 1024,
-                       hwm_mib=stt["VmHWM"] / 1024, threads=stt.get("Threads"),
-                       heap_allocated_mib=mem["allocated"] / MiB if "allocated" in mem else None,
-                       heap_size_mib=mem["heap_size"] / MiB if "heap_size" in mem else None,
-                       memory=mem, wasm_vms=wm["vms"], wasm_size_mib=wm["size_kb"] / 1024,
-                       wasm_rss_mib=wm["rss_kb"] / 1024, stats_count=c1["stats_count"], envoy=d,
-                       level=({k: max(s[k] for s in samples) for k in samples[0]} if samples else None),
-                       level_samples=len(samples), next_user=next_user % args.users, **res)
-            windows.append(win)
-            print(row(win), flush=True)
-            write_out()
+        run_windows(gateways, args, wrk, work, meta, windows, stop)
     except KeyboardInterrupt:
         log("interrupted: summarizing the windows done")
     except Exception as e:  # noqa: BLE001 - e.g. the gateway was killed: keep what was measured
@@ -626,7 +688,7 @@ def main() -> int:
             env.stop()
         up.stop()
     summary = report(windows, meta, args)
-    write_out(summary)
+    write_out(args, meta, windows, summary)
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -29,7 +29,7 @@
 #       kubectl -n $NAMESPACE exec -i $ETCD_NAME-0 -c etcd -- etcdctl
 #         --endpoints=https://127.0.0.1:2379 --cacert=/etc/etcd/tls/server/ca.crt
 #         --cert=/etc/etcd/tls/server/tls.crt --key=/etc/etcd/tls/server/tls.key
-#   tests/e2e/etcdproc.py runs `certs`, `auth` and `check` against a local etcd with its own ETCDCTL.
+#   apfkit/etcdproc.py runs `certs`, `auth` and `check` against a local etcd with its own ETCDCTL.
 #
 # The passwords are hex (openssl rand -hex): the gateway's init container substitutes the fleet
 # password into the plugin configuration (a JSON string) and accepts only [0-9A-Za-z].

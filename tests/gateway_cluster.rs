@@ -404,7 +404,7 @@ fn metrics_config(stale_after: &str) -> String {
     .to_string()
 }
 
-/// kube-apiserver 1.34's `/metrics` object counts (as tests/e2e/upstream.py writes them):
+/// kube-apiserver 1.34's `/metrics` object counts (as apfkit/upstream.py writes them):
 /// `(group/resource, count, average size)`.
 fn metrics_text(counts: &[(&str, i64, i64)]) -> String {
     let mut out =

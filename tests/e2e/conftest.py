@@ -22,16 +22,13 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import client as _client  # noqa: E402
-from envoy_template import ecds_resource, gateway_config  # noqa: E402
-from envoyproc import REPO, EnvoyProcess, WaitAbort, find_envoy, wait_until  # noqa: E402
-from upstream import Upstream  # noqa: E402
+from apfkit import client as _client
+from apfkit.envoy_template import ecds_resource, gateway_config
+from apfkit.envoyproc import REPO, STATS_CONFIG, EnvoyProcess, WaitAbort, find_envoy, wait_until
+from apfkit.upstream import Upstream
 
 PROBE_USER = "system:apf-e2e-probe"
 PROBE_GROUPS = ("system:masters",)
-STATS_CONFIG = REPO / "envoy" / "stats_config.yaml"  # generated: tests/ops_stats_config.rs
 
 
 def pytest_configure(config):

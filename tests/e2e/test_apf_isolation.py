@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from apf_policy import plugin_config
-from contract import assert_all_200_or_429, assert_classified, PL_UID
-from envoyproc import wait_until
+from apfkit.apf_policy import plugin_config
+from apfkit.contract import assert_all_200_or_429, assert_classified, PL_UID
+from apfkit.envoyproc import wait_until
 
 pytestmark = pytest.mark.apf
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-import client
-from apf_policy import E2E_GROUP, fs_uid, pl_uid, single_level_config
-from contract import assert_all_200_or_429, assert_classified
+from apfkit import client
+from apfkit.apf_policy import E2E_GROUP, fs_uid, pl_uid, single_level_config
+from apfkit.contract import assert_all_200_or_429, assert_classified
 
 pytestmark = pytest.mark.apf
 

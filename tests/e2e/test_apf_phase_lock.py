@@ -18,8 +18,8 @@ import statistics
 
 import pytest
 
-from apf_policy import E2E_GROUP, single_level_config
-from test_apf_fairness import pct, run_phase
+from apfkit.apf_policy import E2E_GROUP, single_level_config
+from apfkit.phases import pct, run_phase
 
 pytestmark = pytest.mark.apf
 

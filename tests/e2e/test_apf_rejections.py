@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-import client
-from apf_policy import E2E_GROUP, fs_uid, pl_uid, single_level_config
-from contract import assert_classified, assert_rejection
-from envoyproc import wait_until
+from apfkit import client
+from apfkit.apf_policy import E2E_GROUP, fs_uid, pl_uid, single_level_config
+from apfkit.contract import assert_classified, assert_rejection
+from apfkit.envoyproc import wait_until
 
 pytestmark = pytest.mark.apf
 

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from apf_policy import E2E_GROUP, single_level_config
-from envoyproc import wait_until
+from apfkit.apf_policy import E2E_GROUP, single_level_config
+from apfkit.envoyproc import wait_until
 
 pytestmark = pytest.mark.apf
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from apf_policy import group_policy
-from envoyproc import wait_until
+from apfkit.apf_policy import group_policy
+from apfkit.envoyproc import wait_until
 
 pytestmark = pytest.mark.apf
 

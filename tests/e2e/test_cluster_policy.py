@@ -4,18 +4,18 @@ like a reload; an invalid cluster policy changes nothing; a policy read again wi
 live apiserver changes on every read (resourceVersion, managedFields, status, order) is not
 applied again, a changed spec is.
 
-The test upstream lists the objects as a live kube-apiserver does (tests/e2e/upstream.py,
+The test upstream lists the objects as a live kube-apiserver does (apfkit/upstream.py,
 "Flowcontrol"): every read differs from the one before outside the objects' specs."""
 
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 
 import pytest
 
-from envoyproc import wait_until
+from apfkit.envoyproc import wait_until
+from apfkit.observe import APPLIED
 
 pytestmark = pytest.mark.apf
 
@@ -133,10 +133,6 @@ def test_policy_follows_the_served_version(gateway):
 
 # "apf: cluster policy from <prefix> generation G applied: L priority levels, S flow schemas, ..."
 # as Envoy logs it: [time][thread id][level][wasm] ...
-APPLIED = re.compile(r"^\[[^]]*\]\[(\d+)\]\[\w+\]\[wasm\].*cluster policy from \S+ generation \d+ applied: "
-                     r"\d+ priority levels, (\d+) flow schemas")
-
-
 def applied_lines(gw) -> list[tuple[str, int]]:
     """(thread id, flow schemas) of each "cluster policy ... applied" line in Envoy's log."""
     text = gw.envoy.log_path.read_text(errors="replace")

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from envoyproc import REPO, EnvoyProcess, http_get, validate_config, wait_until
-from etcdproc import Etcd, b64, range_end
-from pki import have_openssl, self_signed
+from apfkit.envoyproc import REPO, EnvoyProcess, http_get, validate_config, wait_until
+from apfkit.etcdproc import Etcd, b64, range_end
+from apfkit.pki import have_openssl, self_signed
 
 yaml = pytest.importorskip("yaml", reason="PyYAML (installed with kubernetes-validate by scripts/envoy-env.sh)")
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate (scripts/envoy-env.sh)")

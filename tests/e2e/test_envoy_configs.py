@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from envoyproc import REPO, EnvoyProcess, validate_config, wait_until
-from upstream import Upstream
+from apfkit.envoyproc import REPO, EnvoyProcess, validate_config, wait_until
+from apfkit.upstream import Upstream
 
 pytestmark = pytest.mark.harness
 
@@ -103,7 +103,7 @@ def test_harness_ecds_example_serves_and_hot_reloads(envoy_bin, wasm_module, tmp
     try:
         env.start().wait_ready(timeout=40)
         port = env.ports["gateway"]
-        from client import request
+        from apfkit.client import request
 
         r = wait_until(lambda: (lambda x: x if x.status == 200 else None)(
             request(port, path="/healthz", user="u", groups=("system:authenticated",), timeout=5)),

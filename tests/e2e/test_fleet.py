@@ -1,6 +1,6 @@
 """Fleet mode in real Envoys: three gateway processes (2 workers each) in front of one test
 upstream, coordinated through a real etcd (Debian's etcd-server, started here on loopback with
-TLS and authentication, set up as deploy/overlays/fleet's: tests/e2e/etcdproc.py).
+TLS and authentication, set up as deploy/overlays/fleet's: apfkit/etcdproc.py).
 The level's 20 seats are the limit of the whole fleet: without fleet mode each replica would
 enforce all 20 (45 requests in flight with 15 closed-loop clients per replica).
 
@@ -20,38 +20,21 @@ Checked, with closed-loop clients against an upstream whose service time varies:
 from __future__ import annotations
 
 import json
-import random
 import re
 import shutil
 import signal
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-import client
-from apf_policy import E2E_GROUP, single_level_config
-from envoy_template import gateway_config
-from etcdproc import Etcd
-from envoyproc import REPO, EnvoyProcess, wait_until
-from test_prometheus import FLEET_SERIES, dashboard_targets
-from upstream import Upstream
+from apfkit import client
+from apfkit.dashboard import FLEET_SERIES, dashboard_targets
+from apfkit.envoyproc import EnvoyProcess, wait_until
+from apfkit.fleet import LEASE_TTL, PERIOD, SEATS, Harness, load
+from apfkit.upstream import Upstream
 
 pytestmark = pytest.mark.apf
-
-SEATS = 20
-PERIOD = 1.0
-LEASE_TTL = 5.0
-PATH = "/api/v1/namespaces/default/pods"
-STATS_CONFIG = REPO / "envoy" / "stats_config.yaml"
-
-
-def fleet_config(etcd: Etcd) -> dict:
-    cfg = single_level_config(SEATS, queues=16, hand_size=4, queue_length_limit=50)
-    cfg["fleet"] = {"etcd": etcd.fleet_etcd("etcd"), "period": "1s", "leaseTtl": "5s"}
-    return cfg
 
 
 class Sampler:
@@ -89,53 +72,17 @@ class Sampler:
         return None
 
 
-def load(ports: list[int], conns: int, seconds: float, tag: str) -> list[client.Result]:
-    """`conns` closed-loop clients on each port (one user each), service time 50–150 ms."""
-    out: list[client.Result] = []
-    lock = threading.Lock()
-    rnd = random.Random(7)
-
-    def run(port: int) -> None:
-        users = {f"{tag}-{port}-{i}": 1 for i in range(conns)}
-        res = client.closed_loop(port, users, seconds, path=PATH,
-                                 groups_of={u: (E2E_GROUP,) for u in users},
-                                 headers_for=lambda _u, _i: {"x-sleep-ms": str(rnd.randint(50, 150))})
-        with lock:
-            out.extend(res)
-
-    threads = [threading.Thread(target=run, args=(p,)) for p in ports]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
-
-
 @pytest.fixture
 def fleet(wasm_module, envoy_bin):
     if shutil.which("etcd") is None:
         pytest.fail("etcd not installed (scripts/prereqs.sh e2e installs Debian's etcd-server)")
-    work = Path(tempfile.mkdtemp(prefix="fleet-"))
-    etcd = Etcd(work).start()
-    up = Upstream().start()
-    up.set_nodelay()
-    envoys: list[EnvoyProcess] = []
-    for i in range(3):
-        cfg = gateway_config(upstream_port=up.port, wasm_path=wasm_module, plugin_config=fleet_config(etcd))
-        cfg["static_resources"]["clusters"].append(etcd.envoy_cluster())
-        env = EnvoyProcess(cfg, work / f"envoy{i}", envoy_bin=envoy_bin, concurrency=2, name=f"envoy{i}",
-                           extra_args=["--config-yaml", STATS_CONFIG.read_text()])
-        envoys.append(env.start())
+    h = Harness(wasm_module, envoy_bin)
     try:
-        for env in envoys:
-            env.wait_ready(timeout=30)
-        wait_until(lambda: len(etcd.replicas()) == 3, timeout=20, what="three replica records in etcd")
-        yield etcd, up, envoys
+        envoys = [h.replica() for _ in range(3)]
+        wait_until(lambda: len(h.etcd.replicas()) == 3, timeout=20, what="three replica records in etcd")
+        yield h.etcd, h.up, envoys
     finally:
-        for env in envoys:
-            env.stop()
-        up.stop()
-        etcd.stop()
+        h.close()
 
 
 def test_fleet_shares_one_limit_across_three_replicas(fleet):

@@ -27,23 +27,20 @@ import json
 import math
 import shutil
 import signal
-import tempfile
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-import client
-from apf_policy import E2E_GROUP, pl_uid
-from envoy_template import gateway_config
-from envoyproc import EnvoyProcess, wait_until
-from etcdproc import Etcd, b64
-from tcpproxy import PausableProxy
-from test_cluster_policy import APPLIED
-from test_fleet import LEASE_TTL, PERIOD, SEATS, STATS_CONFIG, fleet_config, load
-from upstream import Upstream
+from apfkit import client
+from apfkit.apf_policy import E2E_GROUP, pl_uid
+from apfkit.envoyproc import EnvoyProcess, wait_until
+from apfkit.etcdproc import Etcd, b64
+from apfkit.fleet import LEASE_TTL, PERIOD, SEATS, Harness, fleet_config, load
+from apfkit.observe import APPLIED
+from apfkit.tcpproxy import PausableProxy
+from apfkit.upstream import Upstream
 
 pytestmark = pytest.mark.apf
 
@@ -53,39 +50,6 @@ LEVEL = "e2e-level"
 
 def report(msg: str) -> None:
     print(f"fleet-failures: {msg}", flush=True)
-
-
-class Harness:
-    """One etcd, one upstream, and the Envoy replicas a test starts (all stopped at the end)."""
-
-    def __init__(self, wasm: str, envoy_bin: str) -> None:
-        self.wasm, self.envoy_bin = wasm, envoy_bin
-        self.work = Path(tempfile.mkdtemp(prefix="fleet-failures-"))
-        self.etcd = Etcd(self.work).start()
-        self.up = Upstream().start()
-        self.up.set_nodelay()
-        self.envoys: list[EnvoyProcess] = []
-        self.proxies: list[PausableProxy] = []
-
-    def replica(self, plugin_config: dict | None = None, etcd_cluster: dict | None = None) -> EnvoyProcess:
-        """A started, ready replica (Envoy's log written every 500 ms)."""
-        cfg = gateway_config(upstream_port=self.up.port, wasm_path=self.wasm,
-                             plugin_config=plugin_config or fleet_config(self.etcd))
-        cfg["static_resources"]["clusters"].append(etcd_cluster or self.etcd.envoy_cluster())
-        i = len(self.envoys)
-        env = EnvoyProcess(cfg, self.work / f"envoy{i}", envoy_bin=self.envoy_bin, concurrency=2,
-                           name=f"envoy{i}", extra_args=["--config-yaml", STATS_CONFIG.read_text(),
-                                                         "--file-flush-interval-msec", "500"])
-        self.envoys.append(env)
-        return env.start().wait_ready(timeout=30)
-
-    def close(self) -> None:
-        for env in self.envoys:
-            env.stop()
-        for p in self.proxies:
-            p.stop()
-        self.up.stop()
-        self.etcd.stop()
 
 
 @pytest.fixture
@@ -130,7 +94,7 @@ def etcd_records(etcd: Etcd) -> dict[str, str] | None:
 
 class InFlight:
     """Samples the upstream's requests in flight every 20 ms, in total and per replica (the
-    clients' users are `<tag>-<port>-<i>`, see test_fleet.load)."""
+    clients' users are `<tag>-<port>-<i>`, see apfkit.fleet.load)."""
 
     def __init__(self, up: Upstream, ports: list[int]) -> None:
         self.up, self.ports = up, ports
@@ -172,7 +136,7 @@ class InFlight:
 
 
 class Background:
-    """Closed-loop load (test_fleet.load) on replicas, in a thread: [(port, connections), ...]."""
+    """Closed-loop load (apfkit.fleet.load) on replicas, in a thread: [(port, connections), ...]."""
 
     def __init__(self, plan: list[tuple[int, int]], seconds: float, tag: str) -> None:
         self.results: list[client.Result] = []

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-import client
-from apf_policy import plugin_config
-from envoyproc import wait_until
+from apfkit import client
+from apfkit.apf_policy import plugin_config
+from apfkit.envoyproc import wait_until
 
 pytestmark = pytest.mark.harness
 
@@ -132,7 +132,7 @@ def test_harness_ecds_reload_under_load_keeps_serving(gateway):
 
 
 def test_harness_seat_arithmetic():
-    from apf_policy import nominal_cl, shares_for_seats, single_level_config
+    from apfkit.apf_policy import nominal_cl, shares_for_seats, single_level_config
 
     # kubernetes-apf.md §8.1: share sum 245; global-default (20) at 600 seats → 49.
     assert nominal_cl(600, 20, 245) == 49

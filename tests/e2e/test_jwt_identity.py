@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from apf_policy import group_policy
+from apfkit.apf_policy import group_policy
 
 pytestmark = pytest.mark.apf
 

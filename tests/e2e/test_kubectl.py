@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from apf_policy import plugin_config
+from apfkit.apf_policy import plugin_config
 
 pytestmark = pytest.mark.harness
 

@@ -8,10 +8,10 @@ import threading
 
 import pytest
 
-import client
-from apf_policy import E2E_GROUP, single_level_config
-from envoyproc import wait_until
-from ops_helpers import level_rows, parse_dump
+from apfkit import client
+from apfkit.apf_policy import E2E_GROUP, single_level_config
+from apfkit.envoyproc import wait_until
+from apfkit.observe import level_rows, parse_dump
 
 pytestmark = pytest.mark.apf
 

@@ -11,12 +11,11 @@ import threading
 
 import pytest
 
-import client
-from apf_policy import E2E_GROUP, single_level_config
-from conftest import STATS_CONFIG
-from envoy_template import gateway_config
-from envoyproc import wait_until
-from ops_helpers import parse_prometheus, prom_series, prom_sum
+from apfkit import client
+from apfkit.apf_policy import E2E_GROUP, single_level_config
+from apfkit.envoy_template import gateway_config
+from apfkit.envoyproc import STATS_CONFIG, wait_until
+from apfkit.observe import parse_prometheus, prom_series, prom_sum
 
 pytestmark = pytest.mark.apf
 

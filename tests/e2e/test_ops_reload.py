@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-import client
-from apf_policy import (E2E_GROUP, flow_schema, fs_uid, nominal_cl, pl_uid, plugin_config,
+from apfkit import client
+from apfkit.apf_policy import (E2E_GROUP, flow_schema, fs_uid, nominal_cl, pl_uid, plugin_config,
                         priority_level)
-from envoyproc import wait_until
-from ops_helpers import ecds_stat, level_rows, parse_prometheus, prom_sum
+from apfkit.envoyproc import wait_until
+from apfkit.observe import ecds_stat, level_rows, parse_prometheus, prom_sum
 
 pytestmark = pytest.mark.apf
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-import client
-from apf_policy import plugin_config
-from ops_helpers import parse_dump
+from apfkit import client
+from apfkit.apf_policy import plugin_config
+from apfkit.observe import parse_dump
 
 pytestmark = pytest.mark.apf
 

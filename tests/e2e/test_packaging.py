@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from envoyproc import REPO
+from apfkit.envoyproc import REPO
 
 pytestmark = pytest.mark.harness
 

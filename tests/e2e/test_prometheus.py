@@ -31,14 +31,14 @@ from pathlib import Path
 
 import pytest
 
-import client
-from apf_policy import E2E_GROUP, single_level_config
-from envoyproc import REPO, wait_until
+from apfkit import client
+from apfkit.apf_policy import E2E_GROUP, single_level_config
+from apfkit.dashboard import DASHBOARD, FLEET_SERIES, dashboard_targets
+from apfkit.envoyproc import REPO, wait_until
 
 pytestmark = pytest.mark.apf
 
 OBS = REPO / "observability"
-DASHBOARD = OBS / "grafana-apf.json"
 ALERTS = OBS / "apf-alerts.yaml"
 SUM_RULES = OBS / "apf-wasm-rules.yaml"
 ALERT_TESTS = OBS / "apf-alerts.test.yaml"
@@ -77,35 +77,8 @@ def upstream_series_names() -> set[str]:
     return out
 
 
-# Fleet mode's own series (docs/observability.md).
-FLEET_SERIES = {"apf_wasm_fleet_allocated_seats", "apf_wasm_fleet_replicas", "apf_wasm_fleet_sync_age_seconds",
-                "apf_wasm_fleet_sync_failures_total", "apf_wasm_fleet_ignored_records_total",
-                "apf_wasm_fleet_data_losses_total"}
-
-
 def metric_names_in(expr: str) -> set[str]:
     return set(re.findall(r"\b(apiserver_flowcontrol_[a-z_]+)\b", expr))
-
-
-FLEET_ROW = "Fleet (apf-wasm fleet mode)"
-
-
-def dashboard_targets(fleet: bool = False) -> list[tuple[str, str]]:
-    """(panel title, expr) for every query of every panel, rows included: outside the fleet row
-    (upstream's names, for kube-apiserver and every gateway), or, with `fleet`, inside it (fleet
-    mode's own series; tests/e2e/test_fleet.py checks that the replicas export them)."""
-    d = json.loads(DASHBOARD.read_text())
-    out = []
-
-    def walk(panels, in_fleet: bool):
-        for p in panels:
-            inside = in_fleet or p.get("title") == FLEET_ROW
-            walk(p.get("panels", []), inside)
-            if inside == fleet:
-                out.extend((p["title"], t["expr"]) for t in p.get("targets", []))
-
-    walk(d["panels"], False)
-    return out
 
 
 def grafana_expand(expr: str, rate_window: str) -> str:

@@ -14,10 +14,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "bench"))
-
-import protection  # noqa: E402
+from bench import protection
 
 pytestmark = pytest.mark.apf
 

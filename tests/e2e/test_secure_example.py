@@ -14,7 +14,7 @@ every rewrite must match exactly as often as stated, so a changed example fails 
 Envoy runs with `APF_WASM_TOKEN` in its environment (the shipped file reads the token of its
 `/metrics` poll from there, `host_env_keys`).
 The upstream cluster keeps its TLS transport socket: the stand-in apiserver is the test upstream
-(tests/e2e/upstream.py, which records the headers it receives) behind a TLS listener that serves
+(apfkit/upstream.py, which records the headers it receives) behind a TLS listener that serves
 a certificate for `kubernetes.default.svc` from the cluster CA and REQUIRES a client certificate
 from the front-proxy CA, so the example's upstream TLS (SNI, SAN check, front-proxy client
 certificate) is exercised too. Its `/metrics` reports POD_COUNT pods of POD_SIZE bytes and answers
@@ -40,12 +40,12 @@ from pathlib import Path
 
 import pytest
 
-from apf_policy import flow_schema, priority_level
-from envoyproc import REPO, EnvoyProcess, validate_config, wait_until
-from ops_helpers import parse_dump
-from pki import have_openssl, issue, make_ca, self_signed, subject
-from test_work_estimate_cluster import list_seats, pl_max_seats
-from upstream import Upstream
+from apfkit.apf_policy import flow_schema, priority_level
+from apfkit.envoyproc import REPO, EnvoyProcess, validate_config, wait_until
+from apfkit.observe import parse_dump
+from apfkit.pki import have_openssl, issue, make_ca, self_signed, subject
+from apfkit.upstream import Upstream
+from apfkit.work_estimate import list_seats, pl_max_seats
 
 pytestmark = pytest.mark.apf
 

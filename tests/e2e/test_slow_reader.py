@@ -30,9 +30,9 @@ import h2.events
 import h2.settings
 import pytest
 
-from apf_policy import E2E_GROUP, single_level_config
-from envoyproc import wait_until
-from ops_helpers import level_rows
+from apfkit.apf_policy import E2E_GROUP, single_level_config
+from apfkit.envoyproc import wait_until
+from apfkit.observe import level_rows
 
 pytestmark = pytest.mark.apf
 

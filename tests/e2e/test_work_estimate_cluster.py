@@ -28,10 +28,11 @@ import time
 
 import pytest
 
-import client
-from apf_policy import plugin_config, priority_level, flow_schema
-from envoyproc import wait_until
-from ops_helpers import parse_prometheus
+from apfkit import client
+from apfkit.apf_policy import plugin_config, priority_level, flow_schema
+from apfkit.envoyproc import wait_until
+from apfkit.observe import parse_prometheus
+from apfkit.work_estimate import BYTES_PER_SEAT, list_seats, pl_max_seats
 
 pytestmark = pytest.mark.apf
 
@@ -40,25 +41,6 @@ TOKEN = "s3cret"
 AUTHORITY = "kubernetes.default.svc"
 # What client-go's reflector sends for a WatchList (initial state as events, then a bookmark).
 WATCHLIST = "sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&watch=true"
-
-# Upstream constants (§6.1).
-BYTES_PER_SEAT = 100_000
-CACHE_MAX_BYTES = 1_000_000
-MAX_LIST_SEATS = 100
-
-
-def pl_max_seats(nominal_cl: int, hand_size: int) -> int:
-    """§6.3: max(1, min(ceil(NominalCL × 0.15), NominalCL div handSize))."""
-    return max(1, min(math.ceil(nominal_cl * 0.15), nominal_cl // hand_size))
-
-
-def list_seats(count: int, avg: int, max_seats: int, from_cache: bool) -> int:
-    """§6.4 step 7 (size-based), no limit, no selector; clamped to [1, min(maxSeats, 100)]."""
-    total = count * avg
-    if from_cache:
-        total = min(total, CACHE_MAX_BYTES)
-    return max(1, min(math.ceil(total / BYTES_PER_SEAT), max_seats, MAX_LIST_SEATS))
-
 
 def cluster_metrics(period: str, **kw) -> dict:
     return dict({"cluster": "apiserver", "authority": AUTHORITY, "token": TOKEN, "period": period,

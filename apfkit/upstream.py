@@ -1,7 +1,8 @@
 """A test upstream that answers like a (tiny) kube-apiserver and records concurrency.
 
-Stdlib only. Used by the e2e tests (in-process, `Upstream()`), by ./run-gateway.sh as the demo
-upstream (`python3 tests/e2e/upstream.py --port 0 --port-file F`) and by nobody else.
+Stdlib only. Used by the e2e tests and the benchmarks (in-process, `Upstream()`; bench/
+apiserver_model.py serves its `metrics_text`) and by ./run-gateway.sh as the demo upstream
+(`python3 apfkit/upstream.py --port 0 --port-file F`).
 
 Recorded: requests in flight now and at most, total count, per-user counts (from the
 `X-Remote-User` header as forwarded by Envoy), per-user max in flight, a bounded event log, and

@@ -1,4 +1,4 @@
-"""Plugin-configuration builders for the e2e tests.
+"""Plugin-configuration builders for the e2e tests and the benchmarks.
 
 Plugin configuration (JSON, the filter's contract): `serverConcurrencyLimit`, `requestTimeout`
 (Go duration), `suggestedDefaults`, `policy` (list of flowcontrol.apiserver.k8s.io/v1 FlowSchema /

@@ -1,4 +1,4 @@
-"""Start, probe and stop one Envoy process (shared by the e2e fixtures and bench/run.py).
+"""Start, probe and stop one Envoy process (shared by the e2e fixtures and the benchmarks).
 
 Stdlib only. Envoy runs with `--concurrency N`, `--use-dynamic-base-id` (a free, unique base id
 per instance, so parallel runs never clash on hot-restart shared memory), `-l info` and its log in
@@ -17,7 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
+# Envoy's stats configuration for the filter's metrics (generated: tests/ops_stats_config.rs),
+# passed as `--config-yaml`.
+STATS_CONFIG = REPO / "envoy" / "stats_config.yaml"
 
 
 def find_envoy() -> str:

@@ -1,4 +1,5 @@
-"""Helpers for the test_ops_* e2e tests: Prometheus text parsing and debug-dump parsing."""
+"""Reading what a gateway exposes: Prometheus text, the debug dumps, ECDS stats and the filter's
+log lines."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import re
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+# The filter's log line when a VM applies a policy read from the cluster: (thread id, flow schemas).
+APPLIED = re.compile(r"^\[[^]]*\]\[(\d+)\]\[\w+\]\[wasm\].*cluster policy from \S+ generation \d+ applied: "
+                     r"\d+ priority levels, (\d+) flow schemas")
 
 
 def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:

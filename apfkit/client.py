@@ -1,4 +1,5 @@
-"""HTTP clients for the e2e tests: one request, N requests over M connections, closed loops.
+"""HTTP clients for the e2e tests and the benchmarks: one request, N requests over M connections,
+closed loops.
 
 Stdlib only (http.client + threading). Every request has a bounded timeout; nothing hangs.
 Identity travels as front-proxy headers: `X-Remote-User` and one `X-Remote-Group` header per

@@ -1,4 +1,4 @@
-"""Envoy bootstrap configurations for the e2e tests and the benchmark (stdlib only).
+"""Envoy bootstrap configurations for the e2e tests and the benchmarks (stdlib only).
 
 Configs are built as Python dicts and written as JSON (JSON is YAML, and Envoy reads `.json`).
 Listener and admin ports default to 0 (the kernel picks free ports); the real ports are read back

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from client import Result
+from .client import Result
 
 REJECT_BODY = b"Too many requests, please try again later.\n"
 REJECT_CONTENT_TYPE = "text/plain; charset=utf-8"

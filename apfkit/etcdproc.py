@@ -30,7 +30,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from envoyproc import REPO, wait_until
+from .envoyproc import REPO, wait_until
 
 SETUP = REPO / "scripts" / "fleet-etcd-setup.sh"
 FLEET_USER = "apf-gateway"
