@@ -512,9 +512,9 @@ fn fuzz_etcd_response() {
 #[ignore = "regenerates fuzz/corpus/etcd_response"]
 fn write_etcd_response_corpus() {
     use apf_wasm::fleet::etcd;
-    use apf_wasm::fleet::memetcd::MemEtcd;
     use apf_wasm::fleet::{Fleet, FleetConfig, FleetPolicy};
     use apf_wasm::limits::borrowing::SeatDemandStats;
+    use apf_wasm::simulate::memetcd::MemEtcd;
     const S: i64 = 1_000_000_000;
     let policy = FleetPolicy::new(100, &apf_wasm::policy::default_policy().priority_levels);
     let mut etcd = MemEtcd::with_auth(&[("apf", "pw")], 300 * S);

@@ -28,9 +28,9 @@ use super::results::{FleetResult, ReplicaResult};
 use super::scenario::{FleetSim, Scenario};
 use crate::engine::{self, store::MemStore, LevelState};
 use crate::fairqueuing::queueset::QueueSet;
-use crate::fleet::memetcd::MemEtcd;
 use crate::fleet::{EtcdCall, Fleet, FleetFeed, FleetLevel, FleetPolicy};
 use crate::limits::static_limits::LevelLimits;
+use crate::simulate::memetcd::MemEtcd;
 use crate::Nanos;
 
 /// The gateway's timer tick (`gateway::root::TICK_MS`).

@@ -11,12 +11,12 @@ use apf_wasm::fleet::allocation::Allocation;
 use apf_wasm::fleet::config::FleetConfig;
 use apf_wasm::fleet::etcd::{self, CompareTarget, KeyValue, RequestOp, TxnRequest, TxnResponse};
 use apf_wasm::fleet::levels::FleetPolicy;
-use apf_wasm::fleet::memetcd::MemEtcd;
 use apf_wasm::fleet::record::Record;
 use apf_wasm::fleet::snapshot::{claims_of, granted_of, Snapshot};
 use apf_wasm::fleet::{EtcdCall, Fleet, FleetMode};
 use apf_wasm::limits::borrowing::SeatDemandStats;
 use apf_wasm::policy::model::{LimitResponse, PriorityLevel, PriorityLevelSpec, Queuing};
+use apf_wasm::simulate::memetcd::MemEtcd;
 use apf_wasm::Nanos;
 use std::collections::BTreeMap;
 
