@@ -29,7 +29,7 @@ pub mod record;
 pub mod snapshot;
 
 pub use allocation::{allocate, Allocation, ReplicaDemand, WideNeed};
-pub use claim::{EtcdCall, Fleet, FleetMode};
+pub use claim::{EtcdCall, Fleet, FleetError, FleetMode};
 pub use config::FleetConfig;
 pub use feed::FleetFeed;
 pub use levels::{FleetLevel, FleetPolicy};

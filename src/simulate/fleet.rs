@@ -216,7 +216,7 @@ impl<'a> FleetLevels<'a> {
         let (config, policy) = (self.sim.config.clone(), self.policy.clone());
         let Replica { id, level, feed, .. } = self.replica(r)?;
         if feed.is_none() {
-            *feed = Some(FleetFeed::new(Fleet::new(config, policy, id)?, level.compiled(), now));
+            *feed = Some(FleetFeed::new(Fleet::new(config, policy, id).map_err(|e| e.to_string())?, level.compiled(), now));
         }
         let Some(feed) = feed.as_mut() else { return Ok(()) };
         let tick = feed.tick(level.compiled(), level.timer_store()?, now);
