@@ -20,7 +20,7 @@ const T0: i64 = 1_000 * S;
 const HIGH: usize = 1;
 
 fn config() -> FleetConfig {
-    FleetConfig::with_cluster("etcd")
+    fleet_sim::config_with_cluster("etcd")
 }
 
 fn demand(levels: &[f64]) -> Vec<SeatDemandStats> {

@@ -518,7 +518,7 @@ fn write_etcd_response_corpus() {
     const S: i64 = 1_000_000_000;
     let policy = FleetPolicy::new(100, &apf_wasm::policy::default_policy().priority_levels);
     let mut etcd = MemEtcd::with_auth(&[("apf", "pw")], 300 * S);
-    let mut cfg = FleetConfig::with_cluster("etcd");
+    let mut cfg = FleetConfig::from_json(&serde_json::json!({"etcd": {"cluster": "etcd"}})).unwrap();
     cfg.etcd.credentials = Some(apf_wasm::fleet::config::Credentials { username: "apf".into(), password: "pw".into() });
     let mut seen: Vec<(String, Vec<u8>)> = Vec::new();
     let selector = |path: &str, status: u16, txn_range: bool| -> u8 {

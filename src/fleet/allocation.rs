@@ -89,6 +89,7 @@ impl Allocation {
     /// A replica's seats per level (exempt levels: 0), if it is in the snapshot.
     pub fn seats_of(&self, id: &str) -> Option<Vec<u32>> {
         let i = self.replica_index(id)?;
+        debug_assert!(self.levels.iter().all(|l| l.seats.len() == self.replicas.len()), "seats per replica");
         Some(self.levels.iter().map(|l| l.seats.get(i).copied().unwrap_or(0)).collect())
     }
 

@@ -164,8 +164,11 @@ fn from_object<T: serde::de::DeserializeOwned>(v: &Value) -> Res<T> {
     T::deserialize(v).or_else(|e| bad(e.to_string()))
 }
 
-fn to_vec<T: Serialize>(v: &T) -> Vec<u8> {
-    serde_json::to_vec(v).unwrap_or_default()
+/// A message's JSON (serializing these types cannot fail).
+pub fn to_vec<T: Serialize>(v: &T) -> Vec<u8> {
+    let body = serde_json::to_vec(v);
+    debug_assert!(body.is_ok(), "JSON of a message");
+    body.unwrap_or_default()
 }
 
 /// `to_json` / `from_json` for the messages, through their serde derives.

@@ -23,6 +23,11 @@ use std::collections::BTreeMap;
 pub const S: Nanos = 1_000_000_000;
 pub const MS: Nanos = 1_000_000;
 
+/// A fleet configuration with defaults for everything but the etcd cluster.
+pub fn config_with_cluster(cluster: &str) -> FleetConfig {
+    FleetConfig::from_json(&serde_json::json!({ "etcd": { "cluster": cluster } })).unwrap()
+}
+
 /// splitmix64.
 #[derive(Clone)]
 pub struct Rng(pub u64);
@@ -196,7 +201,7 @@ pub struct Stats {
 impl Sim {
     pub fn new(seed: u64, net: Net) -> Sim {
         let policy = test_policy();
-        let mut config = FleetConfig::with_cluster("etcd");
+        let mut config = config_with_cluster("etcd");
         config.name = "test".into();
         Sim {
             now: 1_000 * S,

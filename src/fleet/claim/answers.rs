@@ -5,6 +5,7 @@
 use super::calls::{CallKind, InFlight};
 use super::lease::Token;
 use super::plan::Base;
+use super::slot::at;
 use super::Fleet;
 use crate::fleet::etcd::{AuthenticateResponse, EtcdError, LeaseResponse, RangeResponse, TxnResponse};
 use crate::fleet::snapshot::{claims_of, granted_of, Snapshot};
@@ -131,8 +132,9 @@ impl Fleet {
     fn set_own(&mut self, m: i64, claims: &[u32]) {
         self.own = Some(m);
         self.claims_seen = true;
+        debug_assert_eq!(claims.len(), self.slots.len(), "claims per level of the policy");
         for (i, s) in self.slots.iter_mut().enumerate() {
-            s.claim = claims.get(i).copied().unwrap_or(0);
+            s.claim = at(claims, i);
         }
     }
 

@@ -166,7 +166,7 @@ impl Fleet {
 
     /// A read of every record under the prefix.
     pub(super) fn range_call(&mut self, now: Nanos) -> EtcdCall {
-        let body = serde_json::to_vec(&RangeRequest::prefix(&self.prefix)).unwrap_or_default();
+        let body = etcd::to_vec(&RangeRequest::prefix(&self.prefix));
         self.call(CallKind::Range, etcd::KV_RANGE, body, now)
     }
 
@@ -273,6 +273,7 @@ impl Fleet {
     /// The transaction of a planned write: compare (the record's or the prefix's mod revision),
     /// put the record, read the prefix either way.
     fn write_call(&mut self, plan: Plan, now: Nanos) -> EtcdCall {
+        debug_assert!(self.lease.id.is_some(), "records are written under the lease");
         self.heartbeat = self.heartbeat.wrapping_add(1);
         self.round.writes = self.round.writes.saturating_add(1);
         let heartbeat = self.heartbeat;

@@ -1,13 +1,29 @@
 //! Read-only views of a replica's state beyond its limits: for the host's stats and logs (the
 //! records ignored, etcd's data losses) and for tests and diagnostics (the claims as etcd holds
-//! them, the lease and its deadline, the policy).
+//! them, the lease and its deadline, the policy, when the next tick is due).
 
-use super::Fleet;
+use super::{Fleet, NUDGES_PER_PERIOD};
 use crate::fleet::levels::FleetPolicy;
 use crate::fleet::snapshot::IgnoredRecord;
 use crate::Nanos;
 
 impl Fleet {
+    /// When the host should call [`Fleet::tick`] next at the latest: the next keepalive or
+    /// round, or the lease deadline (where the limits fall back), whichever comes first.
+    pub fn next_tick(&self, now: Nanos) -> Nanos {
+        let p = self.config.period;
+        let nudge = self.round.last.max(self.round.last_nudge);
+        let nudge = nudge.map(|t| t.saturating_add(p / NUDGES_PER_PERIOD)).filter(|_| self.nudge_useful());
+        let due = [
+            self.lease.last_keepalive.map(|k| k.saturating_add(p)),
+            self.round.last.map(|r| r.saturating_add(p)),
+            nudge,
+            self.lease.deadline(),
+            self.recovery.until,
+        ];
+        due.into_iter().flatten().filter(|&t| t > now).fold(now.saturating_add(p), Nanos::min)
+    }
+
     pub fn policy(&self) -> &FleetPolicy {
         &self.policy
     }

@@ -304,22 +304,6 @@ impl Fleet {
         self.sync_failures
     }
 
-    /// When the host should call [`Fleet::tick`] next at the latest: the next keepalive or
-    /// round, or the lease deadline (where the limits fall back), whichever comes first.
-    pub fn next_tick(&self, now: Nanos) -> Nanos {
-        let p = self.config.period;
-        let nudge = self.round.last.max(self.round.last_nudge);
-        let nudge = nudge.map(|t| t.saturating_add(p / NUDGES_PER_PERIOD)).filter(|_| self.nudge_useful());
-        let due = [
-            self.lease.last_keepalive.map(|k| k.saturating_add(p)),
-            self.round.last.map(|r| r.saturating_add(p)),
-            nudge,
-            self.lease.deadline(),
-            self.recovery.until,
-        ];
-        due.into_iter().flatten().filter(|&t| t > now).fold(now.saturating_add(p), Nanos::min)
-    }
-
     /// Each limited level's index with its slot.
     fn limited_slots(&self) -> impl Iterator<Item = (usize, &LevelSlot)> + '_ {
         self.policy.levels.iter().zip(&self.slots).enumerate().filter(|(_, (l, _))| !l.exempt).map(|(i, (_, s))| (i, s))

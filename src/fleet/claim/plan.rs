@@ -114,7 +114,10 @@ impl Fleet {
     /// Each level's starting point under the allocation `alloc` of the state the write creates.
     fn basis(&self, alloc: &Allocation, now: Nanos) -> Vec<Basis> {
         let (present, recovering) = (self.own.is_some(), self.recovering(now));
-        let target = alloc.seats_of(&self.id).filter(|_| self.leaving.is_none()).unwrap_or_default();
+        // The state the write creates holds this replica's record: the allocation names it.
+        let target = alloc.seats_of(&self.id);
+        debug_assert!(target.is_some(), "the planned state holds this replica");
+        let target = target.filter(|_| self.leaving.is_none()).unwrap_or_default();
         let in_use = self.in_use_bound();
         let levels = self.policy.levels.iter().zip(&self.slots).enumerate();
         let basis = |(i, (l, s)): (usize, (&crate::fleet::levels::FleetLevel, &super::LevelSlot))| Basis {

@@ -3,6 +3,7 @@
 
 use super::calls::CallKind;
 use super::calls::InFlight;
+use super::slot::at;
 use super::Fleet;
 use crate::fleet::etcd::Header;
 use crate::fleet::snapshot::IgnoredRecord;
@@ -86,7 +87,7 @@ impl Fleet {
         }
         let shares = self.static_shares();
         for (i, s) in self.slots.iter_mut().enumerate() {
-            let cap = shares.get(i).copied().unwrap_or(0).min(s.granted);
+            let cap = at(&shares, i).min(s.granted);
             s.recovery_cap = if recovering { cap.min(s.recovery_cap) } else { cap };
             (s.wide, s.wide_since) = (0, 0);
         }
@@ -105,6 +106,6 @@ impl Fleet {
             Some(t) if self.own.is_some() && self.lease.id.is_some() && self.lease.trusted(now) => t,
             _ => self.static_shares(),
         };
-        self.slots.iter().enumerate().map(|(i, s)| base.get(i).copied().unwrap_or(0).min(s.recovery_cap)).collect()
+        self.slots.iter().enumerate().map(|(i, s)| at(&base, i).min(s.recovery_cap)).collect()
     }
 }
