@@ -70,7 +70,7 @@ pub struct PluginConfig {
     /// The longest a WATCH holds its seats while its initial state streams.
     pub watch_initial_events_max_hold: Nanos,
     /// Fleet mode: `serverConcurrencyLimit` is the limit of every replica together (`fleet`).
-    pub fleet: Option<crate::fleet::FleetConfig>,
+    pub fleet: Option<super::fleet::FleetConfig>,
 }
 
 /// Default of `workEstimator.watchInitialEventsMaxHold`.
@@ -208,7 +208,7 @@ fn from_map(m: &Map<String, Value>, env: Env) -> (PluginConfig, Vec<String>) {
     let dry_run_priority_levels = get_string_list(m, "dryRunPriorityLevels", &[], &mut errs);
     let debug_groups = get_string_list(m, "debugGroups", &["system:masters"], &mut errs);
     let explain_groups = get_string_list(m, "explainGroups", &[], &mut errs);
-    let fleet = m.get("fleet").filter(|v| !v.is_null()).map(|v| crate::fleet::FleetConfig::parse(v, env));
+    let fleet = m.get("fleet").filter(|v| !v.is_null()).map(|v| super::fleet::FleetConfig::parse(v, env));
     let fleet = fleet.and_then(|f| f.map_err(|e| errs.extend(e)).ok());
     let cluster_policy = m.get("clusterPolicy").filter(|v| !v.is_null()).map(|v| ClusterPolicy::parse(v, env));
     let cluster_policy = cluster_policy.and_then(|c| c.map_err(|e| errs.extend(e)).ok());

@@ -5,6 +5,7 @@ pub mod bootstrap;
 pub mod cluster;
 pub mod config;
 pub mod discovery;
+pub mod fleet;
 pub mod model;
 pub mod objects;
 pub mod validation;

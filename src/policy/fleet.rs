@@ -1,5 +1,5 @@
-//! The `fleet` object of the plugin configuration: where the fleet's etcd is and how often the
-//! replicas sync.
+//! The `fleet` object of the plugin configuration (re-exported as `fleet::config`): where the
+//! fleet's etcd is and how often the replicas sync.
 //!
 //! ```json
 //! "fleet": { "etcd": { "cluster": "etcd", "authority": "etcd.example", "prefix": "/apf-wasm/",
@@ -13,8 +13,8 @@
 //! and every error found is reported, as for the rest of the configuration (`policy::config`).
 //! The fleet's records live under `<prefix><name>/replicas/<replica-id>`.
 
+use super::cluster::{positive_duration, process_env, Env};
 use crate::duration::format_go_duration;
-use crate::policy::cluster::{positive_duration, process_env, Env};
 use crate::{Nanos, NANOS_PER_SEC};
 use serde::Deserialize;
 use serde_json::Value;
