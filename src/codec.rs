@@ -251,7 +251,7 @@ mod tests {
                 shift += 7;
             }
         }
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut rng = crate::test_rng::Rng(0x9e37_79b9_7f4a_7c15);
         let mut cases: Vec<Vec<u8>> = vec![vec![], vec![0x80; 9], vec![0x80; 10], vec![0x80; 11], vec![0x80; 12]];
         for last in [0u8, 1, 2, 0x7f, 0x80, 0x81, 0x82] {
             let mut c = vec![0xffu8; 9];
@@ -261,9 +261,7 @@ mod tests {
             cases.push(c);
         }
         for n in 0..20_000u32 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next();
             let len = (n % 13) as usize;
             cases.push((0..len).map(|k| (x >> (k * 5)) as u8 | if k + 1 < len && n % 3 != 0 { 0x80 } else { 0 }).collect());
             let mut w = Writer::new();

@@ -23,6 +23,11 @@ pub mod simulate;
 #[cfg(all(target_arch = "wasm32", feature = "proxy-wasm-glue"))]
 pub mod filter;
 
+/// The tests' deterministic generator, shared with the integration tests.
+#[cfg(test)]
+#[path = "../tests/common/rng.rs"]
+mod test_rng;
+
 /// Monotonic time in nanoseconds (the engine's clock unit; origin is arbitrary but shared by all
 /// workers of one process).
 pub type Nanos = i64;

@@ -3,6 +3,10 @@
 use apf_wasm::digest::identity::{forbidden_status, identify, parse_subject, FrontProxyHeaders, IdentityConfig, IdentityInput, UserInfo};
 use std::net::IpAddr;
 
+#[path = "common/rng.rs"]
+mod rng;
+use rng::Rng;
+
 fn cfg(j: &str) -> IdentityConfig {
     serde_json::from_str(j).unwrap()
 }
@@ -180,13 +184,8 @@ fn never_panics() {
     let cf = cfg(
         r#"{"setFrontProxyHeaders":true,"sources":[{"type":"frontProxy","trustedSourceCidrs":["0.0.0.0/0"]},{"type":"clientCertificate"},{"type":"jwt"}]}"#,
     );
-    let mut s: u64 = 88172645463325252;
-    let mut next = || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
+    let mut rng = Rng(88172645463325252);
+    let mut next = || rng.next();
     let names = [
         "x-remote-user",
         "x-remote-group",

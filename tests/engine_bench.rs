@@ -2,12 +2,16 @@
 //! `cargo test --release --test engine_bench -- --ignored --nocapture`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use apf_wasm::codec::{Reader, Writer};
 use apf_wasm::digest::identity::IdentityInput;
 use apf_wasm::engine::compiled::RequestLine;
 use apf_wasm::engine::store::MemStore;
 use apf_wasm::engine::{self, Arriving, Compiled, Decision};
-use apf_wasm::fairqueuing::RequestTag;
+use apf_wasm::fairqueuing::queueset::{Arrival, QueueSet};
+use apf_wasm::fairqueuing::{QueueSetConfig, Receipt, RequestTag, WorkEstimate};
 use apf_wasm::policy::config::parse_plugin_config;
+use apf_wasm::Nanos;
+use std::collections::VecDeque;
 use std::time::Instant;
 
 /// Iterations per measurement (`APF_BENCH_N`, default 200000; lower it under callgrind).
@@ -349,5 +353,100 @@ fn bench_decode_reusing_vs_scratch() {
         st.qs.requests_waiting(),
         show(reusing),
         show(scratch)
+    );
+}
+
+/// ns per request of a QueueSet alone (arrive, dispatch, finish), optionally with a decode and
+/// an encode of its state around each operation, and the largest encoded state.
+fn queueset_ns_per_request(with_codec: bool, ops: u64) -> (f64, usize) {
+    let cfg = QueueSetConfig { desired_queues: 128, queue_length_limit: 50, hand_size: 6, concurrency_limit: 100, strict_limit: false };
+    let mut qs = QueueSet::new(cfg, 0).unwrap();
+    let mut bytes = Vec::new();
+    let mut executing: VecDeque<Receipt> = VecDeque::new();
+    let mut out = Vec::with_capacity(16);
+    let mut now: Nanos = 1_000_000_000;
+    let mut max_len = 0;
+    let t0 = Instant::now();
+    for i in 0..ops {
+        now += 10_000;
+        let flow = (i % 10_000).wrapping_mul(0x9E3779B97F4A7C15) ^ 0x1234_5678;
+        let tag = RequestTag { owner: 1, context: i as u32, flow_schema: 3, flow_hash: flow, wait_deadline: now + 15_000_000_000 };
+        out.clear();
+        if with_codec {
+            qs = QueueSet::decode(&mut Reader::new(&bytes)).unwrap_or(qs);
+        }
+        match qs.start_request(now, WorkEstimate::ONE, tag, &mut out).arrival {
+            Arrival::Executing(rc) => executing.push_back(rc),
+            Arrival::Queued(_) | Arrival::Rejected(_) => {}
+        }
+        executing.extend(out.iter().map(|d| d.receipt));
+        if with_codec {
+            let mut w = Writer::with_capacity(bytes.len() + 64);
+            qs.encode(&mut w);
+            bytes = w.into_bytes();
+            max_len = max_len.max(bytes.len());
+            qs = QueueSet::decode(&mut Reader::new(&bytes)).unwrap();
+        }
+        // keep ~95 executing: finish the oldest
+        if executing.len() > 95 {
+            let rc = executing.pop_front().unwrap();
+            out.clear();
+            qs.finish(now, &rc, &mut out);
+            executing.extend(out.iter().map(|d| d.receipt));
+        }
+        if with_codec {
+            let mut w = Writer::with_capacity(bytes.len() + 64);
+            qs.encode(&mut w);
+            bytes = w.into_bytes();
+        }
+    }
+    let el = t0.elapsed().as_secs_f64();
+    (el / ops as f64 * 1e9, max_len)
+}
+
+/// The QueueSet alone: ns per request at 128 queues and 10k flows, and bytes of encoded state per
+/// queued request.
+#[test]
+#[ignore]
+fn bench_queueset() {
+    let (ns, _) = queueset_ns_per_request(false, 2_000_000);
+    println!("arrive+dispatch+finish, 128 queues, 10k flows, ~95 executing: {ns:.0} ns per request");
+    let (ns, max_len) = queueset_ns_per_request(true, 200_000);
+    println!("same with decode+encode around each op: {ns:.0} ns per request (state up to {max_len} bytes)");
+    // Bytes of encoded state per queued request.
+    let cfg = QueueSetConfig { desired_queues: 128, queue_length_limit: 50, hand_size: 6, concurrency_limit: 1, strict_limit: false };
+    let mut qs = QueueSet::new(cfg, 1_000_000_000_000).unwrap();
+    let mut out = Vec::new();
+    let size = |qs: &QueueSet| {
+        let mut w = Writer::new();
+        qs.encode(&mut w);
+        w.buf.len()
+    };
+    let now = 1_000_000_000_000 + 5_000_000;
+    qs.start_request(
+        now,
+        WorkEstimate::ONE,
+        RequestTag { flow_hash: 1, wait_deadline: now + 15_000_000_000, ..Default::default() },
+        &mut out,
+    );
+    let base = size(&qs);
+    println!("one executing request: {base} bytes");
+    let n = 1000u64;
+    for i in 0..n {
+        let t = now + i as i64 * 1000;
+        let tag = RequestTag {
+            owner: 3,
+            context: 1000 + i as u32,
+            flow_schema: 7,
+            flow_hash: (i % 500).wrapping_mul(0x9E3779B97F4A7C15),
+            wait_deadline: t + 15_000_000_000,
+        };
+        qs.start_request(t, WorkEstimate::ONE, tag, &mut out);
+    }
+    let full = size(&qs);
+    println!(
+        "{} queued: {full} bytes, {:.1} bytes per queued request",
+        qs.requests_waiting(),
+        (full - base) as f64 / qs.requests_waiting() as f64
     );
 }

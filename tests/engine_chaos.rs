@@ -25,6 +25,10 @@ use apf_wasm::fairqueuing::{RequestId, RequestTag, WorkEstimate};
 use apf_wasm::policy::config::parse_plugin_config;
 use apf_wasm::{Nanos, NANOS_PER_SEC};
 
+#[path = "common/rng.rs"]
+mod rng;
+use rng::Rng;
+
 const MS: Nanos = 1_000_000;
 const LEASE_TTL: Nanos = 5 * NANOS_PER_SEC;
 const HEARTBEAT_EVERY: Nanos = NANOS_PER_SEC;
@@ -32,24 +36,6 @@ const REAP_EVERY: Nanos = 2 * NANOS_PER_SEC;
 const TICK: Nanos = 50 * MS;
 const GRACE: Nanos = 100 * MS;
 const LEVELS: [&str; 2] = ["alpha", "beta"];
-
-/// splitmix64: deterministic, seedable, no dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
 
 /// Two Limited levels (`alpha` NCS 50, `beta` NCS 45) plus the mandatory exempt and catch-all
 /// (NCS 5); lendable 0 / borrowing 0 pin CurrentCL to NominalCL = ceil(S·NCS/100).

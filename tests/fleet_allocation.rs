@@ -17,7 +17,7 @@
 //!   rises (moving from the allocated regime to the shared one), the minimum grows in steps, and
 //!   largest remainder can take a seat from a replica when the total grows (the Alabama
 //!   paradox). The test counts those cases and checks that a fleet of one is never affected.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, clippy::unnecessary_cast)]
 
 use apf_wasm::fleet::allocation::{allocate, demand_weight, minimum_share, split_seats, static_share, Allocation, ReplicaDemand};
 use apf_wasm::fleet::levels::FleetPolicy;
@@ -25,28 +25,18 @@ use apf_wasm::limits::borrowing::{update_borrowing, BorrowingLevel, SeatDemandSt
 use apf_wasm::policy::default_policy;
 use apf_wasm::policy::model::{LimitResponse, PriorityLevel, PriorityLevelSpec, Queuing};
 
-/// splitmix64.
-struct Rng(u64);
+#[path = "common/rng.rs"]
+mod rng;
+use rng::Rng;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo + 1)
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
+/// A float in `[0, hi)`.
+trait Float {
+    fn f(&mut self, hi: f64) -> f64;
+}
+
+impl Float for Rng {
     fn f(&mut self, hi: f64) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 * hi
+        self.unit() * hi
     }
 }
 

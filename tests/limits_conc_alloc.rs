@@ -1,30 +1,17 @@
 //! Upstream `conc_alloc_test.go` `TestConcAlloc`: 10,000 random allocation problems checked for
 //! sum, bounds and proportionality (fpSlack 1e-10). The generator follows upstream's shapes
 //! ("bound from below", "bound from above", "not-set-by-bounds", zero-target extras); the PRNG
-//! is a small deterministic SplitMix64 (not Go's math/rand), seeded with upstream's seed.
+//! is the tests' SplitMix64 (`tests/common/rng.rs`, not Go's math/rand), seeded with upstream's
+//! seed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use apf_wasm::limits::conc_alloc::{compute_concurrency_allocation, AllocProblemItem, MIN_TARGET};
 
+#[path = "common/rng.rs"]
+mod rng;
+use rng::Rng;
+
 const FP_SLACK: f64 = 1e-10;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn float64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn intn(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-}
 
 fn f64_rel_diff(a: f64, b: f64) -> f64 {
     let den = a.abs().max(b.abs());
@@ -40,7 +27,7 @@ fn partition64(r: &mut Rng, n: usize, x: f64, mut consume: impl FnMut(&mut Rng, 
     if n == 0 {
         return;
     }
-    let mut divs: Vec<f64> = (0..n - 1).map(|_| r.float64()).collect();
+    let mut divs: Vec<f64> = (0..n - 1).map(|_| r.unit()).collect();
     divs.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let mut last = 0.0;
     for (idx, div) in divs.iter().enumerate() {
@@ -58,7 +45,7 @@ struct Tally {
 }
 
 fn test1(r: &mut Rng, tally: &mut Tally) {
-    let mut prob_len = [0usize, 1, 2, 3, 4, 6, 9][r.intn(7)];
+    let mut prob_len = [0usize, 1, 2, 3, 4, 6, 9][r.below(7) as usize];
     let zero = AllocProblemItem { lower_bound: 0.0, upper_bound: 0.0, target: 0.0 };
     let mut classes = vec![zero; prob_len];
     let mut low_sum = 0.0f64;
@@ -67,27 +54,27 @@ fn test1(r: &mut Rng, tally: &mut Tally) {
     let mut required_f = 0.0f64;
     let mut style = 3;
     if prob_len > 0 {
-        match r.intn(20) {
+        match r.below(20) {
             0 => {
                 style = 0;
-                required_sum = r.intn(prob_len * 3) as i64;
+                required_sum = r.below(prob_len as u64 * 3) as i64;
                 required_f = required_sum as f64;
                 partition64(r, prob_len, required_f, |r, j, x| {
                     classes[j].lower_bound = x;
-                    classes[j].target = x + 2.0 * r.float64();
-                    classes[j].upper_bound = x + 3.0 * r.float64();
+                    classes[j].target = x + 2.0 * r.unit();
+                    classes[j].upper_bound = x + 3.0 * r.unit();
                     low_sum += classes[j].lower_bound;
                     high_sum += classes[j].upper_bound;
                 });
             }
             1 => {
                 style = 1;
-                required_sum = r.intn(prob_len * 3) as i64 + 1;
+                required_sum = r.below(prob_len as u64 * 3) as i64 + 1;
                 required_f = required_sum as f64;
                 partition64(r, prob_len, required_f, |r, j, x| {
                     classes[j].upper_bound = x;
-                    classes[j].lower_bound = x * (1.25 * r.float64() - 1.0).max(0.0);
-                    classes[j].target = classes[j].lower_bound + r.float64();
+                    classes[j].lower_bound = x * (1.25 * r.unit() - 1.0).max(0.0);
+                    classes[j].target = classes[j].lower_bound + r.unit();
                     low_sum += classes[j].lower_bound;
                     high_sum += classes[j].upper_bound;
                 });
@@ -95,25 +82,25 @@ fn test1(r: &mut Rng, tally: &mut Tally) {
             _ => {
                 style = 2;
                 for c in classes.iter_mut() {
-                    let x = (r.float64() * 5.0 - 1.0).max(0.0);
+                    let x = (r.unit() * 5.0 - 1.0).max(0.0);
                     c.lower_bound = x;
-                    c.target = x + 2.0 * r.float64();
-                    c.upper_bound = x + 3.0 * r.float64();
+                    c.target = x + 2.0 * r.unit();
+                    c.upper_bound = x + 3.0 * r.unit();
                     low_sum += c.lower_bound;
                     high_sum += c.upper_bound;
                 }
-                required_f = (low_sum + (high_sum - low_sum) * r.float64()).round();
+                required_f = (low_sum + (high_sum - low_sum) * r.unit()).round();
                 required_sum = required_f as i64;
             }
         }
     }
     tally.styles[style] += 1;
-    while r.float64() < 0.25 {
-        let ub = r.float64() + 0.00001;
+    while r.unit() < 0.25 {
+        let ub = r.unit() + 0.00001;
         classes.push(AllocProblemItem { lower_bound: 0.0, upper_bound: ub, target: 0.0 });
         high_sum += ub;
         if prob_len > 1 {
-            let m = r.intn(prob_len);
+            let m = r.below(prob_len as u64) as usize;
             classes.swap(m, prob_len);
         }
         prob_len = classes.len();

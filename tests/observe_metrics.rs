@@ -10,6 +10,10 @@
 use apf_wasm::observe::metrics::*;
 use std::collections::BTreeMap;
 
+#[path = "common/rng.rs"]
+mod rng;
+use rng::Rng;
+
 #[derive(Debug, Clone)]
 enum Node {
     Start,
@@ -378,13 +382,10 @@ fn histogram_accumulator_buckets_and_exact_sum() {
     let mut acc = HistogramAcc::new(w);
     let mut exported = 0u64;
     let mut all_ns = Vec::new();
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     for flush in 0..2000 {
         for _ in 0..(flush % 7) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let ns = x % 3_000_000; // up to 3 ms, mostly not whole microseconds
+            let ns = rng.below(3_000_000); // up to 3 ms, mostly not whole microseconds
             all_ns.push(ns);
             acc.observe(ns as f64 / 1e9);
         }

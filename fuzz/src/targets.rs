@@ -218,7 +218,19 @@ pub const PATH_DICT: &[&[u8]] = &[
     b"timeout=-1s",
     b"timeout=1e9h",
     b"\xff\xfe",
+    b"\xc3",
     b"\n",
+    b",",
+    b"!",
+    b"(",
+    b")",
+    b"<>",
+    b"\\",
+    b" ",
+    b" /",
+    b"get ",
+    b"\xef\xbf\xbd ",
+    b"/apis/g/v1/",
     b"/debug/pprof/",
     b"/healthz",
     b"/openapi/v2",
@@ -455,11 +467,15 @@ pub fn check_request_info(info: &RequestInfo) {
     let _ = info.query.decode_failed();
 }
 
+/// Input: `METHOD TARGET` (no space: GET), optionally `\n` and a namespace for the generic mode.
+/// The target is parsed as it is and under a group-version prefix (`/apis/g/v1/` + target), so
+/// that any bytes also reach the resource part of the parser.
 pub fn request_info(data: &[u8]) -> bool {
     let (method, target, ns) = split_request(data);
     let info = parse_request_info(&method, target);
     check_request_info(&info);
     assert!(info == parse_request_info(&method, target), "parse_request_info is not deterministic");
+    check_request_info(&parse_request_info(&method, &[&b"/apis/g/v1/"[..], target].concat()));
     let generic = parse_generic(&method, target, ns);
     check_request_info(&generic);
     assert!(!generic.is_resource_request);

@@ -156,22 +156,18 @@ mod tests {
 
     #[test]
     fn pattern_counter_matches_a_naive_count() {
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut rng = crate::test_rng::Rng(0x9e37_79b9_7f4a_7c15);
         for _ in 0..200 {
             let mut hay = Vec::new();
             for _ in 0..300 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                hay.push(b"ab\"c"[(x % 4) as usize]);
+                hay.push(b"ab\"c"[rng.below(4) as usize]);
             }
             let pat: &'static [u8] = b"ab\"ab";
             let naive = hay.windows(pat.len()).filter(|w| *w == pat).count() as u64;
             let mut c = PatternCounter::new(pat);
             let mut at = 0;
             while at < hay.len() {
-                let n = 1 + (x as usize >> 3) % 9;
-                x = x.rotate_left(7);
+                let n = 1 + rng.below(9) as usize;
                 let end = (at + n).min(hay.len());
                 c.feed(&hay[at..end]);
                 at = end;

@@ -112,11 +112,9 @@ mod tests {
 
     #[test]
     fn integer_path_matches_the_float_formula() {
-        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut rng = crate::test_rng::Rng(0x2545_f491_4f6c_dd1d);
         for k in 0..200_000u64 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next();
             let seats = (x % 4) as f64 + if k % 3 == 0 { (x >> 8) as f64 % 10_000.0 } else { 0.0 };
             let d = match k % 4 {
                 0 => (x >> 20) as i64 % 100_000_000,

@@ -28,28 +28,9 @@ pub fn config_with_cluster(cluster: &str) -> FleetConfig {
     FleetConfig::from_json(&serde_json::json!({ "etcd": { "cluster": cluster } })).unwrap()
 }
 
-/// splitmix64.
-#[derive(Clone)]
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    pub fn range(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + self.below((hi - lo + 1) as u64) as i64
-    }
-    pub fn chance(&mut self, percent: f64) -> bool {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 * 100.0 < percent
-    }
-}
+#[path = "rng.rs"]
+mod rng;
+pub use rng::Rng;
 
 /// The test policy: an exempt level and three limited ones (60 seats, `nominalCLSum` 60).
 pub fn test_policy() -> FleetPolicy {

@@ -4,6 +4,7 @@ use super::codec::{encode_segment, has_duplicates, ID_WINDOW};
 use super::fifo::Waiting;
 use super::*;
 use crate::codec::{Reader, Writer};
+use crate::test_rng::Rng;
 use crate::NANOS_PER_SEC;
 use std::collections::VecDeque;
 
@@ -435,15 +436,15 @@ fn encode_roundtrip() {
 
 #[test]
 fn direct_dispatch_matches_enqueue_then_dispatch() {
-    let mut rnd = xorshift(0x2545_f491_4f6c_dd1d);
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     let mut direct = 0;
     for case in 0..300 {
-        let queues = 1 + rnd(8) as i32;
-        let hand = 1 + rnd(queues as u64) as u32;
-        let c = 1 + rnd(6) as u32;
-        let mut a = QueueSet::new(cfg(queues, rnd(4) as u32, hand, c), 1_000 * SEC).unwrap();
+        let queues = 1 + rng.below(8) as i32;
+        let hand = 1 + rng.below(queues as u64) as u32;
+        let c = 1 + rng.below(6) as u32;
+        let mut a = QueueSet::new(cfg(queues, rng.below(4) as u32, hand, c), 1_000 * SEC).unwrap();
         if case % 7 == 0 {
-            a.current_r = u64::MAX - rnd(1 << 40);
+            a.current_r = u64::MAX - rng.below(1 << 40);
         }
         let mut b = a.clone();
         let mut now = 1_000 * SEC;
@@ -457,16 +458,16 @@ fn direct_dispatch_matches_enqueue_then_dispatch() {
             }
         };
         for _ in 0..200 {
-            now += rnd(5) as i64 * MS;
-            match rnd(10) {
+            now += rng.below(5) as i64 * MS;
+            match rng.below(10) {
                 0..=4 => {
                     let w = WorkEstimate {
-                        initial_seats: 1 + rnd(3) as u32 + if rnd(10) == 0 { c } else { 0 },
-                        final_seats: rnd(4) as u32 + if rnd(10) == 0 { 2 * c } else { 0 },
-                        additional_latency: rnd(3) as i64 * MS,
+                        initial_seats: 1 + rng.below(3) as u32 + if rng.below(10) == 0 { c } else { 0 },
+                        final_seats: rng.below(4) as u32 + if rng.below(10) == 0 { 2 * c } else { 0 },
+                        additional_latency: rng.below(3) as i64 * MS,
                     };
-                    let mut t = tag(rnd(u64::MAX));
-                    t.wait_deadline = now + rnd(50) as i64 * MS;
+                    let mut t = tag(rng.below(u64::MAX));
+                    t.wait_deadline = now + rng.below(50) as i64 * MS;
                     let (mut oa, mut ob) = (Vec::new(), Vec::new());
                     let ra = a.start_request(now, w, t, &mut oa).arrival;
                     let rb = b.start_request_via(now, w, t, &mut ob, false).arrival;
@@ -484,7 +485,7 @@ fn direct_dispatch_matches_enqueue_then_dispatch() {
                     }
                 }
                 5..=7 if !ids.is_empty() => {
-                    let (id, rc) = ids.swap_remove(rnd(ids.len() as u64) as usize);
+                    let (id, rc) = ids.swap_remove(rng.below(ids.len() as u64) as usize);
                     let (mut oa, mut ob) = (Vec::new(), Vec::new());
                     if let Some(rc) = rc {
                         let fa = a.finish(now, &rc, &mut oa);
@@ -630,13 +631,12 @@ fn garbage_decode_never_panics() {
     for cut in 0..good.len() {
         assert!(QueueSet::decode(&mut Reader::new(&good[..cut])).is_err());
     }
-    let mut x: u64 = 88172645463325252;
+    let mut rng = Rng(88172645463325252);
+    let mut x = 0;
     for round in 0..3000 {
         let mut b = good.clone();
         for _ in 0..(1 + round % 4) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            x = rng.next();
             let i = (x % b.len() as u64) as usize;
             b[i] = (x >> 20) as u8;
         }
@@ -685,7 +685,7 @@ fn single_owner_order_is_fifo() {
 /// time-outs and owner purges from 3 owners, decoding each state with earlier ones.
 #[test]
 fn decoding_with_a_prior_state_equals_decoding() {
-    let mut rnd = xorshift(0x9E37_79B9_7F4A_7C15);
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut qs = QueueSet::new(cfg(8, 20, 2, 3), 0).unwrap();
     let mut now: Nanos = 0;
     let mut executing: Vec<Receipt> = Vec::new();
@@ -693,37 +693,40 @@ fn decoding_with_a_prior_state_equals_decoding() {
     let mut out = Vec::new();
     let mut reused = 0;
     for step in 0..4000u32 {
-        now += rnd(3 * MS as u64) as Nanos;
+        now += rng.below(3 * MS as u64) as Nanos;
         out.clear();
-        match rnd(20) {
+        match rng.below(20) {
             0 => {
-                let _ = qs.cancel(now, qs.next_id.saturating_sub(1 + rnd(8)));
+                let _ = qs.cancel(now, qs.next_id.saturating_sub(1 + rng.below(8)));
             }
             1 => {
                 qs.expire(now, &mut Vec::new(), &mut out);
             }
             2 if step % 500 == 0 => {
-                let _ = qs.remove_owner(1 + rnd(3) as u32, now, &mut out);
+                let _ = qs.remove_owner(1 + rng.below(3) as u32, now, &mut out);
             }
             k if k < 12 => {
                 let mut tag = RequestTag {
-                    owner: 1 + rnd(3) as u32,
+                    owner: 1 + rng.below(3) as u32,
                     context: step,
-                    flow_schema: rnd(2) as u16,
-                    flow_hash: rnd(6),
+                    flow_schema: rng.below(2) as u16,
+                    flow_hash: rng.below(6),
                     wait_deadline: Nanos::MAX,
                 };
-                if rnd(3) == 0 {
-                    tag.wait_deadline = now + rnd(40 * MS as u64) as Nanos;
+                if rng.below(3) == 0 {
+                    tag.wait_deadline = now + rng.below(40 * MS as u64) as Nanos;
                 }
-                let work =
-                    WorkEstimate { initial_seats: 1 + rnd(2) as u32, final_seats: rnd(2) as u32, additional_latency: rnd(2) as Nanos * MS };
+                let work = WorkEstimate {
+                    initial_seats: 1 + rng.below(2) as u32,
+                    final_seats: rng.below(2) as u32,
+                    additional_latency: rng.below(2) as Nanos * MS,
+                };
                 if let Arrival::Executing(rc) = qs.start_request(now, work, tag, &mut out).arrival {
                     executing.push(rc);
                 }
             }
             _ if !executing.is_empty() => {
-                let rc = executing.remove(rnd(executing.len() as u64) as usize);
+                let rc = executing.remove(rng.below(executing.len() as u64) as usize);
                 let _ = qs.finish(now, &rc, &mut out);
             }
             _ => {}
@@ -767,44 +770,33 @@ fn decoding_with_a_prior_state_equals_decoding() {
     assert!(history.iter().any(|(_, q)| q.requests_waiting() > 10), "never saturated");
 }
 
-/// A deterministic generator for the randomized tests: `rnd(n)` is in `0..n` (0 for n = 0).
-fn xorshift(seed: u64) -> impl FnMut(u64) -> u64 {
-    let mut x = seed;
-    move |n: u64| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x % n.max(1)
-    }
-}
-
 /// Each entry decodes back to its request, whatever it repeats of the entry before it, and
 /// the entries end exactly where the segment ends.
 #[test]
 fn segment_entries_decode_back() {
-    let mut rnd = xorshift(0x2545_F491_4F6C_DD1D);
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
     for _ in 0..2000 {
         let mut reqs = VecDeque::new();
-        let mut id = 1 + rnd(1 << 40);
-        for _ in 0..1 + rnd(6) {
-            id += 1 + rnd(3);
-            let arrival = rnd(1 << 50) as Nanos;
+        let mut id = 1 + rng.below(1 << 40);
+        for _ in 0..1 + rng.below(6) {
+            id += 1 + rng.below(3);
+            let arrival = rng.below(1 << 50) as Nanos;
             let big = |r: u64| if r == 0 { u32::MAX } else { r as u32 };
             reqs.push_back(Waiting {
                 id,
                 tag: RequestTag {
-                    owner: 1 + rnd(2) as u32,
-                    context: big(rnd(4)),
-                    flow_schema: rnd(2) as u16,
-                    flow_hash: rnd(3) << 60,
-                    wait_deadline: if rnd(2) == 0 { Nanos::MAX } else { arrival + rnd(1 << 35) as Nanos },
+                    owner: 1 + rng.below(2) as u32,
+                    context: big(rng.below(4)),
+                    flow_schema: rng.below(2) as u16,
+                    flow_hash: rng.below(3) << 60,
+                    wait_deadline: if rng.below(2) == 0 { Nanos::MAX } else { arrival + rng.below(1 << 35) as Nanos },
                 },
                 work: WorkEstimate {
-                    initial_seats: 1 + rnd(2) as u32,
-                    final_seats: rnd(2) as u32,
-                    additional_latency: rnd(2) as Nanos * MS,
+                    initial_seats: 1 + rng.below(2) as u32,
+                    final_seats: rng.below(2) as u32,
+                    additional_latency: rng.below(2) as Nanos * MS,
                 },
-                arrival_r: rnd(u64::MAX),
+                arrival_r: rng.below(u64::MAX),
                 arrival,
             });
         }
@@ -852,4 +844,138 @@ fn a_strict_limit_is_never_exceeded() {
     let mut qs = QueueSet::new(strict(0, 0), 0).unwrap();
     assert_eq!(qs.start_request(0, one(), tag(1), &mut out).arrival, Arrival::Rejected(RejectReason::ConcurrencyLimit));
     assert_eq!(qs.seats_in_use(), 0);
+}
+
+/// `qs` through the codec, checked equal.
+fn roundtrip(qs: &QueueSet) -> QueueSet {
+    let mut w = Writer::new();
+    qs.encode(&mut w);
+    let back = QueueSet::decode(&mut Reader::new(&w.buf)).unwrap();
+    assert_eq!(&back, qs);
+    back
+}
+
+/// Random operations keep the cached totals consistent: the state survives an encode/decode
+/// round trip unchanged after every operation (decoding recomputes every derived sum), and
+/// draining it leaves it empty and idle.
+#[test]
+fn random_operations_keep_state_consistent() {
+    for seed in 1..=20u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9E3779B97F4A7C15));
+        let desired = [-1, 0, 1, 8, 64][(seed % 5) as usize];
+        let c = 1 + rng.below(6) as u32;
+        let cfg = QueueSetConfig {
+            desired_queues: desired,
+            queue_length_limit: 1 + rng.below(5) as u32,
+            hand_size: if desired > 1 { 1 + rng.below(4) as u32 } else { 1 },
+            concurrency_limit: c,
+            strict_limit: false,
+        };
+        let mut qs = QueueSet::new(cfg, 0).unwrap();
+        let mut now: Nanos = 0;
+        let mut executing: Vec<Receipt> = Vec::new();
+        let mut waiting: Vec<u64> = Vec::new();
+        let mut out: Vec<Dispatched> = Vec::new();
+        for step in 0..600 {
+            now += rng.below(300_000_000) as Nanos;
+            out.clear();
+            match rng.below(10) {
+                0..=4 => {
+                    let tag = RequestTag {
+                        owner: rng.below(3) as u32,
+                        context: step,
+                        flow_schema: 0,
+                        flow_hash: rng.below(20),
+                        wait_deadline: if rng.below(2) == 0 { now + rng.below(2_000_000_000) as Nanos } else { Nanos::MAX },
+                    };
+                    let work = WorkEstimate {
+                        initial_seats: rng.below(4) as u32,
+                        final_seats: rng.below(8) as u32,
+                        additional_latency: rng.below(3) as Nanos * 100_000_000,
+                    };
+                    match qs.start_request(now, work, tag, &mut out).arrival {
+                        Arrival::Executing(rc) => executing.push(rc),
+                        Arrival::Queued(id) => waiting.push(id),
+                        Arrival::Rejected(_) => {}
+                    }
+                }
+                5..=7 => {
+                    if !executing.is_empty() {
+                        let i = rng.below(executing.len() as u64) as usize;
+                        let rc = executing.swap_remove(i);
+                        assert!(qs.finish(now, &rc, &mut out));
+                        assert!(!qs.finish(now, &Receipt { owner: 3, ..rc }, &mut out), "unknown owner");
+                    }
+                }
+                8 => {
+                    if !waiting.is_empty() {
+                        let i = rng.below(waiting.len() as u64) as usize;
+                        let id = waiting.swap_remove(i);
+                        let _ = qs.cancel(now, id);
+                    }
+                }
+                _ => {
+                    let mut to = Vec::new();
+                    if rng.below(4) == 0 {
+                        let owner = rng.below(3) as u32;
+                        let _ = qs.remove_owner(owner, now, &mut out);
+                        let (gone, kept): (Vec<Receipt>, Vec<Receipt>) = executing.iter().partition(|rc| rc.owner == owner);
+                        executing = kept;
+                        // Receipts of a reaped owner are refused.
+                        if let Some(rc) = gone.first() {
+                            assert!(!qs.finish(now, rc, &mut out));
+                        }
+                    } else if rng.below(3) == 0 {
+                        let c2 = 1 + rng.below(6) as u32;
+                        out.extend(qs.reconfigure(QueueSetConfig { concurrency_limit: c2, ..qs.config() }, now).unwrap());
+                    } else {
+                        qs.expire(now, &mut to, &mut out);
+                    }
+                    for (id, _) in to {
+                        waiting.retain(|w| *w != id);
+                    }
+                }
+            }
+            for d in &out {
+                waiting.retain(|w| *w != d.id);
+                executing.push(d.receipt);
+            }
+            if desired > 0 {
+                assert!(qs.seats_in_use() <= c.max(6) * 2 + 8, "seats {}", qs.seats_in_use());
+            }
+            qs = roundtrip(&qs);
+        }
+        // Drain everything: finish all that still executes, expire lingering.
+        now += 1_000_000_000_000;
+        let mut guard = 0;
+        loop {
+            out.clear();
+            let mut to = Vec::new();
+            qs.expire(now, &mut to, &mut out);
+            for (id, _) in to {
+                waiting.retain(|w| *w != id);
+            }
+            for rc in std::mem::take(&mut executing) {
+                assert!(qs.finish(now, &rc, &mut out));
+            }
+            for d in &out {
+                waiting.retain(|w| *w != d.id);
+                executing.push(d.receipt);
+            }
+            for id in std::mem::take(&mut waiting) {
+                qs.cancel(now, id);
+            }
+            now += 1_000_000_000_000;
+            guard += 1;
+            if (executing.is_empty() && qs.next_event().is_none() && qs.requests_waiting() == 0) || guard > 100 {
+                break;
+            }
+        }
+        assert!(qs.is_empty(), "seed {seed}: drained by finishes alone: {:?}", qs.snapshot());
+        qs.remove_owner(0, now, &mut out);
+        qs.remove_owner(1, now, &mut out);
+        qs.remove_owner(2, now, &mut out);
+        assert!(qs.is_idle(), "seed {seed}: {:?}", qs.snapshot());
+        assert!(qs.is_empty(), "seed {seed}");
+    }
 }
