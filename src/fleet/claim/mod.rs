@@ -52,11 +52,11 @@
 //! every answer (or its failure, status 0) to [`Fleet::on_response`]; it feeds the levels' seat
 //! demand and seats in use, and applies [`Fleet::limits`] to the engine.
 //!
-//! The state machine's rooms: [`slot`] (one level's state), [`lease`] (the lease and the auth
-//! token), [`calls`] (the calls it sends: rounds, nudges, follow-ups), [`answers`] (what an
-//! answer teaches), [`plan`] (the next record write: grants, claims, trims), [`limits`] (the
-//! mode and the limits handed out), [`recovery`] (etcd losing its data, ignored records),
-//! [`reconfigure`] (a new policy, leaving) and [`inspect`] (read-only views).
+//! The state machine's rooms: `slot` (one level's state), `lease` (the lease and the auth
+//! token), `calls` (the calls it sends: rounds, nudges, follow-ups), `answers` (what an
+//! answer teaches), `plan` (the next record write: grants, claims, trims), `limits` (the
+//! mode and the limits handed out), `recovery` (etcd losing its data, ignored records),
+//! `reconfigure` (a new policy, leaving) and `inspect` (read-only views).
 
 mod answers;
 mod calls;

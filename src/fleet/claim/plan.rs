@@ -5,9 +5,9 @@
 //! at most the recovery cap: nothing is granted above it), `g` the granted seats, `cur` the
 //! current claim and `u` the bound of seats in use:
 //! - raise (`t > g`): granted `g' = min(t, max(g, room))`, `room` = the level's fleet
-//!   CurrentCL − Σ the others' claims; otherwise `g' = min(g, max(t, u))` ([`Fleet::grants`]);
+//!   CurrentCL − Σ the others' claims; otherwise `g' = min(g, max(t, u))` (`grants`);
 //! - over all levels, Σ the others' claims + Σ `g'` ≤ Σ fleet CurrentCL: raises are trimmed,
-//!   last levels first ([`trim`]);
+//!   last levels first (`trim`);
 //! - claim `= max(u, g', min(cur, t))`: never below the seats in use or the grant, lowered
 //!   toward the allocation, above the current claim only by a grant or by seats in use the
 //!   record no longer covered (a registration after the record was lost).
