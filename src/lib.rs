@@ -9,6 +9,7 @@
 pub mod classify;
 pub mod cli;
 pub mod codec;
+pub mod config;
 pub mod digest;
 pub mod duration;
 pub mod engine;

@@ -3,13 +3,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use apf_wasm::codec::{Reader, Writer};
+use apf_wasm::config::parse_plugin_config;
 use apf_wasm::digest::identity::IdentityInput;
 use apf_wasm::engine::compiled::RequestLine;
 use apf_wasm::engine::store::MemStore;
 use apf_wasm::engine::{self, Arriving, Compiled, Decision};
 use apf_wasm::fairqueuing::queueset::{Arrival, QueueSet};
 use apf_wasm::fairqueuing::{QueueSetConfig, Receipt, RequestTag, WorkEstimate};
-use apf_wasm::policy::config::parse_plugin_config;
 use apf_wasm::Nanos;
 use std::collections::VecDeque;
 use std::time::Instant;

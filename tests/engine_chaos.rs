@@ -18,11 +18,11 @@
 //! owner the post fails and the table releases a dispatched request itself.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use apf_wasm::config::parse_plugin_config;
 use apf_wasm::engine::requests::{Ctx, Entry, Host, Phase, Requests};
 use apf_wasm::engine::store::MemStore;
 use apf_wasm::engine::{self, Arriving, Compiled, Decision, Notice};
 use apf_wasm::fairqueuing::{RequestId, RequestTag, WorkEstimate};
-use apf_wasm::policy::config::parse_plugin_config;
 use apf_wasm::{Nanos, NANOS_PER_SEC};
 
 #[path = "common/rng.rs"]

@@ -3,10 +3,10 @@
 //! addressed to the owning worker; dead workers' seats come back through lease expiry.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use apf_wasm::config::parse_plugin_config;
 use apf_wasm::engine::store::MemStore;
 use apf_wasm::engine::{self, Arriving, Compiled, Decision, NoticeKind};
 use apf_wasm::fairqueuing::{RequestTag, WorkEstimate};
-use apf_wasm::policy::config::parse_plugin_config;
 use apf_wasm::NANOS_PER_SEC;
 
 const MS: i64 = 1_000_000;

@@ -3,6 +3,7 @@
 //! tracker rules (not found, stale after the threshold, pruned after an hour, error values keep
 //! the last count), and the estimator taking them with the `objectCounts` table as override.
 
+use apf_wasm::config::parse_plugin_config;
 use apf_wasm::digest::identity::IdentityInput;
 use apf_wasm::digest::metrics_scan::ScrapedCounts;
 use apf_wasm::digest::work_estimate::{ObjectStats, StatsLookup, WatchInit};
@@ -12,7 +13,6 @@ use apf_wasm::engine::object_counts::{
 };
 use apf_wasm::engine::store::MemStore;
 use apf_wasm::engine::Compiled;
-use apf_wasm::policy::config::parse_plugin_config;
 use apf_wasm::NANOS_PER_SEC as S;
 
 fn scraped(entries: &[(&str, i64, i64)]) -> ScrapedCounts {
@@ -185,7 +185,7 @@ fn cluster_metrics_configuration() {
 
 #[test]
 fn tokens_from_the_environment() {
-    use apf_wasm::policy::config::parse_plugin_config_with_env;
+    use apf_wasm::config::parse_plugin_config_with_env;
     let env = |name: &str| match name {
         "APF_WASM_TOKEN" => Some("s3cret\n".to_string()),
         "OTHER_TOKEN" => Some("other".to_string()),

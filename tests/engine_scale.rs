@@ -10,10 +10,10 @@
 
 use std::collections::VecDeque;
 
+use apf_wasm::config::parse_plugin_config;
 use apf_wasm::engine::store::{MemStore, Store};
 use apf_wasm::engine::{self, Arriving, Compiled, Decision, NoticeKind};
 use apf_wasm::fairqueuing::{RequestId, RequestTag, WorkEstimate};
-use apf_wasm::policy::config::parse_plugin_config;
 use apf_wasm::{Nanos, NANOS_PER_SEC};
 
 const US: Nanos = 1_000;

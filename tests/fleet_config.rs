@@ -156,7 +156,7 @@ fn password_env_errors_name_the_field() {
 
 #[test]
 fn password_env_through_the_plugin_configuration() {
-    use apf_wasm::policy::config::parse_plugin_config_with_env;
+    use apf_wasm::config::parse_plugin_config_with_env;
     let doc = br#"{"fleet": {"etcd": {"cluster": "etcd", "username": "apf-gateway", "passwordEnv": "FLEET_ETCD_PASSWORD"}}}"#;
     let env = env_of(&[("FLEET_ETCD_PASSWORD", "pw\n")]);
     let c = parse_plugin_config_with_env(doc, &env).unwrap();

@@ -9,10 +9,10 @@
 mod mock_host;
 
 use apf_wasm::cli::classify::{classify_request, ClassifyRequest};
+use apf_wasm::config::parse_plugin_config;
 use apf_wasm::digest::work_estimate::no_cluster_stats;
 use apf_wasm::engine::Compiled;
 use apf_wasm::gateway::request::digest_request;
-use apf_wasm::policy::config::parse_plugin_config;
 use mock_host::{Node, Proxy};
 use serde_json::Value;
 

@@ -163,7 +163,7 @@ impl World {
 
     /// The worker of process `p` that drives its fleet membership.
     fn driver(&self, p: usize) -> &apf_wasm::gateway::fleet::FleetDriver {
-        self.procs[p].nodes.iter().find_map(|n| n.worker.fleet.as_ref()).expect("a driver")
+        self.procs[p].nodes.iter().find_map(|n| n.worker.fleet_driver()).expect("a driver")
     }
 
     /// The replica records in etcd: (replica id, lease, record).
@@ -175,7 +175,7 @@ impl World {
 
     /// The record of process `p`'s replica, if any.
     fn record(&self, p: usize) -> Option<(i64, Record)> {
-        let id = self.driver(p).feed.fleet().replica_id().to_string();
+        let id = self.driver(p).feed().fleet().replica_id().to_string();
         self.records().into_iter().find(|(r, _, _)| *r == id).map(|(_, l, r)| (l, r))
     }
 
@@ -329,7 +329,7 @@ fn a_policy_change_keeps_the_lease_and_the_seats_of_the_levels_it_keeps() {
         let (_, r) = world.record(p).unwrap();
         assert!(r.levels.contains_key("lvl2"), "the record names the new level: {:?}", r.levels.keys());
         assert!(world.limit(p, "lvl2") > 0, "replica {p}: the new level got seats through the fleet");
-        assert!(world.driver(p).feed.fleet().policy().index("lvl2").is_some());
+        assert!(world.driver(p).feed().fleet().policy().index("lvl2").is_some());
     }
     // The level removed again: its claims drain with its requests, then leave the record.
     let cfg = config_with(&[], fleet_object());
@@ -382,19 +382,19 @@ fn an_older_root_context_ticking_changes_nothing() {
     let mut world = World::new(2, 2);
     joined(&mut world);
     let lease = world.record(0).unwrap().0;
-    let lvl_before = world.driver(0).feed.fleet().policy().index("lvl");
+    let lvl_before = world.driver(0).feed().fleet().policy().index("lvl");
     // Process 0 reloads; its old root contexts stay alive and keep ticking (after the new ones).
     world.reload(0, &config_with(&[("aux", 5)], fleet_object()), true);
     let mut newest = 0;
     for _ in 0..60 {
         world.step();
         let d = world.driver(0);
-        assert!(d.feed.generation() >= newest, "the driver went back to generation {}", d.feed.generation());
-        newest = d.feed.generation();
-        let policy = d.feed.fleet().policy();
+        assert!(d.feed().generation() >= newest, "the driver went back to generation {}", d.feed().generation());
+        newest = d.feed().generation();
+        let policy = d.feed().fleet().policy();
         assert!(policy.index("aux").is_some(), "the driver runs the newest policy");
         let limits: Vec<(String, Option<u32>)> =
-            policy.levels.iter().map(|l| l.name.clone()).zip(d.feed.fleet().limits().to_vec()).collect();
+            policy.levels.iter().map(|l| l.name.clone()).zip(d.feed().fleet().limits().to_vec()).collect();
         for (name, limit) in limits.into_iter().filter_map(|(n, l)| Some((n, l?))) {
             assert_eq!(world.limit(0, &name), limit, "{name} runs under the fleet's limit for it");
         }
@@ -409,7 +409,7 @@ fn an_older_root_context_ticking_changes_nothing() {
 fn a_reload_while_etcd_is_unreachable_keeps_serving() {
     let mut world = World::new(2, 2);
     joined(&mut world);
-    let lease = world.driver(0).feed.fleet().lease();
+    let lease = world.driver(0).feed().fleet().lease();
     let limit = world.limit(0, "lvl");
     assert!(limit > 0);
     world.etcd_down = true;
@@ -423,7 +423,7 @@ fn a_reload_while_etcd_is_unreachable_keeps_serving() {
         assert!(world.limit(0, "lvl") > 0, "step {i}: no seats on lvl after the reload");
     }
     assert_eq!(world.executing(0), 2, "requests admitted after the reload");
-    assert_eq!(world.driver(0).feed.fleet().lease(), lease, "same lease");
+    assert_eq!(world.driver(0).feed().fleet().lease(), lease, "same lease");
 }
 
 #[test]
@@ -438,7 +438,7 @@ fn a_fleet_configuration_change_registers_again_and_revokes_the_old_lease() {
     let new = world.record(0).expect("registered again").0;
     assert_ne!(new, old);
     assert!(world.etcd.leases().iter().all(|(id, _)| *id != old), "the old lease was revoked: {:?}", world.etcd.leases());
-    assert_eq!(world.driver(0).feed.fleet().config().lease_ttl, 6_000_000_000);
+    assert_eq!(world.driver(0).feed().fleet().config().lease_ttl, 6_000_000_000);
 }
 
 #[test]
@@ -462,7 +462,7 @@ fn a_leaving_replica_gives_its_seats_to_the_others_within_a_period() {
     for _ in 0..5 {
         world.step();
     }
-    assert_eq!(world.driver(0).feed.fleet().mode(), apf_wasm::fleet::FleetMode::Synced, "a refused request changes nothing");
+    assert_eq!(world.driver(0).feed().fleet().mode(), apf_wasm::fleet::FleetMode::Synced, "a refused request changes nothing");
     let reply = world.leave(0, "127.0.0.1:4567", "127.0.0.1:6443").expect("answered");
     assert_eq!(reply.status, 200, "{reply:?}");
     let body: serde_json::Value = serde_json::from_str(&reply.body).unwrap();

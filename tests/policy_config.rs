@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! The plugin configuration document.
-use apf_wasm::policy::config::{parse_plugin_config, PluginConfig, RequestMode};
+use apf_wasm::config::{parse_plugin_config, PluginConfig, RequestMode};
 use apf_wasm::NANOS_PER_SEC;
 
 #[test]

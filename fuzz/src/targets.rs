@@ -22,6 +22,7 @@
 
 use apf_wasm::classify::Classifier;
 use apf_wasm::codec::{Reader, Writer};
+use apf_wasm::config::parse_plugin_config;
 use apf_wasm::digest::identity::{identify, parse_subject, service_account_namespace, IdentityConfig, IdentityInput, UserInfo};
 use apf_wasm::digest::initial_events::{MarkerScanner, INITIAL_EVENTS_END};
 use apf_wasm::digest::metrics_scan::{scan_metrics, MetricsScanner};
@@ -36,7 +37,6 @@ use apf_wasm::limits::integrator::Integrator;
 use apf_wasm::limits::retry_after::DroppedRequestsTracker;
 use apf_wasm::policy::default_policy;
 use apf_wasm::policy::model::Policy;
-use apf_wasm::policy::parse_plugin_config;
 use apf_wasm::simulate::run_scenario;
 use std::net::IpAddr;
 use std::sync::OnceLock;

@@ -19,7 +19,7 @@ use serde_json::{json, Map, Value};
 use wasm_bindgen::prelude::wasm_bindgen;
 
 use apf_wasm::policy::bootstrap;
-use apf_wasm::policy::config::{parse_plugin_config, PluginConfig};
+use apf_wasm::config::{parse_plugin_config, PluginConfig};
 use apf_wasm::policy::model::{Distinguisher, LimitResponse, PriorityLevelSpec};
 use apf_wasm::policy::objects::{FlowSchemaObject, PriorityLevelObject, SubjectObject};
 

@@ -4,7 +4,7 @@
 //! (`apf_controller.go: digestFlowSchemasLocked`) — plus warnings. Without `--config` the built-in
 //! defaults (600 seats) are shown; `--config -` reads standard input. Exit 0 when valid, 1 with
 //! every error on stderr otherwise, 2 on usage errors.
-use crate::policy::config::{parse_plugin_config, PluginConfig};
+use crate::config::{parse_plugin_config, PluginConfig};
 use crate::policy::model::PriorityLevelSpec;
 
 const USAGE: &str = "usage: apf check [--config FILE|-]\n";

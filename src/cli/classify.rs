@@ -20,6 +20,7 @@ use std::io::Write;
 
 use serde_json::json;
 
+use crate::config::parse_plugin_config;
 use crate::digest::identity::UserInfo;
 use crate::digest::metrics_scan::{scan_metrics, ScrapedCounts};
 use crate::digest::work_estimate::{get_by_resource, StatsLookup};
@@ -29,7 +30,6 @@ use crate::engine::Compiled;
 use crate::fairqueuing::shuffle_sharding::Dealer;
 use crate::gateway::offline::OneRequest;
 use crate::gateway::request::digest_request;
-use crate::policy::config::parse_plugin_config;
 
 const USAGE: &str = "usage: apf classify [--config FILE|-] --method M --path P [--user U] [--group G]... \
 [--header 'Name: value']... [--peer IP] [--mtls] [--cert-subject SUBJECT] \

@@ -394,9 +394,85 @@ fn first_source<'c>(cfg: &'c IdentityConfig, input: &IdentityInput) -> Option<(&
 
 /// The caller's identity: the first trusted source yielding a user wins; else anonymous.
 pub fn identify(cfg: &IdentityConfig, input: &IdentityInput) -> UserInfo {
-    match first_source(cfg, input) {
-        Some((_, st)) => finalize(st.name, st.groups, st.add_sa_groups),
-        None => UserInfo::anonymous(),
+    cfg.identified(input).user()
+}
+
+/// One request's identity as its sources state it, derived once per request and used twice:
+/// to classify the caller ([`Identified::user`]) and to forward the identity upstream
+/// ([`Identified::front_proxy_headers`]).
+pub struct Identified<'c> {
+    cfg: &'c IdentityConfig,
+    /// The first trusted source that yields a user, with what it said.
+    winner: Option<(&'c IdentitySource, Stated)>,
+}
+
+impl Identified<'_> {
+    /// The caller, groups completed (anonymous when no source yields a user).
+    pub fn user(self) -> UserInfo {
+        match self.winner {
+            Some((_, st)) => finalize(st.name, st.groups, st.add_sa_groups),
+            None => UserInfo::anonymous(),
+        }
+    }
+
+    /// [`IdentityConfig::front_proxy_headers`] of this identity (`input`: the one it was
+    /// derived from).
+    pub fn front_proxy_headers<'n>(
+        &self,
+        input: &IdentityInput,
+        request_headers: impl IntoIterator<Item = (&'n str, &'n [u8])>,
+    ) -> FrontProxyHeaders {
+        let mut out = FrontProxyHeaders::default();
+        if !self.cfg.set_front_proxy_headers {
+            return out;
+        }
+        let proxy_sources: Vec<&IdentitySource> =
+            self.cfg.sources.iter().filter(|s| matches!(s, IdentitySource::FrontProxy { .. })).collect();
+        let request_headers: Vec<(String, &[u8])> = request_headers.into_iter().map(|(n, v)| (n.to_ascii_lowercase(), v)).collect();
+        out.remove = unique(
+            request_headers
+                .iter()
+                .map(|(l, _)| l.clone())
+                .filter(|l| l.starts_with(FORWARD_STRIP_PREFIX) || proxy_sources.iter().any(|s| s.reads(l))),
+        );
+        let Some((src, Stated { name, groups, .. })) = &self.winner else {
+            if let Some(src) = self.cfg.sources.iter().find(|s| presented(s, input)) {
+                out.refuse = Some(unforwardable(src));
+                return out;
+            }
+            let named = |n: &str| request_headers.iter().any(|(l, _)| l == n);
+            if named(AUTHORIZATION_HEADER) {
+                out.remove.push(AUTHORIZATION_HEADER.to_string());
+            }
+            let protocols = request_headers.iter().filter(|(l, _)| l == WEBSOCKET_PROTOCOL_HEADER).map(|(_, v)| *v);
+            if let Some(kept) = without_bearer_protocols(protocols) {
+                out.remove.push(WEBSOCKET_PROTOCOL_HEADER.to_string());
+                if !kept.is_empty() {
+                    out.add.push((WEBSOCKET_PROTOCOL_HEADER.to_string(), kept));
+                }
+            }
+            return out;
+        };
+        if !forwardable(name) {
+            out.refuse = Some(unforwardable(src));
+            return out;
+        }
+        out.add.push((FORWARD_USER_HEADER.to_string(), name.clone()));
+        let groups = unique(groups.iter().filter(|g| forwardable(g)).cloned());
+        out.add.extend(groups.into_iter().map(|g| (FORWARD_GROUP_HEADER.to_string(), g)));
+        let prefix = match src {
+            IdentitySource::FrontProxy { extra_header_prefix: p, .. } if !p.is_empty() => p.to_ascii_lowercase(),
+            _ => return out,
+        };
+        for (n, v) in input.headers {
+            let lname = n.to_ascii_lowercase();
+            let Some(key) = lname.strip_prefix(prefix.as_str()) else { continue };
+            let Ok(v) = std::str::from_utf8(v) else { continue };
+            if is_token(key) && forwardable(v) {
+                out.add.push((format!("{FORWARD_EXTRA_PREFIX}{key}"), v.to_string()));
+            }
+        }
+        out
     }
 }
 
@@ -554,56 +630,12 @@ impl IdentityConfig {
         input: &IdentityInput,
         request_headers: impl IntoIterator<Item = (&'n str, &'n [u8])>,
     ) -> FrontProxyHeaders {
-        let mut out = FrontProxyHeaders::default();
-        if !self.set_front_proxy_headers {
-            return out;
-        }
-        let proxy_sources: Vec<&IdentitySource> = self.sources.iter().filter(|s| matches!(s, IdentitySource::FrontProxy { .. })).collect();
-        let request_headers: Vec<(String, &[u8])> = request_headers.into_iter().map(|(n, v)| (n.to_ascii_lowercase(), v)).collect();
-        out.remove = unique(
-            request_headers
-                .iter()
-                .map(|(l, _)| l.clone())
-                .filter(|l| l.starts_with(FORWARD_STRIP_PREFIX) || proxy_sources.iter().any(|s| s.reads(l))),
-        );
-        let Some((src, Stated { name, groups, .. })) = first_source(self, input) else {
-            if let Some(src) = self.sources.iter().find(|s| presented(s, input)) {
-                out.refuse = Some(unforwardable(src));
-                return out;
-            }
-            let named = |n: &str| request_headers.iter().any(|(l, _)| l == n);
-            if named(AUTHORIZATION_HEADER) {
-                out.remove.push(AUTHORIZATION_HEADER.to_string());
-            }
-            let protocols = request_headers.iter().filter(|(l, _)| l == WEBSOCKET_PROTOCOL_HEADER).map(|(_, v)| *v);
-            if let Some(kept) = without_bearer_protocols(protocols) {
-                out.remove.push(WEBSOCKET_PROTOCOL_HEADER.to_string());
-                if !kept.is_empty() {
-                    out.add.push((WEBSOCKET_PROTOCOL_HEADER.to_string(), kept));
-                }
-            }
-            return out;
-        };
-        if !forwardable(&name) {
-            out.refuse = Some(unforwardable(src));
-            return out;
-        }
-        out.add.push((FORWARD_USER_HEADER.to_string(), name));
-        let groups = unique(groups.into_iter().filter(|g| forwardable(g)));
-        out.add.extend(groups.into_iter().map(|g| (FORWARD_GROUP_HEADER.to_string(), g)));
-        let prefix = match src {
-            IdentitySource::FrontProxy { extra_header_prefix: p, .. } if !p.is_empty() => p.to_ascii_lowercase(),
-            _ => return out,
-        };
-        for (n, v) in input.headers {
-            let lname = n.to_ascii_lowercase();
-            let Some(key) = lname.strip_prefix(prefix.as_str()) else { continue };
-            let Ok(v) = std::str::from_utf8(v) else { continue };
-            if is_token(key) && forwardable(v) {
-                out.add.push((format!("{FORWARD_EXTRA_PREFIX}{key}"), v.to_string()));
-            }
-        }
-        out
+        self.identified(input).front_proxy_headers(input, request_headers)
+    }
+
+    /// The identity `input` states, derived once (see [`Identified`]).
+    pub fn identified(&self, input: &IdentityInput) -> Identified<'_> {
+        Identified { cfg: self, winner: first_source(self, input) }
     }
 
     /// Configuration problems (CIDRs are already checked while deserializing).

@@ -4,11 +4,11 @@
 //! CLI and tests all run.
 
 use crate::classify::{Classification, Classifier};
+use crate::config::{PluginConfig, RequestMode};
 use crate::digest::identity::{identify, IdentityInput, UserInfo};
 use crate::digest::request_info::{parse_generic, parse_request_info, RequestInfo};
 use crate::digest::work_estimate::{estimate_with, watch_init, ClusterStats, StatsLookup, WatchInit};
 use crate::fairqueuing::{QueueSetConfig, WorkEstimate};
-use crate::policy::config::{PluginConfig, RequestMode};
 use crate::policy::model::PriorityLevelSpec;
 use crate::Nanos;
 

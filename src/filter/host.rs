@@ -9,7 +9,7 @@
 #![allow(clashing_extern_declarations)]
 
 use crate::engine::store::{SetOutcome, Store, StoreError, WorkerState};
-use crate::gateway::host::{serialize_pairs, Body, HeaderMap, Host, StatKind};
+use crate::gateway::host::{serialize_pairs, Body, CallError, HeaderMap, Host, StatKind};
 use crate::Nanos;
 use proxy_wasm::types::{BufferType, MapType, MetricType, StreamType};
 use std::cell::OnceCell;
@@ -266,11 +266,12 @@ impl Host for WasmHost {
         let _ = unsafe { proxy_record_metric(id, value) };
     }
 
-    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout: Duration) -> Result<u32, String> {
+    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout: Duration) -> Result<u32, CallError> {
         // Through the SDK: it registers the token so that the reply reaches this root context.
         // It panics only on a status the ABI does not define for this call.
         let body = (!body.is_empty()).then_some(body);
-        proxy_wasm::hostcalls::dispatch_http_call(cluster, headers.to_vec(), body, vec![], timeout).map_err(|s| format!("{s:?}"))
+        proxy_wasm::hostcalls::dispatch_http_call(cluster, headers.to_vec(), body, vec![], timeout)
+            .map_err(|s| CallError::Refused(s as u32))
     }
 
     fn set_tick_period_ms(&self, ms: u32) -> bool {

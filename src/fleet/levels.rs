@@ -3,9 +3,9 @@
 //! (`limits::static_limits::compute_limits`, upstream `apf_controller.go:
 //! finishQueueSetReconfigsLocked`).
 
+use crate::config::PluginConfig;
 use crate::digest::work_estimate::MAXIMUM_LIST_SEATS_SIZE_BASED;
 use crate::limits::static_limits::{compute_limits, LevelLimits};
-use crate::policy::config::PluginConfig;
 use crate::policy::model::PriorityLevel;
 
 /// One priority level's static values.

@@ -7,8 +7,7 @@
 //! body) and consumes etcd responses (status + body), so any host drives it. `docs/fleet.md`
 //! states the guarantees and the protocol.
 //!
-//! - [`config`]: the `fleet` configuration object (`policy::fleet`: the plugin configuration
-//!   holds it).
+//! - [`config`]: the `fleet` configuration object.
 //! - [`levels`]: the priority levels' static limits at the fleet limit.
 //! - [`allocation`]: the pure allocation function (fleet borrowing, split among replicas).
 //! - [`record`]: a replica's record in etcd and the key layout.
@@ -22,14 +21,12 @@
 pub mod allocation;
 pub mod base64;
 pub mod claim;
+pub mod config;
 pub mod etcd;
 pub mod feed;
 pub mod levels;
 pub mod record;
 pub mod snapshot;
-
-/// The `fleet` configuration object, parsed with the rest of the plugin configuration.
-pub use crate::policy::fleet as config;
 
 pub use allocation::{allocate, Allocation, ReplicaDemand, WideNeed};
 pub use claim::{EtcdCall, Fleet, FleetError, FleetMode};

@@ -14,13 +14,13 @@
 //! lease and record); `POST /apf-wasm/fleet/leave` on a loopback connection makes the replica
 //! leave the fleet gracefully ([`leave_request`]; `docs/fleet.md`, "In the gateway").
 
-use super::host::{pairs, Body, HeaderMap, Host};
-use super::stats::Own;
-use super::worker::Worker;
-use crate::engine::{self, Compiled};
+use super::host::{call_status, call_timeout, Body, Host};
+use super::stats::{Own, Stats};
+use crate::engine::{self, Compiled, Notice};
 use crate::fleet::{EtcdCall, Fleet, FleetConfig, FleetFeed, FleetPolicy};
 use crate::Nanos;
 use hashbrown::HashMap;
+use serde_json::{json, Value};
 use std::time::Duration;
 
 /// Shared-data key of the driver role: (instance, heartbeat).
@@ -37,10 +37,22 @@ pub const LEAVE_PATH: &str = "/apf-wasm/fleet/leave";
 const DRIVER_BEAT: Nanos = 500_000_000;
 const TAKEOVER: Nanos = 3 * crate::NANOS_PER_SEC;
 
-/// The driver's state (kept in the worker: it outlives configuration reloads).
+/// Fleet mode on one worker: the driver role and, on the worker that holds it, the driver (kept
+/// in the worker: it outlives configuration reloads).
+#[derive(Default)]
+pub struct FleetRole {
+    driver: Option<FleetDriver>,
+    /// When this worker (not driving) last looked whether the role is free.
+    checked: Nanos,
+    /// The newest configuration generation whose timer ran fleet mode here (an older root
+    /// context, still alive during a reload, leaves the fleet alone).
+    generation: u64,
+}
+
+/// The driver's state.
 pub struct FleetDriver {
     /// The fleet, fed from this process's levels.
-    pub feed: FleetFeed,
+    feed: FleetFeed,
     /// HTTP call tokens → the fleet's call ids.
     calls: HashMap<u32, u64>,
     last_beat: Nanos,
@@ -93,8 +105,8 @@ fn replica_id(h: &dyn Host, instance: u64) -> Option<String> {
 }
 
 impl FleetDriver {
-    fn new(h: &dyn Host, w: &Worker, c: &Compiled, cfg: &FleetConfig, now: Nanos) -> Option<FleetDriver> {
-        let id = replica_id(h, w.instance)?;
+    fn new(h: &dyn Host, instance: u64, c: &Compiled, cfg: &FleetConfig, now: Nanos) -> Option<FleetDriver> {
+        let id = replica_id(h, instance)?;
         let fleet = Fleet::new(cfg.clone(), FleetPolicy::from_config(&c.config), &id).map_err(|e| log::error!("apf: fleet: {e}")).ok()?;
         log::info!("apf: fleet: replica {id} drives this process's fleet membership");
         Some(FleetDriver { feed: FleetFeed::new(fleet, c, now), calls: HashMap::new(), last_beat: now, counted: [0; 3] })
@@ -104,7 +116,7 @@ impl FleetDriver {
     fn send(&mut self, h: &dyn Host, calls: Vec<EtcdCall>) {
         let cfg = self.feed.fleet().config();
         let (cluster, authority, timeout) = (cfg.etcd.cluster.clone(), cfg.etcd.authority.clone(), cfg.period);
-        let timeout = Duration::from_nanos(u64::try_from(timeout).unwrap_or(1_000_000_000));
+        let timeout = call_timeout(timeout, Duration::from_secs(1));
         for call in calls {
             let mut headers: Vec<(&str, &str)> = vec![(":method", "POST"), (":path", call.path), (":authority", &authority)];
             headers.extend(call.headers.iter().map(|(k, v)| (*k, v.as_str())));
@@ -122,19 +134,38 @@ impl FleetDriver {
         }
     }
 
+    /// The fleet, fed from this process's levels.
+    pub fn feed(&self) -> &FleetFeed {
+        &self.feed
+    }
+
     /// Applies the fleet's limits to the levels when they changed (or the configuration did),
     /// and once a period in any case (a worker with a newer configuration may have created or
-    /// reconfigured a level meanwhile).
-    fn apply(&mut self, h: &dyn Host, w: &mut Worker, c: &Compiled, now: Nanos, force: bool) {
+    /// reconfigured a level meanwhile); the notices of the requests that changes.
+    fn apply(&mut self, h: &dyn Host, c: &Compiled, now: Nanos, force: bool) -> Vec<Notice> {
         let mut notices = Vec::new();
         if let Err(e) = self.feed.apply(c, h.store(), now, force, &mut notices) {
             log::warn!("apf: fleet: applying the allocation failed: {e}");
         }
-        w.route(h, notices, now);
+        notices
     }
-}
 
-impl FleetDriver {
+    /// One tick of the driver: a requested leave, the fleet's calls, its limits applied, and at
+    /// the end of a period its state published.
+    fn tick(&mut self, h: &dyn Host, stats: &mut Stats, c: &Compiled, now: Nanos) -> Vec<Notice> {
+        if leave_requested(h) {
+            let calls = self.feed.leave_gracefully(now);
+            self.send(h, calls);
+        }
+        let tick = self.feed.tick(c, h.store(), now);
+        self.send(h, tick.calls);
+        let notices = self.apply(h, c, now, tick.period_ended);
+        if tick.period_ended {
+            self.publish(h, stats, c, now);
+        }
+        notices
+    }
+
     /// Leaves the fleet at once (its lease revoked): the fleet configuration changed or is gone.
     fn quit(&mut self, h: &dyn Host, now: Nanos) {
         let calls = self.feed.leave(now);
@@ -143,68 +174,71 @@ impl FleetDriver {
 
     /// Once a period: the fleet's state in shared data (any worker serves it as `dump_fleet`),
     /// and the fleet's stats.
-    fn publish(&mut self, h: &dyn Host, w: &mut Worker, c: &Compiled, now: Nanos) {
+    fn publish(&mut self, h: &dyn Host, stats: &mut Stats, c: &Compiled, now: Nanos) {
         let f = self.feed.fleet();
         let names: Vec<&str> = c.levels.iter().map(|l| l.name.as_str()).collect();
-        let limits: serde_json::Map<String, serde_json::Value> =
-            names.iter().zip(f.limits()).filter_map(|(n, l)| Some(((*n).to_string(), serde_json::Value::from((*l)?)))).collect();
-        let allocation = f.allocation();
-        let replicas: Vec<serde_json::Value> = f.snapshot().map_or_else(Vec::new, |s| {
-            s.replicas
-                .iter()
-                .map(|r| {
-                    let seats = allocation.and_then(|a| a.seats_of(&r.id)).unwrap_or_default();
-                    let levels: serde_json::Map<String, serde_json::Value> = match &r.record {
-                        Ok(rec) => rec
-                            .levels
-                            .iter()
-                            .map(|(name, l)| {
-                                let allocated = names.iter().position(|n| n == name).and_then(|i| seats.get(i).copied());
-                                let v = serde_json::json!({"allocated": allocated, "claim": l.claim, "granted": l.granted, "inUse": l.in_use,
-                                    "demandAvg": l.demand.avg, "demandStdDev": l.demand.std_dev, "demandHighWatermark": l.demand.high_watermark,
-                                    "wide": l.wide, "wideSince": l.wide_since.to_string()});
-                                (name.clone(), v)
-                            })
-                            .collect(),
-                        Err(_) => serde_json::Map::new(),
-                    };
-                    serde_json::json!({"id": r.id, "lease": r.lease.to_string(), "modRevision": r.mod_revision.to_string(),
-                        "record": if r.record.is_ok() { "ok" } else { "undecodable" }, "levels": levels})
-                })
-                .collect()
-        });
-        let ignored: Vec<serde_json::Value> = f
-            .ignored_records()
-            .iter()
-            .map(|r| serde_json::json!({"id": r.id, "modRevision": r.mod_revision.to_string(), "reason": r.reason}))
-            .collect();
-        let status = serde_json::json!({
-            "replica": f.replica_id(),
-            "mode": format!("{:?}", f.mode()),
-            "lastSync": f.last_sync(),
-            "syncFailures": f.sync_failures(),
-            "revision": f.snapshot().map(|s| s.revision.to_string()),
-            "limits": limits,
-            "replicas": replicas,
-            "ignoredRecords": ignored,
-            "ignoredRecordsTotal": f.ignored_total(),
-            "dataLosses": f.data_losses(),
-            "recoveringForSeconds": f.recovering_until().filter(|&t| t > now).map(|t| (t - now) as f64 / 1e9),
-        });
-        if let Err(e) = h.store().set(STATUS_KEY, status.to_string().as_bytes(), None) {
+        if let Err(e) = h.store().set(STATUS_KEY, status_json(f, &names, now).to_string().as_bytes(), None) {
             log::warn!("apf: fleet: storing its state failed: {e}");
         }
         let counted = [f.sync_failures(), f.ignored_total(), f.data_losses()];
         let own = [Own::FleetSyncFailures, Own::FleetIgnoredRecords, Own::FleetDataLosses];
         for ((m, now_total), before) in own.into_iter().zip(counted).zip(&mut self.counted) {
-            w.stats.add_own(m, now_total.saturating_sub(*before));
+            stats.add_own(m, now_total.saturating_sub(*before));
             *before = now_total;
         }
         let age = f.last_sync().map(|t| u64::try_from(now.saturating_sub(t) / crate::NANOS_PER_SEC).unwrap_or(0));
         let n = f.snapshot().map_or(0, |s| s.replicas.len() as u64);
-        w.stats.set_fleet_gauges(h, n, age);
-        w.stats.set_fleet_allocation(h, c, f.limits());
+        stats.set_fleet_gauges(h, n, age);
+        stats.set_fleet_allocation(h, c, f.limits());
     }
+}
+
+/// The fleet's state as `dump_fleet` shows it (`names`: the levels, in the fleet's order).
+fn status_json(f: &Fleet, names: &[&str], now: Nanos) -> Value {
+    let limits: serde_json::Map<String, Value> =
+        names.iter().zip(f.limits()).filter_map(|(n, l)| Some(((*n).to_string(), Value::from((*l)?)))).collect();
+    let ignored: Vec<Value> =
+        f.ignored_records().iter().map(|r| json!({"id": r.id, "modRevision": r.mod_revision.to_string(), "reason": r.reason})).collect();
+    json!({
+        "replica": f.replica_id(),
+        "mode": format!("{:?}", f.mode()),
+        "lastSync": f.last_sync(),
+        "syncFailures": f.sync_failures(),
+        "revision": f.snapshot().map(|s| s.revision.to_string()),
+        "limits": limits,
+        "replicas": replicas_json(f, names),
+        "ignoredRecords": ignored,
+        "ignoredRecordsTotal": f.ignored_total(),
+        "dataLosses": f.data_losses(),
+        "recoveringForSeconds": f.recovering_until().filter(|&t| t > now).map(|t| (t - now) as f64 / 1e9),
+    })
+}
+
+/// Every replica of the fleet's last snapshot: its lease and record, and per level its claim,
+/// grant, use, demand and the seats the allocation gives it.
+fn replicas_json(f: &Fleet, names: &[&str]) -> Vec<Value> {
+    let allocation = f.allocation();
+    let Some(snapshot) = f.snapshot() else { return Vec::new() };
+    let replicas = snapshot.replicas.iter().map(|r| {
+        let seats = allocation.and_then(|a| a.seats_of(&r.id)).unwrap_or_default();
+        let levels: serde_json::Map<String, Value> = match &r.record {
+            Ok(rec) => rec
+                .levels
+                .iter()
+                .map(|(name, l)| {
+                    let allocated = names.iter().position(|n| n == name).and_then(|i| seats.get(i).copied());
+                    let v = json!({"allocated": allocated, "claim": l.claim, "granted": l.granted, "inUse": l.in_use,
+                        "demandAvg": l.demand.avg, "demandStdDev": l.demand.std_dev, "demandHighWatermark": l.demand.high_watermark,
+                        "wide": l.wide, "wideSince": l.wide_since.to_string()});
+                    (name.clone(), v)
+                })
+                .collect(),
+            Err(_) => serde_json::Map::new(),
+        };
+        json!({"id": r.id, "lease": r.lease.to_string(), "modRevision": r.mod_revision.to_string(),
+            "record": if r.record.is_ok() { "ok" } else { "undecodable" }, "levels": levels})
+    });
+    replicas.collect()
 }
 
 /// `dump_fleet`: the fleet's state as its driver last published it (JSON, a top-level
@@ -223,86 +257,100 @@ pub fn render_dump(store: &dyn crate::engine::store::Store, now: Nanos) -> Strin
     out
 }
 
-/// The timer's part of fleet mode (every tick, every worker).
-///
-/// Configuration generations come from one counter and only grow; during a reload two root
-/// contexts tick on a worker, and only the newest one seen drives. A newer configuration with
-/// the same `fleet` object re-plans the running fleet's levels in place (same lease, same
-/// record, no seat dropped on the levels it keeps); a different `fleet` object (or none) makes
-/// the running membership leave (its lease revoked) before a new one registers.
-pub fn on_tick(h: &dyn Host, w: &mut Worker, c: &Compiled, now: Nanos) {
-    if c.generation < w.fleet_generation {
-        return;
+impl FleetRole {
+    /// The fleet's driver, on the worker that holds the role.
+    pub fn driver(&self) -> Option<&FleetDriver> {
+        self.driver.as_ref()
     }
-    w.fleet_generation = c.generation;
-    let Some(cfg) = c.config.fleet.as_ref() else {
-        if let Some(mut d) = w.fleet.take() {
-            d.quit(h, now);
+
+    /// The timer's part of fleet mode (every tick, every worker); the notices of the requests
+    /// the fleet's limits changed.
+    ///
+    /// Configuration generations come from one counter and only grow; during a reload two root
+    /// contexts tick on a worker, and only the newest one seen drives. A newer configuration
+    /// with the same `fleet` object re-plans the running fleet's levels in place (same lease,
+    /// same record, no seat dropped on the levels it keeps); a different `fleet` object (or
+    /// none) makes the running membership leave (its lease revoked) before a new one registers.
+    pub fn on_tick(&mut self, h: &dyn Host, stats: &mut Stats, instance: u64, c: &Compiled, now: Nanos) -> Vec<Notice> {
+        if c.generation < self.generation {
+            return Vec::new();
         }
-        return;
-    };
-    // The driver renews its role, the others look whether it is free, every `DRIVER_BEAT`.
-    let last = w.fleet.as_ref().map_or(w.fleet_checked, |d| d.last_beat);
-    if now.saturating_sub(last) >= DRIVER_BEAT {
-        w.fleet_checked = now;
-        if !claim_driver(h, w.instance, now) {
-            w.fleet = None;
-            return;
+        self.generation = c.generation;
+        let Some(cfg) = c.config.fleet.as_ref() else {
+            if let Some(mut d) = self.driver.take() {
+                d.quit(h, now);
+            }
+            return Vec::new();
+        };
+        if !self.holds_role(h, instance, now) {
+            return Vec::new();
         }
-        if let Some(d) = w.fleet.as_mut() {
+        match self.driver_for(h, instance, c, cfg, now) {
+            Some(d) => d.tick(h, stats, c, now),
+            None => Vec::new(),
+        }
+    }
+
+    /// Whether this worker holds the driver role: the driver renews it, the others look whether
+    /// it is free, every `DRIVER_BEAT`.
+    fn holds_role(&mut self, h: &dyn Host, instance: u64, now: Nanos) -> bool {
+        let last = self.driver.as_ref().map_or(self.checked, |d| d.last_beat);
+        if now.saturating_sub(last) < DRIVER_BEAT {
+            return self.driver.is_some();
+        }
+        self.checked = now;
+        if !claim_driver(h, instance, now) {
+            self.driver = None;
+            return false;
+        }
+        if let Some(d) = self.driver.as_mut() {
             d.last_beat = now;
         }
-    } else if w.fleet.is_none() {
-        return;
+        true
     }
-    match w.fleet.as_mut() {
-        Some(d) if d.feed.fleet().config() != cfg => {
-            log::info!("apf: fleet: the fleet configuration changed: leaving, then joining again");
-            if let Some(mut old) = w.fleet.take() {
-                old.quit(h, now);
+
+    /// The driver of the configuration `c`: the running one (re-planned for a newer
+    /// configuration), or a new one — after the running one left, when the `fleet` object
+    /// changed.
+    fn driver_for(&mut self, h: &dyn Host, instance: u64, c: &Compiled, cfg: &FleetConfig, now: Nanos) -> Option<&mut FleetDriver> {
+        if let Some(d) = self.driver.as_mut() {
+            if d.feed.fleet().config() != cfg {
+                log::info!("apf: fleet: the fleet configuration changed: leaving, then joining again");
+                d.quit(h, now);
+                self.driver = None;
+            } else if d.feed.generation() < c.generation {
+                d.feed.reconfigure(c, now);
             }
         }
-        Some(d) if d.feed.generation() < c.generation => d.feed.reconfigure(c, now),
-        _ => {}
+        if self.driver.is_none() {
+            self.driver = FleetDriver::new(h, instance, c, cfg, now);
+        }
+        self.driver.as_mut()
     }
-    if w.fleet.is_none() {
-        let Some(d) = FleetDriver::new(h, w, c, cfg, now) else { return };
-        w.fleet = Some(d);
-    }
-    let Some(mut d) = w.fleet.take() else { return };
-    if leave_requested(h) {
-        let calls = d.feed.leave_gracefully(now);
-        d.send(h, calls);
-    }
-    let tick = d.feed.tick(c, h.store(), now);
-    d.send(h, tick.calls);
-    d.apply(h, w, c, now, tick.period_ended);
-    if tick.period_ended {
-        d.publish(h, w, c, now);
-    }
-    w.fleet = Some(d);
-}
 
-/// An HTTP call's reply: true if it was the fleet's.
-pub fn on_call_response(h: &dyn Host, w: &mut Worker, c: Option<&Compiled>, token: u32, body_size: usize) -> bool {
-    let Some(mut d) = w.fleet.take() else { return false };
-    let Some(id) = d.calls.remove(&token) else {
-        w.fleet = Some(d);
-        return false;
-    };
-    let raw = h.header_map_bytes(HeaderMap::CallResponse);
-    let status = pairs(&raw).into_iter().find_map(|(k, v)| (k == ":status").then_some(v));
-    let status = status.and_then(|s| std::str::from_utf8(s).ok()?.parse::<u16>().ok()).unwrap_or(0);
-    let body = h.body_bytes(Body::CallResponse, 0, body_size).unwrap_or_default();
-    let now = h.monotonic_nanos();
-    let calls = d.feed.on_response(id, status, &body, now);
-    d.send(h, calls);
-    // Applied only under the configuration the feed runs (an older root's levels differ).
-    if let Some(c) = c.filter(|c| c.generation == d.feed.generation()) {
-        d.apply(h, w, c, now, false);
+    /// An HTTP call's reply at `now`: `None` if it was not the fleet's, else the notices of the
+    /// requests the fleet's limits changed (applied only under the configuration the feed runs:
+    /// an older root's levels differ).
+    pub fn on_call_response(
+        &mut self,
+        h: &dyn Host,
+        c: Option<&Compiled>,
+        token: u32,
+        body_size: usize,
+        now: Nanos,
+    ) -> Option<Vec<Notice>> {
+        let d = self.driver.as_mut()?;
+        let id = d.calls.remove(&token)?;
+        // 0: no response (a timeout or a connection failure), as the fleet expects.
+        let status = call_status(h).unwrap_or(0);
+        let body = h.body_bytes(Body::CallResponse, 0, body_size).unwrap_or_default();
+        let calls = d.feed.on_response(id, status, &body, now);
+        d.send(h, calls);
+        Some(match c.filter(|c| c.generation == d.feed.generation()) {
+            Some(c) => d.apply(h, c, now, false),
+            None => Vec::new(),
+        })
     }
-    w.fleet = Some(d);
-    true
 }
 
 /// Whether this process was asked to leave the fleet.

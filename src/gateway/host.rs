@@ -90,9 +90,81 @@ pub trait Host {
 
     /// Starts an HTTP call to the proxy's cluster `cluster` (`body` empty: none); its token,
     /// delivered back with the reply.
-    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout: Duration) -> Result<u32, String>;
+    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout: Duration) -> Result<u32, CallError>;
     /// How often the root's timer fires.
     fn set_tick_period_ms(&self, ms: u32) -> bool;
+}
+
+/// Why the host did not start an HTTP call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallError {
+    /// The host refused it with this proxy-wasm status (e.g. `BadArgument`: an unknown cluster).
+    Refused(u32),
+    /// No proxy to call through (a request digested outside any proxy).
+    NoProxy,
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The ABI's status names (proxy-wasm spec, `proxy_status_t`).
+        let name = |s: u32| match s {
+            1 => Some("NotFound"),
+            2 => Some("BadArgument"),
+            3 => Some("SerializationFailure"),
+            4 => Some("ParseFailure"),
+            7 => Some("Empty"),
+            8 => Some("CasMismatch"),
+            10 => Some("InternalFailure"),
+            _ => None,
+        };
+        match self {
+            CallError::Refused(s) => match name(*s) {
+                Some(n) => f.write_str(n),
+                None => write!(f, "status {s}"),
+            },
+            CallError::NoProxy => f.write_str("no proxy"),
+        }
+    }
+}
+
+/// The `:status` of the HTTP call response being delivered (`None`: no response — a timeout or
+/// a connection failure — or no number).
+pub fn call_status(h: &dyn Host) -> Option<u16> {
+    let raw = h.header_map_bytes(HeaderMap::CallResponse);
+    let status = pairs(&raw).into_iter().find_map(|(k, v)| (k == ":status").then_some(v))?;
+    std::str::from_utf8(status).ok()?.parse().ok()
+}
+
+/// An HTTP call's timeout from a validated (positive) duration of the configuration
+/// (`fallback` in a release build if it is not).
+pub fn call_timeout(nanos: crate::Nanos, fallback: Duration) -> Duration {
+    debug_assert!(nanos > 0, "a call timeout of {nanos} ns passed validation");
+    u64::try_from(nanos).map_or(fallback, Duration::from_nanos)
+}
+
+/// Where a poll goes: an Envoy cluster, the `:authority`, the bearer token (if any) and the
+/// call's timeout.
+pub struct PollTarget<'a> {
+    pub cluster: &'a str,
+    pub authority: &'a str,
+    pub token: Option<&'a String>,
+    pub timeout: Duration,
+}
+
+impl PollTarget<'_> {
+    /// Starts a GET of `path`; the call's token.
+    pub fn get(&self, h: &dyn Host, path: &str, accept: &str) -> Result<u32, CallError> {
+        let bearer = self.token.map(|t| format!("Bearer {t}"));
+        let auth = bearer.as_deref().map(|b| ("authorization", b));
+        let headers = [(":method", "GET"), (":path", path), (":authority", self.authority), ("accept", accept)];
+        let headers: Vec<(&str, &str)> = headers.into_iter().chain(auth).collect();
+        h.http_call(self.cluster, &headers, &[], self.timeout)
+    }
+}
+
+/// How a call's reply went, for the logs: `HTTP status <n>`, or no response.
+pub fn describe_status(status: Option<u16>) -> String {
+    status.map_or_else(|| "no response (timeout or connection failure)".to_string(), |s| format!("HTTP status {s}"))
 }
 
 /// Header pairs borrowed from the host's map serialization (u32 count, count × (u32 name

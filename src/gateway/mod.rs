@@ -8,16 +8,22 @@
 //!   host and handed to every callback.
 //! - [`request`]: one stream: digest, classify, admit / queue / reject, release when the
 //!   upstream's response ends.
-//! - [`root`]: one configuration: apply it, run the timer (expiry, borrowing, leases, cluster
-//!   polls, stats) and the mailbox.
+//! - [`root`]: one configuration: apply it, run the timer (expiry, borrowing, leases, polls,
+//!   stats) and the mailbox, and route HTTP call replies.
+//! - [`cluster_policy`]: the policy read from the cluster (`clusterPolicy`), with the served
+//!   version's discovery.
+//! - [`counts_poll`]: the poll of the cluster's object counts (`clusterMetrics`).
 //! - [`stats`]: upstream's metrics and the gateway's own, as host stats.
-//! - [`fleet`]: fleet mode — one worker per process drives the fleet's etcd protocol.
+//! - [`fleet`]: fleet mode — one worker per process holds the driver role and drives the
+//!   fleet's etcd protocol ([`fleet::FleetRole`], held by the worker).
 //! - [`offline`]: a host for one request outside a proxy (`apf classify`, the playground).
 //!
 //! Every worker shares one set of seats and queues per level in the host's store; whoever frees
 //! seats dispatches by fair queuing, and a dispatched request owned by another worker is woken
 //! through that worker's mailbox, because only the owning worker can resume a paused stream.
 
+pub mod cluster_policy;
+pub mod counts_poll;
 pub mod fleet;
 pub mod host;
 pub mod offline;

@@ -2,7 +2,7 @@
 //! through the very function the filter runs ([`super::request::digest_request`]), from its
 //! headers and connection facts. Nothing else is hosted: no streams to pause, no stats, no calls.
 
-use super::host::{serialize_pairs, Body, HeaderMap, Host, StatKind};
+use super::host::{serialize_pairs, Body, CallError, HeaderMap, Host, StatKind};
 use crate::engine::store::{MemStore, Store};
 use crate::Nanos;
 use std::time::Duration;
@@ -87,8 +87,8 @@ impl Host for OneRequest {
     }
     fn increment_metric(&self, _id: u32, _by: i64) {}
     fn record_metric(&self, _id: u32, _value: u64) {}
-    fn http_call(&self, _cluster: &str, _headers: &[(&str, &str)], _body: &[u8], _timeout: Duration) -> Result<u32, String> {
-        Err("no proxy".to_string())
+    fn http_call(&self, _cluster: &str, _headers: &[(&str, &str)], _body: &[u8], _timeout: Duration) -> Result<u32, CallError> {
+        Err(CallError::NoProxy)
     }
     fn set_tick_period_ms(&self, _ms: u32) -> bool {
         false

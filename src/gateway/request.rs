@@ -2,7 +2,7 @@
 //! when the upstream's response ends (or the stream does).
 
 use super::host::{pairs, Action, Body, HeaderMap, Host};
-use super::stats::{Labels, EXTRA_NONE, M};
+use super::stats::{EXTRA_NONE, M};
 use super::worker::{self, Extra, Hold, Local, Worker};
 use crate::digest::identity::{IdentityConfig, IdentityInput, IdentitySource};
 use crate::digest::initial_events::MarkerScanner;
@@ -12,7 +12,7 @@ use crate::digest::work_estimate::{ClusterStats, StatsLookup, WatchInit};
 use crate::engine::compiled::{Digest, RequestLine};
 use crate::engine::object_counts::SharedCounts;
 use crate::engine::requests::Phase;
-use crate::engine::{self, debug, Arriving, Compiled, Decision};
+use crate::engine::{self, debug, Arriving, Compiled, Decision, Notice};
 use crate::fairqueuing::RequestTag;
 use crate::Nanos;
 use serde_json::Value;
@@ -47,7 +47,7 @@ impl Request {
     fn start_watch(&mut self, h: &dyn Host, w: &mut Worker, max_hold: crate::Nanos) {
         let Some((info, init, stats)) = self.watch.take() else { return };
         let now = h.monotonic_nanos();
-        if init != WatchInit::None && w.requests.get(self.ctx).is_some_and(|l| l.phase == Phase::Executing) {
+        if init != WatchInit::None && w.request(self.ctx).is_some_and(|l| l.phase == Phase::Executing) {
             let (ok, _, identity) = response(h);
             if ok {
                 let expected_bytes = match stats {
@@ -60,7 +60,7 @@ impl Request {
                 let marker = (init == WatchInit::Bookmark && identity).then(MarkerScanner::new);
                 let deadline = now.saturating_add(max_hold);
                 let hold = Hold { deadline, last_data: now, bytes: 0, expected_bytes, marker, info };
-                w.holds.insert(self.ctx, hold);
+                w.hold(self.ctx, hold);
                 self.holding = true;
                 return;
             }
@@ -76,50 +76,35 @@ impl Request {
         }
     }
 
+    /// Admission in four steps: the answers given here (leave, 403, dumps; identity headers
+    /// written first), the request's class and bookkeeping, registration and the engine's
+    /// decision, and what the decision makes of the stream.
     fn admit(&mut self, h: &dyn Host, w: &mut Worker, rc: Rc<Compiled>) -> Action {
         let c: &Compiled = &rc;
         let now = h.monotonic_nanos();
-        let counts = w.counts.as_deref();
+        let counts = w.counts();
         let cluster = |group: &str, resource: &str| cluster_lookup(c, counts, group, resource, now);
-        let Digested { remove, add, refuse, dump, leave, digest: d } = digest_request(h, c, &cluster);
-        if leave && c.config.fleet.is_some() {
-            let ends = [["source", "address"], ["destination", "address"]].map(|p| h.property(&p).and_then(|b| parse_peer(&b)));
-            let (status, body) = super::fleet::leave_request(h, ends, now);
-            h.send_response(status, &[("content-type", b"application/json"), ("x-content-type-options", b"nosniff")], body.as_bytes());
-            return Action::Pause;
+        let digested = digest_request(h, c, &cluster);
+        if let Some(answered) = local_answer(h, c, &digested, now) {
+            return answered;
         }
-        // setFrontProxyHeaders (nothing to change without it): the upstream sees only the identity
-        // derived here, on every request this filter sees (before any early return: exempt,
-        // long-running, debug paths) — or, when a verified credential names a user that cannot
-        // be forwarded, the request is refused and never reaches it.
-        if let Some(why) = refuse.as_deref() {
-            log::debug!("apf: refused: {why}");
-            let body = crate::digest::identity::forbidden_status(why);
-            h.send_response(403, &[("content-type", b"application/json"), ("x-content-type-options", b"nosniff")], body.as_bytes());
-            return Action::Pause;
-        }
-        for name in &remove {
-            h.remove_header(HeaderMap::Request, name);
-        }
-        for (k, v) in &add {
-            h.add_header(HeaderMap::Request, k, v.as_bytes());
-        }
-        let debug_caller = || d.user.groups.iter().any(|g| c.config.debug_groups.contains(g));
-        if let Some(kind) = dump.filter(|_| debug_caller()) {
-            if kind == debug::DumpKind::Fleet {
-                let body = super::fleet::render_dump(h.store(), now);
-                h.send_response(200, &[("content-type", b"application/json"), ("x-content-type-options", b"nosniff")], body.as_bytes());
-                return Action::Pause;
-            }
-            let offset = h.realtime_nanos().saturating_sub(now);
-            let body = debug::render(c, h.store(), kind, now, &|t| t.saturating_add(offset));
-            h.send_response(200, &worker::TEXT_PLAIN, body.as_bytes());
-            return Action::Pause;
-        }
+        let d = digested.digest;
+        let Some(extra) = self.classify(&rc, &d) else { return Action::Continue };
+        let Some((decision, notices)) = self.enter(h, w, &d, &extra, now) else { return Action::Continue };
+        let action = self.act(h, w, &extra, decision);
+        w.route(h, notices, now);
+        action
+    }
+
+    /// The request's class (`None`: not queued here, i.e. long-running or no level), and the
+    /// stream's bookkeeping: PF headers (no seats charged until admitted), what its response
+    /// may teach, its watch.
+    fn classify(&mut self, rc: &Rc<Compiled>, d: &Digest) -> Option<Extra> {
+        let c: &Compiled = rc;
         if d.long_running && !d.is_watch {
-            return Action::Continue;
+            return None;
         }
-        let Some(level) = c.levels.get(d.class.priority_level) else { return Action::Continue };
+        let level = c.levels.get(d.class.priority_level)?;
         let explain = !c.config.explain_groups.is_empty() && d.user.groups.iter().any(|g| c.config.explain_groups.contains(g));
         let (pl, fs, seats) = (d.class.priority_level, d.class.flow_schema, d.work.max_seats());
         let extra = Extra { explain, enforce: level.enforce, compiled: rc.clone(), pl, fs, seats, is_watch: d.is_watch };
@@ -128,11 +113,19 @@ impl Request {
         let learn = c.config.work_estimator.learn_from_responses;
         self.learn = (learn && d.stats == Some(StatsLookup::NotFound) && learnable(&d.info)).then(|| (key(), ListBodyScanner::new()));
         self.watch = d.is_watch.then(|| (d.info.clone(), d.watch_init, d.stats));
+        Some(extra)
+    }
+
+    /// Registers the worker and asks the engine: its decision (tracked in the worker's table
+    /// when the request takes or awaits seats) and the notices to route; `None` when the worker
+    /// cannot register (the request passes).
+    fn enter(&mut self, h: &dyn Host, w: &mut Worker, d: &Digest, extra: &Extra, now: Nanos) -> Option<(Admitted, Vec<Notice>)> {
         let Some(slot) = w.ensure_registered(h, now) else {
             log::warn!("apf: worker not registered; letting the request through");
-            return Action::Continue;
+            return None;
         };
         self.class = Some(extra.clone());
+        let c: &Compiled = &extra.compiled;
         w.note_levels(c);
         let tag = RequestTag {
             owner: slot,
@@ -143,32 +136,40 @@ impl Request {
         };
         let mut notices = Vec::new();
         let decision = engine::admit(c, h.store(), now, Arriving { level: d.class.priority_level, work: d.work, tag }, &mut notices);
-        let labels = Labels { compiled: c, pl, fs };
-        w.stats.observe(labels, M::WorkEstimatedSeats, EXTRA_NONE, f64::from(seats));
+        let labels = extra.labels();
+        w.stats().observe(labels, M::WorkEstimatedSeats, EXTRA_NONE, f64::from(extra.seats));
         if let Ok((_, Some(length))) = decision {
-            w.stats.observe(labels, M::QueueLengthAfterEnqueue, EXTRA_NONE, f64::from(length));
+            w.stats().observe(labels, M::QueueLengthAfterEnqueue, EXTRA_NONE, f64::from(length));
         }
-        // Dry run: the request is accounted as queued or rejected but let through.
-        let stop = if level.enforce { Action::Pause } else { Action::Continue };
         let decision = decision.map(|(d, _)| d);
-        if let Some(e) = decision.as_ref().ok().and_then(|d| Local::admitted(level.key.clone(), d, now, tag.wait_deadline, extra.clone())) {
-            w.requests.insert(self.ctx, e);
+        let level = c.levels.get(extra.pl).map(|l| l.key.clone());
+        let admitted =
+            decision.as_ref().ok().zip(level).and_then(|(d, key)| Local::admitted(key, d, now, tag.wait_deadline, extra.clone()));
+        if let Some(e) = admitted {
+            w.track(self.ctx, e);
         }
-        let action = match decision {
+        Some((decision, notices))
+    }
+
+    /// What the engine's decision makes of the stream (dry run: accounted as queued or
+    /// rejected, but let through).
+    fn act(&mut self, h: &dyn Host, w: &mut Worker, extra: &Extra, decision: Admitted) -> Action {
+        let stop = if extra.enforce { Action::Pause } else { Action::Continue };
+        match decision {
             Ok(Decision::Execute(_)) => {
-                extra.dispatched(&mut w.stats, 0);
+                extra.dispatched(w.stats(), 0);
                 Action::Continue
             }
             Ok(Decision::Queued(_)) => {
-                extra.queued(&mut w.stats, 1);
+                extra.queued(w.stats(), 1);
                 stop
             }
             Ok(Decision::Rejected { reason, retry_after }) => {
-                extra.add(&mut w.stats, M::Rejected, reason.as_str(), 1);
-                extra.observe(&mut w.stats, M::WaitDuration, "false", 0);
-                if level.enforce {
+                extra.add(w.stats(), M::Rejected, reason.as_str(), 1);
+                extra.observe(w.stats(), M::WaitDuration, "false", 0);
+                if extra.enforce {
                     self.class = None;
-                    worker::send_429(h, &extra, retry_after, reason.as_str());
+                    worker::send_429(h, extra, retry_after, reason.as_str());
                 }
                 stop
             }
@@ -176,9 +177,7 @@ impl Request {
                 log::warn!("apf: admission failed, letting the request through: {e}");
                 Action::Continue
             }
-        };
-        w.route(h, notices, now);
-        action
+        }
     }
 
     /// Feeds a LIST response chunk to the learning scanner; at the end, stores what it learned.
@@ -208,14 +207,14 @@ impl Request {
 
     fn response_headers(&mut self, h: &dyn Host, w: &mut Worker) -> Action {
         let Some(x) = self.class.clone() else { return Action::Continue };
-        if w.rejected.contains(&self.ctx) {
+        if w.was_rejected(self.ctx) {
             return Action::Continue;
         }
         for (k, v) in worker::pf_headers(&x) {
             h.add_header(HeaderMap::Response, k, v);
         }
         if x.explain {
-            let waited = w.requests.get(self.ctx).map_or(0, |l| l.waited);
+            let waited = w.request(self.ctx).map_or(0, |l| l.waited);
             h.add_header(HeaderMap::Response, "x-apf-queued-ms", (waited / 1_000_000).to_string().as_bytes());
             h.add_header(HeaderMap::Response, "x-apf-seats", x.seats.to_string().as_bytes());
         }
@@ -234,7 +233,7 @@ impl Request {
     /// at the initial-events bookmark or, unmarked, at the expected size.
     fn watch_data(&mut self, h: &dyn Host, w: &mut Worker, body_size: usize) {
         let now = h.monotonic_nanos();
-        let ended = w.holds.get_mut(&self.ctx).map(|hold| {
+        let ended = w.held(self.ctx).map(|hold| {
             hold.last_data = now;
             hold.bytes = hold.bytes.saturating_add(body_size as u64);
             match hold.marker.as_mut() {
@@ -281,6 +280,50 @@ impl Request {
     }
 }
 
+/// The engine's answer to an arriving request.
+type Admitted = Result<Decision, engine::EngineError>;
+
+/// The content headers of the gateway's own JSON responses.
+const JSON: [(&str, &[u8]); 2] = [("content-type", b"application/json"), ("x-content-type-options", b"nosniff")];
+
+/// The answers given here, before admission: the fleet leave request, a refused identity
+/// (`403`), the debug dumps; `None`: the request goes on to admission. The identity headers are
+/// written before any dump (and any later early return: exempt, long-running), so the upstream
+/// sees only the identity derived here on every request this filter lets through.
+fn local_answer(h: &dyn Host, c: &Compiled, d: &Digested, now: Nanos) -> Option<Action> {
+    if d.leave && c.config.fleet.is_some() {
+        let ends = [["source", "address"], ["destination", "address"]].map(|p| h.property(&p).and_then(|b| parse_peer(&b)));
+        let (status, body) = super::fleet::leave_request(h, ends, now);
+        h.send_response(status, &JSON, body.as_bytes());
+        return Some(Action::Pause);
+    }
+    // setFrontProxyHeaders (nothing to change without it): when a verified credential names a
+    // user that cannot be forwarded, the request is refused and never reaches the upstream.
+    if let Some(why) = d.refuse.as_deref() {
+        log::debug!("apf: refused: {why}");
+        let body = crate::digest::identity::forbidden_status(why);
+        h.send_response(403, &JSON, body.as_bytes());
+        return Some(Action::Pause);
+    }
+    for name in &d.remove {
+        h.remove_header(HeaderMap::Request, name);
+    }
+    for (k, v) in &d.add {
+        h.add_header(HeaderMap::Request, k, v.as_bytes());
+    }
+    let debug_caller = || d.digest.user.groups.iter().any(|g| c.config.debug_groups.contains(g));
+    let kind = d.dump.filter(|_| debug_caller())?;
+    if kind == debug::DumpKind::Fleet {
+        let body = super::fleet::render_dump(h.store(), now);
+        h.send_response(200, &JSON, body.as_bytes());
+        return Some(Action::Pause);
+    }
+    let offset = h.realtime_nanos().saturating_sub(now);
+    let body = debug::render(c, h.store(), kind, now, &|t| t.saturating_add(offset));
+    h.send_response(200, &worker::TEXT_PLAIN, body.as_bytes());
+    Some(Action::Pause)
+}
+
 /// A request as the gateway reads it from its host: what it changes in the request's identity
 /// headers on the way upstream, and its digest.
 pub struct Digested {
@@ -319,11 +362,13 @@ pub fn digest_request(h: &dyn Host, c: &Compiled, cluster: ClusterStats) -> Dige
     let input =
         IdentityInput { headers: &identity_headers, peer, mtls, cert_subject: cert_subject.as_deref(), jwt_claims: jwt_claims.as_ref() };
     let mut remove = if c.needs.strip { c.config.identity.headers_to_strip(&input) } else { Vec::new() };
-    let fwd = c.config.identity.front_proxy_headers(&input, headers.iter().map(|(k, v)| (*k, *v)));
+    // The identity is derived once: forwarded (`setFrontProxyHeaders`) and classified.
+    let identified = c.config.identity.identified(&input);
+    let fwd = identified.front_proxy_headers(&input, headers.iter().map(|(k, v)| (*k, *v)));
     remove.extend(fwd.remove);
     let watch_count = |info: &RequestInfo| engine::watches::interested_count(h.store(), info);
     let line = RequestLine { method, path, namespace_header: ns_header };
-    let digest = c.digest(line, &input, watch_count, cluster);
+    let digest = c.digest_for(line, identified.user(), watch_count, cluster);
     let leave = method == b"POST" && path.split(|&b| b == b'?').next() == Some(super::fleet::LEAVE_PATH.as_bytes());
     Digested { remove, add: fwd.add, refuse: fwd.refuse, dump: debug::dump_kind(path), leave, digest }
 }

@@ -2,6 +2,7 @@
 //! its watches and its stats. The host owns one [`Worker`] per worker and hands it to every
 //! callback; shared state lives in the host's store.
 
+use super::fleet::{FleetDriver, FleetRole};
 use super::host::Host;
 use super::stats::{Labels, Own, Stats, EXTRA_NONE, M};
 use crate::digest::initial_events::MarkerScanner;
@@ -89,38 +90,60 @@ pub struct Hold {
 
 /// One worker's state.
 pub struct Worker {
-    pub instance: u64,
-    pub slot: Option<u32>,
-    pub mailbox: Option<u32>,
+    /// Random id of this worker (names its mailbox; holds its lease).
+    instance: u64,
+    slot: Option<u32>,
+    mailbox: Option<u32>,
     /// Shared-state keys of every level this worker has used (so removed levels still drain).
-    pub known_levels: HashSet<String>,
-    pub noted_generation: Option<u64>,
-    pub last_heartbeat: Nanos,
-    pub last_reap: Nanos,
-    pub last_tick: Nanos,
-    pub last_flush: Nanos,
+    known_levels: HashSet<String>,
+    noted_generation: Option<u64>,
+    last_heartbeat: Nanos,
+    /// When each [`Timer`] last ran.
+    timers: Timers,
     /// Mailbox queue ids of other workers, by slot (slots are never reused).
-    pub slot_mailboxes: HashMap<u32, u32>,
+    slot_mailboxes: HashMap<u32, u32>,
     /// Requests resolved from the root (by context): their 429 is already sent.
-    pub rejected: HashSet<u32>,
+    rejected: HashSet<u32>,
     /// Open watches of this worker, by context (forgotten when the stream ends).
-    pub watches: HashMap<u32, crate::digest::work_estimate::WatchKey>,
+    watches: HashMap<u32, crate::digest::work_estimate::WatchKey>,
     /// Watches of this worker holding their seats while their initial state streams, by context.
-    pub holds: HashMap<u32, Hold>,
-    /// The cluster's object counts as last read from shared data, and that value's CAS token.
-    pub counts: Option<Rc<engine::object_counts::SharedCounts>>,
-    pub counts_cas: Option<u32>,
-    pub counts_read: Nanos,
+    holds: HashMap<u32, Hold>,
+    /// The cluster's object counts as last read from shared data.
+    counts: CountsCopy,
     /// This worker's requests that are queued or hold seats.
-    pub requests: Requests<Extra>,
-    pub stats: Stats,
-    /// Fleet mode: the fleet's state machine, on the one worker that drives it.
-    pub fleet: Option<super::fleet::FleetDriver>,
-    /// Fleet mode, on the other workers: when this one last looked whether the role is free.
-    pub fleet_checked: Nanos,
-    /// The newest configuration generation whose timer ran fleet mode here (an older root
-    /// context, still alive during a reload, leaves the fleet alone).
-    pub fleet_generation: u64,
+    requests: Requests<Extra>,
+    stats: Stats,
+    /// Fleet mode: the driver role, held by one worker per process.
+    fleet: FleetRole,
+}
+
+/// This worker's copy of the cluster's object counts in shared data.
+#[derive(Default)]
+struct CountsCopy {
+    counts: Option<Rc<engine::object_counts::SharedCounts>>,
+    /// The shared value's CAS token when it was read.
+    cas: Option<u32>,
+    /// When it was last read.
+    read: Nanos,
+}
+
+/// The worker's periodic jobs that the root's timer runs less often than it ticks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timer {
+    /// The timer's own work (expiry, borrowing, polls).
+    Tick,
+    /// The metrics' flush.
+    Flush,
+    /// The reaping of dead workers.
+    Reap,
+}
+
+/// When each [`Timer`] last ran.
+#[derive(Default)]
+struct Timers {
+    tick: Nanos,
+    flush: Nanos,
+    reap: Nanos,
 }
 
 /// The engine's callbacks for this worker's requests: resume, answer, post to other workers,
@@ -201,6 +224,7 @@ pub fn mailbox_name(instance: u64) -> String {
 pub fn pf_headers(e: &Extra) -> Vec<(&'static str, &[u8])> {
     let fs_obj = e.compiled.config.policy.flow_schemas.get(e.fs);
     let lvl = e.compiled.levels.get(e.pl);
+    debug_assert!(fs_obj.is_some() && lvl.is_some(), "a request classified outside its configuration");
     let mut h = vec![
         ("x-kubernetes-pf-flowschema-uid", fs_obj.map(|f| f.uid.as_bytes()).unwrap_or_default()),
         ("x-kubernetes-pf-prioritylevel-uid", lvl.map(|l| l.uid.as_bytes()).unwrap_or_default()),
@@ -241,22 +265,107 @@ impl Worker {
             known_levels: HashSet::new(),
             noted_generation: None,
             last_heartbeat: 0,
-            last_reap: 0,
-            last_tick: 0,
-            last_flush: 0,
+            timers: Timers::default(),
             slot_mailboxes: HashMap::new(),
             rejected: HashSet::new(),
             watches: HashMap::new(),
             holds: HashMap::new(),
-            counts: None,
-            counts_cas: None,
-            counts_read: 0,
+            counts: CountsCopy::default(),
             requests: Requests::new(),
             stats: Stats::default(),
-            fleet: None,
-            fleet_checked: 0,
-            fleet_generation: 0,
+            fleet: FleetRole::default(),
         }
+    }
+
+    /// This worker's random id.
+    pub fn instance(&self) -> u64 {
+        self.instance
+    }
+
+    /// This worker's stats (flushed on the timer).
+    pub fn stats(&mut self) -> &mut Stats {
+        &mut self.stats
+    }
+
+    /// This worker's request `context`, while it is queued or holds seats.
+    pub fn request(&self, context: u32) -> Option<&Local> {
+        self.requests.get(context)
+    }
+
+    /// Tracks an admitted request (queued, or holding seats) until it ends.
+    pub fn track(&mut self, context: u32, e: Local) {
+        self.requests.insert(context, e);
+    }
+
+    /// Whether the request `context` was rejected after it queued (its 429 is sent).
+    pub fn was_rejected(&self, context: u32) -> bool {
+        self.rejected.contains(&context)
+    }
+
+    /// A WATCH `context` holds its seats while its initial state streams.
+    pub fn hold(&mut self, context: u32, hold: Hold) {
+        self.holds.insert(context, hold);
+    }
+
+    /// The hold of the WATCH `context` (`None`: released meanwhile).
+    pub fn held(&mut self, context: u32) -> Option<&mut Hold> {
+        self.holds.get_mut(&context)
+    }
+
+    /// The cluster's object counts as this worker last read them.
+    pub fn counts(&self) -> Option<&engine::object_counts::SharedCounts> {
+        self.counts.counts.as_deref()
+    }
+
+    /// Re-reads the shared object counts when `every` has passed since the last read.
+    pub fn refresh_counts_every(&mut self, h: &dyn Host, now: Nanos, every: Nanos) {
+        if now.saturating_sub(self.counts.read) >= every {
+            self.refresh_counts(h, now);
+        }
+    }
+
+    /// Re-reads the shared object counts into this worker's copy when they changed.
+    pub fn refresh_counts(&mut self, h: &dyn Host, now: Nanos) {
+        let copy = &mut self.counts;
+        copy.read = now;
+        let (bytes, cas) = match h.store().get(engine::object_counts::OBJECT_COUNTS_KEY) {
+            Ok(v) => v,
+            Err(e) => return log::warn!("apf: reading the object counts failed: {e}"),
+        };
+        if copy.cas == cas && copy.counts.is_some() {
+            return;
+        }
+        let counts = bytes.map(|b| engine::object_counts::SharedCounts::decode(&b)).transpose();
+        let counts = counts.inspect_err(|e| log::warn!("apf: unreadable object counts in shared data: {e}"));
+        (copy.counts, copy.cas) = (counts.ok().flatten().map(Rc::new), cas);
+    }
+
+    /// The level keys of `c` and of every level a previous configuration had here (removed
+    /// levels still get their timers until they drain).
+    pub fn level_keys(&self, c: &Compiled) -> Vec<String> {
+        let mut keys = c.level_keys();
+        let removed: Vec<String> = self.known_levels.iter().filter(|k| !keys.contains(k)).cloned().collect();
+        keys.extend(removed);
+        keys
+    }
+
+    /// The fleet's driver, on the worker that holds the role.
+    pub fn fleet_driver(&self) -> Option<&FleetDriver> {
+        self.fleet.driver()
+    }
+
+    /// The timer's part of fleet mode ([`FleetRole::on_tick`]).
+    pub fn fleet_tick(&mut self, h: &dyn Host, c: &Compiled, now: Nanos) {
+        let notices = self.fleet.on_tick(h, &mut self.stats, self.instance, c, now);
+        self.route(h, notices, now);
+    }
+
+    /// An HTTP call's reply: true if it was the fleet's ([`FleetRole::on_call_response`]).
+    pub fn fleet_call_response(&mut self, h: &dyn Host, c: Option<&Compiled>, token: u32, body_size: usize) -> bool {
+        let now = h.monotonic_nanos();
+        let Some(notices) = self.fleet.on_call_response(h, c, token, body_size, now) else { return false };
+        self.route(h, notices, now);
+        true
     }
 
     /// The request table and the engine's callbacks over the rest of this worker.
@@ -271,9 +380,13 @@ impl Worker {
         (&mut self.requests, cb)
     }
 
-    /// Whether `every` has passed since the time `last` picks, which then becomes `now`.
-    pub fn due(&mut self, now: Nanos, every: Nanos, last: fn(&mut Worker) -> &mut Nanos) -> bool {
-        let last = last(self);
+    /// Whether `every` has passed since `timer` last ran; if so, it runs now.
+    pub fn due(&mut self, now: Nanos, every: Nanos, timer: Timer) -> bool {
+        let last = match timer {
+            Timer::Tick => &mut self.timers.tick,
+            Timer::Flush => &mut self.timers.flush,
+            Timer::Reap => &mut self.timers.reap,
+        };
         let due = now.saturating_sub(*last) >= every;
         *last = if due { now } else { *last };
         due

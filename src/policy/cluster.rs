@@ -288,7 +288,7 @@ pub fn merged_config(base: &Value, lists: &[&[u8]]) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::config::parse_plugin_config;
+    use crate::config::parse_plugin_config;
 
     #[test]
     fn parses_and_validates() {

@@ -16,12 +16,12 @@ use std::sync::Arc;
 use super::admission::{Admission, Call, CallId, Outcomes};
 use super::results::CallKind;
 use super::scenario::Scenario;
+use crate::config::PluginConfig;
 use crate::engine::requests::{Ctx, Entry, Host, Requests};
 use crate::engine::store::{MemStore, Store, WorkerStore};
 use crate::engine::{self, Arriving, Compiled, Decision, LevelRuntime, LevelState, Notice};
 use crate::fairqueuing::queueset::QueueSet;
 use crate::fairqueuing::{QueueSetConfig, RejectReason, RequestTag};
-use crate::policy::config::PluginConfig;
 use crate::policy::model::Policy;
 use crate::Nanos;
 

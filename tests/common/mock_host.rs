@@ -8,7 +8,7 @@
 #![allow(dead_code)]
 
 use apf_wasm::engine::store::{MemStore, SetOutcome, Store, StoreError, WorkerState};
-use apf_wasm::gateway::host::{pairs, serialize_pairs, Action, Body, HeaderMap, Host, StatKind};
+use apf_wasm::gateway::host::{pairs, serialize_pairs, Action, Body, CallError, HeaderMap, Host, StatKind};
 use apf_wasm::gateway::{Request, Root, Worker};
 use apf_wasm::Nanos;
 use std::cell::{Cell, RefCell};
@@ -271,7 +271,7 @@ impl Host for MockHost {
             }
         }
     }
-    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout: Duration) -> Result<u32, String> {
+    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout: Duration) -> Result<u32, CallError> {
         let token = self.proxy.next_token.get();
         self.proxy.next_token.set(token + 1);
         let headers = headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
@@ -384,7 +384,7 @@ impl Node {
 
     /// Delivers the messages in this worker's mailbox (as `on_queue_ready`, once per message).
     pub fn deliver_mail(&mut self) {
-        let name = apf_wasm::gateway::worker::mailbox_name(self.worker.instance);
+        let name = apf_wasm::gateway::worker::mailbox_name(self.worker.instance());
         while self.host.proxy.queued_messages(&name) > 0 {
             self.root.on_queue_ready(&self.host, &mut self.worker);
         }

@@ -58,6 +58,11 @@ def test_policy_is_read_from_the_cluster(gateway):
         return True
 
     wait_until(applied, timeout=15, what="the cluster's FlowSchema and level apply on every worker")
+    # The requests above may all have reached one worker: let every reader (each worker's VM and
+    # the main thread's, each polling every second) read the valid policy before it changes.
+    n = len(gw.upstream.received("/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas"))
+    wait_until(lambda: len(gw.upstream.received("/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas")) >= n + 9,
+               timeout=15, what="three more seconds of reads of the valid policy")
     reads = gw.upstream.received("/apis/flowcontrol.apiserver.k8s.io/v1/")
     assert reads and all(h.get("authorization") == ["Bearer s3cret"] for _, h in reads), reads[:2]
     # An invalid cluster policy (precedence above 10000; 0 would be defaulted to 1000, as

@@ -13,15 +13,20 @@
 //! (`pkg/server/config.go`, default 400 + 200 = 600); `requestTimeout` upstream's
 //! `--request-timeout` (60 s, `pkg/server/config.go`).
 //! Empty input is the same as `{}`: Kubernetes' built-in configuration at 600 seats.
+//!
+//! The document gathers every part's configuration (the policy and its static limits, identity,
+//! work estimator, the cluster's policy and counts, the fleet's `FleetConfig`), each parsed and
+//! validated by its own module; the engine compiles the result and the fleet plans its levels
+//! from it.
 use serde_json::{Map, Value};
 
-use super::bootstrap;
-use super::cluster::{ClusterMetrics, ClusterPolicy, Env};
-use super::model::Policy;
 use crate::digest::identity::IdentityConfig;
 use crate::digest::work_estimate::WorkEstimatorConfig;
 use crate::duration::{format_go_duration, parse_go_duration};
 use crate::limits::static_limits::{compute_limits, LevelLimits};
+use crate::policy::bootstrap;
+use crate::policy::cluster::{self, ClusterMetrics, ClusterPolicy, Env};
+use crate::policy::model::Policy;
 use crate::{Nanos, NANOS_PER_SEC};
 
 pub const DEFAULT_SERVER_CONCURRENCY_LIMIT: u32 = 600;
@@ -70,7 +75,7 @@ pub struct PluginConfig {
     /// The longest a WATCH holds its seats while its initial state streams.
     pub watch_initial_events_max_hold: Nanos,
     /// Fleet mode: `serverConcurrencyLimit` is the limit of every replica together (`fleet`).
-    pub fleet: Option<super::fleet::FleetConfig>,
+    pub fleet: Option<crate::fleet::FleetConfig>,
 }
 
 /// Default of `workEstimator.watchInitialEventsMaxHold`.
@@ -115,12 +120,12 @@ fn expected(what: &str, v: &Value) -> String {
 }
 
 /// `m[key]` converted by `conv`; `default` when absent or null, or (with an error) invalid.
-fn field<T>(m: &Map<String, Value>, key: &str, default: T, errs: &mut Vec<String>, conv: impl FnOnce(&Value) -> Result<T, String>) -> T {
+fn field<T>(m: &Map<String, Value>, key: &str, default: T, errs: &mut ConfigErrors, conv: impl FnOnce(&Value) -> Result<T, String>) -> T {
     let value = m.get(key).filter(|v| !v.is_null()).map(conv).transpose();
     value.map_err(|e| errs.push(format!("{key}: {e}"))).ok().flatten().unwrap_or(default)
 }
 
-fn get_string_list(m: &Map<String, Value>, key: &str, default: &[&str], errs: &mut Vec<String>) -> Vec<String> {
+fn get_string_list(m: &Map<String, Value>, key: &str, default: &[&str], errs: &mut ConfigErrors) -> Vec<String> {
     let default = default.iter().map(|s| Value::String(s.to_string())).collect();
     let list = field(m, key, default, errs, |v| v.as_array().cloned().ok_or_else(|| expected("an array of strings", v)));
     let list = list.into_iter().enumerate();
@@ -133,18 +138,18 @@ fn is_header_token(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
-fn deserialize<T: serde::de::DeserializeOwned + Default>(m: &Map<String, Value>, key: &str, errs: &mut Vec<String>) -> T {
+fn deserialize<T: serde::de::DeserializeOwned + Default>(m: &Map<String, Value>, key: &str, errs: &mut ConfigErrors) -> T {
     field(m, key, T::default(), errs, |v| T::deserialize(v).map_err(|e| e.to_string()))
 }
 
 /// Parses and validates the plugin configuration. Empty input = `{}`. A `tokenEnv` is read from
 /// the process environment (in the filter: the Wasm VM's environment, fixed when Envoy starts).
-pub fn parse_plugin_config(bytes: &[u8]) -> Result<PluginConfig, Vec<String>> {
-    parse_plugin_config_with_env(bytes, &super::cluster::process_env)
+pub fn parse_plugin_config(bytes: &[u8]) -> Result<PluginConfig, ConfigErrors> {
+    parse_plugin_config_with_env(bytes, &cluster::process_env)
 }
 
 /// [`parse_plugin_config`] with `env` answering the `tokenEnv` and `passwordEnv` look-ups.
-pub fn parse_plugin_config_with_env(bytes: &[u8], env: Env) -> Result<PluginConfig, Vec<String>> {
+pub fn parse_plugin_config_with_env(bytes: &[u8], env: Env) -> Result<PluginConfig, ConfigErrors> {
     let value: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
         Value::Object(Map::new())
     } else {
@@ -157,80 +162,37 @@ pub fn parse_plugin_config_with_env(bytes: &[u8], env: Env) -> Result<PluginConf
     errs.is_empty().then_some(config).ok_or(errs)
 }
 
+/// Every error found in a configuration document, one message each (the document is refused
+/// when there is any).
+pub type ConfigErrors = Vec<String>;
+
 /// The configuration of a document's top-level object and every error found (the
 /// configuration is only meaningful without errors).
-fn from_map(m: &Map<String, Value>, env: Env) -> (PluginConfig, Vec<String>) {
-    let mut errs: Vec<String> = Vec::new();
-    for k in m.keys() {
-        if !KNOWN_KEYS.contains(&k.as_str()) {
-            errs.push(format!("unknown configuration key {k:?} (known keys: {})", KNOWN_KEYS.join(", ")));
-        }
-    }
-
-    let default = DEFAULT_SERVER_CONCURRENCY_LIMIT;
-    let server_concurrency_limit = field(m, "serverConcurrencyLimit", default, &mut errs, |v| {
-        let n = v.as_number().ok_or_else(|| expected("an integer", v))?;
-        match n.as_u64().map(u32::try_from) {
-            Some(Ok(x)) if x >= 1 => Ok(x),
-            _ => Err(format!("must be an integer between 1 and {}, got {n}", u32::MAX)),
-        }
-    });
-
-    let request_timeout = field(m, "requestTimeout", DEFAULT_REQUEST_TIMEOUT, &mut errs, |v| {
-        let s = v.as_str().ok_or_else(|| expected("a duration string such as \"60s\"", v))?;
-        match parse_go_duration(s)? {
-            d if d > 0 => Ok(d),
-            d => Err(format!("must be positive, got {}", format_go_duration(d))),
-        }
-    });
-
+fn from_map(m: &Map<String, Value>, env: Env) -> (PluginConfig, ConfigErrors) {
+    let mut errs = unknown_keys(m);
+    let found = &mut errs;
+    let server_concurrency_limit = field(m, "serverConcurrencyLimit", DEFAULT_SERVER_CONCURRENCY_LIMIT, found, concurrency_limit);
+    let request_timeout = field(m, "requestTimeout", DEFAULT_REQUEST_TIMEOUT, found, positive_timeout);
     let boolean = |v: &Value| v.as_bool().ok_or_else(|| expected("a boolean", v));
-    let suggested_defaults = field(m, "suggestedDefaults", true, &mut errs, boolean);
-    let enforce = field(m, "enforce", true, &mut errs, boolean);
-
-    let request_mode = field(m, "requestMode", RequestMode::Kubernetes, &mut errs, |v| match v.as_str() {
-        Some("kubernetes") => Ok(RequestMode::Kubernetes),
-        Some("generic") => Ok(RequestMode::Generic),
-        Some(s) => Err(format!("Unsupported value: {s:?}: supported values: \"generic\", \"kubernetes\"")),
-        None => Err(expected("a string", v)),
-    });
-
-    let namespace_header = field(m, "namespaceHeader", None, &mut errs, |v| match v.as_str() {
-        Some(s) if is_header_token(s) => Ok(Some(s.to_ascii_lowercase())),
-        Some(s) => Err(format!("{s:?} is not a valid HTTP header name")),
-        None => Err(expected("a string", v)),
-    });
-
-    let identity: IdentityConfig = deserialize(m, "identity", &mut errs);
-    let work_estimator: WorkEstimatorConfig = deserialize(m, "workEstimator", &mut errs);
-    errs.extend(identity.validate());
-    errs.extend(work_estimator.validate());
-    let dry_run_priority_levels = get_string_list(m, "dryRunPriorityLevels", &[], &mut errs);
-    let debug_groups = get_string_list(m, "debugGroups", &["system:masters"], &mut errs);
-    let explain_groups = get_string_list(m, "explainGroups", &[], &mut errs);
-    let fleet = m.get("fleet").filter(|v| !v.is_null()).map(|v| super::fleet::FleetConfig::parse(v, env));
-    let fleet = fleet.and_then(|f| f.map_err(|e| errs.extend(e)).ok());
-    let cluster_policy = m.get("clusterPolicy").filter(|v| !v.is_null()).map(|v| ClusterPolicy::parse(v, env));
-    let cluster_policy = cluster_policy.and_then(|c| c.map_err(|e| errs.extend(e)).ok());
-    let metrics = work_estimator.cluster_metrics.as_ref();
-    let cluster_metrics = ClusterMetrics::resolve(metrics, cluster_policy.as_ref(), env).unwrap_or_else(|e| {
-        errs.extend(e);
-        None
-    });
-    let watch_initial_events_max_hold = super::cluster::positive_duration(
+    let suggested_defaults = field(m, "suggestedDefaults", true, found, boolean);
+    let enforce = field(m, "enforce", true, found, boolean);
+    let request_mode = field(m, "requestMode", RequestMode::Kubernetes, found, request_mode);
+    let namespace_header = field(m, "namespaceHeader", None, found, namespace_header);
+    let identity: IdentityConfig = deserialize(m, "identity", found);
+    let work_estimator: WorkEstimatorConfig = deserialize(m, "workEstimator", found);
+    found.extend(identity.validate());
+    found.extend(work_estimator.validate());
+    let dry_run_priority_levels = get_string_list(m, "dryRunPriorityLevels", &[], found);
+    let debug_groups = get_string_list(m, "debugGroups", &["system:masters"], found);
+    let explain_groups = get_string_list(m, "explainGroups", &[], found);
+    let Sources { fleet, cluster_policy, cluster_metrics } = sources(m, &work_estimator, env, found);
+    let watch_initial_events_max_hold = cluster::positive_duration(
         "workEstimator.watchInitialEventsMaxHold",
         work_estimator.watch_initial_events_max_hold.as_deref(),
         DEFAULT_WATCH_INITIAL_EVENTS_MAX_HOLD,
-        &mut errs,
+        found,
     );
-
-    let no_objects = Value::Array(Vec::new());
-    let policy_value = m.get("policy").filter(|v| !v.is_null()).unwrap_or(&no_objects);
-    let policy = bootstrap::policy_from_value(policy_value, suggested_defaults);
-    let mut policy = policy.unwrap_or_else(|e| {
-        errs.extend(e.into_iter().map(|s| format!("policy: {s}")));
-        Policy::default()
-    });
+    let mut policy = policy_of(m, suggested_defaults, found);
     let missing = dry_run_priority_levels.iter().filter(|name| policy.level_index(name).is_none());
     let missing: Vec<_> =
         missing.map(|name| format!("dryRunPriorityLevels: no priority level named {name:?} in the effective policy")).collect();
@@ -259,6 +221,79 @@ fn from_map(m: &Map<String, Value>, env: Env) -> (PluginConfig, Vec<String>) {
         fleet,
     };
     (config, errs)
+}
+
+/// An error for every top-level key the configuration does not know.
+fn unknown_keys(m: &Map<String, Value>) -> ConfigErrors {
+    let unknown = m.keys().filter(|k| !KNOWN_KEYS.contains(&k.as_str()));
+    unknown.map(|k| format!("unknown configuration key {k:?} (known keys: {})", KNOWN_KEYS.join(", "))).collect()
+}
+
+/// `serverConcurrencyLimit`: an integer from 1 to `u32::MAX`.
+fn concurrency_limit(v: &Value) -> Result<u32, String> {
+    let n = v.as_number().ok_or_else(|| expected("an integer", v))?;
+    match n.as_u64().map(u32::try_from) {
+        Some(Ok(x)) if x >= 1 => Ok(x),
+        _ => Err(format!("must be an integer between 1 and {}, got {n}", u32::MAX)),
+    }
+}
+
+/// `requestTimeout`: a positive duration string.
+fn positive_timeout(v: &Value) -> Result<Nanos, String> {
+    let s = v.as_str().ok_or_else(|| expected("a duration string such as \"60s\"", v))?;
+    match parse_go_duration(s)? {
+        d if d > 0 => Ok(d),
+        d => Err(format!("must be positive, got {}", format_go_duration(d))),
+    }
+}
+
+fn request_mode(v: &Value) -> Result<RequestMode, String> {
+    match v.as_str() {
+        Some("kubernetes") => Ok(RequestMode::Kubernetes),
+        Some("generic") => Ok(RequestMode::Generic),
+        Some(s) => Err(format!("Unsupported value: {s:?}: supported values: \"generic\", \"kubernetes\"")),
+        None => Err(expected("a string", v)),
+    }
+}
+
+/// `namespaceHeader`: an HTTP header name, kept lowercase.
+fn namespace_header(v: &Value) -> Result<Option<String>, String> {
+    match v.as_str() {
+        Some(s) if is_header_token(s) => Ok(Some(s.to_ascii_lowercase())),
+        Some(s) => Err(format!("{s:?} is not a valid HTTP header name")),
+        None => Err(expected("a string", v)),
+    }
+}
+
+/// What the filter reads from outside the document: the fleet's etcd, the cluster's policy and
+/// its object counts.
+struct Sources {
+    fleet: Option<crate::fleet::FleetConfig>,
+    cluster_policy: Option<ClusterPolicy>,
+    cluster_metrics: Option<ClusterMetrics>,
+}
+
+fn sources(m: &Map<String, Value>, work_estimator: &WorkEstimatorConfig, env: Env, errs: &mut ConfigErrors) -> Sources {
+    let fleet = m.get("fleet").filter(|v| !v.is_null()).map(|v| crate::fleet::FleetConfig::parse(v, env));
+    let fleet = fleet.and_then(|f| f.map_err(|e| errs.extend(e)).ok());
+    let cluster_policy = m.get("clusterPolicy").filter(|v| !v.is_null()).map(|v| ClusterPolicy::parse(v, env));
+    let cluster_policy = cluster_policy.and_then(|c| c.map_err(|e| errs.extend(e)).ok());
+    let metrics = work_estimator.cluster_metrics.as_ref();
+    let cluster_metrics = ClusterMetrics::resolve(metrics, cluster_policy.as_ref(), env).unwrap_or_else(|e| {
+        errs.extend(e);
+        None
+    });
+    Sources { fleet, cluster_policy, cluster_metrics }
+}
+
+/// The effective policy of the document's `policy` objects (the built-in one on errors).
+fn policy_of(m: &Map<String, Value>, suggested_defaults: bool, errs: &mut ConfigErrors) -> Policy {
+    let no_objects = Value::Array(Vec::new());
+    let policy_value = m.get("policy").filter(|v| !v.is_null()).unwrap_or(&no_objects);
+    bootstrap::policy_from_value(policy_value, suggested_defaults).unwrap_or_else(|e| {
+        errs.extend(e.into_iter().map(|s| format!("policy: {s}")));
+        Policy::default()
+    })
 }
 
 impl PluginConfig {

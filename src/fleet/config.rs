@@ -1,5 +1,5 @@
-//! The `fleet` object of the plugin configuration (re-exported as `fleet::config`): where the
-//! fleet's etcd is and how often the replicas sync.
+//! The `fleet` object of the plugin configuration: where the fleet's etcd is and how often the
+//! replicas sync.
 //!
 //! ```json
 //! "fleet": { "etcd": { "cluster": "etcd", "authority": "etcd.example", "prefix": "/apf-wasm/",
@@ -10,11 +10,11 @@
 //! environment variable `passwordEnv` names, read when the configuration is parsed, as
 //! `clusterPolicy.tokenEnv` (`policy::cluster::resolve_token`): it stays out of Envoy's
 //! configuration (and its `/config_dump`). Every error names its field (`fleet.leaseTtl: ...`)
-//! and every error found is reported, as for the rest of the configuration (`policy::config`).
+//! and every error found is reported, as for the rest of the configuration (`crate::config`).
 //! The fleet's records live under `<prefix><name>/replicas/<replica-id>`.
 
-use super::cluster::{positive_duration, process_env, Env};
 use crate::duration::format_go_duration;
+use crate::policy::cluster::{positive_duration, process_env, Env};
 use crate::{Nanos, NANOS_PER_SEC};
 use serde::Deserialize;
 use serde_json::Value;
