@@ -3,8 +3,8 @@
 //! prints every replica record under the fleet's prefix as JSON with a top-level `replicas` array.
 
 use apf_wasm::fleet::base64;
-use apf_wasm::fleet::memetcd::MemEtcd;
 use apf_wasm::fleet::record::{LevelRecord, Record};
+use apf_wasm::simulate::memetcd::MemEtcd;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 

@@ -9,10 +9,10 @@ mod fleet_sim;
 use apf_wasm::fleet::base64;
 use apf_wasm::fleet::config::{Credentials, FleetConfig};
 use apf_wasm::fleet::etcd::{self, CompareResult, CompareTarget, RequestOp, TxnRequest};
-use apf_wasm::fleet::memetcd::MemEtcd;
 use apf_wasm::fleet::record::Record;
 use apf_wasm::fleet::{EtcdCall, Fleet, FleetMode};
 use apf_wasm::limits::borrowing::SeatDemandStats;
+use apf_wasm::simulate::memetcd::MemEtcd;
 use fleet_sim::{test_policy, S};
 use serde_json::Value;
 
@@ -20,7 +20,7 @@ const T0: i64 = 1_000 * S;
 const HIGH: usize = 1;
 
 fn config() -> FleetConfig {
-    FleetConfig::with_cluster("etcd")
+    fleet_sim::config_with_cluster("etcd")
 }
 
 fn demand(levels: &[f64]) -> Vec<SeatDemandStats> {

@@ -9,7 +9,7 @@ use apf_wasm::fleet::etcd::{
     self, Compare, CompareResult, CompareTarget, EtcdError, LeaseResponse, PutRequest, RangeRequest, RangeResponse, RequestOp, TxnRequest,
     TxnResponse,
 };
-use apf_wasm::fleet::memetcd::MemEtcd;
+use apf_wasm::simulate::memetcd::MemEtcd;
 use apf_wasm::NANOS_PER_SEC as S;
 use serde_json::{json, Value};
 

@@ -9,8 +9,8 @@
 mod fleet_sim;
 
 use apf_wasm::fleet::config::Credentials;
-use apf_wasm::fleet::memetcd::MemEtcd;
 use apf_wasm::fleet::FleetMode;
+use apf_wasm::simulate::memetcd::MemEtcd;
 use fleet_sim::{Net, Sim, MS, S};
 
 const DT: i64 = 50 * MS;

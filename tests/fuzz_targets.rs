@@ -512,13 +512,13 @@ fn fuzz_etcd_response() {
 #[ignore = "regenerates fuzz/corpus/etcd_response"]
 fn write_etcd_response_corpus() {
     use apf_wasm::fleet::etcd;
-    use apf_wasm::fleet::memetcd::MemEtcd;
     use apf_wasm::fleet::{Fleet, FleetConfig, FleetPolicy};
     use apf_wasm::limits::borrowing::SeatDemandStats;
+    use apf_wasm::simulate::memetcd::MemEtcd;
     const S: i64 = 1_000_000_000;
     let policy = FleetPolicy::new(100, &apf_wasm::policy::default_policy().priority_levels);
     let mut etcd = MemEtcd::with_auth(&[("apf", "pw")], 300 * S);
-    let mut cfg = FleetConfig::with_cluster("etcd");
+    let mut cfg = FleetConfig::from_json(&serde_json::json!({"etcd": {"cluster": "etcd"}})).unwrap();
     cfg.etcd.credentials = Some(apf_wasm::fleet::config::Credentials { username: "apf".into(), password: "pw".into() });
     let mut seen: Vec<(String, Vec<u8>)> = Vec::new();
     let selector = |path: &str, status: u16, txn_range: bool| -> u8 {

@@ -1,14 +1,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 //! Fleet mode through the gateway: three processes (two workers each, the mock host) in front
-//! of one in-memory etcd (`fleet::memetcd`), driven tick by tick. The fleet's limit holds at
+//! of one in-memory etcd (`simulate::memetcd`), driven tick by tick. The fleet's limit holds at
 //! every step, the seats follow the load, and a replica that dies gives its seats back.
 
 #[path = "common/mock_host.rs"]
 mod mock_host;
 
 use apf_wasm::fleet::etcd::{PutRequest, RequestOp, TxnRequest};
-use apf_wasm::fleet::memetcd::MemEtcd;
 use apf_wasm::fleet::record::Record;
+use apf_wasm::simulate::memetcd::MemEtcd;
 use mock_host::{headers, Node, Proxy};
 use serde_json::json;
 use std::rc::Rc;

@@ -1582,11 +1582,12 @@ pub fn etcd_response(data: &[u8]) -> bool {
 /// A registered replica whose every call from then on gets this answer: no panic, and its
 /// limits keep their shape (exempt levels unlimited; nothing while joining).
 fn fleet_given(status: u16, body: &[u8]) -> bool {
-    use apf_wasm::fleet::memetcd::MemEtcd;
     use apf_wasm::fleet::{Fleet, FleetConfig, FleetMode, FleetPolicy};
+    use apf_wasm::simulate::memetcd::MemEtcd;
     let policy = FleetPolicy::new(100, &default_policy().priority_levels);
     let exempt: Vec<bool> = policy.levels.iter().map(|l| l.exempt).collect();
-    let Ok(mut fleet) = Fleet::new(FleetConfig::with_cluster("etcd"), policy, "fuzz") else { return false };
+    let Ok(config) = FleetConfig::from_json(&serde_json::json!({"etcd": {"cluster": "etcd"}})) else { return false };
+    let Ok(mut fleet) = Fleet::new(config, policy, "fuzz") else { return false };
     let mut etcd = MemEtcd::new();
     let mut now: i64 = 1_000_000_000_000;
     let mut calls = fleet.tick(now);

@@ -89,6 +89,7 @@ impl Allocation {
     /// A replica's seats per level (exempt levels: 0), if it is in the snapshot.
     pub fn seats_of(&self, id: &str) -> Option<Vec<u32>> {
         let i = self.replica_index(id)?;
+        debug_assert!(self.levels.iter().all(|l| l.seats.len() == self.replicas.len()), "seats per replica");
         Some(self.levels.iter().map(|l| l.seats.get(i).copied().unwrap_or(0)).collect())
     }
 
@@ -239,12 +240,14 @@ pub fn make_room_for_wide(current: u32, minimum: u32, seats: &mut [u32], wide: &
     }
 }
 
-/// The allocation for `replicas` (any order; ids are unique in etcd, a repeated id is merged
-/// by taking the larger of each statistic so that the result does not depend on the order).
-pub fn allocate(policy: &FleetPolicy, replicas: &[ReplicaDemand<'_>]) -> Allocation {
-    let nlevels = policy.levels.len();
-    let mut sorted: Vec<(&str, Vec<SeatDemandStats>, Vec<WideNeed>)> = Vec::with_capacity(replicas.len());
-    let mut input: Vec<&ReplicaDemand<'_>> = replicas.iter().collect();
+/// One replica's demand and wide needs per level, in the policy's order.
+type Merged<'a> = (&'a str, Vec<SeatDemandStats>, Vec<WideNeed>);
+
+/// The replicas sorted by id, a repeated id merged by taking the larger of each statistic and
+/// the larger, older wide need (so that the result does not depend on the order).
+fn merge_replicas<'a>(nlevels: usize, replicas: &[ReplicaDemand<'a>]) -> Vec<Merged<'a>> {
+    let mut sorted: Vec<Merged<'a>> = Vec::with_capacity(replicas.len());
+    let mut input: Vec<&ReplicaDemand<'a>> = replicas.iter().collect();
     input.sort_by(|a, b| a.id.cmp(b.id));
     for r in input {
         let stats = (0..nlevels).map(|i| r.demand.get(i).copied().unwrap_or_default());
@@ -270,6 +273,14 @@ pub fn allocate(policy: &FleetPolicy, replicas: &[ReplicaDemand<'_>]) -> Allocat
             _ => sorted.push((r.id, stats.collect(), wide.collect())),
         }
     }
+    sorted
+}
+
+/// The allocation for `replicas` (any order; ids are unique in etcd, a repeated id is merged
+/// by taking the larger of each statistic so that the result does not depend on the order).
+pub fn allocate(policy: &FleetPolicy, replicas: &[ReplicaDemand<'_>]) -> Allocation {
+    let nlevels = policy.levels.len();
+    let sorted = merge_replicas(nlevels, replicas);
     let demand: Vec<SeatDemandStats> = (0..nlevels).map(|i| fleet_demand(sorted.iter().filter_map(|(_, d, _)| d.get(i)))).collect();
     // Step 1: one kube-apiserver with the fleet's demand. A failed allocation problem keeps the
     // "previous" CurrentCL upstream; a pure function has none, so it is the initial one.

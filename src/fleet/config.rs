@@ -89,22 +89,6 @@ struct RawEtcd {
 }
 
 impl FleetConfig {
-    /// A configuration with defaults for everything but the etcd cluster.
-    pub fn with_cluster(cluster: &str) -> FleetConfig {
-        FleetConfig {
-            etcd: EtcdConfig {
-                cluster: cluster.to_string(),
-                authority: cluster.to_string(),
-                prefix: DEFAULT_PREFIX.to_string(),
-                credentials: None,
-            },
-            name: DEFAULT_NAME.to_string(),
-            period: DEFAULT_PERIOD,
-            lease_ttl: DEFAULT_LEASE_TTL,
-            max_replicas: None,
-        }
-    }
-
     /// [`FleetConfig::parse`] with `passwordEnv` looked up in the process environment (in the
     /// filter: the Wasm VM's environment, fixed when Envoy starts).
     pub fn from_json(v: &Value) -> Result<FleetConfig, Vec<String>> {
@@ -248,7 +232,10 @@ mod tests {
     #[test]
     fn defaults() {
         let c = FleetConfig::from_json(&json!({"etcd": {"cluster": "etcd"}})).unwrap();
-        assert_eq!(c, FleetConfig::with_cluster("etcd"));
+        let etcd = EtcdConfig { cluster: "etcd".into(), authority: "etcd".into(), prefix: DEFAULT_PREFIX.into(), credentials: None };
+        let defaults =
+            FleetConfig { etcd, name: DEFAULT_NAME.into(), period: DEFAULT_PERIOD, lease_ttl: DEFAULT_LEASE_TTL, max_replicas: None };
+        assert_eq!(c, defaults);
         assert_eq!(c.replica_key("gw-1"), "/apf-wasm/default/replicas/gw-1");
         assert_eq!(c.lease_ttl_secs(), 5);
     }

@@ -1,19 +1,21 @@
 //! The etcd v3 JSON API (the grpc-gateway at `/v3/*`, etcd 3.4 to 3.7): the requests and
-//! responses the fleet uses, both ways — a replica encodes requests and decodes responses, the
-//! in-memory model ([`super::memetcd`]) decodes requests and encodes responses.
+//! responses the fleet uses, as serde types — a replica encodes requests and decodes responses;
+//! the in-memory model (`crate::simulate::memetcd`) decodes requests and encodes responses
+//! through the same derives.
 //!
 //! The gateway's conventions (etcd `api/etcdserverpb/gw/rpc.pb.gw.go`, `dev-guide/api_grpc_gateway.md`):
 //! keys and values are base64; 64-bit integers are JSON strings (numbers are accepted when
 //! decoding); fields with their default value are omitted (a false `succeeded`, a zero `TTL`,
 //! an empty `kvs` are absent); field names are snake_case (camelCase accepted when decoding
 //! requests). Errors are a non-200 status with `{"error", "code", "message"}` (3.6 dropped
-//! `error`), or `{"error": {...}}` in a streamed answer.
+//! `error`), or `{"error": {...}}` in a streamed answer. The field encodings are written once,
+//! in [`wire`].
 //!
 //! Every decoder is total: malformed JSON, a missing or mistyped field, bad base64 → an
 //! [`EtcdError`], never a panic.
 
-use super::base64;
-use serde_json::{json, Map, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
 
 pub const AUTHENTICATE: &str = "/v3/auth/authenticate";
 pub const LEASE_GRANT: &str = "/v3/lease/grant";
@@ -83,101 +85,108 @@ fn bad<T>(what: impl Into<String>) -> Res<T> {
     Err(EtcdError::Malformed(what.into()))
 }
 
-// ---------------------------------------------------------------------------------------------
-// field access (total)
+/// The gateway's field encodings, for `#[serde(with = ...)]` and `deserialize_with`. A JSON
+/// `null` counts as the field's absence (its default).
+pub mod wire {
+    use serde::de::{DeserializeOwned, Error};
+    use serde::{Deserialize, Deserializer, Serializer};
+    use serde_json::Value;
 
-/// The first present, non-null field among `names` (snake_case first, then camelCase).
-fn get<'a>(v: &'a Value, names: &[&str]) -> Option<&'a Value> {
-    names.iter().find_map(|n| v.get(n).filter(|x| !x.is_null()))
-}
+    /// An int64 / uint64 as the gateway writes it: a JSON string (a number accepted).
+    pub mod int {
+        use super::*;
 
-fn int(v: &Value, names: &[&str]) -> Res<i64> {
-    match get(v, names) {
-        None => Ok(0),
-        Some(Value::String(s)) => {
-            s.parse::<i64>().or_else(|_| bad(format!("{}: {s:?} is not an int64", names.first().copied().unwrap_or(""))))
+        pub fn serialize<S: Serializer, T: std::fmt::Display>(x: &T, s: S) -> Result<S::Ok, S::Error> {
+            s.collect_str(x)
         }
-        Some(Value::Number(n)) => {
-            n.as_i64().map_or_else(|| bad(format!("{}: {n} is not an int64", names.first().copied().unwrap_or(""))), Ok)
+
+        pub fn deserialize<'de, D: Deserializer<'de>, T: std::str::FromStr + Default>(d: D) -> Result<T, D::Error> {
+            let parse = |s: &str| s.parse::<T>().map_err(|_| D::Error::custom(format!("{s:?} is not a 64-bit integer")));
+            match Value::deserialize(d)? {
+                Value::Null => Ok(T::default()),
+                Value::String(s) => parse(&s),
+                Value::Number(n) => parse(&n.to_string()),
+                _ => Err(D::Error::custom("expected an integer")),
+            }
         }
-        Some(_) => bad(format!("{}: expected an integer", names.first().copied().unwrap_or(""))),
     }
-}
 
-fn uint(v: &Value, names: &[&str]) -> Res<u64> {
-    match get(v, names) {
-        None => Ok(0),
-        Some(Value::String(s)) => {
-            s.parse::<u64>().or_else(|_| bad(format!("{}: {s:?} is not a uint64", names.first().copied().unwrap_or(""))))
+    /// Bytes as base64 (`base64.StdEncoding`, as Go's `encoding/json` writes `[]byte`).
+    pub mod bytes {
+        use super::*;
+        use crate::fleet::base64;
+
+        pub fn serialize<S: Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_str(&base64::encode(b))
         }
-        Some(Value::Number(n)) => {
-            n.as_u64().map_or_else(|| bad(format!("{}: {n} is not a uint64", names.first().copied().unwrap_or(""))), Ok)
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+            match Value::deserialize(d)? {
+                Value::Null => Ok(Vec::new()),
+                Value::String(s) => base64::decode(&s).map_err(D::Error::custom),
+                _ => Err(D::Error::custom("expected a base64 string")),
+            }
         }
-        Some(_) => bad(format!("{}: expected an integer", names.first().copied().unwrap_or(""))),
+    }
+
+    /// Any value, `null` as the default.
+    pub fn or_default<'de, D: Deserializer<'de>, T: Deserialize<'de> + Default>(d: D) -> Result<T, D::Error> {
+        Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+    }
+
+    /// A message: a JSON object (serde would also take an array for a struct).
+    pub fn object<'de, D: Deserializer<'de>, T: DeserializeOwned + Default>(d: D) -> Result<T, D::Error> {
+        match Value::deserialize(d)? {
+            Value::Null => Ok(T::default()),
+            v => super::from_object(&v).map_err(D::Error::custom),
+        }
+    }
+
+    /// A repeated message: an array of objects.
+    pub fn objects<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<Vec<T>, D::Error> {
+        match Value::deserialize(d)? {
+            Value::Null => Ok(Vec::new()),
+            Value::Array(a) => a.iter().map(|v| super::from_object(v).map_err(D::Error::custom)).collect(),
+            _ => Err(D::Error::custom("expected an array")),
+        }
+    }
+
+    pub fn is_default<T: Default + PartialEq>(x: &T) -> bool {
+        *x == T::default()
     }
 }
 
-fn bytes(v: &Value, names: &[&str]) -> Res<Vec<u8>> {
-    match get(v, names) {
-        None => Ok(Vec::new()),
-        Some(Value::String(s)) => base64::decode(s).or_else(|e| bad(format!("{}: {e}", names.first().copied().unwrap_or("")))),
-        Some(_) => bad(format!("{}: expected a base64 string", names.first().copied().unwrap_or(""))),
+/// A message decoded from a JSON object.
+fn from_object<T: serde::de::DeserializeOwned>(v: &Value) -> Res<T> {
+    if !v.is_object() {
+        return bad("expected an object");
     }
+    T::deserialize(v).or_else(|e| bad(e.to_string()))
 }
 
-fn boolean(v: &Value, names: &[&str]) -> Res<bool> {
-    match get(v, names) {
-        None => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(_) => bad(format!("{}: expected a boolean", names.first().copied().unwrap_or(""))),
-    }
+/// A message's JSON (serializing these types cannot fail).
+pub fn to_vec<T: Serialize>(v: &T) -> Vec<u8> {
+    let body = serde_json::to_vec(v);
+    debug_assert!(body.is_ok(), "JSON of a message");
+    body.unwrap_or_default()
 }
 
-fn string(v: &Value, names: &[&str]) -> Res<String> {
-    match get(v, names) {
-        None => Ok(String::new()),
-        Some(Value::String(s)) => Ok(s.clone()),
-        Some(_) => bad(format!("{}: expected a string", names.first().copied().unwrap_or(""))),
-    }
+/// `to_json` / `from_json` for the messages, through their serde derives.
+macro_rules! json_codec {
+    ($($t:ty),*) => {$(
+        impl $t {
+            pub fn to_json(&self) -> Value {
+                serde_json::to_value(self).unwrap_or(Value::Null)
+            }
+
+            pub fn from_json(v: &Value) -> Res<$t> {
+                from_object(v)
+            }
+        }
+    )*};
 }
 
-fn array<'a>(v: &'a Value, names: &[&str]) -> Res<&'a [Value]> {
-    match get(v, names) {
-        None => Ok(&[]),
-        Some(Value::Array(a)) => Ok(a),
-        Some(_) => bad(format!("{}: expected an array", names.first().copied().unwrap_or(""))),
-    }
-}
-
-fn object<'a>(v: &'a Value, what: &str) -> Res<&'a Map<String, Value>> {
-    v.as_object().map_or_else(|| bad(format!("{what}: expected an object")), Ok)
-}
-
-/// An int64 as the gateway writes it.
-fn s64(x: i64) -> Value {
-    Value::String(x.to_string())
-}
-
-fn b64(b: &[u8]) -> Value {
-    Value::String(base64::encode(b))
-}
-
-/// Inserts `key: value` unless `value` is the default (omitted like the gateway does).
-fn put_int(m: &mut Map<String, Value>, key: &str, x: i64) {
-    if x != 0 {
-        m.insert(key.to_string(), s64(x));
-    }
-}
-
-fn put_bytes(m: &mut Map<String, Value>, key: &str, b: &[u8]) {
-    if !b.is_empty() {
-        m.insert(key.to_string(), b64(b));
-    }
-}
-
-fn to_vec(v: &Value) -> Vec<u8> {
-    serde_json::to_vec(v).unwrap_or_default()
-}
+json_codec!(RangeRequest, PutRequest, Compare, TxnRequest, KeyValue, RangeResponse, TxnResponse, LeaseResponse, AuthenticateResponse);
 
 /// The first JSON value of a body (a streamed answer may hold several, one per line).
 fn first_json(body: &[u8]) -> Res<Value> {
@@ -189,6 +198,10 @@ fn first_json(body: &[u8]) -> Res<Value> {
     }
 }
 
+fn text(v: &Value, key: &str) -> Option<String> {
+    v.get(key).and_then(Value::as_str).map(str::to_string)
+}
+
 /// The JSON of a 200 answer, or the error the answer carries.
 pub fn answer(status: u16, body: &[u8]) -> Res<Value> {
     if status == 0 {
@@ -196,17 +209,9 @@ pub fn answer(status: u16, body: &[u8]) -> Res<Value> {
     }
     if status != 200 {
         let v = first_json(body).unwrap_or(Value::Null);
-        let message = match get(&v, &["message"]) {
-            Some(Value::String(s)) => s.clone(),
-            _ => match get(&v, &["error"]) {
-                Some(Value::String(s)) => s.clone(),
-                _ => String::from_utf8_lossy(body.get(..body.len().min(200)).unwrap_or_default()).into_owned(),
-            },
-        };
-        let code = match get(&v, &["code"]) {
-            Some(Value::Number(n)) => n.as_i64().unwrap_or(0),
-            _ => 0,
-        };
+        let raw = || String::from_utf8_lossy(body.get(..body.len().min(200)).unwrap_or_default()).into_owned();
+        let message = text(&v, "message").or_else(|| text(&v, "error")).unwrap_or_else(raw);
+        let code = v.get("code").and_then(Value::as_i64).unwrap_or(0);
         return Err(EtcdError::Status { status, code, message });
     }
     first_json(body)
@@ -214,39 +219,13 @@ pub fn answer(status: u16, body: &[u8]) -> Res<Value> {
 
 /// A streamed answer's message (`{"result": ...}`), or the error it carries (`{"error": ...}`).
 fn stream_result(v: &Value) -> Res<&Value> {
-    if let Some(e) = get(v, &["error"]) {
-        let message = match get(e, &["message"]) {
-            Some(Value::String(s)) => s.clone(),
-            _ => e.to_string(),
-        };
-        let code = get(e, &["grpc_code", "code"]).and_then(Value::as_i64).unwrap_or(0);
-        let status = get(e, &["http_code"]).and_then(Value::as_u64).and_then(|s| u16::try_from(s).ok()).unwrap_or(500);
+    if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
+        let message = text(e, "message").unwrap_or_else(|| e.to_string());
+        let code = ["grpc_code", "code"].iter().find_map(|k| e.get(k).filter(|x| !x.is_null())).and_then(Value::as_i64).unwrap_or(0);
+        let status = e.get("http_code").and_then(Value::as_u64).and_then(|s| u16::try_from(s).ok()).unwrap_or(500);
         return Err(EtcdError::Status { status, code, message });
     }
-    get(v, &["result"]).map_or_else(|| bad("stream message without result"), Ok)
-}
-
-/// An error body as the 3.4/3.5 gateway writes it.
-pub fn error_body(code: i64, message: &str) -> Vec<u8> {
-    to_vec(&json!({"error": message, "code": code, "message": message}))
-}
-
-/// The HTTP status the gateway answers for a gRPC code (`runtime.HTTPStatusFromCode`).
-pub fn http_status(code: i64) -> u16 {
-    match code {
-        0 => 200,
-        1 => 499,
-        3 | 9 | 11 => 400,
-        4 => 504,
-        5 => 404,
-        6 | 10 => 409,
-        7 => 403,
-        8 => 429,
-        12 => 501,
-        14 => 503,
-        16 => 401,
-        _ => 500,
-    }
+    v.get("result").filter(|r| !r.is_null()).map_or_else(|| bad("stream message without result"), Ok)
 }
 
 /// `range_end` for every key starting with `prefix` (clientv3 `GetPrefixRangeEnd`): the prefix
@@ -267,59 +246,75 @@ pub fn prefix_range_end(prefix: &[u8]) -> Vec<u8> {
 // requests
 
 /// `{"name", "password"}` for `/v3/auth/authenticate`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AuthenticateRequest {
+    #[serde(deserialize_with = "wire::or_default")]
+    pub name: String,
+    #[serde(deserialize_with = "wire::or_default")]
+    pub password: String,
+}
+
+/// `{"TTL"}` for `/v3/lease/grant` (etcd picks the ID), `{"ID"}` for `/v3/lease/keepalive` and
+/// `/v3/lease/revoke`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LeaseRequest {
+    #[serde(rename = "ID", with = "wire::int", skip_serializing_if = "wire::is_default")]
+    pub id: i64,
+    #[serde(rename = "TTL", with = "wire::int", skip_serializing_if = "wire::is_default")]
+    pub ttl: i64,
+}
+
 pub fn authenticate_request(name: &str, password: &str) -> Vec<u8> {
-    to_vec(&json!({"name": name, "password": password}))
+    to_vec(&AuthenticateRequest { name: name.to_string(), password: password.to_string() })
 }
 
-/// `{"TTL"}` for `/v3/lease/grant` (etcd picks the ID).
 pub fn lease_grant_request(ttl_secs: i64) -> Vec<u8> {
-    to_vec(&json!({"TTL": s64(ttl_secs)}))
+    to_vec(&LeaseRequest { id: 0, ttl: ttl_secs })
 }
 
-/// `{"ID"}` for `/v3/lease/keepalive` and `/v3/lease/revoke`.
 pub fn lease_id_request(id: i64) -> Vec<u8> {
-    to_vec(&json!({"ID": s64(id)}))
+    to_vec(&LeaseRequest { id, ttl: 0 })
 }
 
-/// The TTL of a grant request, the ID of a keepalive / revoke request.
-pub fn decode_lease_request(body: &[u8]) -> Res<(i64, i64)> {
-    let v = first_json(body)?;
-    object(&v, "lease request")?;
-    Ok((int(&v, &["ID"])?, int(&v, &["TTL"])?))
+/// A request body (an object).
+pub fn decode_request<T: serde::de::DeserializeOwned>(body: &[u8]) -> Res<T> {
+    from_object(&first_json(body)?)
 }
 
-/// Name and password of an authenticate request.
-pub fn decode_authenticate_request(body: &[u8]) -> Res<(String, String)> {
-    let v = first_json(body)?;
-    object(&v, "authenticate request")?;
-    Ok((string(&v, &["name"])?, string(&v, &["password"])?))
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RangeRequest {
+    #[serde(with = "wire::bytes")]
     pub key: Vec<u8>,
     /// Empty: the single key `key`.
+    #[serde(with = "wire::bytes", alias = "rangeEnd", skip_serializing_if = "Vec::is_empty")]
     pub range_end: Vec<u8>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PutRequest {
+    #[serde(with = "wire::bytes")]
     pub key: Vec<u8>,
+    #[serde(with = "wire::bytes", skip_serializing_if = "Vec::is_empty")]
     pub value: Vec<u8>,
     /// 0: no lease.
+    #[serde(with = "wire::int", skip_serializing_if = "wire::is_default")]
     pub lease: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeleteRangeRequest {
-    pub key: Vec<u8>,
-    pub range_end: Vec<u8>,
-}
+/// A delete of `[key, range_end)`: the same fields as a range.
+pub type DeleteRangeRequest = RangeRequest;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RequestOp {
+    #[serde(rename = "request_range", alias = "requestRange")]
     Range(RangeRequest),
+    #[serde(rename = "request_put", alias = "requestPut")]
     Put(PutRequest),
+    #[serde(rename = "request_delete_range", alias = "requestDeleteRange")]
     DeleteRange(DeleteRangeRequest),
 }
 
@@ -342,7 +337,31 @@ pub enum CompareResult {
     NotEqual,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A compare on the wire: the target's name and its value in the field of that name (written
+/// even when 0, as the `target_union` oneof is), enums by name or number.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+struct CompareWire {
+    #[serde(with = "wire::bytes")]
+    key: Vec<u8>,
+    #[serde(with = "wire::bytes", alias = "rangeEnd", skip_serializing_if = "Vec::is_empty")]
+    range_end: Vec<u8>,
+    result: Value,
+    target: Value,
+    #[serde(skip_serializing_if = "Value::is_null")]
+    version: Value,
+    #[serde(alias = "createRevision", skip_serializing_if = "Value::is_null")]
+    create_revision: Value,
+    #[serde(alias = "modRevision", skip_serializing_if = "Value::is_null")]
+    mod_revision: Value,
+    #[serde(skip_serializing_if = "Value::is_null")]
+    value: Value,
+    #[serde(skip_serializing_if = "Value::is_null")]
+    lease: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "CompareWire", into = "CompareWire")]
 pub struct Compare {
     pub key: Vec<u8>,
     /// Non-empty: the compare holds for every key in `[key, range_end)` (etcd 3.3+).
@@ -351,95 +370,61 @@ pub struct Compare {
     pub target: CompareTarget,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct TxnRequest {
-    pub compare: Vec<Compare>,
-    pub success: Vec<RequestOp>,
-    pub failure: Vec<RequestOp>,
-}
-
-impl RangeRequest {
-    /// Every key under `prefix`.
-    pub fn prefix(prefix: &[u8]) -> RangeRequest {
-        RangeRequest { key: prefix.to_vec(), range_end: prefix_range_end(prefix) }
-    }
-
-    pub fn to_json(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("key".into(), b64(&self.key));
-        put_bytes(&mut m, "range_end", &self.range_end);
-        Value::Object(m)
-    }
-
-    pub fn from_json(v: &Value) -> Res<RangeRequest> {
-        object(v, "range request")?;
-        Ok(RangeRequest { key: bytes(v, &["key"])?, range_end: bytes(v, &["range_end", "rangeEnd"])? })
-    }
-}
-
-impl PutRequest {
-    pub fn to_json(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("key".into(), b64(&self.key));
-        put_bytes(&mut m, "value", &self.value);
-        put_int(&mut m, "lease", self.lease);
-        Value::Object(m)
-    }
-
-    pub fn from_json(v: &Value) -> Res<PutRequest> {
-        object(v, "put request")?;
-        Ok(PutRequest { key: bytes(v, &["key"])?, value: bytes(v, &["value"])?, lease: int(v, &["lease"])? })
-    }
-}
-
-impl RequestOp {
-    pub fn to_json(&self) -> Value {
-        match self {
-            RequestOp::Range(r) => json!({"request_range": r.to_json()}),
-            RequestOp::Put(p) => json!({"request_put": p.to_json()}),
-            RequestOp::DeleteRange(d) => {
-                let mut m = Map::new();
-                m.insert("key".into(), b64(&d.key));
-                put_bytes(&mut m, "range_end", &d.range_end);
-                json!({"request_delete_range": Value::Object(m)})
-            }
-        }
-    }
-
-    pub fn from_json(v: &Value) -> Res<RequestOp> {
-        if let Some(r) = get(v, &["request_range", "requestRange"]) {
-            return Ok(RequestOp::Range(RangeRequest::from_json(r)?));
-        }
-        if let Some(p) = get(v, &["request_put", "requestPut"]) {
-            return Ok(RequestOp::Put(PutRequest::from_json(p)?));
-        }
-        if let Some(d) = get(v, &["request_delete_range", "requestDeleteRange"]) {
-            object(d, "delete range request")?;
-            return Ok(RequestOp::DeleteRange(DeleteRangeRequest {
-                key: bytes(d, &["key"])?,
-                range_end: bytes(d, &["range_end", "rangeEnd"])?,
-            }));
-        }
-        bad("request op: expected request_range, request_put or request_delete_range")
-    }
-}
-
-/// An enum field: its name or its number, the first variant when absent.
-fn enum_index(v: &Value, names: &[&str], variants: &[&str]) -> Res<usize> {
-    match get(v, names) {
-        None => Ok(0),
-        Some(Value::String(s)) => variants.iter().position(|x| x == s).map_or_else(|| bad(format!("unknown enum value {s:?}")), Ok),
-        Some(Value::Number(n)) => n
-            .as_u64()
-            .and_then(|i| usize::try_from(i).ok())
-            .filter(|&i| i < variants.len())
-            .map_or_else(|| bad(format!("unknown enum value {n}")), Ok),
-        Some(_) => bad("enum: expected a string or a number"),
-    }
-}
-
 const TARGETS: [&str; 5] = ["VERSION", "CREATE", "MOD", "VALUE", "LEASE"];
 const RESULTS: [&str; 4] = ["EQUAL", "GREATER", "LESS", "NOT_EQUAL"];
+
+/// An enum field: its name or its number, the first variant when absent.
+fn enum_index(v: &Value, variants: &[&str]) -> Result<usize, String> {
+    let known = |i: usize| (i < variants.len()).then_some(i);
+    match v {
+        Value::Null => Ok(0),
+        Value::String(s) => variants.iter().position(|x| x == s).ok_or_else(|| format!("unknown enum value {s:?}")),
+        Value::Number(n) => {
+            n.as_u64().and_then(|i| usize::try_from(i).ok()).and_then(known).ok_or_else(|| format!("unknown enum value {n}"))
+        }
+        _ => Err("enum: expected a string or a number".to_string()),
+    }
+}
+
+impl TryFrom<CompareWire> for Compare {
+    type Error = String;
+
+    fn try_from(w: CompareWire) -> Result<Compare, String> {
+        let result = [CompareResult::Equal, CompareResult::Greater, CompareResult::Less, CompareResult::NotEqual];
+        let result = result.get(enum_index(&w.result, &RESULTS)?).copied().unwrap_or(CompareResult::Equal);
+        let int = |v: Value| wire::int::deserialize(v).map_err(|e| e.to_string());
+        let target = match enum_index(&w.target, &TARGETS)? {
+            0 => CompareTarget::Version(int(w.version)?),
+            1 => CompareTarget::Create(int(w.create_revision)?),
+            2 => CompareTarget::Mod(int(w.mod_revision)?),
+            3 => CompareTarget::Value(wire::bytes::deserialize(w.value).map_err(|e| e.to_string())?),
+            _ => CompareTarget::Lease(int(w.lease)?),
+        };
+        Ok(Compare { key: w.key, range_end: w.range_end, result, target })
+    }
+}
+
+impl From<Compare> for CompareWire {
+    fn from(c: Compare) -> CompareWire {
+        let result = match c.result {
+            CompareResult::Equal => "EQUAL",
+            CompareResult::Greater => "GREATER",
+            CompareResult::Less => "LESS",
+            CompareResult::NotEqual => "NOT_EQUAL",
+        };
+        let mut w = CompareWire { key: c.key, range_end: c.range_end, result: result.into(), ..CompareWire::default() };
+        let (target, slot, value) = match c.target {
+            CompareTarget::Version(x) => ("VERSION", &mut w.version, x.to_string()),
+            CompareTarget::Create(x) => ("CREATE", &mut w.create_revision, x.to_string()),
+            CompareTarget::Mod(x) => ("MOD", &mut w.mod_revision, x.to_string()),
+            CompareTarget::Value(b) => ("VALUE", &mut w.value, super::base64::encode(&b)),
+            CompareTarget::Lease(x) => ("LEASE", &mut w.lease, x.to_string()),
+        };
+        *slot = Value::String(value);
+        w.target = target.into();
+        w
+    }
+}
 
 impl Compare {
     /// Every key in `[key, range_end)` has a mod revision below `revision` (nothing in that range
@@ -452,72 +437,33 @@ impl Compare {
     pub fn mod_equal(key: &[u8], revision: i64) -> Compare {
         Compare { key: key.to_vec(), range_end: Vec::new(), result: CompareResult::Equal, target: CompareTarget::Mod(revision) }
     }
+}
 
-    pub fn to_json(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("key".into(), b64(&self.key));
-        put_bytes(&mut m, "range_end", &self.range_end);
-        let result = match self.result {
-            CompareResult::Equal => "EQUAL",
-            CompareResult::Greater => "GREATER",
-            CompareResult::Less => "LESS",
-            CompareResult::NotEqual => "NOT_EQUAL",
-        };
-        m.insert("result".into(), result.into());
-        let (target, field, value) = match &self.target {
-            CompareTarget::Version(x) => ("VERSION", "version", s64(*x)),
-            CompareTarget::Create(x) => ("CREATE", "create_revision", s64(*x)),
-            CompareTarget::Mod(x) => ("MOD", "mod_revision", s64(*x)),
-            CompareTarget::Value(b) => ("VALUE", "value", b64(b)),
-            CompareTarget::Lease(x) => ("LEASE", "lease", s64(*x)),
-        };
-        m.insert("target".into(), target.into());
-        m.insert(field.into(), value);
-        Value::Object(m)
-    }
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TxnRequest {
+    #[serde(deserialize_with = "wire::objects")]
+    pub compare: Vec<Compare>,
+    #[serde(deserialize_with = "wire::objects")]
+    pub success: Vec<RequestOp>,
+    #[serde(deserialize_with = "wire::objects")]
+    pub failure: Vec<RequestOp>,
+}
 
-    pub fn from_json(v: &Value) -> Res<Compare> {
-        object(v, "compare")?;
-        let result = match enum_index(v, &["result"], &RESULTS)? {
-            0 => CompareResult::Equal,
-            1 => CompareResult::Greater,
-            2 => CompareResult::Less,
-            _ => CompareResult::NotEqual,
-        };
-        let target = match enum_index(v, &["target"], &TARGETS)? {
-            0 => CompareTarget::Version(int(v, &["version"])?),
-            1 => CompareTarget::Create(int(v, &["create_revision", "createRevision"])?),
-            2 => CompareTarget::Mod(int(v, &["mod_revision", "modRevision"])?),
-            3 => CompareTarget::Value(bytes(v, &["value"])?),
-            _ => CompareTarget::Lease(int(v, &["lease"])?),
-        };
-        Ok(Compare { key: bytes(v, &["key"])?, range_end: bytes(v, &["range_end", "rangeEnd"])?, result, target })
+impl RangeRequest {
+    /// Every key under `prefix`.
+    pub fn prefix(prefix: &[u8]) -> RangeRequest {
+        RangeRequest { key: prefix.to_vec(), range_end: prefix_range_end(prefix) }
     }
 }
 
 impl TxnRequest {
-    pub fn to_json(&self) -> Value {
-        let ops = |o: &[RequestOp]| Value::Array(o.iter().map(RequestOp::to_json).collect());
-        json!({
-            "compare": Value::Array(self.compare.iter().map(Compare::to_json).collect()),
-            "success": ops(&self.success),
-            "failure": ops(&self.failure),
-        })
-    }
-
     pub fn to_body(&self) -> Vec<u8> {
-        to_vec(&self.to_json())
+        to_vec(self)
     }
 
     pub fn from_body(body: &[u8]) -> Res<TxnRequest> {
-        let v = first_json(body)?;
-        object(&v, "txn request")?;
-        let ops = |name: &str| array(&v, &[name])?.iter().map(RequestOp::from_json).collect::<Res<Vec<_>>>();
-        Ok(TxnRequest {
-            compare: array(&v, &["compare"])?.iter().map(Compare::from_json).collect::<Res<Vec<_>>>()?,
-            success: ops("success")?,
-            failure: ops("failure")?,
-        })
+        decode_request(body)
     }
 }
 
@@ -525,188 +471,91 @@ impl TxnRequest {
 // responses
 
 /// `ResponseHeader`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Header {
+    #[serde(with = "wire::int", skip_serializing_if = "wire::is_default")]
     pub cluster_id: u64,
+    #[serde(with = "wire::int", skip_serializing_if = "wire::is_default")]
     pub member_id: u64,
     /// The store revision when the request was applied.
+    #[serde(with = "wire::int", skip_serializing_if = "wire::is_default")]
     pub revision: i64,
+    #[serde(with = "wire::int", skip_serializing_if = "wire::is_default")]
     pub raft_term: u64,
 }
 
-impl Header {
-    pub fn to_json(&self) -> Value {
-        let mut m = Map::new();
-        let mut put_u = |k: &str, x: u64| {
-            if x != 0 {
-                m.insert(k.to_string(), Value::String(x.to_string()));
-            }
-        };
-        put_u("cluster_id", self.cluster_id);
-        put_u("member_id", self.member_id);
-        put_int(&mut m, "revision", self.revision);
-        if self.raft_term != 0 {
-            m.insert("raft_term".into(), Value::String(self.raft_term.to_string()));
-        }
-        Value::Object(m)
-    }
-
-    pub fn from_json(v: &Value) -> Res<Header> {
-        match get(v, &["header"]) {
-            None => Ok(Header::default()),
-            Some(h) => {
-                object(h, "header")?;
-                Ok(Header {
-                    cluster_id: uint(h, &["cluster_id"])?,
-                    member_id: uint(h, &["member_id"])?,
-                    revision: int(h, &["revision"])?,
-                    raft_term: uint(h, &["raft_term"])?,
-                })
-            }
-        }
-    }
-}
-
 /// `mvccpb.KeyValue`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct KeyValue {
+    #[serde(with = "wire::bytes", skip_serializing_if = "Vec::is_empty")]
     pub key: Vec<u8>,
+    #[serde(with = "wire::int", skip_serializing_if = "wire::is_default")]
     pub create_revision: i64,
+    #[serde(with = "wire::int", skip_serializing_if = "wire::is_default")]
     pub mod_revision: i64,
+    #[serde(with = "wire::int", skip_serializing_if = "wire::is_default")]
     pub version: i64,
+    #[serde(with = "wire::bytes", skip_serializing_if = "Vec::is_empty")]
     pub value: Vec<u8>,
+    #[serde(with = "wire::int", skip_serializing_if = "wire::is_default")]
     pub lease: i64,
 }
 
-impl KeyValue {
-    pub fn to_json(&self) -> Value {
-        let mut m = Map::new();
-        put_bytes(&mut m, "key", &self.key);
-        put_int(&mut m, "create_revision", self.create_revision);
-        put_int(&mut m, "mod_revision", self.mod_revision);
-        put_int(&mut m, "version", self.version);
-        put_bytes(&mut m, "value", &self.value);
-        put_int(&mut m, "lease", self.lease);
-        Value::Object(m)
-    }
-
-    pub fn from_json(v: &Value) -> Res<KeyValue> {
-        object(v, "kv")?;
-        Ok(KeyValue {
-            key: bytes(v, &["key"])?,
-            create_revision: int(v, &["create_revision"])?,
-            mod_revision: int(v, &["mod_revision"])?,
-            version: int(v, &["version"])?,
-            value: bytes(v, &["value"])?,
-            lease: int(v, &["lease"])?,
-        })
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RangeResponse {
+    #[serde(deserialize_with = "wire::object")]
     pub header: Header,
+    #[serde(deserialize_with = "wire::objects", skip_serializing_if = "Vec::is_empty")]
     pub kvs: Vec<KeyValue>,
+    #[serde(deserialize_with = "wire::or_default", skip_serializing_if = "wire::is_default")]
     pub more: bool,
+    #[serde(with = "wire::int", skip_serializing_if = "wire::is_default")]
     pub count: i64,
 }
 
 impl RangeResponse {
-    pub fn to_json(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("header".into(), self.header.to_json());
-        if !self.kvs.is_empty() {
-            m.insert("kvs".into(), Value::Array(self.kvs.iter().map(KeyValue::to_json).collect()));
-        }
-        if self.more {
-            m.insert("more".into(), Value::Bool(true));
-        }
-        put_int(&mut m, "count", self.count);
-        Value::Object(m)
-    }
-
-    pub fn from_json(v: &Value) -> Res<RangeResponse> {
-        object(v, "range response")?;
-        Ok(RangeResponse {
-            header: Header::from_json(v)?,
-            kvs: array(v, &["kvs"])?.iter().map(KeyValue::from_json).collect::<Res<Vec<_>>>()?,
-            more: boolean(v, &["more"])?,
-            count: int(v, &["count"])?,
-        })
-    }
-
     pub fn decode(status: u16, body: &[u8]) -> Res<RangeResponse> {
-        RangeResponse::from_json(&answer(status, body)?)
+        from_object(&answer(status, body)?)
     }
 }
 
 /// One answer of a txn's ops (`ResponseOp`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ResponseOp {
+    #[serde(rename = "response_range")]
     Range(RangeResponse),
-    Put { header: Header },
-    DeleteRange { header: Header, deleted: i64 },
+    #[serde(rename = "response_put")]
+    Put {
+        #[serde(default, deserialize_with = "wire::object")]
+        header: Header,
+    },
+    #[serde(rename = "response_delete_range")]
+    DeleteRange {
+        #[serde(default, deserialize_with = "wire::object")]
+        header: Header,
+        #[serde(default, with = "wire::int", skip_serializing_if = "wire::is_default")]
+        deleted: i64,
+    },
 }
 
-impl ResponseOp {
-    pub fn to_json(&self) -> Value {
-        match self {
-            ResponseOp::Range(r) => json!({"response_range": r.to_json()}),
-            ResponseOp::Put { header } => json!({"response_put": {"header": header.to_json()}}),
-            ResponseOp::DeleteRange { header, deleted } => {
-                let mut m = Map::new();
-                m.insert("header".into(), header.to_json());
-                put_int(&mut m, "deleted", *deleted);
-                json!({"response_delete_range": Value::Object(m)})
-            }
-        }
-    }
-
-    pub fn from_json(v: &Value) -> Res<ResponseOp> {
-        if let Some(r) = get(v, &["response_range"]) {
-            return Ok(ResponseOp::Range(RangeResponse::from_json(r)?));
-        }
-        if let Some(p) = get(v, &["response_put"]) {
-            object(p, "put response")?;
-            return Ok(ResponseOp::Put { header: Header::from_json(p)? });
-        }
-        if let Some(d) = get(v, &["response_delete_range"]) {
-            object(d, "delete range response")?;
-            return Ok(ResponseOp::DeleteRange { header: Header::from_json(d)?, deleted: int(d, &["deleted"])? });
-        }
-        bad("response op: expected response_range, response_put or response_delete_range")
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct TxnResponse {
+    #[serde(deserialize_with = "wire::object")]
     pub header: Header,
     /// Absent in JSON when false.
+    #[serde(deserialize_with = "wire::or_default", skip_serializing_if = "wire::is_default")]
     pub succeeded: bool,
+    #[serde(deserialize_with = "wire::objects", skip_serializing_if = "Vec::is_empty")]
     pub responses: Vec<ResponseOp>,
 }
 
 impl TxnResponse {
-    pub fn to_json(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("header".into(), self.header.to_json());
-        if self.succeeded {
-            m.insert("succeeded".into(), Value::Bool(true));
-        }
-        if !self.responses.is_empty() {
-            m.insert("responses".into(), Value::Array(self.responses.iter().map(ResponseOp::to_json).collect()));
-        }
-        Value::Object(m)
-    }
-
     pub fn decode(status: u16, body: &[u8]) -> Res<TxnResponse> {
-        let v = answer(status, body)?;
-        object(&v, "txn response")?;
-        Ok(TxnResponse {
-            header: Header::from_json(&v)?,
-            succeeded: boolean(&v, &["succeeded"])?,
-            responses: array(&v, &["responses"])?.iter().map(ResponseOp::from_json).collect::<Res<Vec<_>>>()?,
-        })
+        from_object(&answer(status, body)?)
     }
 
     /// The first range answer among the responses.
@@ -720,35 +569,24 @@ impl TxnResponse {
 
 /// A lease grant or keepalive answer: the lease and its remaining TTL in seconds (0 — absent
 /// in JSON — when the lease does not exist).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct LeaseResponse {
+    #[serde(deserialize_with = "wire::object")]
     pub header: Header,
+    #[serde(rename = "ID", with = "wire::int", skip_serializing_if = "wire::is_default")]
     pub id: i64,
+    #[serde(rename = "TTL", with = "wire::int", skip_serializing_if = "wire::is_default")]
     pub ttl: i64,
     /// `LeaseGrantResponse.error`.
+    #[serde(deserialize_with = "wire::or_default", skip_serializing_if = "String::is_empty")]
     pub error: String,
 }
 
 impl LeaseResponse {
-    pub fn to_json(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("header".into(), self.header.to_json());
-        put_int(&mut m, "ID", self.id);
-        put_int(&mut m, "TTL", self.ttl);
-        if !self.error.is_empty() {
-            m.insert("error".into(), Value::String(self.error.clone()));
-        }
-        Value::Object(m)
-    }
-
-    fn from_json(v: &Value) -> Res<LeaseResponse> {
-        object(v, "lease response")?;
-        Ok(LeaseResponse { header: Header::from_json(v)?, id: int(v, &["ID"])?, ttl: int(v, &["TTL"])?, error: string(v, &["error"])? })
-    }
-
     /// `/v3/lease/grant`'s answer.
     pub fn decode_grant(status: u16, body: &[u8]) -> Res<LeaseResponse> {
-        let r = LeaseResponse::from_json(&answer(status, body)?)?;
+        let r: LeaseResponse = from_object(&answer(status, body)?)?;
         if !r.error.is_empty() {
             return Err(EtcdError::Status { status, code: 0, message: r.error });
         }
@@ -761,45 +599,42 @@ impl LeaseResponse {
     /// `/v3/lease/keepalive`'s answer: one streamed message `{"result": ...}`.
     pub fn decode_keepalive(status: u16, body: &[u8]) -> Res<LeaseResponse> {
         let v = answer(status, body)?;
-        LeaseResponse::from_json(stream_result(&v)?)
+        from_object(stream_result(&v)?)
     }
 
     /// A keepalive answer as the gateway streams it.
     pub fn keepalive_body(&self) -> Vec<u8> {
-        let mut b = to_vec(&json!({"result": self.to_json()}));
+        let mut b = to_vec(&json!({ "result": self }));
         b.push(b'\n');
         b
     }
 }
 
-/// `/v3/lease/revoke`'s and other header-only answers.
+/// A header-only answer (`/v3/lease/revoke`'s, `/v3/kv/put`'s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HeaderResponse {
+    #[serde(deserialize_with = "wire::object")]
+    pub header: Header,
+}
+
 pub fn decode_header_only(status: u16, body: &[u8]) -> Res<Header> {
-    let v = answer(status, body)?;
-    object(&v, "response")?;
-    Header::from_json(&v)
+    from_object(&answer(status, body)?).map(|r: HeaderResponse| r.header)
 }
 
 /// `/v3/auth/authenticate`'s answer.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct AuthenticateResponse {
+    #[serde(deserialize_with = "wire::object")]
     pub header: Header,
+    #[serde(deserialize_with = "wire::or_default", skip_serializing_if = "String::is_empty")]
     pub token: String,
 }
 
 impl AuthenticateResponse {
-    pub fn to_json(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("header".into(), self.header.to_json());
-        if !self.token.is_empty() {
-            m.insert("token".into(), Value::String(self.token.clone()));
-        }
-        Value::Object(m)
-    }
-
     pub fn decode(status: u16, body: &[u8]) -> Res<AuthenticateResponse> {
-        let v = answer(status, body)?;
-        object(&v, "authenticate response")?;
-        let r = AuthenticateResponse { header: Header::from_json(&v)?, token: string(&v, &["token"])? };
+        let r: AuthenticateResponse = from_object(&answer(status, body)?)?;
         if r.token.is_empty() {
             return bad("authenticate answer without a token");
         }
@@ -835,7 +670,11 @@ mod tests {
     #[test]
     fn errors_and_defaults() {
         assert_eq!(answer(0, b""), Err(EtcdError::NoResponse));
-        let e = RangeResponse::decode(404, &error_body(codes::NOT_FOUND, ERR_LEASE_NOT_FOUND)).unwrap_err();
+        let e = RangeResponse::decode(
+            404,
+            &serde_json::to_vec(&json!({"error": ERR_LEASE_NOT_FOUND, "code": 5, "message": ERR_LEASE_NOT_FOUND})).unwrap(),
+        )
+        .unwrap_err();
         assert!(e.is_lease_not_found() && !e.is_auth());
         let e = TxnResponse::decode(401, br#"{"code":16,"message":"etcdserver: invalid auth token"}"#).unwrap_err();
         assert!(e.is_auth());

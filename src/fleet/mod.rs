@@ -17,7 +17,6 @@
 //! - [`claim`]: the claim protocol, the state machine a host drives ([`Fleet`]).
 //! - [`feed`]: feeding a process's levels' demand to its [`Fleet`] and applying its limits
 //!   ([`FleetFeed`]), shared by the gateway and the simulator.
-//! - [`memetcd`]: an in-memory model of etcd's JSON gateway for tests and the simulator.
 
 pub mod allocation;
 pub mod base64;
@@ -26,12 +25,11 @@ pub mod config;
 pub mod etcd;
 pub mod feed;
 pub mod levels;
-pub mod memetcd;
 pub mod record;
 pub mod snapshot;
 
 pub use allocation::{allocate, Allocation, ReplicaDemand, WideNeed};
-pub use claim::{EtcdCall, Fleet, FleetMode};
+pub use claim::{EtcdCall, Fleet, FleetError, FleetMode};
 pub use config::FleetConfig;
 pub use feed::FleetFeed;
 pub use levels::{FleetLevel, FleetPolicy};

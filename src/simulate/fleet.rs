@@ -28,9 +28,9 @@ use super::results::{FleetResult, ReplicaResult};
 use super::scenario::{FleetSim, Scenario};
 use crate::engine::{self, store::MemStore, LevelState};
 use crate::fairqueuing::queueset::QueueSet;
-use crate::fleet::memetcd::MemEtcd;
 use crate::fleet::{EtcdCall, Fleet, FleetFeed, FleetLevel, FleetPolicy};
 use crate::limits::static_limits::LevelLimits;
+use crate::simulate::memetcd::MemEtcd;
 use crate::Nanos;
 
 /// The gateway's timer tick (`gateway::root::TICK_MS`).
@@ -216,7 +216,7 @@ impl<'a> FleetLevels<'a> {
         let (config, policy) = (self.sim.config.clone(), self.policy.clone());
         let Replica { id, level, feed, .. } = self.replica(r)?;
         if feed.is_none() {
-            *feed = Some(FleetFeed::new(Fleet::new(config, policy, id)?, level.compiled(), now));
+            *feed = Some(FleetFeed::new(Fleet::new(config, policy, id).map_err(|e| e.to_string())?, level.compiled(), now));
         }
         let Some(feed) = feed.as_mut() else { return Ok(()) };
         let tick = feed.tick(level.compiled(), level.timer_store()?, now);

@@ -35,7 +35,7 @@
 //! docs/fleet.md): each replica has its own store, `workers` workers and clients (a client's
 //! `replica`, by default client `i` on replica `i mod N`), and drives the production fleet code
 //! (`crate::fleet::FleetFeed` over `crate::fleet::Fleet`) as the gateway does, against one
-//! in-memory etcd (`crate::fleet::memetcd::MemEtcd`; `src/simulate/fleet.rs`). `fleet` sets the
+//! in-memory etcd (`crate::simulate::memetcd::MemEtcd`; `src/simulate/fleet.rs`). `fleet` sets the
 //! plugin configuration's `period` and `leaseTtl` and the etcd round trip `etcdDelay`. The
 //! result's [`FleetResult`] has every replica's seats per period and the fleet-wide maximum of
 //! seats in use, which fleet mode is to keep at or below the level's `concurrencyLimit`.
@@ -52,6 +52,7 @@ mod engine_level;
 mod event_loop;
 mod fleet;
 mod jitter;
+pub mod memetcd;
 mod results;
 mod scenario;
 

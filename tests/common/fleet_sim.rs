@@ -11,17 +11,22 @@ use apf_wasm::fleet::allocation::Allocation;
 use apf_wasm::fleet::config::FleetConfig;
 use apf_wasm::fleet::etcd::{self, CompareTarget, KeyValue, RequestOp, TxnRequest, TxnResponse};
 use apf_wasm::fleet::levels::FleetPolicy;
-use apf_wasm::fleet::memetcd::MemEtcd;
 use apf_wasm::fleet::record::Record;
 use apf_wasm::fleet::snapshot::{claims_of, granted_of, Snapshot};
 use apf_wasm::fleet::{EtcdCall, Fleet, FleetMode};
 use apf_wasm::limits::borrowing::SeatDemandStats;
 use apf_wasm::policy::model::{LimitResponse, PriorityLevel, PriorityLevelSpec, Queuing};
+use apf_wasm::simulate::memetcd::MemEtcd;
 use apf_wasm::Nanos;
 use std::collections::BTreeMap;
 
 pub const S: Nanos = 1_000_000_000;
 pub const MS: Nanos = 1_000_000;
+
+/// A fleet configuration with defaults for everything but the etcd cluster.
+pub fn config_with_cluster(cluster: &str) -> FleetConfig {
+    FleetConfig::from_json(&serde_json::json!({ "etcd": { "cluster": cluster } })).unwrap()
+}
 
 #[path = "rng.rs"]
 mod rng;
@@ -177,7 +182,7 @@ pub struct Stats {
 impl Sim {
     pub fn new(seed: u64, net: Net) -> Sim {
         let policy = test_policy();
-        let mut config = FleetConfig::with_cluster("etcd");
+        let mut config = config_with_cluster("etcd");
         config.name = "test".into();
         Sim {
             now: 1_000 * S,

@@ -13,9 +13,9 @@
 //! term (`etcdserverpb.ResponseHeader`); losing every piece of data ([`MemEtcd::wipe`]). Errors are `{"error","code","message"}` with the gateway's HTTP status.
 //! Not modelled: compaction, watches, multiple members, range limits and sorting options.
 
-use super::etcd::{
-    self, codes, AuthenticateResponse, Compare, CompareResult, CompareTarget, Header, KeyValue, LeaseResponse, RangeRequest, RangeResponse,
-    RequestOp, ResponseOp, TxnRequest, TxnResponse,
+use crate::fleet::etcd::{
+    self, codes, AuthenticateRequest, AuthenticateResponse, Compare, CompareResult, CompareTarget, Header, HeaderResponse, KeyValue,
+    LeaseRequest, LeaseResponse, PutRequest, RangeRequest, RangeResponse, RequestOp, ResponseOp, TxnRequest, TxnResponse,
 };
 use crate::Nanos;
 use std::collections::BTreeMap;
@@ -49,11 +49,31 @@ impl Default for MemEtcd {
     }
 }
 
+/// An error answer as the 3.4/3.5 gateway writes it, with the HTTP status it gives the code.
 fn error(code: i64, message: &str) -> (u16, Vec<u8>) {
-    (etcd::http_status(code), etcd::error_body(code, message))
+    let body = serde_json::json!({"error": message, "code": code, "message": message});
+    (http_status(code), serde_json::to_vec(&body).unwrap_or_default())
 }
 
-fn ok(v: &serde_json::Value) -> (u16, Vec<u8>) {
+/// The HTTP status the gateway answers for a gRPC code (`runtime.HTTPStatusFromCode`).
+fn http_status(code: i64) -> u16 {
+    match code {
+        0 => 200,
+        1 => 499,
+        3 | 9 | 11 => 400,
+        4 => 504,
+        5 => 404,
+        6 | 10 => 409,
+        7 => 403,
+        8 => 429,
+        12 => 501,
+        14 => 503,
+        16 => 401,
+        _ => 500,
+    }
+}
+
+fn ok<T: serde::Serialize>(v: &T) -> (u16, Vec<u8>) {
     (200, serde_json::to_vec(v).unwrap_or_default())
 }
 
@@ -203,29 +223,23 @@ impl MemEtcd {
         }
         match path {
             etcd::LEASE_GRANT | etcd::LEASE_KEEPALIVE | etcd::LEASE_REVOKE => self.lease_call(path, body, now),
-            etcd::KV_RANGE => match serde_json::from_slice(body)
-                .map_err(|e| e.to_string())
-                .and_then(|v| RangeRequest::from_json(&v).map_err(|e| e.to_string()))
-            {
-                Ok(r) => ok(&self.read(&r).to_json()),
-                Err(e) => error(codes::INVALID_ARGUMENT, &e),
+            etcd::KV_RANGE => match etcd::decode_request::<RangeRequest>(body) {
+                Ok(r) => ok(&self.read(&r)),
+                Err(e) => error(codes::INVALID_ARGUMENT, &e.to_string()),
             },
-            etcd::KV_PUT => match serde_json::from_slice(body)
-                .map_err(|e| e.to_string())
-                .and_then(|v| etcd::PutRequest::from_json(&v).map_err(|e| e.to_string()))
-            {
+            etcd::KV_PUT => match etcd::decode_request::<PutRequest>(body) {
                 Ok(p) => {
                     let txn = TxnRequest { compare: Vec::new(), success: vec![RequestOp::Put(p)], failure: Vec::new() };
                     match self.txn(&txn) {
-                        Ok(t) => ok(&serde_json::json!({"header": t.header.to_json()})),
+                        Ok(t) => ok(&HeaderResponse { header: t.header }),
                         Err(e) => e,
                     }
                 }
-                Err(e) => error(codes::INVALID_ARGUMENT, &e),
+                Err(e) => error(codes::INVALID_ARGUMENT, &e.to_string()),
             },
             etcd::KV_TXN => match TxnRequest::from_body(body) {
                 Ok(t) => match self.txn(&t) {
-                    Ok(r) => ok(&r.to_json()),
+                    Ok(r) => ok(&r),
                     Err(e) => e,
                 },
                 Err(e) => error(codes::INVALID_ARGUMENT, &e.to_string()),
@@ -235,7 +249,7 @@ impl MemEtcd {
     }
 
     fn authenticate(&mut self, body: &[u8], now: Nanos) -> (u16, Vec<u8>) {
-        let Ok((name, password)) = etcd::decode_authenticate_request(body) else {
+        let Ok(AuthenticateRequest { name, password }) = etcd::decode_request(body) else {
             return error(codes::INVALID_ARGUMENT, "invalid authenticate request");
         };
         if self.users.is_empty() {
@@ -247,7 +261,7 @@ impl MemEtcd {
         let token = format!("{}.{}", self.random_token(), self.next_token);
         self.next_token = self.next_token.saturating_add(1);
         self.tokens.insert(token.clone(), now.saturating_add(self.token_ttl));
-        ok(&AuthenticateResponse { header: self.header(), token }.to_json())
+        ok(&AuthenticateResponse { header: self.header(), token })
     }
 
     fn random_token(&self) -> String {
@@ -264,7 +278,7 @@ impl MemEtcd {
     }
 
     fn lease_call(&mut self, path: &str, body: &[u8], now: Nanos) -> (u16, Vec<u8>) {
-        let Ok((id, ttl)) = etcd::decode_lease_request(body) else {
+        let Ok(LeaseRequest { id, ttl }) = etcd::decode_request(body) else {
             return error(codes::INVALID_ARGUMENT, "invalid lease request");
         };
         match path {
@@ -273,7 +287,7 @@ impl MemEtcd {
                 self.next_lease = self.next_lease.saturating_add(0x1_0003);
                 let ttl = ttl.max(1);
                 self.leases.insert(id, Lease { ttl_secs: ttl, expires_at: now.saturating_add(ttl.saturating_mul(crate::NANOS_PER_SEC)) });
-                ok(&LeaseResponse { header: self.header(), id, ttl, error: String::new() }.to_json())
+                ok(&LeaseResponse { header: self.header(), id, ttl, error: String::new() })
             }
             etcd::LEASE_KEEPALIVE => {
                 // An unknown lease answers TTL 0, which the gateway omits.
@@ -288,7 +302,7 @@ impl MemEtcd {
             }
             _ => {
                 if self.revoke(id) {
-                    ok(&serde_json::json!({"header": self.header().to_json()}))
+                    ok(&HeaderResponse { header: self.header() })
                 } else {
                     error(codes::NOT_FOUND, etcd::ERR_LEASE_NOT_FOUND)
                 }
@@ -379,7 +393,6 @@ impl MemEtcd {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::etcd::PutRequest;
 
     const S: Nanos = crate::NANOS_PER_SEC;
 
