@@ -266,7 +266,7 @@ fn watch_limit(c: &Compiled, d: &crate::engine::compiled::Digest) -> serde_json:
     if !d.is_watch {
         return json!({"applies": false, "why": "not a WATCH"});
     }
-    match place_of(c, d) {
+    match place_of(c, d).filter(|(_, limit)| limit.is_some()) {
         Some((place, limit)) => json!({
             "applies": true,
             "perFlow": limit.per_flow,
@@ -274,6 +274,8 @@ fn watch_limit(c: &Compiled, d: &crate::engine::compiled::Digest) -> serde_json:
             "flowHash": place.flow_hash.to_string(),
             "why": "a WATCH beyond a limit of its flow or priority level is answered 429 (reason watch-limit) until one closes",
         }),
-        None => json!({"applies": false, "why": "no watchLimits entry applies to its priority level (perFlow does not apply to exempt levels)"}),
+        None => {
+            json!({"applies": false, "why": "no watchLimits entry applies to its priority level (perFlow does not apply to exempt levels)"})
+        }
     }
 }

@@ -37,8 +37,9 @@ pub fn flow_of(c: &Compiled, d: &Digest) -> u64 {
     flow_hash(&fs.name, distinguisher)
 }
 
-/// The place a WATCH would take and the limits it is under (`None`: not a watch, or no limit
-/// applies to its level).
+/// The place a WATCH takes and the limits it is under (`None`: not a watch, or `watchLimits`
+/// is off). With limits configured every WATCH takes a place, limited or not, so that the gauge
+/// and the dump show every level's open watches.
 pub fn place_of(c: &Compiled, d: &Digest) -> Option<(Place, Limit)> {
     let wl = &c.config.watch_limits;
     if !d.is_watch || !wl.is_on() {
@@ -47,7 +48,7 @@ pub fn place_of(c: &Compiled, d: &Digest) -> Option<(Place, Limit)> {
     let lvl = c.levels.get(d.class.priority_level)?;
     let limit = wl.for_level(&lvl.name, lvl.exempt);
     let fs = c.config.policy.flow_schemas.get(d.class.flow_schema).map(|f| f.name.clone()).unwrap_or_default();
-    limit.is_some().then(|| (Place { level: lvl.name.clone(), flow_schema: fs, flow_hash: flow_of(c, d) }, limit))
+    Some((Place { level: lvl.name.clone(), flow_schema: fs, flow_hash: flow_of(c, d) }, limit))
 }
 
 /// Takes the arriving WATCH `ctx`'s place, or refuses it: the 429 sent (`Some`; in dry run the
