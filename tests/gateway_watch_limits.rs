@@ -248,3 +248,19 @@ fn an_apf_rejection_of_a_watch_gives_its_place_back() {
     w[0].close(busy);
     assert_eq!(watch(&mut w[0], "alice").1, Action::Continue, "alice's place was given back");
 }
+
+#[test]
+fn in_fleet_mode_the_limit_is_per_replica() {
+    let mut cfg: Value = serde_json::from_str(&config(json!({"perFlow": 2}), true)).unwrap();
+    cfg["fleet"] = json!({"etcd": {"cluster": "etcd"}, "period": "1s", "leaseTtl": "5s"});
+    // Two replicas (processes), nothing shared but etcd: each counts its own watches.
+    for replica in 0..2 {
+        let (_, mut w) = gateway(2, &cfg.to_string());
+        for i in 0..2 {
+            let (ctx, _) = w[i].request(&headers("GET", WATCH, "alice", &[GROUP]), &[]);
+            assert!(w[i].stream(ctx).reply.is_none(), "replica {replica}: watch {i} takes a place");
+        }
+        let (ctx, action) = w[0].request(&headers("GET", WATCH, "alice", &[GROUP, "explain"]), &[]);
+        assert_refused(&w[0], ctx, action, "the third watch on one replica");
+    }
+}
