@@ -256,9 +256,9 @@ fn in_fleet_mode_the_limit_is_per_replica() {
     // Two replicas (processes), nothing shared but etcd: each counts its own watches.
     for replica in 0..2 {
         let (_, mut w) = gateway(2, &cfg.to_string());
-        for i in 0..2 {
-            let (ctx, _) = w[i].request(&headers("GET", WATCH, "alice", &[GROUP]), &[]);
-            assert!(w[i].stream(ctx).reply.is_none(), "replica {replica}: watch {i} takes a place");
+        for (i, node) in w.iter_mut().enumerate() {
+            let (ctx, _) = node.request(&headers("GET", WATCH, "alice", &[GROUP]), &[]);
+            assert!(node.stream(ctx).reply.is_none(), "replica {replica}: watch {i} takes a place");
         }
         let (ctx, action) = w[0].request(&headers("GET", WATCH, "alice", &[GROUP, "explain"]), &[]);
         assert_refused(&w[0], ctx, action, "the third watch on one replica");
