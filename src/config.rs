@@ -7,6 +7,7 @@
 //!   "requestMode": "kubernetes", "namespaceHeader": "x-tenant", "identity": {...},
 //!   "workEstimator": {...}, "enforce": true, "dryRunPriorityLevels": [],
 //!   "debugGroups": ["system:masters"], "explainGroups": [],
+//!   "watchLimits": {"perFlow": 100, "perLevel": {"workload-low": 500}},
 //!   "policy": [ FlowSchema / PriorityLevelConfiguration objects, or a List ] }
 //! ```
 //! `serverConcurrencyLimit` is upstream's `--max-requests-inflight + --max-mutating-requests-inflight`
@@ -23,6 +24,7 @@ use serde_json::{Map, Value};
 use crate::digest::identity::IdentityConfig;
 use crate::digest::work_estimate::WorkEstimatorConfig;
 use crate::duration::{format_go_duration, parse_go_duration};
+pub use crate::engine::watch_limits::WatchLimits;
 use crate::limits::static_limits::{compute_limits, LevelLimits};
 use crate::policy::bootstrap;
 use crate::policy::cluster::{self, ClusterMetrics, ClusterPolicy, Env};
@@ -76,12 +78,15 @@ pub struct PluginConfig {
     pub watch_initial_events_max_hold: Nanos,
     /// Fleet mode: `serverConcurrencyLimit` is the limit of every replica together (`fleet`).
     pub fleet: Option<crate::fleet::FleetConfig>,
+    /// The most WATCHes a flow or a level may hold open on this process (`watchLimits`; off
+    /// when empty).
+    pub watch_limits: WatchLimits,
 }
 
 /// Default of `workEstimator.watchInitialEventsMaxHold`.
 pub const DEFAULT_WATCH_INITIAL_EVENTS_MAX_HOLD: Nanos = 30 * NANOS_PER_SEC;
 
-const KNOWN_KEYS: [&str; 14] = [
+const KNOWN_KEYS: [&str; 15] = [
     "clusterPolicy",
     "fleet",
     "serverConcurrencyLimit",
@@ -96,6 +101,7 @@ const KNOWN_KEYS: [&str; 14] = [
     "debugGroups",
     "explainGroups",
     "policy",
+    "watchLimits",
 ];
 
 impl Default for PluginConfig {
@@ -197,6 +203,11 @@ fn from_map(m: &Map<String, Value>, env: Env) -> (PluginConfig, ConfigErrors) {
     let missing: Vec<_> =
         missing.map(|name| format!("dryRunPriorityLevels: no priority level named {name:?} in the effective policy")).collect();
     policy.warnings.extend(missing);
+    let watch_limits = field(m, "watchLimits", WatchLimits::default(), found, watch_limits);
+    let unknown = watch_limits.per_level.iter().filter(|(name, _)| policy.level_index(name).is_none());
+    let unknown: Vec<_> =
+        unknown.map(|(name, _)| format!("watchLimits.perLevel: no priority level named {name:?} in the effective policy")).collect();
+    policy.warnings.extend(unknown);
     if namespace_header.is_some() && request_mode == RequestMode::Kubernetes {
         policy.warnings.push("namespaceHeader is only used when requestMode is \"generic\"".to_string());
     }
@@ -219,6 +230,7 @@ fn from_map(m: &Map<String, Value>, env: Env) -> (PluginConfig, ConfigErrors) {
         cluster_metrics,
         watch_initial_events_max_hold,
         fleet,
+        watch_limits,
     };
     (config, errs)
 }
@@ -262,6 +274,47 @@ fn namespace_header(v: &Value) -> Result<Option<String>, String> {
         Some(s) if is_header_token(s) => Ok(Some(s.to_ascii_lowercase())),
         Some(s) => Err(format!("{s:?} is not a valid HTTP header name")),
         None => Err(expected("a string", v)),
+    }
+}
+
+/// A `watchLimits` count: an integer from 1 to `u32::MAX`.
+fn watch_count(v: &Value) -> Result<u32, String> {
+    let n = v.as_number().ok_or_else(|| expected("an integer", v))?;
+    match n.as_u64().map(u32::try_from) {
+        Some(Ok(x)) if x >= 1 => Ok(x),
+        _ => Err(format!("must be an integer between 1 and {}, got {n}", u32::MAX)),
+    }
+}
+
+/// `watchLimits`: `{"perFlow": N, "perLevel": {"<level>": N, ...}}`, both optional; every
+/// error names its field (`perFlow: ...`, `perLevel.<level>: ...`; the caller adds
+/// `watchLimits: `). Levels missing from the policy are warned about by the caller (the
+/// cluster's policy may bring them later), as `dryRunPriorityLevels` are.
+fn watch_limits(v: &Value) -> Result<WatchLimits, String> {
+    let m = v.as_object().ok_or_else(|| expected("an object with perFlow and/or perLevel", v))?;
+    let mut errs = Vec::new();
+    if let Some(k) = m.keys().find(|k| !["perFlow", "perLevel"].contains(&k.as_str())) {
+        errs.push(format!("unknown key {k:?} (known keys: perFlow, perLevel)"));
+    }
+    let per_flow = m.get("perFlow").filter(|v| !v.is_null()).map(watch_count).transpose();
+    let per_flow = per_flow.map_err(|e| errs.push(format!("perFlow: {e}"))).ok().flatten();
+    let mut per_level = Vec::new();
+    match m.get("perLevel").filter(|v| !v.is_null()) {
+        None => {}
+        Some(Value::Object(levels)) => {
+            for (name, n) in levels {
+                match watch_count(n) {
+                    Ok(n) => per_level.push((name.clone(), n)),
+                    Err(e) => errs.push(format!("perLevel.{name}: {e}")),
+                }
+            }
+        }
+        Some(other) => errs.push(format!("perLevel: {}", expected("an object of priority level names to counts", other))),
+    }
+    if errs.is_empty() {
+        Ok(WatchLimits { per_flow, per_level })
+    } else {
+        Err(errs.join("; "))
     }
 }
 

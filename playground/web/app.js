@@ -171,6 +171,13 @@ function runClassify() {
       level.type === 'Exempt' ? 'Exempt: never queued, never rejected.' : level.limitResponse === 'Reject'
         ? 'Reject: requests over the limit are rejected at once (no queues).' : 'One queue: no hand is dealt.'));
   }
+  const wl = r.watchLimit;
+  if (wl) {
+    const limits = [wl.perFlow != null ? `${wl.perFlow} per flow` : '', wl.perLevel != null ? `${wl.perLevel} on the level` : '']
+      .filter(Boolean).join(', ');
+    out.append(el('p', { class: 'hint', id: 'out-watch-limit' },
+      wl.applies ? `Open-watch limits: at most ${limits}; ${wl.why}.` : `Open-watch limits: none apply (${wl.why}).`));
+  }
   if (r.user) out.append(el('p', { class: 'hint' }, `user ${r.user.name || '(anonymous)'}; groups ${(r.user.groups ?? []).join(', ') || '–'}`));
 }
 

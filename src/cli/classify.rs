@@ -2,7 +2,8 @@
 //! [--peer IP] [--mtls] [--cert-subject S]`: classify one request as the filter would and print
 //! one JSON object: matched FlowSchema and priority level, distinguisher, flow hash (decimal
 //! string), the queues of its shuffle-sharded hand (`[]` when the level does not queue), the
-//! parsed RequestInfo, the identity, the work estimate and the long-running verdict.
+//! parsed RequestInfo, the identity, the work estimate and the long-running verdict; with
+//! `watchLimits` configured, the open-watch limits a WATCH is under (`watchLimit`).
 //!
 //! `--user`/`--group` give an already-authenticated identity (groups as given plus
 //! `system:authenticated`, and service-account groups for `system:serviceaccount:` names);
@@ -30,6 +31,7 @@ use crate::engine::Compiled;
 use crate::fairqueuing::shuffle_sharding::Dealer;
 use crate::gateway::offline::OneRequest;
 use crate::gateway::request::digest_request;
+use crate::gateway::watch_limits::place_of;
 
 const USAGE: &str = "usage: apf classify [--config FILE|-] --method M --path P [--user U] [--group G]... \
 [--header 'Name: value']... [--peer IP] [--mtls] [--cert-subject SUBJECT] \
@@ -202,6 +204,7 @@ pub fn classify_request(c: &Compiled, req: &ClassifyRequest) -> serde_json::Valu
             digest_request(&host, c, &cluster).digest
         }
     };
+    let watch_limit = cfg.watch_limits.is_on().then(|| watch_limit(c, &d));
     let (info, user, cl, work, stats) = (d.info, d.user, d.class, d.work, d.stats);
     let fs_name = cfg.policy.flow_schemas.get(cl.flow_schema).map(|f| f.name.as_str()).unwrap_or("");
     let level = cfg.policy.priority_levels.get(cl.priority_level);
@@ -225,7 +228,7 @@ pub fn classify_request(c: &Compiled, req: &ClassifyRequest) -> serde_json::Valu
             _ => json!({"resource": key, "source": source}),
         }
     });
-    json!({
+    let mut doc = json!({
         "flowSchema": fs_name,
         "priorityLevel": level.map(|l| l.name.as_str()).unwrap_or(""),
         "distinguisher": cl.distinguisher,
@@ -249,5 +252,30 @@ pub fn classify_request(c: &Compiled, req: &ClassifyRequest) -> serde_json::Valu
         },
         "objectCounts": counts,
         "longRunning": info.is_long_running(),
-    })
+    });
+    if let (Some(w), Some(m)) = (watch_limit, doc.as_object_mut()) {
+        m.insert("watchLimit".into(), w);
+    }
+    doc
+}
+
+/// The open-watch limits a request is under (`watchLimits` configured): for a WATCH, the
+/// per-flow and per-level limits of its flow (the flow hash counted, which also covers levels
+/// that do not shuffle-shard); otherwise why none applies. The CLI has no open watches.
+fn watch_limit(c: &Compiled, d: &crate::engine::compiled::Digest) -> serde_json::Value {
+    if !d.is_watch {
+        return json!({"applies": false, "why": "not a WATCH"});
+    }
+    match place_of(c, d).filter(|(_, limit)| limit.is_some()) {
+        Some((place, limit)) => json!({
+            "applies": true,
+            "perFlow": limit.per_flow,
+            "perLevel": limit.per_level,
+            "flowHash": place.flow_hash.to_string(),
+            "why": "a WATCH beyond a limit of its flow or priority level is answered 429 (reason watch-limit) until one closes",
+        }),
+        None => {
+            json!({"applies": false, "why": "no watchLimits entry applies to its priority level (perFlow does not apply to exempt levels)"})
+        }
+    }
 }

@@ -28,6 +28,8 @@ pub enum DumpKind {
     /// Our own dump: fleet mode's replicas, their demand, allocation and seats (JSON; rendered by
     /// the gateway from what its fleet driver publishes).
     Fleet,
+    /// Our own dump: open watches under `watchLimits`, per level and the flows with most.
+    Watches,
 }
 
 /// Parses `path?query` into a dump request, `None` if it is not a debug dump path.
@@ -39,6 +41,7 @@ pub fn dump_kind(path_and_query: &[u8]) -> Option<DumpKind> {
         "dump_queues" => Some(DumpKind::Queues),
         "dump_object_counts" => Some(DumpKind::ObjectCounts),
         "dump_fleet" => Some(DumpKind::Fleet),
+        "dump_watches" => Some(DumpKind::Watches),
         "dump_requests" => {
             let on = |kv: &str| kv.strip_prefix("includeRequestDetails=").is_some_and(|v| !v.is_empty());
             Some(DumpKind::Requests { details: query.split('&').any(on) })
@@ -52,6 +55,9 @@ pub fn dump_kind(path_and_query: &[u8]) -> Option<DumpKind> {
 pub fn render(c: &Compiled, store: &dyn Store, kind: DumpKind, now: Nanos, to_unix: &dyn Fn(Nanos) -> i64) -> String {
     if kind == DumpKind::ObjectCounts {
         return render_object_counts(c, store, now);
+    }
+    if kind == DumpKind::Watches {
+        return render_watches(c, store);
     }
     let mut levels: Vec<_> = c.levels.iter().collect();
     levels.sort_by(|a, b| a.name.cmp(&b.name));
@@ -120,7 +126,7 @@ pub fn render(c: &Compiled, store: &dyn Store, kind: DumpKind, now: Nanos, to_un
     }
     match kind {
         // (ObjectCounts returned above.)
-        DumpKind::PriorityLevels | DumpKind::ObjectCounts | DumpKind::Fleet => dumps::dump_priority_levels(&pl_rows),
+        DumpKind::PriorityLevels | DumpKind::ObjectCounts | DumpKind::Fleet | DumpKind::Watches => dumps::dump_priority_levels(&pl_rows),
         DumpKind::Queues => dumps::dump_queues(&q_rows),
         // Rows without details print empty detail columns.
         DumpKind::Requests { details } => dumps::dump_requests(&r_rows, details),
@@ -144,6 +150,37 @@ fn push_exec_rows(rows: &mut Vec<RequestRow>, level: &str, queue: i64, owners: &
         };
         rows.extend(std::iter::repeat_n(row, e.executing.min(10_000) as usize));
     }
+}
+
+/// At most this many flows in the watches dump (those with most open watches).
+pub const MAX_WATCH_FLOW_ROWS: usize = 100;
+
+/// Open watches under `watchLimits`: every level's count and limit, then the flows with most
+/// open watches (all workers of the process), with their limit.
+pub fn render_watches(c: &Compiled, store: &dyn Store) -> String {
+    let wl = &c.config.watch_limits;
+    if !wl.is_on() {
+        return "# watch limits: off (watchLimits)\n".to_string();
+    }
+    let places = super::watch_limits::read(store).inspect_err(|e| log::warn!("apf: dump: watches: {e}")).unwrap_or_default();
+    let show = |n: Option<u32>| n.map_or_else(|| "-".to_string(), |n| n.to_string());
+    let mut levels: Vec<_> = c.levels.iter().collect();
+    levels.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut text = String::from("PriorityLevelName,\tOpenWatches,\tPerLevelLimit\n");
+    for l in levels {
+        let limit = wl.for_level(&l.name, l.exempt);
+        let _ = writeln!(text, "{},\t{},\t{}", l.name, places.of_level(&l.name), show(limit.per_level));
+    }
+    let mut out = dumps::tabwrite(&text);
+    let mut text = String::from("PriorityLevelName,\tFlowSchemaName,\tFlowDistinguisher,\tOpenWatches,\tPerFlowLimit\n");
+    for (p, n) in places.flows().into_iter().take(MAX_WATCH_FLOW_ROWS) {
+        let exempt = c.levels.iter().any(|l| l.name == p.level && l.exempt);
+        let limit = wl.for_level(&p.level, exempt).per_flow;
+        let _ = writeln!(text, "{},\t{},\thash:{:016x},\t{n},\t{}", p.level, p.flow_schema, p.flow_hash, show(limit));
+    }
+    out.push('\n');
+    out.push_str(&dumps::tabwrite(&text));
+    out
 }
 
 /// The object counts the work estimator uses: one row per resource of the configuration's

@@ -12,6 +12,7 @@
 //! - [`compiled`]: a configuration compiled for the request path and its digest pipeline;
 //!   [`requests`]: one worker's request table; [`store`]: the shared store and its CAS update;
 //!   [`cache`]: a worker's own last writes; [`workers`]: leases; [`watches`]: open watches;
+//!   [`watch_limits`]: the places of open watches under `watchLimits`;
 //!   [`object_counts`]: the cluster's object counts in shared data; [`debug`]: the dumps;
 //!   [`contention`]: the global state's cost counters.
 
@@ -27,6 +28,7 @@ pub mod object_counts;
 mod operations;
 pub mod requests;
 pub mod store;
+pub mod watch_limits;
 pub mod watches;
 pub mod workers;
 

@@ -52,8 +52,9 @@ pub fn forget(store: &dyn Store, slot: u32, key: &WatchKey) -> Result<(), Engine
     })
 }
 
-/// Drops every watch of a dead worker.
+/// Drops every watch of a dead worker, and its places under the open-watch limits.
 pub fn purge(store: &dyn Store, slot: u32) -> Result<(), EngineError> {
+    super::watch_limits::purge(store, slot)?;
     let (cur, _) = store.get(WATCHES_KEY)?;
     if !decode(cur.as_deref()).unwrap_or_default().iter().any(|(s, _)| *s == slot) {
         return Ok(());

@@ -13,6 +13,7 @@
 //! - [`cluster_policy`]: the policy read from the cluster (`clusterPolicy`), with the served
 //!   version's discovery.
 //! - [`counts_poll`]: the poll of the cluster's object counts (`clusterMetrics`).
+//! - [`watch_limits`]: the open-watch limits (`watchLimits`): a WATCH's place, its refusal.
 //! - [`stats`]: upstream's metrics and the gateway's own, as host stats.
 //! - [`fleet`]: fleet mode — one worker per process holds the driver role and drives the
 //!   fleet's etcd protocol ([`fleet::FleetRole`], held by the worker).
@@ -30,6 +31,7 @@ pub mod offline;
 pub mod request;
 pub mod root;
 pub mod stats;
+pub mod watch_limits;
 pub mod worker;
 
 pub use host::{Action, Host};

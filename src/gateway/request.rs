@@ -90,8 +90,16 @@ impl Request {
         }
         let d = digested.digest;
         let Some(extra) = self.classify(&rc, &d) else { return Action::Continue };
+        if let Some(refused) = super::watch_limits::admit(h, w, self.ctx, &d, &extra, now) {
+            self.class = None;
+            return refused;
+        }
         let Some((decision, notices)) = self.enter(h, w, &d, &extra, now) else { return Action::Continue };
         let action = self.act(h, w, &extra, decision);
+        if self.class.is_none() {
+            // Rejected by APF: a watch's place is not kept for a stream answered here.
+            w.release_watch_place(h, self.ctx);
+        }
         w.route(h, notices, now);
         action
     }

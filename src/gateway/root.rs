@@ -48,6 +48,7 @@ fn flush_metrics(h: &dyn Host, w: &mut Worker, c: &Compiled, now: Nanos) {
         };
         w.stats().set_own_gauges(h, stale, age);
     }
+    w.export_open_watches(h, c);
     let stats = w.stats();
     stats.flush(h);
     for (i, l) in c.levels.iter().enumerate() {

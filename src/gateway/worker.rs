@@ -106,6 +106,11 @@ pub struct Worker {
     rejected: HashSet<u32>,
     /// Open watches of this worker, by context (forgotten when the stream ends).
     watches: HashMap<u32, crate::digest::work_estimate::WatchKey>,
+    /// Places of this worker's open watches under `watchLimits`, by context (given back when the
+    /// stream ends).
+    watch_places: HashMap<u32, engine::watch_limits::Place>,
+    /// Ids of the `apf_wasm_open_watches` gauges, by level name.
+    open_watch_gauges: HashMap<String, Option<u32>>,
     /// Watches of this worker holding their seats while their initial state streams, by context.
     holds: HashMap<u32, Hold>,
     /// The cluster's object counts as last read from shared data.
@@ -269,6 +274,8 @@ impl Worker {
             slot_mailboxes: HashMap::new(),
             rejected: HashSet::new(),
             watches: HashMap::new(),
+            watch_places: HashMap::new(),
+            open_watch_gauges: HashMap::new(),
             holds: HashMap::new(),
             counts: CountsCopy::default(),
             requests: Requests::new(),
@@ -300,6 +307,31 @@ impl Worker {
     /// Whether the request `context` was rejected after it queued (its 429 is sent).
     pub fn was_rejected(&self, context: u32) -> bool {
         self.rejected.contains(&context)
+    }
+
+    /// The WATCH `context` took `place` under the open-watch limits: it is given back when its
+    /// stream ends.
+    pub fn keep_watch_place(&mut self, context: u32, place: engine::watch_limits::Place) {
+        self.watch_places.insert(context, place);
+    }
+
+    /// Whether the stream `context` holds a place under the open-watch limits.
+    pub fn has_watch_place(&self, context: u32) -> bool {
+        self.watch_places.contains_key(&context)
+    }
+
+    /// Gives back the place of the WATCH `context` under the open-watch limits, if it took one.
+    pub fn release_watch_place(&mut self, h: &dyn Host, context: u32) {
+        if let (Some(place), Some(slot)) = (self.watch_places.remove(&context), self.slot) {
+            if let Err(e) = engine::watch_limits::release(h.store(), slot, &place) {
+                log::warn!("apf: giving back an open watch's place failed: {e}");
+            }
+        }
+    }
+
+    /// Exports the open watches per level of `c` (when `watchLimits` is configured).
+    pub fn export_open_watches(&mut self, h: &dyn Host, c: &Compiled) {
+        super::watch_limits::export_gauges(h, c, &mut self.open_watch_gauges);
     }
 
     /// A WATCH `context` holds its seats while its initial state streams.
@@ -456,6 +488,7 @@ impl Worker {
     pub fn stream_ended(&mut self, h: &dyn Host, context: u32) {
         self.rejected.remove(&context);
         self.holds.remove(&context);
+        self.release_watch_place(h, context);
         if let (Some(key), Some(slot)) = (self.watches.remove(&context), self.slot) {
             if let Err(e) = engine::watches::forget(h.store(), slot, &key) {
                 log::warn!("apf: forgetting a watch failed: {e}");
