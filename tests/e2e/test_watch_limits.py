@@ -10,9 +10,9 @@ import struct
 
 import pytest
 
-import client
-from apf_policy import E2E_GROUP, pl_uid, single_level_config
-from envoyproc import wait_until
+from apfkit import client
+from apfkit.apf_policy import E2E_GROUP, pl_uid, single_level_config
+from apfkit.envoyproc import wait_until
 
 pytestmark = pytest.mark.apf
 
