@@ -21,13 +21,15 @@
 pub mod allocation;
 pub mod base64;
 pub mod claim;
-pub mod config;
 pub mod etcd;
 pub mod feed;
 pub mod levels;
 pub mod record;
 pub mod snapshot;
 
+/// The `fleet` object of the plugin configuration lives with the configuration
+/// ([`crate::config::fleet`]); re-exported here, where the protocol uses it.
+pub use crate::config::fleet as config;
 pub use allocation::{allocate, Allocation, ReplicaDemand, WideNeed};
 pub use claim::{EtcdCall, Fleet, FleetError, FleetMode};
 pub use config::FleetConfig;

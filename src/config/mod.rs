@@ -19,17 +19,20 @@
 //! work estimator, the cluster's policy and counts, the fleet's `FleetConfig`), each parsed and
 //! validated by its own module; the engine compiles the result and the fleet plans its levels
 //! from it.
+
+pub mod fleet;
+pub mod watch_limits;
 use serde_json::{Map, Value};
 
 use crate::digest::identity::IdentityConfig;
 use crate::digest::work_estimate::WorkEstimatorConfig;
 use crate::duration::{format_go_duration, parse_go_duration};
-pub use crate::engine::watch_limits::WatchLimits;
 use crate::limits::static_limits::{compute_limits, LevelLimits};
 use crate::policy::bootstrap;
 use crate::policy::cluster::{self, ClusterMetrics, ClusterPolicy, Env};
 use crate::policy::model::Policy;
 use crate::{Nanos, NANOS_PER_SEC};
+pub use watch_limits::WatchLimits;
 
 pub const DEFAULT_SERVER_CONCURRENCY_LIMIT: u32 = 600;
 pub const DEFAULT_REQUEST_TIMEOUT: Nanos = 60 * NANOS_PER_SEC;
@@ -77,7 +80,7 @@ pub struct PluginConfig {
     /// The longest a WATCH holds its seats while its initial state streams.
     pub watch_initial_events_max_hold: Nanos,
     /// Fleet mode: `serverConcurrencyLimit` is the limit of every replica together (`fleet`).
-    pub fleet: Option<crate::fleet::FleetConfig>,
+    pub fleet: Option<fleet::FleetConfig>,
     /// The most WATCHes a flow or a level may hold open on this process (`watchLimits`; off
     /// when empty).
     pub watch_limits: WatchLimits,
@@ -321,13 +324,13 @@ fn watch_limits(v: &Value) -> Result<WatchLimits, String> {
 /// What the filter reads from outside the document: the fleet's etcd, the cluster's policy and
 /// its object counts.
 struct Sources {
-    fleet: Option<crate::fleet::FleetConfig>,
+    fleet: Option<fleet::FleetConfig>,
     cluster_policy: Option<ClusterPolicy>,
     cluster_metrics: Option<ClusterMetrics>,
 }
 
 fn sources(m: &Map<String, Value>, work_estimator: &WorkEstimatorConfig, env: Env, errs: &mut ConfigErrors) -> Sources {
-    let fleet = m.get("fleet").filter(|v| !v.is_null()).map(|v| crate::fleet::FleetConfig::parse(v, env));
+    let fleet = m.get("fleet").filter(|v| !v.is_null()).map(|v| fleet::FleetConfig::parse(v, env));
     let fleet = fleet.and_then(|f| f.map_err(|e| errs.extend(e)).ok());
     let cluster_policy = m.get("clusterPolicy").filter(|v| !v.is_null()).map(|v| ClusterPolicy::parse(v, env));
     let cluster_policy = cluster_policy.and_then(|c| c.map_err(|e| errs.extend(e)).ok());
