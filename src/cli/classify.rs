@@ -24,8 +24,9 @@ use serde_json::json;
 use crate::config::parse_plugin_config;
 use crate::digest::identity::UserInfo;
 use crate::digest::metrics_scan::{scan_metrics, ScrapedCounts};
+use crate::digest::request_info::RequestInfo;
 use crate::digest::work_estimate::{get_by_resource, StatsLookup};
-use crate::engine::compiled::RequestLine;
+use crate::engine::compiled::{Digest, RequestLine};
 use crate::engine::object_counts::resource_key;
 use crate::engine::Compiled;
 use crate::fairqueuing::shuffle_sharding::Dealer;
@@ -178,32 +179,7 @@ pub struct ClassifyRequest {
 /// for an already-authenticated `user` by the same digest without the identity sources.
 pub fn classify_request(c: &Compiled, req: &ClassifyRequest) -> serde_json::Value {
     let cfg = &c.config;
-    let cluster = |group: &str, resource: &str| {
-        let found = req.metrics.as_ref().and_then(|m| get_by_resource(&m.entries, group, resource));
-        found.map_or(StatsLookup::NotFound, |s| StatsLookup::Found(*s))
-    };
-    // Mutating requests are estimated with no open watches (the gateway counts its own).
-    let d = match &req.user {
-        Some(u) => {
-            let ns = cfg.namespace_header.as_deref().and_then(|h| req.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(h)));
-            let user = UserInfo::authenticated(u, &req.groups);
-            let line =
-                RequestLine { method: req.method.as_bytes(), path: req.path.as_bytes(), namespace_header: ns.map(|(_, v)| v.as_slice()) };
-            c.digest_for(line, user, |_| 0, &cluster)
-        }
-        None => {
-            let mut host = OneRequest::new(&req.method, &req.path, &req.headers);
-            if let Some(peer) = req.peer {
-                // `source.address` as Envoy gives it: `ip:port` (`[v6]:port`).
-                host = host.property("source.address", std::net::SocketAddr::new(peer, 0).to_string().as_bytes());
-            }
-            host = host.property("connection.mtls", &[u8::from(req.mtls)]);
-            if let Some(subject) = &req.cert_subject {
-                host = host.property("connection.subject_peer_certificate", subject.as_bytes());
-            }
-            digest_request(&host, c, &cluster).digest
-        }
-    };
+    let d = digest_of(c, req);
     let watch_limit = cfg.watch_limits.is_on().then(|| watch_limit(c, &d));
     let (info, user, cl, work, stats) = (d.info, d.user, d.class, d.work, d.stats);
     let fs_name = cfg.policy.flow_schemas.get(cl.flow_schema).map(|f| f.name.as_str()).unwrap_or("");
@@ -212,22 +188,7 @@ pub fn classify_request(c: &Compiled, req: &ClassifyRequest) -> serde_json::Valu
     if let Some(d) = level.and_then(|l| l.queuing()).and_then(|q| Dealer::new(q.queues, q.hand_size).ok()) {
         d.deal_into_hand(cl.flow_hash, &mut queues);
     }
-    let counts = stats.map(|st| {
-        let key = resource_key(&info.api_group, &info.resource);
-        let source = if cfg.work_estimator.stats(&info.api_group, &info.resource) != StatsLookup::NotFound {
-            "objectCounts table"
-        } else if matches!(st, StatsLookup::Found(_)) {
-            "cluster metrics"
-        } else {
-            "none (1 seat, as upstream for a resource without counts)"
-        };
-        match st {
-            StatsLookup::Found(s) => {
-                json!({"resource": key, "count": s.count, "averageObjectSizeBytes": s.average_object_size_bytes, "source": source})
-            }
-            _ => json!({"resource": key, "source": source}),
-        }
-    });
+    let counts = stats.map(|st| object_counts(c, &info, st));
     let mut doc = json!({
         "flowSchema": fs_name,
         "priorityLevel": level.map(|l| l.name.as_str()).unwrap_or(""),
@@ -259,10 +220,62 @@ pub fn classify_request(c: &Compiled, req: &ClassifyRequest) -> serde_json::Valu
     doc
 }
 
+/// The request's digest: by the filter's pipeline over a host holding just this request, or
+/// for an already-authenticated `user` without the identity sources. Object counts come from
+/// `--metrics`; mutating requests are estimated with no open watches (the gateway counts its
+/// own).
+fn digest_of(c: &Compiled, req: &ClassifyRequest) -> Digest {
+    let cfg = &c.config;
+    let cluster = |group: &str, resource: &str| {
+        let found = req.metrics.as_ref().and_then(|m| get_by_resource(&m.entries, group, resource));
+        found.map_or(StatsLookup::NotFound, |s| StatsLookup::Found(*s))
+    };
+    match &req.user {
+        Some(u) => {
+            let ns = cfg.namespace_header.as_deref().and_then(|h| req.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(h)));
+            let user = UserInfo::authenticated(u, &req.groups);
+            let line =
+                RequestLine { method: req.method.as_bytes(), path: req.path.as_bytes(), namespace_header: ns.map(|(_, v)| v.as_slice()) };
+            c.digest_for(line, user, |_| 0, &cluster)
+        }
+        None => {
+            let mut host = OneRequest::new(&req.method, &req.path, &req.headers);
+            if let Some(peer) = req.peer {
+                // `source.address` as Envoy gives it: `ip:port` (`[v6]:port`).
+                host = host.property("source.address", std::net::SocketAddr::new(peer, 0).to_string().as_bytes());
+            }
+            host = host.property("connection.mtls", &[u8::from(req.mtls)]);
+            if let Some(subject) = &req.cert_subject {
+                host = host.property("connection.subject_peer_certificate", subject.as_bytes());
+            }
+            digest_request(&host, c, &cluster).digest
+        }
+    }
+}
+
+/// The `objectCounts` entry of a LIST or WATCH: the resource's count and average size as the
+/// work estimate saw them (`st`), and where they came from.
+fn object_counts(c: &Compiled, info: &RequestInfo, st: StatsLookup) -> serde_json::Value {
+    let key = resource_key(&info.api_group, &info.resource);
+    let source = if c.config.work_estimator.stats(&info.api_group, &info.resource) != StatsLookup::NotFound {
+        "objectCounts table"
+    } else if matches!(st, StatsLookup::Found(_)) {
+        "cluster metrics"
+    } else {
+        "none (1 seat, as upstream for a resource without counts)"
+    };
+    match st {
+        StatsLookup::Found(s) => {
+            json!({"resource": key, "count": s.count, "averageObjectSizeBytes": s.average_object_size_bytes, "source": source})
+        }
+        _ => json!({"resource": key, "source": source}),
+    }
+}
+
 /// The open-watch limits a request is under (`watchLimits` configured): for a WATCH, the
 /// per-flow and per-level limits of its flow (the flow hash counted, which also covers levels
 /// that do not shuffle-shard); otherwise why none applies. The CLI has no open watches.
-fn watch_limit(c: &Compiled, d: &crate::engine::compiled::Digest) -> serde_json::Value {
+fn watch_limit(c: &Compiled, d: &Digest) -> serde_json::Value {
     if !d.is_watch {
         return json!({"applies": false, "why": "not a WATCH"});
     }

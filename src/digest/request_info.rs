@@ -301,46 +301,12 @@ pub fn parse_request_info(method: &str, path_and_query: &[u8]) -> RequestInfo {
     let (path, raw_query, bad) = split_target(path_and_query);
     let query = parse_list_query(raw_query);
     let mut cur = Segments(path.trim_matches('/'));
-    let api_prefix = match cur.peek3() {
-        [Some(p), Some(_), Some(_)] if API_PREFIXES.contains(&p) => p,
-        _ => return non_resource(method, path, bad, query),
+    let Some((api_prefix, api_group, api_version)) = take_api_version(&mut cur) else {
+        return non_resource(method, path, bad, query);
     };
-    cur.next();
-    let mut api_group = "";
-    if !GROUPLESS_API_PREFIXES.contains(&api_prefix) {
-        let [Some(group), Some(_), Some(_)] = cur.peek3() else {
-            return non_resource(method, path, bad, query);
-        };
-        api_group = group;
-        cur.next();
-    }
     let mut invalid = bad;
-    // At least two segments remain here (checked above), so the version is always present.
-    let api_version = cur.next().unwrap_or_default();
-
-    let mut verb_via_path = false;
-    let mut verb: &str = match cur.peek() {
-        // Nothing after the verb: upstream fails with "unable to determine kind and namespace
-        // from url" (500); here the resource stays empty, which flags the request invalid.
-        Some(v @ ("proxy" | "watch")) => {
-            cur.next();
-            verb_via_path = true;
-            v
-        }
-        _ => method_verb(method),
-    };
-
-    // Each segment is scanned once here: peeking only as far as needed is measurably faster.
-    let mut namespace = "";
-    let mut after = cur;
-    if after.next() == Some("namespaces") {
-        if let Some(ns) = after.next() {
-            namespace = ns;
-            if after.peek().is_some_and(|t| t != "status" && t != "finalize") {
-                cur = after;
-            }
-        }
-    }
+    let (verb, verb_via_path) = take_verb(&mut cur, method);
+    let namespace = take_namespace(&mut cur);
 
     // `cur` now holds upstream's `Parts`: resource/name/subresource/...
     let [resource, name, subresource] = cur.peek3();
@@ -353,19 +319,7 @@ pub fn parse_request_info(method: &str, path_and_query: &[u8]) -> RequestInfo {
         invalid = true;
     }
 
-    if name.is_empty() && verb == "get" {
-        verb = if query.watch { "watch" } else { "list" };
-        // When decoding the list options fails, only `watch` is read.
-        let terms = selectors::parse_field_selector(&query.field_selector);
-        let terms = terms.filter(|_| !query.decode_failed()).unwrap_or_default();
-        let pinned = selectors::requires_exact_match(&terms, "metadata.name");
-        if let Some(n) = pinned.filter(|n| is_valid_path_segment_name(n)) {
-            name = n.to_string();
-        }
-    }
-    if name.is_empty() && verb == "delete" {
-        verb = "deletecollection";
-    }
+    let verb = collection_verb(verb, &mut name, &query);
     let keep_selectors = !verb_via_path && matches!(verb, "list" | "watch" | "deletecollection");
     // `cur` is a suffix of the trimmed path: its range in `path`.
     let parts_end = path.trim_end_matches('/').len();
@@ -386,6 +340,83 @@ pub fn parse_request_info(method: &str, path_and_query: &[u8]) -> RequestInfo {
         query,
         path,
     }
+}
+
+/// The API prefix, group ("" under a groupless prefix) and version, consumed from `cur`; `None`
+/// for a non-resource request (upstream: an unknown prefix, or too few segments after it).
+#[inline]
+fn take_api_version<'a>(cur: &mut Segments<'a>) -> Option<(&'a str, &'a str, &'a str)> {
+    let api_prefix = match cur.peek3() {
+        [Some(p), Some(_), Some(_)] if API_PREFIXES.contains(&p) => p,
+        _ => return None,
+    };
+    cur.next();
+    let mut api_group = "";
+    if !GROUPLESS_API_PREFIXES.contains(&api_prefix) {
+        let [Some(group), Some(_), Some(_)] = cur.peek3() else {
+            return None;
+        };
+        api_group = group;
+        cur.next();
+    }
+    // At least two segments remain here (checked above), so the version is always present.
+    let api_version = cur.next().unwrap_or_default();
+    Some((api_prefix, api_group, api_version))
+}
+
+/// The verb: a special verb of the path (`proxy`, `watch`; consumed, and `true`), else the
+/// method's.
+#[inline]
+fn take_verb<'a>(cur: &mut Segments<'a>, method: &str) -> (&'a str, bool) {
+    match cur.peek() {
+        // Nothing after the verb: upstream fails with "unable to determine kind and namespace
+        // from url" (500); here the resource stays empty, which flags the request invalid.
+        Some(v @ ("proxy" | "watch")) => {
+            cur.next();
+            (v, true)
+        }
+        _ => (method_verb(method), false),
+    }
+}
+
+/// The namespace of `namespaces/{ns}/…` ("" otherwise), both segments consumed unless nothing
+/// or a namespace subresource (`status`, `finalize`) follows: then the parts name the namespace
+/// object itself (resource `namespaces`, name `{ns}`).
+#[inline]
+fn take_namespace<'a>(cur: &mut Segments<'a>) -> &'a str {
+    // Each segment is scanned once here: peeking only as far as needed is measurably faster.
+    let mut namespace = "";
+    let mut after = *cur;
+    if after.next() == Some("namespaces") {
+        if let Some(ns) = after.next() {
+            namespace = ns;
+            if after.peek().is_some_and(|t| t != "status" && t != "finalize") {
+                *cur = after;
+            }
+        }
+    }
+    namespace
+}
+
+/// The collection verbs of a request without a name: `get` becomes `list` or `watch` (the name
+/// then pinned by a `metadata.name` field selector, if any), `delete` becomes
+/// `deletecollection`.
+#[inline]
+fn collection_verb<'a>(mut verb: &'a str, name: &mut String, query: &ListQuery) -> &'a str {
+    if name.is_empty() && verb == "get" {
+        verb = if query.watch { "watch" } else { "list" };
+        // When decoding the list options fails, only `watch` is read.
+        let terms = selectors::parse_field_selector(&query.field_selector);
+        let terms = terms.filter(|_| !query.decode_failed()).unwrap_or_default();
+        let pinned = selectors::requires_exact_match(&terms, "metadata.name");
+        if let Some(n) = pinned.filter(|n| is_valid_path_segment_name(n)) {
+            *name = n.to_string();
+        }
+    }
+    if name.is_empty() && verb == "delete" {
+        verb = "deletecollection";
+    }
+    verb
 }
 
 /// A request that is not a resource request: verb = lowercase method.

@@ -234,20 +234,7 @@ impl Scenario {
     pub fn parse(json: &[u8]) -> Result<Scenario, String> {
         let sc: ScenarioIn = serde_json::from_slice(json).map_err(|e| format!("bad scenario: {e}"))?;
         let pl = &sc.priority_level;
-        let c = ranged(pl.concurrency_limit, 0, MAX_SEATS, "priorityLevel.concurrencyLimit")?;
-        let cfg = if pl.exempt {
-            QueueSetConfig { desired_queues: -1, queue_length_limit: 0, hand_size: 0, concurrency_limit: c, strict_limit: false }
-        } else {
-            QueueSetConfig {
-                desired_queues: ranged(pl.queues, 0, 1 << 26, "priorityLevel.queues")? as i32,
-                queue_length_limit: ranged(pl.queue_length_limit, 0, MAX_SEATS, "priorityLevel.queueLengthLimit")?,
-                hand_size: ranged(pl.hand_size, 0, 1 << 26, "priorityLevel.handSize")?,
-                concurrency_limit: c,
-                strict_limit: false,
-            }
-        };
-        // The QueueSet's own checks (entropy of the hand, …) fail early with its message.
-        crate::fairqueuing::queueset::QueueSet::new(cfg, 0)?;
+        let cfg = parse_level(pl)?;
         let eval = sc.eval_duration.get("evalDuration")?;
         if eval <= 0 {
             return Err(format!("evalDuration must be positive, got {eval}ns"));
@@ -262,67 +249,117 @@ impl Scenario {
         check_workers(engine, workers)?;
         let fleet = parse_fleet(sc.replicas, sc.fleet.as_ref(), pl.exempt)?;
         check_fleet(engine, fleet.as_ref())?;
-        let replicas = fleet.as_ref().map_or(1, |f| f.replicas);
         let mut clients = Vec::with_capacity(sc.clients.len());
-        let mut total_calls: i64 = 0;
-        let mut total_threads: i64 = 0;
+        let mut totals = ClientTotals::default();
         for (i, ci) in sc.clients.iter().enumerate() {
-            let what = |f: &str| format!("clients[{i}].{f}");
-            let threads = ranged(ci.threads, 0, MAX_TOTAL_CALLS, &what("threads"))?;
-            let calls = ranged(ci.calls, 0, MAX_TOTAL_CALLS, &what("calls"))?;
-            total_calls = total_calls.saturating_add((threads as i64).saturating_mul(calls as i64));
-            total_threads = total_threads.saturating_add(threads as i64);
-            if total_threads > MAX_TOTAL_THREADS {
-                return Err(format!("too many threads in total (summed over clients > {MAX_TOTAL_THREADS})"));
-            }
-            if total_calls > MAX_TOTAL_CALLS {
-                return Err(format!("too many calls in total (threads × calls summed over clients > {MAX_TOTAL_CALLS})"));
-            }
-            let samples = ci.service_times.as_deref().unwrap_or_default();
-            let samples: Vec<Nanos> = samples.iter().map(|d| d.non_negative(&what("serviceTimes[]"))).collect::<Result<_, _>>()?;
-            // `None`: the call times are drawn from `samples`.
-            let exec = match (&ci.exec, samples.is_empty(), ci.service_jitter) {
-                (Some(e), true, _) => Some(e.non_negative(&what("exec"))?),
-                (None, false, None) => None,
-                (None, true, _) => return Err(format!("{}: one of exec and serviceTimes is required", what("exec"))),
-                _ => return Err(format!("{}: serviceTimes excludes exec and serviceJitter", what("serviceTimes"))),
-            };
-            let pacing = match (&ci.think, &ci.round_trip) {
-                (Some(t), None) => Pacing::AfterDispatch { think: t.get(&what("think"))? },
-                (None, Some(r)) => Pacing::AfterResponse { round_trip: r.non_negative(&what("roundTrip"))? },
-                (None, None) => return Err(format!("{}: one of think and roundTrip is required", what("think"))),
-                (Some(_), Some(_)) => return Err(format!("{}: think and roundTrip exclude each other", what("roundTrip"))),
-            };
-            let service = match exec {
-                None => ServiceTime::Sampled(samples),
-                Some(exec) => ServiceTime::Uniform {
-                    exec,
-                    jitter: match ci.service_jitter {
-                        None => 0,
-                        Some(j) if (0.0..=1.0).contains(&j) => (exec as f64 * j).floor() as Nanos,
-                        Some(j) => return Err(format!("{} must be in [0, 1], got {j}", what("serviceJitter"))),
-                    },
-                },
-            };
-            let additional_latency = or_zero(&ci.additional_latency, &what("additionalLatency"))?;
-            let hash = match &ci.hash {
-                HashIn::Num(n) => *n,
-                HashIn::Str(s) => s.trim().parse().map_err(|_| format!("client hash {s:?} is not a decimal uint64"))?,
-            };
-            let work = WorkEstimate {
-                initial_seats: ranged(ci.initial_seats, 0, MAX_SEATS, &what("initialSeats"))?,
-                final_seats: ranged(ci.final_seats, 0, MAX_SEATS, &what("finalSeats"))?,
-                additional_latency,
-            };
-            let replica = match ci.replica {
-                None => u32::try_from(i as u64 % u64::from(replicas)).unwrap_or(0),
-                Some(_) if fleet.is_none() => return Err(format!("{}: needs replicas", what("replica"))),
-                Some(r) => ranged(r, 0, i64::from(replicas) - 1, &what("replica"))?,
-            };
-            clients.push(Client { hash, threads, calls, service, pacing, work, split: ci.split, replica });
+            clients.push(parse_client(i, ci, &mut totals, fleet.as_ref())?);
         }
         let seed = sc.seed.unwrap_or(1);
         let timers = wait_limit.is_some() || clients.iter().any(|c| c.work.additional_latency != 0);
         Ok(Scenario { cfg, exempt: pl.exempt, eval, start, wait_limit, clients, workers, seed, engine, timers, fleet })
+    }
+}
+
+/// The priority level's queue set configuration, checked by the QueueSet itself too.
+fn parse_level(pl: &LevelIn) -> Result<QueueSetConfig, String> {
+    let c = ranged(pl.concurrency_limit, 0, MAX_SEATS, "priorityLevel.concurrencyLimit")?;
+    let cfg = if pl.exempt {
+        QueueSetConfig { desired_queues: -1, queue_length_limit: 0, hand_size: 0, concurrency_limit: c, strict_limit: false }
+    } else {
+        QueueSetConfig {
+            desired_queues: ranged(pl.queues, 0, 1 << 26, "priorityLevel.queues")? as i32,
+            queue_length_limit: ranged(pl.queue_length_limit, 0, MAX_SEATS, "priorityLevel.queueLengthLimit")?,
+            hand_size: ranged(pl.hand_size, 0, 1 << 26, "priorityLevel.handSize")?,
+            concurrency_limit: c,
+            strict_limit: false,
+        }
+    };
+    // The QueueSet's own checks (entropy of the hand, …) fail early with its message.
+    crate::fairqueuing::queueset::QueueSet::new(cfg, 0)?;
+    Ok(cfg)
+}
+
+/// Threads and calls summed over the clients parsed so far, bounded as they grow.
+#[derive(Default)]
+struct ClientTotals {
+    calls: i64,
+    threads: i64,
+}
+
+impl ClientTotals {
+    fn add(&mut self, threads: u32, calls: u32) -> Result<(), String> {
+        self.calls = self.calls.saturating_add((threads as i64).saturating_mul(calls as i64));
+        self.threads = self.threads.saturating_add(threads as i64);
+        if self.threads > MAX_TOTAL_THREADS {
+            return Err(format!("too many threads in total (summed over clients > {MAX_TOTAL_THREADS})"));
+        }
+        if self.calls > MAX_TOTAL_CALLS {
+            return Err(format!("too many calls in total (threads × calls summed over clients > {MAX_TOTAL_CALLS})"));
+        }
+        Ok(())
+    }
+}
+
+/// The `i`th client, its threads and calls added to `totals`.
+fn parse_client(i: usize, ci: &ClientIn, totals: &mut ClientTotals, fleet: Option<&FleetSim>) -> Result<Client, String> {
+    let what = |f: &str| format!("clients[{i}].{f}");
+    let threads = ranged(ci.threads, 0, MAX_TOTAL_CALLS, &what("threads"))?;
+    let calls = ranged(ci.calls, 0, MAX_TOTAL_CALLS, &what("calls"))?;
+    totals.add(threads, calls)?;
+    let samples = ci.service_times.as_deref().unwrap_or_default();
+    let samples: Vec<Nanos> = samples.iter().map(|d| d.non_negative(&what("serviceTimes[]"))).collect::<Result<_, _>>()?;
+    // `None`: the call times are drawn from `samples`.
+    let exec = match (&ci.exec, samples.is_empty(), ci.service_jitter) {
+        (Some(e), true, _) => Some(e.non_negative(&what("exec"))?),
+        (None, false, None) => None,
+        (None, true, _) => return Err(format!("{}: one of exec and serviceTimes is required", what("exec"))),
+        _ => return Err(format!("{}: serviceTimes excludes exec and serviceJitter", what("serviceTimes"))),
+    };
+    let pacing = parse_pacing(ci, &what)?;
+    let service = match exec {
+        None => ServiceTime::Sampled(samples),
+        Some(exec) => ServiceTime::Uniform { exec, jitter: parse_jitter(ci.service_jitter, exec, &what)? },
+    };
+    let additional_latency = or_zero(&ci.additional_latency, &what("additionalLatency"))?;
+    let hash = match &ci.hash {
+        HashIn::Num(n) => *n,
+        HashIn::Str(s) => s.trim().parse().map_err(|_| format!("client hash {s:?} is not a decimal uint64"))?,
+    };
+    let work = WorkEstimate {
+        initial_seats: ranged(ci.initial_seats, 0, MAX_SEATS, &what("initialSeats"))?,
+        final_seats: ranged(ci.final_seats, 0, MAX_SEATS, &what("finalSeats"))?,
+        additional_latency,
+    };
+    let replica = parse_replica(i, ci.replica, fleet, &what)?;
+    Ok(Client { hash, threads, calls, service, pacing, work, split: ci.split, replica })
+}
+
+/// When a client's next call starts: a think time after dispatch or a round trip after the
+/// response (exactly one of them).
+fn parse_pacing(ci: &ClientIn, what: &impl Fn(&str) -> String) -> Result<Pacing, String> {
+    Ok(match (&ci.think, &ci.round_trip) {
+        (Some(t), None) => Pacing::AfterDispatch { think: t.get(&what("think"))? },
+        (None, Some(r)) => Pacing::AfterResponse { round_trip: r.non_negative(&what("roundTrip"))? },
+        (None, None) => return Err(format!("{}: one of think and roundTrip is required", what("think"))),
+        (Some(_), Some(_)) => return Err(format!("{}: think and roundTrip exclude each other", what("roundTrip"))),
+    })
+}
+
+/// A uniform service time's jitter: the fraction `service_jitter` (in [0, 1]) of `exec`.
+fn parse_jitter(service_jitter: Option<f64>, exec: Nanos, what: &impl Fn(&str) -> String) -> Result<Nanos, String> {
+    match service_jitter {
+        None => Ok(0),
+        Some(j) if (0.0..=1.0).contains(&j) => Ok((exec as f64 * j).floor() as Nanos),
+        Some(j) => Err(format!("{} must be in [0, 1], got {j}", what("serviceJitter"))),
+    }
+}
+
+/// The replica the `i`th client calls: given (needs a fleet), else round-robin over the replicas.
+fn parse_replica(i: usize, replica: Option<i64>, fleet: Option<&FleetSim>, what: &impl Fn(&str) -> String) -> Result<u32, String> {
+    let replicas = fleet.map_or(1, |f| f.replicas);
+    match replica {
+        None => Ok(u32::try_from(i as u64 % u64::from(replicas)).unwrap_or(0)),
+        Some(_) if fleet.is_none() => Err(format!("{}: needs replicas", what("replica"))),
+        Some(r) => ranged(r, 0, i64::from(replicas) - 1, &what("replica")),
     }
 }

@@ -5,6 +5,8 @@
 //! and rejects structurally inconsistent input.
 
 use std::collections::VecDeque;
+use std::iter::Peekable;
+use std::vec;
 
 use super::executing::{ExecutingByOwner, Linger};
 use super::fifo::{Queue, WaitList, Waiting};
@@ -133,6 +135,32 @@ impl QueueSet {
         // Room for as many ids as the prior state held waiting (the usual count).
         let id_room = prior.as_ref().map_or(0, |p| p.tot_requests_waiting as usize).saturating_add(8);
         let mut prior_queues = prior.map(|p| p.queues).unwrap_or_default().into_iter().peekable();
+        let mut qs = Self::decode_header(r)?;
+        let mut ids: Vec<RequestId> = Vec::with_capacity(id_room);
+        qs.decode_executing(r)?;
+        qs.decode_lingering(r)?;
+        let nq = r.count(3)?;
+        qs.queues.reserve(nq);
+        let mut prev: Option<u32> = None;
+        for _ in 0..nq {
+            let index = Self::decode_queue_index(r, prev)?;
+            prev = Some(index);
+            let q = qs.decode_queue(r, index, &mut prior_queues, &mut ids)?;
+            qs.queues.push(q);
+        }
+        qs.attach_held_seats()?;
+        if qs.queues.iter().any(|q| q.is_stored_idle()) {
+            return Err(CodecError("idle queue stored"));
+        }
+        if has_duplicates(&mut ids) {
+            return Err(CodecError("duplicate request id"));
+        }
+        Ok(qs)
+    }
+
+    /// The fixed header: version, configuration, clocks, id counter and counters.
+    #[inline]
+    fn decode_header(r: &mut Reader) -> CodecResult<QueueSet> {
         if r.u8()? != ENCODING_VERSION {
             return Err(CodecError("unknown queueset encoding version"));
         }
@@ -162,99 +190,121 @@ impl QueueSet {
             epoch_advance_failures: r.u64()?,
             no_accommodation: r.u64()?,
         };
-        let mut ids: Vec<RequestId> = Vec::with_capacity(id_room);
+        Ok(qs)
+    }
+
+    /// The executing aggregates (sorted by owner and queue), summed into the totals.
+    #[inline]
+    fn decode_executing(&mut self, r: &mut Reader) -> CodecResult<()> {
         let n = r.count(4)?;
-        qs.execs.reserve(n);
+        self.execs.reserve(n);
         for _ in 0..n {
             let e = ExecutingByOwner { owner: r.u32()?, queue: r.i32()?, executing: r.u32()?, seats: r.u64()? };
             if e.queue < -1 || e.executing == 0 {
                 return Err(CodecError("bad executing aggregate"));
             }
-            if qs.execs.last().is_some_and(|p| (p.owner, p.queue) >= (e.owner, e.queue)) {
+            if self.execs.last().is_some_and(|p| (p.owner, p.queue) >= (e.owner, e.queue)) {
                 return Err(CodecError("executing aggregates not sorted"));
             }
-            qs.tot_requests_executing = qs.tot_requests_executing.checked_add(e.executing).ok_or(CodecError("too many requests"))?;
-            qs.tot_seats_in_use = qs.tot_seats_in_use.checked_add(e.seats).ok_or(CodecError("seat overflow"))?;
-            qs.execs.push(e);
+            self.tot_requests_executing = self.tot_requests_executing.checked_add(e.executing).ok_or(CodecError("too many requests"))?;
+            self.tot_seats_in_use = self.tot_seats_in_use.checked_add(e.seats).ok_or(CodecError("seat overflow"))?;
+            self.execs.push(e);
         }
+        Ok(())
+    }
+
+    /// The lingering seats (their times relative to the last real time), summed into the totals.
+    #[inline]
+    fn decode_lingering(&mut self, r: &mut Reader) -> CodecResult<()> {
         let n = r.count(4)?;
-        qs.lingers.reserve(n);
+        self.lingers.reserve(n);
         for _ in 0..n {
-            let l = Linger { until: qs.last_real_time.wrapping_add(r.i64()?), queue: r.i32()?, owner: r.u32()?, seats: r.u64()? };
+            let l = Linger { until: self.last_real_time.wrapping_add(r.i64()?), queue: r.i32()?, owner: r.u32()?, seats: r.u64()? };
             if l.queue < -1 {
                 return Err(CodecError("bad lingering queue"));
             }
-            qs.tot_seats_in_use = qs.tot_seats_in_use.checked_add(l.seats).ok_or(CodecError("seat overflow"))?;
-            qs.lingers.push(l);
+            self.tot_seats_in_use = self.tot_seats_in_use.checked_add(l.seats).ok_or(CodecError("seat overflow"))?;
+            self.lingers.push(l);
         }
-        let nq = r.count(3)?;
-        qs.queues.reserve(nq);
-        let mut prev: Option<u32> = None;
-        for _ in 0..nq {
-            let d = r.u32()?;
-            if prev.is_some() && d == 0 {
-                return Err(CodecError("queues not sorted"));
-            }
-            let index = prev.unwrap_or(0).checked_add(d).ok_or(CodecError("queue index overflow"))?;
-            if index >= MAX_QUEUES {
-                return Err(CodecError("queue index out of range"));
-            }
-            prev = Some(index);
-            let mut q = Queue::new(index);
-            q.next_dispatch_r = qs.current_r.wrapping_add(r.i64()? as u64);
-            // The queue's requests, and their sums, taken from the prior state when its segment
-            // is unchanged (the sums depend on the requests alone); else decoded.
-            let nw = r.count(0)?;
-            let seg = r.bytes()?;
-            // `peek` rather than `next_if`: the latter does not inline here.
-            while prior_queues.peek().is_some_and(|p| p.index < index) {
-                prior_queues.next();
-            }
-            match prior_queues.next_if(|p| p.index == index) {
-                Some(p) if p.waiting.len() == nw && p.waiting.enc.get().map(Vec::as_slice) == Some(seg) => {
-                    (q.initial_seats_sum, q.max_seats_sum, q.total_work_sum) = (p.initial_seats_sum, p.max_seats_sum, p.total_work_sum);
-                    q.waiting = p.waiting;
-                }
-                _ => {
-                    q.waiting = decode_segment(seg, nw)?;
-                    for &Waiting { work, .. } in q.waiting.iter() {
-                        q.initial_seats_sum =
-                            q.initial_seats_sum.checked_add(work.initial_seats as u64).ok_or(CodecError("seat overflow"))?;
-                        q.max_seats_sum = q.max_seats_sum.checked_add(work.max_seats() as u64).ok_or(CodecError("seat overflow"))?;
-                        q.total_work_sum = q.total_work_sum.wrapping_add(request_work(&work, qs.g).1 .0);
-                    }
-                }
-            }
-            // Ids the state has handed out (1 to `next_id` − 1), checked and collected in one pass.
-            for w in q.waiting.iter() {
-                if w.id == 0 || w.id >= qs.next_id {
-                    return Err(CodecError("bad request id"));
-                }
-                ids.push(w.id);
-            }
-            let n = u32::try_from(q.waiting.len()).map_err(|_| CodecError("too many requests"))?;
-            qs.tot_requests_waiting = qs.tot_requests_waiting.checked_add(n).ok_or(CodecError("too many requests"))?;
-            qs.tot_seats_waiting = qs.tot_seats_waiting.checked_add(q.max_seats_sum).ok_or(CodecError("seat overflow"))?;
-            qs.queues.push(q);
+        Ok(())
+    }
+
+    /// A stored queue's index, delta-coded from the previous one's (`prev`): strictly
+    /// increasing and below [`MAX_QUEUES`].
+    #[inline]
+    fn decode_queue_index(r: &mut Reader, prev: Option<u32>) -> CodecResult<u32> {
+        let d = r.u32()?;
+        if prev.is_some() && d == 0 {
+            return Err(CodecError("queues not sorted"));
         }
-        // Attach the executing and lingering seats to their queues (which must be stored).
-        let execs = qs.execs.iter().map(|e| (e.queue, e.executing, 0, e.seats));
-        for (queue, executing, lingering, seats) in execs.chain(qs.lingers.iter().map(|l| (l.queue, 0, 1, l.seats))) {
+        let index = prev.unwrap_or(0).checked_add(d).ok_or(CodecError("queue index overflow"))?;
+        if index >= MAX_QUEUES {
+            return Err(CodecError("queue index out of range"));
+        }
+        Ok(index)
+    }
+
+    /// One stored queue (its index already read): its next dispatch R and waiting requests,
+    /// whose ids are checked and collected into `ids` and whose counts go into the totals.
+    #[inline]
+    fn decode_queue(
+        &mut self,
+        r: &mut Reader,
+        index: u32,
+        prior_queues: &mut Peekable<vec::IntoIter<Queue>>,
+        ids: &mut Vec<RequestId>,
+    ) -> CodecResult<Queue> {
+        let mut q = Queue::new(index);
+        q.next_dispatch_r = self.current_r.wrapping_add(r.i64()? as u64);
+        // The queue's requests, and their sums, taken from the prior state when its segment
+        // is unchanged (the sums depend on the requests alone); else decoded.
+        let nw = r.count(0)?;
+        let seg = r.bytes()?;
+        // `peek` rather than `next_if`: the latter does not inline here.
+        while prior_queues.peek().is_some_and(|p| p.index < index) {
+            prior_queues.next();
+        }
+        match prior_queues.next_if(|p| p.index == index) {
+            Some(p) if p.waiting.len() == nw && p.waiting.enc.get().map(Vec::as_slice) == Some(seg) => {
+                (q.initial_seats_sum, q.max_seats_sum, q.total_work_sum) = (p.initial_seats_sum, p.max_seats_sum, p.total_work_sum);
+                q.waiting = p.waiting;
+            }
+            _ => {
+                q.waiting = decode_segment(seg, nw)?;
+                for &Waiting { work, .. } in q.waiting.iter() {
+                    q.initial_seats_sum = q.initial_seats_sum.checked_add(work.initial_seats as u64).ok_or(CodecError("seat overflow"))?;
+                    q.max_seats_sum = q.max_seats_sum.checked_add(work.max_seats() as u64).ok_or(CodecError("seat overflow"))?;
+                    q.total_work_sum = q.total_work_sum.wrapping_add(request_work(&work, self.g).1 .0);
+                }
+            }
+        }
+        // Ids the state has handed out (1 to `next_id` − 1), checked and collected in one pass.
+        for w in q.waiting.iter() {
+            if w.id == 0 || w.id >= self.next_id {
+                return Err(CodecError("bad request id"));
+            }
+            ids.push(w.id);
+        }
+        let n = u32::try_from(q.waiting.len()).map_err(|_| CodecError("too many requests"))?;
+        self.tot_requests_waiting = self.tot_requests_waiting.checked_add(n).ok_or(CodecError("too many requests"))?;
+        self.tot_seats_waiting = self.tot_seats_waiting.checked_add(q.max_seats_sum).ok_or(CodecError("seat overflow"))?;
+        Ok(q)
+    }
+
+    /// Attaches the executing and lingering seats to their queues (which must be stored).
+    #[inline]
+    fn attach_held_seats(&mut self) -> CodecResult<()> {
+        let execs = self.execs.iter().map(|e| (e.queue, e.executing, 0, e.seats));
+        for (queue, executing, lingering, seats) in execs.chain(self.lingers.iter().map(|l| (l.queue, 0, 1, l.seats))) {
             let Ok(index) = u32::try_from(queue) else { continue };
-            let pos = qs.queues.binary_search_by_key(&index, |q| q.index);
+            let pos = self.queues.binary_search_by_key(&index, |q| q.index);
             let pos = pos.map_err(|_| CodecError("seats held in a queue that is not stored"))?;
-            let q = qs.queues.get_mut(pos).ok_or(CodecError("bad queue position"))?;
+            let q = self.queues.get_mut(pos).ok_or(CodecError("bad queue position"))?;
             q.requests_executing = q.requests_executing.checked_add(executing).ok_or(CodecError("too many requests"))?;
             q.lingering = q.lingering.checked_add(lingering).ok_or(CodecError("too many requests"))?;
             q.seats_in_use = q.seats_in_use.checked_add(seats).ok_or(CodecError("seat overflow"))?;
         }
-        if qs.queues.iter().any(|q| q.is_stored_idle()) {
-            return Err(CodecError("idle queue stored"));
-        }
-        if has_duplicates(&mut ids) {
-            return Err(CodecError("duplicate request id"));
-        }
-        Ok(qs)
+        Ok(())
     }
 
     /// Moves past one entry written by [`Self::encode_waiting`] (`first`: the segment's first,
