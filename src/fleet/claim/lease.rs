@@ -1,6 +1,6 @@
 //! The replica's lease and the auth token its calls carry, kept together as etcd's
-//! `client/v3/concurrency` session keeps a lease with its keep-alive: when the lease was last
-//! proved alive, and so until when it is trusted.
+//! `client/v3/concurrency` (`NewSession`) keeps a lease with its keep-alive: when the lease was
+//! last proved alive, and so until when it is trusted.
 
 use crate::fleet::config::FleetConfig;
 use crate::Nanos;
