@@ -180,7 +180,7 @@ pub type ConfigErrors = Vec<String>;
 fn from_map(m: &Map<String, Value>, env: Env) -> (PluginConfig, ConfigErrors) {
     let mut errs = unknown_keys(m);
     let found = &mut errs;
-    let server_concurrency_limit = field(m, "serverConcurrencyLimit", DEFAULT_SERVER_CONCURRENCY_LIMIT, found, concurrency_limit);
+    let server_concurrency_limit = field(m, "serverConcurrencyLimit", DEFAULT_SERVER_CONCURRENCY_LIMIT, found, positive_count);
     let request_timeout = field(m, "requestTimeout", DEFAULT_REQUEST_TIMEOUT, found, positive_timeout);
     let boolean = |v: &Value| v.as_bool().ok_or_else(|| expected("a boolean", v));
     let suggested_defaults = field(m, "suggestedDefaults", true, found, boolean);
@@ -244,8 +244,8 @@ fn unknown_keys(m: &Map<String, Value>) -> ConfigErrors {
     unknown.map(|k| format!("unknown configuration key {k:?} (known keys: {})", KNOWN_KEYS.join(", "))).collect()
 }
 
-/// `serverConcurrencyLimit`: an integer from 1 to `u32::MAX`.
-fn concurrency_limit(v: &Value) -> Result<u32, String> {
+/// A count (`serverConcurrencyLimit`, a `watchLimits` limit): an integer from 1 to `u32::MAX`.
+fn positive_count(v: &Value) -> Result<u32, String> {
     let n = v.as_number().ok_or_else(|| expected("an integer", v))?;
     match n.as_u64().map(u32::try_from) {
         Some(Ok(x)) if x >= 1 => Ok(x),
@@ -280,15 +280,6 @@ fn namespace_header(v: &Value) -> Result<Option<String>, String> {
     }
 }
 
-/// A `watchLimits` count: an integer from 1 to `u32::MAX`.
-fn watch_count(v: &Value) -> Result<u32, String> {
-    let n = v.as_number().ok_or_else(|| expected("an integer", v))?;
-    match n.as_u64().map(u32::try_from) {
-        Some(Ok(x)) if x >= 1 => Ok(x),
-        _ => Err(format!("must be an integer between 1 and {}, got {n}", u32::MAX)),
-    }
-}
-
 /// `watchLimits`: `{"perFlow": N, "perLevel": {"<level>": N, ...}}`, both optional; every
 /// error names its field (`perFlow: ...`, `perLevel.<level>: ...`; the caller adds
 /// `watchLimits: `). Levels missing from the policy are warned about by the caller (the
@@ -299,14 +290,14 @@ fn watch_limits(v: &Value) -> Result<WatchLimits, String> {
     if let Some(k) = m.keys().find(|k| !["perFlow", "perLevel"].contains(&k.as_str())) {
         errs.push(format!("unknown key {k:?} (known keys: perFlow, perLevel)"));
     }
-    let per_flow = m.get("perFlow").filter(|v| !v.is_null()).map(watch_count).transpose();
+    let per_flow = m.get("perFlow").filter(|v| !v.is_null()).map(positive_count).transpose();
     let per_flow = per_flow.map_err(|e| errs.push(format!("perFlow: {e}"))).ok().flatten();
     let mut per_level = Vec::new();
     match m.get("perLevel").filter(|v| !v.is_null()) {
         None => {}
         Some(Value::Object(levels)) => {
             for (name, n) in levels {
-                match watch_count(n) {
+                match positive_count(n) {
                     Ok(n) => per_level.push((name.clone(), n)),
                     Err(e) => errs.push(format!("perLevel.{name}: {e}")),
                 }
