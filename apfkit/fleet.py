@@ -7,9 +7,11 @@ told apart at the upstream."""
 
 from __future__ import annotations
 
+import math
 import random
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from . import client
@@ -85,3 +87,46 @@ class Harness:
             p.stop()
         self.up.stop()
         self.etcd.stop()
+
+
+class InFlight:
+    """Samples the upstream's requests in flight every 20 ms, in total and per replica of
+    `ports` (the clients' users are `<tag>-<port>-<i>`, see `load`)."""
+
+    def __init__(self, up: Upstream, ports: list[int] = ()) -> None:
+        self.up, self.ports = up, ports
+        self.samples: list[tuple[float, int, dict[int, int]]] = []
+        self._stop = threading.Event()
+        self.t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            snap = self.up.snapshot()
+            per = {p: sum(n for u, n in snap["user_in_flight"].items() if f"-{p}-" in u) for p in self.ports}
+            self.samples.append((time.monotonic(), snap["in_flight"], per))
+            time.sleep(0.02)
+
+    def __enter__(self) -> "InFlight":
+        self.t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self.t.join()
+
+    def between(self, t0: float = -math.inf, t1: float = math.inf) -> list[int]:
+        return [n for t, n, _ in self.samples if t0 <= t <= t1]
+
+    def mean(self, t0: float = -math.inf, t1: float = math.inf) -> float:
+        xs = self.between(t0, t1)
+        return sum(xs) / max(1, len(xs))
+
+    def first_reaching(self, level: float, since: float = -math.inf, window: float = 0.5) -> float | None:
+        """The first time from `since` on from which the mean over `window` s is ≥ `level`."""
+        for i, (t, _, _) in enumerate(self.samples):
+            if t < since:
+                continue
+            w = [n for u, n, _ in self.samples[i:] if u <= t + window]
+            if self.samples[-1][0] - t >= window and sum(w) / len(w) >= level:
+                return t
+        return None

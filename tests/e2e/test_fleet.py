@@ -31,45 +31,9 @@ import pytest
 from apfkit import client
 from apfkit.dashboard import FLEET_SERIES, dashboard_targets
 from apfkit.envoyproc import EnvoyProcess, wait_until
-from apfkit.fleet import LEASE_TTL, PERIOD, SEATS, Harness, load
-from apfkit.upstream import Upstream
+from apfkit.fleet import LEASE_TTL, PERIOD, SEATS, Harness, InFlight, load
 
 pytestmark = pytest.mark.apf
-
-
-class Sampler:
-    """Samples the upstream's in-flight count every 20 ms."""
-
-    def __init__(self, up: Upstream) -> None:
-        self.up, self.samples, self.times, self._stop = up, [], [], threading.Event()
-        self.t = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.samples.append(self.up.snapshot()["in_flight"])
-            self.times.append(time.monotonic())
-            time.sleep(0.02)
-
-    def __enter__(self) -> "Sampler":
-        self.t.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self.t.join()
-
-    @property
-    def mean(self) -> float:
-        return sum(self.samples) / max(1, len(self.samples))
-
-    def first_reaching(self, level: float, window: float = 0.5) -> float | None:
-        """The first time (monotonic) from which the mean over the next `window` seconds is at
-        least `level`."""
-        for i, t in enumerate(self.times):
-            w = [n for n, u in zip(self.samples[i:], self.times[i:]) if u <= t + window]
-            if self.times[-1] - t >= window and sum(w) / len(w) >= level:
-                return t
-        return None
 
 
 @pytest.fixture
@@ -109,16 +73,16 @@ def test_fleet_shares_one_limit_across_three_replicas(fleet):
     t.start()
     time.sleep(5.0)
     t_measure = time.monotonic()
-    with Sampler(up) as s:
+    with InFlight(up) as s:
         time.sleep(7.0)
     t.join()
     assert not [r for r in res if r.status is None], "transport errors"
     served = [r for r in res if r.status == 200 and r.started >= t_measure]
     snap = up.snapshot()
     print(f"equal load: {len(served)} served, upstream max in flight {snap['max_in_flight']}, "
-          f"mean {s.mean:.1f} of {SEATS}")
+          f"mean {s.mean():.1f} of {SEATS}")
     assert snap["max_in_flight"] <= SEATS, f"the fleet used {snap['max_in_flight']} > {SEATS} seats"
-    assert s.mean >= 0.7 * SEATS, f"mean in flight {s.mean:.1f} < 70 % of {SEATS}"
+    assert s.mean() >= 0.7 * SEATS, f"mean in flight {s.mean():.1f} < 70 % of {SEATS}"
     per_replica = [sum(1 for r in served if r.user.startswith(f"eq-{p}-")) for p in ports]
     print(f"served per replica: {per_replica} (20 seats split 7 / 7 / 6)")
     # Each replica exports its seats per level; under equal load they are about a third each.
@@ -154,11 +118,11 @@ def test_fleet_shares_one_limit_across_three_replicas(fleet):
     time.sleep(2 * PERIOD)
     up.reset()
     t0 = time.monotonic()
-    with Sampler(up) as s:
+    with InFlight(up) as s:
         res = load(ports[:1], 30, 7.0, "one")
     reached = s.first_reaching(0.85 * SEATS)
     snap = up.snapshot()
-    after = [n for n, u in zip(s.samples, s.times) if u >= t0 + 3 * PERIOD]
+    after = s.between(t0 + 3 * PERIOD)
     mean_after = sum(after) / max(1, len(after))
     print(f"load on one replica: ≥ 85 % of the seats after {reached - t0 if reached else None} s, "
           f"mean from 3 periods on {mean_after:.1f}, max {snap['max_in_flight']}")
@@ -170,7 +134,7 @@ def test_fleet_shares_one_limit_across_three_replicas(fleet):
     # 0's demand of the period before still counts for a period).
     up.reset()
     t0 = time.monotonic()
-    with Sampler(up) as s:
+    with InFlight(up) as s:
         res = load(ports[1:2], 30, 6.0, "moved")
     reached = s.first_reaching(0.85 * SEATS)
     print(f"load moved to another replica: ≥ 85 % of the seats after {reached - t0 if reached else None} s, "
@@ -191,12 +155,12 @@ def test_fleet_shares_one_limit_across_three_replicas(fleet):
     envoys[0].proc.wait(timeout=10)
     t0.join()
     time.sleep(LEASE_TTL + 2 * PERIOD)
-    with Sampler(up) as s:
+    with InFlight(up) as s:
         time.sleep(3.0)
     t1.join()
-    print(f"after SIGKILL of a loaded replica: the survivor's mean in flight {s.mean:.1f}")
+    print(f"after SIGKILL of a loaded replica: the survivor's mean in flight {s.mean():.1f}")
     assert up.snapshot()["max_in_flight"] <= SEATS
-    assert s.mean >= 0.85 * SEATS, f"the survivor uses {s.mean:.1f} of {SEATS} seats"
+    assert s.mean() >= 0.85 * SEATS, f"the survivor uses {s.mean():.1f} of {SEATS} seats"
     wait_until(lambda: len(etcd.replicas()) == 2, timeout=LEASE_TTL + 2, what="the dead replica's record gone")
 
     # etcd stopped under load: nothing fails, the limit holds.
@@ -227,7 +191,7 @@ def test_fleet_shares_one_limit_across_three_replicas(fleet):
     print(f"etcd restarted: both replicas synced after {time.monotonic() - t_back:.1f} s")
     up.reset()
     t0 = time.monotonic()
-    with Sampler(up) as s:
+    with InFlight(up) as s:
         load(ports[1:2], 30, 6.0, "back")
     reached = s.first_reaching(0.85 * SEATS)
     print(f"after etcd's restart, load on one replica: ≥ 85 % of the seats after "
