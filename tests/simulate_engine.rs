@@ -146,10 +146,10 @@ fn worker_option_and_scenario_field() {
         [(r#","workers":0"#, "workers"), (r#","workers":65"#, "workers"), (r#","engine":false,"workers":2"#, "bare QueueSet")]
     {
         let e = run_scenario(with(extra).as_bytes()).unwrap_err();
-        assert!(e.contains(want), "{extra}: {e}");
+        assert!(e.to_string().contains(want), "{extra}: {e}");
     }
     let e = run_scenario_with(with("").as_bytes(), &Options { workers: Some(0), ..Options::default() }).unwrap_err();
-    assert!(e.contains("workers"), "{e}");
+    assert!(e.to_string().contains("workers"), "{e}");
     // engine: false is the bare QueueSet, same result with one worker.
     assert_eq!(run_scenario(with(r#","engine":false"#).as_bytes()).unwrap(), run_scenario(with("").as_bytes()).unwrap());
 }

@@ -71,7 +71,9 @@ pub(super) fn simulate(args: &[String]) -> super::Outcome {
         workers = Some(n.ok_or_else(|| (2, "apf simulate: --workers needs a number of workers\n".to_string()))?);
     }
     let path = path.ok_or_else(|| (2, HELP.to_string()))?;
-    let fail = |e: String| (1, format!("apf simulate: {e}\n"));
+    fn fail(e: impl std::fmt::Display) -> (i32, String) {
+        (1, format!("apf simulate: {e}\n"))
+    }
     let data = match path {
         "-" => super::read_input(Some(path)),
         _ => std::fs::read(path).map_err(|e| format!("{path}: {e}")),

@@ -9,6 +9,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
+use super::SimError;
 use super::results::CallKind;
 use crate::fairqueuing::queueset::{Arrival, QueueSet};
 use crate::fairqueuing::{Dispatched, QueueSetConfig, Receipt, RejectReason, RequestId, RequestTag, WorkEstimate};
@@ -41,19 +42,19 @@ pub struct Call {
 /// ([`super::fleet::FleetLevels`]).
 pub trait Admission {
     /// The call arrives at `now`.
-    fn arrive(&mut self, now: Nanos, call: &Call, out: &mut Outcomes) -> Result<(), String>;
+    fn arrive(&mut self, now: Nanos, call: &Call, out: &mut Outcomes) -> Result<(), SimError>;
     /// The executing call returned from its handler at `now`.
-    fn finish(&mut self, now: Nanos, call: CallId, out: &mut Outcomes) -> Result<(), String>;
+    fn finish(&mut self, now: Nanos, call: CallId, out: &mut Outcomes) -> Result<(), SimError>;
     /// Timer work due at `now`: wait deadlines and lingering seats.
-    fn expire(&mut self, now: Nanos, out: &mut Outcomes) -> Result<(), String>;
+    fn expire(&mut self, now: Nanos, out: &mut Outcomes) -> Result<(), SimError>;
     /// The level's QueueSet as it is now (its next timer event, its epoch advances).
-    fn queue_set(&self) -> Result<Option<Cow<'_, QueueSet>>, String>;
+    fn queue_set(&self) -> Result<Option<Cow<'_, QueueSet>>, SimError>;
     /// When the next timer event of the level is due ([`Admission::expire`]).
-    fn next_timer(&self) -> Result<Option<Nanos>, String> {
+    fn next_timer(&self) -> Result<Option<Nanos>, SimError> {
         Ok(self.queue_set()?.and_then(|qs| qs.next_event()))
     }
     /// Successful epoch advances of the level's progress meter.
-    fn epoch_advances(&self) -> Result<u64, String> {
+    fn epoch_advances(&self) -> Result<u64, SimError> {
         Ok(self.queue_set()?.map_or(0, |qs| qs.counters().epoch_advances))
     }
     /// When the host's next own work is due (fleet mode: timer ticks, etcd's answers).
@@ -61,11 +62,11 @@ pub trait Admission {
         None
     }
     /// Runs the host's next own work, due at `now`.
-    fn host_event(&mut self, _now: Nanos, _out: &mut Outcomes) -> Result<(), String> {
+    fn host_event(&mut self, _now: Nanos, _out: &mut Outcomes) -> Result<(), SimError> {
         Ok(())
     }
     /// Whether the host's own work goes on at `now` when nothing else is left to happen.
-    fn host_continues(&self, _now: Nanos) -> Result<bool, String> {
+    fn host_continues(&self, _now: Nanos) -> Result<bool, SimError> {
         Ok(false)
     }
     /// Fleet mode: what the fleet did.
@@ -85,8 +86,8 @@ pub struct BareQueueSet {
 }
 
 impl BareQueueSet {
-    pub fn new(cfg: QueueSetConfig, start: Nanos) -> Result<BareQueueSet, String> {
-        Ok(BareQueueSet { qs: QueueSet::new(cfg, start)?, pending: HashMap::new(), running: HashMap::new(), out: Vec::new() })
+    pub fn new(cfg: QueueSetConfig, start: Nanos) -> Result<BareQueueSet, SimError> {
+        Ok(BareQueueSet { qs: QueueSet::new(cfg, start).map_err(SimError::scenario)?, pending: HashMap::new(), running: HashMap::new(), out: Vec::new() })
     }
 
     fn dispatched(&mut self, out: &mut Outcomes) {
@@ -100,7 +101,7 @@ impl BareQueueSet {
 }
 
 impl Admission for BareQueueSet {
-    fn arrive(&mut self, now: Nanos, call: &Call, out: &mut Outcomes) -> Result<(), String> {
+    fn arrive(&mut self, now: Nanos, call: &Call, out: &mut Outcomes) -> Result<(), SimError> {
         let tag = RequestTag { owner: 0, context: call.id.thread, ..call.tag };
         match self.qs.start_request(now, call.work, tag, &mut self.out).arrival {
             Arrival::Executing(receipt) => {
@@ -116,7 +117,7 @@ impl Admission for BareQueueSet {
         Ok(())
     }
 
-    fn finish(&mut self, now: Nanos, call: CallId, out: &mut Outcomes) -> Result<(), String> {
+    fn finish(&mut self, now: Nanos, call: CallId, out: &mut Outcomes) -> Result<(), SimError> {
         if let Some(receipt) = self.running.remove(&call) {
             self.qs.finish(now, &receipt, &mut self.out);
         }
@@ -124,7 +125,7 @@ impl Admission for BareQueueSet {
         Ok(())
     }
 
-    fn expire(&mut self, now: Nanos, out: &mut Outcomes) -> Result<(), String> {
+    fn expire(&mut self, now: Nanos, out: &mut Outcomes) -> Result<(), SimError> {
         let mut timed_out = Vec::new();
         self.qs.expire(now, &mut timed_out, &mut self.out);
         for (id, _) in timed_out {
@@ -136,7 +137,7 @@ impl Admission for BareQueueSet {
         Ok(())
     }
 
-    fn queue_set(&self) -> Result<Option<Cow<'_, QueueSet>>, String> {
+    fn queue_set(&self) -> Result<Option<Cow<'_, QueueSet>>, SimError> {
         Ok(Some(Cow::Borrowed(&self.qs)))
     }
 }

@@ -13,6 +13,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::SimError;
 use super::admission::{Admission, Call, CallId, Outcomes};
 use super::results::CallKind;
 use super::scenario::Scenario;
@@ -74,8 +75,8 @@ pub struct EngineLevel<'a> {
     by_call: HashMap<CallId, (usize, u32)>,
 }
 
-fn err(e: engine::EngineError) -> String {
-    e.to_string()
+fn err(e: impl std::fmt::Display) -> SimError {
+    SimError::run(e)
 }
 
 /// A compiled configuration whose only level (index 0) is the scenario's: `cfg`, exempt or
@@ -108,13 +109,13 @@ fn compiled(sc: &Scenario) -> Compiled {
 impl<'a> EngineLevel<'a> {
     /// The scenario's level as of its start in `store` (a fresh one), and its registered
     /// workers.
-    pub fn new(store: &'a MemStore, sc: &Scenario) -> Result<EngineLevel<'a>, String> {
+    pub fn new(store: &'a MemStore, sc: &Scenario) -> Result<EngineLevel<'a>, SimError> {
         let compiled = compiled(sc);
-        let (key, cfg) = compiled.levels.first().map(|l| (l.key.clone(), l.qs_config)).ok_or_else(|| String::from("no level"))?;
+        let (key, cfg) = compiled.levels.first().map(|l| (l.key.clone(), l.qs_config)).ok_or_else(|| SimError::run("no level"))?;
         // The level exists from the scenario start (as the bare QueueSet), not from the first
         // arrival; same generation as the configuration, so admission does not reconfigure it.
         let state = LevelState::new(cfg, compiled.generation, sc.start).map_err(err)?;
-        store.set(&key, &state.encode(), None).map_err(|e| e.to_string())?;
+        store.set(&key, &state.encode(), None).map_err(err)?;
         let mut workers = Vec::with_capacity(sc.workers as usize);
         for w in 0..sc.workers {
             let store = WorkerStore::new(store);
@@ -173,14 +174,14 @@ impl<'a> EngineLevel<'a> {
     /// The store as worker 0 sees it: timer work, reads, and in fleet mode the fleet's driver
     /// (in Envoy every worker's tick runs the timer work, whoever comes first does it, and one
     /// worker per process drives the fleet).
-    pub fn timer_store(&self) -> Result<&WorkerStore<'_>, String> {
-        self.workers.first().map(|w| &w.store).ok_or_else(|| String::from("no workers"))
+    pub fn timer_store(&self) -> Result<&WorkerStore<'_>, SimError> {
+        self.workers.first().map(|w| &w.store).ok_or_else(|| SimError::run("no workers"))
     }
 }
 
 impl Admission for EngineLevel<'_> {
-    fn arrive(&mut self, now: Nanos, call: &Call, out: &mut Outcomes) -> Result<(), String> {
-        let w = self.workers.get_mut(call.worker as usize).ok_or_else(|| String::from("no such worker"))?;
+    fn arrive(&mut self, now: Nanos, call: &Call, out: &mut Outcomes) -> Result<(), SimError> {
+        let w = self.workers.get_mut(call.worker as usize).ok_or_else(|| SimError::run("no such worker"))?;
         let context = w.next_context;
         w.next_context = w.next_context.wrapping_add(1).max(1);
         let tag = RequestTag { owner: w.slot, context, ..call.tag };
@@ -200,21 +201,21 @@ impl Admission for EngineLevel<'_> {
         Ok(())
     }
 
-    fn finish(&mut self, now: Nanos, call: CallId, out: &mut Outcomes) -> Result<(), String> {
+    fn finish(&mut self, now: Nanos, call: CallId, out: &mut Outcomes) -> Result<(), SimError> {
         if let Some((worker, context)) = self.by_call.remove(&call) {
             self.route(now, worker, Some(context), Vec::new(), out);
         }
         Ok(())
     }
 
-    fn expire(&mut self, now: Nanos, out: &mut Outcomes) -> Result<(), String> {
+    fn expire(&mut self, now: Nanos, out: &mut Outcomes) -> Result<(), SimError> {
         let mut notices = Vec::new();
         engine::expire_level(self.timer_store()?, now, &self.key, &mut notices).map_err(err)?;
         self.route(now, 0, None, notices, out);
         Ok(())
     }
 
-    fn queue_set(&self) -> Result<Option<Cow<'_, QueueSet>>, String> {
+    fn queue_set(&self) -> Result<Option<Cow<'_, QueueSet>>, SimError> {
         Ok(engine::read_level(self.timer_store()?, &self.key).map_err(err)?.map(|st| Cow::Owned(st.qs)))
     }
 }

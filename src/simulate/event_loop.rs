@@ -4,6 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
 
+use super::SimError;
 use super::add_time;
 use super::admission::{Admission, Call, CallId};
 use super::jitter::service_time;
@@ -49,7 +50,7 @@ pub struct EventLoop<'a> {
 
 impl<'a> EventLoop<'a> {
     /// Schedules every thread's first call (upstream `uniformScenario`'s times, see [`super`]).
-    pub fn new(sc: &'a Scenario, adm: Box<dyn Admission + 'a>, acc: Accounts) -> Result<EventLoop<'a>, String> {
+    pub fn new(sc: &'a Scenario, adm: Box<dyn Admission + 'a>, acc: Accounts) -> Result<EventLoop<'a>, SimError> {
         let mut lp = EventLoop {
             sc,
             adm,
@@ -70,7 +71,7 @@ impl<'a> EventLoop<'a> {
                     delay += sc.eval / 2;
                     calls /= 2;
                 }
-                let thread = u32::try_from(lp.threads.len()).map_err(|_| String::from("too many threads"))?;
+                let thread = u32::try_from(lp.threads.len()).map_err(|_| SimError::scenario("too many threads"))?;
                 let worker = u32::try_from((i as u64 + u64::from(j)) % u64::from(workers)).unwrap_or(0);
                 lp.threads.push(Thread { client: i, calls, replica: c.replica, worker });
                 lp.schedule(add_time(sc.start, delay)?, Ev::Call(CallId { thread, k: 0 }));
@@ -109,12 +110,12 @@ impl<'a> EventLoop<'a> {
 
     /// Runs every event to completion. The host's own work goes on while other events are
     /// pending, and then as long as it says ([`Admission::host_continues`]).
-    pub fn run(&mut self) -> Result<(), String> {
+    pub fn run(&mut self) -> Result<(), SimError> {
         let mut processed = 0;
         while let Some(Reverse((t, _, ev))) = self.events.pop() {
             processed += 1;
             if processed > MAX_EVENTS {
-                return Err(String::from("simulation exceeded its event budget"));
+                return Err(SimError::run("simulation exceeded its event budget"));
             }
             if ev == Ev::Host {
                 self.hosts.remove(&t);
@@ -131,7 +132,7 @@ impl<'a> EventLoop<'a> {
     }
 
     /// The call started executing at `now` after waiting `waited`.
-    fn started(&mut self, now: Nanos, call: CallId, waited: Nanos) -> Result<(), String> {
+    fn started(&mut self, now: Nanos, call: CallId, waited: Nanos) -> Result<(), SimError> {
         let Some((c, _)) = self.thread(call) else { return Ok(()) };
         let exec = service_time(self.sc.seed, call.thread, call.k, &c.service);
         self.note(now, call, CallKind::Start { waited });
@@ -143,7 +144,7 @@ impl<'a> EventLoop<'a> {
         Ok(())
     }
 
-    fn step(&mut self, now: Nanos, ev: Ev) -> Result<(), String> {
+    fn step(&mut self, now: Nanos, ev: Ev) -> Result<(), SimError> {
         let mut out = Vec::new();
         match ev {
             Ev::Call(id) => {

@@ -22,6 +22,7 @@ use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
+use super::SimError;
 use super::admission::{Admission, Call, CallId, Outcomes};
 use super::engine_level::{EngineLevel, LEVEL_NAME};
 use super::results::{FleetResult, ReplicaResult};
@@ -93,8 +94,8 @@ pub struct FleetLevels<'a> {
     sample_times: Vec<Nanos>,
 }
 
-fn err(e: impl std::fmt::Display) -> String {
-    e.to_string()
+fn err(e: impl std::fmt::Display) -> SimError {
+    SimError::run(e)
 }
 
 /// The fleet's view of the scenario's level: the policy's only level, neither lending nor
@@ -109,7 +110,7 @@ fn policy(limit: u32) -> FleetPolicy {
 
 impl<'a> FleetLevels<'a> {
     /// The fleet `sim` of scenario `sc`, replica `r` on `stores[r]` (fresh stores).
-    pub fn new(stores: &'a [MemStore], sc: &Scenario, sim: &FleetSim) -> Result<FleetLevels<'a>, String> {
+    pub fn new(stores: &'a [MemStore], sc: &Scenario, sim: &FleetSim) -> Result<FleetLevels<'a>, SimError> {
         let n = sim.replicas as usize;
         let mut replicas = Vec::with_capacity(n);
         for (r, store) in stores.iter().take(n).enumerate() {
@@ -128,7 +129,7 @@ impl<'a> FleetLevels<'a> {
             });
         }
         if replicas.len() != n {
-            return Err(String::from("a store per replica is needed"));
+            return Err(SimError::run("a store per replica is needed"));
         }
         let eval_end = super::add_time(sc.start, sc.eval)?;
         let drain_end = eval_end.saturating_add(sim.config.period.saturating_mul(DRAIN_PERIODS));
@@ -162,17 +163,17 @@ impl<'a> FleetLevels<'a> {
         self.agenda.push(Reverse((t, self.seq, job)));
     }
 
-    fn replica(&mut self, r: usize) -> Result<&mut Replica<'a>, String> {
-        self.replicas.get_mut(r).ok_or_else(|| String::from("no such replica"))
+    fn replica(&mut self, r: usize) -> Result<&mut Replica<'a>, SimError> {
+        self.replicas.get_mut(r).ok_or_else(|| SimError::run("no such replica"))
     }
 
-    fn state(level: &EngineLevel<'_>) -> Result<Option<LevelState>, String> {
+    fn state(level: &EngineLevel<'_>) -> Result<Option<LevelState>, SimError> {
         engine::read_level(level.timer_store()?, level.key()).map_err(err)
     }
 
     /// Notes replica `r`'s seats in use and limit after an event at `now`, and the fleet's
     /// seats in use.
-    fn observe(&mut self, r: usize, now: Nanos) -> Result<(), String> {
+    fn observe(&mut self, r: usize, now: Nanos) -> Result<(), SimError> {
         let rep = self.replica(r)?;
         let st = Self::state(&rep.level)?;
         rep.in_use = st.as_ref().map_or(0, |st| st.qs.seats_in_use());
@@ -202,7 +203,7 @@ impl<'a> FleetLevels<'a> {
 
     /// `gateway::fleet::FleetDriver::apply`: the fleet's limits to replica `r`'s level, what
     /// they dispatch routed by its worker 0.
-    fn apply(&mut self, r: usize, now: Nanos, force: bool, out: &mut Outcomes) -> Result<(), String> {
+    fn apply(&mut self, r: usize, now: Nanos, force: bool, out: &mut Outcomes) -> Result<(), SimError> {
         let Replica { level, feed, .. } = self.replica(r)?;
         let Some(feed) = feed.as_mut() else { return Ok(()) };
         let mut notices = Vec::new();
@@ -212,11 +213,11 @@ impl<'a> FleetLevels<'a> {
     }
 
     /// `gateway::fleet::on_tick` on replica `r`'s driver.
-    fn tick(&mut self, r: usize, now: Nanos, out: &mut Outcomes) -> Result<(), String> {
+    fn tick(&mut self, r: usize, now: Nanos, out: &mut Outcomes) -> Result<(), SimError> {
         let (config, policy) = (self.sim.config.clone(), self.policy.clone());
         let Replica { id, level, feed, .. } = self.replica(r)?;
         if feed.is_none() {
-            *feed = Some(FleetFeed::new(Fleet::new(config, policy, id).map_err(|e| e.to_string())?, level.compiled(), now));
+            *feed = Some(FleetFeed::new(Fleet::new(config, policy, id).map_err(err)?, level.compiled(), now));
         }
         let Some(feed) = feed.as_mut() else { return Ok(()) };
         let tick = feed.tick(level.compiled(), level.timer_store()?, now);
@@ -228,7 +229,7 @@ impl<'a> FleetLevels<'a> {
 
     /// `gateway::fleet::on_call_response`: etcd's answer on the wire under `token` reaches its
     /// replica.
-    fn answer(&mut self, token: u64, now: Nanos, out: &mut Outcomes) -> Result<(), String> {
+    fn answer(&mut self, token: u64, now: Nanos, out: &mut Outcomes) -> Result<(), SimError> {
         let Some(Wire::Answer { replica, id, status, body }) = self.wire.remove(&token) else { return Ok(()) };
         let Some(feed) = self.replica(replica)?.feed.as_mut() else { return Ok(()) };
         let calls = feed.on_response(id, status, &body, now);
@@ -236,7 +237,7 @@ impl<'a> FleetLevels<'a> {
         self.apply(replica, now, false, out)
     }
 
-    fn sample(&mut self, now: Nanos) -> Result<(), String> {
+    fn sample(&mut self, now: Nanos) -> Result<(), SimError> {
         self.sample_times.push(now);
         for rep in &mut self.replicas {
             let st = Self::state(&rep.level)?;
@@ -256,19 +257,19 @@ impl<'a> FleetLevels<'a> {
 }
 
 impl Admission for FleetLevels<'_> {
-    fn arrive(&mut self, now: Nanos, call: &Call, out: &mut Outcomes) -> Result<(), String> {
+    fn arrive(&mut self, now: Nanos, call: &Call, out: &mut Outcomes) -> Result<(), SimError> {
         let r = call.replica as usize;
         self.replica(r)?.level.arrive(now, call, out)?;
         self.observe(r, now)
     }
 
-    fn finish(&mut self, now: Nanos, call: CallId, out: &mut Outcomes) -> Result<(), String> {
+    fn finish(&mut self, now: Nanos, call: CallId, out: &mut Outcomes) -> Result<(), SimError> {
         let Some(r) = self.replicas.iter().position(|rep| rep.level.has_call(&call)) else { return Ok(()) };
         self.replica(r)?.level.finish(now, call, out)?;
         self.observe(r, now)
     }
 
-    fn expire(&mut self, now: Nanos, out: &mut Outcomes) -> Result<(), String> {
+    fn expire(&mut self, now: Nanos, out: &mut Outcomes) -> Result<(), SimError> {
         for r in 0..self.replicas.len() {
             self.replica(r)?.level.expire(now, out)?;
             self.observe(r, now)?;
@@ -276,11 +277,11 @@ impl Admission for FleetLevels<'_> {
         Ok(())
     }
 
-    fn queue_set(&self) -> Result<Option<Cow<'_, QueueSet>>, String> {
+    fn queue_set(&self) -> Result<Option<Cow<'_, QueueSet>>, SimError> {
         Ok(None)
     }
 
-    fn next_timer(&self) -> Result<Option<Nanos>, String> {
+    fn next_timer(&self) -> Result<Option<Nanos>, SimError> {
         let mut next = None;
         for rep in &self.replicas {
             if let Some(t) = rep.level.next_timer()? {
@@ -290,7 +291,7 @@ impl Admission for FleetLevels<'_> {
         Ok(next)
     }
 
-    fn epoch_advances(&self) -> Result<u64, String> {
+    fn epoch_advances(&self) -> Result<u64, SimError> {
         self.replicas.iter().try_fold(0u64, |s, rep| Ok(s.saturating_add(rep.level.epoch_advances()?)))
     }
 
@@ -298,7 +299,7 @@ impl Admission for FleetLevels<'_> {
         self.agenda.peek().map(|Reverse((t, _, _))| *t)
     }
 
-    fn host_event(&mut self, now: Nanos, out: &mut Outcomes) -> Result<(), String> {
+    fn host_event(&mut self, now: Nanos, out: &mut Outcomes) -> Result<(), SimError> {
         let Some(Reverse((t, _, job))) = self.agenda.pop() else { return Ok(()) };
         let now = now.max(t);
         match job {
@@ -318,7 +319,7 @@ impl Admission for FleetLevels<'_> {
 
     /// Through the window (its samples), then while calls wait that a later allocation may
     /// dispatch, for at most [`DRAIN_PERIODS`].
-    fn host_continues(&self, now: Nanos) -> Result<bool, String> {
+    fn host_continues(&self, now: Nanos) -> Result<bool, SimError> {
         if now <= self.eval_end {
             return Ok(true);
         }

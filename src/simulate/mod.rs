@@ -49,6 +49,7 @@
 
 mod admission;
 mod engine_level;
+mod error;
 mod event_loop;
 mod fleet;
 mod jitter;
@@ -61,6 +62,7 @@ pub use results::{
 };
 
 use crate::engine::store::MemStore;
+pub use error::{SimError, SimErrorKind};
 use crate::Nanos;
 use admission::{Admission, BareQueueSet};
 use engine_level::EngineLevel;
@@ -103,22 +105,22 @@ pub struct Run {
 }
 
 /// Runs one scenario (JSON, see the module documentation) to completion.
-pub fn run_scenario(json: &[u8]) -> Result<SimulationResult, String> {
+pub fn run_scenario(json: &[u8]) -> Result<SimulationResult, SimError> {
     run_scenario_with(json, &Options::default()).map(|r| r.result)
 }
 
 /// Like [`run_scenario`], also recording every client's executing seats over time.
-pub fn run_scenario_traced(json: &[u8]) -> Result<(SimulationResult, SeatTrace), String> {
+pub fn run_scenario_traced(json: &[u8]) -> Result<(SimulationResult, SeatTrace), SimError> {
     run_scenario_with(json, &Options { trace: true, ..Options::default() }).map(|r| (r.result, r.trace))
 }
 
 /// `a + b` on the virtual clock.
-fn add_time(a: Nanos, b: Nanos) -> Result<Nanos, String> {
-    a.checked_add(b).ok_or_else(|| String::from("scenario times overflow the clock"))
+fn add_time(a: Nanos, b: Nanos) -> Result<Nanos, SimError> {
+    a.checked_add(b).ok_or_else(|| SimError::scenario("scenario times overflow the clock"))
 }
 
 /// Runs one scenario with [`Options`].
-pub fn run_scenario_with(json: &[u8], opts: &Options) -> Result<Run, String> {
+pub fn run_scenario_with(json: &[u8], opts: &Options) -> Result<Run, SimError> {
     let mut sc = Scenario::parse(json)?;
     if let Some(w) = opts.workers {
         sc.workers = scenario::ranged(w.into(), 1, MAX_WORKERS.into(), "workers")?;

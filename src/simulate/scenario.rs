@@ -9,6 +9,7 @@ use crate::fleet::FleetConfig;
 use crate::Nanos;
 
 use super::jitter::ServiceTime;
+use super::SimError;
 use super::{MAX_REPLICAS, MAX_TOTAL_CALLS, MAX_TOTAL_THREADS, MAX_WORKERS};
 
 const MAX_SEATS: i64 = 1_000_000;
@@ -21,22 +22,22 @@ enum DurationIn {
 }
 
 impl DurationIn {
-    fn get(&self, what: &str) -> Result<Nanos, String> {
+    fn get(&self, what: &str) -> Result<Nanos, SimError> {
         match self {
-            DurationIn::Str(s) => parse_go_duration(s).map_err(|e| format!("{what}: {e}")),
+            DurationIn::Str(s) => parse_go_duration(s).map_err(|e| SimError::scenario(format!("{what}: {e}"))),
             DurationIn::Nanos(n) => Ok(*n),
         }
     }
 
-    fn non_negative(&self, what: &str) -> Result<Nanos, String> {
+    fn non_negative(&self, what: &str) -> Result<Nanos, SimError> {
         match self.get(what)? {
-            v if v < 0 => Err(format!("{what} must not be negative")),
+            v if v < 0 => Err(SimError::scenario(format!("{what} must not be negative"))),
             v => Ok(v),
         }
     }
 }
 
-fn or_zero(d: &Option<DurationIn>, what: &str) -> Result<Nanos, String> {
+fn or_zero(d: &Option<DurationIn>, what: &str) -> Result<Nanos, SimError> {
     d.as_ref().map_or(Ok(0), |d| d.get(what))
 }
 
@@ -164,25 +165,25 @@ pub struct Scenario {
     pub fleet: Option<FleetSim>,
 }
 
-pub fn ranged(v: i64, lo: i64, hi: i64, what: &str) -> Result<u32, String> {
+pub fn ranged(v: i64, lo: i64, hi: i64, what: &str) -> Result<u32, SimError> {
     if v < lo || v > hi {
-        return Err(format!("{what} must be in [{lo}, {hi}], got {v}"));
+        return Err(SimError::scenario(format!("{what} must be in [{lo}, {hi}], got {v}")));
     }
-    u32::try_from(v).map_err(|_| format!("{what} out of range"))
+    u32::try_from(v).map_err(|_| SimError::scenario(format!("{what} out of range")))
 }
 
 /// The bare QueueSet has one owner.
-pub fn check_workers(engine: bool, workers: u32) -> Result<(), String> {
+pub fn check_workers(engine: bool, workers: u32) -> Result<(), SimError> {
     if !engine && workers != 1 {
-        return Err(String::from("workers: the bare QueueSet (\"engine\": false) has one worker"));
+        return Err(SimError::scenario("workers: the bare QueueSet (\"engine\": false) has one worker"));
     }
     Ok(())
 }
 
 /// A fleet runs the engine (each replica is a gateway process).
-pub fn check_fleet(engine: bool, fleet: Option<&FleetSim>) -> Result<(), String> {
+pub fn check_fleet(engine: bool, fleet: Option<&FleetSim>) -> Result<(), SimError> {
     if !engine && fleet.is_some() {
-        return Err(String::from("replicas: a fleet runs the engine, not the bare QueueSet (\"engine\": false)"));
+        return Err(SimError::scenario("replicas: a fleet runs the engine, not the bare QueueSet (\"engine\": false)"));
     }
     Ok(())
 }
@@ -198,16 +199,16 @@ fn config_duration(d: &DurationIn) -> serde_json::Value {
 /// `replicas` and `fleet`, validated: the timings as the plugin configuration's `fleet`
 /// (`FleetConfig::from_json`, with its defaults and errors), the etcd delay shorter than a
 /// period (the gateway's calls time out after one).
-fn parse_fleet(replicas: Option<i64>, fleet: Option<&FleetIn>, exempt: bool) -> Result<Option<FleetSim>, String> {
+fn parse_fleet(replicas: Option<i64>, fleet: Option<&FleetIn>, exempt: bool) -> Result<Option<FleetSim>, SimError> {
     let Some(replicas) = replicas else {
         return match fleet {
-            Some(_) => Err(String::from("fleet: needs replicas")),
+            Some(_) => Err(SimError::scenario("fleet: needs replicas")),
             None => Ok(None),
         };
     };
     let replicas = ranged(replicas, 1, MAX_REPLICAS.into(), "replicas")?;
     if exempt {
-        return Err(String::from("replicas: an exempt level is not limited by a fleet"));
+        return Err(SimError::scenario("replicas: an exempt level is not limited by a fleet"));
     }
     let mut raw = serde_json::json!({"etcd": {"cluster": "etcd"}});
     if let (Some(f), Some(obj)) = (fleet, raw.as_object_mut()) {
@@ -218,31 +219,31 @@ fn parse_fleet(replicas: Option<i64>, fleet: Option<&FleetIn>, exempt: bool) -> 
             obj.insert(String::from("leaseTtl"), config_duration(l));
         }
     }
-    let config = FleetConfig::from_json(&raw).map_err(|e| e.join("; "))?;
+    let config = FleetConfig::from_json(&raw).map_err(|e| SimError::scenario(e.join("; ")))?;
     let etcd_delay = fleet.and_then(|f| f.etcd_delay.as_ref()).map(|d| d.non_negative("fleet.etcdDelay")).transpose()?.unwrap_or(0);
     if etcd_delay >= config.period {
-        return Err(format!(
+        return Err(SimError::scenario(format!(
             "fleet.etcdDelay must be shorter than fleet.period ({}), got {}",
             format_go_duration(config.period),
             format_go_duration(etcd_delay)
-        ));
+        )));
     }
     Ok(Some(FleetSim { replicas, config, etcd_delay }))
 }
 
 impl Scenario {
-    pub fn parse(json: &[u8]) -> Result<Scenario, String> {
-        let sc: ScenarioIn = serde_json::from_slice(json).map_err(|e| format!("bad scenario: {e}"))?;
+    pub fn parse(json: &[u8]) -> Result<Scenario, SimError> {
+        let sc: ScenarioIn = serde_json::from_slice(json).map_err(|e| SimError::scenario(format!("bad scenario: {e}")))?;
         let pl = &sc.priority_level;
         let cfg = parse_level(pl)?;
         let eval = sc.eval_duration.get("evalDuration")?;
         if eval <= 0 {
-            return Err(format!("evalDuration must be positive, got {eval}ns"));
+            return Err(SimError::scenario(format!("evalDuration must be positive, got {eval}ns")));
         }
         let start = or_zero(&sc.start_time, "startTime")?;
         let wait_limit = sc.request_wait_limit.as_ref().map(|d| d.non_negative("requestWaitLimit")).transpose()?;
         if sc.clients.len() > u16::MAX as usize {
-            return Err(String::from("too many clients"));
+            return Err(SimError::scenario("too many clients"));
         }
         let workers = ranged(sc.workers.unwrap_or(1), 1, MAX_WORKERS.into(), "workers")?;
         let engine = sc.engine.unwrap_or(true);
@@ -261,7 +262,7 @@ impl Scenario {
 }
 
 /// The priority level's queue set configuration, checked by the QueueSet itself too.
-fn parse_level(pl: &LevelIn) -> Result<QueueSetConfig, String> {
+fn parse_level(pl: &LevelIn) -> Result<QueueSetConfig, SimError> {
     let c = ranged(pl.concurrency_limit, 0, MAX_SEATS, "priorityLevel.concurrencyLimit")?;
     let cfg = if pl.exempt {
         QueueSetConfig { desired_queues: -1, queue_length_limit: 0, hand_size: 0, concurrency_limit: c, strict_limit: false }
@@ -275,7 +276,7 @@ fn parse_level(pl: &LevelIn) -> Result<QueueSetConfig, String> {
         }
     };
     // The QueueSet's own checks (entropy of the hand, …) fail early with its message.
-    crate::fairqueuing::queueset::QueueSet::new(cfg, 0)?;
+    crate::fairqueuing::queueset::QueueSet::new(cfg, 0).map_err(SimError::scenario)?;
     Ok(cfg)
 }
 
@@ -287,21 +288,21 @@ struct ClientTotals {
 }
 
 impl ClientTotals {
-    fn add(&mut self, threads: u32, calls: u32) -> Result<(), String> {
+    fn add(&mut self, threads: u32, calls: u32) -> Result<(), SimError> {
         self.calls = self.calls.saturating_add((threads as i64).saturating_mul(calls as i64));
         self.threads = self.threads.saturating_add(threads as i64);
         if self.threads > MAX_TOTAL_THREADS {
-            return Err(format!("too many threads in total (summed over clients > {MAX_TOTAL_THREADS})"));
+            return Err(SimError::scenario(format!("too many threads in total (summed over clients > {MAX_TOTAL_THREADS})")));
         }
         if self.calls > MAX_TOTAL_CALLS {
-            return Err(format!("too many calls in total (threads × calls summed over clients > {MAX_TOTAL_CALLS})"));
+            return Err(SimError::scenario(format!("too many calls in total (threads × calls summed over clients > {MAX_TOTAL_CALLS})")));
         }
         Ok(())
     }
 }
 
 /// The `i`th client, its threads and calls added to `totals`.
-fn parse_client(i: usize, ci: &ClientIn, totals: &mut ClientTotals, fleet: Option<&FleetSim>) -> Result<Client, String> {
+fn parse_client(i: usize, ci: &ClientIn, totals: &mut ClientTotals, fleet: Option<&FleetSim>) -> Result<Client, SimError> {
     let what = |f: &str| format!("clients[{i}].{f}");
     let threads = ranged(ci.threads, 0, MAX_TOTAL_CALLS, &what("threads"))?;
     let calls = ranged(ci.calls, 0, MAX_TOTAL_CALLS, &what("calls"))?;
@@ -312,8 +313,8 @@ fn parse_client(i: usize, ci: &ClientIn, totals: &mut ClientTotals, fleet: Optio
     let exec = match (&ci.exec, samples.is_empty(), ci.service_jitter) {
         (Some(e), true, _) => Some(e.non_negative(&what("exec"))?),
         (None, false, None) => None,
-        (None, true, _) => return Err(format!("{}: one of exec and serviceTimes is required", what("exec"))),
-        _ => return Err(format!("{}: serviceTimes excludes exec and serviceJitter", what("serviceTimes"))),
+        (None, true, _) => return Err(SimError::scenario(format!("{}: one of exec and serviceTimes is required", what("exec")))),
+        _ => return Err(SimError::scenario(format!("{}: serviceTimes excludes exec and serviceJitter", what("serviceTimes")))),
     };
     let pacing = parse_pacing(ci, &what)?;
     let service = match exec {
@@ -323,7 +324,7 @@ fn parse_client(i: usize, ci: &ClientIn, totals: &mut ClientTotals, fleet: Optio
     let additional_latency = or_zero(&ci.additional_latency, &what("additionalLatency"))?;
     let hash = match &ci.hash {
         HashIn::Num(n) => *n,
-        HashIn::Str(s) => s.trim().parse().map_err(|_| format!("client hash {s:?} is not a decimal uint64"))?,
+        HashIn::Str(s) => s.trim().parse().map_err(|_| SimError::scenario(format!("client hash {s:?} is not a decimal uint64")))?,
     };
     let work = WorkEstimate {
         initial_seats: ranged(ci.initial_seats, 0, MAX_SEATS, &what("initialSeats"))?,
@@ -336,30 +337,30 @@ fn parse_client(i: usize, ci: &ClientIn, totals: &mut ClientTotals, fleet: Optio
 
 /// When a client's next call starts: a think time after dispatch or a round trip after the
 /// response (exactly one of them).
-fn parse_pacing(ci: &ClientIn, what: &impl Fn(&str) -> String) -> Result<Pacing, String> {
+fn parse_pacing(ci: &ClientIn, what: &impl Fn(&str) -> String) -> Result<Pacing, SimError> {
     Ok(match (&ci.think, &ci.round_trip) {
         (Some(t), None) => Pacing::AfterDispatch { think: t.get(&what("think"))? },
         (None, Some(r)) => Pacing::AfterResponse { round_trip: r.non_negative(&what("roundTrip"))? },
-        (None, None) => return Err(format!("{}: one of think and roundTrip is required", what("think"))),
-        (Some(_), Some(_)) => return Err(format!("{}: think and roundTrip exclude each other", what("roundTrip"))),
+        (None, None) => return Err(SimError::scenario(format!("{}: one of think and roundTrip is required", what("think")))),
+        (Some(_), Some(_)) => return Err(SimError::scenario(format!("{}: think and roundTrip exclude each other", what("roundTrip")))),
     })
 }
 
 /// A uniform service time's jitter: the fraction `service_jitter` (in [0, 1]) of `exec`.
-fn parse_jitter(service_jitter: Option<f64>, exec: Nanos, what: &impl Fn(&str) -> String) -> Result<Nanos, String> {
+fn parse_jitter(service_jitter: Option<f64>, exec: Nanos, what: &impl Fn(&str) -> String) -> Result<Nanos, SimError> {
     match service_jitter {
         None => Ok(0),
         Some(j) if (0.0..=1.0).contains(&j) => Ok((exec as f64 * j).floor() as Nanos),
-        Some(j) => Err(format!("{} must be in [0, 1], got {j}", what("serviceJitter"))),
+        Some(j) => Err(SimError::scenario(format!("{} must be in [0, 1], got {j}", what("serviceJitter")))),
     }
 }
 
 /// The replica the `i`th client calls: given (needs a fleet), else round-robin over the replicas.
-fn parse_replica(i: usize, replica: Option<i64>, fleet: Option<&FleetSim>, what: &impl Fn(&str) -> String) -> Result<u32, String> {
+fn parse_replica(i: usize, replica: Option<i64>, fleet: Option<&FleetSim>, what: &impl Fn(&str) -> String) -> Result<u32, SimError> {
     let replicas = fleet.map_or(1, |f| f.replicas);
     match replica {
         None => Ok(u32::try_from(i as u64 % u64::from(replicas)).unwrap_or(0)),
-        Some(_) if fleet.is_none() => Err(format!("{}: needs replicas", what("replica"))),
+        Some(_) if fleet.is_none() => Err(SimError::scenario(format!("{}: needs replicas", what("replica")))),
         Some(r) => ranged(r, 0, i64::from(replicas) - 1, &what("replica")),
     }
 }
