@@ -13,6 +13,7 @@ use super::objects::{
     ApiObject, ApiVersion, ExemptObject, FlowSchemaObject, FlowSchemaSpec, LimitResponseObject, LimitedObject, Object, ObjectMeta,
     PriorityLevelObject, PriorityLevelSpecObject, RuleObject, ServiceAccountObject, SubjectObject,
 };
+use super::error::PolicyError;
 use super::validation::{quote, validate_objects};
 
 pub const NAME_EXEMPT: &str = "exempt";
@@ -159,7 +160,7 @@ pub fn suggested_flow_schemas() -> Vec<FlowSchemaObject> {
 
 /// The effective policy (see the module documentation and [`Policy`]) of user objects, which are
 /// validated here: any error → `Err` with all errors.
-pub fn effective_policy(user_objects: &[ApiObject], suggested_defaults: bool) -> Result<Policy, Vec<String>> {
+pub fn effective_policy(user_objects: &[ApiObject], suggested_defaults: bool) -> Result<Policy, Vec<PolicyError>> {
     let errs = validate_objects(user_objects);
     if !errs.is_empty() {
         return Err(errs);
@@ -206,7 +207,7 @@ pub fn policy_from_value(v: &Value, suggested_defaults: bool) -> Result<Policy, 
     let (objs, errs) = super::objects::parse_objects(v);
     match effective_policy(&objs, suggested_defaults) {
         Ok(p) if errs.is_empty() => Ok(p),
-        result => Err(errs.into_iter().chain(result.err().into_iter().flatten()).collect()),
+        result => Err(errs.into_iter().chain(result.err().into_iter().flatten().map(|e| e.to_string())).collect()),
     }
 }
 

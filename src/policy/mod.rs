@@ -4,6 +4,7 @@
 pub mod bootstrap;
 pub mod cluster;
 pub mod discovery;
+pub mod error;
 pub mod model;
 pub mod objects;
 pub mod validation;

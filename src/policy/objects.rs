@@ -21,6 +21,7 @@ use super::model::{
     Distinguisher, FlowSchema, LimitResponse, NonResourcePolicyRule, PolicyRulesWithSubjects, PriorityLevel, PriorityLevelSpec, Queuing,
     ResourcePolicyRule, Subject,
 };
+use super::error::FieldError;
 use super::validation::{invalid, json_repr, not_supported, quote, required};
 
 /// Annotation that keeps a v1beta3 `nominalConcurrencyShares: 0` from being defaulted to 30.
@@ -225,12 +226,12 @@ fn collect<'a>(v: &'a Value, loc: &str, defaults: ItemDefaults<'a>, depth: usize
             match map.get("items") {
                 None | Some(Value::Null) => return,
                 Some(Value::Array(items)) => (items, prefix, item_defaults),
-                Some(other) => return errs.push(invalid(&prefix, json_repr(other), "must be a list")),
+                Some(other) => return errs.push(invalid(&prefix, json_repr(other), "must be a list").to_string()),
             }
         }
         other => {
             let detail = "expected a FlowSchema or PriorityLevelConfiguration object, an array of them, or a List";
-            return errs.push(invalid(here, json_repr(other), detail));
+            return errs.push(invalid(here, json_repr(other), detail).to_string());
         }
     };
     for (i, item) in items.iter().enumerate() {
@@ -368,7 +369,7 @@ fn parse_pl_spec(s: Node, version: ApiVersion, preserve_zero: bool) -> PriorityL
 struct Node<'a> {
     m: &'a Map<String, Value>,
     path: String,
-    fe: &'a RefCell<Vec<String>>,
+    fe: &'a RefCell<Vec<FieldError>>,
 }
 
 type Conv<'a, T> = fn(&'a Value) -> Result<T, &'static str>;
@@ -382,7 +383,7 @@ fn as_string(v: &Value) -> Result<String, &'static str> {
 }
 
 impl<'a> Node<'a> {
-    fn error<T>(&self, e: String) -> Option<T> {
+    fn error<T>(&self, e: FieldError) -> Option<T> {
         self.fe.borrow_mut().push(e);
         None
     }

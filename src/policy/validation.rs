@@ -15,6 +15,7 @@ use std::fmt;
 
 use serde_json::Value;
 
+use super::error::{FieldError, FieldErrorKind, NameError, PolicyError};
 use super::bootstrap::{mandatory_flow_schemas, mandatory_priority_levels};
 use super::model::{NonResourcePolicyRule, Queuing, ResourcePolicyRule};
 use super::objects::{ApiObject, FlowSchemaObject, PriorityLevelObject, RuleObject, SubjectObject};
@@ -28,31 +29,28 @@ pub const MAX_QUEUES: i32 = 10_000_000;
 const SUPPORTED_VERBS: [&str; 9] = ["create", "delete", "deletecollection", "get", "list", "patch", "proxy", "update", "watch"];
 
 /// One upstream-style field error: `<path>: <kind>[: <detail>]`.
-fn field_error(path: impl fmt::Display, kind: &str, detail: &str) -> String {
-    match detail {
-        "" => format!("{path}: {kind}"),
-        _ => format!("{path}: {kind}: {detail}"),
-    }
+fn field_error(path: impl fmt::Display, kind: FieldErrorKind, detail: &str) -> FieldError {
+    FieldError { field: path.to_string(), kind, detail: detail.to_string() }
 }
 
 /// `Invalid value: <value>: <detail>`; a string `value` is already rendered (see
 /// [`json_repr`]), numbers are bare.
-pub fn invalid(path: impl fmt::Display, value: impl fmt::Display, detail: &str) -> String {
-    field_error(path, &format!("Invalid value: {value}"), detail)
+pub fn invalid(path: impl fmt::Display, value: impl fmt::Display, detail: &str) -> FieldError {
+    field_error(path, FieldErrorKind::Invalid(value.to_string()), detail)
 }
-pub fn required(path: impl fmt::Display, detail: &str) -> String {
-    field_error(path, "Required value", detail)
+pub fn required(path: impl fmt::Display, detail: &str) -> FieldError {
+    field_error(path, FieldErrorKind::Required, detail)
 }
-pub fn forbidden(path: impl fmt::Display, detail: &str) -> String {
-    field_error(path, "Forbidden", detail)
+pub fn forbidden(path: impl fmt::Display, detail: &str) -> FieldError {
+    field_error(path, FieldErrorKind::Forbidden, detail)
 }
-fn duplicate(path: &str, value: String) -> String {
-    format!("{path}: Duplicate value: {value}")
+fn duplicate(path: &str, value: String) -> FieldError {
+    field_error(path, FieldErrorKind::Duplicate(value), "")
 }
-pub fn not_supported(path: impl fmt::Display, value: String, supported: &[&str]) -> String {
+pub fn not_supported(path: impl fmt::Display, value: String, supported: &[&str]) -> FieldError {
     let list: Vec<String> = supported.iter().map(|s| quote(s)).collect();
     let detail = format!("supported values: {}", list.join(", "));
-    field_error(path, &format!("Unsupported value: {value}"), &detail)
+    field_error(path, FieldErrorKind::NotSupported(value), &detail)
 }
 
 /// Renders a value like upstream's field errors do (strings quoted, numbers bare, compound
@@ -73,9 +71,6 @@ pub fn quote(s: &str) -> String {
 // ---------------------------------------------------------------------------------------------
 // Names (k8s.io/apimachinery/pkg/util/validation).
 
-const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
-const DNS1123_SUBDOMAIN_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
-
 fn is_label_syntax(s: &str) -> bool {
     let valid = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-';
     !s.is_empty() && !s.starts_with('-') && !s.ends_with('-') && s.bytes().all(valid)
@@ -86,33 +81,28 @@ fn is_subdomain_syntax(s: &str) -> bool {
 }
 
 /// The messages of the checks that failed.
-fn failed(checks: [(bool, String); 2]) -> Vec<String> {
+fn failed(checks: [(bool, NameError); 2]) -> Vec<NameError> {
     checks.into_iter().filter_map(|(failed, msg)| failed.then_some(msg)).collect()
 }
 
 /// `IsDNS1123Label` messages (empty = valid).
-pub fn dns1123_label_errors(s: &str) -> Vec<String> {
-    let syntax = if is_subdomain_syntax(s) {
-        "must not contain dots".to_string()
-    } else {
-        format!("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '{DNS1123_LABEL_FMT}')")
-    };
-    failed([(s.len() > 63, "must be no more than 63 characters".into()), (!is_label_syntax(s), syntax)])
+pub fn dns1123_label_errors(s: &str) -> Vec<NameError> {
+    let syntax = if is_subdomain_syntax(s) { NameError::LabelWithDots } else { NameError::LabelSyntax };
+    failed([(s.len() > 63, NameError::TooLong { max: 63 }), (!is_label_syntax(s), syntax)])
 }
 
 /// `IsDNS1123Subdomain` messages (empty = valid).
-pub fn dns1123_subdomain_errors(s: &str) -> Vec<String> {
-    let syntax = format!("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '{DNS1123_SUBDOMAIN_FMT}')");
-    let too_long = (s.len() > 253, "must be no more than 253 characters".into());
-    failed([too_long, (!is_subdomain_syntax(s), syntax)])
+pub fn dns1123_subdomain_errors(s: &str) -> Vec<NameError> {
+    let too_long = (s.len() > 253, NameError::TooLong { max: 253 });
+    failed([too_long, (!is_subdomain_syntax(s), NameError::SubdomainSyntax)])
 }
 
 /// One `Invalid value` error per message of a name check.
-fn invalid_name(path: &str, name: &str, msgs: Vec<String>, errs: &mut Vec<String>) {
-    errs.extend(msgs.iter().map(|msg| invalid(path, quote(name), msg)));
+fn invalid_name<M: fmt::Display>(path: &str, name: &str, msgs: impl IntoIterator<Item = M>, errs: &mut Vec<FieldError>) {
+    errs.extend(msgs.into_iter().map(|msg| invalid(path, quote(name), &msg.to_string())));
 }
 
-fn validate_meta(name: &str, namespace: &str, errs: &mut Vec<String>) {
+fn validate_meta(name: &str, namespace: &str, errs: &mut Vec<FieldError>) {
     if name.is_empty() {
         errs.push(required("metadata.name", "name or generateName is required"));
     } else {
@@ -123,7 +113,7 @@ fn validate_meta(name: &str, namespace: &str, errs: &mut Vec<String>) {
     }
 }
 
-fn validate_conditions(types: &[String], errs: &mut Vec<String>) {
+fn validate_conditions(types: &[String], errs: &mut Vec<FieldError>) {
     for (i, t) in types.iter().enumerate() {
         let p = format!("status.conditions[{i}].type");
         if types.iter().take(i).any(|seen| seen == t) {
@@ -139,7 +129,7 @@ fn validate_conditions(types: &[String], errs: &mut Vec<String>) {
 // FlowSchema.
 
 /// All field errors of one FlowSchema (unprefixed).
-pub fn validate_flow_schema(fs: &FlowSchemaObject) -> Vec<String> {
+pub fn validate_flow_schema(fs: &FlowSchemaObject) -> Vec<FieldError> {
     let mut errs = Vec::new();
     validate_meta(&fs.meta.name, &fs.meta.namespace, &mut errs);
     let spec = &fs.spec;
@@ -178,7 +168,7 @@ pub fn validate_flow_schema(fs: &FlowSchemaObject) -> Vec<String> {
     errs
 }
 
-fn validate_rule(rule: &RuleObject, path: &str, errs: &mut Vec<String>) {
+fn validate_rule(rule: &RuleObject, path: &str, errs: &mut Vec<FieldError>) {
     if rule.subjects.is_empty() {
         errs.push(required(format!("{path}.subjects"), "subjects must contain at least one value"));
     }
@@ -196,7 +186,7 @@ fn validate_rule(rule: &RuleObject, path: &str, errs: &mut Vec<String>) {
     }
 }
 
-fn validate_subject(s: &SubjectObject, path: &str, errs: &mut Vec<String>) {
+fn validate_subject(s: &SubjectObject, path: &str, errs: &mut Vec<FieldError>) {
     let sa = s.service_account.as_ref();
     let members = [
         ("serviceAccount", "ServiceAccount", sa.map(|sa| &sa.name)),
@@ -231,7 +221,7 @@ fn validate_subject(s: &SubjectObject, path: &str, errs: &mut Vec<String>) {
 }
 
 /// Whether `list` holds no `'*'`; an error if it holds `'*'` and more.
-fn no_wildcard(list: &[String], p: &str, what: &str, errs: &mut Vec<String>) -> bool {
+fn no_wildcard(list: &[String], p: &str, what: &str, errs: &mut Vec<FieldError>) -> bool {
     let wildcard = list.iter().any(|s| s == "*");
     if wildcard && list.len() > 1 {
         let detail = format!("if '*' is present, must not specify other {what}");
@@ -241,7 +231,7 @@ fn no_wildcard(list: &[String], p: &str, what: &str, errs: &mut Vec<String>) -> 
 }
 
 /// A list that must not be empty and may hold `'*'` only alone; whether to check its members.
-fn check_list(list: &[String], p: &str, if_empty: &str, what: &str, errs: &mut Vec<String>) -> bool {
+fn check_list(list: &[String], p: &str, if_empty: &str, what: &str, errs: &mut Vec<FieldError>) -> bool {
     if list.is_empty() {
         errs.push(required(p, if_empty));
         return false;
@@ -249,7 +239,7 @@ fn check_list(list: &[String], p: &str, if_empty: &str, what: &str, errs: &mut V
     no_wildcard(list, p, what, errs)
 }
 
-fn validate_verbs(verbs: &[String], path: &str, errs: &mut Vec<String>) {
+fn validate_verbs(verbs: &[String], path: &str, errs: &mut Vec<FieldError>) {
     let p = format!("{path}.verbs");
     let verbs_required = "verbs must contain at least one value";
     if check_list(verbs, &p, verbs_required, "verbs", errs) && !verbs.iter().all(|v| SUPPORTED_VERBS.contains(&v.as_str())) {
@@ -257,7 +247,7 @@ fn validate_verbs(verbs: &[String], path: &str, errs: &mut Vec<String>) {
     }
 }
 
-fn validate_resource_rule(r: &ResourcePolicyRule, path: &str, errs: &mut Vec<String>) {
+fn validate_resource_rule(r: &ResourcePolicyRule, path: &str, errs: &mut Vec<FieldError>) {
     validate_verbs(&r.verbs, path, errs);
     let p = format!("{path}.apiGroups");
     check_list(&r.api_groups, &p, "resource rules must supply at least one api group", "api groups", errs);
@@ -271,12 +261,12 @@ fn validate_resource_rule(r: &ResourcePolicyRule, path: &str, errs: &mut Vec<Str
         for (i, ns) in r.namespaces.iter().enumerate() {
             let msgs = dns1123_label_errors(ns).into_iter();
             let msgs = msgs.map(|m| format!("each member of this list must be '*' or a DNS-1123 label; {m}"));
-            invalid_name(&format!("{p}[{i}]"), ns, msgs.collect(), errs);
+            invalid_name(&format!("{p}[{i}]"), ns, msgs, errs);
         }
     }
 }
 
-fn validate_non_resource_rule(r: &NonResourcePolicyRule, path: &str, errs: &mut Vec<String>) {
+fn validate_non_resource_rule(r: &NonResourcePolicyRule, path: &str, errs: &mut Vec<FieldError>) {
     validate_verbs(&r.verbs, path, errs);
     let p = format!("{path}.nonResourceURLs");
     let required = "nonResourceURLs must contain at least one value";
@@ -308,7 +298,7 @@ fn non_resource_url_error(path: &str) -> Option<&'static str> {
 // PriorityLevelConfiguration.
 
 /// All field errors of one PriorityLevelConfiguration (unprefixed).
-pub fn validate_priority_level(pl: &PriorityLevelObject) -> Vec<String> {
+pub fn validate_priority_level(pl: &PriorityLevelObject) -> Vec<FieldError> {
     let mut errs = Vec::new();
     validate_meta(&pl.meta.name, &pl.meta.namespace, &mut errs);
     let spec = &pl.spec;
@@ -363,19 +353,19 @@ pub fn validate_priority_level(pl: &PriorityLevelObject) -> Vec<String> {
     errs
 }
 
-fn non_negative_shares(path: &str, value: i32, errs: &mut Vec<String>) {
+fn non_negative_shares(path: &str, value: i32, errs: &mut Vec<FieldError>) {
     if value < 0 {
         errs.push(invalid(path, value, "must be a non-negative integer"));
     }
 }
 
-fn lendable_percent(path: &str, value: i32, errs: &mut Vec<String>) {
+fn lendable_percent(path: &str, value: i32, errs: &mut Vec<FieldError>) {
     if !(0..=100).contains(&value) {
         errs.push(invalid(path, value, "must be between 0 and 100, inclusive"));
     }
 }
 
-fn validate_limit_response(type_: &str, queuing: Option<Queuing>, errs: &mut Vec<String>) {
+fn validate_limit_response(type_: &str, queuing: Option<Queuing>, errs: &mut Vec<FieldError>) {
     let p = "spec.limited.limitResponse.queuing";
     match (type_, queuing) {
         ("Reject", Some(_)) => errs.push(forbidden(p, "must be nil if limited.limitResponse.type is not Limited")),
@@ -389,7 +379,7 @@ fn validate_limit_response(type_: &str, queuing: Option<Queuing>, errs: &mut Vec
     }
 }
 
-fn validate_queuing(q: &Queuing, path: &str, errs: &mut Vec<String>) {
+fn validate_queuing(q: &Queuing, path: &str, errs: &mut Vec<FieldError>) {
     let mut invalid = |field: &str, value: i32, detail: &str| {
         errs.push(invalid(format!("{path}.{field}"), value, detail));
     };
@@ -417,7 +407,7 @@ fn validate_queuing(q: &Queuing, path: &str, errs: &mut Vec<String>) {
 
 /// Validates every object and checks for duplicate names per kind. Returns every error,
 /// prefixed with its object (`FlowSchema "x": spec...`), in input order.
-pub fn validate_objects(objs: &[ApiObject]) -> Vec<String> {
+pub fn validate_objects(objs: &[ApiObject]) -> Vec<PolicyError> {
     let mut seen = HashSet::new();
     objs.iter()
         .flat_map(|o| {
@@ -428,8 +418,8 @@ pub fn validate_objects(objs: &[ApiObject]) -> Vec<String> {
             if !o.name().is_empty() && !seen.insert((is_fs, o.name())) {
                 errs.insert(0, duplicate("metadata.name", quote(o.name())));
             }
-            let prefix = o.describe();
-            errs.into_iter().map(move |e| format!("{prefix}: {e}"))
+            let object = o.describe();
+            errs.into_iter().map(move |error| PolicyError { object: object.clone(), error })
         })
         .collect()
 }

@@ -207,14 +207,14 @@ mod tests {
             (r#"{"concurrencyLimit":-1}"#, "", "concurrencyLimit"),
         ] {
             let e = run_scenario(base(pl, extra).as_bytes()).unwrap_err();
-            assert!(e.contains(want), "{e}");
+            assert!(e.to_string().contains(want), "{e}");
         }
         let big = r#"{"priorityLevel":{"concurrencyLimit":1},"evalDuration":"1s","clients":[{"hash":1,"threads":1001,"calls":1000,"exec":"1s","think":"1s"}]}"#;
-        assert!(run_scenario(big.as_bytes()).unwrap_err().contains("too many calls"));
+        assert!(run_scenario(big.as_bytes()).unwrap_err().to_string().contains("too many calls"));
         let zero = r#"{"priorityLevel":{"concurrencyLimit":1},"evalDuration":"0s","clients":[]}"#;
-        assert!(run_scenario(zero.as_bytes()).unwrap_err().contains("evalDuration"));
+        assert!(run_scenario(zero.as_bytes()).unwrap_err().to_string().contains("evalDuration"));
         let neg = r#"{"priorityLevel":{"concurrencyLimit":1},"evalDuration":"1s","clients":[{"hash":1,"threads":1,"calls":1,"exec":"-1s","think":"1s"}]}"#;
-        assert!(run_scenario(neg.as_bytes()).unwrap_err().contains("exec"));
+        assert!(run_scenario(neg.as_bytes()).unwrap_err().to_string().contains("exec"));
         let huge = r#"{"priorityLevel":{"concurrencyLimit":1},"evalDuration":"2562047h","clients":[{"hash":1,"threads":1,"calls":3,"exec":"2562047h","think":"1s"}]}"#;
         assert!(run_scenario(huge.as_bytes()).is_err());
         assert!(run_scenario(b"garbage").is_err());
@@ -235,17 +235,18 @@ mod tests {
             (r#","think":"0s","serviceTimes":["-1ms"]"#, "serviceTimes[] must not be negative"),
         ] {
             let e = run_scenario(client(extra).as_bytes()).unwrap_err();
-            assert!(e.contains(want), "{extra}: {e}");
+            assert!(e.to_string().contains(want), "{extra}: {e}");
         }
         let no_exec = |extra: &str| client(extra).replace(r#","exec":"1s""#, "");
-        assert!(run_scenario(no_exec(r#","think":"0s""#).as_bytes()).unwrap_err().contains("one of exec and serviceTimes"));
+        assert!(run_scenario(no_exec(r#","think":"0s""#).as_bytes()).unwrap_err().to_string().contains("one of exec and serviceTimes"));
         assert!(run_scenario(no_exec(r#","think":"0s","serviceTimes":["1ms"],"serviceJitter":0.1"#).as_bytes())
             .unwrap_err()
+            .to_string()
             .contains("excludes"));
         assert!(run_scenario(no_exec(r#","think":"0s","serviceTimes":["1ms","2ms"]"#).as_bytes()).is_ok());
         let e = run_scenario_with(client(r#","think":"0s""#).as_bytes(), &Options { workers: Some(MAX_WORKERS + 1), ..Options::default() })
             .unwrap_err();
-        assert!(e.contains("workers"), "{e}");
+        assert!(e.to_string().contains("workers"), "{e}");
     }
 
     #[test]
