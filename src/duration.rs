@@ -3,11 +3,36 @@
 //! Used by the plugin configuration (`requestTimeout`), the simulator's scenarios and the
 //! `?timeout=` query parameter.
 
+use std::fmt;
+
 use crate::Nanos;
 
+/// Why a string is not a Go duration, with Go's messages (`time/format.go: ParseDuration`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DurationError {
+    /// `time: invalid duration "<input>"` (bad syntax or out of range).
+    Invalid { input: String },
+    /// `time: missing unit in duration "<input>"`.
+    MissingUnit { input: String },
+    /// `time: unknown unit "<unit>" in duration "<input>"`.
+    UnknownUnit { unit: String, input: String },
+}
+
+impl fmt::Display for DurationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DurationError::Invalid { input } => write!(f, "time: invalid duration {input:?}"),
+            DurationError::MissingUnit { input } => write!(f, "time: missing unit in duration {input:?}"),
+            DurationError::UnknownUnit { unit, input } => write!(f, "time: unknown unit {unit:?} in duration {input:?}"),
+        }
+    }
+}
+
+impl std::error::Error for DurationError {}
+
 /// Parses a Go duration string into nanoseconds. Errors name the offending input like Go does.
-pub fn parse_go_duration(s: &str) -> Result<Nanos, String> {
-    let err = || format!("time: invalid duration {s:?}");
+pub fn parse_go_duration(s: &str) -> Result<Nanos, DurationError> {
+    let err = || DurationError::Invalid { input: s.to_string() };
     let neg = s.starts_with('-');
     let mut rest = s.strip_prefix(['-', '+']).unwrap_or(s);
     if rest == "0" {
@@ -38,8 +63,8 @@ pub fn parse_go_duration(s: &str) -> Result<Nanos, String> {
             "s" => 1_000_000_000,
             "m" => 60_000_000_000,
             "h" => 3_600_000_000_000,
-            "" => return Err(format!("time: missing unit in duration {s:?}")),
-            _ => return Err(format!("time: unknown unit {unit:?} in duration {s:?}")),
+            "" => return Err(DurationError::MissingUnit { input: s.to_string() }),
+            _ => return Err(DurationError::UnknownUnit { unit: unit.to_string(), input: s.to_string() }),
         };
         let int_v: Option<i128> = if int_s.is_empty() { Some(0) } else { int_s.parse().ok() };
         let mut v = int_v.and_then(|i| i.checked_mul(scale)).ok_or_else(err)?;

@@ -646,7 +646,7 @@ pub fn duration(data: &[u8]) -> bool {
             true
         }
         Err(e) => {
-            assert!(!e.is_empty());
+            assert!(!e.to_string().is_empty());
             false
         }
     }

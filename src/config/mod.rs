@@ -20,6 +20,7 @@
 //! validated by its own module; the engine compiles the result and the fleet plans its levels
 //! from it.
 
+mod error;
 pub mod fleet;
 pub mod watch_limits;
 use serde_json::{Map, Value};
@@ -32,6 +33,7 @@ use crate::policy::bootstrap;
 use crate::policy::cluster::{self, ClusterMetrics, ClusterPolicy, Env};
 use crate::policy::model::Policy;
 use crate::{Nanos, NANOS_PER_SEC};
+pub use error::ConfigError;
 pub use watch_limits::WatchLimits;
 
 pub const DEFAULT_SERVER_CONCURRENCY_LIMIT: u32 = 600;
@@ -124,14 +126,14 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
-fn expected(what: &str, v: &Value) -> String {
-    format!("expected {what}, got {}", type_name(v))
+fn expected(what: &str, v: &Value) -> ConfigError {
+    ConfigError::new(format!("expected {what}, got {}", type_name(v)))
 }
 
 /// `m[key]` converted by `conv`; `default` when absent or null, or (with an error) invalid.
-fn field<T>(m: &Map<String, Value>, key: &str, default: T, errs: &mut ConfigErrors, conv: impl FnOnce(&Value) -> Result<T, String>) -> T {
+fn field<T>(m: &Map<String, Value>, key: &str, default: T, errs: &mut ConfigErrors, conv: impl FnOnce(&Value) -> Result<T, ConfigError>) -> T {
     let value = m.get(key).filter(|v| !v.is_null()).map(conv).transpose();
-    value.map_err(|e| errs.push(format!("{key}: {e}"))).ok().flatten().unwrap_or(default)
+    value.map_err(|e| errs.push(e.at(key).to_string())).ok().flatten().unwrap_or(default)
 }
 
 fn get_string_list(m: &Map<String, Value>, key: &str, default: &[&str], errs: &mut ConfigErrors) -> Vec<String> {
@@ -139,7 +141,7 @@ fn get_string_list(m: &Map<String, Value>, key: &str, default: &[&str], errs: &m
     let list = field(m, key, default, errs, |v| v.as_array().cloned().ok_or_else(|| expected("an array of strings", v)));
     let list = list.into_iter().enumerate();
     let (strings, others): (Vec<_>, Vec<_>) = list.partition(|(_, v)| v.is_string());
-    errs.extend(others.iter().map(|(i, v)| format!("{key}[{i}]: {}", expected("a string", v))));
+    errs.extend(others.iter().map(|(i, v)| expected("a string", v).at(&format!("{key}[{i}]")).to_string()));
     strings.into_iter().filter_map(|(_, v)| v.as_str().map(str::to_string)).collect()
 }
 
@@ -148,7 +150,7 @@ fn is_header_token(s: &str) -> bool {
 }
 
 fn deserialize<T: serde::de::DeserializeOwned + Default>(m: &Map<String, Value>, key: &str, errs: &mut ConfigErrors) -> T {
-    field(m, key, T::default(), errs, |v| T::deserialize(v).map_err(|e| e.to_string()))
+    field(m, key, T::default(), errs, |v| T::deserialize(v).map_err(|e| ConfigError::new(e.to_string())))
 }
 
 /// Parses and validates the plugin configuration. Empty input = `{}`. A `tokenEnv` is read from
@@ -245,37 +247,37 @@ fn unknown_keys(m: &Map<String, Value>) -> ConfigErrors {
 }
 
 /// A count (`serverConcurrencyLimit`, a `watchLimits` limit): an integer from 1 to `u32::MAX`.
-fn positive_count(v: &Value) -> Result<u32, String> {
+fn positive_count(v: &Value) -> Result<u32, ConfigError> {
     let n = v.as_number().ok_or_else(|| expected("an integer", v))?;
     match n.as_u64().map(u32::try_from) {
         Some(Ok(x)) if x >= 1 => Ok(x),
-        _ => Err(format!("must be an integer between 1 and {}, got {n}", u32::MAX)),
+        _ => Err(ConfigError::new(format!("must be an integer between 1 and {}, got {n}", u32::MAX))),
     }
 }
 
 /// `requestTimeout`: a positive duration string.
-fn positive_timeout(v: &Value) -> Result<Nanos, String> {
+fn positive_timeout(v: &Value) -> Result<Nanos, ConfigError> {
     let s = v.as_str().ok_or_else(|| expected("a duration string such as \"60s\"", v))?;
-    match parse_go_duration(s)? {
+    match parse_go_duration(s).map_err(|e| ConfigError::new(e.to_string()))? {
         d if d > 0 => Ok(d),
-        d => Err(format!("must be positive, got {}", format_go_duration(d))),
+        d => Err(ConfigError::new(format!("must be positive, got {}", format_go_duration(d)))),
     }
 }
 
-fn request_mode(v: &Value) -> Result<RequestMode, String> {
+fn request_mode(v: &Value) -> Result<RequestMode, ConfigError> {
     match v.as_str() {
         Some("kubernetes") => Ok(RequestMode::Kubernetes),
         Some("generic") => Ok(RequestMode::Generic),
-        Some(s) => Err(format!("Unsupported value: {s:?}: supported values: \"generic\", \"kubernetes\"")),
+        Some(s) => Err(ConfigError::new(format!("Unsupported value: {s:?}: supported values: \"generic\", \"kubernetes\""))),
         None => Err(expected("a string", v)),
     }
 }
 
 /// `namespaceHeader`: an HTTP header name, kept lowercase.
-fn namespace_header(v: &Value) -> Result<Option<String>, String> {
+fn namespace_header(v: &Value) -> Result<Option<String>, ConfigError> {
     match v.as_str() {
         Some(s) if is_header_token(s) => Ok(Some(s.to_ascii_lowercase())),
-        Some(s) => Err(format!("{s:?} is not a valid HTTP header name")),
+        Some(s) => Err(ConfigError::new(format!("{s:?} is not a valid HTTP header name"))),
         None => Err(expected("a string", v)),
     }
 }
@@ -284,14 +286,14 @@ fn namespace_header(v: &Value) -> Result<Option<String>, String> {
 /// error names its field (`perFlow: ...`, `perLevel.<level>: ...`; the caller adds
 /// `watchLimits: `). Levels missing from the policy are warned about by the caller (the
 /// cluster's policy may bring them later), as `dryRunPriorityLevels` are.
-fn watch_limits(v: &Value) -> Result<WatchLimits, String> {
+fn watch_limits(v: &Value) -> Result<WatchLimits, ConfigError> {
     let m = v.as_object().ok_or_else(|| expected("an object with perFlow and/or perLevel", v))?;
     let mut errs = Vec::new();
     if let Some(k) = m.keys().find(|k| !["perFlow", "perLevel"].contains(&k.as_str())) {
         errs.push(format!("unknown key {k:?} (known keys: perFlow, perLevel)"));
     }
     let per_flow = m.get("perFlow").filter(|v| !v.is_null()).map(positive_count).transpose();
-    let per_flow = per_flow.map_err(|e| errs.push(format!("perFlow: {e}"))).ok().flatten();
+    let per_flow = per_flow.map_err(|e| errs.push(e.at("perFlow").to_string())).ok().flatten();
     let mut per_level = Vec::new();
     match m.get("perLevel").filter(|v| !v.is_null()) {
         None => {}
@@ -299,16 +301,16 @@ fn watch_limits(v: &Value) -> Result<WatchLimits, String> {
             for (name, n) in levels {
                 match positive_count(n) {
                     Ok(n) => per_level.push((name.clone(), n)),
-                    Err(e) => errs.push(format!("perLevel.{name}: {e}")),
+                    Err(e) => errs.push(e.at(&format!("perLevel.{name}")).to_string()),
                 }
             }
         }
-        Some(other) => errs.push(format!("perLevel: {}", expected("an object of priority level names to counts", other))),
+        Some(other) => errs.push(expected("an object of priority level names to counts", other).at("perLevel").to_string()),
     }
     if errs.is_empty() {
         Ok(WatchLimits { per_flow, per_level })
     } else {
-        Err(errs.join("; "))
+        Err(ConfigError::new(errs.join("; ")))
     }
 }
 

@@ -91,7 +91,7 @@ pub fn resolve_token(key: &str, token: Option<String>, token_env: Option<String>
 /// A positive Go duration under `key` (an error naming the key otherwise), `default` if absent.
 pub fn positive_duration(key: &str, s: Option<&str>, default: Nanos, errs: &mut Vec<String>) -> Nanos {
     let positive = |d: Nanos| (d > 0).then_some(d).ok_or_else(|| "must be positive".to_string());
-    let d = s.map(|s| parse_go_duration(s).and_then(positive)).transpose();
+    let d = s.map(|s| parse_go_duration(s).map_err(|e| e.to_string()).and_then(positive)).transpose();
     d.map_err(|e| errs.push(format!("{key}: {e}"))).ok().flatten().unwrap_or(default)
 }
 
