@@ -16,6 +16,7 @@
 //! Without `pathPrefix`, the version of `flowcontrol.apiserver.k8s.io` to read is discovered
 //! from the cluster ([`super::discovery`]); `pathPrefix` names the lists' location outright.
 
+use super::error::ResponseError;
 use crate::duration::parse_go_duration;
 use crate::Nanos;
 use serde::Deserialize;
@@ -220,11 +221,11 @@ fn key_of(o: &Value) -> Option<(&str, &str)> {
 
 /// Items of an API list response; API servers omit `kind`/`apiVersion` on list items, so they
 /// are filled in from the list (`FlowSchemaList` → `FlowSchema`).
-fn list_items(list: &Value) -> Result<Vec<Value>, String> {
+fn list_items(list: &Value) -> Result<Vec<Value>, ResponseError> {
     let kind = list.get("kind").and_then(Value::as_str).unwrap_or("");
     let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
     let api_version = list.get("apiVersion").and_then(Value::as_str).unwrap_or("flowcontrol.apiserver.k8s.io/v1");
-    let items = list.get("items").and_then(Value::as_array).ok_or_else(|| format!("{kind:?} response has no items"))?;
+    let items = list.get("items").and_then(Value::as_array).ok_or_else(|| ResponseError::policy_list(format!("{kind:?} response has no items")))?;
     let mut items = items.clone();
     for m in items.iter_mut().filter_map(Value::as_object_mut) {
         if let Some(k) = item_kind {
@@ -264,10 +265,10 @@ fn meaning_of(item: &Value) -> Value {
 /// are reduced to what the gateway uses ([`meaning_of`]) and sorted by kind and name: the
 /// result is the same for two reads of one policy, whatever the order of the lists' items and
 /// whatever moved in their metadata and status (the caller compares it to skip re-applying).
-pub fn merged_config(base: &Value, lists: &[&[u8]]) -> Result<Vec<u8>, String> {
+pub fn merged_config(base: &Value, lists: &[&[u8]]) -> Result<Vec<u8>, ResponseError> {
     let mut fetched = Vec::new();
     for body in lists {
-        let v: Value = serde_json::from_slice(body).map_err(|e| format!("cluster policy response: {e}"))?;
+        let v: Value = serde_json::from_slice(body).map_err(|e| ResponseError::policy_list(format!("cluster policy response: {e}")))?;
         fetched.extend(list_items(&v)?.iter().map(meaning_of));
     }
     fetched.sort_by(|a, b| key_of(a).cmp(&key_of(b)));
@@ -282,7 +283,7 @@ pub fn merged_config(base: &Value, lists: &[&[u8]]) -> Result<Vec<u8>, String> {
     let mut policy: Vec<Value> = fetched.into_iter().filter(|o| key_of(o).is_none_or(|k| !local_keys.contains(&k))).collect();
     policy.extend(local);
     obj.insert("policy".to_string(), Value::Array(policy));
-    serde_json::to_vec(&Value::Object(obj)).map_err(|e| e.to_string())
+    serde_json::to_vec(&Value::Object(obj)).map_err(|e| ResponseError::policy_list(e.to_string()))
 }
 
 #[cfg(test)]

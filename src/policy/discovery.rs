@@ -8,6 +8,7 @@
 //! The choice: the group's preferred version when it is one we understand and served, else the
 //! newest served version we understand (`v1`, `v1beta3`, `v1beta2`, `v1beta1`), else an error.
 
+use super::error::ResponseError;
 use super::objects::ApiVersion;
 use serde_json::Value;
 
@@ -56,26 +57,26 @@ fn understood(version: &str) -> Option<ApiVersion> {
 
 /// Reads the `APIGroup` discovery document `body` and picks the version to read (see the module
 /// documentation). An error says why the document is unusable.
-pub fn choose_version(body: &[u8]) -> Result<Discovered, String> {
-    let doc: Value = serde_json::from_slice(body).map_err(|e| format!("discovery document: {e}"))?;
+pub fn choose_version(body: &[u8]) -> Result<Discovered, ResponseError> {
+    let doc: Value = serde_json::from_slice(body).map_err(|e| ResponseError::discovery(format!("discovery document: {e}")))?;
     let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("");
     if kind != "APIGroup" {
-        return Err(format!("discovery document: kind {kind:?}, expected \"APIGroup\""));
+        return Err(ResponseError::discovery(format!("discovery document: kind {kind:?}, expected \"APIGroup\"")));
     }
     let name = doc.get("name").and_then(Value::as_str).unwrap_or("");
     if name != GROUP {
-        return Err(format!("discovery document: group {name:?}, expected {GROUP:?}"));
+        return Err(ResponseError::discovery(format!("discovery document: group {name:?}, expected {GROUP:?}")));
     }
-    let versions = doc.get("versions").and_then(Value::as_array).ok_or("discovery document: no versions")?;
+    let versions = doc.get("versions").and_then(Value::as_array).ok_or_else(|| ResponseError::discovery("discovery document: no versions"))?;
     let served: Vec<String> = versions.iter().filter_map(entry_version).collect();
     let preferred = doc.get("preferredVersion").and_then(entry_version);
     let pick_preferred = preferred.as_deref().filter(|p| served.iter().any(|s| s == p)).and_then(understood);
     let newest = served.iter().filter_map(|s| understood(s)).min();
     match pick_preferred.or(newest) {
         Some(version) => Ok(Discovered { version, served, preferred }),
-        None => Err(format!(
+        None => Err(ResponseError::discovery(format!(
             "the cluster serves {GROUP} versions {served:?}, none of which this gateway understands (v1, v1beta3, v1beta2, v1beta1)"
-        )),
+        ))),
     }
 }
 
@@ -102,7 +103,7 @@ mod tests {
         assert_eq!(pick(&["v2alpha1", "v1beta3"], Some("v2alpha1")), Ok(ApiVersion::V1beta3));
         // A preferred version that is not served is not taken.
         assert_eq!(pick(&["v1beta1"], Some("v1")), Ok(ApiVersion::V1beta1));
-        assert!(pick(&["v2alpha1"], Some("v2alpha1")).unwrap_err().contains("none of which"));
+        assert!(pick(&["v2alpha1"], Some("v2alpha1")).unwrap_err().to_string().contains("none of which"));
         assert_eq!(path_prefix(ApiVersion::V1beta2), "/apis/flowcontrol.apiserver.k8s.io/v1beta2");
     }
 
@@ -124,7 +125,7 @@ mod tests {
             (br#"{"kind":"APIGroup","name":"flowcontrol.apiserver.k8s.io","versions":[]}"#, "none of which"),
         ] {
             let e = choose_version(body).unwrap_err();
-            assert!(e.contains(why), "{e}");
+            assert!(e.to_string().contains(why), "{e}");
         }
     }
 }

@@ -97,3 +97,38 @@ impl fmt::Display for NameError {
 }
 
 impl std::error::Error for NameError {}
+
+/// Which response of the protected cluster was unusable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponseKind {
+    /// The API group's discovery document (`discovery::choose_version`).
+    Discovery,
+    /// A FlowSchema or PriorityLevelConfiguration list (`cluster::merged_config`).
+    PolicyList,
+}
+
+/// A response of the protected cluster that the gateway cannot use; the message says why
+/// (the gateway logs it and keeps what it has).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseError {
+    pub kind: ResponseKind,
+    pub message: String,
+}
+
+impl ResponseError {
+    pub fn discovery(message: impl Into<String>) -> ResponseError {
+        ResponseError { kind: ResponseKind::Discovery, message: message.into() }
+    }
+
+    pub fn policy_list(message: impl Into<String>) -> ResponseError {
+        ResponseError { kind: ResponseKind::PolicyList, message: message.into() }
+    }
+}
+
+impl fmt::Display for ResponseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ResponseError {}
