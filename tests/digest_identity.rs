@@ -408,11 +408,11 @@ fn set_front_proxy_headers_config_errors() {
     let c = cfg(r#"{"setFrontProxyHeaders":true,"sources":[{"type":"impersonation","trustedSourceCidrs":["10.0.0.0/8"]}]}"#);
     let e = c.validate();
     assert_eq!(e.len(), 1, "{e:?}");
-    assert!(e[0].contains("identity.sources[0]") && e[0].contains("impersonation"), "{e:?}");
+    assert!(e[0].to_string().contains("identity.sources[0]") && e[0].to_string().contains("impersonation"), "{e:?}");
     let c = cfg(r#"{"setFrontProxyHeaders":true,"sources":[{"type":"clientCertificate"},{"type":"frontProxy","requireMtls":true}]}"#);
     let e = c.validate();
     assert_eq!(e.len(), 1, "{e:?}");
-    assert!(e[0].contains("identity.sources[1]") && e[0].contains("trustedSourceCidrs"), "{e:?}");
+    assert!(e[0].to_string().contains("identity.sources[1]") && e[0].to_string().contains("trustedSourceCidrs"), "{e:?}");
     // Without the option the same sources are valid (as before).
     assert!(cfg(r#"{"sources":[{"type":"impersonation"},{"type":"frontProxy"}]}"#).validate().is_empty());
     // Type errors.

@@ -191,8 +191,8 @@ fn from_map(m: &Map<String, Value>, env: Env) -> (PluginConfig, ConfigErrors) {
     let namespace_header = field(m, "namespaceHeader", None, found, namespace_header);
     let identity: IdentityConfig = deserialize(m, "identity", found);
     let work_estimator: WorkEstimatorConfig = deserialize(m, "workEstimator", found);
-    found.extend(identity.validate());
-    found.extend(work_estimator.validate());
+    found.extend(identity.validate().iter().map(ToString::to_string));
+    found.extend(work_estimator.validate().iter().map(ToString::to_string));
     let dry_run_priority_levels = get_string_list(m, "dryRunPriorityLevels", &[], found);
     let debug_groups = get_string_list(m, "debugGroups", &["system:masters"], found);
     let explain_groups = get_string_list(m, "explainGroups", &[], found);

@@ -32,6 +32,7 @@
 //! group names containing commas therefore cannot be expressed through headers here.
 //! Header values that are not UTF-8 are ignored (never a panic).
 
+use crate::digest::identity_error::{CidrError, CidrProblem, IdentityError};
 use crate::digest::request_info::hex_byte;
 use serde::{Deserialize, Deserializer};
 use std::net::IpAddr;
@@ -64,11 +65,12 @@ pub struct Cidr {
 }
 
 impl FromStr for Cidr {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = CidrError;
+    fn from_str(s: &str) -> Result<Self, CidrError> {
         let s = s.trim();
+        let err = |problem| CidrError { input: s.to_string(), problem };
         let (a, p) = s.split_once('/').map_or((s, None), |(a, p)| (a, Some(p)));
-        let addr = IpAddr::from_str(a).map_err(|_| format!("invalid CIDR {s:?}: bad address"))?;
+        let addr = IpAddr::from_str(a).map_err(|_| err(CidrProblem::BadAddress))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = match p {
             None => max,
@@ -77,10 +79,10 @@ impl FromStr for Cidr {
                 .parse()
                 .ok()
                 .filter(|_| p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit()))
-                .ok_or_else(|| format!("invalid CIDR {s:?}: bad prefix length"))?,
+                .ok_or_else(|| err(CidrProblem::BadPrefixLength))?,
         };
         if prefix > max {
-            return Err(format!("invalid CIDR {s:?}: prefix length above {max}"));
+            return Err(err(CidrProblem::PrefixAbove(max)));
         }
         Ok(Cidr { addr, prefix })
     }
@@ -639,32 +641,28 @@ impl IdentityConfig {
     }
 
     /// Configuration problems (CIDRs are already checked while deserializing).
-    pub fn validate(&self) -> Vec<String> {
+    pub fn validate(&self) -> Vec<IdentityError> {
         let mut errs = Vec::new();
         let forwarding = self.set_front_proxy_headers;
         for (i, s) in self.sources.iter().enumerate() {
             match s {
                 // Forwarding what Impersonate-* claims as the authenticated user would let any
                 // client become anyone: kube-apiserver authorizes impersonation itself.
-                IdentitySource::Impersonation { .. } if forwarding => errs.push(format!(
-                    "identity.sources[{i}]: an impersonation source cannot be used with setFrontProxyHeaders (the impersonated user would be forwarded as authenticated; kube-apiserver authorizes Impersonate-* headers itself, which reach it unchanged)"
-                )),
+                IdentitySource::Impersonation { .. } if forwarding => errs.push(IdentityError::ImpersonationForwarded { source: i }),
                 IdentitySource::FrontProxy { user_header, group_header, trusted_source_cidrs, .. } => {
                     if forwarding && trusted_source_cidrs.is_empty() {
-                        errs.push(format!(
-                            "identity.sources[{i}]: a frontProxy source used with setFrontProxyHeaders needs trustedSourceCidrs (the authenticating hop's addresses); otherwise any client's X-Remote-* headers would be forwarded as its identity"
-                        ));
+                        errs.push(IdentityError::FrontProxyTrustsAnyone { source: i });
                     }
                     for (key, h) in [("userHeader", user_header), ("groupHeader", group_header)] {
                         if !is_token(h) {
-                            errs.push(format!("identity.sources[{i}].{key}: {h:?} is not a valid header name"));
+                            errs.push(IdentityError::BadHeaderName { source: i, key, header: h.clone() });
                         }
                     }
                 }
                 IdentitySource::Jwt { user_claim, groups_claim, .. } => {
                     for (key, claim) in [("userClaim", user_claim), ("groupsClaim", groups_claim)] {
                         if claim.is_empty() {
-                            errs.push(format!("identity.sources[{i}].{key} must not be empty"));
+                            errs.push(IdentityError::EmptyClaim { source: i, key });
                         }
                     }
                 }

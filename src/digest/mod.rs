@@ -3,6 +3,7 @@
 //! is long-running, and its work estimate (seats).
 
 pub mod identity;
+pub mod identity_error;
 pub mod initial_events;
 pub mod list_size;
 pub mod metrics_scan;

@@ -23,10 +23,12 @@
 //! - `list`: the LIST estimator and watches' initial phase; `mutating`: the mutating estimator;
 //!   `watch_tracker`: open watches.
 
+mod config_error;
 mod list;
 mod mutating;
 mod watch_tracker;
 
+pub use config_error::WorkEstimatorError;
 pub use list::*;
 pub use mutating::*;
 pub use watch_tracker::*;
@@ -128,7 +130,8 @@ impl WorkEstimatorConfig {
         }
     }
 
-    pub fn validate(&self) -> Vec<String> {
+    /// Configuration problems, each naming its field.
+    pub fn validate(&self) -> Vec<WorkEstimatorError> {
         let mut errs = Vec::new();
         for (k, v) in &self.object_counts {
             let (c, a) = match v {
@@ -136,14 +139,14 @@ impl WorkEstimatorConfig {
                 ObjectCountEntry::Detailed(s) => (s.count, s.average_object_size_bytes),
             };
             if c < 0 || a < 0 {
-                errs.push(format!("workEstimator.objectCounts[{k:?}]: negative value"));
+                errs.push(WorkEstimatorError::NegativeObjectCount { key: k.clone() });
             }
             if k.is_empty() || k.matches('/').count() > 1 || k.starts_with('/') || k.ends_with('/') {
-                errs.push(format!("workEstimator.objectCounts: bad key {k:?} (want \"resource\" or \"group/resource\")"));
+                errs.push(WorkEstimatorError::BadObjectCountKey { key: k.clone() });
             }
         }
         if self.default_average_object_size_bytes < 0 {
-            errs.push("workEstimator.defaultAverageObjectSizeBytes: negative".into());
+            errs.push(WorkEstimatorError::NegativeDefaultAverageSize);
         }
         errs
     }
