@@ -77,6 +77,8 @@ const fn m(
 
 use MetricKind::{Counter, Gauge, Histogram};
 
+pub use super::metric_error::StatNameError;
+
 /// All upstream APF metrics (HEAD; the two removed after 1.36 are not included).
 pub const METRICS: &[MetricSpec] = &[
     m("rejected_requests_total", Counter, &["priority_level", "flow_schema", "reason"], &[], 1.0, "rejected_requests_total"),
@@ -167,10 +169,10 @@ pub fn sanitize_label_value(v: &str) -> String {
 }
 
 /// `.key.value` pairs for `label_values`, given in the order of `spec.labels`.
-fn label_pairs(spec: &MetricSpec, label_values: &[&str]) -> Result<String, String> {
+fn label_pairs(spec: &MetricSpec, label_values: &[&str]) -> Result<String, StatNameError> {
     if label_values.len() != spec.labels.len() {
         let (want, got) = (spec.labels.len(), label_values.len());
-        return Err(format!("metric {} takes {want} label values, got {got}", spec.name));
+        return Err(StatNameError::LabelCount { metric: spec.name, want, got });
     }
     let pairs = spec.labels.iter().zip(label_values);
     Ok(pairs.map(|(k, v)| format!(".{k}.{}", sanitize_label_value(v))).collect())
@@ -179,9 +181,9 @@ fn label_pairs(spec: &MetricSpec, label_values: &[&str]) -> Result<String, Strin
 /// Flat Envoy stat name (as passed to `define_metric`) for a counter or gauge and its label
 /// values, given in the order of `spec.labels`. Histograms have several series:
 /// [`histogram_stat_names`].
-pub fn stat_name(spec: &MetricSpec, label_values: &[&str]) -> Result<String, String> {
+pub fn stat_name(spec: &MetricSpec, label_values: &[&str]) -> Result<String, StatNameError> {
     if spec.kind == MetricKind::Histogram {
-        return Err(format!("metric {} is a histogram: use histogram_stat_names", spec.name));
+        return Err(StatNameError::IsHistogram { metric: spec.name });
     }
     Ok(format!("{PREFIX}{}{}", spec.envoy_name, label_pairs(spec, label_values)?))
 }
@@ -228,9 +230,9 @@ impl HistogramStatNames {
 }
 
 /// Flat Envoy stat names for a histogram and its label values (order of `spec.labels`).
-pub fn histogram_stat_names(spec: &MetricSpec, label_values: &[&str]) -> Result<HistogramStatNames, String> {
+pub fn histogram_stat_names(spec: &MetricSpec, label_values: &[&str]) -> Result<HistogramStatNames, StatNameError> {
     if spec.kind != MetricKind::Histogram {
-        return Err(format!("metric {} is not a histogram", spec.name));
+        return Err(StatNameError::NotHistogram { metric: spec.name });
     }
     let labels = label_pairs(spec, label_values)?;
     let name = spec.name;
