@@ -21,6 +21,7 @@ use std::io::Write;
 
 use serde_json::json;
 
+use super::{CliError, HttpError};
 use crate::config::parse_plugin_config;
 use crate::digest::identity::UserInfo;
 use crate::digest::metrics_scan::{scan_metrics, ScrapedCounts};
@@ -47,7 +48,7 @@ struct Args {
     token: Option<String>,
 }
 
-fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
+fn parse_args(args: &[String]) -> Result<Option<Args>, CliError> {
     let mut a = Args::default();
     let (mut method, mut path) = (None, None);
     let mut it = args.iter();
@@ -73,7 +74,7 @@ fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
         let value = match (takes_value, inline) {
             (false, _) => String::new(),
             (true, Some(v)) => v,
-            (true, None) => it.next().cloned().ok_or_else(|| format!("{flag} needs a value"))?,
+            (true, None) => it.next().cloned().ok_or_else(|| CliError::Usage(format!("{flag} needs a value")))?,
         };
         match flag {
             "--config" | "-c" => a.config = Some(value),
@@ -82,50 +83,50 @@ fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
             "--user" => a.req.user = Some(value),
             "--group" => a.req.groups.push(value),
             "--header" => {
-                let (n, v) = value.split_once(':').ok_or_else(|| format!("--header {value:?}: expected 'Name: value'"))?;
+                let (n, v) = value.split_once(':').ok_or_else(|| CliError::Usage(format!("--header {value:?}: expected 'Name: value'")))?;
                 let n = n.trim();
                 if n.is_empty() {
-                    return Err(format!("--header {value:?}: empty header name"));
+                    return Err(CliError::Usage(format!("--header {value:?}: empty header name")));
                 }
                 a.req.headers.push((n.to_ascii_lowercase(), v.trim().as_bytes().to_vec()));
             }
-            "--peer" => a.req.peer = Some(value.parse().map_err(|_| format!("--peer {value:?}: not an IP address"))?),
+            "--peer" => a.req.peer = Some(value.parse().map_err(|_| CliError::Usage(format!("--peer {value:?}: not an IP address")))?),
             "--cert-subject" => a.req.cert_subject = Some(value),
             "--metrics" => a.metrics = Some(value),
             "--token" => a.token = Some(value),
             "--mtls" => a.req.mtls = true,
             "-h" | "--help" => return Ok(None),
-            _ => return Err(format!("unexpected argument {arg:?}")),
+            _ => return Err(CliError::Usage(format!("unexpected argument {arg:?}"))),
         }
     }
     let (Some(method), Some(path)) = (method, path) else {
-        return Err("--method and --path are required".into());
+        return Err(CliError::Usage("--method and --path are required".into()));
     };
     (a.req.method, a.req.path) = (method, path);
     if a.req.user.is_none() && !a.req.groups.is_empty() {
-        return Err("--group needs --user".into());
+        return Err(CliError::Usage("--group needs --user".into()));
     }
     if a.config.as_deref() == Some("-") && a.metrics.as_deref() == Some("-") {
-        return Err("--config and --metrics cannot both read stdin".into());
+        return Err(CliError::Usage("--config and --metrics cannot both read stdin".into()));
     }
     Ok(Some(a))
 }
 
 /// The body of `--metrics`: a file, stdin (`-`) or a plain-HTTP URL.
-fn read_metrics(source: &str, token: Option<&str>) -> Result<Vec<u8>, String> {
+fn read_metrics(source: &str, token: Option<&str>) -> Result<Vec<u8>, CliError> {
+    let metrics = |error| CliError::Metrics { source: source.to_string(), error: Box::new(error) };
     if let Some(rest) = source.strip_prefix("http://") {
-        return http_get(rest, token).map_err(|e| format!("--metrics {source}: {e}"));
+        return http_get(rest, token).map_err(|e| metrics(CliError::Http(e)));
     }
     if source.starts_with("https://") {
-        return Err(format!(
-            "--metrics {source}: https is not supported here; use `kubectl get --raw /metrics | apf classify --metrics - ...`"
-        ));
+        let why = "https is not supported here; use `kubectl get --raw /metrics | apf classify --metrics - ...`";
+        return Err(metrics(CliError::Usage(why.to_string())));
     }
     super::read_input(Some(source))
 }
 
 /// A GET of `host:port/path` (default path `/metrics`).
-fn http_get(host_path: &str, token: Option<&str>) -> Result<Vec<u8>, String> {
+fn http_get(host_path: &str, token: Option<&str>) -> Result<Vec<u8>, HttpError> {
     let (host, path) = host_path.find('/').map_or((host_path, "/metrics"), |i| host_path.split_at(i));
     let auth = token.map(|t| format!("Bearer {t}"));
     let headers: Vec<(&str, &str)> = auth.as_deref().map(|a| ("Authorization", a)).into_iter().chain([("Accept", "text/plain")]).collect();
@@ -137,7 +138,9 @@ pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
 }
 
 pub(super) fn classify(args: &[String]) -> super::Outcome {
-    let fail = |e: String| (1, format!("apf classify: {e}\n"));
+    fn fail(e: impl std::fmt::Display) -> (i32, String) {
+        (1, format!("apf classify: {e}\n"))
+    }
     let Some(mut a) = parse_args(args).map_err(|e| (2, format!("apf classify: {e}\n{USAGE}")))? else {
         return Ok(USAGE.to_string());
     };
@@ -147,11 +150,11 @@ pub(super) fn classify(args: &[String]) -> super::Outcome {
         let scraped = scan_metrics(&read_metrics(m, a.token.as_deref()).map_err(fail)?);
         if scraped.samples == 0 {
             let e = "--metrics: no apiserver_resource_objects or apiserver_storage_objects sample found";
-            return Err(fail(e.to_string()));
+            return Err(fail(e));
         }
         a.req.metrics = Some(scraped);
     }
-    let doc = serde_json::to_string_pretty(&classify_request(&Compiled::new(cfg, 0), &a.req)).map_err(|e| fail(e.to_string()))?;
+    let doc = serde_json::to_string_pretty(&classify_request(&Compiled::new(cfg, 0), &a.req)).map_err(fail)?;
     Ok(format!("{doc}\n"))
 }
 

@@ -4,11 +4,13 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
+use super::HttpError;
+
 /// `method path` on `host[:port]` (port 80 by default) with `headers` and `body`; the response
 /// body of a `200`, or why there is none.
-pub fn request(host: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Result<Vec<u8>, String> {
+pub fn request(host: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Result<Vec<u8>, HttpError> {
     let addr = if host.contains(':') { host.to_string() } else { format!("{host}:80") };
-    let mut conn = TcpStream::connect(&addr).map_err(|e| e.to_string())?;
+    let mut conn = TcpStream::connect(&addr).map_err(HttpError::Io)?;
     let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(30)));
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
     for (k, v) in headers {
@@ -18,18 +20,18 @@ pub fn request(host: &str, method: &str, path: &str, headers: &[(&str, &str)], b
         head.push_str(&format!("Content-Length: {}\r\n", body.len()));
     }
     head.push_str("\r\n");
-    conn.write_all(head.as_bytes()).and_then(|()| conn.write_all(body)).map_err(|e| e.to_string())?;
+    conn.write_all(head.as_bytes()).and_then(|()| conn.write_all(body)).map_err(HttpError::Io)?;
     let mut resp = Vec::new();
-    conn.read_to_end(&mut resp).map_err(|e| e.to_string())?;
-    let split = resp.windows(4).position(|w| w == b"\r\n\r\n").ok_or("no HTTP response header")?;
+    conn.read_to_end(&mut resp).map_err(HttpError::Io)?;
+    let split = resp.windows(4).position(|w| w == b"\r\n\r\n").ok_or(HttpError::NoHeader)?;
     let head = String::from_utf8_lossy(resp.get(..split).unwrap_or_default()).to_ascii_lowercase();
     let status = head.split_whitespace().nth(1).unwrap_or("");
     if status != "200" {
-        return Err(format!("HTTP status {status}"));
+        return Err(HttpError::Status(status.to_string()));
     }
     let body = resp.get(split + 4..).unwrap_or_default();
     if head.contains("transfer-encoding: chunked") {
-        return dechunk(body).ok_or_else(|| "bad chunked encoding".to_string());
+        return dechunk(body).ok_or(HttpError::BadChunking);
     }
     Ok(body.to_vec())
 }

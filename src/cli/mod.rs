@@ -5,9 +5,12 @@ use std::io::{Read, Write};
 
 pub mod check;
 pub mod classify;
+mod error;
 pub mod fleet;
 mod http;
 pub mod simulate;
+
+pub use error::{CliError, HttpError};
 
 pub const USAGE: &str = "usage: apf <command> [options]
 
@@ -38,15 +41,15 @@ fn report(outcome: Outcome, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
 }
 
 /// The bytes of a file, of standard input for `-`, none without a path.
-fn read_input(path: Option<&str>) -> Result<Vec<u8>, String> {
+fn read_input(path: Option<&str>) -> Result<Vec<u8>, CliError> {
     match path {
         None => Ok(Vec::new()),
         Some("-") => {
             let mut buf = Vec::new();
-            std::io::stdin().read_to_end(&mut buf).map_err(|e| format!("reading stdin: {e}"))?;
+            std::io::stdin().read_to_end(&mut buf).map_err(|error| CliError::Read { path: None, error })?;
             Ok(buf)
         }
-        Some(p) => std::fs::read(p).map_err(|e| format!("reading {p}: {e}")),
+        Some(p) => std::fs::read(p).map_err(|error| CliError::Read { path: Some(p.to_string()), error }),
     }
 }
 

@@ -75,7 +75,7 @@ pub(super) fn simulate(args: &[String]) -> super::Outcome {
         (1, format!("apf simulate: {e}\n"))
     }
     let data = match path {
-        "-" => super::read_input(Some(path)),
+        "-" => super::read_input(Some(path)).map_err(|e| e.to_string()),
         _ => std::fs::read(path).map_err(|e| format!("{path}: {e}")),
     };
     let opts = crate::simulate::Options { workers, ..crate::simulate::Options::default() };
