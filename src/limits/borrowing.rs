@@ -12,7 +12,7 @@
 //!
 //! Exempt levels get `max(MinCL, highWatermark)` and that is subtracted from `remaining`.
 
-use super::conc_alloc::{compute_concurrency_allocation, go_max, AllocProblemItem};
+use super::conc_alloc::{compute_concurrency_allocation, go_max, AllocError, AllocProblemItem};
 use super::integrator::IntegratorResults;
 use crate::codec::{CodecResult, Reader, Writer};
 use crate::Nanos;
@@ -95,7 +95,7 @@ pub enum BorrowingRegime {
     /// Allocation problem solved.
     Allocated,
     /// Allocation problem failed (why): previous CurrentCLs kept.
-    AllocationFailed(String),
+    AllocationFailed(AllocError),
 }
 
 /// Result of one adjustment (for metrics and logs).

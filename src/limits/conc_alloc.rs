@@ -7,6 +7,8 @@
 //! Deviation: upstream does not look at NaN/±inf inputs (NaN slips through all comparisons).
 //! Here any non-finite `lower_bound`, `upper_bound` or `target` is an error, checked first.
 
+pub use super::alloc_error::AllocError;
+
 /// One class to which an allocation is made (upstream `allocProblemItem`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AllocProblemItem {
@@ -38,13 +40,13 @@ pub(super) fn go_max(a: f64, b: f64) -> f64 {
 
 /// Returns `(allocs, fair_prop)` or an error saying why the problem has no solution.
 /// `required_sum` is an integer as upstream (`int`).
-pub fn compute_concurrency_allocation(required_sum: i64, classes: &[AllocProblemItem]) -> Result<(Vec<f64>, f64), String> {
+pub fn compute_concurrency_allocation(required_sum: i64, classes: &[AllocProblemItem]) -> Result<(Vec<f64>, f64), AllocError> {
     if required_sum < 0 {
-        return Err("negative sums are not supported".to_string());
+        return Err(AllocError::NegativeSum);
     }
     for (idx, item) in classes.iter().enumerate() {
         if !item.lower_bound.is_finite() || !item.upper_bound.is_finite() || !item.target.is_finite() {
-            return Err(format!("class {idx} has a non-finite bound or target: {item:?}"));
+            return Err(AllocError::NonFinite { class: idx, item: *item });
         }
     }
     let required = required_sum as f64;
@@ -59,13 +61,13 @@ pub fn compute_concurrency_allocation(required_sum: i64, classes: &[AllocProblem
     for (idx, item) in classes.iter().enumerate() {
         let (lower, upper, target) = (item.lower_bound, item.upper_bound, item.target);
         if lower < 0.0 {
-            return Err(format!("lower bound {idx} is {lower} but negative lower bounds are not allowed"));
+            return Err(AllocError::NegativeLowerBound { class: idx, lower });
         }
         if target < lower {
-            return Err(format!("target {idx} is {target}, which is below its lower bound of {lower}"));
+            return Err(AllocError::TargetBelowLowerBound { class: idx, target, lower });
         }
         if upper < lower {
-            return Err(format!("upper bound {idx} is {upper} but should not be less than the lower bound {lower}"));
+            return Err(AllocError::UpperBelowLowerBound { class: idx, upper, lower });
         }
         let target = target_of(item);
         low_sum += lower;
@@ -80,13 +82,13 @@ pub fn compute_concurrency_allocation(required_sum: i64, classes: &[AllocProblem
     }
     if lb_max > 1.0 {
         let excess = lb_max - 1.0;
-        return Err(format!("lbRange.max-1={excess}, which is impossible because lbRange.max can not be greater than 1"));
+        return Err(AllocError::LowerRangeAboveOne { excess });
     }
     if low_sum - required > EPSILON {
-        return Err(format!("lower bounds sum to {low_sum}, which is higher than the required sum of {required_sum}"));
+        return Err(AllocError::LowerBoundsAboveSum { low_sum, required_sum });
     }
     if required - high_sum > EPSILON {
-        return Err(format!("upper bounds sum to {high_sum}, which is lower than the required sum of {required_sum}"));
+        return Err(AllocError::UpperBoundsBelowSum { high_sum, required_sum });
     }
     if required_sum == 0 {
         return Ok((vec![0.0; classes.len()], 0.0));
@@ -115,7 +117,7 @@ pub fn compute_concurrency_allocation(required_sum: i64, classes: &[AllocProblem
             sensitive_target_sum += delta_sensitive_target_sum;
             num_sensitive += delta_sensitive;
             let Some((bound, t, lower)) = bounds.next() else {
-                return Err("impossible: ran out of bounds to consider in bound-constrained problem".to_string());
+                return Err(AllocError::RanOutOfBounds);
             };
             (delta_sensitive, delta_sensitive_target_sum) = if lower { (1, t) } else { (-1, -t) };
             if bound > fair_prop {
