@@ -23,6 +23,30 @@ pub fn required_entropy_bits(deck_size: i32, hand_size: i32) -> i32 {
     }
 }
 
+/// Why a (deck size, hand size) pair is refused, with upstream's messages (`NewDealer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DealerError {
+    NotPositive { deck_size: i32, hand_size: i32 },
+    HandAboveDeck { deck_size: i32, hand_size: i32 },
+    DeckTooLarge { deck_size: i32 },
+    TooMuchEntropy { deck_size: i32, hand_size: i32 },
+}
+
+impl std::fmt::Display for DealerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            DealerError::NotPositive { deck_size, hand_size } => write!(f, "deckSize {deck_size} or handSize {hand_size} is not positive"),
+            DealerError::HandAboveDeck { deck_size, hand_size } => write!(f, "handSize {hand_size} is greater than deckSize {deck_size}"),
+            DealerError::DeckTooLarge { deck_size } => write!(f, "deckSize {deck_size} is impractically large"),
+            DealerError::TooMuchEntropy { deck_size, hand_size } => {
+                write!(f, "required entropy bits of deckSize {deck_size} and handSize {hand_size} is greater than {MAX_HASH_BITS}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for DealerError {}
+
 /// A validated (deck size, hand size) pair.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dealer {
@@ -32,18 +56,18 @@ pub struct Dealer {
 
 impl Dealer {
     /// Upstream `NewDealer`, with its exact error messages.
-    pub fn new(deck_size: i32, hand_size: i32) -> Result<Dealer, String> {
+    pub fn new(deck_size: i32, hand_size: i32) -> Result<Dealer, DealerError> {
         if deck_size <= 0 || hand_size <= 0 {
-            return Err(format!("deckSize {deck_size} or handSize {hand_size} is not positive"));
+            return Err(DealerError::NotPositive { deck_size, hand_size });
         }
         if hand_size > deck_size {
-            return Err(format!("handSize {hand_size} is greater than deckSize {deck_size}"));
+            return Err(DealerError::HandAboveDeck { deck_size, hand_size });
         }
         if deck_size > 1 << 26 {
-            return Err(format!("deckSize {deck_size} is impractically large"));
+            return Err(DealerError::DeckTooLarge { deck_size });
         }
         if required_entropy_bits(deck_size, hand_size) > MAX_HASH_BITS {
-            return Err(format!("required entropy bits of deckSize {deck_size} and handSize {hand_size} is greater than {MAX_HASH_BITS}"));
+            return Err(DealerError::TooMuchEntropy { deck_size, hand_size });
         }
         Ok(Dealer { deck: deck_size as u32, hand: hand_size as u32 })
     }
@@ -94,12 +118,12 @@ mod tests {
 
     #[test]
     fn new_dealer_vectors() {
-        assert_eq!(Dealer::new(512, 8).unwrap_err(), "required entropy bits of deckSize 512 and handSize 8 is greater than 60");
+        assert_eq!(Dealer::new(512, 8).unwrap_err().to_string(), "required entropy bits of deckSize 512 and handSize 8 is greater than 60");
         assert!(Dealer::new(1024, 6).is_ok());
-        assert_eq!(Dealer::new(1 << 27, 2).unwrap_err(), "deckSize 134217728 is impractically large");
-        assert_eq!(Dealer::new(-100, 8).unwrap_err(), "deckSize -100 or handSize 8 is not positive");
-        assert_eq!(Dealer::new(100, 0).unwrap_err(), "deckSize 100 or handSize 0 is not positive");
-        assert_eq!(Dealer::new(100, 101).unwrap_err(), "handSize 101 is greater than deckSize 100");
+        assert_eq!(Dealer::new(1 << 27, 2).unwrap_err().to_string(), "deckSize 134217728 is impractically large");
+        assert_eq!(Dealer::new(-100, 8).unwrap_err().to_string(), "deckSize -100 or handSize 8 is not positive");
+        assert_eq!(Dealer::new(100, 0).unwrap_err().to_string(), "deckSize 100 or handSize 0 is not positive");
+        assert_eq!(Dealer::new(100, 101).unwrap_err().to_string(), "handSize 101 is greater than deckSize 100");
         assert!(Dealer::new(16, 15).is_ok());
         assert!(Dealer::new(17, 15).is_err());
         assert!(Dealer::new(17, 14).is_ok());

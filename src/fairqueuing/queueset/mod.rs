@@ -52,7 +52,7 @@
 use std::collections::VecDeque;
 
 use super::seat_seconds::{duration_per_seat, seats_times_duration, SeatSeconds};
-use super::shuffle_sharding::Dealer;
+use super::shuffle_sharding::{Dealer, DealerError};
 use super::{Dispatched, QueueSetConfig, Receipt, RejectReason, RequestId, RequestTag, WorkEstimate};
 use crate::Nanos;
 
@@ -173,7 +173,7 @@ pub struct QueueSet {
     tot_seats_waiting: u64,
 }
 
-fn dealer(cfg: &QueueSetConfig) -> Result<Dealer, String> {
+fn dealer(cfg: &QueueSetConfig) -> Result<Dealer, DealerError> {
     Dealer::new(cfg.desired_queues, cfg.hand_size.min(i32::MAX as u32) as i32)
 }
 
