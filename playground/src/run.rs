@@ -197,7 +197,7 @@ pub fn binned_series(trace: &SeatTrace, clients: usize, bins: usize) -> (Vec<f64
 pub fn simulate_value(scenario: &str) -> Value {
     let (result, trace) = match run_scenario_traced(scenario.as_bytes()) {
         Ok(r) => r,
-        Err(e) => return fail(vec![e]),
+        Err(e) => return fail(vec![e.to_string()]),
     };
     let mut out = match serde_json::to_value(&result) {
         Ok(v) => v,

@@ -131,7 +131,13 @@ fn expected(what: &str, v: &Value) -> ConfigError {
 }
 
 /// `m[key]` converted by `conv`; `default` when absent or null, or (with an error) invalid.
-fn field<T>(m: &Map<String, Value>, key: &str, default: T, errs: &mut ConfigErrors, conv: impl FnOnce(&Value) -> Result<T, ConfigError>) -> T {
+fn field<T>(
+    m: &Map<String, Value>,
+    key: &str,
+    default: T,
+    errs: &mut ConfigErrors,
+    conv: impl FnOnce(&Value) -> Result<T, ConfigError>,
+) -> T {
     let value = m.get(key).filter(|v| !v.is_null()).map(conv).transpose();
     value.map_err(|e| errs.push(e.at(key).to_string())).ok().flatten().unwrap_or(default)
 }

@@ -121,7 +121,9 @@ impl ClusterFetch {
     /// reply keeps the previous one, and discovery is retried at the next read); then the lists.
     fn discovery_response(&mut self, h: &dyn Host, cp: &ClusterPolicy, body_size: usize) {
         let outcome = match call_status(h) {
-            Some(200) => discovery::choose_version(&h.body_bytes(Body::CallResponse, 0, body_size).unwrap_or_default()).map_err(|e| e.to_string()),
+            Some(200) => {
+                discovery::choose_version(&h.body_bytes(Body::CallResponse, 0, body_size).unwrap_or_default()).map_err(|e| e.to_string())
+            }
             status => Err(describe_status(status)),
         };
         match outcome {

@@ -9,14 +9,36 @@ pub enum AllocError {
     /// `required_sum` is negative.
     NegativeSum,
     /// A class has a NaN or infinite bound or target (checked here, not upstream).
-    NonFinite { class: usize, item: AllocProblemItem },
-    NegativeLowerBound { class: usize, lower: f64 },
-    TargetBelowLowerBound { class: usize, target: f64, lower: f64 },
-    UpperBelowLowerBound { class: usize, upper: f64, lower: f64 },
+    NonFinite {
+        class: usize,
+        item: AllocProblemItem,
+    },
+    NegativeLowerBound {
+        class: usize,
+        lower: f64,
+    },
+    TargetBelowLowerBound {
+        class: usize,
+        target: f64,
+        lower: f64,
+    },
+    UpperBelowLowerBound {
+        class: usize,
+        upper: f64,
+        lower: f64,
+    },
     /// The largest relative lower bound exceeds 1 by `excess`.
-    LowerRangeAboveOne { excess: f64 },
-    LowerBoundsAboveSum { low_sum: f64, required_sum: i64 },
-    UpperBoundsBelowSum { high_sum: f64, required_sum: i64 },
+    LowerRangeAboveOne {
+        excess: f64,
+    },
+    LowerBoundsAboveSum {
+        low_sum: f64,
+        required_sum: i64,
+    },
+    UpperBoundsBelowSum {
+        high_sum: f64,
+        required_sum: i64,
+    },
     /// The bound walk ran out of bounds (upstream's "impossible").
     RanOutOfBounds,
 }

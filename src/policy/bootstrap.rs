@@ -8,12 +8,12 @@
 //! Built-in ("imagined") objects have an empty uid, as upstream's imagined mandatory objects.
 use serde_json::Value;
 
+use super::error::PolicyError;
 use super::model::{NonResourcePolicyRule, Policy, Queuing, ResourcePolicyRule};
 use super::objects::{
     ApiObject, ApiVersion, ExemptObject, FlowSchemaObject, FlowSchemaSpec, LimitResponseObject, LimitedObject, Object, ObjectMeta,
     PriorityLevelObject, PriorityLevelSpecObject, RuleObject, ServiceAccountObject, SubjectObject,
 };
-use super::error::PolicyError;
 use super::validation::{quote, validate_objects};
 
 pub const NAME_EXEMPT: &str = "exempt";

@@ -225,7 +225,8 @@ fn list_items(list: &Value) -> Result<Vec<Value>, ResponseError> {
     let kind = list.get("kind").and_then(Value::as_str).unwrap_or("");
     let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
     let api_version = list.get("apiVersion").and_then(Value::as_str).unwrap_or("flowcontrol.apiserver.k8s.io/v1");
-    let items = list.get("items").and_then(Value::as_array).ok_or_else(|| ResponseError::policy_list(format!("{kind:?} response has no items")))?;
+    let items =
+        list.get("items").and_then(Value::as_array).ok_or_else(|| ResponseError::policy_list(format!("{kind:?} response has no items")))?;
     let mut items = items.clone();
     for m in items.iter_mut().filter_map(Value::as_object_mut) {
         if let Some(k) = item_kind {

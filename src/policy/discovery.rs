@@ -67,7 +67,8 @@ pub fn choose_version(body: &[u8]) -> Result<Discovered, ResponseError> {
     if name != GROUP {
         return Err(ResponseError::discovery(format!("discovery document: group {name:?}, expected {GROUP:?}")));
     }
-    let versions = doc.get("versions").and_then(Value::as_array).ok_or_else(|| ResponseError::discovery("discovery document: no versions"))?;
+    let versions =
+        doc.get("versions").and_then(Value::as_array).ok_or_else(|| ResponseError::discovery("discovery document: no versions"))?;
     let served: Vec<String> = versions.iter().filter_map(entry_version).collect();
     let preferred = doc.get("preferredVersion").and_then(entry_version);
     let pick_preferred = preferred.as_deref().filter(|p| served.iter().any(|s| s == p)).and_then(understood);

@@ -17,11 +17,11 @@ use std::cell::RefCell;
 
 use serde_json::{Map, Value};
 
+use super::error::FieldError;
 use super::model::{
     Distinguisher, FlowSchema, LimitResponse, NonResourcePolicyRule, PolicyRulesWithSubjects, PriorityLevel, PriorityLevelSpec, Queuing,
     ResourcePolicyRule, Subject,
 };
-use super::error::FieldError;
 use super::validation::{invalid, json_repr, not_supported, quote, required};
 
 /// Annotation that keeps a v1beta3 `nominalConcurrencyShares: 0` from being defaulted to 30.

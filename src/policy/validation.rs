@@ -15,8 +15,8 @@ use std::fmt;
 
 use serde_json::Value;
 
-use super::error::{FieldError, FieldErrorKind, NameError, PolicyError};
 use super::bootstrap::{mandatory_flow_schemas, mandatory_priority_levels};
+use super::error::{FieldError, FieldErrorKind, NameError, PolicyError};
 use super::model::{NonResourcePolicyRule, Queuing, ResourcePolicyRule};
 use super::objects::{ApiObject, FlowSchemaObject, PriorityLevelObject, RuleObject, SubjectObject};
 use crate::fairqueuing::shuffle_sharding::{required_entropy_bits, MAX_HASH_BITS};

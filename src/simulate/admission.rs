@@ -9,8 +9,8 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use super::SimError;
 use super::results::CallKind;
+use super::SimError;
 use crate::fairqueuing::queueset::{Arrival, QueueSet};
 use crate::fairqueuing::{Dispatched, QueueSetConfig, Receipt, RejectReason, RequestId, RequestTag, WorkEstimate};
 use crate::Nanos;
@@ -87,7 +87,12 @@ pub struct BareQueueSet {
 
 impl BareQueueSet {
     pub fn new(cfg: QueueSetConfig, start: Nanos) -> Result<BareQueueSet, SimError> {
-        Ok(BareQueueSet { qs: QueueSet::new(cfg, start).map_err(SimError::scenario)?, pending: HashMap::new(), running: HashMap::new(), out: Vec::new() })
+        Ok(BareQueueSet {
+            qs: QueueSet::new(cfg, start).map_err(SimError::scenario)?,
+            pending: HashMap::new(),
+            running: HashMap::new(),
+            out: Vec::new(),
+        })
     }
 
     fn dispatched(&mut self, out: &mut Outcomes) {

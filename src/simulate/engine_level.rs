@@ -13,10 +13,10 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::SimError;
 use super::admission::{Admission, Call, CallId, Outcomes};
 use super::results::CallKind;
 use super::scenario::Scenario;
+use super::SimError;
 use crate::config::PluginConfig;
 use crate::engine::requests::{Ctx, Entry, Host, Requests};
 use crate::engine::store::{MemStore, Store, WorkerStore};

@@ -4,12 +4,12 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
 
-use super::SimError;
 use super::add_time;
 use super::admission::{Admission, Call, CallId};
 use super::jitter::service_time;
 use super::results::{Accounts, CallKind};
 use super::scenario::{Client, Pacing, Scenario};
+use super::SimError;
 use crate::fairqueuing::RequestTag;
 use crate::Nanos;
 

@@ -22,11 +22,11 @@ use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
-use super::SimError;
 use super::admission::{Admission, Call, CallId, Outcomes};
 use super::engine_level::{EngineLevel, LEVEL_NAME};
 use super::results::{FleetResult, ReplicaResult};
 use super::scenario::{FleetSim, Scenario};
+use super::SimError;
 use crate::engine::{self, store::MemStore, LevelState};
 use crate::fairqueuing::queueset::QueueSet;
 use crate::fleet::{EtcdCall, Fleet, FleetFeed, FleetLevel, FleetPolicy};

@@ -62,10 +62,10 @@ pub use results::{
 };
 
 use crate::engine::store::MemStore;
-pub use error::{SimError, SimErrorKind};
 use crate::Nanos;
 use admission::{Admission, BareQueueSet};
 use engine_level::EngineLevel;
+pub use error::{SimError, SimErrorKind};
 use event_loop::EventLoop;
 use fleet::FleetLevels;
 use results::Accounts;
