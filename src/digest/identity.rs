@@ -211,32 +211,27 @@ impl IdentitySource {
         (!mtls || input.mtls) && (cidrs.is_empty() || input.peer.is_some_and(|ip| cidrs.iter().any(|c| c.contains(ip))))
     }
 
-    /// Exact (lowercase) header names this source reads.
-    pub fn header_names(&self) -> Vec<String> {
+    /// The exact header names this source reads and the header-name prefix it reads, as
+    /// configured (any case; compare without case).
+    fn headers_read(&self) -> ([Option<&str>; 3], Option<&str>) {
         match self {
-            IdentitySource::FrontProxy { user_header, group_header, .. } => {
-                vec![user_header.to_ascii_lowercase(), group_header.to_ascii_lowercase()]
+            IdentitySource::FrontProxy { user_header, group_header, extra_header_prefix, .. } => {
+                ([Some(user_header), Some(group_header), None], Some(extra_header_prefix.as_str()).filter(|p| !p.is_empty()))
             }
             IdentitySource::Impersonation { .. } => {
-                vec![IMPERSONATE_USER.into(), IMPERSONATE_GROUP.into(), IMPERSONATE_UID.into()]
+                ([Some(IMPERSONATE_USER), Some(IMPERSONATE_GROUP), Some(IMPERSONATE_UID)], Some(IMPERSONATE_EXTRA))
             }
-            _ => Vec::new(),
+            _ => ([None; 3], None),
         }
     }
 
-    /// Lowercase header-name prefixes this source reads.
-    pub fn header_prefixes(&self) -> Vec<String> {
-        match self {
-            IdentitySource::FrontProxy { extra_header_prefix, .. } if !extra_header_prefix.is_empty() => {
-                vec![extra_header_prefix.to_ascii_lowercase()]
-            }
-            IdentitySource::Impersonation { .. } => vec![IMPERSONATE_EXTRA.into()],
-            _ => Vec::new(),
-        }
-    }
-
+    /// Whether this source reads the header `lname` (lowercase); allocates nothing (it runs
+    /// for every header of a request whose identity headers are stripped).
     fn reads(&self, lname: &str) -> bool {
-        self.header_names().iter().any(|n| n == lname) || self.header_prefixes().iter().any(|p| lname.starts_with(p.as_str()))
+        debug_assert!(!lname.bytes().any(|b| b.is_ascii_uppercase()), "{lname:?} is not lowercase");
+        let (names, prefix) = self.headers_read();
+        let starts_with = |p: &str| lname.as_bytes().get(..p.len()).is_some_and(|head| head.eq_ignore_ascii_case(p.as_bytes()));
+        names.into_iter().flatten().any(|n| n.eq_ignore_ascii_case(lname)) || prefix.is_some_and(starts_with)
     }
 }
 
@@ -579,12 +574,12 @@ fn forwardable(v: &str) -> bool {
 impl IdentityConfig {
     /// Lowercase exact header names the sources read (prefix-based ones: [`Self::header_prefixes`]).
     pub fn header_names(&self) -> Vec<String> {
-        unique(self.sources.iter().flat_map(IdentitySource::header_names))
+        unique(self.sources.iter().flat_map(|s| s.headers_read().0).flatten().map(str::to_ascii_lowercase))
     }
 
     /// Lowercase header-name prefixes the sources read (`x-remote-extra-`, `impersonate-extra-`).
     pub fn header_prefixes(&self) -> Vec<String> {
-        unique(self.sources.iter().flat_map(IdentitySource::header_prefixes))
+        unique(self.sources.iter().filter_map(|s| s.headers_read().1).map(str::to_ascii_lowercase))
     }
 
     /// Names (lowercase, as present in `input`) of headers to remove before forwarding: those
