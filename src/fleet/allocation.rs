@@ -105,7 +105,7 @@ impl Allocation {
 }
 
 /// Non-finite and negative values count as 0.
-fn clean(x: f64) -> f64 {
+pub fn clean(x: f64) -> f64 {
     if x.is_finite() && x > 0.0 {
         x
     } else {

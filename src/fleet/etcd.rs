@@ -114,7 +114,7 @@ pub mod wire {
     /// Bytes as base64 (`base64.StdEncoding`, as Go's `encoding/json` writes `[]byte`).
     pub mod bytes {
         use super::*;
-        use crate::fleet::base64;
+        use crate::base64;
 
         pub fn serialize<S: Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
             s.serialize_str(&base64::encode(b))
@@ -417,7 +417,7 @@ impl From<Compare> for CompareWire {
             CompareTarget::Version(x) => ("VERSION", &mut w.version, x.to_string()),
             CompareTarget::Create(x) => ("CREATE", &mut w.create_revision, x.to_string()),
             CompareTarget::Mod(x) => ("MOD", &mut w.mod_revision, x.to_string()),
-            CompareTarget::Value(b) => ("VALUE", &mut w.value, super::base64::encode(&b)),
+            CompareTarget::Value(b) => ("VALUE", &mut w.value, crate::base64::encode(&b)),
             CompareTarget::Lease(x) => ("LEASE", &mut w.lease, x.to_string()),
         };
         *slot = Value::String(value);

@@ -49,26 +49,22 @@ pub struct FleetPolicy {
 impl FleetPolicy {
     /// The static limits of `levels` at the fleet limit `server_cl`.
     pub fn new(server_cl: u32, levels: &[PriorityLevel]) -> FleetPolicy {
-        let (limits, _) = compute_limits(server_cl, levels);
-        let levels = levels.iter().zip(limits).map(|(l, limits)| FleetLevel {
-            name: l.name.clone(),
-            exempt: l.is_exempt(),
-            queue_seats: queue_seats(l, &limits),
-            limits,
-        });
-        FleetPolicy { server_concurrency_limit: server_cl, levels: levels.collect() }
+        FleetPolicy::with_limits(server_cl, levels, &compute_limits(server_cl, levels).0)
     }
 
     /// The levels of a parsed plugin configuration (its limits are already computed).
     pub fn from_config(cfg: &PluginConfig) -> FleetPolicy {
-        let levels = cfg.policy.priority_levels.iter().zip(&cfg.limits);
-        let levels = levels.map(|(l, limits)| FleetLevel {
+        FleetPolicy::with_limits(cfg.server_concurrency_limit, &cfg.policy.priority_levels, &cfg.limits)
+    }
+
+    fn with_limits(server_cl: u32, levels: &[PriorityLevel], limits: &[LevelLimits]) -> FleetPolicy {
+        let level = |(l, limits): (&PriorityLevel, &LevelLimits)| FleetLevel {
             name: l.name.clone(),
             exempt: l.is_exempt(),
             queue_seats: queue_seats(l, limits),
             limits: *limits,
-        });
-        FleetPolicy { server_concurrency_limit: cfg.server_concurrency_limit, levels: levels.collect() }
+        };
+        FleetPolicy { server_concurrency_limit: server_cl, levels: levels.iter().zip(limits).map(level).collect() }
     }
 
     /// `nominalCLSum`: Σ NominalCL over every level, exempt ones included (upstream passes it to
@@ -79,6 +75,11 @@ impl FleetPolicy {
 
     pub fn index(&self, name: &str) -> Option<usize> {
         self.levels.iter().position(|l| l.name == name)
+    }
+
+    /// Whether the level `name` is in the policy and limited (not exempt).
+    pub fn is_limited(&self, name: &str) -> bool {
+        self.levels.iter().any(|l| l.name == name && !l.exempt)
     }
 
     /// How many levels are limited (not exempt).

@@ -10,7 +10,7 @@
 use super::allocation::{allocate, Allocation, ReplicaDemand, WideNeed};
 use super::etcd::{EtcdError, RangeResponse};
 use super::levels::FleetPolicy;
-use super::record::{valid_replica_id, LevelRecord, Record};
+use super::record::{valid_replica_id, LevelRecord, Record, RecordError};
 use crate::limits::borrowing::SeatDemandStats;
 
 /// One key under the prefix.
@@ -21,7 +21,7 @@ pub struct ReplicaEntry {
     pub mod_revision: i64,
     pub lease: i64,
     /// The decoded record, or why it does not decode.
-    pub record: Result<Record, String>,
+    pub record: Result<Record, RecordError>,
 }
 
 /// A key under the prefix that is not taken for a replica's record, and why.
