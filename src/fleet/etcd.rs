@@ -151,6 +151,17 @@ pub mod wire {
         }
     }
 
+    /// An enum: its name, or its number (`null`: the first variant).
+    pub fn enumeration<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<T, D::Error> {
+        use serde::de::IntoDeserializer;
+        let index = |i: Option<u64>| u32::try_from(i.unwrap_or(u64::MAX)).map_err(D::Error::custom);
+        match Value::deserialize(d)? {
+            Value::Null => T::deserialize(0u32.into_deserializer()),
+            Value::Number(n) => T::deserialize(index(n.as_u64())?.into_deserializer()),
+            v => T::deserialize(v).map_err(D::Error::custom),
+        }
+    }
+
     pub fn is_default<T: Default + PartialEq>(x: &T) -> bool {
         *x == T::default()
     }
@@ -329,12 +340,26 @@ pub enum CompareTarget {
 }
 
 /// `Compare.CompareResult`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum CompareResult {
+    #[default]
     Equal,
     Greater,
     Less,
     NotEqual,
+}
+
+/// `Compare.CompareTarget`'s names.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+enum TargetName {
+    #[default]
+    Version,
+    Create,
+    Mod,
+    Value,
+    Lease,
 }
 
 /// A compare on the wire: the target's name and its value in the field of that name (written
@@ -346,8 +371,10 @@ struct CompareWire {
     key: Vec<u8>,
     #[serde(with = "wire::bytes", alias = "rangeEnd", skip_serializing_if = "Vec::is_empty")]
     range_end: Vec<u8>,
-    result: Value,
-    target: Value,
+    #[serde(deserialize_with = "wire::enumeration")]
+    result: CompareResult,
+    #[serde(deserialize_with = "wire::enumeration")]
+    target: TargetName,
     #[serde(skip_serializing_if = "Value::is_null")]
     version: Value,
     #[serde(alias = "createRevision", skip_serializing_if = "Value::is_null")]
@@ -370,58 +397,33 @@ pub struct Compare {
     pub target: CompareTarget,
 }
 
-const TARGETS: [&str; 5] = ["VERSION", "CREATE", "MOD", "VALUE", "LEASE"];
-const RESULTS: [&str; 4] = ["EQUAL", "GREATER", "LESS", "NOT_EQUAL"];
-
-/// An enum field: its name or its number, the first variant when absent.
-fn enum_index(v: &Value, variants: &[&str]) -> Result<usize, String> {
-    let known = |i: usize| (i < variants.len()).then_some(i);
-    match v {
-        Value::Null => Ok(0),
-        Value::String(s) => variants.iter().position(|x| x == s).ok_or_else(|| format!("unknown enum value {s:?}")),
-        Value::Number(n) => {
-            n.as_u64().and_then(|i| usize::try_from(i).ok()).and_then(known).ok_or_else(|| format!("unknown enum value {n}"))
-        }
-        _ => Err("enum: expected a string or a number".to_string()),
-    }
-}
-
 impl TryFrom<CompareWire> for Compare {
-    type Error = String;
+    type Error = serde_json::Error;
 
-    fn try_from(w: CompareWire) -> Result<Compare, String> {
-        let result = [CompareResult::Equal, CompareResult::Greater, CompareResult::Less, CompareResult::NotEqual];
-        let result = result.get(enum_index(&w.result, &RESULTS)?).copied().unwrap_or(CompareResult::Equal);
-        let int = |v: Value| wire::int::deserialize(v).map_err(|e| e.to_string());
-        let target = match enum_index(&w.target, &TARGETS)? {
-            0 => CompareTarget::Version(int(w.version)?),
-            1 => CompareTarget::Create(int(w.create_revision)?),
-            2 => CompareTarget::Mod(int(w.mod_revision)?),
-            3 => CompareTarget::Value(wire::bytes::deserialize(w.value).map_err(|e| e.to_string())?),
-            _ => CompareTarget::Lease(int(w.lease)?),
+    fn try_from(w: CompareWire) -> Result<Compare, serde_json::Error> {
+        let target = match w.target {
+            TargetName::Version => CompareTarget::Version(wire::int::deserialize(w.version)?),
+            TargetName::Create => CompareTarget::Create(wire::int::deserialize(w.create_revision)?),
+            TargetName::Mod => CompareTarget::Mod(wire::int::deserialize(w.mod_revision)?),
+            TargetName::Value => CompareTarget::Value(wire::bytes::deserialize(w.value)?),
+            TargetName::Lease => CompareTarget::Lease(wire::int::deserialize(w.lease)?),
         };
-        Ok(Compare { key: w.key, range_end: w.range_end, result, target })
+        Ok(Compare { key: w.key, range_end: w.range_end, result: w.result, target })
     }
 }
 
 impl From<Compare> for CompareWire {
     fn from(c: Compare) -> CompareWire {
-        let result = match c.result {
-            CompareResult::Equal => "EQUAL",
-            CompareResult::Greater => "GREATER",
-            CompareResult::Less => "LESS",
-            CompareResult::NotEqual => "NOT_EQUAL",
-        };
-        let mut w = CompareWire { key: c.key, range_end: c.range_end, result: result.into(), ..CompareWire::default() };
+        let mut w = CompareWire { key: c.key, range_end: c.range_end, result: c.result, ..CompareWire::default() };
         let (target, slot, value) = match c.target {
-            CompareTarget::Version(x) => ("VERSION", &mut w.version, x.to_string()),
-            CompareTarget::Create(x) => ("CREATE", &mut w.create_revision, x.to_string()),
-            CompareTarget::Mod(x) => ("MOD", &mut w.mod_revision, x.to_string()),
-            CompareTarget::Value(b) => ("VALUE", &mut w.value, crate::base64::encode(&b)),
-            CompareTarget::Lease(x) => ("LEASE", &mut w.lease, x.to_string()),
+            CompareTarget::Version(x) => (TargetName::Version, &mut w.version, x.to_string()),
+            CompareTarget::Create(x) => (TargetName::Create, &mut w.create_revision, x.to_string()),
+            CompareTarget::Mod(x) => (TargetName::Mod, &mut w.mod_revision, x.to_string()),
+            CompareTarget::Value(b) => (TargetName::Value, &mut w.value, crate::base64::encode(&b)),
+            CompareTarget::Lease(x) => (TargetName::Lease, &mut w.lease, x.to_string()),
         };
         *slot = Value::String(value);
-        w.target = target.into();
+        w.target = target;
         w
     }
 }
@@ -616,10 +618,6 @@ impl LeaseResponse {
 pub struct HeaderResponse {
     #[serde(deserialize_with = "wire::object")]
     pub header: Header,
-}
-
-pub fn decode_header_only(status: u16, body: &[u8]) -> Res<Header> {
-    from_object(&answer(status, body)?).map(|r: HeaderResponse| r.header)
 }
 
 /// `/v3/auth/authenticate`'s answer.
