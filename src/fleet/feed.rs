@@ -1,17 +1,10 @@
 //! Feeding one process's [`Fleet`] from its priority levels and applying the fleet's limits to
-//! them: what a host does around the state machine, with the host's own concerns (which worker
-//! drives, sending the calls, routing the notices) left to it. The gateway
-//! (`gateway::fleet`) and the simulator (`simulate::fleet`) both drive the fleet through this.
-//!
-//! Every timer tick the host calls [`FleetFeed::tick`]: every [`SAMPLE_EVERY`] each level's seat
-//! demand (seats in use plus seats waiting, what upstream's `queueset.go` keeps in its
-//! `seatDemandIntegrator`) goes into a per-period integrator, and the seats in use (under the
-//! generation of the limits last applied) and the widest waiting request are noted, the seats in
-//! use going to the fleet at once; every `period` the period's demand statistics
-//! (`SeatDemandStats::update`, upstream `seatDemandStats.update`) and the period's widest waiting
-//! request go to the fleet. The host sends the
-//! calls [`FleetFeed::tick`] and [`FleetFeed::on_response`] return, and calls
-//! [`FleetFeed::apply`] after each (forced at the end of a period).
+//! them, shared by the gateway (`gateway::fleet`) and the simulator (`simulate::fleet`); the
+//! host's own concerns (which worker drives, sending the calls, routing notices) stay with it.
+//! Every [`SAMPLE_EVERY`] each level's seat demand (in use plus waiting, upstream `queueset.go`'s
+//! `seatDemandIntegrator`), seats in use and widest waiting request are sampled, seats in use
+//! going to the fleet at once; every `period` the demand statistics (upstream
+//! `seatDemandStats.update`) and the widest waiting requests go to the fleet.
 
 use super::claim::{EtcdCall, Fleet};
 use super::levels::FleetPolicy;
