@@ -1,18 +1,11 @@
-//! The etcd v3 JSON API (the grpc-gateway at `/v3/*`, etcd 3.4 to 3.7): the requests and
-//! responses the fleet uses, as serde types — a replica encodes requests and decodes responses;
-//! the in-memory model (`crate::simulate::memetcd`) decodes requests and encodes responses
-//! through the same derives.
-//!
-//! The gateway's conventions (etcd `api/etcdserverpb/gw/rpc.pb.gw.go`, `dev-guide/api_grpc_gateway.md`):
-//! keys and values are base64; 64-bit integers are JSON strings (numbers are accepted when
-//! decoding); fields with their default value are omitted (a false `succeeded`, a zero `TTL`,
-//! an empty `kvs` are absent); field names are snake_case (camelCase accepted when decoding
-//! requests). Errors are a non-200 status with `{"error", "code", "message"}` (3.6 dropped
-//! `error`), or `{"error": {...}}` in a streamed answer. The field encodings are written once,
-//! in [`wire`].
-//!
-//! Every decoder is total: malformed JSON, a missing or mistyped field, bad base64 → an
-//! [`EtcdError`], never a panic.
+//! The etcd v3 JSON API (the grpc-gateway at `/v3/*`, etcd 3.4 to 3.7) as serde types: a
+//! replica encodes requests and decodes responses, the in-memory model
+//! (`crate::simulate::memetcd`) the reverse, through the same derives. The gateway's conventions
+//! (etcd `api/etcdserverpb/gw/rpc.pb.gw.go`), written once in [`wire`]: keys and values base64,
+//! 64-bit integers JSON strings (numbers accepted), default values omitted, snake_case names
+//! (camelCase accepted in requests). Errors are a non-200 status with `{"error", "code",
+//! "message"}` (3.6 dropped `error`), or `{"error": {...}}` in a streamed answer. Every decoder
+//! is total: anything malformed is an [`EtcdError`], never a panic.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -253,9 +246,6 @@ pub fn prefix_range_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
-// ---------------------------------------------------------------------------------------------
-// requests
-
 /// `{"name", "password"}` for `/v3/auth/authenticate`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default)]
@@ -316,17 +306,12 @@ pub struct PutRequest {
     pub lease: i64,
 }
 
-/// A delete of `[key, range_end)`: the same fields as a range.
-pub type DeleteRangeRequest = RangeRequest;
-
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RequestOp {
     #[serde(rename = "request_range", alias = "requestRange")]
     Range(RangeRequest),
     #[serde(rename = "request_put", alias = "requestPut")]
     Put(PutRequest),
-    #[serde(rename = "request_delete_range", alias = "requestDeleteRange")]
-    DeleteRange(DeleteRangeRequest),
 }
 
 /// `Compare.CompareTarget` with the value compared against.
@@ -469,9 +454,6 @@ impl TxnRequest {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// responses
-
 /// `ResponseHeader`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default)]
@@ -533,13 +515,6 @@ pub enum ResponseOp {
     Put {
         #[serde(default, deserialize_with = "wire::object")]
         header: Header,
-    },
-    #[serde(rename = "response_delete_range")]
-    DeleteRange {
-        #[serde(default, deserialize_with = "wire::object")]
-        header: Header,
-        #[serde(default, with = "wire::int", skip_serializing_if = "wire::is_default")]
-        deleted: i64,
     },
 }
 

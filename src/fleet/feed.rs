@@ -7,7 +7,7 @@
 //! `seatDemandStats.update`) and the widest waiting requests go to the fleet.
 
 use super::claim::{EtcdCall, Fleet};
-use super::levels::FleetPolicy;
+use super::levels::{remap, FleetPolicy};
 use crate::engine::store::Store;
 use crate::engine::{self, Compiled, EngineError, Notice};
 use crate::limits::borrowing::SeatDemandStats;
@@ -80,11 +80,9 @@ impl FleetFeed {
     /// period's demand, seats in use and widest waiting request carry over by level name.
     pub fn reconfigure(&mut self, c: &Compiled, now: Nanos) {
         let map: Vec<Option<usize>> = c.levels.iter().map(|l| self.names.iter().position(|n| *n == l.name)).collect();
-        let take = |i: &Option<usize>| i.and_then(|i| self.demand.get(i).cloned()).unwrap_or_else(|| Integrator::new(now));
-        self.demand = map.iter().map(take).collect();
-        let pick = |v: &[u32]| map.iter().map(|i| i.and_then(|i| v.get(i).copied()).unwrap_or(0)).collect::<Vec<u32>>();
-        (self.in_use, self.widest) = (pick(&self.in_use), pick(&self.widest));
-        self.stats = map.iter().map(|i| i.and_then(|i| self.stats.get(i).copied()).unwrap_or_default()).collect();
+        self.demand = remap(&self.demand, &map, Integrator::new(now));
+        self.stats = remap(&self.stats, &map, SeatDemandStats::default());
+        (self.in_use, self.widest) = (remap(&self.in_use, &map, 0), remap(&self.widest, &map, 0));
         self.names = c.levels.iter().map(|l| l.name.clone()).collect();
         self.generation = c.generation;
         // The levels run the limits last applied until the next apply (this configuration's

@@ -38,6 +38,12 @@ pub fn widest_request(limits: &LevelLimits) -> u32 {
     limits.max_seats.filter(|&m| m != 0 && m <= MAXIMUM_LIST_SEATS_SIZE_BASED).unwrap_or(MAXIMUM_LIST_SEATS_SIZE_BASED)
 }
 
+/// `v` (in an old policy's level order) in a new policy's order: `map` names each new level's
+/// old index; a level new to the policy gets `fill`.
+pub fn remap<T: Clone>(v: &[T], map: &[Option<usize>], fill: T) -> Vec<T> {
+    map.iter().map(|m| m.and_then(|i| v.get(i).cloned()).unwrap_or_else(|| fill.clone())).collect()
+}
+
 /// The fleet limit and its levels (in the policy's order, which the engine also uses).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FleetPolicy {

@@ -50,10 +50,8 @@ use slot::LevelSlot;
 /// raises that follow it at once).
 pub const MAX_WRITES_PER_PERIOD: u32 = 4;
 
-/// Between rounds, every `period / NUDGES_PER_PERIOD` a replica whose claims can come down
-/// (its seats in use drained under a lower limit) writes them lower, and one that may use more
-/// than it is granted reads the fleet again to raise into seats the others freed: seats move
-/// within a period of being freed rather than at the next rounds of both replicas.
+/// Between rounds, every `period / NUDGES_PER_PERIOD`, a replica writes claims that can come
+/// down, or reads the fleet to raise into freed seats: seats move within a period of being freed.
 pub const NUDGES_PER_PERIOD: i64 = 4;
 
 /// Where the replica stands.
@@ -67,13 +65,10 @@ pub enum FleetMode {
     /// claims and granted seats.
     Fallback,
     /// Leaving the fleet gracefully ([`Fleet::leave_gracefully`]): nothing new admitted on
-    /// limited levels, the claims lowered to the seats in use as they drain, then the lease
-    /// revoked.
+    /// limited levels, the claims following the seats in use down, then the lease revoked.
     Leaving,
-    /// etcd lost its data (its revision went back, its cluster id changed, or the lease or the
-    /// whole fleet vanished while the lease was trusted): for `leaseTtl` from the detection, at
-    /// most the static share of the last fleet known before the loss and the seats granted
-    /// then, also while registering again and after the new registration's grant.
+    /// etcd lost its data ([`Fleet::data_losses`]): for `leaseTtl`, at most the static share of
+    /// the last fleet known before the loss and the seats granted then.
     Recovering,
 }
 
@@ -173,9 +168,6 @@ impl Fleet {
         })
     }
 
-    // -----------------------------------------------------------------------------------------
-    // inputs
-
     /// This replica's seat demand statistics per level (policy order), as the engine keeps them
     /// for upstream's borrowing; published with the next write.
     pub fn set_local_demand(&mut self, demand: &[SeatDemandStats]) {
@@ -220,9 +212,6 @@ impl Fleet {
         self.in_use_generation = generation;
         self.limits.forget_before(generation);
     }
-
-    // -----------------------------------------------------------------------------------------
-    // outputs
 
     /// Seats this replica may use now, per level (policy order); `None` for exempt levels.
     pub fn limits(&self) -> &[Option<u32>] {

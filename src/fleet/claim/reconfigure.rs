@@ -3,10 +3,10 @@
 //! once by revoking the lease).
 
 use super::calls::{CallKind, EtcdCall};
-use super::slot::{remap, LevelSlot};
+use super::slot::LevelSlot;
 use super::Fleet;
 use crate::fleet::etcd;
-use crate::fleet::levels::FleetPolicy;
+use crate::fleet::levels::{remap, FleetPolicy};
 use crate::Nanos;
 
 impl Fleet {
