@@ -10,7 +10,7 @@
 //! break the fleet's sum). Exempt levels are not split; their fleet CurrentCL is reported.
 
 use super::levels::FleetPolicy;
-use crate::limits::borrowing::{update_borrowing, BorrowingLevel, BorrowingRegime, SeatDemandStats};
+use crate::limits::borrowing::{update_borrowing, BorrowingLevel, SeatDemandStats};
 
 /// The guaranteed minimum is `⌊C / (MIN_SHARE_DIVISOR × N)⌋`: with 8, the replicas without
 /// demand keep at most 1/8 of a level's seats, so a replica with all the load gets ≥ 7/8 of them.
@@ -62,9 +62,6 @@ pub struct Allocation {
     pub replicas: Vec<String>,
     /// Per level, in the policy's order.
     pub levels: Vec<LevelAllocation>,
-    /// Which regime of `updateBorrowingLocked` applied.
-    pub regime: BorrowingRegime,
-    pub fair_frac: f64,
 }
 
 impl Allocation {
@@ -161,10 +158,7 @@ pub fn split_seats(current: u32, weights: &[u64]) -> Vec<u32> {
     let left = u128::from(rest).saturating_sub(given);
     let mut order: Vec<usize> = (0..n).collect();
     // Largest remainder first; equal remainders go to the replica that sorts first by id.
-    order.sort_by(|&a, &b| {
-        let (ra, rb) = (quotas.get(a).map_or(0, |q| q.1), quotas.get(b).map_or(0, |q| q.1));
-        rb.cmp(&ra).then(a.cmp(&b))
-    });
+    order.sort_by_key(|&i| (std::cmp::Reverse(quotas.get(i).map_or(0, |q| q.1)), i));
     let mut seats: Vec<u32> = quotas.iter().map(|q| minimum.saturating_add(u32::try_from(q.0).unwrap_or(u32::MAX))).collect();
     for &i in order.iter().take(usize::try_from(left).unwrap_or(n)) {
         if let Some(s) = seats.get_mut(i) {
@@ -210,11 +204,8 @@ pub fn make_room_for_wide(current: u32, minimum: u32, seats: &mut [u32], wide: &
                 *s = s.saturating_sub(1);
             }
         }
-        if let Some(s) = seats.get_mut(i) {
-            *s = need(i);
-        }
-        if let Some(x) = served.get_mut(i) {
-            *x = true;
+        if let (Some(s), Some(x)) = (seats.get_mut(i), served.get_mut(i)) {
+            (*s, *x) = (need(i), true);
         }
     }
 }
@@ -276,7 +267,7 @@ pub fn allocate(policy: &FleetPolicy, replicas: &[ReplicaDemand<'_>]) -> Allocat
             current: l.limits.initial_current,
         })
         .collect();
-    let outcome = update_borrowing(&mut borrowing, policy.nominal_sum());
+    update_borrowing(&mut borrowing, policy.nominal_sum());
     // Step 2: split each limited level among the replicas.
     let n = sorted.len();
     let levels = borrowing
@@ -295,12 +286,7 @@ pub fn allocate(policy: &FleetPolicy, replicas: &[ReplicaDemand<'_>]) -> Allocat
             LevelAllocation { exempt: false, current: b.current, minimum, seats, demand }
         })
         .collect();
-    Allocation {
-        replicas: sorted.into_iter().map(|(id, _, _)| id.to_string()).collect(),
-        levels,
-        regime: outcome.regime,
-        fair_frac: outcome.fair_frac,
-    }
+    Allocation { replicas: sorted.into_iter().map(|(id, _, _)| id.to_string()).collect(), levels }
 }
 
 #[cfg(test)]

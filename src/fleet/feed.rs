@@ -120,25 +120,16 @@ impl FleetFeed {
     /// at the end of a period hands the fleet the period's demand statistics and the seats in
     /// use; then the fleet's periodic work.
     pub fn tick(&mut self, c: &Compiled, store: &dyn Store, now: Nanos) -> Tick {
-        let sample = self.last_sample.is_none_or(|t| now.saturating_sub(t) >= SAMPLE_EVERY);
-        if sample {
+        if self.last_sample.is_none_or(|t| now.saturating_sub(t) >= SAMPLE_EVERY) {
             self.last_sample = Some(now);
-        }
-        for (i, lvl) in c.levels.iter().enumerate().filter(|_| sample) {
-            let Ok(Some(st)) = engine::read_level(store, &lvl.key) else { continue };
-            if let Some(x) = self.demand.get_mut(i) {
+            let levels = c.levels.iter().zip(&mut self.demand).zip(&mut self.in_use).zip(&mut self.widest);
+            for (((lvl, x), u), w) in levels {
+                let Ok(Some(st)) = engine::read_level(store, &lvl.key) else { continue };
                 x.set(now, f64::from(st.qs.seat_demand()));
+                (*u, *w) = (st.qs.seats_in_use(), (*w).max(st.qs.widest_waiting()));
             }
-            if let Some(u) = self.in_use.get_mut(i) {
-                *u = st.qs.seats_in_use();
-            }
-            if let Some(w) = self.widest.get_mut(i) {
-                *w = (*w).max(st.qs.widest_waiting());
-            }
-        }
-        // Seats in use go to the fleet with every sample (so that claims come down as soon as
-        // requests drain), demand statistics at the end of each period.
-        if sample {
+            // Seats in use go to the fleet with every sample (claims come down as soon as
+            // requests drain), demand statistics at the end of each period.
             let applied = self.applied.map_or(0, |(_, g)| g);
             self.fleet.set_seats_in_use(&self.in_use, applied);
             self.sample_draining(store);

@@ -2,10 +2,8 @@
 //! read returns it. The allocation is computed from a snapshot, and the claims it holds are what
 //! a raise is checked against.
 //!
-//! Records are checked, not trusted ([`Snapshot::checked`]): a key without a lease, a record that
-//! does not decode or under a key that is not a replica's, and a record whose numbers no replica
-//! of this fleet can write are ignored — for the allocation, the claims a raise is checked
-//! against, the number of replicas and everything else — and listed in [`Snapshot::ignored`].
+//! Records are checked, not trusted ([`Snapshot::checked`]): what is not a replica's record
+//! counts for nothing and is listed in [`Snapshot::ignored`].
 
 use super::allocation::{allocate, Allocation, ReplicaDemand, WideNeed};
 use super::etcd::{EtcdError, RangeResponse};
@@ -95,12 +93,10 @@ impl Snapshot {
         Ok(Snapshot { revision: r.header.revision, replicas, ignored: Vec::new() })
     }
 
-    /// This snapshot with the entries that are not replicas' records of a fleet running `policy`
-    /// moved to [`Snapshot::ignored`]: a key without a lease (a replica's record always has
-    /// one; a lease-less key never expires), a key that is not a replica id, a record that does
-    /// not decode (a newer format included: a format change needs a new fleet `name`), and a
-    /// record whose numbers are impossible ([`Record::impossible`]). The whole record is
-    /// ignored, not only the levels at fault.
+    /// This snapshot with what is not a replica's record of a fleet running `policy` moved to
+    /// [`Snapshot::ignored`], whole: a key without a lease (it would never expire), a key that is
+    /// not a replica id, a record that does not decode (a newer format included: a format change
+    /// needs a new fleet `name`), a record whose numbers are impossible ([`Record::impossible`]).
     pub fn checked(mut self, policy: &FleetPolicy, own: &str) -> Snapshot {
         let (mut kept, mut ignored) = (Vec::with_capacity(self.replicas.len()), Vec::new());
         for e in self.replicas {
