@@ -10,7 +10,7 @@
 //! break the fleet's sum). Exempt levels are not split; their fleet CurrentCL is reported.
 
 use super::levels::FleetPolicy;
-use crate::limits::borrowing::{update_borrowing, BorrowingLevel, SeatDemandStats};
+use crate::limits::borrowing::{update_borrowing, BorrowingLevel, BorrowingRegime, SeatDemandStats};
 
 /// The guaranteed minimum is `⌊C / (MIN_SHARE_DIVISOR × N)⌋`: with 8, the replicas without
 /// demand keep at most 1/8 of a level's seats, so a replica with all the load gets ≥ 7/8 of them.
@@ -62,6 +62,8 @@ pub struct Allocation {
     pub replicas: Vec<String>,
     /// Per level, in the policy's order.
     pub levels: Vec<LevelAllocation>,
+    /// Which regime of `updateBorrowingLocked` applied.
+    pub regime: BorrowingRegime,
 }
 
 impl Allocation {
@@ -267,7 +269,7 @@ pub fn allocate(policy: &FleetPolicy, replicas: &[ReplicaDemand<'_>]) -> Allocat
             current: l.limits.initial_current,
         })
         .collect();
-    update_borrowing(&mut borrowing, policy.nominal_sum());
+    let regime = update_borrowing(&mut borrowing, policy.nominal_sum()).regime;
     // Step 2: split each limited level among the replicas.
     let n = sorted.len();
     let levels = borrowing
@@ -286,7 +288,7 @@ pub fn allocate(policy: &FleetPolicy, replicas: &[ReplicaDemand<'_>]) -> Allocat
             LevelAllocation { exempt: false, current: b.current, minimum, seats, demand }
         })
         .collect();
-    Allocation { replicas: sorted.into_iter().map(|(id, _, _)| id.to_string()).collect(), levels }
+    Allocation { replicas: sorted.into_iter().map(|(id, _, _)| id.to_string()).collect(), levels, regime }
 }
 
 #[cfg(test)]

@@ -595,6 +595,10 @@ pub struct HeaderResponse {
     pub header: Header,
 }
 
+pub fn decode_header_only(status: u16, body: &[u8]) -> Res<Header> {
+    from_object(&answer(status, body)?).map(|r: HeaderResponse| r.header)
+}
+
 /// `/v3/auth/authenticate`'s answer.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default)]
