@@ -22,9 +22,7 @@ pub const KV_TXN: &str = "/v3/kv/txn";
 pub mod codes {
     pub const INVALID_ARGUMENT: i64 = 3;
     pub const NOT_FOUND: i64 = 5;
-    pub const PERMISSION_DENIED: i64 = 7;
     pub const FAILED_PRECONDITION: i64 = 9;
-    pub const UNAVAILABLE: i64 = 14;
     pub const UNAUTHENTICATED: i64 = 16;
 }
 

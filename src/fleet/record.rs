@@ -112,10 +112,14 @@ fn non_negative<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
     i64::try_from(x).map_err(D::Error::custom)
 }
 
-/// The levels: an object of objects (`null`: none).
+/// The levels: an object of objects (`null`: none; a level, flattened, is read as a map only).
 fn levels<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, LevelRecord>, D::Error> {
     let levels: BTreeMap<String, Value> = wire::or_default(d)?;
-    levels.into_iter().map(|(name, l)| Ok((name, wire::object(l).map_err(D::Error::custom)?))).collect()
+    let level = |(name, l): (String, Value)| match LevelRecord::deserialize(l) {
+        Ok(l) => Ok((name, l)),
+        Err(e) => Err(D::Error::custom(format!("levels.{name}: {e}"))),
+    };
+    levels.into_iter().map(level).collect()
 }
 
 impl Record {
