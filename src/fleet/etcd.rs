@@ -70,6 +70,8 @@ impl std::fmt::Display for EtcdError {
     }
 }
 
+impl std::error::Error for EtcdError {}
+
 type Res<T> = Result<T, EtcdError>;
 
 fn bad<T>(what: impl Into<String>) -> Res<T> {
