@@ -25,6 +25,14 @@ Variants (interleaved, repeated for --rounds; medians reported):
                    at once and the gateway is CPU-bound; with --upstream-delay-ms D it holds
                    each response D ms, as an apiserver does, so the level (8 seats / D) limits
                    the rate and every variant serves the same req/s with CPU to spare
+  native-floor     the floor module's host calls as an Envoy dynamic module (bench/native-floor):
+                   the same reads, CAS and headers in process memory; ÷ floor is what the wasm
+                   host costs
+  apf-native       apf-wasm's native host (a dynamic module: --apf-native, $APF_NATIVE or
+                   ./native-build.sh; skipped when none is there), default policy, uncontended
+  apf-native-saturated  the native host in apf-saturated's shape, 1 and 2 workers; with
+                   --apf-native-isolated (the native no-sharing control: each worker on a level
+                   of its own, half the seats), also isolated-native-saturated
   apf-fleet        apf-wasm, default policy, uncontended, in fleet mode (one replica, a local
                    etcd from Debian's etcd-server): ÷ apf is what the fleet's driver costs
   apf-flows        apf-wasm, default policy, uncontended, each request from one of K users
@@ -68,6 +76,8 @@ from apfkit import apf_policy  # noqa: E402
 from apfkit.envoy_template import direct_response_config, gateway_config  # noqa: E402
 from apfkit.envoyproc import EnvoyProcess, find_envoy  # noqa: E402
 from apfkit.etcdproc import Etcd  # noqa: E402
+from bench.native import (build_native_floor, dynamic_module_filter, find_apf_native,  # noqa: E402
+                          module_env)
 from bench.noisy import measure_noisy, noisy_section, round_line  # noqa: E402
 
 HEADERS = {"X-Remote-User": "bench-user", "X-Remote-Group": "system:authenticated"}
@@ -143,11 +153,33 @@ def build_modules(args) -> dict[str, Path]:
     if "passthrough" in want:
         mods["passthrough"] = cargo_wasm(REPO / "bench/passthrough/Cargo.toml",
                                          target_dir() / "bench-passthrough", "passthrough")
+    mods.update(native_modules(args, want))
     if want & {"apf", "apf-saturated", "apf-flows", "apf-noisy"}:
         if args.apf_wasm:
             mods["apf"] = Path(args.apf_wasm)
         else:
             mods["apf"] = wasm_build(None, None)
+    return mods
+
+
+def native_modules(args, want: set[str]) -> dict[str, Path]:
+    """The dynamic modules the native variants load. Without an apf-native module its variants
+    are dropped from args.variants (find_apf_native says why)."""
+    mods: dict[str, Path] = {}
+    if "native-floor" in want:
+        mods["native-floor"] = build_native_floor(target_dir() / "bench-native-floor")
+    if want & {"apf-native", "apf-native-saturated"}:
+        so = find_apf_native(args.apf_native)
+        if so is None:
+            args.variants = [v for v in args.variants if not v.startswith("apf-native")]
+        else:
+            mods["apf-native"] = so
+    if "apf-native-saturated" in want and "apf-native" in mods:
+        iso = args.apf_native_isolated or os.environ.get("APF_NATIVE_ISOLATED")
+        if iso:
+            mods["apf-native-isolated"] = Path(iso)
+        else:
+            log("apf-native-saturated: no --apf-native-isolated: no native no-sharing control")
     return mods
 
 
@@ -326,6 +358,14 @@ def variant_specs(args, mods) -> list[dict]:
             if args.apf_wasm_b:
                 specs.append(dict(name="apf-b", workers=w, http_filter="wasm", wasm=args.apf_wasm_b,
                                   cfg=roomy, conns=args.connections))
+        elif v == "native-floor":
+            specs.append(dict(name="native-floor", workers=w, http_filter="native",
+                              native=mods["native-floor"], cfg={}, conns=args.connections))
+        elif v == "apf-native":
+            specs.append(dict(name="apf-native", workers=w, http_filter="native",
+                              native=mods["apf-native"], cfg=roomy, conns=args.connections))
+        elif v == "apf-native-saturated":
+            specs.extend(native_saturated_specs(args, mods))
         elif v == "apf-fleet":
             # Fleet mode with the same policy (one replica, so all its seats are this one's):
             # what the fleet's driver costs beside the request path. ÷ the apf variant.
@@ -388,6 +428,23 @@ def saturated_specs(args, mods) -> list[dict]:
     return specs
 
 
+def native_saturated_specs(args, mods) -> list[dict]:
+    """apf-saturated's shape on the native host, 1 and 2 workers, and with a native isolated
+    build its no-sharing control (2 workers, half the seats each), as isolated-saturated."""
+    saturated = apf_policy.single_level_config(args.saturated_seats, group="system:authenticated",
+                                               queues=16, hand_size=4, queue_length_limit=100)
+    specs = [dict(name="apf-native-saturated", workers=sw, http_filter="native",
+                  native=mods["apf-native"], cfg=saturated, conns=args.saturated_connections)
+             for sw in (1, 2)]
+    if "apf-native-isolated" in mods:
+        specs.append(dict(name="isolated-native-saturated", workers=2, http_filter="native",
+                          native=mods["apf-native-isolated"], conns=args.saturated_connections,
+                          cfg=apf_policy.single_level_config(
+                              max(1, args.saturated_seats // 2), group="system:authenticated",
+                              queues=16, hand_size=4, queue_length_limit=100)))
+    return specs
+
+
 def with_stats(cfg: dict, stats: str) -> dict:
     """--envoy-stats minimal: Envoy creates only the stats matched here (the request counter the
     driver divides by, the modules' own metrics); the rest are null stats, never incremented.
@@ -396,7 +453,8 @@ def with_stats(cfg: dict, stats: str) -> dict:
     if stats == "minimal":
         cfg["stats_config"] = {"stats_matcher": {"inclusion_list": {"patterns": [
             {"exact": RQ_TOTAL}, {"contains": "apf_wasm_"}, {"contains": "apiserver_flowcontrol_"},
-            {"prefix": "wasmcustom."}, {"prefix": "server."}]}}}
+            {"prefix": "wasmcustom."}, {"prefix": "dynamicmodulescustom."},
+            {"prefix": "server."}]}}}
     return cfg
 
 
@@ -458,8 +516,12 @@ ETCD: list[Etcd] = []  # the local etcd, when a fleet variant runs
 
 def variant_config(spec: dict, args, upstream_port: int) -> dict:
     """The Envoy configuration of a variant (fleet variants: with an `etcd` cluster)."""
-    cfg = gateway_config(upstream_port=upstream_port, wasm_path=str(spec.get("wasm") or ""),
-                         plugin_config=spec.get("cfg"), http_filter=spec["http_filter"])
+    if spec["http_filter"] == "native":
+        cfg = gateway_config(upstream_port=upstream_port, http_filter="none", extra_filters=[
+            dynamic_module_filter(spec["native"], spec.get("cfg"))])
+    else:
+        cfg = gateway_config(upstream_port=upstream_port, wasm_path=str(spec.get("wasm") or ""),
+                             plugin_config=spec.get("cfg"), http_filter=spec["http_filter"])
     if spec.get("etcd") and ETCD:
         cfg["static_resources"]["clusters"].append(ETCD[0].envoy_cluster())
     with_stats(cfg, args.envoy_stats)
@@ -477,7 +539,8 @@ def measure(spec: dict, args, envoy_bin: str, upstream_port: int, wrk: str | Non
             workdir: Path) -> dict:
     cfg = variant_config(spec, args, upstream_port)
     env = EnvoyProcess(cfg, workdir, envoy_bin=envoy_bin, concurrency=spec["workers"],
-                       name=f"gw-{spec['name']}-{spec['workers']}", log_level="warning")
+                       name=f"gw-{spec['name']}-{spec['workers']}", log_level="warning",
+                       env=module_env(spec.get("native")))
     env.start()
     try:
         env.wait_ready(timeout=60)
@@ -507,7 +570,8 @@ def measure_paired(specs: list[dict], args, envoy_bin: str, upstream_port: int, 
         for spec in specs:
             cfg = variant_config(spec, args, upstream_port)
             env = EnvoyProcess(cfg, workdir, envoy_bin=envoy_bin, concurrency=spec["workers"],
-                               name=f"gwp-{spec['name']}-{spec['workers']}", log_level="warning")
+                               name=f"gwp-{spec['name']}-{spec['workers']}", log_level="warning",
+                               env=module_env(spec.get("native")))
             env.start()
             envs.append((spec, env))
         gens = []
@@ -595,6 +659,10 @@ def add_setup_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--apf-wasm-b", help="A/B: also run apf-saturated with this second module "
                     "(variant apf-saturated-b, 1 and 2 workers) and print b ÷ apf per worker count; "
                     "with the apf variant, also the uncontended apf-b")
+    ap.add_argument("--apf-native", help="apf-native*: this native module (libapf_wasm.so) instead "
+                    "of $APF_NATIVE or ./native-build.sh")
+    ap.add_argument("--apf-native-isolated", help="apf-native-saturated: also its no-sharing control, "
+                    "this native build whose workers key their levels apart (or $APF_NATIVE_ISOLATED)")
     ap.add_argument("--ratio-base", default="floor")
     ap.add_argument("--python-client", action="store_true", help="do not use wrk")
     ap.add_argument("--no-install", action="store_true", help="do not apt-get install wrk")
@@ -726,10 +794,33 @@ def ratio_notes(results: dict[str, list[dict]], workers: int) -> str:
                 f"half the seats), 2 workers ÷ apf 1 worker {pr('isolated-saturated|2', 'apf-saturated|1'):.2f}; "
                 f"apf ÷ control with 2 workers (what sharing the level costs) "
                 f"{pr('apf-saturated|2', 'isolated-saturated|2'):.2f}.")
+    out += native_notes(results, workers)
     if "lq-global|2" in results and "localqueue-saturated|2" in results:
         out += ("\nGlobal seats in a trivial module (lq-global ÷ localqueue, 2 workers): "
                 f"{pr('lq-global|2', 'localqueue-saturated|2'):.2f}, what a global seat pool "
                 "costs on this host by itself (pool.py gives apf's sharing cost over it).")
+    return out
+
+
+def native_notes(results: dict[str, list[dict]], workers: int) -> str:
+    """The two hosts side by side: each ÷ Envoy's local_ratelimit and ÷ its own floor, and the
+    native saturated shape's 2 ÷ 1 and sharing cost (medians of per-round ratios)."""
+    pr = lambda a, b: per_round(results, f"{a}|{workers}", f"{b}|{workers}")  # noqa: E731
+    have = lambda *ks: all(f"{k}|{workers}" in results for k in ks)  # noqa: E731
+    pairs = [("apf-native", "local_ratelimit"), ("apf-native", "native-floor"),
+             ("apf", "local_ratelimit"), ("apf", "floor"), ("native-floor", "local_ratelimit"),
+             ("floor", "local_ratelimit"), ("floor", "native-floor"), ("native-floor", "none")]
+    parts = [f"{a} ÷ {b} {pr(a, b):.2f}" for a, b in pairs if have(a, b)]
+    out = ("\n\nHosts, uncontended (medians of per-round ratios): " + "; ".join(parts) + "."
+           if parts else "")
+    if "apf-native-saturated|2" in results and "apf-native-saturated|1" in results:
+        out += ("\nNative saturated shape: 2 workers ÷ 1 worker "
+                f"{per_round(results, 'apf-native-saturated|2', 'apf-native-saturated|1'):.2f}")
+        if "isolated-native-saturated|2" in results:
+            out += ("; apf-native ÷ its no-sharing control with 2 workers (what sharing the level "
+                    "costs) "
+                    f"{per_round(results, 'apf-native-saturated|2', 'isolated-native-saturated|2'):.2f}")
+        out += "."
     return out
 
 

@@ -3,6 +3,7 @@
 
 use super::host::{pairs, Action, Body, HeaderMap, Host};
 use super::stats::{EXTRA_NONE, M};
+use super::watch_limits;
 use super::worker::{self, Extra, Hold, Local, Worker};
 use crate::digest::identity::{IdentityConfig, IdentityInput, IdentitySource};
 use crate::digest::initial_events::MarkerScanner;
@@ -90,7 +91,7 @@ impl Request {
         }
         let d = digested.digest;
         let Some(extra) = self.classify(&rc, &d) else { return Action::Continue };
-        if let Some(refused) = super::watch_limits::admit(h, w, self.ctx, &d, &extra, now) {
+        if let Some(refused) = admit_watch(h, w, self.ctx, &d, &extra, now) {
             self.class = None;
             return refused;
         }
@@ -447,4 +448,30 @@ fn jwt_claims(h: &dyn Host, cfg: &IdentityConfig) -> Option<Value> {
         pairs.iter().map(|(k, _)| Value::from(*k)).collect()
     };
     Some(serde_json::json!({ user_claim.as_str(): user, groups_claim.as_str(): groups }))
+}
+
+/// Takes the arriving WATCH `ctx`'s place, or refuses it: the 429 sent (`Some`; in dry run the
+/// refusal is only counted). Any failure of the shared state lets the watch through.
+fn admit_watch(h: &dyn Host, w: &mut Worker, ctx: u32, d: &Digest, extra: &Extra, now: Nanos) -> Option<Action> {
+    let (place, limit) = watch_limits::place_of(&extra.compiled, d)?;
+    let slot = w.ensure_registered(h, now)?;
+    let over = match engine::watch_limits::acquire(h.store(), slot, &place, limit) {
+        Ok(None) => {
+            w.keep_watch_place(ctx, place);
+            return None;
+        }
+        Ok(Some(over)) => over,
+        Err(e) => {
+            log::warn!("apf: open-watch limit check failed, letting the watch through: {e}");
+            return None;
+        }
+    };
+    log::debug!("apf: watch of flow {:016x} on {} refused: {}", place.flow_hash, place.level, watch_limits::describe(over));
+    extra.add(w.stats(), M::Rejected, watch_limits::WATCH_LIMIT, 1);
+    if !extra.enforce {
+        return None;
+    }
+    let key = extra.compiled.levels.get(extra.pl).map(|l| l.key.clone())?;
+    worker::send_429(h, extra, engine::watch_limits::refused(h.store(), now, &key), watch_limits::WATCH_LIMIT);
+    Some(Action::Pause)
 }

@@ -5,16 +5,13 @@
 //! (`apf_filters.go: tooManyRequests`), and counted in `rejected_requests_total` with
 //! `reason="watch-limit"`.
 
-use super::host::{Action, Host, StatKind};
-use super::stats::M;
-use super::worker::{self, Extra, Worker};
+use super::host::{Host, StatKind};
 use crate::classify::flow_hash;
 use crate::engine::compiled::Digest;
 use crate::engine::watch_limits::{self as limits, Exceeded, Limit, Place};
 use crate::engine::Compiled;
 use crate::observe::metrics::sanitize_label_value;
 use crate::policy::model::Distinguisher;
-use crate::Nanos;
 
 /// The `reason` label (and `x-apf-reject-reason`) of a WATCH refused by a limit.
 pub const WATCH_LIMIT: &str = "watch-limit";
@@ -49,32 +46,6 @@ pub fn place_of(c: &Compiled, d: &Digest) -> Option<(Place, Limit)> {
     let limit = wl.for_level(&lvl.name, lvl.exempt);
     let fs = c.config.policy.flow_schemas.get(d.class.flow_schema).map(|f| f.name.clone()).unwrap_or_default();
     Some((Place { level: lvl.name.clone(), flow_schema: fs, flow_hash: flow_of(c, d) }, limit))
-}
-
-/// Takes the arriving WATCH `ctx`'s place, or refuses it: the 429 sent (`Some`; in dry run the
-/// refusal is only counted). Any failure of the shared state lets the watch through.
-pub fn admit(h: &dyn Host, w: &mut Worker, ctx: u32, d: &Digest, extra: &Extra, now: Nanos) -> Option<Action> {
-    let (place, limit) = place_of(&extra.compiled, d)?;
-    let slot = w.ensure_registered(h, now)?;
-    let over = match limits::acquire(h.store(), slot, &place, limit) {
-        Ok(None) => {
-            w.keep_watch_place(ctx, place);
-            return None;
-        }
-        Ok(Some(over)) => over,
-        Err(e) => {
-            log::warn!("apf: open-watch limit check failed, letting the watch through: {e}");
-            return None;
-        }
-    };
-    log::debug!("apf: watch of flow {:016x} on {} refused: {}", place.flow_hash, place.level, describe(over));
-    extra.add(w.stats(), M::Rejected, WATCH_LIMIT, 1);
-    if !extra.enforce {
-        return None;
-    }
-    let key = extra.compiled.levels.get(extra.pl).map(|l| l.key.clone())?;
-    worker::send_429(h, extra, limits::refused(h.store(), now, &key), WATCH_LIMIT);
-    Some(Action::Pause)
 }
 
 /// A refusal in words (logs, `apf classify`).

@@ -690,6 +690,210 @@ def test_envoy_gateway_plugin_config_loads_in_envoy(envoy_bin, wasm_module, tmp_
     assert p.returncode != 0 and "serverConcurrencyLimit" in p.stdout + p.stderr, (p.stdout + p.stderr)[-3000:]
 
 
+# -- Envoy Gateway: the properties of deploy/base, and the native host ----------------------------
+
+EG_EXAMPLES = ("envoy-gateway", "envoy-gateway-native", "overlays/envoy-gateway-native-image-volume")
+EG_NATIVE = EG_EXAMPLES[1:]
+# The Envoy minor the native module is built for (docs/hosts.md), as Envoy's image tags name it.
+NATIVE_ENVOY_IMAGE = re.compile(r"^docker\.io/envoyproxy/envoy:distroless-v1\.40\.\d+$")
+# Envoy Gateway v1.8's CRDs (charts/gateway-helm/charts/crds/crds/generated/*.yaml at v1.8.0), when
+# a directory of them is given: the examples' Envoy Gateway objects are validated against them.
+EG_CRDS = os.environ.get("APF_EG_CRDS")
+
+
+def base_gateway_hcm() -> dict:
+    """deploy/base's HTTP connection manager for kube-apiserver."""
+    return hcm(listener(yaml.safe_load(envoy_config(render("base"))), "apiserver_gateway"))
+
+
+def seconds(d: str) -> float:
+    assert re.fullmatch(r"\d+(\.\d+)?s", d), d
+    return float(d[:-1])
+
+
+@pytest.mark.parametrize("name", EG_EXAMPLES)
+def test_envoy_gateway_examples_keep_the_base_properties(name):
+    """Every Envoy Gateway example gives kube-apiserver's route what deploy/base's Envoy has: the
+    same upgrades (kubectl exec/attach/port-forward need spdy/3.1; Envoy Gateway's default is
+    websocket only), the same stream idle timeout and HTTP/2 stream limit. (The request-headers
+    timeout has no Envoy Gateway v1.8 field: docs/hosts.md.)"""
+    base = base_gateway_hcm()
+    docs = render(name)
+    route = one(docs, "HTTPRoute", "kube-apiserver")
+    [btp] = [d for d in docs if d["kind"] == "BackendTrafficPolicy"
+             and {"group": GW_API, "kind": "HTTPRoute", "name": route["metadata"]["name"]} in d["spec"]["targetRefs"]]
+    upgrades = {u["type"].lower() for u in btp["spec"]["httpUpgrade"]}
+    assert upgrades == {u["upgrade_type"].lower() for u in base["upgrade_configs"]}, upgrades
+    ctp = one(docs, "ClientTrafficPolicy")
+    gateway = one(docs, "Gateway")
+    assert {"group": GW_API, "kind": "Gateway", "name": gateway["metadata"]["name"]} in ctp["spec"]["targetRefs"]
+    assert seconds(ctp["spec"]["timeout"]["http"]["streamIdleTimeout"]) == seconds(base["stream_idle_timeout"])
+    assert ctp["spec"]["http2"]["maxConcurrentStreams"] == base["http2_protocol_options"]["max_concurrent_streams"]
+    assert "requestReceivedTimeout" not in ctp["spec"]["timeout"]["http"], \
+        "Envoy's request_timeout also counts a request's wait in an APF queue"
+
+
+def native_proxy_parts(docs: list[dict]) -> tuple[dict, dict, dict]:
+    """The native example's EnvoyExtensionPolicy filter, the EnvoyProxy module entry it names, and
+    the EnvoyProxy's deployment spec."""
+    [dm] = one(docs, "EnvoyExtensionPolicy", "apf-wasm")["spec"]["dynamicModule"]
+    proxy = one(docs, "EnvoyProxy")
+    [entry] = [m for m in proxy["spec"]["dynamicModules"] if m["name"] == dm["name"]]
+    return dm, entry, proxy["spec"]["provider"]["kubernetes"]["envoyDeployment"]
+
+
+@pytest.mark.parametrize("name", EG_NATIVE)
+def test_envoy_gateway_native_example_is_the_wasm_one_with_a_dynamic_module(name):
+    """deploy/envoy-gateway-native is deploy/envoy-gateway with the filter as a dynamic module: the
+    objects other than the EnvoyExtensionPolicy and the EnvoyProxy are the same; the policy has no
+    wasm and one dynamicModule with the wasm example's config, naming a module the EnvoyProxy
+    registers (a Local .so at an absolute path in a volume the Envoy container mounts, filled by an
+    init container or mounted from an image); the Envoy image is the module's minor."""
+    wasm_docs, docs = render("envoy-gateway"), render(name)
+    changed = {"EnvoyExtensionPolicy", "EnvoyProxy"}
+    key = lambda d: (d["kind"], d["metadata"]["name"])  # noqa: E731
+    assert sorted(map(key, wasm_docs)) == sorted(map(key, docs))
+    same = lambda ds: sorted((json.dumps(d, sort_keys=True) for d in ds if d["kind"] not in changed))  # noqa: E731
+    assert same(docs) == same(wasm_docs)
+    policy = one(docs, "EnvoyExtensionPolicy", "apf-wasm")
+    assert "wasm" not in policy["spec"]
+    assert policy["spec"]["targetRefs"] == one(wasm_docs, "EnvoyExtensionPolicy", "apf-wasm")["spec"]["targetRefs"]
+    dm, entry, deployment = native_proxy_parts(docs)
+    assert dm["config"] == one(wasm_docs, "EnvoyExtensionPolicy", "apf-wasm")["spec"]["wasm"][0]["config"]
+    assert dm["filterName"] == "apf"
+    assert re.fullmatch(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?", dm["name"]), "Envoy Gateway's name pattern"
+    assert entry["source"]["type"] == "Local" and entry["doNotClose"] is True
+    path = Path(entry["source"]["local"]["path"])
+    assert path.is_absolute() and path.name == "libapf_wasm.so"
+    container = deployment["container"]
+    assert NATIVE_ENVOY_IMAGE.match(container["image"]), container["image"]
+    [mount] = [m for m in container["volumeMounts"] if path.parent == Path(m["mountPath"])]
+    assert mount["readOnly"] is True
+    [volume] = [v for v in deployment["pod"]["volumes"] if v["name"] == mount["name"]]
+    if "image" in volume:
+        assert volume["image"]["reference"] and "initContainers" not in deployment
+    else:
+        assert "emptyDir" in volume
+        [init] = deployment["initContainers"]
+        assert init["command"][-1] == str(path)
+        assert any(m["name"] == volume["name"] and Path(m["mountPath"]) == path.parent for m in init["volumeMounts"])
+    # The token the policy polls with stays in the Envoy container's environment (the native host
+    # reads the process environment; the Wasm VM needed env.hostKeys).
+    assert dm["config"]["clusterPolicy"]["tokenEnv"] in {e["name"] for e in container["env"]}
+
+
+def crd_schemas(crd_dir: Path) -> dict[str, dict]:
+    """kind → the served v1alpha1 openAPIV3Schema of each CRD in `crd_dir`."""
+    out = {}
+    for f in sorted(crd_dir.glob("*.yaml")):
+        for crd in yaml.safe_load_all(f.read_text()):
+            if crd and crd.get("kind") == "CustomResourceDefinition":
+                [ver] = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
+                out[crd["spec"]["names"]["kind"]] = ver["schema"]["openAPIV3Schema"]
+    return out
+
+
+@pytest.mark.parametrize("name", EG_EXAMPLES)
+def test_envoy_gateway_examples_validate_against_envoy_gateway_crds(name):
+    """With APF_EG_CRDS (a directory of Envoy Gateway's CRD YAML files, e.g. v1.8.0's
+    charts/gateway-helm/charts/crds/crds/generated), every gateway.envoyproxy.io object of the
+    example validates against its CRD's schema (structure and types; CEL rules are not run)."""
+    if not EG_CRDS:
+        pytest.skip("APF_EG_CRDS not set: no Envoy Gateway CRDs to validate against")
+    jsonschema = pytest.importorskip("jsonschema")
+    schemas = crd_schemas(Path(EG_CRDS))
+    checked = 0
+    for d in render(name):
+        if d["apiVersion"] != EG:
+            continue
+        assert d["kind"] in schemas, f"no CRD for {d['kind']} in {EG_CRDS}"
+        body = {k: v for k, v in d.items() if k != "metadata"}
+        errors = list(jsonschema.Draft7Validator(schemas[d["kind"]]).iter_errors(body))
+        assert not errors, f"{d['kind']} {d['metadata']['name']}: " + "; ".join(
+            f"{'.'.join(map(str, e.path))}: {e.message}" for e in errors[:5])
+        checked += 1
+    assert checked >= 4
+
+
+def native_module() -> Path:
+    """The native host's .so ($APF_NATIVE, as bench/run.py takes it), else skip."""
+    so = os.environ.get("APF_NATIVE")
+    if not so:
+        pytest.skip("APF_NATIVE not set: no native module (./native-build.sh prints its path)")
+    assert Path(so).is_file(), so
+    return Path(so)
+
+
+def test_envoy_gateway_native_plugin_config_loads_in_envoy(envoy_bin, tmp_path):
+    """The native EnvoyExtensionPolicy as Envoy Gateway translates it (internal/xds/translator/
+    dynamicmodule.go: dynamicModuleConfig: the module by local filename, do_not_close, filter_name,
+    the config as a StringValue of its JSON) loads in `envoy --mode validate`, and an invalid
+    config is refused."""
+    so = native_module()
+    docs = render("envoy-gateway-native")
+    dm, entry, _ = native_proxy_parts(docs)
+    cfg = dm["config"]
+
+    def boot(plugin: dict) -> dict:
+        flt = {"name": "envoy.filters.http.dynamic_modules", "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter",
+            "dynamic_module_config": {"module": {"local": {"filename": str(so)}},
+                                      "do_not_close": entry["doNotClose"]},
+            "filter_name": dm["filterName"],
+            "filter_config": {"@type": "type.googleapis.com/google.protobuf.StringValue",
+                              "value": json.dumps(plugin)}}}
+        return native_bootstrap(flt, cfg["clusterPolicy"]["cluster"])
+
+    path = tmp_path / "eg-native.json"
+    path.write_text(json.dumps(boot(cfg)))
+    p = validate_config(envoy_bin, str(path), env={"APF_WASM_TOKEN": "placeholder-token"})
+    assert p.returncode == 0, f"the native EnvoyExtensionPolicy's config is refused:\n{(p.stdout + p.stderr)[-3000:]}"
+    path.write_text(json.dumps(boot({**cfg, "serverConcurrencyLimit": -1})))
+    p = validate_config(envoy_bin, str(path), env={"APF_WASM_TOKEN": "placeholder-token"})
+    assert p.returncode != 0, "an invalid plugin config must be refused"
+
+
+def native_bootstrap(http_filter: dict, cluster: str) -> dict:
+    """A listener with `http_filter` before the router, routing to `cluster` on 127.0.0.1:6443."""
+    return {"static_resources": {
+        "listeners": [{
+            "name": "eg", "address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}},
+            "filter_chains": [{"filters": [{
+                "name": "envoy.filters.network.http_connection_manager",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                    "stat_prefix": "eg",
+                    "route_config": {"virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [
+                        {"match": {"prefix": "/"}, "route": {"cluster": cluster}}]}]},
+                    "http_filters": [http_filter, {"name": "envoy.filters.http.router", "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}]}}]}]}],
+        "clusters": [{"name": cluster, "type": "STATIC", "connect_timeout": "1s",
+                      "load_assignment": {"cluster_name": cluster, "endpoints": [{"lb_endpoints": [
+                          {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 6443}}}}]}]}}],
+    }}
+
+
+def test_envoy_native_example_is_the_demo_with_a_dynamic_module(envoy_bin, tmp_path):
+    """envoy/native.yaml is envoy/demo.yaml with the wasm filter replaced by the dynamic-module
+    filter (same listener, routes, cluster and plugin JSON), and with the native module in
+    ENVOY_DYNAMIC_MODULES_SEARCH_PATH it loads in `envoy --mode validate`."""
+    demo = yaml.safe_load((REPO / "envoy/demo.yaml").read_text())
+    native = yaml.safe_load((REPO / "envoy/native.yaml").read_text())
+    d_hcm, n_hcm = hcm(listener(demo, "gateway")), hcm(listener(native, "gateway"))
+    [d_wasm, d_router], [n_dm, n_router] = d_hcm["http_filters"], n_hcm["http_filters"]
+    assert d_router == n_router and n_dm["name"] == "envoy.filters.http.dynamic_modules"
+    assert {k: v for k, v in d_hcm.items() if k != "http_filters"} == {k: v for k, v in n_hcm.items() if k != "http_filters"}
+    assert demo["static_resources"]["clusters"] == native["static_resources"]["clusters"]
+    tc = n_dm["typed_config"]
+    assert json.loads(tc["filter_config"]["value"]) == json.loads(d_wasm["typed_config"]["config"]["configuration"]["value"])
+    assert tc["dynamic_module_config"]["name"] == "apf_wasm" and tc["filter_name"] == "apf"
+    so = native_module()
+    assert so.name == f"lib{tc['dynamic_module_config']['name']}.so"
+    p = validate_config(envoy_bin, str(REPO / "envoy/native.yaml"),
+                        env={"ENVOY_DYNAMIC_MODULES_SEARCH_PATH": str(so.parent)})
+    assert p.returncode == 0, f"envoy/native.yaml invalid:\n{(p.stdout + p.stderr)[-3000:]}"
+
+
 # A kubectl that records `create secret generic NAME --from-file=K=PATH --from-literal=K=V` as
 # files OUT/NAME/K (what the pod would see in a Secret volume) and accepts the script's other calls.
 FAKE_KUBECTL = """
