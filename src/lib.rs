@@ -6,6 +6,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 #![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
+pub mod base64;
 pub mod classify;
 pub mod cli;
 pub mod codec;

@@ -2,7 +2,7 @@
 //! `apf fleet --etcd URL` against an HTTP server answering with the in-memory etcd model: it
 //! prints every replica record under the fleet's prefix as JSON with a top-level `replicas` array.
 
-use apf_wasm::fleet::base64;
+use apf_wasm::base64;
 use apf_wasm::fleet::record::{LevelRecord, Record};
 use apf_wasm::simulate::memetcd::MemEtcd;
 use std::io::{Read, Write};

@@ -6,7 +6,7 @@
 #[path = "common/fleet_sim.rs"]
 mod fleet_sim;
 
-use apf_wasm::fleet::base64;
+use apf_wasm::base64;
 use apf_wasm::fleet::config::{Credentials, FleetConfig};
 use apf_wasm::fleet::etcd::{self, CompareResult, CompareTarget, RequestOp, TxnRequest};
 use apf_wasm::fleet::record::Record;

@@ -43,7 +43,7 @@ fn render(s: &Snapshot) -> Value {
         .map(|r| {
             let record = match &r.record {
                 Ok(rec) => rec.to_json(),
-                Err(e) => json!({"error": e}),
+                Err(e) => json!({"error": e.to_string()}),
             };
             json!({"id": r.id, "lease": r.lease.to_string(), "modRevision": r.mod_revision.to_string(), "record": record})
         })

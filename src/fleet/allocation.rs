@@ -1,27 +1,13 @@
 //! The fleet's allocation: a pure, deterministic function from a snapshot of every live
-//! replica's seat demand to every replica's seats per priority level. Every replica computes the
-//! same allocation from the same snapshot.
-//!
-//! 1. **Fleet CurrentCL per level.** The replicas' demand statistics are summed level by level
-//!    ([`fleet_demand`]) and upstream's borrowing adjustment (`apf_controller.go:
-//!    updateBorrowingLocked`, here [`update_borrowing`]) runs once on the sum: each level's
-//!    fleet CurrentCL is what one kube-apiserver with `serverConcurrencyLimit` seats and the
-//!    fleet's demand would use.
-//! 2. **Split among replicas.** Each limited level's fleet CurrentCL `C` is split among the `N`
-//!    replicas ([`split_seats`]): every replica first gets the minimum [`minimum_share`]
-//!    (`⌊C / 8N⌋`, at least 1 seat when `C ≥ N`), so that load arriving suddenly at a replica is
-//!    served at once; the rest goes in proportion to each replica's demand envelope (average +
-//!    standard deviation of the last period), in integer seats by largest remainder, ties broken
-//!    by replica id. Σ over replicas == `C` exactly.
-//! 3. **Room for wide requests.** Each replica enforces its seats strictly (a request wider than
-//!    them waits: upstream's "too wide runs alone", `queueset.go: canAccommodateSeatsLocked`,
-//!    would break the fleet's sum). A replica whose widest waiting request needs more seats than
-//!    step 2 gives it is raised to that width with seats taken from the others, down to their
-//!    minimum and their own satisfied widths ([`make_room_for_wide`]); such replicas are served
-//!    oldest need first, by the revision since which each has been waiting, and a replica that
-//!    got its seats joins the back of the line when it needs them again.
-//!
-//! Exempt levels are not split (they are never limited); their fleet CurrentCL is reported.
+//! replica's seat demand to every replica's seats per priority level (docs/fleet.md, "The
+//! allocation"). 1. upstream's borrowing (`apf_controller.go: updateBorrowingLocked`) runs once
+//! on the replicas' summed demand ([`fleet_demand`]): each level's fleet CurrentCL; 2. each
+//! limited level's CurrentCL is split among the replicas ([`split_seats`]): the minimum
+//! [`minimum_share`] each, the rest by demand envelope, largest remainder, ties by replica id;
+//! 3. a replica whose widest waiting request needs more seats is raised to that width from the
+//! others' surplus, oldest need first ([`make_room_for_wide`]): each replica enforces its seats
+//! strictly (upstream's "too wide runs alone", `queueset.go: canAccommodateSeatsLocked`, would
+//! break the fleet's sum). Exempt levels are not split; their fleet CurrentCL is reported.
 
 use super::levels::FleetPolicy;
 use crate::limits::borrowing::{update_borrowing, BorrowingLevel, BorrowingRegime, SeatDemandStats};
@@ -78,7 +64,6 @@ pub struct Allocation {
     pub levels: Vec<LevelAllocation>,
     /// Which regime of `updateBorrowingLocked` applied.
     pub regime: BorrowingRegime,
-    pub fair_frac: f64,
 }
 
 impl Allocation {
@@ -105,21 +90,14 @@ impl Allocation {
 }
 
 /// Non-finite and negative values count as 0.
-fn clean(x: f64) -> f64 {
-    if x.is_finite() && x > 0.0 {
-        x
-    } else {
-        0.0
-    }
+pub fn clean(x: f64) -> f64 {
+    Some(x).filter(|x| x.is_finite() && *x > 0.0).unwrap_or(0.0)
 }
 
-/// The fleet's demand for one level: the replicas' statistics summed. Averages, high watermarks
-/// and smoothed values add. Standard deviations do not: the variance of a sum of independent
-/// demands is the sum of their variances, so the fleet's deviation is the square root of the
-/// sum of the replicas' variances — what one apiserver receiving the merged traffic would
-/// measure if the replicas' loads fluctuate independently (their fluctuations partly cancel);
-/// perfectly correlated loads would give the plain sum, which this never exceeds. The high
-/// watermark is an upper bound of the merged peak (the replicas' peaks need not coincide).
+/// The fleet's demand for one level: the replicas' statistics summed, except the standard
+/// deviation: the square root of the summed variances, what one apiserver would measure if the
+/// replicas' loads fluctuate independently (never above the plain sum). The high watermark is an
+/// upper bound of the merged peak.
 pub fn fleet_demand<'a>(stats: impl IntoIterator<Item = &'a SeatDemandStats>) -> SeatDemandStats {
     let (mut avg, mut var, mut hw, mut smoothed) = (0.0f64, 0.0f64, 0i64, 0.0f64);
     for s in stats {
@@ -182,10 +160,7 @@ pub fn split_seats(current: u32, weights: &[u64]) -> Vec<u32> {
     let left = u128::from(rest).saturating_sub(given);
     let mut order: Vec<usize> = (0..n).collect();
     // Largest remainder first; equal remainders go to the replica that sorts first by id.
-    order.sort_by(|&a, &b| {
-        let (ra, rb) = (quotas.get(a).map_or(0, |q| q.1), quotas.get(b).map_or(0, |q| q.1));
-        rb.cmp(&ra).then(a.cmp(&b))
-    });
+    order.sort_by_key(|&i| (std::cmp::Reverse(quotas.get(i).map_or(0, |q| q.1)), i));
     let mut seats: Vec<u32> = quotas.iter().map(|q| minimum.saturating_add(u32::try_from(q.0).unwrap_or(u32::MAX))).collect();
     for &i in order.iter().take(usize::try_from(left).unwrap_or(n)) {
         if let Some(s) = seats.get_mut(i) {
@@ -231,11 +206,8 @@ pub fn make_room_for_wide(current: u32, minimum: u32, seats: &mut [u32], wide: &
                 *s = s.saturating_sub(1);
             }
         }
-        if let Some(s) = seats.get_mut(i) {
-            *s = need(i);
-        }
-        if let Some(x) = served.get_mut(i) {
-            *x = true;
+        if let (Some(s), Some(x)) = (seats.get_mut(i), served.get_mut(i)) {
+            (*s, *x) = (need(i), true);
         }
     }
 }
@@ -297,7 +269,7 @@ pub fn allocate(policy: &FleetPolicy, replicas: &[ReplicaDemand<'_>]) -> Allocat
             current: l.limits.initial_current,
         })
         .collect();
-    let outcome = update_borrowing(&mut borrowing, policy.nominal_sum());
+    let regime = update_borrowing(&mut borrowing, policy.nominal_sum()).regime;
     // Step 2: split each limited level among the replicas.
     let n = sorted.len();
     let levels = borrowing
@@ -316,12 +288,7 @@ pub fn allocate(policy: &FleetPolicy, replicas: &[ReplicaDemand<'_>]) -> Allocat
             LevelAllocation { exempt: false, current: b.current, minimum, seats, demand }
         })
         .collect();
-    Allocation {
-        replicas: sorted.into_iter().map(|(id, _, _)| id.to_string()).collect(),
-        levels,
-        regime: outcome.regime,
-        fair_frac: outcome.fair_frac,
-    }
+    Allocation { replicas: sorted.into_iter().map(|(id, _, _)| id.to_string()).collect(), levels, regime }
 }
 
 #[cfg(test)]

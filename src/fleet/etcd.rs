@@ -1,18 +1,11 @@
-//! The etcd v3 JSON API (the grpc-gateway at `/v3/*`, etcd 3.4 to 3.7): the requests and
-//! responses the fleet uses, as serde types — a replica encodes requests and decodes responses;
-//! the in-memory model (`crate::simulate::memetcd`) decodes requests and encodes responses
-//! through the same derives.
-//!
-//! The gateway's conventions (etcd `api/etcdserverpb/gw/rpc.pb.gw.go`, `dev-guide/api_grpc_gateway.md`):
-//! keys and values are base64; 64-bit integers are JSON strings (numbers are accepted when
-//! decoding); fields with their default value are omitted (a false `succeeded`, a zero `TTL`,
-//! an empty `kvs` are absent); field names are snake_case (camelCase accepted when decoding
-//! requests). Errors are a non-200 status with `{"error", "code", "message"}` (3.6 dropped
-//! `error`), or `{"error": {...}}` in a streamed answer. The field encodings are written once,
-//! in [`wire`].
-//!
-//! Every decoder is total: malformed JSON, a missing or mistyped field, bad base64 → an
-//! [`EtcdError`], never a panic.
+//! The etcd v3 JSON API (the grpc-gateway at `/v3/*`, etcd 3.4 to 3.7) as serde types: a
+//! replica encodes requests and decodes responses, the in-memory model
+//! (`crate::simulate::memetcd`) the reverse, through the same derives. The gateway's conventions
+//! (etcd `api/etcdserverpb/gw/rpc.pb.gw.go`), written once in [`wire`]: keys and values base64,
+//! 64-bit integers JSON strings (numbers accepted), default values omitted, snake_case names
+//! (camelCase accepted in requests). Errors are a non-200 status with `{"error", "code",
+//! "message"}` (3.6 dropped `error`), or `{"error": {...}}` in a streamed answer. Every decoder
+//! is total: anything malformed is an [`EtcdError`], never a panic.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -29,9 +22,7 @@ pub const KV_TXN: &str = "/v3/kv/txn";
 pub mod codes {
     pub const INVALID_ARGUMENT: i64 = 3;
     pub const NOT_FOUND: i64 = 5;
-    pub const PERMISSION_DENIED: i64 = 7;
     pub const FAILED_PRECONDITION: i64 = 9;
-    pub const UNAVAILABLE: i64 = 14;
     pub const UNAUTHENTICATED: i64 = 16;
 }
 
@@ -79,6 +70,8 @@ impl std::fmt::Display for EtcdError {
     }
 }
 
+impl std::error::Error for EtcdError {}
+
 type Res<T> = Result<T, EtcdError>;
 
 fn bad<T>(what: impl Into<String>) -> Res<T> {
@@ -114,7 +107,7 @@ pub mod wire {
     /// Bytes as base64 (`base64.StdEncoding`, as Go's `encoding/json` writes `[]byte`).
     pub mod bytes {
         use super::*;
-        use crate::fleet::base64;
+        use crate::base64;
 
         pub fn serialize<S: Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
             s.serialize_str(&base64::encode(b))
@@ -148,6 +141,17 @@ pub mod wire {
             Value::Null => Ok(Vec::new()),
             Value::Array(a) => a.iter().map(|v| super::from_object(v).map_err(D::Error::custom)).collect(),
             _ => Err(D::Error::custom("expected an array")),
+        }
+    }
+
+    /// An enum: its name, or its number (`null`: the first variant).
+    pub fn enumeration<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<T, D::Error> {
+        use serde::de::IntoDeserializer;
+        let index = |i: Option<u64>| u32::try_from(i.unwrap_or(u64::MAX)).map_err(D::Error::custom);
+        match Value::deserialize(d)? {
+            Value::Null => T::deserialize(0u32.into_deserializer()),
+            Value::Number(n) => T::deserialize(index(n.as_u64())?.into_deserializer()),
+            v => T::deserialize(v).map_err(D::Error::custom),
         }
     }
 
@@ -242,9 +246,6 @@ pub fn prefix_range_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
-// ---------------------------------------------------------------------------------------------
-// requests
-
 /// `{"name", "password"}` for `/v3/auth/authenticate`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default)]
@@ -305,17 +306,12 @@ pub struct PutRequest {
     pub lease: i64,
 }
 
-/// A delete of `[key, range_end)`: the same fields as a range.
-pub type DeleteRangeRequest = RangeRequest;
-
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RequestOp {
     #[serde(rename = "request_range", alias = "requestRange")]
     Range(RangeRequest),
     #[serde(rename = "request_put", alias = "requestPut")]
     Put(PutRequest),
-    #[serde(rename = "request_delete_range", alias = "requestDeleteRange")]
-    DeleteRange(DeleteRangeRequest),
 }
 
 /// `Compare.CompareTarget` with the value compared against.
@@ -329,12 +325,26 @@ pub enum CompareTarget {
 }
 
 /// `Compare.CompareResult`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum CompareResult {
+    #[default]
     Equal,
     Greater,
     Less,
     NotEqual,
+}
+
+/// `Compare.CompareTarget`'s names.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+enum TargetName {
+    #[default]
+    Version,
+    Create,
+    Mod,
+    Value,
+    Lease,
 }
 
 /// A compare on the wire: the target's name and its value in the field of that name (written
@@ -346,8 +356,10 @@ struct CompareWire {
     key: Vec<u8>,
     #[serde(with = "wire::bytes", alias = "rangeEnd", skip_serializing_if = "Vec::is_empty")]
     range_end: Vec<u8>,
-    result: Value,
-    target: Value,
+    #[serde(deserialize_with = "wire::enumeration")]
+    result: CompareResult,
+    #[serde(deserialize_with = "wire::enumeration")]
+    target: TargetName,
     #[serde(skip_serializing_if = "Value::is_null")]
     version: Value,
     #[serde(alias = "createRevision", skip_serializing_if = "Value::is_null")]
@@ -370,58 +382,33 @@ pub struct Compare {
     pub target: CompareTarget,
 }
 
-const TARGETS: [&str; 5] = ["VERSION", "CREATE", "MOD", "VALUE", "LEASE"];
-const RESULTS: [&str; 4] = ["EQUAL", "GREATER", "LESS", "NOT_EQUAL"];
-
-/// An enum field: its name or its number, the first variant when absent.
-fn enum_index(v: &Value, variants: &[&str]) -> Result<usize, String> {
-    let known = |i: usize| (i < variants.len()).then_some(i);
-    match v {
-        Value::Null => Ok(0),
-        Value::String(s) => variants.iter().position(|x| x == s).ok_or_else(|| format!("unknown enum value {s:?}")),
-        Value::Number(n) => {
-            n.as_u64().and_then(|i| usize::try_from(i).ok()).and_then(known).ok_or_else(|| format!("unknown enum value {n}"))
-        }
-        _ => Err("enum: expected a string or a number".to_string()),
-    }
-}
-
 impl TryFrom<CompareWire> for Compare {
-    type Error = String;
+    type Error = serde_json::Error;
 
-    fn try_from(w: CompareWire) -> Result<Compare, String> {
-        let result = [CompareResult::Equal, CompareResult::Greater, CompareResult::Less, CompareResult::NotEqual];
-        let result = result.get(enum_index(&w.result, &RESULTS)?).copied().unwrap_or(CompareResult::Equal);
-        let int = |v: Value| wire::int::deserialize(v).map_err(|e| e.to_string());
-        let target = match enum_index(&w.target, &TARGETS)? {
-            0 => CompareTarget::Version(int(w.version)?),
-            1 => CompareTarget::Create(int(w.create_revision)?),
-            2 => CompareTarget::Mod(int(w.mod_revision)?),
-            3 => CompareTarget::Value(wire::bytes::deserialize(w.value).map_err(|e| e.to_string())?),
-            _ => CompareTarget::Lease(int(w.lease)?),
+    fn try_from(w: CompareWire) -> Result<Compare, serde_json::Error> {
+        let target = match w.target {
+            TargetName::Version => CompareTarget::Version(wire::int::deserialize(w.version)?),
+            TargetName::Create => CompareTarget::Create(wire::int::deserialize(w.create_revision)?),
+            TargetName::Mod => CompareTarget::Mod(wire::int::deserialize(w.mod_revision)?),
+            TargetName::Value => CompareTarget::Value(wire::bytes::deserialize(w.value)?),
+            TargetName::Lease => CompareTarget::Lease(wire::int::deserialize(w.lease)?),
         };
-        Ok(Compare { key: w.key, range_end: w.range_end, result, target })
+        Ok(Compare { key: w.key, range_end: w.range_end, result: w.result, target })
     }
 }
 
 impl From<Compare> for CompareWire {
     fn from(c: Compare) -> CompareWire {
-        let result = match c.result {
-            CompareResult::Equal => "EQUAL",
-            CompareResult::Greater => "GREATER",
-            CompareResult::Less => "LESS",
-            CompareResult::NotEqual => "NOT_EQUAL",
-        };
-        let mut w = CompareWire { key: c.key, range_end: c.range_end, result: result.into(), ..CompareWire::default() };
+        let mut w = CompareWire { key: c.key, range_end: c.range_end, result: c.result, ..CompareWire::default() };
         let (target, slot, value) = match c.target {
-            CompareTarget::Version(x) => ("VERSION", &mut w.version, x.to_string()),
-            CompareTarget::Create(x) => ("CREATE", &mut w.create_revision, x.to_string()),
-            CompareTarget::Mod(x) => ("MOD", &mut w.mod_revision, x.to_string()),
-            CompareTarget::Value(b) => ("VALUE", &mut w.value, super::base64::encode(&b)),
-            CompareTarget::Lease(x) => ("LEASE", &mut w.lease, x.to_string()),
+            CompareTarget::Version(x) => (TargetName::Version, &mut w.version, x.to_string()),
+            CompareTarget::Create(x) => (TargetName::Create, &mut w.create_revision, x.to_string()),
+            CompareTarget::Mod(x) => (TargetName::Mod, &mut w.mod_revision, x.to_string()),
+            CompareTarget::Value(b) => (TargetName::Value, &mut w.value, crate::base64::encode(&b)),
+            CompareTarget::Lease(x) => (TargetName::Lease, &mut w.lease, x.to_string()),
         };
         *slot = Value::String(value);
-        w.target = target.into();
+        w.target = target;
         w
     }
 }
@@ -466,9 +453,6 @@ impl TxnRequest {
         decode_request(body)
     }
 }
-
-// ---------------------------------------------------------------------------------------------
-// responses
 
 /// `ResponseHeader`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -531,13 +515,6 @@ pub enum ResponseOp {
     Put {
         #[serde(default, deserialize_with = "wire::object")]
         header: Header,
-    },
-    #[serde(rename = "response_delete_range")]
-    DeleteRange {
-        #[serde(default, deserialize_with = "wire::object")]
-        header: Header,
-        #[serde(default, with = "wire::int", skip_serializing_if = "wire::is_default")]
-        deleted: i64,
     },
 }
 

@@ -1,20 +1,13 @@
 //! Feeding one process's [`Fleet`] from its priority levels and applying the fleet's limits to
-//! them: what a host does around the state machine, with the host's own concerns (which worker
-//! drives, sending the calls, routing the notices) left to it. The gateway
-//! (`gateway::fleet`) and the simulator (`simulate::fleet`) both drive the fleet through this.
-//!
-//! Every timer tick the host calls [`FleetFeed::tick`]: every [`SAMPLE_EVERY`] each level's seat
-//! demand (seats in use plus seats waiting, what upstream's `queueset.go` keeps in its
-//! `seatDemandIntegrator`) goes into a per-period integrator, and the seats in use (under the
-//! generation of the limits last applied) and the widest waiting request are noted, the seats in
-//! use going to the fleet at once; every `period` the period's demand statistics
-//! (`SeatDemandStats::update`, upstream `seatDemandStats.update`) and the period's widest waiting
-//! request go to the fleet. The host sends the
-//! calls [`FleetFeed::tick`] and [`FleetFeed::on_response`] return, and calls
-//! [`FleetFeed::apply`] after each (forced at the end of a period).
+//! them, shared by the gateway (`gateway::fleet`) and the simulator (`simulate::fleet`); the
+//! host's own concerns (which worker drives, sending the calls, routing notices) stay with it.
+//! Every [`SAMPLE_EVERY`] each level's seat demand (in use plus waiting, upstream `queueset.go`'s
+//! `seatDemandIntegrator`), seats in use and widest waiting request are sampled, seats in use
+//! going to the fleet at once; every `period` the demand statistics (upstream
+//! `seatDemandStats.update`) and the widest waiting requests go to the fleet.
 
 use super::claim::{EtcdCall, Fleet};
-use super::levels::FleetPolicy;
+use super::levels::{remap, FleetPolicy};
 use crate::engine::store::Store;
 use crate::engine::{self, Compiled, EngineError, Notice};
 use crate::limits::borrowing::SeatDemandStats;
@@ -87,11 +80,9 @@ impl FleetFeed {
     /// period's demand, seats in use and widest waiting request carry over by level name.
     pub fn reconfigure(&mut self, c: &Compiled, now: Nanos) {
         let map: Vec<Option<usize>> = c.levels.iter().map(|l| self.names.iter().position(|n| *n == l.name)).collect();
-        let take = |i: &Option<usize>| i.and_then(|i| self.demand.get(i).cloned()).unwrap_or_else(|| Integrator::new(now));
-        self.demand = map.iter().map(take).collect();
-        let pick = |v: &[u32]| map.iter().map(|i| i.and_then(|i| v.get(i).copied()).unwrap_or(0)).collect::<Vec<u32>>();
-        (self.in_use, self.widest) = (pick(&self.in_use), pick(&self.widest));
-        self.stats = map.iter().map(|i| i.and_then(|i| self.stats.get(i).copied()).unwrap_or_default()).collect();
+        self.demand = remap(&self.demand, &map, Integrator::new(now));
+        self.stats = remap(&self.stats, &map, SeatDemandStats::default());
+        (self.in_use, self.widest) = (remap(&self.in_use, &map, 0), remap(&self.widest, &map, 0));
         self.names = c.levels.iter().map(|l| l.name.clone()).collect();
         self.generation = c.generation;
         // The levels run the limits last applied until the next apply (this configuration's
@@ -129,25 +120,16 @@ impl FleetFeed {
     /// at the end of a period hands the fleet the period's demand statistics and the seats in
     /// use; then the fleet's periodic work.
     pub fn tick(&mut self, c: &Compiled, store: &dyn Store, now: Nanos) -> Tick {
-        let sample = self.last_sample.is_none_or(|t| now.saturating_sub(t) >= SAMPLE_EVERY);
-        if sample {
+        if self.last_sample.is_none_or(|t| now.saturating_sub(t) >= SAMPLE_EVERY) {
             self.last_sample = Some(now);
-        }
-        for (i, lvl) in c.levels.iter().enumerate().filter(|_| sample) {
-            let Ok(Some(st)) = engine::read_level(store, &lvl.key) else { continue };
-            if let Some(x) = self.demand.get_mut(i) {
+            let levels = c.levels.iter().zip(&mut self.demand).zip(&mut self.in_use).zip(&mut self.widest);
+            for (((lvl, x), u), w) in levels {
+                let Ok(Some(st)) = engine::read_level(store, &lvl.key) else { continue };
                 x.set(now, f64::from(st.qs.seat_demand()));
+                (*u, *w) = (st.qs.seats_in_use(), (*w).max(st.qs.widest_waiting()));
             }
-            if let Some(u) = self.in_use.get_mut(i) {
-                *u = st.qs.seats_in_use();
-            }
-            if let Some(w) = self.widest.get_mut(i) {
-                *w = (*w).max(st.qs.widest_waiting());
-            }
-        }
-        // Seats in use go to the fleet with every sample (so that claims come down as soon as
-        // requests drain), demand statistics at the end of each period.
-        if sample {
+            // Seats in use go to the fleet with every sample (claims come down as soon as
+            // requests drain), demand statistics at the end of each period.
             let applied = self.applied.map_or(0, |(_, g)| g);
             self.fleet.set_seats_in_use(&self.in_use, applied);
             self.sample_draining(store);

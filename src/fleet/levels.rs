@@ -38,6 +38,12 @@ pub fn widest_request(limits: &LevelLimits) -> u32 {
     limits.max_seats.filter(|&m| m != 0 && m <= MAXIMUM_LIST_SEATS_SIZE_BASED).unwrap_or(MAXIMUM_LIST_SEATS_SIZE_BASED)
 }
 
+/// `v` (in an old policy's level order) in a new policy's order: `map` names each new level's
+/// old index; a level new to the policy gets `fill`.
+pub fn remap<T: Clone>(v: &[T], map: &[Option<usize>], fill: T) -> Vec<T> {
+    map.iter().map(|m| m.and_then(|i| v.get(i).cloned()).unwrap_or_else(|| fill.clone())).collect()
+}
+
 /// The fleet limit and its levels (in the policy's order, which the engine also uses).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FleetPolicy {
@@ -49,26 +55,22 @@ pub struct FleetPolicy {
 impl FleetPolicy {
     /// The static limits of `levels` at the fleet limit `server_cl`.
     pub fn new(server_cl: u32, levels: &[PriorityLevel]) -> FleetPolicy {
-        let (limits, _) = compute_limits(server_cl, levels);
-        let levels = levels.iter().zip(limits).map(|(l, limits)| FleetLevel {
-            name: l.name.clone(),
-            exempt: l.is_exempt(),
-            queue_seats: queue_seats(l, &limits),
-            limits,
-        });
-        FleetPolicy { server_concurrency_limit: server_cl, levels: levels.collect() }
+        FleetPolicy::with_limits(server_cl, levels, &compute_limits(server_cl, levels).0)
     }
 
     /// The levels of a parsed plugin configuration (its limits are already computed).
     pub fn from_config(cfg: &PluginConfig) -> FleetPolicy {
-        let levels = cfg.policy.priority_levels.iter().zip(&cfg.limits);
-        let levels = levels.map(|(l, limits)| FleetLevel {
+        FleetPolicy::with_limits(cfg.server_concurrency_limit, &cfg.policy.priority_levels, &cfg.limits)
+    }
+
+    fn with_limits(server_cl: u32, levels: &[PriorityLevel], limits: &[LevelLimits]) -> FleetPolicy {
+        let level = |(l, limits): (&PriorityLevel, &LevelLimits)| FleetLevel {
             name: l.name.clone(),
             exempt: l.is_exempt(),
             queue_seats: queue_seats(l, limits),
             limits: *limits,
-        });
-        FleetPolicy { server_concurrency_limit: cfg.server_concurrency_limit, levels: levels.collect() }
+        };
+        FleetPolicy { server_concurrency_limit: server_cl, levels: levels.iter().zip(limits).map(level).collect() }
     }
 
     /// `nominalCLSum`: Σ NominalCL over every level, exempt ones included (upstream passes it to
@@ -81,18 +83,20 @@ impl FleetPolicy {
         self.levels.iter().position(|l| l.name == name)
     }
 
+    /// Whether the level `name` is in the policy and limited (not exempt).
+    pub fn is_limited(&self, name: &str) -> bool {
+        self.levels.iter().any(|l| l.name == name && !l.exempt)
+    }
+
     /// How many levels are limited (not exempt).
     pub fn limited_levels(&self) -> usize {
         self.levels.iter().filter(|l| !l.exempt).count()
     }
 
-    /// The most seats level `i` can ever have fleet-wide (its largest possible fleet CurrentCL):
-    /// `min(MaxCL, nominalCLSum − Σ MinCL of the other limited levels)`. Upstream's
-    /// `updateBorrowingLocked` gives a limited level at most its MaxCL (the allocation problem's
-    /// upper bound), and every other limited level at least its MinCL (its lower bound
-    /// `MinCurrentCL ≥ MinCL`) out of `nominalCLSum` (`computeConcurrencyAllocation`'s required
-    /// sum); the other regimes give at most NominalCL, which is within both. Integer rounding
-    /// cannot go above an integer bound. `None` for exempt or unknown levels (not limited).
+    /// The largest possible fleet CurrentCL of level `i`: `min(MaxCL, nominalCLSum − Σ MinCL of
+    /// the other limited levels)` (upstream `updateBorrowingLocked`: at most MaxCL, every other
+    /// level at least MinCL out of `computeConcurrencyAllocation`'s required sum; the other
+    /// regimes give at most NominalCL). `None` for exempt or unknown levels.
     pub fn level_max(&self, i: usize) -> Option<u32> {
         let level = self.levels.get(i).filter(|l| !l.exempt)?;
         let others: u64 = self.levels.iter().enumerate().filter(|(j, l)| *j != i && !l.exempt).map(|(_, l)| u64::from(l.limits.min)).sum();
@@ -106,21 +110,18 @@ impl FleetPolicy {
         u64::from(self.nominal_sum()).saturating_add(self.limited_levels() as u64 / 2)
     }
 
-    /// The most seats any replica can hold on one limited level, executing or waiting, under
-    /// this policy's `serverConcurrencyLimit`: the largest Σ fleet CurrentCL
-    /// ([`FleetPolicy::max_total`]) plus the largest queue capacity of a level
-    /// ([`FleetLevel::queue_seats`]). It is the same bound for every level on purpose: a
-    /// replica still running the previous policy during a rolling change of the levels' shares
-    /// or queues publishes demand that is within it, and must not be ignored for it.
+    /// The most seats any replica can hold on one limited level, executing or waiting: the
+    /// largest Σ fleet CurrentCL plus the largest queue capacity of any level. One bound for
+    /// every level on purpose: a replica still running the previous policy in a rolling change
+    /// of the levels' shares or queues stays within it.
     pub fn demand_bound(&self) -> u64 {
         let queues = self.levels.iter().filter(|l| !l.exempt).map(|l| l.queue_seats).max().unwrap_or(0);
         self.max_total().saturating_add(queues)
     }
 
     /// The widest request that can wait for seats on a limited level (`wide` in a record): the
-    /// largest Σ fleet CurrentCL, or the widest request of any level when that is larger (a
-    /// level that can have fewer seats than one request still queues it). One bound for every
-    /// level, as [`FleetPolicy::demand_bound`].
+    /// largest Σ fleet CurrentCL, or the widest request of any level when larger (a level with
+    /// fewer seats than one request still queues it). One bound for every level.
     pub fn wide_bound(&self) -> u64 {
         let widest = self.levels.iter().filter(|l| !l.exempt).map(|l| widest_request(&l.limits)).max().unwrap_or(0);
         self.max_total().max(u64::from(widest))

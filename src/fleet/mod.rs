@@ -13,13 +13,11 @@
 //! - [`record`]: a replica's record in etcd and the key layout.
 //! - [`snapshot`]: every record under the prefix at one revision.
 //! - [`etcd`]: the etcd v3 JSON API codec (requests and total response decoders).
-//! - [`base64`]: base64 for etcd's keys and values.
 //! - [`claim`]: the claim protocol, the state machine a host drives ([`Fleet`]).
 //! - [`feed`]: feeding a process's levels' demand to its [`Fleet`] and applying its limits
 //!   ([`FleetFeed`]), shared by the gateway and the simulator.
 
 pub mod allocation;
-pub mod base64;
 pub mod claim;
 pub mod etcd;
 pub mod feed;

@@ -1,160 +1,148 @@
-//! A replica's record: the JSON value stored (base64, as every etcd value) under
-//! `<prefix><name>/replicas/<replica-id>`, bound to the replica's lease.
+//! A replica's record: the JSON value stored under `<prefix><name>/replicas/<replica-id>`,
+//! bound to the replica's lease (format and fields: docs/fleet.md, "Etcd calls and record
+//! format"). Per level it holds the replica's seat demand statistics (upstream's
+//! `seatDemandStats`), its **claim** (an upper bound of its seats in use; 0 on exempt levels),
+//! its **granted** seats (≤ the claim: the part that passed the fleet check, the replica admits
+//! only below it), its seats in use, and while a request wider than its seats waits, that width
+//! (`wide`) and the revision since which it waits (`wideSince`, its place in line).
 //!
-//! ```json
-//! {"format": 1, "heartbeat": 42, "revision": "1187", "serverConcurrencyLimit": 600,
-//!  "levels": {"workload-low": {"avg": 3.5, "stdDev": 1.2, "highWatermark": 6, "smoothed": 4.1,
-//!                              "claim": 20, "granted": 20, "inUse": 5}, ...}}
-//! ```
-//! - `levels`: per priority level (by name) the replica's seat demand statistics (upstream's
-//!   `seatDemandStats`: `avg`, `stdDev`, `highWatermark`, `smoothed`), its **claim** (the seats it
-//!   may use; an upper bound of its seats in use; 0 for exempt levels, which are not limited)
-//!   its **granted** seats (the part of the claim that passed the fleet check: the replica admits
-//!   requests only while its seats in use are below it; equal to the claim except while requests
-//!   admitted outside the fleet's accounting — after the record was lost — drain), and its
-//!   seats in use when it wrote the record. While a request wider than the replica's seats on a
-//!   level waits there, `wide` is its seats and `wideSince` the revision from which the replica
-//!   has been waiting for them (its place in the line for seats, [`crate::fleet::allocation`]);
-//!   both are left out otherwise.
-//! - `revision`: the store revision of the snapshot the replica planned this record from.
-//! - `heartbeat`: counts the replica's writes.
-//! - `serverConcurrencyLimit`: the fleet limit the replica runs with (a mismatch shows a
-//!   configuration rollout in progress).
-//!
-//! Decoding is total and lenient about what it does not know (unknown fields are ignored, so a
-//! newer writer can add some); a record of a newer `format` is an error. Decoding does not judge
-//! the numbers: [`crate::fleet::snapshot::Snapshot::checked`] ignores a record whose numbers are
-//! impossible, and one that does not decode.
+//! Decoding is total and lenient (unknown fields ignored, `null` as absent); a newer `format` is
+//! an error. Decoding does not judge the numbers: [`Record::impossible`] does.
 
+use super::allocation::clean;
+use super::etcd::wire;
 use super::levels::FleetPolicy;
 use crate::limits::borrowing::SeatDemandStats;
-use serde_json::{json, Map, Value};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
 use std::collections::BTreeMap;
 
 pub const RECORD_FORMAT: u64 = 1;
 
 /// One level of a record.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 pub struct LevelRecord {
+    #[serde(flatten, with = "Demand")]
     pub demand: SeatDemandStats,
+    #[serde(deserialize_with = "wire::int::deserialize")]
     pub claim: u32,
+    #[serde(deserialize_with = "wire::int::deserialize")]
     pub granted: u32,
+    #[serde(deserialize_with = "wire::int::deserialize")]
     pub in_use: u32,
     /// The seats of the widest request waiting for more seats than the replica has (0: none).
+    #[serde(deserialize_with = "wire::int::deserialize", skip_serializing_if = "wire::is_default")]
     pub wide: u32,
     /// The revision from which the replica has been waiting for `wide` seats.
+    #[serde(serialize_with = "wire::int::serialize", deserialize_with = "non_negative", skip_serializing_if = "wire::is_default")]
     pub wide_since: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Default)]
+/// `seatDemandStats` as a record writes it: non-finite and negative values as 0.
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "SeatDemandStats", rename_all = "camelCase")]
+struct Demand {
+    #[serde(default, serialize_with = "finite", deserialize_with = "wire::or_default")]
+    avg: f64,
+    #[serde(default, serialize_with = "finite", deserialize_with = "wire::or_default")]
+    std_dev: f64,
+    #[serde(default, serialize_with = "non_negative_number", deserialize_with = "non_negative")]
+    high_watermark: i64,
+    #[serde(default, serialize_with = "finite", deserialize_with = "wire::or_default")]
+    smoothed: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 pub struct Record {
+    #[serde(deserialize_with = "wire::int::deserialize")]
     pub heartbeat: u64,
+    #[serde(serialize_with = "wire::int::serialize", deserialize_with = "non_negative")]
     pub revision: i64,
+    #[serde(deserialize_with = "wire::int::deserialize")]
     pub server_concurrency_limit: u32,
     /// By level name.
+    #[serde(deserialize_with = "levels")]
     pub levels: BTreeMap<String, LevelRecord>,
 }
 
-/// A finite, non-negative float (JSON has no NaN or infinity).
-fn finite(x: f64) -> f64 {
-    if x.is_finite() && x > 0.0 {
-        x
-    } else {
-        0.0
-    }
+/// The record as stored: with its format.
+#[derive(Serialize)]
+struct Versioned<'a> {
+    format: u64,
+    #[serde(flatten)]
+    record: &'a Record,
 }
 
-/// A number as written: a negative value is kept (the snapshot's check refuses the record).
-fn num(v: &Value, key: &str) -> Result<f64, String> {
-    match v.get(key) {
-        None | Some(Value::Null) => Ok(0.0),
-        Some(Value::Number(n)) => n.as_f64().ok_or_else(|| format!("{key}: {n} is not a number")),
-        Some(_) => Err(format!("{key}: expected a number")),
-    }
+/// Why a record does not decode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordError {
+    Json(String),
+    Format(u64),
+    /// A field of the wrong type or out of range.
+    Field(String),
 }
 
-fn unsigned(v: &Value, key: &str) -> Result<u64, String> {
-    match v.get(key) {
-        None | Some(Value::Null) => Ok(0),
-        Some(Value::Number(n)) => n.as_u64().ok_or_else(|| format!("{key}: {n} is not a non-negative integer")),
-        Some(Value::String(s)) => s.parse().map_err(|_| format!("{key}: {s:?} is not a non-negative integer")),
-        Some(_) => Err(format!("{key}: expected an integer")),
-    }
-}
-
-fn seats(v: &Value, key: &str) -> Result<u32, String> {
-    u32::try_from(unsigned(v, key)?).map_err(|_| format!("{key}: more seats than fit 32 bits"))
-}
-
-impl LevelRecord {
-    fn to_json(self) -> Value {
-        let d = &self.demand;
-        let mut v = json!({
-            "avg": finite(d.avg), "stdDev": finite(d.std_dev), "highWatermark": d.high_watermark.max(0),
-            "smoothed": finite(d.smoothed), "claim": self.claim, "granted": self.granted, "inUse": self.in_use,
-        });
-        if let (Some(m), true) = (v.as_object_mut(), self.wide > 0) {
-            m.insert("wide".into(), json!(self.wide));
-            m.insert("wideSince".into(), json!(self.wide_since.to_string()));
+impl std::fmt::Display for RecordError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecordError::Json(e) => write!(f, "invalid JSON: {e}"),
+            RecordError::Format(n) => write!(f, "unsupported record format {n}"),
+            RecordError::Field(e) => f.write_str(e),
         }
-        v
     }
+}
 
-    fn from_json(v: &Value) -> Result<LevelRecord, String> {
-        if !v.is_object() {
-            return Err("expected an object".to_string());
-        }
-        let hw = i64::try_from(unsigned(v, "highWatermark")?).unwrap_or(i64::MAX);
-        Ok(LevelRecord {
-            demand: SeatDemandStats { avg: num(v, "avg")?, std_dev: num(v, "stdDev")?, high_watermark: hw, smoothed: num(v, "smoothed")? },
-            claim: seats(v, "claim")?,
-            granted: seats(v, "granted")?,
-            in_use: seats(v, "inUse")?,
-            wide: seats(v, "wide")?,
-            wide_since: i64::try_from(unsigned(v, "wideSince")?).map_err(|_| "wideSince: out of range".to_string())?,
-        })
-    }
+impl std::error::Error for RecordError {}
+
+/// JSON has no NaN or infinity.
+fn finite<S: Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(clean(*x))
+}
+
+fn non_negative_number<S: Serializer>(x: &i64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_i64((*x).max(0))
+}
+
+/// A non-negative integer (a number or a string) as an `i64`.
+fn non_negative<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    let x: u64 = wire::int::deserialize(d)?;
+    i64::try_from(x).map_err(D::Error::custom)
+}
+
+/// The levels: an object of objects (`null`: none; a level, flattened, is read as a map only).
+fn levels<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, LevelRecord>, D::Error> {
+    let levels: BTreeMap<String, Value> = wire::or_default(d)?;
+    let level = |(name, l): (String, Value)| match LevelRecord::deserialize(l) {
+        Ok(l) => Ok((name, l)),
+        Err(e) => Err(D::Error::custom(format!("levels.{name}: {e}"))),
+    };
+    levels.into_iter().map(level).collect()
 }
 
 impl Record {
     pub fn to_json(&self) -> Value {
-        let levels: Map<String, Value> = self.levels.iter().map(|(k, l)| (k.clone(), l.to_json())).collect();
-        json!({
-            "format": RECORD_FORMAT, "heartbeat": self.heartbeat, "revision": self.revision.to_string(),
-            "serverConcurrencyLimit": self.server_concurrency_limit, "levels": Value::Object(levels),
-        })
+        serde_json::to_value(Versioned { format: RECORD_FORMAT, record: self }).unwrap_or(Value::Null)
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec(&self.to_json()).unwrap_or_default()
+        serde_json::to_vec(&Versioned { format: RECORD_FORMAT, record: self }).unwrap_or_default()
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<Record, String> {
-        let v: Value = serde_json::from_slice(bytes).map_err(|e| format!("invalid JSON: {e}"))?;
+    /// Unknown fields are ignored; a newer `format` is an error.
+    pub fn decode(bytes: &[u8]) -> Result<Record, RecordError> {
+        let v: Value = serde_json::from_slice(bytes).map_err(|e| RecordError::Json(e.to_string()))?;
+        let field = |e: serde_json::Error| RecordError::Field(e.to_string());
         if !v.is_object() {
-            return Err("expected an object".to_string());
+            return Err(RecordError::Field("expected an object".to_string()));
         }
-        let format = unsigned(&v, "format")?;
+        let format: u64 = wire::int::deserialize(v.get("format").cloned().unwrap_or(Value::Null)).map_err(field)?;
         if format != RECORD_FORMAT {
-            return Err(format!("unsupported record format {format}"));
+            return Err(RecordError::Format(format));
         }
-        let revision = i64::try_from(unsigned(&v, "revision")?).map_err(|_| "revision: out of range".to_string())?;
-        let mut levels = BTreeMap::new();
-        match v.get("levels") {
-            None | Some(Value::Null) => {}
-            Some(Value::Object(m)) => {
-                for (name, l) in m {
-                    levels.insert(name.clone(), LevelRecord::from_json(l).map_err(|e| format!("levels.{name}: {e}"))?);
-                }
-            }
-            Some(_) => return Err("levels: expected an object".to_string()),
-        }
-        Ok(Record {
-            heartbeat: unsigned(&v, "heartbeat")?,
-            revision,
-            server_concurrency_limit: seats(&v, "serverConcurrencyLimit")?,
-            levels,
-        })
+        Record::deserialize(v).map_err(field)
     }
 
     /// The claim on a level (0 when the record does not name it).
@@ -170,6 +158,37 @@ impl Record {
     /// Σ claims over every level the record names.
     pub fn total_claim(&self) -> u64 {
         self.levels.values().map(|l| u64::from(l.claim)).sum()
+    }
+
+    /// Why this record's numbers are impossible for a replica of a fleet running `policy`, if
+    /// they are: granted above claim; on a level not exempt here, a claim above the largest Σ
+    /// fleet CurrentCL ([`FleetPolicy::max_total`]), a width above [`FleetPolicy::wide_bound`],
+    /// or a demand statistic negative, not finite or above [`FleetPolicy::demand_bound`]; claims
+    /// summing above Σ CurrentCL. Bounds independent of any one level's shares, so that a replica
+    /// in a rolling policy change is not ignored (docs/fleet.md, "Records are checked").
+    pub fn impossible(&self, policy: &FleetPolicy) -> Option<String> {
+        let max = policy.max_total();
+        for (name, l) in &self.levels {
+            if l.granted > l.claim {
+                return Some(format!("levels.{name}: granted {} above claim {}", l.granted, l.claim));
+            }
+            let exempt = policy.levels.iter().any(|level| level.name == *name && level.exempt);
+            let bound = (!exempt).then(|| policy.demand_bound());
+            if let Some(why) = impossible_demand(&l.demand, bound) {
+                return Some(format!("levels.{name}: {why}"));
+            }
+            if exempt {
+                continue;
+            }
+            if u64::from(l.claim) > max {
+                return Some(format!("levels.{name}: claim {} above the largest Σ CurrentCL {max}", l.claim));
+            }
+            if u64::from(l.wide) > policy.wide_bound() {
+                return Some(format!("levels.{name}: wide {} above the widest possible {}", l.wide, policy.wide_bound()));
+            }
+        }
+        let total = self.total_claim();
+        (total > max).then(|| format!("claims sum to {total}, above the largest Σ CurrentCL {max}"))
     }
 }
 
@@ -188,42 +207,6 @@ fn impossible_demand(d: &SeatDemandStats, bound: Option<u64>) -> Option<String> 
         .iter()
         .find(|(_, x, max)| !x.is_finite() || *x < 0.0 || x > max)
         .map(|(name, x, max)| format!("{name} {x} not within [0, {max}]"))
-}
-
-impl Record {
-    /// Why this record's numbers are impossible for a replica of a fleet running `policy`, if
-    /// they are: on a level that is not exempt here, a claim or a grant above the largest Σ
-    /// fleet CurrentCL ([`FleetPolicy::max_total`]: no level ever has more seats than the whole
-    /// fleet), a waiting width above [`FleetPolicy::wide_bound`], or a demand statistic that is
-    /// negative, not finite or above [`FleetPolicy::demand_bound`]; granted seats above the
-    /// claim; claims over all levels above the largest Σ fleet CurrentCL. The bounds do not
-    /// depend on any one level's shares or queues, so that a replica still running the previous
-    /// policy in a rolling change of them is not ignored; they do depend on
-    /// `serverConcurrencyLimit` (see docs/fleet.md, "Records nobody trusts").
-    pub fn impossible(&self, policy: &FleetPolicy) -> Option<String> {
-        let max = policy.max_total();
-        for (name, l) in &self.levels {
-            if l.granted > l.claim {
-                return Some(format!("levels.{name}: granted {} above claim {}", l.granted, l.claim));
-            }
-            let exempt = policy.index(name).and_then(|i| policy.levels.get(i)).is_some_and(|level| level.exempt);
-            let bound = (!exempt).then(|| policy.demand_bound());
-            if let Some(why) = impossible_demand(&l.demand, bound) {
-                return Some(format!("levels.{name}: {why}"));
-            }
-            if exempt {
-                continue;
-            }
-            if u64::from(l.claim) > max {
-                return Some(format!("levels.{name}: claim {} above the largest Σ CurrentCL {max}", l.claim));
-            }
-            if u64::from(l.wide) > policy.wide_bound() {
-                return Some(format!("levels.{name}: wide {} above the widest possible {}", l.wide, policy.wide_bound()));
-            }
-        }
-        let total = self.total_claim();
-        (total > max).then(|| format!("claims sum to {total}, above the largest Σ CurrentCL {max}"))
-    }
 }
 
 /// A replica id usable in a key: non-empty, printable ASCII without `/`.

@@ -2,15 +2,13 @@
 //! read returns it. The allocation is computed from a snapshot, and the claims it holds are what
 //! a raise is checked against.
 //!
-//! Records are checked, not trusted ([`Snapshot::checked`]): a key without a lease, a record that
-//! does not decode or under a key that is not a replica's, and a record whose numbers no replica
-//! of this fleet can write are ignored — for the allocation, the claims a raise is checked
-//! against, the number of replicas and everything else — and listed in [`Snapshot::ignored`].
+//! Records are checked, not trusted ([`Snapshot::checked`]): what is not a replica's record
+//! counts for nothing and is listed in [`Snapshot::ignored`].
 
 use super::allocation::{allocate, Allocation, ReplicaDemand, WideNeed};
 use super::etcd::{EtcdError, RangeResponse};
 use super::levels::FleetPolicy;
-use super::record::{valid_replica_id, LevelRecord, Record};
+use super::record::{valid_replica_id, LevelRecord, Record, RecordError};
 use crate::limits::borrowing::SeatDemandStats;
 
 /// One key under the prefix.
@@ -21,7 +19,7 @@ pub struct ReplicaEntry {
     pub mod_revision: i64,
     pub lease: i64,
     /// The decoded record, or why it does not decode.
-    pub record: Result<Record, String>,
+    pub record: Result<Record, RecordError>,
 }
 
 /// A key under the prefix that is not taken for a replica's record, and why.
@@ -95,12 +93,10 @@ impl Snapshot {
         Ok(Snapshot { revision: r.header.revision, replicas, ignored: Vec::new() })
     }
 
-    /// This snapshot with the entries that are not replicas' records of a fleet running `policy`
-    /// moved to [`Snapshot::ignored`]: a key without a lease (a replica's record always has
-    /// one; a lease-less key never expires), a key that is not a replica id, a record that does
-    /// not decode (a newer format included: a format change needs a new fleet `name`), and a
-    /// record whose numbers are impossible ([`Record::impossible`]). The whole record is
-    /// ignored, not only the levels at fault.
+    /// This snapshot with what is not a replica's record of a fleet running `policy` moved to
+    /// [`Snapshot::ignored`], whole: a key without a lease (it would never expire), a key that is
+    /// not a replica id, a record that does not decode (a newer format included: a format change
+    /// needs a new fleet `name`), a record whose numbers are impossible ([`Record::impossible`]).
     pub fn checked(mut self, policy: &FleetPolicy, own: &str) -> Snapshot {
         let (mut kept, mut ignored) = (Vec::with_capacity(self.replicas.len()), Vec::new());
         for e in self.replicas {
@@ -123,23 +119,19 @@ impl Snapshot {
     /// creates.
     pub fn with_record(&self, id: &str, record: Record) -> Snapshot {
         let mut s = self.clone();
-        let entry = ReplicaEntry { id: id.to_string(), mod_revision: 0, lease: 0, record: Ok(record) };
-        match s.replicas.binary_search_by(|e| e.id.as_str().cmp(id)) {
-            Ok(i) => {
-                if let Some(e) = s.replicas.get_mut(i) {
-                    *e = entry;
-                }
-            }
-            Err(i) => s.replicas.insert(i, entry),
-        }
+        s.replicas.retain(|e| e.id != id);
+        let at = s.replicas.partition_point(|e| e.id.as_str() < id);
+        s.replicas.insert(at, ReplicaEntry { id: id.to_string(), mod_revision: 0, lease: 0, record: Ok(record) });
         s
     }
 
     /// The allocation of this snapshot (in an unchecked snapshot, a record that does not decode
     /// counts as a replica without demand).
     pub fn allocate(&self, policy: &FleetPolicy) -> Allocation {
-        let demand: Vec<Vec<SeatDemandStats>> = self.replicas.iter().map(|e| demand_of(e.record.as_ref().ok(), policy)).collect();
-        let wide: Vec<Vec<WideNeed>> = self.replicas.iter().map(|e| wide_of(e.record.as_ref().ok(), policy)).collect();
+        let demand: Vec<Vec<SeatDemandStats>> =
+            self.replicas.iter().map(|e| per_level(e.record.as_ref().ok(), policy, |l| l.demand)).collect();
+        let need = |l: &LevelRecord| WideNeed { seats: l.wide, since: l.wide_since };
+        let wide: Vec<Vec<WideNeed>> = self.replicas.iter().map(|e| per_level(e.record.as_ref().ok(), policy, need)).collect();
         let input: Vec<ReplicaDemand<'_>> =
             self.replicas.iter().zip(demand.iter().zip(&wide)).map(|(e, (d, w))| ReplicaDemand { id: &e.id, demand: d, wide: w }).collect();
         allocate(policy, &input)
@@ -159,23 +151,17 @@ impl Snapshot {
     }
 }
 
-/// A record's demand per level of `policy` (levels it does not name: no demand).
-pub fn demand_of(record: Option<&Record>, policy: &FleetPolicy) -> Vec<SeatDemandStats> {
-    policy.levels.iter().map(|l| record.and_then(|r| r.levels.get(&l.name)).map(|x| x.demand).unwrap_or_default()).collect()
-}
-
-/// A record's wide requests per level of `policy` (levels it does not name: none).
-pub fn wide_of(record: Option<&Record>, policy: &FleetPolicy) -> Vec<WideNeed> {
-    let need = |l: &LevelRecord| WideNeed { seats: l.wide, since: l.wide_since };
-    policy.levels.iter().map(|l| record.and_then(|r| r.levels.get(&l.name)).map(need).unwrap_or_default()).collect()
+/// A record's value per level of `policy` (levels it does not name, or no record: the default).
+pub fn per_level<T: Default>(record: Option<&Record>, policy: &FleetPolicy, f: impl Fn(&LevelRecord) -> T) -> Vec<T> {
+    policy.levels.iter().map(|l| record.and_then(|r| r.levels.get(&l.name)).map(&f).unwrap_or_default()).collect()
 }
 
 /// A record's claims per level of `policy`.
 pub fn claims_of(record: &Record, policy: &FleetPolicy) -> Vec<u32> {
-    policy.levels.iter().map(|l| record.claim(&l.name)).collect()
+    per_level(Some(record), policy, |l| l.claim)
 }
 
 /// A record's granted seats per level of `policy`.
 pub fn granted_of(record: &Record, policy: &FleetPolicy) -> Vec<u32> {
-    policy.levels.iter().map(|l| record.granted(&l.name)).collect()
+    per_level(Some(record), policy, |l| l.granted)
 }

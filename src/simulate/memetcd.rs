@@ -376,14 +376,6 @@ impl MemEtcd {
                     self.write(p.key.clone(), Some(kv));
                     ResponseOp::Put { header: Header { revision: self.revision, ..Header::default() } }
                 }
-                RequestOp::DeleteRange(d) => {
-                    let keys: Vec<Vec<u8>> = self.kvs.keys().filter(|k| in_range(k, &d.key, &d.range_end)).cloned().collect();
-                    let deleted = keys.len() as i64;
-                    for k in keys {
-                        self.write(k, None);
-                    }
-                    ResponseOp::DeleteRange { header: Header { revision: self.revision, ..Header::default() }, deleted }
-                }
             });
         }
         Ok(TxnResponse { header: self.header(), succeeded, responses })

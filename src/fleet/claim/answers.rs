@@ -8,7 +8,7 @@ use super::plan::Base;
 use super::slot::at;
 use super::Fleet;
 use crate::fleet::etcd::{AuthenticateResponse, EtcdError, LeaseResponse, RangeResponse, TxnResponse};
-use crate::fleet::snapshot::{claims_of, granted_of, Snapshot};
+use crate::fleet::snapshot::{per_level, Snapshot};
 use crate::Nanos;
 
 impl Fleet {
@@ -154,12 +154,8 @@ impl Fleet {
         self.recovery.others_seen = s.replicas.iter().any(|e| e.id != self.id);
         match s.get(&self.id) {
             Some(e) => {
-                let n = self.slots.len();
-                let (claims, granted) = match &e.record {
-                    Ok(r) => (claims_of(r, &self.policy), granted_of(r, &self.policy)),
-                    Err(_) => (vec![0; n], vec![0; n]),
-                };
-                self.observe_own(e.mod_revision, &claims, &granted);
+                let r = e.record.as_ref().ok();
+                self.observe_own(e.mod_revision, &per_level(r, &self.policy, |l| l.claim), &per_level(r, &self.policy, |l| l.granted));
             }
             None => {
                 if self.own.is_some() {

@@ -76,24 +76,19 @@ impl Fleet {
     /// least every `period`.
     pub fn tick(&mut self, now: Nanos) -> Vec<EtcdCall> {
         let mut calls = self.expire_calls(now);
-        if self.left {
-            self.refresh(now);
-            return calls;
-        }
-        if self.needs_token() {
+        if !self.left && self.needs_token() {
             calls.extend(self.auth_call(now));
-            self.refresh(now);
-            return calls;
-        }
-        if self.calls.lease.is_none() {
-            calls.extend(self.lease_call(now));
-        }
-        if self.calls.kv.is_none() && self.lease.due(self.round.last, now) {
-            self.round = Round { last: Some(now), last_nudge: self.round.last_nudge, ..Round::default() };
-            calls.extend(self.round_call(now));
-        } else if self.calls.kv.is_none() && self.nudge_due(now) {
-            self.round.last_nudge = Some(now);
-            calls.extend(self.nudge_call(now));
+        } else if !self.left {
+            if self.calls.lease.is_none() {
+                calls.extend(self.lease_call(now));
+            }
+            if self.calls.kv.is_none() && self.lease.due(self.round.last, now) {
+                self.round = Round { last: Some(now), last_nudge: self.round.last_nudge, ..Round::default() };
+                calls.extend(self.round_call(now));
+            } else if self.calls.kv.is_none() && self.nudge_due(now) {
+                self.round.last_nudge = Some(now);
+                calls.extend(self.nudge_call(now));
+            }
         }
         self.refresh(now);
         calls
@@ -149,13 +144,11 @@ impl Fleet {
         self.limited_slots().any(|(i, s)| at(targets, i) > s.granted)
     }
 
-    /// Between rounds: lower the claims where the seats in use allow it, else read the fleet
-    /// when this replica may use more seats than it is granted (the answer's follow-up raises).
+    /// Between rounds (neither left nor waiting for a token): lower the claims where the seats in
+    /// use allow it, else read the fleet when this replica may use more seats than it is granted
+    /// (the answer's follow-up raises).
     fn nudge_call(&mut self, now: Nanos) -> Option<EtcdCall> {
-        if self.left || self.lease.id.is_none() || self.needs_token() {
-            return None;
-        }
-        self.own?;
+        self.lease.id.and(self.own)?;
         let plan = self.plan(false, now)?;
         if plan.claims.iter().zip(&self.slots).any(|(p, s)| *p < s.claim) {
             return Some(self.write_call(plan, now));

@@ -6,7 +6,7 @@ use crate::fleet::config::FleetConfig;
 use crate::Nanos;
 
 /// etcd's auth token (not printed).
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub(super) struct Token(pub(super) String);
 
 impl std::fmt::Debug for Token {
@@ -15,7 +15,7 @@ impl std::fmt::Debug for Token {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(super) struct Lease {
     ttl: Nanos,
     period: Nanos,
@@ -30,16 +30,7 @@ pub(super) struct Lease {
 
 impl Lease {
     pub(super) fn new(config: &FleetConfig) -> Lease {
-        Lease {
-            ttl: config.lease_ttl,
-            period: config.period,
-            token: None,
-            id: None,
-            alive_at: None,
-            last_keepalive: None,
-            last_grant: None,
-            last_auth: None,
-        }
+        Lease { ttl: config.lease_ttl, period: config.period, ..Lease::default() }
     }
 
     /// Until when the lease is trusted (`k + leaseTtl − period`).

@@ -1,62 +1,24 @@
 //! The claim protocol: the state machine one replica runs against etcd ([`Fleet`]).
 //!
 //! **Invariant.** While etcd is reachable, the fleet's seats in use never exceed the fleet's
-//! limit. Each record carries, per limited level, a **claim** (an upper bound of the replica's
-//! seats in use: the others leave it alone) and **granted** seats (≤ the claim: the replica
-//! admits only below them). On every level, every replica's seats in use ≤ its claim, and the
-//! granted seats only grow through a transaction that checked them, with the others' claims,
-//! against the level's fleet CurrentCL (and over all levels against Σ CurrentCL) on the revision
-//! it read. Normally claim = granted; a claim exceeds the granted seats only to cover requests
-//! admitted while the record was lost (cut off from etcd), until they drain.
-//!
-//! - A replica **lowers** its local limit at once and publishes `claim = max(allocation, seats
-//!   still in use)`, lower again as they drain. Seats in use are bounded by what the host reports
-//!   and by every local limit handed out since that report (see [`Fleet::set_seats_in_use`]).
-//! - A replica **raises** its local limit only after a transaction succeeded that (i) compares
-//!   the whole prefix's `mod_revision < R+1` (nothing under the prefix changed since the
-//!   revision `R` it read) and (ii) puts its record with the higher granted seats, computed so
-//!   that the others' claims in the snapshot at `R` plus them fit the level's fleet CurrentCL of
-//!   the state the write creates. Every other write compares the record's own `mod_revision`,
-//!   so a delayed older write can never overwrite a newer one, and never raises anything.
-//! - Each transaction also reads the prefix (`success: [put, range]`, `failure: [range]`): one
-//!   round trip gives the next snapshot, and a raise is sent (or a failed one retried) at once
-//!   on it, at most [`MAX_WRITES_PER_PERIOD`] writes a period.
-//! - A write whose outcome is unknown (no answer) may still apply later: its claims count as
-//!   possible until the replica sees its record move past what the write compared; the local
-//!   limit stays under every claim etcd may hold, and a raise counts only once confirmed.
-//! - Records are bound to the replica's lease, kept alive every `period`. The lease is trusted
-//!   until `k + leaseTtl − period`, `k` the time the last successful keepalive was *sent* (etcd
-//!   refreshed it later, so it expires after `k + leaseTtl` by etcd's clock; the `period` of
-//!   margin absorbs clock rate differences and the time to act). Past that the replica falls
-//!   back to the static share (fleet CurrentCL ÷ the last known number of replicas), never above
-//!   its last claims and granted seats.
-//! - A replica that learns from etcd that its record is gone (lease expired while it was cut
-//!   off) admits nothing until it has registered again, one or two round trips later; its
-//!   registration claims what it still uses and is granted only what the check allows. If it
-//!   cannot register for `leaseTtl − period`, it falls back as above.
-//! - A replica that never had a record admits nothing on limited levels until its first
-//!   registration succeeds.
-//! - Records are checked, not trusted ([`Snapshot::checked`]): a key without a lease, a record
-//!   that does not decode and one whose numbers are impossible count for nothing; each is
-//!   logged once per mod revision ([`Fleet::ignored_records`], [`Fleet::ignored_total`]).
-//! - etcd losing its data is detected — an answer's revision below the highest seen before the
-//!   call was sent, a changed cluster id, the lease or the whole fleet gone while the lease was
-//!   trusted and other replicas were seen — and survived: for `leaseTtl` the replica is
-//!   [`FleetMode::Recovering`], under the static share of the last fleet it knew and the seats
-//!   granted then, while it registers again and after, so that the replicas that have not yet
-//!   noticed (they keep their allocations until their next call) and those that have fit the
-//!   limit together. After `leaseTtl` every old lease was renewed (its replica registered
-//!   again) or expired, and the allocation resumes.
+//! limit. Per limited level each record carries a **claim** (an upper bound of the replica's
+//! seats in use) and **granted** seats (≤ the claim; the replica admits only below them). A
+//! replica lowers at once, locally; it raises only through a transaction that compares the whole
+//! prefix's `mod_revision < R+1` and checks the others' claims at `R` plus its new grant against
+//! the level's fleet CurrentCL (and Σ CurrentCL). Every other write compares the record's own
+//! `mod_revision`. Writes whose outcome is unknown count as possible until seen superseded.
+//! Past the lease's trust (`k + leaseTtl − period`, `k` when the last successful keepalive was
+//! sent) the replica falls back to the static share; when etcd loses its data it recovers for
+//! `leaseTtl` ([`FleetMode::Recovering`]). docs/fleet.md, "The claim protocol", is the long form.
 //!
 //! The host calls [`Fleet::tick`] at least every `period`, sends the returned calls, and passes
 //! every answer (or its failure, status 0) to [`Fleet::on_response`]; it feeds the levels' seat
 //! demand and seats in use, and applies [`Fleet::limits`] to the engine.
 //!
-//! The state machine's rooms: `slot` (one level's state), `lease` (the lease and the auth
-//! token), `calls` (the calls it sends: rounds, nudges, follow-ups), `answers` (what an
-//! answer teaches), `plan` (the next record write: grants, claims, trims), `limits` (the
-//! mode and the limits handed out), `recovery` (etcd losing its data, ignored records),
-//! `reconfigure` (a new policy, leaving) and `inspect` (read-only views).
+//! Rooms: `slot` (one level's state), `lease` (the lease and the auth token), `calls` (rounds,
+//! nudges, follow-ups), `answers` (what an answer teaches), `plan` (the next write: grants,
+//! claims, trims), `limits` (the mode and the limits handed out), `recovery` (etcd losing its
+//! data, ignored records), `reconfigure` (a new policy, leaving), `inspect` (read-only views).
 
 mod answers;
 mod calls;
@@ -88,10 +50,8 @@ use slot::LevelSlot;
 /// raises that follow it at once).
 pub const MAX_WRITES_PER_PERIOD: u32 = 4;
 
-/// Between rounds, every `period / NUDGES_PER_PERIOD` a replica whose claims can come down
-/// (its seats in use drained under a lower limit) writes them lower, and one that may use more
-/// than it is granted reads the fleet again to raise into seats the others freed: seats move
-/// within a period of being freed rather than at the next rounds of both replicas.
+/// Between rounds, every `period / NUDGES_PER_PERIOD`, a replica writes claims that can come
+/// down, or reads the fleet to raise into freed seats: seats move within a period of being freed.
 pub const NUDGES_PER_PERIOD: i64 = 4;
 
 /// Where the replica stands.
@@ -105,13 +65,10 @@ pub enum FleetMode {
     /// claims and granted seats.
     Fallback,
     /// Leaving the fleet gracefully ([`Fleet::leave_gracefully`]): nothing new admitted on
-    /// limited levels, the claims lowered to the seats in use as they drain, then the lease
-    /// revoked.
+    /// limited levels, the claims following the seats in use down, then the lease revoked.
     Leaving,
-    /// etcd lost its data (its revision went back, its cluster id changed, or the lease or the
-    /// whole fleet vanished while the lease was trusted): for `leaseTtl` from the detection, at
-    /// most the static share of the last fleet known before the loss and the seats granted
-    /// then, also while registering again and after the new registration's grant.
+    /// etcd lost its data ([`Fleet::data_losses`]): for `leaseTtl`, at most the static share of
+    /// the last fleet known before the loss and the seats granted then.
     Recovering,
 }
 
@@ -211,9 +168,6 @@ impl Fleet {
         })
     }
 
-    // -----------------------------------------------------------------------------------------
-    // inputs
-
     /// This replica's seat demand statistics per level (policy order), as the engine keeps them
     /// for upstream's borrowing; published with the next write.
     pub fn set_local_demand(&mut self, demand: &[SeatDemandStats]) {
@@ -258,9 +212,6 @@ impl Fleet {
         self.in_use_generation = generation;
         self.limits.forget_before(generation);
     }
-
-    // -----------------------------------------------------------------------------------------
-    // outputs
 
     /// Seats this replica may use now, per level (policy order); `None` for exempt levels.
     pub fn limits(&self) -> &[Option<u32>] {

@@ -3,10 +3,10 @@
 //! once by revoking the lease).
 
 use super::calls::{CallKind, EtcdCall};
-use super::slot::{remap, LevelSlot};
+use super::slot::LevelSlot;
 use super::Fleet;
 use crate::fleet::etcd;
-use crate::fleet::levels::FleetPolicy;
+use crate::fleet::levels::{remap, FleetPolicy};
 use crate::Nanos;
 
 impl Fleet {
@@ -23,12 +23,8 @@ impl Fleet {
         let old = std::mem::replace(&mut self.policy, policy);
         let map: Vec<Option<usize>> = self.policy.levels.iter().map(|l| old.index(&l.name)).collect();
         let new = &self.policy;
-        let limited_in_new = |name: &str| new.index(name).and_then(|j| new.levels.get(j)).is_some_and(|n| !n.exempt);
-        for (l, seats) in old.levels.iter().zip(bound).filter(|(l, seats)| !l.exempt && *seats > 0) {
-            if !limited_in_new(&l.name) {
-                self.draining.push((l.name.clone(), seats));
-            }
-        }
+        let removed = old.levels.iter().zip(bound).filter(|(l, seats)| !l.exempt && *seats > 0 && !new.is_limited(&l.name));
+        self.draining.extend(removed.map(|(l, seats)| (l.name.clone(), seats)));
         let limits_of = |v: &[Option<u32>]| -> Vec<Option<u32>> {
             new.levels.iter().zip(remap(v, &map, None)).map(|(l, x)| (!l.exempt).then(|| x.unwrap_or(0))).collect()
         };
@@ -47,16 +43,10 @@ impl Fleet {
 
     /// A draining level limited again: what may still be in use on it counts as in use.
     fn undrain(&mut self) {
-        let (policy, mut back) = (&self.policy, Vec::new());
-        self.draining.retain(|(n, s)| match policy.index(n).filter(|&i| policy.levels.get(i).is_some_and(|l| !l.exempt)) {
-            Some(i) => {
-                back.push((i, *s));
-                false
-            }
-            None => true,
-        });
-        for (i, seats) in back {
-            if let Some(slot) = self.slots.get_mut(i) {
+        let (back, draining) = std::mem::take(&mut self.draining).into_iter().partition(|(n, _)| self.policy.is_limited(n));
+        self.draining = draining;
+        for (name, seats) in back {
+            if let Some(slot) = self.policy.index(&name).and_then(|i| self.slots.get_mut(i)) {
                 slot.in_use = slot.in_use.max(seats);
             }
         }
@@ -79,9 +69,8 @@ impl Fleet {
     /// Whether a removed level's claim in etcd is above what may still be in use on it.
     pub(super) fn draining_lowers(&self) -> bool {
         let Some(Ok(r)) = self.snapshot.as_ref().and_then(|s| s.get(&self.id)).map(|e| e.record.as_ref()) else { return false };
-        let limited = |n: &str| self.policy.index(n).and_then(|i| self.policy.levels.get(i)).is_some_and(|l| !l.exempt);
         let draining = |n: &str| self.draining.iter().find(|(d, _)| d == n).map_or(0, |(_, s)| *s);
-        r.levels.iter().filter(|(n, _)| !limited(n)).any(|(n, l)| l.claim > draining(n))
+        r.levels.iter().filter(|(n, _)| !self.policy.is_limited(n)).any(|(n, l)| l.claim > draining(n))
     }
 
     /// Leave the fleet gracefully: call on every tick once asked to (idempotent). From the

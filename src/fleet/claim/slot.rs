@@ -23,12 +23,6 @@ pub(super) struct LevelSlot {
     pub(super) recovery_cap: u32,
 }
 
-/// `v` (in an old policy's level order) in a new policy's order: `map` names each new level's
-/// old index; a level new to the policy gets `fill`.
-pub(super) fn remap<T: Clone>(v: &[T], map: &[Option<usize>], fill: T) -> Vec<T> {
-    map.iter().map(|m| m.and_then(|i| v.get(i).cloned()).unwrap_or_else(|| fill.clone())).collect()
-}
-
 /// A per-level value (0 past the end).
 pub(super) fn at(v: &[u32], i: usize) -> u32 {
     debug_assert!(i < v.len() || v.is_empty(), "level {i} of {}", v.len());
