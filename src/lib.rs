@@ -14,6 +14,7 @@ pub mod config;
 pub mod digest;
 pub mod duration;
 pub mod engine;
+pub mod etcd;
 pub mod fairqueuing;
 pub mod fleet;
 pub mod gateway;

@@ -7,8 +7,8 @@
 mod fleet_sim;
 
 use apf_wasm::base64;
+use apf_wasm::etcd::{self, CompareResult, CompareTarget, RequestOp, TxnRequest};
 use apf_wasm::fleet::config::{Credentials, FleetConfig};
-use apf_wasm::fleet::etcd::{self, CompareResult, CompareTarget, RequestOp, TxnRequest};
 use apf_wasm::fleet::record::Record;
 use apf_wasm::fleet::{EtcdCall, Fleet, FleetMode};
 use apf_wasm::limits::borrowing::SeatDemandStats;

@@ -5,7 +5,7 @@
 //! compares (etcd 3.3+) and their behaviour on empty ranges; leases; token authentication.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-use apf_wasm::fleet::etcd::{
+use apf_wasm::etcd::{
     self, Compare, CompareResult, CompareTarget, EtcdError, LeaseResponse, PutRequest, RangeRequest, RangeResponse, RequestOp, TxnRequest,
     TxnResponse,
 };

@@ -8,7 +8,7 @@
 #[path = "common/fleet_sim.rs"]
 mod fleet_sim;
 
-use apf_wasm::fleet::etcd::{Header, KeyValue, RangeResponse};
+use apf_wasm::etcd::{Header, KeyValue, RangeResponse};
 use apf_wasm::fleet::record::Record;
 use apf_wasm::fleet::snapshot::Snapshot;
 use fleet_sim::{one_level_policy, test_policy, Net, Sim, MS, S};

@@ -511,7 +511,7 @@ fn fuzz_etcd_response() {
 #[test]
 #[ignore = "regenerates fuzz/corpus/etcd_response"]
 fn write_etcd_response_corpus() {
-    use apf_wasm::fleet::etcd;
+    use apf_wasm::etcd;
     use apf_wasm::fleet::{Fleet, FleetConfig, FleetPolicy};
     use apf_wasm::limits::borrowing::SeatDemandStats;
     use apf_wasm::simulate::memetcd::MemEtcd;

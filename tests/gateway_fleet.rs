@@ -6,7 +6,7 @@
 #[path = "common/mock_host.rs"]
 mod mock_host;
 
-use apf_wasm::fleet::etcd::{PutRequest, RequestOp, TxnRequest};
+use apf_wasm::etcd::{PutRequest, RequestOp, TxnRequest};
 use apf_wasm::fleet::record::Record;
 use apf_wasm::simulate::memetcd::MemEtcd;
 use mock_host::{headers, Node, Proxy};

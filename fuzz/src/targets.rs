@@ -1543,7 +1543,7 @@ fn decode_again<T: PartialEq + std::fmt::Debug, E: PartialEq + std::fmt::Debug>(
 }
 
 pub fn etcd_response(data: &[u8]) -> bool {
-    use apf_wasm::fleet::etcd::{self, AuthenticateResponse, LeaseResponse, RangeResponse, TxnResponse};
+    use apf_wasm::etcd::{self, AuthenticateResponse, LeaseResponse, RangeResponse, TxnResponse};
     use apf_wasm::fleet::record::Record;
     use apf_wasm::fleet::snapshot::Snapshot;
     let Some((&sel, body)) = data.split_first() else { return false };

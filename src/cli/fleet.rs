@@ -3,7 +3,7 @@
 //! and the allocation every replica computes from them — as JSON with a top-level `replicas`
 //! array. Reads etcd's JSON API directly (plain HTTP; for TLS, a local `etcdctl`-style proxy).
 
-use crate::fleet::etcd::{RangeRequest, RangeResponse};
+use crate::etcd::{RangeRequest, RangeResponse};
 use crate::fleet::snapshot::Snapshot;
 use serde_json::{json, Value};
 

@@ -12,14 +12,13 @@
 //! - [`allocation`]: the pure allocation function (fleet borrowing, split among replicas).
 //! - [`record`]: a replica's record in etcd and the key layout.
 //! - [`snapshot`]: every record under the prefix at one revision.
-//! - [`etcd`]: the etcd v3 JSON API codec (requests and total response decoders).
+//! - The etcd v3 JSON API it speaks is etcd's own, shared with the in-memory etcd: [`crate::etcd`].
 //! - [`claim`]: the claim protocol, the state machine a host drives ([`Fleet`]).
 //! - [`feed`]: feeding a process's levels' demand to its [`Fleet`] and applying its limits
 //!   ([`FleetFeed`]), shared by the gateway and the simulator.
 
 pub mod allocation;
 pub mod claim;
-pub mod etcd;
 pub mod feed;
 pub mod levels;
 pub mod record;

@@ -10,8 +10,8 @@
 //! an error. Decoding does not judge the numbers: [`Record::impossible`] does.
 
 use super::allocation::clean;
-use super::etcd::wire;
 use super::levels::FleetPolicy;
+use crate::etcd::wire;
 use crate::limits::borrowing::SeatDemandStats;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};

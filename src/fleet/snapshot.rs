@@ -6,9 +6,9 @@
 //! counts for nothing and is listed in [`Snapshot::ignored`].
 
 use super::allocation::{allocate, Allocation, ReplicaDemand, WideNeed};
-use super::etcd::{EtcdError, RangeResponse};
 use super::levels::FleetPolicy;
 use super::record::{valid_replica_id, LevelRecord, Record, RecordError};
+use crate::etcd::{EtcdError, RangeResponse};
 use crate::limits::borrowing::SeatDemandStats;
 
 /// One key under the prefix.

@@ -13,7 +13,7 @@
 //! term (`etcdserverpb.ResponseHeader`); losing every piece of data ([`MemEtcd::wipe`]). Errors are `{"error","code","message"}` with the gateway's HTTP status.
 //! Not modelled: compaction, watches, multiple members, range limits and sorting options.
 
-use crate::fleet::etcd::{
+use crate::etcd::{
     self, codes, AuthenticateRequest, AuthenticateResponse, Compare, CompareResult, CompareTarget, Header, HeaderResponse, KeyValue,
     LeaseRequest, LeaseResponse, PutRequest, RangeRequest, RangeResponse, RequestOp, ResponseOp, TxnRequest, TxnResponse,
 };

@@ -7,9 +7,9 @@
 //! verified against the snapshot it compared (see [`Sim::verify_write`]).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
+use apf_wasm::etcd::{self, CompareTarget, KeyValue, RequestOp, TxnRequest, TxnResponse};
 use apf_wasm::fleet::allocation::Allocation;
 use apf_wasm::fleet::config::FleetConfig;
-use apf_wasm::fleet::etcd::{self, CompareTarget, KeyValue, RequestOp, TxnRequest, TxnResponse};
 use apf_wasm::fleet::levels::FleetPolicy;
 use apf_wasm::fleet::record::Record;
 use apf_wasm::fleet::snapshot::{claims_of, granted_of, Snapshot};

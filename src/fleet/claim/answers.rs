@@ -7,7 +7,7 @@ use super::lease::Token;
 use super::plan::Base;
 use super::slot::at;
 use super::Fleet;
-use crate::fleet::etcd::{AuthenticateResponse, EtcdError, LeaseResponse, RangeResponse, TxnResponse};
+use crate::etcd::{AuthenticateResponse, EtcdError, LeaseResponse, RangeResponse, TxnResponse};
 use crate::fleet::snapshot::{per_level, Snapshot};
 use crate::Nanos;
 

@@ -6,7 +6,7 @@
 use super::plan::{Base, Pending, Plan};
 use super::slot::at;
 use super::{Fleet, MAX_WRITES_PER_PERIOD, NUDGES_PER_PERIOD};
-use crate::fleet::etcd::{self, Compare, PutRequest, RangeRequest, RequestOp, TxnRequest};
+use crate::etcd::{self, Compare, PutRequest, RangeRequest, RequestOp, TxnRequest};
 use crate::Nanos;
 
 /// One HTTP call to etcd: `POST path` with a JSON body. The host adds `:method`, `:path` and

@@ -5,7 +5,7 @@
 use super::calls::{CallKind, EtcdCall};
 use super::slot::LevelSlot;
 use super::Fleet;
-use crate::fleet::etcd;
+use crate::etcd;
 use crate::fleet::levels::{remap, FleetPolicy};
 use crate::Nanos;
 

@@ -5,7 +5,7 @@ use super::calls::CallKind;
 use super::calls::InFlight;
 use super::slot::at;
 use super::Fleet;
-use crate::fleet::etcd::Header;
+use crate::etcd::Header;
 use crate::fleet::snapshot::IgnoredRecord;
 use crate::Nanos;
 use std::collections::BTreeMap;
