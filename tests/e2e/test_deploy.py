@@ -649,35 +649,17 @@ def test_envoy_gateway_plugin_config_loads_in_envoy(envoy_bin, wasm_module, tmp_
     docs = render("envoy-gateway")
     wasm = one(docs, "EnvoyExtensionPolicy", "apf-wasm")["spec"]["wasm"][0]
     cfg = wasm["config"]
-    boot = {
-        "static_resources": {
-            "listeners": [{
-                "name": "eg", "address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}},
-                "filter_chains": [{"filters": [{
-                    "name": "envoy.filters.network.http_connection_manager",
-                    "typed_config": {
-                        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-                        "stat_prefix": "eg",
-                        "route_config": {"virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [
-                            {"match": {"prefix": "/"}, "route": {"cluster": cfg["clusterPolicy"]["cluster"]}}]}]},
-                        "http_filters": [
-                            {"name": "envoy.filters.http.wasm", "typed_config": {
-                                "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
-                                "config": {
-                                    "name": wasm["name"], "root_id": wasm["rootID"],
-                                    "failure_policy": "FAIL_OPEN" if wasm["failOpen"] else "FAIL_CLOSED",
-                                    "vm_config": {"runtime": "envoy.wasm.runtime.v8",
-                                                  "environment_variables": {"host_env_keys": wasm["env"]["hostKeys"]},
-                                                  "code": {"local": {"filename": wasm_module}}},
-                                    "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue",
-                                                      "value": json.dumps(cfg)}}}},
-                            {"name": "envoy.filters.http.router", "typed_config": {
-                                "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}]}}]}]}],
-            "clusters": [{"name": cfg["clusterPolicy"]["cluster"], "type": "STATIC", "connect_timeout": "1s",
-                          "load_assignment": {"cluster_name": cfg["clusterPolicy"]["cluster"], "endpoints": [{"lb_endpoints": [
-                              {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 6443}}}}]}]}}],
-        }
-    }
+    wasm_filter = {"name": "envoy.filters.http.wasm", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+        "config": {
+            "name": wasm["name"], "root_id": wasm["rootID"],
+            "failure_policy": "FAIL_OPEN" if wasm["failOpen"] else "FAIL_CLOSED",
+            "vm_config": {"runtime": "envoy.wasm.runtime.v8",
+                          "environment_variables": {"host_env_keys": wasm["env"]["hostKeys"]},
+                          "code": {"local": {"filename": wasm_module}}},
+            "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue",
+                              "value": json.dumps(cfg)}}}}
+    boot = gateway_bootstrap(wasm_filter, cfg["clusterPolicy"]["cluster"])
     path = tmp_path / "eg.json"
     path.write_text(json.dumps(boot))
     p = validate_config(envoy_bin, str(path), env={"APF_WASM_TOKEN": "placeholder-token"})
@@ -842,7 +824,7 @@ def test_envoy_gateway_native_plugin_config_loads_in_envoy(envoy_bin, tmp_path):
             "filter_name": dm["filterName"],
             "filter_config": {"@type": "type.googleapis.com/google.protobuf.StringValue",
                               "value": json.dumps(plugin)}}}
-        return native_bootstrap(flt, cfg["clusterPolicy"]["cluster"])
+        return gateway_bootstrap(flt, cfg["clusterPolicy"]["cluster"])
 
     path = tmp_path / "eg-native.json"
     path.write_text(json.dumps(boot(cfg)))
@@ -853,7 +835,7 @@ def test_envoy_gateway_native_plugin_config_loads_in_envoy(envoy_bin, tmp_path):
     assert p.returncode != 0, "an invalid plugin config must be refused"
 
 
-def native_bootstrap(http_filter: dict, cluster: str) -> dict:
+def gateway_bootstrap(http_filter: dict, cluster: str) -> dict:
     """A listener with `http_filter` before the router, routing to `cluster` on 127.0.0.1:6443."""
     return {"static_resources": {
         "listeners": [{
