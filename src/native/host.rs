@@ -1,0 +1,221 @@
+//! The gateway's [`Host`] over Envoy's dynamic-module ABI.
+//!
+//! One [`NativeHost`] is made per hook call for the filter the hook is about. Shared data is an
+//! in-process store with the proxy-wasm semantics ([`MemStore`]: compare-and-swap per key), shared
+//! by every worker thread, each with its own [`WorkerState`]. Queues are the mailboxes of
+//! [`super::wake`]. A resumed stream's continuation and a local reply are deferred until the hook
+//! returns ([`Deferred`], as the `Host` contract asks), so the gateway never re-enters itself.
+
+use super::abi::{self, FilterPtr};
+use super::wake;
+use crate::engine::store::{MemStore, Store, WorkerStore};
+use crate::gateway::host::{serialize_pairs, Body, CallError, HeaderMap, Host, StatKind};
+use crate::Nanos;
+use hashbrown::HashMap;
+use std::cell::{Cell, RefCell};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// What a hook asked of a stream other than by its return value, done when it returns.
+pub enum Deferred {
+    Resume(u32),
+    Reply { context: u32, status: u32, headers: Vec<(String, Vec<u8>)>, body: Vec<u8> },
+}
+
+thread_local! {
+    /// This worker's live streams: context → Envoy's filter.
+    static FILTERS: RefCell<HashMap<u32, FilterPtr>> = RefCell::new(HashMap::new());
+    /// The stream the gateway addressed with `set_effective_context`.
+    static EFFECTIVE: Cell<Option<u32>> = const { Cell::new(None) };
+    static DEFERRED: RefCell<Vec<Deferred>> = const { RefCell::new(Vec::new()) };
+    /// This worker's mailbox, once registered.
+    static MAILBOX: RefCell<Option<Arc<wake::Mailbox>>> = const { RefCell::new(None) };
+    static STORE: &'static WorkerStore<'static> = Box::leak(Box::new(WorkerStore::new(shared())));
+}
+
+/// The process's shared data.
+fn shared() -> &'static MemStore {
+    static S: OnceLock<MemStore> = OnceLock::new();
+    S.get_or_init(MemStore::new)
+}
+
+/// The process's monotonic origin.
+fn origin() -> Instant {
+    static O: OnceLock<Instant> = OnceLock::new();
+    *O.get_or_init(Instant::now)
+}
+
+/// Tracks a new stream of this worker.
+pub fn add_stream(context: u32, f: FilterPtr) {
+    FILTERS.with(|m| m.borrow_mut().insert(context, f));
+}
+
+/// Forgets a stream of this worker (destroyed).
+pub fn remove_stream(context: u32) {
+    FILTERS.with(|m| m.borrow_mut().remove(&context));
+}
+
+fn stream(context: u32) -> Option<FilterPtr> {
+    FILTERS.with(|m| m.borrow().get(&context).copied())
+}
+
+/// This worker's mailbox (`None` until the gateway registered it).
+pub fn mailbox() -> Option<Arc<wake::Mailbox>> {
+    MAILBOX.with(|m| m.borrow().clone())
+}
+
+/// Runs what the hook deferred (each may re-enter the module: the list is taken first).
+pub fn run_deferred() {
+    EFFECTIVE.with(|e| e.set(None));
+    loop {
+        let batch = DEFERRED.with(|d| std::mem::take(&mut *d.borrow_mut()));
+        if batch.is_empty() {
+            return;
+        }
+        for d in batch {
+            match d {
+                Deferred::Resume(c) => stream(c).into_iter().for_each(FilterPtr::continue_decoding),
+                Deferred::Reply { context, status, headers, body } => {
+                    let hs: Vec<(&str, &[u8])> = headers.iter().map(|(k, v)| (k.as_str(), v.as_slice())).collect();
+                    if let Some(f) = stream(context) {
+                        f.send_response(status, &hs, &body, "apf");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Envoy, for a hook about the stream `context`.
+pub struct NativeHost {
+    pub context: u32,
+    pub filter: FilterPtr,
+}
+
+fn header_type(map: HeaderMap) -> Option<u32> {
+    match map {
+        HeaderMap::Request => Some(abi::REQUEST_HEADER),
+        HeaderMap::Response => Some(abi::RESPONSE_HEADER),
+        HeaderMap::CallResponse => None,
+    }
+}
+
+impl NativeHost {
+    fn target(&self) -> u32 {
+        EFFECTIVE.with(|e| e.get()).unwrap_or(self.context)
+    }
+
+    fn defer(&self, d: Deferred) {
+        DEFERRED.with(|q| q.borrow_mut().push(d));
+    }
+}
+
+impl Host for NativeHost {
+    fn monotonic_nanos(&self) -> Nanos {
+        Nanos::try_from(origin().elapsed().as_nanos()).unwrap_or(Nanos::MAX)
+    }
+
+    fn realtime_nanos(&self) -> Nanos {
+        let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        Nanos::try_from(d.as_nanos()).unwrap_or(Nanos::MAX)
+    }
+
+    fn store(&self) -> &dyn Store {
+        STORE.with(|s| *s)
+    }
+
+    fn header_map_bytes(&self, map: HeaderMap) -> Vec<u8> {
+        let Some(t) = header_type(map) else { return Vec::new() };
+        let hs = self.filter.headers(t);
+        let pairs: Vec<(&str, &[u8])> = hs.iter().filter_map(|(k, v)| Some((std::str::from_utf8(k).ok()?, v.as_slice()))).collect();
+        serialize_pairs(&pairs)
+    }
+
+    fn add_header(&self, map: HeaderMap, name: &str, value: &[u8]) -> bool {
+        header_type(map).is_some_and(|t| self.filter.add_header(t, name, value))
+    }
+
+    fn remove_header(&self, map: HeaderMap, name: &str) -> bool {
+        header_type(map).is_some_and(|t| self.filter.remove_header(t, name))
+    }
+
+    fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
+        match path {
+            ["source", "address"] => self.filter.attribute_string(abi::ATTR_SOURCE_ADDRESS),
+            ["destination", "address"] => self.filter.attribute_string(abi::ATTR_DESTINATION_ADDRESS),
+            ["connection", "mtls"] => self.filter.attribute_bool(abi::ATTR_CONNECTION_MTLS).map(|b| vec![u8::from(b)]),
+            ["connection", "subject_peer_certificate"] => self.filter.attribute_string(abi::ATTR_SUBJECT_PEER_CERTIFICATE),
+            _ => None,
+        }
+    }
+
+    fn body_bytes(&self, body: Body, start: usize, max: usize) -> Option<Vec<u8>> {
+        if body != Body::Response {
+            return None;
+        }
+        let all = self.filter.body(abi::RECEIVED_RESPONSE_BODY)?;
+        let end = start.saturating_add(max).min(all.len());
+        Some(all.get(start.min(end)..end).unwrap_or_default().to_vec())
+    }
+
+    fn send_response(&self, status: u32, headers: &[(&str, &[u8])], body: &[u8]) -> bool {
+        let headers = headers.iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect();
+        self.defer(Deferred::Reply { context: self.target(), status, headers, body: body.to_vec() });
+        true
+    }
+
+    fn set_effective_context(&self, context: u32) -> bool {
+        let live = stream(context).is_some();
+        if live {
+            EFFECTIVE.with(|e| e.set(Some(context)));
+        }
+        live
+    }
+
+    fn resume_request(&self) -> bool {
+        self.defer(Deferred::Resume(self.target()));
+        true
+    }
+
+    fn register_queue(&self, name: &str) -> Result<u32, u32> {
+        let (id, b) = wake::register(name).ok_or(10u32)?;
+        MAILBOX.with(|m| *m.borrow_mut() = Some(b));
+        Ok(id)
+    }
+
+    fn resolve_queue(&self, name: &str) -> Option<u32> {
+        wake::resolve(name)
+    }
+
+    fn enqueue(&self, queue: u32, msg: &[u8]) -> bool {
+        wake::post(queue, 0, msg)
+    }
+
+    fn enqueue_for(&self, queue: u32, context: u32, msg: &[u8]) -> bool {
+        wake::post(queue, context, msg)
+    }
+
+    fn dequeue(&self, queue: u32) -> Result<Option<Vec<u8>>, u32> {
+        wake::take(queue)
+    }
+
+    fn define_metric(&self, kind: StatKind, name: &str) -> Option<u32> {
+        super::metrics::define(kind, name)
+    }
+
+    fn increment_metric(&self, id: u32, by: i64) {
+        super::metrics::increment(id, by);
+    }
+
+    fn record_metric(&self, id: u32, value: u64) {
+        super::metrics::record(id, value);
+    }
+
+    fn http_call(&self, _cluster: &str, _headers: &[(&str, &str)], _body: &[u8], _timeout: Duration) -> Result<u32, CallError> {
+        Err(CallError::NoProxy)
+    }
+
+    fn set_tick_period_ms(&self, _ms: u32) -> bool {
+        true
+    }
+}
