@@ -22,6 +22,10 @@ DYNAMIC_MODULE_TYPE = ("type.googleapis.com/envoy.extensions.filters.http.dynami
                        "DynamicModuleFilter")
 # The native host's module name: Envoy loads lib<name>.so from ENVOY_DYNAMIC_MODULES_SEARCH_PATH.
 NATIVE_MODULE = "apf_wasm"
+# The native host's stats live under Envoy's `dynamicmodulescustom.` namespace; this runtime flag
+# strips it from /stats/prometheus (as `wasmcustom.` is), so both hosts export the same names.
+NATIVE_RUNTIME = {"layers": [{"name": "apf-native", "static_layer": {
+    "envoy.reloadable_features.dynamic_modules_strip_custom_stat_prefix": True}}]}
 HCM_TYPE = ("type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3."
             "HttpConnectionManager")
 ROUTER_TYPE = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
@@ -199,6 +203,8 @@ def gateway_config(*, upstream_port: int, wasm_path: str | None = None,
     }
     if http_filter == "ecds":
         cfg["node"] = {"id": "apf-e2e", "cluster": "apf-e2e"}
+    if http_filter == "native" or ecds_native:
+        cfg["layered_runtime"] = NATIVE_RUNTIME
     return cfg
 
 

@@ -124,6 +124,48 @@ extern "C" {
     fn envoy_dynamic_module_callback_http_get_body_size(filter: *mut c_void, body_type: u32) -> usize;
     fn envoy_dynamic_module_callback_http_get_body_chunks_size(filter: *mut c_void, body_type: u32) -> usize;
     fn envoy_dynamic_module_callback_http_get_body_chunks(filter: *mut c_void, body_type: u32, out: *mut EnvoyBuffer) -> bool;
+    fn envoy_dynamic_module_callback_http_filter_config_define_counter(
+        config: *mut c_void,
+        name: ModuleBuffer,
+        label_names: *const ModuleBuffer,
+        label_names_size: usize,
+        id: *mut usize,
+    ) -> u32;
+    fn envoy_dynamic_module_callback_http_filter_config_define_gauge(
+        config: *mut c_void,
+        name: ModuleBuffer,
+        label_names: *const ModuleBuffer,
+        label_names_size: usize,
+        id: *mut usize,
+    ) -> u32;
+    fn envoy_dynamic_module_callback_http_filter_increment_counter(
+        filter: *mut c_void,
+        id: usize,
+        label_values: *const ModuleBuffer,
+        label_values_size: usize,
+        value: u64,
+    ) -> u32;
+    fn envoy_dynamic_module_callback_http_filter_increment_gauge(
+        filter: *mut c_void,
+        id: usize,
+        label_values: *const ModuleBuffer,
+        label_values_size: usize,
+        value: u64,
+    ) -> u32;
+    fn envoy_dynamic_module_callback_http_filter_decrement_gauge(
+        filter: *mut c_void,
+        id: usize,
+        label_values: *const ModuleBuffer,
+        label_values_size: usize,
+        value: u64,
+    ) -> u32;
+    fn envoy_dynamic_module_callback_http_filter_set_gauge(
+        filter: *mut c_void,
+        id: usize,
+        label_values: *const ModuleBuffer,
+        label_values_size: usize,
+        value: u64,
+    ) -> u32;
     fn envoy_dynamic_module_callback_http_filter_scheduler_new(filter: *mut c_void) -> *mut c_void;
     fn envoy_dynamic_module_callback_http_filter_scheduler_commit(scheduler: *mut c_void, event_id: u64);
     fn envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler: *mut c_void);
@@ -242,6 +284,66 @@ impl FilterPtr {
     }
 }
 
+/// An Envoy filter configuration (`..._http_filter_config_envoy_ptr`), valid during
+/// `on_http_filter_config_new`, where stats are defined.
+#[derive(Clone, Copy)]
+pub struct ConfigPtr(*mut c_void);
+
+/// `envoy_dynamic_module_type_metrics_result_Success`.
+pub const METRICS_SUCCESS: u32 = 0;
+
+/// How a gauge changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GaugeOp {
+    Add,
+    Sub,
+    Set,
+}
+
+impl ConfigPtr {
+    /// Defines a counter (`gauge`: a gauge) family with `labels`: its id, or the metrics result.
+    pub fn define(self, gauge: bool, name: &str, labels: &[&str]) -> Result<usize, u32> {
+        let ls: Vec<ModuleBuffer> = labels.iter().map(|l| ModuleBuffer::of(l.as_bytes())).collect();
+        let mut id = 0usize;
+        let n = ModuleBuffer::of(name.as_bytes());
+        // SAFETY: called during on_http_filter_config_new with Envoy's config pointer; every
+        // buffer points into slices alive for the call; `id` is a local Envoy fills.
+        let r = unsafe {
+            if gauge {
+                envoy_dynamic_module_callback_http_filter_config_define_gauge(self.0, n, ls.as_ptr(), ls.len(), &mut id)
+            } else {
+                envoy_dynamic_module_callback_http_filter_config_define_counter(self.0, n, ls.as_ptr(), ls.len(), &mut id)
+            }
+        };
+        if r == METRICS_SUCCESS {
+            Ok(id)
+        } else {
+            Err(r)
+        }
+    }
+}
+
+impl FilterPtr {
+    /// Adds `value` to the counter `id` (series `labels`): the metrics result.
+    pub fn increment_counter(self, id: usize, labels: &[&str], value: u64) -> u32 {
+        let ls: Vec<ModuleBuffer> = labels.iter().map(|l| ModuleBuffer::of(l.as_bytes())).collect();
+        // SAFETY: a live filter; label buffers point into slices alive for the call.
+        unsafe { envoy_dynamic_module_callback_http_filter_increment_counter(self.0, id, ls.as_ptr(), ls.len(), value) }
+    }
+
+    /// Changes the gauge `id` (series `labels`) by `op` `value`: the metrics result.
+    pub fn gauge(self, op: GaugeOp, id: usize, labels: &[&str], value: u64) -> u32 {
+        let ls: Vec<ModuleBuffer> = labels.iter().map(|l| ModuleBuffer::of(l.as_bytes())).collect();
+        let f = match op {
+            GaugeOp::Add => envoy_dynamic_module_callback_http_filter_increment_gauge,
+            GaugeOp::Sub => envoy_dynamic_module_callback_http_filter_decrement_gauge,
+            GaugeOp::Set => envoy_dynamic_module_callback_http_filter_set_gauge,
+        };
+        // SAFETY: a live filter; label buffers point into slices alive for the call.
+        unsafe { f(self.0, id, ls.as_ptr(), ls.len(), value) }
+    }
+}
+
 impl SchedulerPtr {
     /// Runs `on_http_filter_scheduled(event_id)` on the filter's worker (dropped if it is gone).
     pub fn commit(self, event_id: u64) {
@@ -289,8 +391,8 @@ pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
 }
 
 #[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(_envoy: *mut c_void, name: EnvoyBuffer, config: EnvoyBuffer) -> *const c_void {
-    guard("on_http_filter_config_new", std::ptr::null(), || match glue::config_new(bytes(name), bytes(config)) {
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(envoy: *mut c_void, name: EnvoyBuffer, config: EnvoyBuffer) -> *const c_void {
+    guard("on_http_filter_config_new", std::ptr::null(), || match glue::config_new(ConfigPtr(envoy), bytes(name), bytes(config)) {
         Some(c) => Box::into_raw(Box::new(c)) as *const c_void,
         None => std::ptr::null(),
     })

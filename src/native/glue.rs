@@ -6,7 +6,7 @@
 //! built from the configuration's bytes on the worker's first stream under it; in-flight
 //! streams keep the configuration they started with.
 
-use super::abi::{self, FilterPtr, SchedulerPtr};
+use super::abi::{self, ConfigPtr, FilterPtr, SchedulerPtr};
 use super::host::{self, NativeHost};
 use super::wake;
 use crate::config::parse_plugin_config;
@@ -56,12 +56,13 @@ fn unsupported(bytes: &[u8]) -> Result<(), String> {
 }
 
 /// A new configuration (main thread): `None` refuses it (every error logged).
-pub fn config_new(_name: &[u8], bytes: &[u8]) -> Option<Config> {
+pub fn config_new(envoy: ConfigPtr, _name: &[u8], bytes: &[u8]) -> Option<Config> {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     if let Err(e) = unsupported(bytes) {
         log::error!("apf: configuration refused: {e}");
         return None;
     }
+    super::metrics::define_families(envoy);
     let id = NEXT.fetch_add(1, Ordering::Relaxed);
     if let Ok(mut live) = LIVE_CONFIGS.lock() {
         live.push(id);
@@ -191,8 +192,26 @@ pub fn response_trailers(f: &mut Filter) -> u32 {
 pub fn stream_complete(f: &mut Filter) {
     let h = host_of(f);
     with_request(f, |r, w| r.on_stream_end(&h, w));
-    drop_waker(f);
+    if f.scheduler.is_some() {
+        drop_waker(f);
+        if host::mailbox().is_some_and(|m| m.idle()) {
+            went_idle(&h);
+        }
+    }
     host::run_deferred();
+}
+
+/// The worker's last stream holding or awaiting seats ended: no tick reaches it until another
+/// one starts, so its timer runs now and its stats are flushed.
+fn went_idle(h: &NativeHost) {
+    WORKER.with(|w| {
+        ROOTS.with(|r| {
+            let (Ok(mut w), Ok(mut roots)) = (w.try_borrow_mut(), r.try_borrow_mut()) else { return };
+            let Some(w) = w.as_mut() else { return };
+            roots.values_mut().for_each(|root| root.on_tick(h, w));
+            w.stats().flush(h);
+        })
+    });
 }
 
 pub fn filter_destroy(mut f: Filter) {

@@ -204,11 +204,11 @@ impl Host for NativeHost {
     }
 
     fn increment_metric(&self, id: u32, by: i64) {
-        super::metrics::increment(id, by);
+        super::metrics::increment(self.filter, id, by);
     }
 
     fn record_metric(&self, id: u32, value: u64) {
-        super::metrics::record(id, value);
+        super::metrics::record(self.filter, id, value);
     }
 
     fn http_call(&self, _cluster: &str, _headers: &[(&str, &str)], _body: &[u8], _timeout: Duration) -> Result<u32, CallError> {

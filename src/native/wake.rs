@@ -10,8 +10,9 @@
 //!
 //! The per-worker timer (queue timeouts, lease heartbeat, expiry, stats) comes from one
 //! module-owned thread ([`start_ticker`]) that commits [`TICK`] every `TICK_MS` to one registered
-//! scheduler of every worker. A worker with no stream holding or awaiting seats gets no tick:
-//! it has nothing to time out, and its stats deltas wait for its next stream.
+//! scheduler of every worker. A worker with no stream holding or awaiting seats gets no tick: it
+//! has nothing to time out, and it runs its timer and flushes its stats as its last such stream
+//! ends (`glue::stream_complete`).
 
 use super::abi::SchedulerPtr;
 use hashbrown::HashMap;
@@ -95,6 +96,11 @@ impl Mailbox {
         if let Ok(mut w) = self.wakers.lock() {
             w.insert(context, s);
         }
+    }
+
+    /// Whether no stream of the worker can be woken (none waits for or holds seats).
+    pub fn idle(&self) -> bool {
+        self.wakers.lock().map(|w| w.is_empty()).unwrap_or(true)
     }
 
     /// Forgets the scheduler of `context`; once this returns, no thread commits it.
