@@ -47,11 +47,11 @@ pub fn program_init() {
 
 /// Why a configuration cannot run on the native host yet (HTTP calls are not wired).
 fn unsupported(bytes: &[u8]) -> Result<(), String> {
-    let cfg = parse_plugin_config(bytes).map_err(|e| format!("invalid configuration ({} errors): {}", e.len(), e.join("; ")))?;
+    let cfg = parse_plugin_config(bytes).map_err(|e| format!("invalid configuration ({} errors); refused: {}", e.len(), e.join("; ")))?;
     let needs = [("clusterPolicy", cfg.cluster_policy.is_some()), ("clusterMetrics", cfg.cluster_metrics.is_some()), ("fleet", cfg.fleet.is_some())];
     match needs.iter().filter(|(_, on)| *on).map(|(n, _)| *n).collect::<Vec<_>>() {
         v if v.is_empty() => Ok(()),
-        v => Err(format!("{} need HTTP calls, which the native host does not make yet; use the wasm module", v.join(", "))),
+        v => Err(format!("configuration refused: {} need HTTP calls, which the native host does not make yet; use the wasm module", v.join(", "))),
     }
 }
 
@@ -59,7 +59,7 @@ fn unsupported(bytes: &[u8]) -> Result<(), String> {
 pub fn config_new(envoy: ConfigPtr, _name: &[u8], bytes: &[u8]) -> Option<Config> {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     if let Err(e) = unsupported(bytes) {
-        log::error!("apf: configuration refused: {e}");
+        log::error!("apf: {e}");
         return None;
     }
     super::metrics::define_families(envoy);

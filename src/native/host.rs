@@ -112,7 +112,10 @@ impl NativeHost {
 
 impl Host for NativeHost {
     fn monotonic_nanos(&self) -> Nanos {
-        Nanos::try_from(origin().elapsed().as_nanos()).unwrap_or(Nanos::MAX)
+        // Offset so that no time reads as "never" (the gateway's timers start at 0), as a
+        // monotonic clock since boot would.
+        const OFFSET: Nanos = 1 << 40;
+        Nanos::try_from(origin().elapsed().as_nanos()).unwrap_or(Nanos::MAX).saturating_add(OFFSET)
     }
 
     fn realtime_nanos(&self) -> Nanos {
