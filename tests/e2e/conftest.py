@@ -39,6 +39,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "apf: needs the real apf-wasm filter")
     config.addinivalue_line("markers", "harness: validates the harness; any module works")
     config.addinivalue_line("markers", "core: the behaviour both hosts (wasm, native) must share")
+    config.addinivalue_line("markers", "native: the native host's own tests")
 
 
 def native_host() -> bool:
