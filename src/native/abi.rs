@@ -108,8 +108,10 @@ extern "C" {
     fn envoy_dynamic_module_callback_log_enabled(level: u32) -> bool;
     fn envoy_dynamic_module_callback_http_get_headers_size(filter: *mut c_void, header_type: u32) -> usize;
     fn envoy_dynamic_module_callback_http_get_headers(filter: *mut c_void, header_type: u32, out: *mut EnvoyHeader) -> bool;
-    fn envoy_dynamic_module_callback_http_add_header(filter: *mut c_void, header_type: u32, key: ModuleBuffer, value: ModuleBuffer) -> bool;
-    fn envoy_dynamic_module_callback_http_set_header(filter: *mut c_void, header_type: u32, key: ModuleBuffer, value: ModuleBuffer) -> bool;
+    fn envoy_dynamic_module_callback_http_add_header(filter: *mut c_void, header_type: u32, key: ModuleBuffer, value: ModuleBuffer)
+        -> bool;
+    fn envoy_dynamic_module_callback_http_set_header(filter: *mut c_void, header_type: u32, key: ModuleBuffer, value: ModuleBuffer)
+        -> bool;
     fn envoy_dynamic_module_callback_http_send_response(
         filter: *mut c_void,
         status: u32,
@@ -391,7 +393,11 @@ pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
 }
 
 #[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(envoy: *mut c_void, name: EnvoyBuffer, config: EnvoyBuffer) -> *const c_void {
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
+    envoy: *mut c_void,
+    name: EnvoyBuffer,
+    config: EnvoyBuffer,
+) -> *const c_void {
     guard("on_http_filter_config_new", std::ptr::null(), || match glue::config_new(ConfigPtr(envoy), bytes(name), bytes(config)) {
         Some(c) => Box::into_raw(Box::new(c)) as *const c_void,
         None => std::ptr::null(),
@@ -528,10 +534,198 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_trailers(
 pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_complete(_envoy: *mut c_void, _module: *const c_void, _stream_id: u64) {}
 
 #[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset(_envoy: *mut c_void, _module: *const c_void, _stream_id: u64, _reason: u32) {}
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset(
+    _envoy: *mut c_void,
+    _module: *const c_void,
+    _stream_id: u64,
+    _reason: u32,
+) {
+}
 
 #[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(_envoy: *mut c_void, _module: *const c_void) {}
+pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(
+    _envoy: *mut c_void,
+    _module: *const c_void,
+) {
+}
 
 #[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(_envoy: *mut c_void, _module: *const c_void) {}
+pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(
+    _envoy: *mut c_void,
+    _module: *const c_void,
+) {
+}
+
+/// A stand-in for Envoy in the unit tests: the callbacks the module imports, recording what
+/// the module asked (no pointer is dereferenced).
+#[cfg(test)]
+pub mod fake {
+    use super::{EnvoyBuffer, EnvoyHeader, ModuleBuffer, ModuleHeader};
+    use std::ffi::c_void;
+    use std::sync::Mutex;
+
+    /// Every (scheduler, event id) committed, and every filter continued.
+    pub static COMMITS: Mutex<Vec<(usize, u64)>> = Mutex::new(Vec::new());
+    pub static CONTINUED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+    /// A scheduler pointer the fake recognizes (never dereferenced).
+    pub fn scheduler(n: usize) -> super::SchedulerPtr {
+        super::SchedulerPtr(n as *mut c_void)
+    }
+
+    pub fn filter(n: usize) -> super::FilterPtr {
+        super::FilterPtr(n as *mut c_void)
+    }
+
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_log(_level: u32, _message: ModuleBuffer) {}
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_log_enabled(_level: u32) -> bool {
+        false
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_get_headers_size(_f: *mut c_void, _t: u32) -> usize {
+        0
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_get_headers(_f: *mut c_void, _t: u32, _out: *mut EnvoyHeader) -> bool {
+        false
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_add_header(_f: *mut c_void, _t: u32, _k: ModuleBuffer, _v: ModuleBuffer) -> bool {
+        true
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_set_header(_f: *mut c_void, _t: u32, _k: ModuleBuffer, _v: ModuleBuffer) -> bool {
+        true
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_send_response(
+        _f: *mut c_void,
+        _s: u32,
+        _h: *const ModuleHeader,
+        _n: usize,
+        _b: ModuleBuffer,
+        _d: ModuleBuffer,
+    ) {
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_continue_decoding(f: *mut c_void) {
+        CONTINUED.lock().unwrap().push(f as usize);
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_get_attribute_string(_f: *mut c_void, _id: u32, _o: *mut EnvoyBuffer) -> bool {
+        false
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_get_attribute_bool(_f: *mut c_void, _id: u32, _o: *mut bool) -> bool {
+        false
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_get_body_size(_f: *mut c_void, _t: u32) -> usize {
+        0
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_get_body_chunks_size(_f: *mut c_void, _t: u32) -> usize {
+        0
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_get_body_chunks(_f: *mut c_void, _t: u32, _o: *mut EnvoyBuffer) -> bool {
+        false
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_config_define_counter(
+        _c: *mut c_void,
+        _n: ModuleBuffer,
+        _l: *const ModuleBuffer,
+        _ln: usize,
+        _id: *mut usize,
+    ) -> u32 {
+        1
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_config_define_gauge(
+        _c: *mut c_void,
+        _n: ModuleBuffer,
+        _l: *const ModuleBuffer,
+        _ln: usize,
+        _id: *mut usize,
+    ) -> u32 {
+        1
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_increment_counter(
+        _f: *mut c_void,
+        _id: usize,
+        _l: *const ModuleBuffer,
+        _n: usize,
+        _v: u64,
+    ) -> u32 {
+        0
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_increment_gauge(
+        _f: *mut c_void,
+        _id: usize,
+        _l: *const ModuleBuffer,
+        _n: usize,
+        _v: u64,
+    ) -> u32 {
+        0
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_decrement_gauge(
+        _f: *mut c_void,
+        _id: usize,
+        _l: *const ModuleBuffer,
+        _n: usize,
+        _v: u64,
+    ) -> u32 {
+        0
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_set_gauge(
+        _f: *mut c_void,
+        _id: usize,
+        _l: *const ModuleBuffer,
+        _n: usize,
+        _v: u64,
+    ) -> u32 {
+        0
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_scheduler_new(f: *mut c_void) -> *mut c_void {
+        f
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_scheduler_commit(s: *mut c_void, event_id: u64) {
+        COMMITS.lock().unwrap().push((s as usize, event_id));
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_scheduler_delete(_s: *mut c_void) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panicking_hook_returns_its_fallback() {
+        assert_eq!(guard("test", CONTINUE, || panic!("boom")), CONTINUE);
+        assert_eq!(guard("test", 7u32, || 3), 3);
+    }
+
+    #[test]
+    fn hooks_without_module_state_let_the_stream_continue() {
+        let null = std::ptr::null();
+        assert_eq!(envoy_dynamic_module_on_http_filter_request_headers(std::ptr::null_mut(), null, true), CONTINUE);
+        assert_eq!(envoy_dynamic_module_on_http_filter_response_headers(std::ptr::null_mut(), null, true), CONTINUE);
+        envoy_dynamic_module_on_http_filter_destroy(null);
+        envoy_dynamic_module_on_http_filter_config_destroy(null);
+    }
+
+    #[test]
+    fn the_abi_version_is_envoy_1_40s_nul_terminated() {
+        assert_eq!(ABI_VERSION, b"v0.1.0\0");
+    }
+}

@@ -48,10 +48,17 @@ pub fn program_init() {
 /// Why a configuration cannot run on the native host yet (HTTP calls are not wired).
 fn unsupported(bytes: &[u8]) -> Result<(), String> {
     let cfg = parse_plugin_config(bytes).map_err(|e| format!("invalid configuration ({} errors); refused: {}", e.len(), e.join("; ")))?;
-    let needs = [("clusterPolicy", cfg.cluster_policy.is_some()), ("clusterMetrics", cfg.cluster_metrics.is_some()), ("fleet", cfg.fleet.is_some())];
+    let needs = [
+        ("clusterPolicy", cfg.cluster_policy.is_some()),
+        ("clusterMetrics", cfg.cluster_metrics.is_some()),
+        ("fleet", cfg.fleet.is_some()),
+    ];
     match needs.iter().filter(|(_, on)| *on).map(|(n, _)| *n).collect::<Vec<_>>() {
         v if v.is_empty() => Ok(()),
-        v => Err(format!("configuration refused: {} need HTTP calls, which the native host does not make yet; use the wasm module", v.join(", "))),
+        v => Err(format!(
+            "configuration refused: {} need HTTP calls, which the native host does not make yet; use the wasm module",
+            v.join(", ")
+        )),
     }
 }
 

@@ -222,3 +222,37 @@ impl Host for NativeHost {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::native::abi::fake;
+
+    #[test]
+    fn resumes_are_deferred_to_the_end_of_the_hook_and_follow_the_effective_stream() {
+        add_stream(41, fake::filter(0x4100));
+        add_stream(42, fake::filter(0x4200));
+        let h = NativeHost { context: 41, filter: fake::filter(0x4100) };
+        assert!(h.set_effective_context(42));
+        assert!(h.resume_request());
+        assert!(!h.set_effective_context(43), "a stream that is gone is not addressed");
+        let continued = |p: usize| fake::CONTINUED.lock().unwrap().iter().filter(|&&c| c == p).count();
+        assert_eq!(continued(0x4200), 0, "nothing happens before the hook returns");
+        run_deferred();
+        assert_eq!((continued(0x4200), continued(0x4100)), (1, 0));
+        // The effective stream is reset after the hook: the next resume is the hook's own.
+        h.resume_request();
+        remove_stream(41);
+        run_deferred();
+        assert_eq!(continued(0x4100), 0, "a stream destroyed meanwhile is not touched");
+    }
+
+    #[test]
+    fn the_clock_is_monotonic_and_never_reads_as_never() {
+        let h = NativeHost { context: 1, filter: fake::filter(0x1) };
+        let a = h.monotonic_nanos();
+        assert!(a > 1_000_000_000_000);
+        assert!(h.monotonic_nanos() >= a);
+        assert!(h.realtime_nanos() > 1_700_000_000_000_000_000);
+    }
+}

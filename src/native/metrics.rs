@@ -124,3 +124,45 @@ pub fn record(filter: FilterPtr, id: u32, value: u64) {
         let _ = filter.gauge(GaugeOp::Set, s.family, &labels, value);
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observe::metrics::{self as names, MetricKind, METRICS};
+
+    fn table() -> HashMap<String, Family> {
+        stat_families().into_iter().enumerate().map(|(id, (kind, name, labels))| (name, Family { id, kind, labels })).collect()
+    }
+
+    #[test]
+    fn every_series_the_gateway_names_parses_back_to_a_family() {
+        let t = table();
+        for spec in METRICS {
+            let values: Vec<&str> = spec.labels.iter().map(|_| "v-1").collect();
+            let series: Vec<String> = match spec.kind {
+                MetricKind::Histogram => names::histogram_stat_names(spec, &values).unwrap().all().cloned().collect(),
+                _ => vec![names::stat_name(spec, &values).unwrap()],
+            };
+            for s in series {
+                let (family, got) = parse(&s, &t).unwrap_or_else(|| panic!("{s} has no family"));
+                assert!(s.starts_with(family));
+                assert_eq!(&got[..spec.labels.len()], &values[..], "{s}");
+            }
+        }
+    }
+
+    #[test]
+    fn le_keeps_its_dot_and_label_order_is_checked() {
+        let t = table();
+        let s = "apiserver_flowcontrol_request_wait_duration_seconds_bucket.priority_level.a.flow_schema.b.execute.true.le.0.005";
+        let (family, v) = parse(s, &t).unwrap();
+        assert_eq!(family, "apiserver_flowcontrol_request_wait_duration_seconds_bucket");
+        assert_eq!(v, ["a", "b", "true", "0.005"]);
+        assert!(parse("apiserver_flowcontrol_dispatched_requests_total.flow_schema.b.priority_level.a", &t).is_none());
+        assert!(parse("apiserver_flowcontrol_dispatched_requests_total.priority_level.a", &t).is_none(), "a label missing");
+        assert!(parse("no_such_family", &t).is_none());
+        let (f, v) = parse("apf_wasm_shared_state_writes_total", &t).unwrap();
+        assert_eq!((f, v.len()), ("apf_wasm_shared_state_writes_total", 0));
+        assert_eq!(parse("apf_wasm_open_watches.priority_level.x", &t).unwrap().1, ["x"]);
+    }
+}

@@ -139,3 +139,52 @@ fn tick_all() {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::native::abi::fake;
+
+    fn commits_to(s: usize) -> Vec<u64> {
+        fake::COMMITS.lock().unwrap().iter().filter(|(p, _)| *p == s).map(|(_, e)| *e).collect()
+    }
+
+    #[test]
+    fn a_notice_wakes_its_stream_through_its_scheduler() {
+        let (id, b) = register("test/mailbox/a").unwrap();
+        assert_eq!(register("test/mailbox/a").unwrap().0, id, "one mailbox per name");
+        assert_eq!(resolve("test/mailbox/a"), Some(id));
+        b.add_waker(7, fake::scheduler(0x7001));
+        b.add_waker(8, fake::scheduler(0x8001));
+        assert!(post(id, 8, b"first"));
+        assert!(post(id, 8, b"second"));
+        assert_eq!(commits_to(0x8001), vec![WAKE, WAKE]);
+        assert!(commits_to(0x7001).is_empty(), "only the addressed stream is woken");
+        assert_eq!(take(id).unwrap().as_deref(), Some(&b"first"[..]));
+        assert_eq!(take(id).unwrap().as_deref(), Some(&b"second"[..]));
+        assert_eq!(take(id).unwrap(), None);
+    }
+
+    #[test]
+    fn a_notice_for_a_stream_without_scheduler_wakes_another_and_none_after_removal() {
+        let (id, b) = register("test/mailbox/b").unwrap();
+        assert!(b.idle());
+        b.add_waker(1, fake::scheduler(0xb001));
+        assert!(!b.idle());
+        assert!(post(id, 99, b"x"));
+        assert_eq!(commits_to(0xb001), vec![WAKE], "any stream of the worker drains the mailbox");
+        b.remove_waker(1);
+        assert!(b.idle());
+        assert!(post(id, 1, b"y"));
+        assert_eq!(commits_to(0xb001), vec![WAKE], "a removed scheduler is never committed");
+        assert_eq!(take(id).unwrap().as_deref(), Some(&b"x"[..]));
+    }
+
+    #[test]
+    fn unknown_mailboxes_are_errors_not_panics() {
+        assert!(!post(0, 1, b"x"));
+        assert!(!post(u32::MAX, 1, b"x"));
+        assert!(take(0).is_err());
+        assert_eq!(resolve("test/mailbox/none"), None);
+    }
+}
