@@ -8,8 +8,13 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 root="$(pwd)"
 
+# -z nodelete: the module owns a timer thread, so it must never be unmapped (Envoy dlcloses a
+# module whose last configuration is gone unless `do_not_close` is set); -z now: every Envoy
+# symbol is bound at load, so an Envoy without one of them refuses the module with a clear
+# "undefined symbol" error instead of crashing at its first call.
 echo "native-build: cargo build --release --lib --features dynamic-module" >&2
-cargo build --release --lib --features dynamic-module --config 'profile.release.panic="unwind"' "$@" >&2
+cargo build --release --lib --features dynamic-module --config 'profile.release.panic="unwind"' \
+  --config 'build.rustflags=["-C", "link-arg=-Wl,-z,nodelete", "-C", "link-arg=-Wl,-z,now"]' "$@" >&2
 
 tdir="${CARGO_TARGET_DIR:-$root/target}"
 case "$tdir" in /*) ;; *) tdir="$root/$tdir" ;; esac
@@ -26,5 +31,9 @@ for hook in envoy_dynamic_module_on_program_init envoy_dynamic_module_on_http_fi
     exit 1
   fi
 done
+if ! readelf -d "$so" | grep -q NODELETE; then
+  echo "native-build: $so is not marked NODELETE" >&2
+  exit 1
+fi
 echo "native-build: $(wc -c <"$so") bytes" >&2
 echo "$so"

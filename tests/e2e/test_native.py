@@ -37,10 +37,12 @@ def test_module_exports_envoys_hooks_and_binds_now(native_module):
                         text=True, check=True).stdout
     missing = [h for h in HOOKS if h not in nm]
     assert not missing, missing
-    # BIND_NOW: every Envoy symbol is resolved at dlopen (a wrong Envoy fails to load the module).
+    # NOW: every Envoy symbol is resolved at dlopen (a wrong Envoy fails to load the module);
+    # NODELETE: never unmapped while its timer thread runs.
     dyn = subprocess.run(["readelf", "-d", native_module], capture_output=True, text=True,
                          check=True).stdout
-    assert "BIND_NOW" in dyn or "NOW" in dyn, dyn
+    flags = next(ln for ln in dyn.splitlines() if "FLAGS_1" in ln)
+    assert "NOW" in flags and "NODELETE" in flags, flags
 
 
 def test_valid_configuration_loads_in_envoy_1_40(native_module, envoy_bin, tmp_path):
