@@ -6,10 +6,11 @@
 //! built from the configuration's bytes on the worker's first stream under it; in-flight
 //! streams keep the configuration they started with.
 
-use super::abi::{self, ConfigPtr, FilterPtr, SchedulerPtr};
+use super::abi::{self, ConfigPtr, FilterPtr};
 use super::host::{self, NativeHost};
 use super::wake;
 use crate::config::parse_plugin_config;
+use crate::engine::requests::Phase;
 use crate::gateway::host::Action;
 use crate::gateway::{root::TICK_MS, Request, Root, Worker};
 use hashbrown::HashMap;
@@ -28,7 +29,6 @@ pub struct Filter {
     context: u32,
     envoy: FilterPtr,
     request: Request,
-    scheduler: Option<SchedulerPtr>,
 }
 
 thread_local! {
@@ -124,7 +124,7 @@ pub fn filter_new(c: &Config, envoy: FilterPtr) -> Filter {
     host::add_stream(context, envoy);
     let h = NativeHost { context, filter: envoy };
     let request = with_root(&h, c, |root, _| root.new_request(context)).unwrap_or_default();
-    Filter { context, envoy, request, scheduler: None }
+    Filter { context, envoy, request }
 }
 
 fn host_of(f: &Filter) -> NativeHost {
@@ -138,26 +138,32 @@ fn status(a: Action) -> u32 {
     }
 }
 
-/// Gives a stream that waits for or holds seats a scheduler in its worker's mailbox, so other
-/// workers (and the timer) can wake it.
-fn ensure_waker(f: &mut Filter) {
-    if f.scheduler.is_some() || with_worker(|w| w.request(f.context).is_none()).unwrap_or(true) {
+/// Gives a stream a scheduler in its worker's mailbox when it must be wakeable: it waits in a
+/// queue (another worker, or the timer, resumes or rejects it), or it holds seats while no
+/// other stream of the worker can carry the timer (lease heartbeat, expiry, stats).
+fn ensure_waker(f: &Filter) {
+    if host::has_waker(f.context) {
         return;
     }
-    let Some(mailbox) = host::mailbox() else { return };
-    if let Some(s) = f.envoy.new_scheduler() {
-        mailbox.add_waker(f.context, s);
-        f.scheduler = Some(s);
+    let phase = with_worker(|w| w.request(f.context).map(|l| l.phase)).flatten();
+    let needed = match phase {
+        Some(Phase::Waiting) => true,
+        Some(Phase::Executing) => host::mailbox().is_some_and(|m| m.idle()),
+        None => false,
+    };
+    if needed {
+        host::give_waker(f.context);
     }
 }
 
-fn drop_waker(f: &mut Filter) {
-    if let Some(s) = f.scheduler.take() {
-        if let Some(m) = host::mailbox() {
-            m.remove_waker(f.context);
-        }
-        s.delete();
+/// After the stream `gone` lost its scheduler: hands the timer to another stream holding or
+/// awaiting seats; false when there is none (the worker is idle).
+fn hand_over_timer(gone: u32) -> bool {
+    if !host::mailbox().is_some_and(|m| m.idle()) {
+        return true;
     }
+    let tracked = with_worker(|w| host::streams().into_iter().find(|&c| c != gone && w.request(c).is_some())).flatten();
+    tracked.is_some_and(host::give_waker)
 }
 
 pub fn request_headers(f: &mut Filter) -> u32 {
@@ -199,11 +205,8 @@ pub fn response_trailers(f: &mut Filter) -> u32 {
 pub fn stream_complete(f: &mut Filter) {
     let h = host_of(f);
     with_request(f, |r, w| r.on_stream_end(&h, w));
-    if f.scheduler.is_some() {
-        drop_waker(f);
-        if host::mailbox().is_some_and(|m| m.idle()) {
-            went_idle(&h);
-        }
+    if host::take_waker(f.context) && !hand_over_timer(f.context) {
+        went_idle(&h);
     }
     host::run_deferred();
 }

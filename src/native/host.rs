@@ -6,7 +6,7 @@
 //! [`super::wake`]. A resumed stream's continuation and a local reply are deferred until the hook
 //! returns ([`Deferred`], as the `Host` contract asks), so the gateway never re-enters itself.
 
-use super::abi::{self, FilterPtr};
+use super::abi::{self, FilterPtr, SchedulerPtr};
 use super::wake;
 use crate::engine::store::{MemStore, Store, WorkerStore};
 use crate::gateway::host::{serialize_pairs, Body, CallError, HeaderMap, Host, StatKind};
@@ -28,6 +28,8 @@ thread_local! {
     /// The stream the gateway addressed with `set_effective_context`.
     static EFFECTIVE: Cell<Option<u32>> = const { Cell::new(None) };
     static DEFERRED: RefCell<Vec<Deferred>> = const { RefCell::new(Vec::new()) };
+    /// The schedulers of this worker's streams that can be woken, by context.
+    static SCHEDULERS: RefCell<HashMap<u32, SchedulerPtr>> = RefCell::new(HashMap::new());
     /// This worker's mailbox, once registered.
     static MAILBOX: RefCell<Option<Arc<wake::Mailbox>>> = const { RefCell::new(None) };
     static STORE: &'static WorkerStore<'static> = Box::leak(Box::new(WorkerStore::new(shared())));
@@ -57,6 +59,36 @@ pub fn remove_stream(context: u32) {
 
 fn stream(context: u32) -> Option<FilterPtr> {
     FILTERS.with(|m| m.borrow().get(&context).copied())
+}
+
+/// Whether the stream `context` can be woken.
+pub fn has_waker(context: u32) -> bool {
+    SCHEDULERS.with(|s| s.borrow().contains_key(&context))
+}
+
+/// Gives the live stream `context` a scheduler in this worker's mailbox (false: no mailbox yet,
+/// no such stream, or Envoy gave no scheduler).
+pub fn give_waker(context: u32) -> bool {
+    let (Some(mailbox), Some(f)) = (mailbox(), stream(context)) else { return false };
+    let Some(s) = f.new_scheduler() else { return false };
+    mailbox.add_waker(context, s);
+    SCHEDULERS.with(|all| all.borrow_mut().insert(context, s));
+    true
+}
+
+/// Takes the scheduler of `context` out of the mailbox and deletes it: whether it had one.
+pub fn take_waker(context: u32) -> bool {
+    let Some(s) = SCHEDULERS.with(|all| all.borrow_mut().remove(&context)) else { return false };
+    if let Some(m) = mailbox() {
+        m.remove_waker(context);
+    }
+    s.delete();
+    true
+}
+
+/// The live streams of this worker.
+pub fn streams() -> Vec<u32> {
+    FILTERS.with(|m| m.borrow().keys().copied().collect())
 }
 
 /// This worker's mailbox (`None` until the gateway registered it).
