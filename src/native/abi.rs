@@ -6,7 +6,9 @@
 //! (`filters/http/dynamic_modules/filter_config.cc: newDynamicModuleHttpFilterConfig`,
 //! `abi_impl.cc`, `dynamic_modules.cc: newDynamicModule`):
 //! - `envoy_dynamic_module_on_program_init` returns the ABI version string; Envoy logs a match or
-//!   a "deprecated" warning, and refuses the module only when it returns null.
+//!   a "deprecated" warning, and refuses the module only when it returns null. An Envoy lacking
+//!   a callback this module imports refuses it at load: the module is linked with `-z now`
+//!   (`native-build.sh`), so dlopen reports the undefined symbol.
 //! - Envoy resolves every `on_http_filter_*` hook below at configuration time (a missing one fails
 //!   the configuration); `config_scheduled`, the config-level callout hooks and `local_reply` are
 //!   optional and not exported here.
@@ -21,9 +23,10 @@ use std::ffi::c_void;
 use std::os::raw::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-/// The ABI version this module is built against (`ENVOY_DYNAMIC_MODULES_ABI_VERSION` of the 1.40
-/// header), NUL-terminated.
-pub const ABI_VERSION: &[u8] = b"v0.1.0\0";
+/// The ABI version this module is built against, NUL-terminated: Envoy 1.40's
+/// `ENVOY_DYNAMIC_MODULES_ABI_VERSION` (1.40 logs "Dynamic module ABI version v0.2.0 matched.";
+/// any other string loads with a "deprecated" warning).
+pub const ABI_VERSION: &[u8] = b"v0.2.0\0";
 
 /// `envoy_dynamic_module_type_envoy_buffer`: bytes owned by Envoy.
 #[repr(C)]
@@ -726,6 +729,6 @@ mod tests {
 
     #[test]
     fn the_abi_version_is_envoy_1_40s_nul_terminated() {
-        assert_eq!(ABI_VERSION, b"v0.1.0\0");
+        assert_eq!(ABI_VERSION, b"v0.2.0\0");
     }
 }
