@@ -7,6 +7,8 @@ clash.
 
 Filter variants (`http_filter=`):
   "wasm"             the module at `wasm_path` with `plugin_config` (dict → JSON StringValue)
+  "native"           the native host `libapf_wasm.so` (Envoy dynamic module, found through
+                     ENVOY_DYNAMIC_MODULES_SEARCH_PATH) with the same `plugin_config`
   "none"             router only
   "local_ratelimit"  Envoy's native token bucket, sized so that nothing is ever limited
 """
@@ -16,6 +18,14 @@ from __future__ import annotations
 import json
 
 WASM_TYPE = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
+DYNAMIC_MODULE_TYPE = ("type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3."
+                       "DynamicModuleFilter")
+# The native host's module name: Envoy loads lib<name>.so from ENVOY_DYNAMIC_MODULES_SEARCH_PATH.
+NATIVE_MODULE = "apf_wasm"
+# The native host's stats live under Envoy's `dynamicmodulescustom.` namespace; this runtime flag
+# strips it from /stats/prometheus (as `wasmcustom.` is), so both hosts export the same names.
+NATIVE_RUNTIME = {"layers": [{"name": "apf-native", "static_layer": {
+    "envoy.reloadable_features.dynamic_modules_strip_custom_stat_prefix": True}}]}
 HCM_TYPE = ("type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3."
             "HttpConnectionManager")
 ROUTER_TYPE = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
@@ -48,7 +58,22 @@ def wasm_filter(wasm_path: str, plugin_config: dict | str | None, vm_id: str = "
     return {"name": "envoy.filters.http.wasm", "typed_config": {"@type": WASM_TYPE, "config": config}}
 
 
-def ecds_filter(resource_path: str, watched_dir: str, name: str = "apf") -> dict:
+def native_filter(plugin_config: dict | str | None, name: str = "apf") -> dict:
+    """`envoy.filters.http.dynamic_modules` running the native host with `plugin_config`.
+    `do_not_close`: the module owns a timer thread, so it must stay mapped for the process's life."""
+    if plugin_config is None:
+        plugin_config = {}
+    cfg_text = plugin_config if isinstance(plugin_config, str) else json.dumps(plugin_config)
+    return {"name": "envoy.filters.http.dynamic_modules", "typed_config": {
+        "@type": DYNAMIC_MODULE_TYPE,
+        "dynamic_module_config": {"name": NATIVE_MODULE, "do_not_close": True},
+        "filter_name": name,
+        "filter_config": {"@type": STRING_VALUE, "value": cfg_text},
+    }}
+
+
+def ecds_filter(resource_path: str, watched_dir: str, name: str = "apf",
+                type_url: str = WASM_TYPE) -> dict:
     """An HTTP filter whose configuration comes from ECDS, read from `resource_path` (a file with
     `resources: [TypedExtensionConfig]`); Envoy reloads it when a file is moved into
     `watched_dir`. No default_config: the listener warms until the first config loads."""
@@ -60,16 +85,20 @@ def ecds_filter(resource_path: str, watched_dir: str, name: str = "apf") -> dict
                 "path_config_source": {"path": resource_path,
                                        "watched_directory": {"path": watched_dir}},
             },
-            "type_urls": [WASM_TYPE],
+            "type_urls": [type_url],
         },
     }
 
 
-def ecds_resource(wasm_path: str, plugin_config: dict | str | None, name: str = "apf") -> dict:
-    """The ECDS resource file content for `ecds_filter` (JSON)."""
-    wasm = wasm_filter(wasm_path, plugin_config, name=name)["typed_config"]
+def ecds_resource(wasm_path: str | None, plugin_config: dict | str | None, name: str = "apf",
+                  native: bool = False) -> dict:
+    """The ECDS resource file content for `ecds_filter` (JSON); `native`: the native host's."""
+    if native:
+        typed = native_filter(plugin_config, name=name)["typed_config"]
+    else:
+        typed = wasm_filter(wasm_path or "", plugin_config, name=name)["typed_config"]
     return {"resources": [{"@type": "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
-                           "name": name, "typed_config": wasm}]}
+                           "name": name, "typed_config": typed}]}
 
 
 def local_ratelimit_filter() -> dict:
@@ -92,10 +121,13 @@ def gateway_config(*, upstream_port: int, wasm_path: str | None = None,
                    plugin_config: dict | str | None = None, http_filter: str = "wasm",
                    listener_port: int = 0, admin_port: int = 0, route_timeout: str = "60s",
                    access_log_path: str | None = None, extra_filters: list | None = None,
-                   ecds_dir: str | None = None, downstream_tls: dict | None = None) -> dict:
+                   ecds_dir: str | None = None, downstream_tls: dict | None = None,
+                   ecds_native: bool = False) -> dict:
     """An Envoy in front of one HTTP/1.1 upstream on 127.0.0.1:`upstream_port`.
     http_filter "ecds": the wasm filter's config is read from `ecds_dir`/apf.json (see
-    `ecds_resource`); the caller writes that file before starting Envoy.
+    `ecds_resource`; `ecds_native`: the native host's filter type); the caller writes that file
+    before starting Envoy. http_filter "native": the native host (Envoy needs
+    ENVOY_DYNAMIC_MODULES_SEARCH_PATH in its environment).
     downstream_tls: {"cert", "key", "ca", "require_client_cert"}: the listener speaks TLS with
     that server certificate and verifies client certificates against `ca` (optional ones unless
     `require_client_cert`)."""
@@ -103,7 +135,10 @@ def gateway_config(*, upstream_port: int, wasm_path: str | None = None,
     if http_filter == "ecds":
         if not ecds_dir:
             raise ValueError("http_filter='ecds' needs ecds_dir")
-        filters.append(ecds_filter(f"{ecds_dir}/apf.json", ecds_dir))
+        filters.append(ecds_filter(f"{ecds_dir}/apf.json", ecds_dir,
+                                   type_url=DYNAMIC_MODULE_TYPE if ecds_native else WASM_TYPE))
+    elif http_filter == "native":
+        filters.append(native_filter(plugin_config))
     elif http_filter == "wasm":
         if not wasm_path:
             raise ValueError("http_filter='wasm' needs wasm_path")
@@ -168,6 +203,8 @@ def gateway_config(*, upstream_port: int, wasm_path: str | None = None,
     }
     if http_filter == "ecds":
         cfg["node"] = {"id": "apf-e2e", "cluster": "apf-e2e"}
+    if http_filter == "native" or ecds_native:
+        cfg["layered_runtime"] = NATIVE_RUNTIME
     return cfg
 
 

@@ -26,6 +26,9 @@ pub mod simulate;
 #[cfg(all(target_arch = "wasm32", feature = "proxy-wasm-glue"))]
 pub mod filter;
 
+#[cfg(all(not(target_arch = "wasm32"), feature = "dynamic-module"))]
+pub mod native;
+
 /// The tests' deterministic generator, shared with the integration tests.
 #[cfg(test)]
 #[path = "../tests/common/rng.rs"]

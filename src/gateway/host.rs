@@ -80,6 +80,12 @@ pub trait Host {
     /// The id of this VM's queue `name` (`None`: no such queue, or a host error).
     fn resolve_queue(&self, name: &str) -> Option<u32>;
     fn enqueue(&self, queue: u32, msg: &[u8]) -> bool;
+    /// Posts `msg` to `queue` for the owner's stream `context`: a host that can wake that stream
+    /// directly (the native host, through the stream's scheduler) does; others enqueue.
+    fn enqueue_for(&self, queue: u32, context: u32, msg: &[u8]) -> bool {
+        let _ = context;
+        self.enqueue(queue, msg)
+    }
     /// The next message (`Ok(None)`: the queue is empty).
     fn dequeue(&self, queue: u32) -> Result<Option<Vec<u8>>, u32>;
 

@@ -283,3 +283,30 @@ const FLEET_ALLOCATED_SEATS: &str = "apf_wasm_fleet_allocated_seats";
 
 /// Gauges: resources whose cluster count is stale; seconds since the last successful poll.
 const OWN_GAUGES: [&str; 2] = ["apf_wasm_object_counts_stale_resources", "apf_wasm_object_counts_age_seconds"];
+
+/// Every family of stats the gateway may define, as (kind, family name, label keys): the name of
+/// a series is its family's followed by `.key.value` per label, in this order (histograms: their
+/// `_bucket` family ends with `le`). For hosts that must declare every family up front (Envoy's
+/// dynamic modules freeze stat creation after configuration).
+pub fn stat_families() -> Vec<(StatKind, String, Vec<&'static str>)> {
+    let mut out = Vec::new();
+    for s in names::METRICS {
+        let labels = s.labels.to_vec();
+        match s.kind {
+            MetricKind::Counter => out.push((StatKind::Counter, format!("{}{}", names::PREFIX, s.envoy_name), labels)),
+            MetricKind::Gauge => out.push((StatKind::Gauge, format!("{}{}", names::PREFIX, s.envoy_name), labels)),
+            MetricKind::Histogram => {
+                let with_le = labels.iter().copied().chain(["le"]).collect();
+                out.push((StatKind::Counter, format!("{}{}_bucket", names::PREFIX, s.name), with_le));
+                out.push((StatKind::Counter, format!("{}{}_count", names::PREFIX, s.name), labels.clone()));
+                out.push((StatKind::Counter, format!("{}{}", names::PREFIX, names::sum_series_name(s)), labels));
+            }
+        }
+    }
+    out.extend(OWN_COUNTERS.iter().map(|n| (StatKind::Counter, n.to_string(), vec![])));
+    out.extend(OWN_GAUGES.iter().chain(FLEET_GAUGES.iter()).map(|n| (StatKind::Gauge, n.to_string(), vec![])));
+    for n in [FLEET_ALLOCATED_SEATS, super::watch_limits::OPEN_WATCHES] {
+        out.push((StatKind::Gauge, n.to_string(), vec!["priority_level"]));
+    }
+    out
+}

@@ -182,7 +182,7 @@ impl requests::Host<Extra> for Callbacks<'_> {
         let msg = n.encode();
         // The owner's mailbox queue id is looked up once (registry, then the host's queue
         // table); an enqueue that fails drops the cached id and looks it up again.
-        let enqueue = |q: &u32| h.enqueue(*q, &msg);
+        let enqueue = |q: &u32| h.enqueue_for(*q, n.context, &msg);
         let cached = self.slot_mailboxes.get(&n.owner).copied();
         let delivered = cached.as_ref().is_some_and(enqueue) || {
             self.slot_mailboxes.remove(&n.owner);

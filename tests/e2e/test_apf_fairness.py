@@ -11,7 +11,7 @@ from apfkit.apf_policy import E2E_GROUP, single_level_config
 from apfkit.contract import assert_all_200_or_429
 from apfkit.phases import JITTER, SERVICE_MS, pct, run_phase, service_headers
 
-pytestmark = pytest.mark.apf
+pytestmark = [pytest.mark.apf, pytest.mark.core]
 
 SEATS = 4
 LATENCY = 0.1

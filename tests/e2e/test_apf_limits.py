@@ -9,7 +9,7 @@ from apfkit import client
 from apfkit.apf_policy import E2E_GROUP, fs_uid, pl_uid, single_level_config
 from apfkit.contract import assert_all_200_or_429, assert_classified
 
-pytestmark = pytest.mark.apf
+pytestmark = [pytest.mark.apf, pytest.mark.core]
 
 SEATS = 4
 LATENCY = 0.2

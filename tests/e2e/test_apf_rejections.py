@@ -13,7 +13,7 @@ from apfkit.apf_policy import E2E_GROUP, fs_uid, pl_uid, single_level_config
 from apfkit.contract import assert_classified, assert_rejection
 from apfkit.envoyproc import wait_until
 
-pytestmark = pytest.mark.apf
+pytestmark = [pytest.mark.apf, pytest.mark.core]
 
 EXPLAIN = (E2E_GROUP, "e2e-explain")
 PODS = "/api/v1/namespaces/default/pods"

@@ -35,7 +35,7 @@ import pytest
 from apfkit.apf_policy import E2E_GROUP, single_level_config
 from apfkit.envoyproc import wait_until
 
-pytestmark = pytest.mark.apf
+pytestmark = [pytest.mark.apf, pytest.mark.core]
 
 SEATS = 4
 DURATION = 25.0

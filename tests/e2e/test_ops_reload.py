@@ -17,7 +17,7 @@ from apfkit.apf_policy import (E2E_GROUP, flow_schema, fs_uid, nominal_cl, pl_ui
 from apfkit.envoyproc import wait_until
 from apfkit.observe import ecds_stat, level_rows, parse_prometheus, prom_sum
 
-pytestmark = pytest.mark.apf
+pytestmark = [pytest.mark.apf, pytest.mark.core]
 
 PODS = "/api/v1/namespaces/default/pods"
 LEVEL = "e2e-level"

@@ -1,0 +1,250 @@
+//! Envoy's hooks forwarded to the gateway (`crate::gateway`), with [`NativeHost`] as its host.
+//!
+//! Threads: Envoy creates and destroys configurations on its main thread and runs every stream
+//! hook, and every scheduled event of a stream, on the stream's worker thread. Each worker
+//! thread owns one [`Worker`] (like one proxy-wasm VM) and one [`Root`] per live configuration,
+//! built from the configuration's bytes on the worker's first stream under it; in-flight
+//! streams keep the configuration they started with.
+
+use super::abi::{self, ConfigPtr, FilterPtr};
+use super::host::{self, NativeHost};
+use super::wake;
+use crate::config::parse_plugin_config;
+use crate::engine::requests::Phase;
+use crate::gateway::host::Action;
+use crate::gateway::{root::TICK_MS, Request, Root, Worker};
+use hashbrown::HashMap;
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// One filter configuration (`filter_config` of the Envoy filter): the gateway's JSON.
+pub struct Config {
+    id: u64,
+    bytes: Vec<u8>,
+}
+
+/// One stream.
+pub struct Filter {
+    context: u32,
+    envoy: FilterPtr,
+    request: Request,
+}
+
+thread_local! {
+    static WORKER: RefCell<Option<Worker>> = const { RefCell::new(None) };
+    /// This worker's roots, by configuration id.
+    static ROOTS: RefCell<HashMap<u64, Root>> = RefCell::new(HashMap::new());
+    static NEXT_CONTEXT: Cell<u32> = const { Cell::new(1) };
+}
+
+/// Configurations destroyed since each worker last looked (their roots are dropped lazily).
+static LIVE_CONFIGS: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+
+pub fn program_init() {
+    super::logger::install();
+}
+
+/// Why a configuration cannot run on the native host yet (HTTP calls are not wired).
+fn unsupported(bytes: &[u8]) -> Result<(), String> {
+    let cfg = parse_plugin_config(bytes).map_err(|e| format!("invalid configuration ({} errors); refused: {}", e.len(), e.join("; ")))?;
+    let needs = [
+        ("clusterPolicy", cfg.cluster_policy.is_some()),
+        ("clusterMetrics", cfg.cluster_metrics.is_some()),
+        ("fleet", cfg.fleet.is_some()),
+    ];
+    match needs.iter().filter(|(_, on)| *on).map(|(n, _)| *n).collect::<Vec<_>>() {
+        v if v.is_empty() => Ok(()),
+        v => Err(format!(
+            "configuration refused: {} need HTTP calls, which the native host does not make yet; use the wasm module",
+            v.join(", ")
+        )),
+    }
+}
+
+/// A new configuration (main thread): `None` refuses it (every error logged).
+pub fn config_new(envoy: ConfigPtr, _name: &[u8], bytes: &[u8]) -> Option<Config> {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    if let Err(e) = unsupported(bytes) {
+        log::error!("apf: {e}");
+        return None;
+    }
+    super::metrics::define_families(envoy);
+    let id = NEXT.fetch_add(1, Ordering::Relaxed);
+    if let Ok(mut live) = LIVE_CONFIGS.lock() {
+        live.push(id);
+    }
+    wake::start_ticker(Duration::from_millis(u64::from(TICK_MS)));
+    Some(Config { id, bytes: bytes.to_vec() })
+}
+
+pub fn config_destroy(c: Config) {
+    if let Ok(mut live) = LIVE_CONFIGS.lock() {
+        live.retain(|&i| i != c.id);
+    }
+}
+
+/// Runs `f` on this thread's worker and the root of `config` (`None` on a re-entrant call,
+/// logged).
+fn with_root<T>(h: &NativeHost, config: &Config, f: impl FnOnce(&mut Root, &mut Worker) -> T) -> Option<T> {
+    WORKER.with(|w| {
+        ROOTS.with(|r| {
+            let (Ok(mut w), Ok(mut roots)) = (w.try_borrow_mut(), r.try_borrow_mut()) else {
+                log::error!("apf: re-entrant callback; ignored");
+                return None;
+            };
+            let w = w.get_or_insert_with(|| Worker::new(crate::gateway::Host::monotonic_nanos(h) as u64));
+            let root = roots.entry(config.id).or_insert_with(|| {
+                let mut root = Root::default();
+                root.on_configure(h, &config.bytes);
+                root
+            });
+            Some(f(root, w))
+        })
+    })
+}
+
+/// Runs `f` on this thread's worker (`None` on a re-entrant call, logged).
+fn with_worker<T>(f: impl FnOnce(&mut Worker) -> T) -> Option<T> {
+    WORKER.with(|w| match w.try_borrow_mut() {
+        Ok(mut w) => w.as_mut().map(f),
+        Err(_) => {
+            log::error!("apf: re-entrant callback; ignored");
+            None
+        }
+    })
+}
+
+pub fn filter_new(c: &Config, envoy: FilterPtr) -> Filter {
+    let context = NEXT_CONTEXT.with(|n| {
+        let v = n.get();
+        n.set(v.wrapping_add(1).max(1));
+        v
+    });
+    host::add_stream(context, envoy);
+    let h = NativeHost { context, filter: envoy };
+    let request = with_root(&h, c, |root, _| root.new_request(context)).unwrap_or_default();
+    Filter { context, envoy, request }
+}
+
+fn host_of(f: &Filter) -> NativeHost {
+    NativeHost { context: f.context, filter: f.envoy }
+}
+
+fn status(a: Action) -> u32 {
+    match a {
+        Action::Continue => abi::CONTINUE,
+        Action::Pause => abi::STOP_ALL_ITERATION_AND_WATERMARK,
+    }
+}
+
+/// Gives a stream a scheduler in its worker's mailbox when it must be wakeable: it waits in a
+/// queue (another worker, or the timer, resumes or rejects it), or it holds seats while no
+/// other stream of the worker can carry the timer (lease heartbeat, expiry, stats).
+fn ensure_waker(f: &Filter) {
+    if host::has_waker(f.context) {
+        return;
+    }
+    let phase = with_worker(|w| w.request(f.context).map(|l| l.phase)).flatten();
+    let needed = match phase {
+        Some(Phase::Waiting) => true,
+        Some(Phase::Executing) => host::mailbox().is_some_and(|m| m.idle()),
+        None => false,
+    };
+    if needed {
+        host::give_waker(f.context);
+    }
+}
+
+/// After the stream `gone` lost its scheduler: hands the timer to another stream holding or
+/// awaiting seats; false when there is none (the worker is idle).
+fn hand_over_timer(gone: u32) -> bool {
+    if !host::mailbox().is_some_and(|m| m.idle()) {
+        return true;
+    }
+    let tracked = with_worker(|w| host::streams().into_iter().find(|&c| c != gone && w.request(c).is_some())).flatten();
+    tracked.is_some_and(host::give_waker)
+}
+
+pub fn request_headers(f: &mut Filter) -> u32 {
+    let h = host_of(f);
+    let a = with_request(f, |r, w| r.on_request_headers(&h, w)).unwrap_or(Action::Continue);
+    ensure_waker(f);
+    host::run_deferred();
+    status(a)
+}
+
+/// Runs `g` on a stream's request and this thread's worker (built with the stream's root).
+fn with_request<T>(f: &mut Filter, g: impl FnOnce(&mut Request, &mut Worker) -> T) -> Option<T> {
+    let request = &mut f.request;
+    with_worker(|w| g(request, w))
+}
+
+pub fn response_headers(f: &mut Filter, end: bool) -> u32 {
+    let h = host_of(f);
+    let a = with_request(f, |r, w| r.on_response_headers(&h, w, end)).unwrap_or(Action::Continue);
+    host::run_deferred();
+    status(a)
+}
+
+pub fn response_body(f: &mut Filter, end: bool) -> u32 {
+    let h = host_of(f);
+    let size = f.envoy.body_size(abi::RECEIVED_RESPONSE_BODY);
+    let a = with_request(f, |r, w| r.on_response_body(&h, w, size, end)).unwrap_or(Action::Continue);
+    host::run_deferred();
+    status(a)
+}
+
+pub fn response_trailers(f: &mut Filter) -> u32 {
+    let h = host_of(f);
+    let a = with_request(f, |r, w| r.on_response_trailers(&h, w)).unwrap_or(Action::Continue);
+    host::run_deferred();
+    status(a)
+}
+
+pub fn stream_complete(f: &mut Filter) {
+    let h = host_of(f);
+    with_request(f, |r, w| r.on_stream_end(&h, w));
+    if host::take_waker(f.context) && !hand_over_timer(f.context) {
+        went_idle(&h);
+    }
+    host::run_deferred();
+}
+
+/// The worker's last stream holding or awaiting seats ended: no tick reaches it until another
+/// one starts, so its timer runs now and its stats are flushed.
+fn went_idle(h: &NativeHost) {
+    WORKER.with(|w| {
+        ROOTS.with(|r| {
+            let (Ok(mut w), Ok(mut roots)) = (w.try_borrow_mut(), r.try_borrow_mut()) else { return };
+            let Some(w) = w.as_mut() else { return };
+            roots.values_mut().for_each(|root| root.on_tick(h, w));
+            w.stats().flush(h);
+        })
+    });
+}
+
+pub fn filter_destroy(mut f: Filter) {
+    stream_complete(&mut f);
+    host::remove_stream(f.context);
+}
+
+/// A scheduled event on this stream's worker: a mailbox wake-up or the timer.
+pub fn scheduled(f: &mut Filter, event: u64) {
+    let h = host_of(f);
+    let configs: Vec<u64> = LIVE_CONFIGS.lock().map(|l| l.clone()).unwrap_or_default();
+    WORKER.with(|w| {
+        ROOTS.with(|r| {
+            let (Ok(mut w), Ok(mut roots)) = (w.try_borrow_mut(), r.try_borrow_mut()) else { return };
+            let Some(w) = w.as_mut() else { return };
+            roots.retain(|id, _| configs.contains(id));
+            match event {
+                // The mailbox is the worker's: any root drains it.
+                wake::WAKE => roots.values_mut().take(1).for_each(|root| root.on_queue_ready(&h, w)),
+                wake::TICK => roots.values_mut().for_each(|root| root.on_tick(&h, w)),
+                _ => {}
+            }
+        })
+    });
+    host::run_deferred();
+}

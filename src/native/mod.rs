@@ -1,0 +1,17 @@
+//! The native host: the gateway (`crate::gateway`) as an Envoy dynamic module (Envoy 1.40's
+//! dynamic-module ABI), loaded as `libapf_wasm.so` by the `envoy.filters.http.dynamic_modules`
+//! filter with the same JSON configuration as the proxy-wasm module.
+//!
+//! - [`abi`]: our declarations of the ABI, the exported hooks, every `unsafe` of the host; each
+//!   hook runs under `catch_unwind`, so no panic crosses into Envoy.
+//! - `glue`: hooks → gateway; one worker per Envoy worker thread, a root per configuration.
+//! - `host`: [`crate::gateway::Host`] over the ABI; deferred resumes and local replies.
+//! - `wake`: per-worker mailboxes woken through stream schedulers, and the timer thread.
+//! - `logger`, `metrics`: logs and stats through Envoy.
+
+pub mod abi;
+mod glue;
+mod host;
+mod logger;
+mod metrics;
+mod wake;
