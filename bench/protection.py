@@ -477,6 +477,14 @@ class Traffic:
         else:
             r.close()
 
+    async def lag_probe(self) -> None:
+        """How late the clients' event loop wakes up (is the harness itself the bottleneck?)."""
+        self.lags: list[float] = []
+        while time.monotonic() < self.end:
+            t = time.monotonic()
+            await asyncio.sleep(0.1)
+            self.lags.append(time.monotonic() - t - 0.1)
+
     async def run_watches(self, total: float) -> None:
         a = self.args
         self.t0 = time.monotonic()
@@ -488,6 +496,7 @@ class Traffic:
         tasks += [self.controller(i) for i in range(a.controllers)]
         tasks += [self.user(i) for i in range(a.users)]
         tasks.append(self.leaker() if self.scenario == "watch-leak" else self.dropper())
+        tasks.append(self.lag_probe())
         await asyncio.gather(*tasks)
         for t in infs:
             t.cancel()
@@ -600,6 +609,7 @@ def run_gateway(gateway: str, scenario: str, args, envoy_bin: str, wasm: str | N
         start = start_stats["t"]
         traffic = Traffic(env.ports["gateway"], args, scenario)
         traffic.standin, traffic.start_rv = standin, start_stats["resource_version"]
+        traffic.standin_model = model
         asyncio.run(traffic.run(args.calm + args.seconds))
         stats = standin.get("/__model/stats")
         series = standin.get("/__model/series")["series"]
@@ -639,7 +649,9 @@ def watch_summary(traffic: Traffic, stats: dict, series: list, start: float, lim
                  "peak_open_watches": stats["peak_open_watches"],
                  "peak_open_watches_by_user": stats["peak_open_watches_by_user"],
                  "initial_events_sent": stats["initial_events_sent"], "gone": stats["gone"],
-                 "informers": len(traffic.informers)}
+                 "informers": len(traffic.informers),
+                 "client_loop_lag_p99_s": pct(getattr(traffic, "lags", []), 0.99),
+                 "client_loop_lag_max_s": max(getattr(traffic, "lags", []), default=float("nan"))}
     if drop == drop:  # reconnect
         firsts = [next((t for t in x.synced_at if t >= drop), None) for x in traffic.informers]
         done = [t - drop for t in firsts if t is not None]
@@ -657,12 +669,19 @@ def watch_summary(traffic: Traffic, stats: dict, series: list, start: float, lim
         out["leak_429"] = sum(1 for r in leak if r[3] == 429)
         out["leak_peak_open"] = stats["peak_open_watches_by_user"].get(
             "system:serviceaccount:telemetry:leaky-controller", 0)
-        calm = [s for s in series if s[0] - start <= traffic.args.calm]
-        last = series[-1]
+        # Growth over the leak's second half (past the ramp to any cap).
+        half = traffic.args.calm + (traffic.end - traffic.t0 - traffic.args.calm) / 2
+        calm = [s for s in series if s[0] - start <= half]
+        window = [s for s in series if s[0] - start <= traffic.end - traffic.t0]
+        last = window[-1] if window else series[-1]
+        out["to_oom_min"] = float("nan")
         if calm and len(last) > 4:
             dt = max(1e-9, last[0] - calm[-1][0])
             out["memory_growth_gb_per_min"] = (last[2] - calm[-1][2]) / 1e9 / dt * 60
             out["open_watches_growth_per_min"] = (last[4] - calm[-1][4]) / dt * 60
+            m = traffic.standin_model
+            if out["memory_growth_gb_per_min"] > 0:
+                out["to_oom_min"] = (m.memory_limit_bytes - last[2]) / 1e9 / out["memory_growth_gb_per_min"]
         out["informers_synced_at_end"] = sum(1 for x in traffic.informers if x.synced)
         out["informer_resyncs"] = sum(max(0, len(x.synced_at) - 1) for x in traffic.informers)
     return out
@@ -725,7 +744,9 @@ def watch_table(results: list[dict], scenario: str) -> str:
                 f"| {r['gateway']} | {w.get('leak_opened', 0)} / {w.get('leak_429', 0)} | {w.get('leak_peak_open', 0)}"
                 + (f" (cap {w['per_flow_limit']})" if w["per_flow_limit"] else "")
                 + f" | {w.get('open_watches_growth_per_min', float('nan')):.0f} | "
-                f"{w.get('memory_growth_gb_per_min', float('nan')):.2f} GB | {s['peak_memory_gb']:.1f} GB | "
+                f"{w.get('memory_growth_gb_per_min', float('nan')):.2f} GB"
+                + (f" (limit in {w['to_oom_min']:.0f} min)" if w.get("to_oom_min", float("nan")) == w.get("to_oom_min") else "")
+                + f" | {s['peak_memory_gb']:.1f} GB | "
                 f"{s['deaths']} | {fmt_pct(s['node']['ok_pct'])} | {fmt_pct(s['controller']['ok_pct'])} | "
                 f"{fmt_pct(s['user']['ok_pct'])} | {w.get('informers_synced_at_end', 0)} of {w['informers']} |")
         return "\n".join(lines)
