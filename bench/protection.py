@@ -191,9 +191,10 @@ def apf_config(watch_limits: dict | None = None) -> dict:
 
 def watch_per_flow(nodes: int, controllers: int) -> int:
     """`watchLimits.perFlow` for the watch scenarios: the largest flow of the reconnect
-    scenario's informers, with 20 % headroom. That flow is kube-system's (the suggested
-    FlowSchema `kube-system-service-accounts` distinguishes flows by namespace): kube-proxy's two
-    informers on every node plus the controllers' two each. A DaemonSet's agents share one
+    scenario's informers, with 20 % headroom. That flow is kube-system's cluster-wide requests
+    (the suggested FlowSchema `kube-system-service-accounts` distinguishes flows by the request's
+    namespace, and a cluster-wide watch has none): kube-proxy's two informers on every node plus
+    the controllers' two each. A DaemonSet's agents share one
     service account, so one flow (`service-accounts`, by user): one informer per node."""
     return int(1.2 * max(2 * nodes + 2 * controllers, nodes))
 
