@@ -20,6 +20,22 @@ gateway, one after another:
                         on --storm-connections connections, closed loop
     scenario daemonset  one identity per node (system:serviceaccount:telemetry:agent-node-N),
                         each listing every --daemonset-period seconds (the DaemonSet case)
+    scenario reconnect-watchlist, reconnect-list   (--scenario reconnect: both) the informers
+                        of --nodes nodes (kubelet: its pods, its Node; kube-proxy: Services,
+                        EndpointSlices; a DaemonSet agent: all pods) and of the controllers
+                        (all pods, all Nodes), synced and watching, lose every watch at --calm
+                        (POST /__model/drop-watches: kube-apiserver restarted behind its load
+                        balancer) and resync at once (apfkit/informer.py): WatchList
+                        (sendInitialEvents=true) or LIST + WATCH (RV=0 LIST, then a watch from
+                        its RV). The run ends 3 s after every informer has synced again, at the
+                        latest after --seconds. No controller relist loop (the informers are it).
+    scenario watch-leak one service account (system:serviceaccount:telemetry:leaky-controller)
+                        opens --leak-rate watches a second from --calm on and never closes them,
+                        beside the heartbeats, the kubelets' informers, controllers and users.
+  The watch scenarios scale the stand-in and the cluster by --nodes ÷ 1,000 together (pods,
+  Services, EndpointSlices, cores, memory: Model.scaled), turn Envoy's route timeout off (watches
+  are long-lived) and give apf-wasm watchLimits.perFlow (--watch-per-flow; default
+  watch_per_flow()).
 Identity travels as trusted front-proxy headers (X-Remote-User, X-Remote-Group).
 
 Gateways (--gateways, comma-separated):
@@ -50,6 +66,11 @@ Envoy: ENVOY_BIN, else scripts/envoy-env.sh (the repo's .venv). The module: --ap
 else ./wasm-build.sh. The benchmark re-runs itself with the repo's .venv Python and installs
 matplotlib there when missing (--no-plot: neither). Every process runs at normal priority: the
 clients measure latency and the stand-in's timers are its clock.
+
+Reported for the watch scenarios: time until every informer has synced again after the drop (and
+how many never did), per informer group, the informers' 429s, the leaker's watches opened,
+refused and open at the stand-in, the stand-in's open watches and memory growth; written as
+protection-SCENARIO.{md,json,png} like the others.
 
 Usage: python3 bench/protection.py [--scenario NAME] [--seconds S] [--gateways LIST] [--out DIR]
 """
@@ -938,8 +959,9 @@ def parse_args(argv: list[str] | None = None):
         pass
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=Fmt)
-    ap.add_argument("--scenario", default=",".join(SCENARIOS),
-                    help=f"comma-separated scenarios: {', '.join(SCENARIOS)}")
+    ap.add_argument("--scenario", default="storm,daemonset",
+                    help=f"comma-separated scenarios: {', '.join(SCENARIOS)}; reconnect = both "
+                         "reconnect variants")
     ap.add_argument("--gateways", default=",".join(GATEWAYS),
                     help="comma-separated gateways, run in this order")
     ap.add_argument("--seconds", type=float, default=60.0, help="the storm's length per gateway")
