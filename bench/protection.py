@@ -650,7 +650,7 @@ def run_gateway(gateway: str, scenario: str, args, envoy_bin: str, wasm: str | N
     if watches:
         summary["watches"] = watch_summary(traffic, stats, series, start, limits, watch_limit_429)
     # The stand-in's samples, on the traffic's clock.
-    model_series = [[round(s[0] - start, 2), s[1], s[2], s[3]] for s in series
+    model_series = [[round(s[0] - start, 2), *s[1:]] for s in series
                     if 0 <= s[0] - start <= total + 1]
     out = {"gateway": gateway, "scenario": scenario, "summary": summary,
            "series": time_series(traffic.records, 0.0, int(total) + 1), "model_series": model_series,
@@ -821,8 +821,20 @@ def write_watch_results(results: list[dict], scenario: str, args, envoy_version:
     (out / f"protection-{scenario}.json").write_text(json.dumps(
         {"args": {k: v for k, v in vars(args).items()}, "results": results}, default=str))
     if not args.no_plot:
-        plot_watches(results, scenario, out / f"protection-{scenario}.png", args, header)
+        plot_watches(results, scenario, out / f"protection-{scenario}.png", args, plot_title(results, scenario, args))
         log(f"wrote {out / f'protection-{scenario}.png'}")
+
+
+def plot_title(results: list[dict], scenario: str, args) -> str:
+    m = results[0]["model"]
+    scale = (f"stand-in and cluster scaled to {args.nodes} nodes: {m['cores']:g} cores, "
+             f"{m['memory_limit_bytes'] / 1e9:g} GB, {m['pods']} pods")
+    if scenario == "watch-leak":
+        return (f"From {args.calm:g} s (dotted): one service account opens {args.leak_rate:g} watches/s, "
+                f"never closes them\n{scale}")
+    how = "WatchList (sendInitialEvents=true)" if scenario == "reconnect-watchlist" else "LIST (RV=0) + WATCH"
+    return (f"At {args.calm:g} s (dotted) every watch is dropped; {len(results) and results[0]['summary']['watches']['informers']} "
+            f"informers resync by {how}\n{scale}")
 
 
 def plot_watches(results: list[dict], scenario: str, path: Path, args, title: str) -> None:
@@ -832,14 +844,19 @@ def plot_watches(results: list[dict], scenario: str, path: Path, args, title: st
     import matplotlib.pyplot as plt
 
     leak = scenario == "watch-leak"
-    fig, axes = plt.subplots(4, 1, figsize=(10, 11), sharex=True)
+    # Open watches at the stand-in: the fifth column of its samples (absent in older results).
+    has_open = any(len(s) > 4 for r in results for s in r["model_series"])
+    fig, axes = plt.subplots(4 if has_open else 3, 1, figsize=(10, 11 if has_open else 8.5), sharex=True)
+    if not has_open:
+        axes = [axes[0], axes[1], None, axes[2]]
     for r in results:
         g, color = r["gateway"], COLORS.get(r["gateway"], None)
         t = [x + 0.5 for x in r["series"]["t"]]
         ms = r["model_series"]
         axes[0].plot(t, r["series"]["hb_p99"], color=color, label=g, lw=1.4)
         axes[1].plot([s[0] for s in ms], [s[2] / 1e9 for s in ms], color=color, label=g, lw=1.4)
-        axes[2].plot([s[0] for s in ms], [s[4] if len(s) > 4 else 0 for s in ms], color=color, label=g, lw=1.4)
+        if has_open:
+            axes[2].plot([s[0] for s in ms], [s[4] if len(s) > 4 else 0 for s in ms], color=color, label=g, lw=1.4)
         if leak:
             axes[3].plot(t, r["series"]["ok_storm"], color=color, label=g, lw=1.2)
         elif "synced_series" in r:
@@ -853,13 +870,15 @@ def plot_watches(results: list[dict], scenario: str, path: Path, args, title: st
     axes[0].set_ylabel("heartbeat latency, s\n(p99 of those served,\nper second)")
     axes[1].axhline(lim, color="black", ls="--", lw=0.8)
     axes[1].set_ylabel("stand-in memory, GB\n(OOM kill: x)")
-    axes[2].set_ylabel("open watches\nat the stand-in")
+    if has_open:
+        axes[2].set_ylabel("open watches\nat the stand-in")
     axes[3].set_ylabel("leaker's watches\nopened per second" if leak else "informers synced, %")
     axes[3].set_xlabel("seconds")
+    axes = [ax for ax in axes if ax is not None]
     for ax in axes:
         ax.axvline(args.calm, color="black", ls=":", lw=0.8)
         ax.grid(True, alpha=0.3)
-    axes[0].set_title("\n".join(title[i:i + 130] for i in range(0, min(len(title), 520), 130)), fontsize=7)
+    axes[0].set_title(title, fontsize=9)
     axes[0].legend(loc="upper left", fontsize=8, ncol=3)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
@@ -984,6 +1003,8 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--out", default=str(REPO / "bench" / "results"), help="output directory")
     ap.add_argument("--apf-wasm", help="the apf-wasm module (default: APF_WASM, else ./wasm-build.sh)")
     ap.add_argument("--no-plot", action="store_true", help="no PNG (and no matplotlib install)")
+    ap.add_argument("--replot", action="store_true",
+                    help="watch scenarios: redraw the PNG from --out's protection-SCENARIO.json, no run")
     args = ap.parse_args(argv)
     args.scenarios = [x for s in args.scenario.split(",") if s.strip()
                       for x in ALIASES.get(s.strip(), [s.strip()])]
@@ -999,6 +1020,15 @@ def parse_args(argv: list[str] | None = None):
 
 def main() -> int:
     args = parse_args()
+    if args.replot:
+        ensure_venv_and_reexec()
+        for scenario in args.scenarios:
+            d = json.loads((Path(args.out) / f"protection-{scenario}.json").read_text())
+            a = argparse.Namespace(**{**vars(args), **{k: d["args"][k] for k in
+                                                       ("calm", "nodes", "leak_rate", "seconds")}})
+            plot_watches(d["results"], scenario, Path(args.out) / f"protection-{scenario}.png", a,
+                         plot_title(d["results"], scenario, a))
+        return 0
     if not args.no_plot:
         ensure_venv_and_reexec()
         ensure_matplotlib()
