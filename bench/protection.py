@@ -260,9 +260,13 @@ class StandIn:
                           what=f"the stand-in's {path}")
 
     def post(self, path: str) -> dict:
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=b"", method="POST")
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return json.loads(r.read())
+        """A control POST; while the stand-in restarts after a death, waits for it to come back."""
+        def once():
+            req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=b"", method="POST")
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return json.loads(r.read())
+        return wait_until(once, timeout=Model().restart_s + 20, interval=0.1,
+                          what=f"the stand-in's {path}")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
