@@ -17,6 +17,20 @@ What it models (every parameter is in `Model` below, with where its value comes 
              `memory_limit_bytes`, the stand-in dies as an OOM-killed kube-apiserver: every request
              in flight fails (its connection is reset), the listening socket closes (new
              connections are refused) and it comes back `restart_s` later with nothing in flight.
+  Watches    a watch cache (`cache_*`): RV=0 LISTs are served from it (cheaper than consistent
+             LISTs: no etcd read, no decoding), and so are watches. Every open watch holds
+             `watch_memory_bytes`. Initial events (`sendInitialEvents=true`, or a legacy watch with
+             resourceVersion unset or "0") stream from the cache in batches of
+             `watch_initial_batch` objects, each batch a CPU job of its objects (so they share the
+             cores with everything else) holding only that batch's memory; a
+             `sendInitialEvents=true` watch then gets the BOOKMARK annotated
+             `k8s.io/initial-events-end`. Every write is an event: its fan-out costs
+             `watch_event_cpu_s` per interested watcher (one CPU job per write, after the write
+             returns, as the cacher dispatches asynchronously). A watch from a resourceVersion older
+             than the cache's start gets an ERROR event with code 410 (Gone) and ends, as
+             kube-apiserver's cacher answers; the client then resyncs. A watch is a streamed
+             HTTP/1.1 response (chunked JSON lines) held open until the client closes it, the
+             stand-in dies, or /__model/drop-watches.
   /metrics   kube-apiserver 1.34's format (apfkit/upstream.py's `metrics_text`):
              `apiserver_resource_objects`, `apiserver_resource_size_estimate_bytes` and
              `apiserver_storage_objects` for the cluster's resources, amid other families, so a
@@ -27,6 +41,11 @@ question it answers is what a gateway in front lets through.
 Requests (kube-apiserver paths; the caller's identity from `X-Remote-User`, as a front proxy sends):
   GET  /api/v1/pods, /api/v1/namespaces/NS/pods     LIST (all pods / one namespace's share)
   PUT  /apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/NAME   lease renewal
+  GET  /api/v1/nodes, /api/v1/services, /apis/discovery.k8s.io/v1/endpointslices,
+       /apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases   LISTs of those
+       (fieldSelector spec.nodeName=N on pods and metadata.name=N are indexed in the cache)
+  GET  any of those LIST paths with watch=1|true    a WATCH (resourceVersion, sendInitialEvents,
+                                                    allowWatchBookmarks as kube-apiserver reads them)
   GET  any other path                               a GET of one object
   POST/PUT/PATCH/DELETE any other path              a write
 Responses are small JSON documents: the cost of a LIST is modelled, its bytes are not sent.
@@ -35,7 +54,10 @@ Control endpoints (direct, not through the gateway):
   GET /__model/stats    JSON: alive, in_flight, memory_bytes, peak_memory_bytes, peak_in_flight,
                         deaths, death_times, scrapes, served / failed / latency sums per class
   GET /__model/series   JSON: the samples taken every `sample_s` [t, in_flight, memory_bytes,
-                        alive] (t in seconds since start) and the model's parameters
+                        alive, open_watches] (t in seconds since start) and the model's parameters
+  POST /__model/drop-watches   resets every open watch's connection and restarts the watch cache
+                        at the current resourceVersion: what informers see when kube-apiserver is
+                        restarted or rolled behind a load balancer (the new one is up at once)
 Classes (by `X-Remote-User`): node (system:node:*), controller (system:serviceaccount:kube-system:*),
 storm (system:serviceaccount:telemetry:*), user (anyone else).
 """
@@ -47,10 +69,13 @@ import asyncio
 import heapq
 import json
 import os
+import re
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+import zlib
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from urllib.parse import unquote_plus
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: apfkit/
 
@@ -113,6 +138,65 @@ class Model:
     # Seconds between samples of the time series.
     sample_s: float = 0.2
 
+    # -- Watches and the watch cache ---------------------------------------------------------
+    # The cluster's nodes: one Node and one Lease each, and `pods` ÷ `nodes` pods on each
+    # (Kubernetes' default --max-pods is 110; 100 k pods on 1,000 nodes is 100 each).
+    nodes: int = 1000
+    # Services and EndpointSlices (kube-proxy's informers). Assumption: one Service per 20 pods,
+    # and a little more than one EndpointSlice per Service (a slice holds up to 100 endpoints).
+    services: int = 5_000
+    service_size_bytes: int = 1_500
+    endpointslices: int = 6_000
+    endpointslice_size_bytes: int = 3_000
+    # CPU per object of a LIST served from the watch cache (resourceVersion "0", or
+    # resourceVersionMatch=NotOlderThan): no etcd read and no decoding, only filtering, conversion
+    # and encoding. Assumption: half of a consistent LIST's `list_cpu_per_object_s`.
+    cache_list_cpu_per_object_s: float = 25e-6
+    # Memory per serialized byte of such a LIST: the objects are shared with the cache (not
+    # decoded copies); the response is still built whole. Assumption: 3 (5 for consistent LISTs).
+    cache_list_memory_multiplier: float = 3.0
+    # CPU per initial event of a watch (the same work per object as a LIST from the cache:
+    # `cacher.go: Watch` replays the cache's snapshot through the same conversion and encoding).
+    watch_initial_cpu_per_object_s: float = 25e-6
+    # Initial events are sent in batches of this many objects; a watch holds one batch's memory
+    # (× `cache_list_memory_multiplier`) while it streams: the cacher's watcher channel holds at
+    # most 1,000 events (`cacher.go`'s dynamic watcher channel size: 10 to 1,000).
+    watch_initial_batch: int = 1_000
+    # Memory an open watch holds for its whole life: two goroutines' stacks, the cacheWatcher's
+    # input and result channels (up to 1,000 event pointers), the HTTP/2 stream's and the
+    # encoder's buffers. Assumption: 256 KB.
+    watch_memory_bytes: int = 256 * 1024
+    # CPU per event per interested watcher: filtering and writing an event whose serialization
+    # is cached once for all watchers (`cachingObject`). Assumption: 10 µs.
+    watch_event_cpu_s: float = 10e-6
+    # Bookmarks to watchers that asked for them (allowWatchBookmarks=true): the cacher's
+    # `defaultBookmarkFrequency` is a minute.
+    bookmark_period_s: float = 60.0
+    # The events a watcher is charged for are written to it coalesced, one line per
+    # `event_flush_s`: the benchmark's own economy (its clients need not parse every event; the
+    # bytes of a watch are not modelled, as a LIST's are not).
+    event_flush_s: float = 10.0
+
+    def resources(self) -> dict:
+        """Every resource the stand-in serves and publishes: name -> (count, average size)."""
+        return {"pods": (self.pods, self.pod_size_bytes), **self.extra_objects,
+                "coordination.k8s.io/leases": (self.nodes, 400), "nodes": (self.nodes, 12_000),
+                "services": (self.services, self.service_size_bytes),
+                "discovery.k8s.io/endpointslices": (self.endpointslices, self.endpointslice_size_bytes)}
+
+    def cache_list_memory(self, objects: int, size: int) -> int:
+        return int(objects * size * self.cache_list_memory_multiplier)
+
+    def scaled(self, nodes: int) -> "Model":
+        """The cluster and the stand-in scaled by nodes ÷ 1,000 together: pods, Services,
+        EndpointSlices, cores, the baseline memory and the memory limit. Per-object and
+        per-request costs are unchanged."""
+        f = nodes / 1000
+        return replace(self, nodes=nodes, pods=int(self.pods * f), namespaces=max(1, int(self.namespaces * f)),
+                       services=max(1, int(self.services * f)), endpointslices=max(1, int(self.endpointslices * f)),
+                       cores=self.cores * f, baseline_memory_bytes=int(self.baseline_memory_bytes * f),
+                       memory_limit_bytes=int(self.memory_limit_bytes * f))
+
     def list_memory(self, objects: int) -> int:
         return int(objects * self.pod_size_bytes * self.list_memory_multiplier)
 
@@ -128,6 +212,194 @@ def classify_user(user: str) -> str:
     if user.startswith("system:serviceaccount:telemetry:"):
         return "storm"
     return "user"
+
+
+LIST_PATHS = {"/api/v1/pods": "pods", "/api/v1/nodes": "nodes", "/api/v1/services": "services",
+              "/apis/discovery.k8s.io/v1/endpointslices": "discovery.k8s.io/endpointslices",
+              "/apis/coordination.k8s.io/v1/leases": "coordination.k8s.io/leases"}
+# Field selectors the watch cache indexes (`registry/core/pod/storage`: the pod's spec.nodeName
+# trigger; metadata.name for every resource).
+INDEXED = {"spec.nodeName": "node", "metadata.name": "name"}
+
+
+def parse_query(query: str) -> dict:
+    out = {}
+    for kv in query.split("&"):
+        k, _, v = kv.partition("=")
+        if k:
+            out[k] = unquote_plus(v)
+    return out
+
+
+def resource_of(path: str) -> tuple[str, str, str] | None:
+    """(resource, namespace, name) of a kube-apiserver path ("" when absent); None for others.
+    The resource is named as on /metrics: "pods", "discovery.k8s.io/endpointslices"."""
+    parts = path.rstrip("/").split("/")
+    if parts[1:3] == ["api", "v1"]:
+        group, rest = "", parts[3:]
+    elif parts[1:2] == ["apis"] and len(parts) >= 4:
+        group, rest = parts[2], parts[4:]
+    else:
+        return None
+    ns = ""
+    if len(rest) >= 2 and rest[0] == "namespaces" and len(rest) != 2:
+        ns, rest = rest[1], rest[2:]
+    if not rest or len(rest) > 2:
+        return None
+    return (f"{group}/{rest[0]}" if group else rest[0]), ns, (rest[1] if len(rest) == 2 else "")
+
+
+class Scope:
+    """What a LIST or WATCH selects: a resource, optionally one namespace, one indexed field."""
+    __slots__ = ("resource", "namespace", "field", "value")
+
+    def __init__(self, resource: str, namespace: str, q: dict) -> None:
+        self.resource, self.namespace, self.field, self.value = resource, namespace, "", ""
+        sel = q.get("fieldSelector", "")
+        k, _, v = sel.partition("=")
+        if k in INDEXED and v and "," not in sel:
+            self.field, self.value = INDEXED[k], v.lstrip("=")
+
+    def key(self) -> tuple[str, str, str]:
+        if self.field:
+            return self.resource, self.field, self.value
+        return (self.resource, "ns", self.namespace) if self.namespace else (self.resource, "all", "")
+
+    def objects(self, m: "Model", indexed: bool) -> tuple[int, int]:
+        """(objects, average size) the request reads: with `indexed` (the watch cache), only
+        those its index selects; from etcd, the whole range (etcd has no field index)."""
+        count, size = m.resources().get(self.resource, (1, 1_000))
+        if self.namespace:
+            count = max(1, count // m.namespaces)
+        if indexed and self.field == "name":
+            count = 1
+        elif indexed and self.field == "node":
+            count = max(1, count // m.nodes)
+        return count, size
+
+
+def event_keys(resource: str, ns: str, name: str, nodes: int) -> list[tuple[str, str, str]]:
+    """The watch keys a write of this object notifies (a pod also its node's watchers: pods are
+    spread over nodes by a hash of their name)."""
+    keys = [(resource, "all", ""), (resource, "name", name)]
+    if ns:
+        keys.append((resource, "ns", ns))
+    if resource == "pods":
+        keys.append((resource, "node", f"node-{zlib.crc32(f'{ns}/{name}'.encode()) % nodes}"))
+    return keys
+
+
+class Watcher:
+    __slots__ = ("writer", "key", "user", "cls", "pending", "synced", "bookmarks", "last_bookmark")
+
+    def __init__(self, writer, key: tuple, user: str, cls: str, bookmarks: bool, now: float) -> None:
+        self.writer, self.key, self.user, self.cls = writer, key, user, cls
+        self.pending, self.synced, self.bookmarks, self.last_bookmark = 0, False, bookmarks, now
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+class WatchCache:
+    """The open watches, by the key their events come by; resourceVersions; the cache's start
+    (watches from before it get 410 Gone)."""
+
+    def __init__(self, api: "ApiServer") -> None:
+        self.api, self.m = api, api.m
+        self.rv = self.start_rv = 1000
+        self.by_key: dict[tuple, set[Watcher]] = {}
+        self.watchers: set[Watcher] = set()
+        self.open_by_user: dict[str, int] = {}
+        self.peak_by_user: dict[str, int] = {}
+        self.peak_open = 0
+        self.counters = {"opened": 0, "initial_events_sent": 0, "initial_phases_done": 0, "gone": 0,
+                         "events": 0, "deliveries": 0, "drops": 0}
+
+    def add(self, w: Watcher) -> None:
+        """Registers an open watch and charges its memory (Died if that is the last straw)."""
+        self.watchers.add(w)
+        self.by_key.setdefault(w.key, set()).add(w)
+        n = self.open_by_user.get(w.user, 0) + 1
+        self.open_by_user[w.user] = n
+        self.peak_by_user[w.user] = max(self.peak_by_user.get(w.user, 0), n)
+        self.peak_open = max(self.peak_open, len(self.watchers))
+        self.counters["opened"] += 1
+        self.api.hold(self.m.watch_memory_bytes)
+
+    def remove(self, w: Watcher) -> None:
+        if w not in self.watchers:
+            return  # already gone with a death
+        self.watchers.discard(w)
+        self.by_key.get(w.key, set()).discard(w)
+        self.open_by_user[w.user] -= 1
+        self.api.memory -= self.m.watch_memory_bytes
+
+    def clear(self) -> None:
+        """A death: every watch is gone (its memory with the process)."""
+        self.watchers.clear()
+        self.by_key.clear()
+        self.open_by_user.clear()
+        self.start_rv = self.rv
+
+    def drop(self) -> int:
+        """Resets every watch's connection and restarts the cache at the current RV."""
+        n = len(self.watchers)
+        for w in list(self.watchers):
+            w.writer.transport.abort()
+        self.start_rv = self.rv
+        self.counters["drops"] += 1
+        return n
+
+    def event(self, keys: list[tuple]) -> None:
+        """A write: each interested watcher is charged `watch_event_cpu_s` (one background CPU job)."""
+        self.rv += 1
+        self.counters["events"] += 1
+        n = 0
+        for k in keys:
+            for w in self.by_key.get(k, ()):
+                w.pending += 1
+                n += 1
+        if n:
+            self.counters["deliveries"] += n
+            asyncio.ensure_future(self.api.background(n * self.m.watch_event_cpu_s))
+
+    def write(self, w: Watcher, line: bytes) -> None:
+        t = w.writer.transport
+        if not t.is_closing() and t.get_write_buffer_size() < (1 << 20):
+            w.writer.write(chunk(line))
+
+    async def flusher(self) -> None:
+        """Coalesced events and periodic bookmarks to every synced watcher."""
+        while True:
+            await asyncio.sleep(self.m.event_flush_s)
+            now = time.monotonic()
+            for w in list(self.watchers):
+                if not w.synced:
+                    continue
+                if w.pending:
+                    self.write(w, b'{"type":"MODIFIED","object":{"metadata":{"resourceVersion":"%d"}},'
+                                  b'"events":%d}\n' % (self.rv, w.pending))
+                    w.pending = 0
+                if w.bookmarks and now - w.last_bookmark >= self.m.bookmark_period_s:
+                    self.write(w, b'{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"%d"}}}\n'
+                               % self.rv)
+                    w.last_bookmark = now
+
+    def stats(self) -> dict:
+        top = sorted(self.peak_by_user.items(), key=lambda kv: -kv[1])[:10]
+        return {"open_watches": len(self.watchers), "peak_open_watches": self.peak_open,
+                "open_watches_by_class": self.by_class(), "peak_open_watches_by_user": dict(top),
+                "resource_version": self.rv, "cache_start_rv": self.start_rv, **self.counters}
+
+    def by_class(self) -> dict:
+        out: dict[str, int] = {}
+        for w in self.watchers:
+            out[w.cls] = out.get(w.cls, 0) + 1
+        return out
+
+
+WATCH_RE = re.compile(r"[?&]watch=(1|true)(&|$)")
 
 
 class Job:
@@ -168,8 +440,8 @@ class ApiServer:
         self.server: asyncio.base_events.Server | None = None
         self.port = 0
         self.writers: set = set()
-        counts = {"pods": (model.pods, model.pod_size_bytes), **model.extra_objects}
-        self.metrics_body = metrics_text(counts)
+        self.metrics_body = metrics_text(model.resources())
+        self.watch = WatchCache(self)
 
     # -- processor sharing --------------------------------------------------------------------
     def rate(self) -> float:
@@ -210,16 +482,28 @@ class ApiServer:
         self.in_flight[job.seq] = job
         self.peak_in_flight = max(self.peak_in_flight, len(self.in_flight))
         if memory:
-            self.memory += memory
-            total = self.m.baseline_memory_bytes + self.memory
-            self.peak_memory = max(self.peak_memory, total)
-            if total > self.m.memory_limit_bytes:
-                self.die()
-                raise Died()
+            self.hold(memory)
         heapq.heappush(self.heap, job)
         self.reschedule()
         await fut
         return job.seq
+
+    def hold(self, memory: int) -> None:
+        """Takes `memory` more bytes; past the limit the stand-in dies (raises Died)."""
+        self.memory += memory
+        total = self.m.baseline_memory_bytes + self.memory
+        self.peak_memory = max(self.peak_memory, total)
+        if total > self.m.memory_limit_bytes:
+            self.die()
+            raise Died()
+
+    async def background(self, work_s: float) -> None:
+        """CPU the stand-in spends on its own (an event's fan-out to its watchers)."""
+        try:
+            seq = await self.compute(work_s, None, 0)
+            self.release(seq)
+        except Died:
+            pass
 
     def release(self, seq: int) -> bool:
         """Ends request `seq`; False if it is no longer in flight (the stand-in died)."""
@@ -239,6 +523,7 @@ class ApiServer:
         self.in_flight.clear()
         self.heap.clear()
         self.memory = 0
+        self.watch.clear()
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
@@ -276,6 +561,9 @@ class ApiServer:
                 n = int(headers.get("content-length", "0") or 0)
                 if n:
                     await reader.readexactly(n)
+                if method == "GET" and WATCH_RE.search(target):
+                    await self.serve_watch(reader, writer, target, headers)
+                    break
                 status, body, ctype = await self.serve(method, target, headers, writer)
                 writer.write(b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n"
                              % (status, b"OK" if status == 200 else b"Error", ctype.encode(), len(body))
@@ -296,6 +584,8 @@ class ApiServer:
         if path == "/metrics":
             self.scrapes += 1
             return 200, self.metrics_body, "text/plain; version=0.0.4; charset=utf-8"
+        if path == "/__model/drop-watches" and method == "POST":
+            return 200, json.dumps({"dropped": self.watch.drop()}).encode(), "application/json"
         if path.startswith("/__model/"):
             return 200, json.dumps(self.stats() if path == "/__model/stats" else
                                    {"series": self.series, "model": asdict(self.m),
@@ -304,19 +594,28 @@ class ApiServer:
         t = time.monotonic()
         m = self.m
         memory, wait = 0, 0.0
-        parts = path.rstrip("/").split("/")
-        if method == "GET" and "watch=" not in query and (
-                parts == ["", "api", "v1", "pods"]
-                or (len(parts) == 6 and parts[:4] == ["", "api", "v1", "namespaces"] and parts[5] == "pods")):
-            objects = m.pods if len(parts) == 4 else max(1, m.pods // m.namespaces)
-            work, memory = m.list_cpu(objects), m.list_memory(objects)
-            body = b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[]}'
+        res = resource_of(path)
+        event = None
+        if method == "GET" and res is not None and not res[2]:
+            q = parse_query(query)
+            scope = Scope(res[0], res[1], q)
+            if q.get("resourceVersion", "") != "" or q.get("resourceVersionMatch") == "NotOlderThan":
+                objects, size = scope.objects(m, indexed=True)  # from the watch cache
+                work = m.request_cpu_s + objects * m.cache_list_cpu_per_object_s
+                memory = m.cache_list_memory(objects, size)
+            else:
+                objects, size = scope.objects(m, indexed=False)  # a consistent read from etcd
+                work = m.request_cpu_s + objects * m.list_cpu_per_object_s
+                memory = int(objects * size * m.list_memory_multiplier)
+            body = b'{"kind":"List","apiVersion":"v1","metadata":{"resourceVersion":"%d"},"items":[]}' % self.watch.rv
         elif method == "GET":
             work, wait = m.request_cpu_s, m.read_wait_s
             body = b'{"kind":"Status","status":"Success"}'
         else:
             work, wait = m.request_cpu_s + m.write_cpu_s, m.write_commit_s
             body = b'{"kind":"Status","status":"Success"}'
+            if res is not None and res[2]:
+                event = event_keys(res[0], res[1], res[2], m.nodes)
         try:
             seq = await self.compute(work, writer, memory)
             if wait:
@@ -326,21 +625,81 @@ class ApiServer:
         except Died:
             self.count(cls, "failed")
             raise
+        if event is not None:
+            self.watch.event(event)
         self.count(cls, "served")
         self.count(cls, "latency_s", time.monotonic() - t)
         return 200, body, "application/json"
+
+    # -- watches --------------------------------------------------------------------------------
+    async def serve_watch(self, reader, writer, target: str, headers: dict) -> None:
+        """A WATCH: a chunked response of JSON lines, open until the client, a drop or a death
+        ends it. Raises Died."""
+        path, _, query = target.partition("?")
+        q = parse_query(query)
+        user = headers.get("x-remote-user", "")
+        cls = classify_user(user)
+        res = resource_of(path)
+        seq = await self.compute(self.m.request_cpu_s, writer, 0)
+        if not self.release(seq):
+            raise Died()
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        rv = q.get("resourceVersion", "")
+        send_initial = q.get("sendInitialEvents") == "true"
+        initial = send_initial or rv in ("", "0")
+        if res is None or (not initial and (not rv.isdigit() or int(rv) < self.watch.start_rv)):
+            # cacher.go: a resourceVersion older than the cache's window is "too old" (410 Gone).
+            self.watch.counters["gone"] += 1
+            writer.write(chunk(b'{"type":"ERROR","object":{"kind":"Status","status":"Failure",'
+                               b'"reason":"Expired","code":410}}\n') + b"0\r\n\r\n")
+            await writer.drain()
+            return
+        scope = Scope(res[0], res[1], q)
+        w = Watcher(writer, scope.key(), user, cls, q.get("allowWatchBookmarks") == "true", time.monotonic())
+        self.watch.add(w)
+        try:
+            if initial:
+                await self.initial_events(w, scope, send_initial)
+            w.synced = True
+            self.count(cls, "served")
+            while not writer.transport.is_closing() and await reader.read(65536):
+                pass  # nothing is expected from the client: EOF (or a reset) ends the watch
+        finally:
+            self.watch.remove(w)
+
+    async def initial_events(self, w: Watcher, scope: Scope, bookmark: bool) -> None:
+        """The cache's objects as ADDED events, a batch at a time; then, for sendInitialEvents,
+        the BOOKMARK annotated k8s.io/initial-events-end (storage/util.go:
+        AnnotateInitialEventsEndBookmark)."""
+        m = self.m
+        left, size = scope.objects(m, indexed=True)
+        while left > 0 and not w.writer.transport.is_closing():
+            b = min(left, m.watch_initial_batch)
+            seq = await self.compute(b * m.watch_initial_cpu_per_object_s, w.writer, m.cache_list_memory(b, size))
+            if not self.release(seq):
+                raise Died()
+            left -= b
+            self.watch.counters["initial_events_sent"] += b
+            self.watch.write(w, b'{"type":"ADDED","object":{"metadata":{"resourceVersion":"%d"}},"objects":%d}\n'
+                             % (self.watch.rv, b))
+        if bookmark:
+            self.watch.write(w, b'{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"%d",'
+                                b'"annotations":{"k8s.io/initial-events-end":"true"}}}}\n' % self.watch.rv)
+        self.watch.counters["initial_phases_done"] += 1
 
     def stats(self) -> dict:
         return {"alive": self.alive, "in_flight": len(self.in_flight),
                 "memory_bytes": self.m.baseline_memory_bytes + self.memory,
                 "peak_memory_bytes": self.peak_memory, "peak_in_flight": self.peak_in_flight,
                 "deaths": len(self.deaths), "death_times": self.deaths, "scrapes": self.scrapes,
-                "per_class": self.per_class, "t": time.monotonic() - self.t0}
+                "per_class": self.per_class, "t": time.monotonic() - self.t0, **self.watch.stats()}
 
     async def sampler(self) -> None:
         while True:
             self.series.append([round(time.monotonic() - self.t0, 3), len(self.in_flight),
-                                self.m.baseline_memory_bytes + self.memory, int(self.alive)])
+                                self.m.baseline_memory_bytes + self.memory, int(self.alive),
+                                len(self.watch.watchers)])
             await asyncio.sleep(self.m.sample_s)
 
     async def run(self, port: int, port_file: str | None) -> None:
@@ -352,7 +711,11 @@ class ApiServer:
             Path(tmp).write_text(str(self.port))
             os.replace(tmp, port_file)
         print(f"apiserver_model listening on 127.0.0.1:{self.port}", file=sys.stderr, flush=True)
-        await self.sampler()
+        flusher = asyncio.ensure_future(self.watch.flusher())
+        try:
+            await self.sampler()
+        finally:
+            flusher.cancel()
 
 
 def main() -> int:
@@ -362,8 +725,10 @@ def main() -> int:
     ap.add_argument("--port-file", help="write the port here once listening")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="override a Model parameter (numbers only), e.g. --set cores=16")
+    ap.add_argument("--nodes", type=int, default=1000,
+                    help="scale the cluster and the stand-in by NODES ÷ 1,000 (Model.scaled)")
     args = ap.parse_args()
-    model = Model()
+    model = Model().scaled(args.nodes) if args.nodes != 1000 else Model()
     for kv in args.set:
         k, _, v = kv.partition("=")
         if not hasattr(model, k) or isinstance(getattr(model, k), dict):

@@ -20,6 +20,22 @@ gateway, one after another:
                         on --storm-connections connections, closed loop
     scenario daemonset  one identity per node (system:serviceaccount:telemetry:agent-node-N),
                         each listing every --daemonset-period seconds (the DaemonSet case)
+    scenario reconnect-watchlist, reconnect-list   (--scenario reconnect: both) the informers
+                        of --nodes nodes (kubelet: its pods, its Node; kube-proxy: Services,
+                        EndpointSlices; a DaemonSet agent: all pods) and of the controllers
+                        (all pods, all Nodes), synced and watching, lose every watch at --calm
+                        (POST /__model/drop-watches: kube-apiserver restarted behind its load
+                        balancer) and resync at once (apfkit/informer.py): WatchList
+                        (sendInitialEvents=true) or LIST + WATCH (RV=0 LIST, then a watch from
+                        its RV). The run ends 3 s after every informer has synced again, at the
+                        latest after --seconds. No controller relist loop (the informers are it).
+    scenario watch-leak one service account (system:serviceaccount:telemetry:leaky-controller)
+                        opens --leak-rate watches a second from --calm on and never closes them,
+                        beside the heartbeats, the kubelets' informers, controllers and users.
+  The watch scenarios scale the stand-in and the cluster by --nodes ÷ 1,000 together (pods,
+  Services, EndpointSlices, cores, memory: Model.scaled), turn Envoy's route timeout off (watches
+  are long-lived) and give apf-wasm watchLimits.perFlow (--watch-per-flow; default
+  watch_per_flow()).
 Identity travels as trusted front-proxy headers (X-Remote-User, X-Remote-Group).
 
 Gateways (--gateways, comma-separated):
@@ -51,6 +67,11 @@ else ./wasm-build.sh. The benchmark re-runs itself with the repo's .venv Python 
 matplotlib there when missing (--no-plot: neither). Every process runs at normal priority: the
 clients measure latency and the stand-in's timers are its clock.
 
+Reported for the watch scenarios: time until every informer has synced again after the drop (and
+how many never did), per informer group, the informers' 429s, the leaker's watches opened,
+refused and open at the stand-in, the stand-in's open watches and memory growth; written as
+protection-SCENARIO.{md,json,png} like the others.
+
 Usage: python3 bench/protection.py [--scenario NAME] [--seconds S] [--gateways LIST] [--out DIR]
 """
 
@@ -73,13 +94,17 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the shared harness apfkit/, and bench/ as a package
 
 from apfkit import apf_policy  # noqa: E402
+from apfkit import informer as inf  # noqa: E402
 from apfkit.envoy_template import gateway_config  # noqa: E402
 from apfkit.envoyproc import EnvoyProcess, find_envoy, wait_until  # noqa: E402
 from bench.apiserver_model import Model  # noqa: E402
 
 GATEWAYS = ["none", "ratelimit", "ratelimit-per-user", "ratelimit-lists", "adaptive-concurrency",
             "admission-control", "apf-wasm"]
-SCENARIOS = ["storm", "daemonset"]
+SCENARIOS = ["storm", "daemonset", "reconnect-watchlist", "reconnect-list", "watch-leak"]
+# Scenarios with watches: the stand-in and the cluster scaled by --nodes ÷ 1,000, no route timeout.
+WATCH_SCENARIOS = ("reconnect-watchlist", "reconnect-list", "watch-leak")
+ALIASES = {"reconnect": ["reconnect-watchlist", "reconnect-list"]}
 COLORS = {"none": "#7f7f7f", "ratelimit": "#ff7f0e", "ratelimit-per-user": "#d62728", "ratelimit-lists": "#1f77b4",
           "adaptive-concurrency": "#9467bd", "admission-control": "#8c564b", "apf-wasm": "#2ca02c"}
 CLASSES = ("node", "controller", "relist", "user", "storm")
@@ -174,35 +199,53 @@ def admission_control() -> dict:
         "success_criteria": {"http_criteria": {"http_success_status": [{"start": 100, "end": 500}]}}}}
 
 
-def apf_config() -> dict:
+def apf_config(watch_limits: dict | None = None) -> dict:
     """Kubernetes' default policy (no `policy`: the suggested objects at 600 seats), identity
     from the front-proxy headers, LIST costs from the stand-in's /metrics (the Envoy cluster of
-    the route, `apiserver`)."""
-    return {"identity": apf_policy.FRONT_PROXY,
-            "workEstimator": {"clusterMetrics": {"cluster": "apiserver"}}}
+    the route, `apiserver`); `watchLimits` when given."""
+    cfg = {"identity": apf_policy.FRONT_PROXY,
+           "workEstimator": {"clusterMetrics": {"cluster": "apiserver"}}}
+    if watch_limits:
+        cfg["watchLimits"] = watch_limits
+    return cfg
 
 
-def envoy_config(gateway: str, upstream_port: int, wasm: str | None, capacity_rps: float) -> dict:
+def watch_per_flow(nodes: int, controllers: int) -> int:
+    """`watchLimits.perFlow` for the watch scenarios: the largest flow of the reconnect
+    scenario's informers, with 20 % headroom. That flow is kube-system's cluster-wide requests
+    (the suggested FlowSchema `kube-system-service-accounts` distinguishes flows by the request's
+    namespace, and a cluster-wide watch has none): kube-proxy's two informers on every node plus
+    the controllers' two each. A DaemonSet's agents share one
+    service account, so one flow (`service-accounts`, by user): one informer per node."""
+    return int(1.2 * max(2 * nodes + 2 * controllers, nodes))
+
+
+def envoy_config(gateway: str, upstream_port: int, wasm: str | None, capacity_rps: float,
+                 model: Model | None = None, watch_limits: dict | None = None,
+                 route_timeout: str = "60s") -> dict:
+    model = model or Model()
     if gateway == "apf-wasm":
-        return gateway_config(upstream_port=upstream_port, wasm_path=wasm,
-                              plugin_config=apf_config(), http_filter="wasm")
+        return gateway_config(upstream_port=upstream_port, wasm_path=wasm, route_timeout=route_timeout,
+                              plugin_config=apf_config(watch_limits), http_filter="wasm")
     extra = {"none": [], "ratelimit": [local_ratelimit(capacity_rps, False)],
              "ratelimit-per-user": [local_ratelimit(capacity_rps, True)],
-             "ratelimit-lists": [local_ratelimit(capacity_rps, False, list_rate(Model()))],
+             "ratelimit-lists": [local_ratelimit(capacity_rps, False, list_rate(model))],
              "adaptive-concurrency": [adaptive_concurrency()],
              "admission-control": [admission_control()]}[gateway]
-    return gateway_config(upstream_port=upstream_port, http_filter="none", extra_filters=extra)
+    return gateway_config(upstream_port=upstream_port, http_filter="none", extra_filters=extra,
+                          route_timeout=route_timeout)
 
 
 # ---------------------------------------------------------------------------------------------
 # The stand-in
 class StandIn:
-    def __init__(self, workdir: Path, name: str) -> None:
+    def __init__(self, workdir: Path, name: str, nodes: int | None = None) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.port_file = workdir / f"{name}.port"
         self.log = open(workdir / f"{name}.log", "wb")
+        scale = ["--nodes", str(nodes)] if nodes else []
         self.proc = subprocess.Popen([sys.executable, str(REPO / "bench" / "apiserver_model.py"),
-                                      "--port-file", str(self.port_file)],
+                                      "--port-file", str(self.port_file), *scale],
                                      stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
         self.port = int(wait_until(lambda: self.port_file.exists() and self.port_file.read_text(),
                                    timeout=30, what="the stand-in's port"))
@@ -212,6 +255,15 @@ class StandIn:
         connections), waits for it to come back."""
         def once():
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as r:
+                return json.loads(r.read())
+        return wait_until(once, timeout=Model().restart_s + 20, interval=0.1,
+                          what=f"the stand-in's {path}")
+
+    def post(self, path: str) -> dict:
+        """A control POST; while the stand-in restarts after a death, waits for it to come back."""
+        def once():
+            req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=b"", method="POST")
+            with urllib.request.urlopen(req, timeout=10) as r:
                 return json.loads(r.read())
         return wait_until(once, timeout=Model().restart_s + 20, interval=0.1,
                           what=f"the stand-in's {path}")
@@ -287,6 +339,13 @@ class Traffic:
         self.rng = random.Random(1)
         self.t0 = 0.0
         self.end = 0.0
+        # Watch scenarios: the informers replace the controllers' periodic relists.
+        self.relist_period = 0.0 if scenario in WATCH_SCENARIOS else args.relist_period
+        self.standin: StandIn | None = None  # set by run_gateway (watch scenarios)
+        self.start_rv = 0
+        self.informers: list[inf.Informer] = []
+        self.leaked: list[inf.Response] = []
+        self.drop_at = float("nan")
 
     async def call(self, cls: str, client: Client, method: str, path: str, timeout: float,
                    body: bytes = b"") -> int:
@@ -318,7 +377,7 @@ class Traffic:
                    ("system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"))
         body = b'{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}'
         k = 0
-        period = self.args.relist_period
+        period = self.relist_period
         relist = self.t0 + self.rng.uniform(0, period) if period > 0 else float("inf")
         if not await self.sleep_until(self.t0 + self.rng.uniform(0, CONTROLLER_THINK)):
             return
@@ -361,7 +420,122 @@ class Traffic:
             nxt = now + STORM_BACKOFF if status != 200 else max(nxt + period, now)
         c.close()
 
+    # -- watch scenarios ---------------------------------------------------------------------
+    def informer_set(self, mode: str) -> list[inf.Informer]:
+        """Every node's kubelet (its pods, its Node); in reconnect also kube-proxy (Services,
+        EndpointSlices) and a DaemonSet agent (all pods) on every node, and each controller's
+        informers (all pods, all Nodes)."""
+        a = self.args
+
+        def mk(group: str, user: str, groups: tuple[str, ...], path: str, sel: str = "") -> inf.Informer:
+            return inf.Informer(self.port, group, user, groups, path, sel, mode, self.rng, self.t0)
+
+        sa = ("system:serviceaccounts", "system:authenticated")
+        out = []
+        for i in range(a.nodes):
+            node, ng = f"node-{i}", ("system:nodes", "system:authenticated")
+            out += [mk("kubelet", f"system:node:{node}", ng, "/api/v1/pods", f"spec.nodeName%3D{node}"),
+                    mk("kubelet", f"system:node:{node}", ng, "/api/v1/nodes", f"metadata.name%3D{node}")]
+            if self.scenario == "watch-leak":
+                continue
+            kp = ("system:serviceaccount:kube-system:kube-proxy", ("system:serviceaccounts:kube-system", *sa))
+            out += [mk("kube-proxy", *kp, "/api/v1/services"),
+                    mk("kube-proxy", *kp, "/apis/discovery.k8s.io/v1/endpointslices"),
+                    mk("daemonset-agent", "system:serviceaccount:monitoring:node-agent",
+                       ("system:serviceaccounts:monitoring", *sa), "/api/v1/pods")]
+        if self.scenario != "watch-leak":
+            for c in range(a.controllers):
+                user, cg = f"system:serviceaccount:kube-system:controller-{c}", ("system:serviceaccounts:kube-system", *sa)
+                out += [mk("controller", user, cg, "/api/v1/pods"), mk("controller", user, cg, "/api/v1/nodes")]
+        return out
+
+    async def start_informer(self, x: inf.Informer) -> None:
+        """Informers synced already: each starts watching from the current resourceVersion
+        within the first 2 s."""
+        await asyncio.sleep(self.rng.uniform(0, 2.0))
+        await x.run(self.start_rv)
+
+    async def dropper(self) -> None:
+        """At --calm the stand-in drops every watch (restarted behind its load balancer); the run
+        ends 3 s after every informer has synced again (or at the end)."""
+        if not await self.sleep_until(self.t0 + self.args.calm):
+            return
+        self.drop_at = time.monotonic() - self.t0
+        dropped = (await asyncio.get_running_loop().run_in_executor(None, self.standin.post,
+                                                                    "/__model/drop-watches"))["dropped"]
+        log(f"dropped {dropped} watches at {self.drop_at:.1f} s")
+        while time.monotonic() < self.end:
+            await asyncio.sleep(0.25)
+            if all(x.synced_at and x.synced_at[-1] >= self.drop_at for x in self.informers):
+                self.end = min(self.end, time.monotonic() + 3.0)
+                return
+
+    async def leaker(self) -> None:
+        """From --calm: one service account opens --leak-rate watches a second (one namespace's
+        pods each, from the current resourceVersion) and never closes nor reads them."""
+        ident = ("X-Remote-User: system:serviceaccount:telemetry:leaky-controller\r\n"
+                 "X-Remote-Group: system:serviceaccounts\r\nX-Remote-Group: system:serviceaccounts:telemetry\r\n"
+                 "X-Remote-Group: system:authenticated\r\n")
+        k = 0
+        nxt = self.t0 + self.args.calm
+        pending: set = set()
+        while await self.sleep_until(nxt):
+            k += 1
+            path = (f"/api/v1/namespaces/ns-{k % 1000}/pods?watch=1&allowWatchBookmarks=true"
+                    f"&resourceVersion={self.start_rv}")
+            t = asyncio.ensure_future(self.leak_one(inf.Response(self.port, ident), path))
+            pending.add(t)
+            t.add_done_callback(pending.discard)
+            nxt += 1.0 / self.args.leak_rate
+        for t in list(pending):
+            t.cancel()
+
+    async def leak_one(self, r: inf.Response, path: str) -> None:
+        t = time.monotonic()
+        try:
+            status = await asyncio.wait_for(r.open(path), STORM_TIMEOUT)
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError,
+                asyncio.LimitOverrunError, IndexError):
+            status = 0
+        self.records.append(("storm", t - self.t0, time.monotonic() - t, status))
+        if status == 200:
+            self.leaked.append(r)
+        else:
+            r.close()
+
+    async def lag_probe(self) -> None:
+        """How late the clients' event loop wakes up (is the harness itself the bottleneck?)."""
+        self.lags: list[float] = []
+        while time.monotonic() < self.end:
+            t = time.monotonic()
+            await asyncio.sleep(0.1)
+            self.lags.append(time.monotonic() - t - 0.1)
+
+    async def run_watches(self, total: float) -> None:
+        a = self.args
+        self.t0 = time.monotonic()
+        self.end = self.t0 + total
+        mode = "list" if self.scenario == "reconnect-list" else "watchlist"
+        self.informers = self.informer_set(mode)
+        infs = [asyncio.ensure_future(self.start_informer(x)) for x in self.informers]
+        tasks = [self.node(i) for i in range(a.nodes)]
+        tasks += [self.controller(i) for i in range(a.controllers)]
+        tasks += [self.user(i) for i in range(a.users)]
+        tasks.append(self.leaker() if self.scenario == "watch-leak" else self.dropper())
+        tasks.append(self.lag_probe())
+        await asyncio.gather(*tasks)
+        for t in infs:
+            t.cancel()
+        await asyncio.gather(*infs, return_exceptions=True)
+        for x in self.informers:
+            x.close()
+        for r in self.leaked:
+            r.close()
+
     async def run(self, total: float) -> None:
+        if self.scenario in WATCH_SCENARIOS:
+            await self.run_watches(total)
+            return
         a = self.args
         self.t0 = time.monotonic()
         self.end = self.t0 + total
@@ -438,12 +612,16 @@ def time_series(records, offset: float, seconds: int) -> dict:
 def run_gateway(gateway: str, scenario: str, args, envoy_bin: str, wasm: str | None,
                 workdir: Path) -> dict:
     """One gateway against a fresh stand-in: the calm, then the storm. Summary + series."""
-    model = Model()
+    watches = scenario in WATCH_SCENARIOS
+    model = Model().scaled(args.nodes) if watches else Model()
     capacity = ordinary_capacity_rps(model, args.nodes, args.controllers, args.users)
-    standin = StandIn(workdir, f"model-{scenario}-{gateway}")
+    standin = StandIn(workdir, f"model-{scenario}-{gateway}", nodes=args.nodes if watches else None)
+    limits = ({"perFlow": args.watch_per_flow or watch_per_flow(args.nodes, args.controllers)}
+              if watches and gateway == "apf-wasm" and args.watch_per_flow >= 0 else None)
     env = None
     try:
-        env = EnvoyProcess(envoy_config(gateway, standin.port, wasm, capacity), workdir,
+        env = EnvoyProcess(envoy_config(gateway, standin.port, wasm, capacity, model, limits,
+                                        "0s" if watches else "60s"), workdir,
                            envoy_bin=envoy_bin, concurrency=2, name=f"gw-{scenario}-{gateway}",
                            log_level="warning")
         env.start().wait_ready(timeout=60)
@@ -453,27 +631,101 @@ def run_gateway(gateway: str, scenario: str, args, envoy_bin: str, wasm: str | N
             wait_until(lambda: standin.get("/__model/stats")["scrapes"] >= 1, timeout=30,
                        what="apf-wasm's first read of the stand-in's /metrics")
             time.sleep(0.5)  # the scrape's body is parsed after it is served
-        start = standin.get("/__model/stats")["t"]
+        start_stats = standin.get("/__model/stats")
+        start = start_stats["t"]
         traffic = Traffic(env.ports["gateway"], args, scenario)
+        traffic.standin, traffic.start_rv = standin, start_stats["resource_version"]
+        traffic.standin_model = model
         asyncio.run(traffic.run(args.calm + args.seconds))
         stats = standin.get("/__model/stats")
         series = standin.get("/__model/series")["series"]
         fatal = env.fatal_log_lines()
+        watch_limit_429 = sum(v for k, v in env.stats("rejected").items() if "watch-limit" in k) \
+            if limits else 0
     finally:
         if env is not None:
             env.stop()
         standin.stop()
     if fatal:
         raise RuntimeError(f"{gateway}: Envoy reports a fatal filter error:\n" + "\n".join(fatal[-5:]))
-    total = args.calm + args.seconds
+    total = min(args.calm + args.seconds, traffic.end - traffic.t0)
     summary = summarize(traffic.records, stats, args.calm, total)
     summary["calm"] = summarize(traffic.records, stats, 0, args.calm)
+    if watches:
+        summary["watches"] = watch_summary(traffic, stats, series, start, limits, watch_limit_429)
     # The stand-in's samples, on the traffic's clock.
-    model_series = [[round(s[0] - start, 2), s[1], s[2], s[3]] for s in series
+    model_series = [[round(s[0] - start, 2), *s[1:]] for s in series
                     if 0 <= s[0] - start <= total + 1]
-    return {"gateway": gateway, "scenario": scenario, "summary": summary,
-            "series": time_series(traffic.records, 0.0, int(total)), "model_series": model_series,
-            "capacity_rps": capacity, "model_t0": start}
+    out = {"gateway": gateway, "scenario": scenario, "summary": summary,
+           "series": time_series(traffic.records, 0.0, int(total) + 1), "model_series": model_series,
+           "capacity_rps": capacity, "model_t0": start, "model": {"cores": model.cores,
+                                                                 "memory_limit_bytes": model.memory_limit_bytes,
+                                                                 "pods": model.pods, "nodes": model.nodes}}
+    if traffic.informers:
+        out["synced_series"] = synced_series(traffic.informers, int(total) + 1)
+    return out
+
+
+def watch_summary(traffic: Traffic, stats: dict, series: list, start: float, limits: dict | None,
+                  watch_limit_429: int) -> dict:
+    """The watch scenarios' numbers: resync after the drop (reconnect), the leaker's watches
+    and the stand-in's growth (watch-leak), open watches and the largest flows."""
+    drop = traffic.drop_at
+    out: dict = {"per_flow_limit": (limits or {}).get("perFlow"), "watch_limit_429": watch_limit_429,
+                 "peak_open_watches": stats["peak_open_watches"],
+                 "peak_open_watches_by_user": stats["peak_open_watches_by_user"],
+                 "initial_events_sent": stats["initial_events_sent"], "gone": stats["gone"],
+                 "informers": len(traffic.informers),
+                 "client_loop_lag_p99_s": pct(getattr(traffic, "lags", []), 0.99),
+                 "client_loop_lag_max_s": max(getattr(traffic, "lags", []), default=float("nan"))}
+    if drop == drop:  # reconnect
+        firsts = [next((t for t in x.synced_at if t >= drop), None) for x in traffic.informers]
+        done = [t - drop for t in firsts if t is not None]
+        out["resynced"] = len(done)
+        out["never_resynced"] = len(firsts) - len(done)
+        out["full_resync_s"] = max(done) if len(done) == len(firsts) and done else float("inf")
+        out["groups"] = inf.summary(traffic.informers, drop)
+        reqs = [e for x in traffic.informers for e in x.events if e[1] >= drop]
+        out["informer_requests"] = len(reqs)
+        out["informer_429"] = sum(1 for e in reqs if e[2] == 429)
+        out["informer_failed"] = sum(1 for e in reqs if e[2] not in (200, 429))
+    leak = [r for r in traffic.records if r[0] == "storm"]
+    if leak:
+        out["leak_opened"] = sum(1 for r in leak if r[3] == 200)
+        out["leak_429"] = sum(1 for r in leak if r[3] == 429)
+        out["leak_peak_open"] = stats["peak_open_watches_by_user"].get(
+            "system:serviceaccount:telemetry:leaky-controller", 0)
+        # Growth over the leak's second half (past the ramp to any cap).
+        half = traffic.args.calm + (traffic.end - traffic.t0 - traffic.args.calm) / 2
+        calm = [s for s in series if s[0] - start <= half]
+        window = [s for s in series if s[0] - start <= traffic.end - traffic.t0]
+        last = window[-1] if window else series[-1]
+        out["to_oom_min"] = float("nan")
+        if calm and len(last) > 4:
+            dt = max(1e-9, last[0] - calm[-1][0])
+            out["memory_growth_gb_per_min"] = (last[2] - calm[-1][2]) / 1e9 / dt * 60
+            out["open_watches_growth_per_min"] = (last[4] - calm[-1][4]) / dt * 60
+            m = traffic.standin_model
+            if out["memory_growth_gb_per_min"] > 0:
+                out["to_oom_min"] = (m.memory_limit_bytes - last[2]) / 1e9 / out["memory_growth_gb_per_min"]
+        out["informers_synced_at_end"] = sum(1 for x in traffic.informers if x.synced)
+        out["informer_resyncs"] = sum(max(0, len(x.synced_at) - 1) for x in traffic.informers)
+    return out
+
+
+def synced_series(informers: list, seconds: int) -> list[int]:
+    """Informers synced at each whole second (a dropped watch unsyncs its informer)."""
+    out = [0] * seconds
+    for x in informers:
+        marks = sorted([(t, 1) for t in x.synced_at] + [(t, 0) for t in x.unsynced_at])
+        for k in range(seconds):
+            state = 0
+            for t, v in marks:
+                if t > k:
+                    break
+                state = v
+            out[k] += state
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -504,6 +756,137 @@ def table(results: list[dict]) -> str:
             f"{s['storm']['status_429']} | {s['peak_memory_gb']:.0f} GB | {s['deaths']} | "
             f"{s['goodput_rps']:.0f} |")
     return "\n".join(lines)
+
+
+def watch_table(results: list[dict], scenario: str) -> str:
+    if scenario == "watch-leak":
+        lines = ["| gateway | leaker's watches opened / refused (429) | leaker's watches open at the stand-in, peak | "
+                 "open watches growth / min | stand-in memory growth / min | peak memory | deaths | "
+                 "heartbeats ok | controllers ok | users ok | kubelet informers synced at the end |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in results:
+            s, w = r["summary"], r["summary"]["watches"]
+            lines.append(
+                f"| {r['gateway']} | {w.get('leak_opened', 0)} / {w.get('leak_429', 0)} | {w.get('leak_peak_open', 0)}"
+                + (f" (cap {w['per_flow_limit']})" if w["per_flow_limit"] else "")
+                + f" | {w.get('open_watches_growth_per_min', float('nan')):.0f} | "
+                f"{w.get('memory_growth_gb_per_min', float('nan')):.2f} GB"
+                + (f" (limit in {w['to_oom_min']:.0f} min)" if w.get("to_oom_min", float("nan")) == w.get("to_oom_min") else "")
+                + f" | {s['peak_memory_gb']:.1f} GB | "
+                f"{s['deaths']} | {fmt_pct(s['node']['ok_pct'])} | {fmt_pct(s['controller']['ok_pct'])} | "
+                f"{fmt_pct(s['user']['ok_pct'])} | {w.get('informers_synced_at_end', 0)} of {w['informers']} |")
+        return "\n".join(lines)
+    lines = ["| gateway | time to full resync | informers resynced | kubelet p50 / max | kube-proxy p50 / max | "
+             "DaemonSet agent p50 / max | controller informers p50 / max | informer 429s | informer failures | "
+             "heartbeats ok | controllers ok | peak memory | deaths | peak open watches |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        s, w = r["summary"], r["summary"]["watches"]
+        g = w.get("groups", {})
+
+        def pm(name: str) -> str:
+            x = g.get(name)
+            return "–" if not x else f"{fmt_s(x['p50_s'])} / {fmt_s(x['max_s'])}"
+        full = w.get("full_resync_s", float("inf"))
+        lines.append(
+            f"| {r['gateway']} | {'never (' + str(w.get('never_resynced')) + ' left)' if full == float('inf') else fmt_s(full)} | "
+            f"{w.get('resynced', 0)} of {w['informers']} | {pm('kubelet')} | {pm('kube-proxy')} | "
+            f"{pm('daemonset-agent')} | {pm('controller')} | {w.get('informer_429', 0)} | {w.get('informer_failed', 0)} | "
+            f"{fmt_pct(s['node']['ok_pct'])} | {fmt_pct(s['controller']['ok_pct'])} | {s['peak_memory_gb']:.1f} GB | "
+            f"{s['deaths']} | {w['peak_open_watches']} |")
+    return "\n".join(lines)
+
+
+def write_watch_results(results: list[dict], scenario: str, args, envoy_version: str, out: Path) -> None:
+    m = results[0]["model"]
+    what = ("one service account opens watches at "
+            f"{args.leak_rate:g}/s from {args.calm:g} s for {args.seconds:g} s and never closes them; "
+            f"{args.nodes} nodes' heartbeats and kubelet informers, {args.controllers} controllers, "
+            f"{args.users} users" if scenario == "watch-leak" else
+            f"every watch dropped at {args.calm:g} s (the stand-in restarted behind its load balancer); "
+            f"{args.nodes} nodes (kubelet: pods on its node, its Node; kube-proxy: Services, EndpointSlices; "
+            f"a DaemonSet agent: all pods), {args.controllers} controllers (all pods, all Nodes), "
+            + ("WatchList clients (sendInitialEvents=true)" if scenario == "reconnect-watchlist"
+               else "LIST + WATCH clients (RV=0 LIST, then a watch from its RV)")
+            + f"; up to {args.seconds:g} s to resync")
+    per_flow = next((r["summary"]["watches"]["per_flow_limit"] for r in results
+                     if r["summary"]["watches"]["per_flow_limit"]), None)
+    header = (f"Scenario {scenario}: Envoy {envoy_version} (2 workers), each gateway against a fresh stand-in "
+              f"scaled to {args.nodes} nodes ({m['cores']:g} cores, {m['memory_limit_bytes'] / 1e9:g} GB, "
+              f"{m['pods']} pods); {what}."
+              + (f" apf-wasm: the default policy with watchLimits.perFlow {per_flow}." if per_flow else "")
+              + " Heartbeats and controllers over the window from "
+              + ("the leak's start" if scenario == "watch-leak" else "the drop") + " to the end.\n")
+    tab = watch_table(results, scenario)
+    print(header)
+    print(tab)
+    print()
+    (out / f"protection-{scenario}.md").write_text(header + "\n" + tab + "\n")
+    (out / f"protection-{scenario}.json").write_text(json.dumps(
+        {"args": {k: v for k, v in vars(args).items()}, "results": results}, default=str))
+    if not args.no_plot:
+        plot_watches(results, scenario, out / f"protection-{scenario}.png", args, plot_title(results, scenario, args))
+        log(f"wrote {out / f'protection-{scenario}.png'}")
+
+
+def plot_title(results: list[dict], scenario: str, args) -> str:
+    m = results[0]["model"]
+    scale = (f"stand-in and cluster scaled to {args.nodes} nodes: {m['cores']:g} cores, "
+             f"{m['memory_limit_bytes'] / 1e9:g} GB, {m['pods']} pods")
+    if scenario == "watch-leak":
+        return (f"From {args.calm:g} s (dotted): one service account opens {args.leak_rate:g} watches/s, "
+                f"never closes them\n{scale}")
+    how = "WatchList (sendInitialEvents=true)" if scenario == "reconnect-watchlist" else "LIST (RV=0) + WATCH"
+    return (f"At {args.calm:g} s (dotted) every watch is dropped; {len(results) and results[0]['summary']['watches']['informers']} "
+            f"informers resync by {how}\n{scale}")
+
+
+def plot_watches(results: list[dict], scenario: str, path: Path, args, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    leak = scenario == "watch-leak"
+    # Open watches at the stand-in: the fifth column of its samples (absent in older results).
+    has_open = any(len(s) > 4 for r in results for s in r["model_series"])
+    fig, axes = plt.subplots(4 if has_open else 3, 1, figsize=(10, 11 if has_open else 8.5), sharex=True)
+    if not has_open:
+        axes = [axes[0], axes[1], None, axes[2]]
+    for r in results:
+        g, color = r["gateway"], COLORS.get(r["gateway"], None)
+        t = [x + 0.5 for x in r["series"]["t"]]
+        ms = r["model_series"]
+        axes[0].plot(t, r["series"]["hb_p99"], color=color, label=g, lw=1.4)
+        axes[1].plot([s[0] for s in ms], [s[2] / 1e9 for s in ms], color=color, label=g, lw=1.4)
+        if has_open:
+            axes[2].plot([s[0] for s in ms], [s[4] if len(s) > 4 else 0 for s in ms], color=color, label=g, lw=1.4)
+        if leak:
+            axes[3].plot(t, r["series"]["ok_storm"], color=color, label=g, lw=1.2)
+        elif "synced_series" in r:
+            n = max(1, r["summary"]["watches"]["informers"])
+            axes[3].plot(range(len(r["synced_series"])), [100 * v / n for v in r["synced_series"]],
+                         color=color, label=g, lw=1.4)
+        deaths = [d - r["model_t0"] for d in r["summary"]["death_times"]]
+        axes[1].plot(deaths, [r["model"]["memory_limit_bytes"] / 1e9] * len(deaths), "x", color=color, ms=7)
+    lim = results[0]["model"]["memory_limit_bytes"] / 1e9
+    axes[0].set_yscale("log")
+    axes[0].set_ylabel("heartbeat latency, s\n(p99 of those served,\nper second)")
+    axes[1].axhline(lim, color="black", ls="--", lw=0.8)
+    axes[1].set_ylabel("stand-in memory, GB\n(OOM kill: x)")
+    if has_open:
+        axes[2].set_ylabel("open watches\nat the stand-in")
+    axes[3].set_ylabel("leaker's watches\nopened per second" if leak else "informers synced, %")
+    axes[3].set_xlabel("seconds")
+    axes = [ax for ax in axes if ax is not None]
+    for ax in axes:
+        ax.axvline(args.calm, color="black", ls=":", lw=0.8)
+        ax.grid(True, alpha=0.3)
+    axes[0].set_title(title, fontsize=9)
+    axes[0].legend(loc="upper left", fontsize=8, ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 def plot(results: list[dict], scenario: str, path: Path, args) -> None:
@@ -599,8 +982,9 @@ def parse_args(argv: list[str] | None = None):
         pass
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=Fmt)
-    ap.add_argument("--scenario", default=",".join(SCENARIOS),
-                    help=f"comma-separated scenarios: {', '.join(SCENARIOS)}")
+    ap.add_argument("--scenario", default="storm,daemonset",
+                    help=f"comma-separated scenarios: {', '.join(SCENARIOS)}; reconnect = both "
+                         "reconnect variants")
     ap.add_argument("--gateways", default=",".join(GATEWAYS),
                     help="comma-separated gateways, run in this order")
     ap.add_argument("--seconds", type=float, default=60.0, help="the storm's length per gateway")
@@ -615,11 +999,19 @@ def parse_args(argv: list[str] | None = None):
                     help="scenario storm: the runaway service account's connections")
     ap.add_argument("--daemonset-period", type=float, default=30.0,
                     help="scenario daemonset: seconds between one agent's LISTs")
+    ap.add_argument("--leak-rate", type=float, default=100.0,
+                    help="scenario watch-leak: watches the leaking service account opens per second")
+    ap.add_argument("--watch-per-flow", type=int, default=0,
+                    help="watch scenarios: apf-wasm's watchLimits.perFlow (0: 1.2 × the largest "
+                         "informer flow of reconnect, 2 × nodes + 2 × controllers; -1: no watchLimits)")
     ap.add_argument("--out", default=str(REPO / "bench" / "results"), help="output directory")
     ap.add_argument("--apf-wasm", help="the apf-wasm module (default: APF_WASM, else ./wasm-build.sh)")
     ap.add_argument("--no-plot", action="store_true", help="no PNG (and no matplotlib install)")
+    ap.add_argument("--replot", action="store_true",
+                    help="watch scenarios: redraw the PNG from --out's protection-SCENARIO.json, no run")
     args = ap.parse_args(argv)
-    args.scenarios = [s.strip() for s in args.scenario.split(",") if s.strip()]
+    args.scenarios = [x for s in args.scenario.split(",") if s.strip()
+                      for x in ALIASES.get(s.strip(), [s.strip()])]
     args.gateway_list = [g.strip() for g in args.gateways.split(",") if g.strip()]
     for s in args.scenarios:
         if s not in SCENARIOS:
@@ -632,6 +1024,15 @@ def parse_args(argv: list[str] | None = None):
 
 def main() -> int:
     args = parse_args()
+    if args.replot:
+        ensure_venv_and_reexec()
+        for scenario in args.scenarios:
+            d = json.loads((Path(args.out) / f"protection-{scenario}.json").read_text())
+            a = argparse.Namespace(**{**vars(args), **{k: d["args"][k] for k in
+                                                       ("calm", "nodes", "leak_rate", "seconds")}})
+            plot_watches(d["results"], scenario, Path(args.out) / f"protection-{scenario}.png", a,
+                         plot_title(d["results"], scenario, a))
+        return 0
     if not args.no_plot:
         ensure_venv_and_reexec()
         ensure_matplotlib()
@@ -649,11 +1050,16 @@ def main() -> int:
             log(f"{scenario} / {gw}: {args.calm:g} s calm + {args.seconds:g} s storm")
             r = run_gateway(gw, scenario, args, envoy_bin, wasm, work)
             s = r["summary"]
+            if "watches" in s:
+                log(f"{scenario} / {gw}: {json.dumps(s['watches'], default=str)[:600]}")
             log(f"{scenario} / {gw}: heartbeats ok {fmt_pct(s['node']['ok_pct'])} p99 "
                 f"{fmt_s(s['node']['p99_s'])}, controllers ok {fmt_pct(s['controller']['ok_pct'])}, "
                 f"storm served {s['storm']['ok']} (429: {s['storm']['status_429']}), peak memory "
                 f"{s['peak_memory_gb']:.0f} GB, deaths {s['deaths']}")
             results.append(r)
+        if scenario in WATCH_SCENARIOS:
+            write_watch_results(results, scenario, args, envoy_version, out)
+            continue
         m = Model()
         header = (f"Scenario {scenario}: Envoy {envoy_version} (2 workers), {args.calm:g} s calm then "
                   f"{args.seconds:g} s storm per gateway, each against a fresh stand-in ({m.cores:g} "

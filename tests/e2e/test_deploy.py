@@ -255,6 +255,8 @@ def test_deploy_pieces_fit_together(name):
     assert token["metadata"]["annotations"]["kubernetes.io/service-account.name"] == sa["metadata"]["name"]
     assert spec["serviceAccountName"] == sa["metadata"]["name"]
     cfg = plugin_config(boot)
+    # Open-watch limits on, at the value docs/configuration.md sizes for a reconnecting cluster.
+    assert cfg["watchLimits"] == {"perFlow": 12000}
     assert cfg["clusterPolicy"]["tokenEnv"] == "APF_WASM_TOKEN" and "pathPrefix" not in cfg["clusterPolicy"]
     assert cfg["clusterPolicy"]["cluster"] in clusters
     assert any(e["name"] == "APF_WASM_TOKEN" for e in envoy["env"])

@@ -42,3 +42,45 @@ def test_the_same_storm_kills_an_unprotected_apiserver(envoy_bin, tmp_path):
     s = run("none", 10, None, envoy_bin, tmp_path)
     assert s["deaths"] >= 1, f"the storm did not take the unprotected stand-in down: {s}"
     assert s["node"]["ok_pct"] < 99.0, s["node"]
+
+
+# -- watches: bench/protection.py's reconnect and watch-leak scenarios, scaled down (the stand-in
+# and the cluster by nodes ÷ 1,000: 60 nodes is 1.9 cores, 6,000 pods, 3.6 GB).
+WATCH_NODES = 60
+
+
+def run_watches(scenario: str, gateway: str, seconds: float, wasm: str | None, envoy_bin: str,
+                tmp_path: Path, *extra: str) -> dict:
+    args = protection.parse_args(["--scenario", scenario, "--seconds", str(seconds), "--calm", "5",
+                                  "--nodes", str(WATCH_NODES), "--no-plot", "--out", str(tmp_path), *extra])
+    r = protection.run_gateway(gateway, scenario, args, envoy_bin, wasm, tmp_path / gateway)
+    sys.stderr.write(protection.watch_table([r], scenario) + "\n")
+    return r["summary"]
+
+
+@pytest.mark.parametrize("scenario", ["reconnect-watchlist", "reconnect-list"])
+def test_reconnect_behind_apf_every_informer_resyncs(wasm_module, envoy_bin, tmp_path, scenario):
+    s = run_watches(scenario, "apf-wasm", 40, wasm_module, envoy_bin, tmp_path)
+    w = s["watches"]
+    assert s["deaths"] == 0, f"the stand-in died behind apf-wasm: {s}"
+    assert s["node"]["requests"] >= 20, s["node"]
+    assert s["node"]["ok_pct"] >= 99.9, f"heartbeats: {s['node']}"
+    assert w["never_resynced"] == 0, f"informers left unsynced: {w}"
+    assert w["watch_limit_429"] == 0, f"a reconnecting informer hit watchLimits.perFlow: {w}"
+
+
+def test_a_watch_leak_grows_without_a_cap_and_holds_at_the_cap(wasm_module, envoy_bin, tmp_path):
+    cap = 100
+    free = run_watches("watch-leak", "none", 15, None, envoy_bin, tmp_path / "none")["watches"]
+    # 100 watches a second for 15 s: without a cap every one stays open at the stand-in.
+    assert free["leak_peak_open"] >= 10 * cap, f"the leak did not grow: {free}"
+    assert free["open_watches_growth_per_min"] > 0, free
+    s = run_watches("watch-leak", "apf-wasm", 15, wasm_module, envoy_bin, tmp_path / "apf",
+                    "--watch-per-flow", str(cap))
+    w = s["watches"]
+    assert s["deaths"] == 0, f"the stand-in died behind apf-wasm: {s}"
+    assert w["leak_peak_open"] <= cap, f"the leaker held more than its cap: {w}"
+    assert w["leak_opened"] >= cap and w["leak_429"] > 0, w
+    for cls in ("node", "controller", "user"):
+        assert s[cls]["ok_pct"] >= 99.9, f"{cls}: {s[cls]}"
+    assert w["informers_synced_at_end"] == w["informers"], f"kubelet informers: {w}"
