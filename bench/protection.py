@@ -87,6 +87,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -203,7 +204,7 @@ def apf_config(watch_limits: dict | None = None) -> dict:
     """Kubernetes' default policy (no `policy`: the suggested objects at 600 seats), identity
     from the front-proxy headers, LIST costs from the stand-in's /metrics (the Envoy cluster of
     the route, `apiserver`); `watchLimits` when given."""
-    cfg = {"identity": apf_policy.FRONT_PROXY,
+    cfg = {"identity": apf_policy.FRONT_PROXY, "debugGroups": ["system:masters"],
            "workEstimator": {"clusterMetrics": {"cluster": "apiserver"}}}
     if watch_limits:
         cfg["watchLimits"] = watch_limits
@@ -609,6 +610,65 @@ def time_series(records, offset: float, seconds: int) -> dict:
     return b
 
 
+SAMPLED_FAMILIES = re.compile(
+    r"^(apiserver_flowcontrol_(rejected_requests_total|current_inqueue_requests|current_executing_seats|"
+    r"current_executing_requests|request_wait_duration_seconds_(sum|count)|dispatched_requests_total)|"
+    r"apf_wasm_watch_initial_hold_timeouts_total|apf_wasm_open_watches)")
+DUMP_LEVELS = "/debug/api_priority_and_fairness/dump_priority_levels"
+
+
+class GatewaySampler:
+    """apf-wasm's own view during a run, every `period` s: the APF families of Envoy's
+    /stats/prometheus (rejections by level and reason, queued requests, seats in use, waits)
+    and the priority-level dump, each sample on the traffic's clock."""
+
+    def __init__(self, env: EnvoyProcess, period: float = 2.0) -> None:
+        import threading
+        self.env, self.period, self.samples = env, period, []
+        self.t0 = time.monotonic()
+        self.stop_ev = threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+
+    def start(self, t0: float) -> "GatewaySampler":
+        self.t0 = t0
+        self.thread.start()
+        return self
+
+    def once(self) -> dict:
+        out: dict = {"t": round(time.monotonic() - self.t0, 2), "metrics": {}}
+        try:
+            for ln in self.env.stats_prometheus().splitlines():
+                if SAMPLED_FAMILIES.match(ln):
+                    k, _, v = ln.rpartition(" ")
+                    if float(v) != 0:
+                        out["metrics"][k] = float(v)
+            gw = self.env.ports["gateway"]
+            hdr = {"X-Remote-User": "admin", "X-Remote-Group": "system:masters"}
+            st, body = urllib_get(gw, DUMP_LEVELS, hdr)
+            out["dump_priority_levels"] = body.decode(errors="replace") if st == 200 else f"status {st}"
+        except OSError as e:
+            out["error"] = str(e)
+        return out
+
+    def loop(self) -> None:
+        while not self.stop_ev.wait(self.period):
+            self.samples.append(self.once())
+
+    def stop(self) -> list[dict]:
+        self.stop_ev.set()
+        self.thread.join(timeout=10)
+        return self.samples
+
+
+def urllib_get(port: int, path: str, headers: dict) -> tuple[int, bytes]:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
 def run_gateway(gateway: str, scenario: str, args, envoy_bin: str, wasm: str | None,
                 workdir: Path) -> dict:
     """One gateway against a fresh stand-in: the calm, then the storm. Summary + series."""
@@ -636,7 +696,12 @@ def run_gateway(gateway: str, scenario: str, args, envoy_bin: str, wasm: str | N
         traffic = Traffic(env.ports["gateway"], args, scenario)
         traffic.standin, traffic.start_rv = standin, start_stats["resource_version"]
         traffic.standin_model = model
+        sampler = GatewaySampler(env).start(time.monotonic()) \
+            if gateway == "apf-wasm" and args.sample_gateway > 0 else None
+        if sampler is not None:
+            sampler.period = args.sample_gateway
         asyncio.run(traffic.run(args.calm + args.seconds))
+        gateway_samples = sampler.stop() if sampler is not None else []
         stats = standin.get("/__model/stats")
         series = standin.get("/__model/series")["series"]
         fatal = env.fatal_log_lines()
@@ -663,6 +728,8 @@ def run_gateway(gateway: str, scenario: str, args, envoy_bin: str, wasm: str | N
                                                                  "pods": model.pods, "nodes": model.nodes}}
     if traffic.informers:
         out["synced_series"] = synced_series(traffic.informers, int(total) + 1)
+    if gateway_samples:
+        out["gateway_samples"] = gateway_samples
     return out
 
 
@@ -1004,6 +1071,9 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--watch-per-flow", type=int, default=0,
                     help="watch scenarios: apf-wasm's watchLimits.perFlow (0: 1.2 × the largest "
                          "informer flow of reconnect, 2 × nodes + 2 × controllers; -1: no watchLimits)")
+    ap.add_argument("--sample-gateway", type=float, default=2.0,
+                    help="apf-wasm: seconds between samples of its APF metrics and priority-level "
+                         "dump, kept in the JSON (0: none)")
     ap.add_argument("--out", default=str(REPO / "bench" / "results"), help="output directory")
     ap.add_argument("--apf-wasm", help="the apf-wasm module (default: APF_WASM, else ./wasm-build.sh)")
     ap.add_argument("--no-plot", action="store_true", help="no PNG (and no matplotlib install)")
