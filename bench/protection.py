@@ -55,6 +55,8 @@ Gateways (--gateways, comma-separated):
   apf-wasm              apf-wasm with Kubernetes' default policy (no policy configured: the
                         suggested FlowSchemas and levels at 600 seats), front-proxy identity, and
                         workEstimator.clusterMetrics reading the stand-in's /metrics
+  apf-wasm@N            the same with serverConcurrencyLimit N (e.g. apf-wasm@2000: kube-up's
+                        seats for an apiserver of 1,000 nodes or more)
 
 Reported per gateway (over the storm window): heartbeat success and p50/p99 latency, controller
 and user success, storm LISTs served and rejected (429), the stand-in's peak memory, peak
@@ -200,7 +202,23 @@ def admission_control() -> dict:
         "success_criteria": {"http_criteria": {"http_success_status": [{"start": 100, "end": 500}]}}}}
 
 
-def apf_config(watch_limits: dict | None = None) -> dict:
+def apf_seats(gateway: str) -> int | None:
+    """`apf-wasm@N`: apf-wasm with `serverConcurrencyLimit` N (the seats sized to the apiserver,
+    as an operator sizes `--max-requests-inflight` + `--max-mutating-requests-inflight`: kube-up
+    gives an apiserver of 1,000 nodes or more 1,500 + 500 = 2,000,
+    `cluster/gce/gci/configure-helper.sh: start-kube-apiserver`); plain `apf-wasm`: the default
+    600. None for other gateways."""
+    base, _, n = gateway.partition("@")
+    if base != "apf-wasm":
+        return None
+    return int(n) if n else 600
+
+
+def is_apf(gateway: str) -> bool:
+    return apf_seats(gateway) is not None
+
+
+def apf_config(watch_limits: dict | None = None, seats: int = 600) -> dict:
     """Kubernetes' default policy (no `policy`: the suggested objects at 600 seats), identity
     from the front-proxy headers, LIST costs from the stand-in's /metrics (the Envoy cluster of
     the route, `apiserver`); `watchLimits` when given."""
@@ -208,6 +226,8 @@ def apf_config(watch_limits: dict | None = None) -> dict:
            "workEstimator": {"clusterMetrics": {"cluster": "apiserver"}}}
     if watch_limits:
         cfg["watchLimits"] = watch_limits
+    if seats != 600:
+        cfg["serverConcurrencyLimit"] = seats
     return cfg
 
 
@@ -225,9 +245,9 @@ def envoy_config(gateway: str, upstream_port: int, wasm: str | None, capacity_rp
                  model: Model | None = None, watch_limits: dict | None = None,
                  route_timeout: str = "60s") -> dict:
     model = model or Model()
-    if gateway == "apf-wasm":
+    if is_apf(gateway):
         return gateway_config(upstream_port=upstream_port, wasm_path=wasm, route_timeout=route_timeout,
-                              plugin_config=apf_config(watch_limits), http_filter="wasm")
+                              plugin_config=apf_config(watch_limits, apf_seats(gateway) or 600), http_filter="wasm")
     extra = {"none": [], "ratelimit": [local_ratelimit(capacity_rps, False)],
              "ratelimit-per-user": [local_ratelimit(capacity_rps, True)],
              "ratelimit-lists": [local_ratelimit(capacity_rps, False, list_rate(model))],
@@ -637,6 +657,8 @@ class GatewaySampler:
     def once(self) -> dict:
         out: dict = {"t": round(time.monotonic() - self.t0, 2), "metrics": {}}
         try:
+            split = self.env.cpu_split()
+            out["envoy_cpu_s"], out["envoy_workers_s"] = split.get("cpu_s"), split.get("workers_s")
             for ln in self.env.stats_prometheus().splitlines():
                 if SAMPLED_FAMILIES.match(ln):
                     k, _, v = ln.rpartition(" ")
@@ -646,7 +668,7 @@ class GatewaySampler:
             hdr = {"X-Remote-User": "admin", "X-Remote-Group": "system:masters"}
             st, body = urllib_get(gw, DUMP_LEVELS, hdr)
             out["dump_priority_levels"] = body.decode(errors="replace") if st == 200 else f"status {st}"
-        except OSError as e:
+        except (OSError, ValueError) as e:
             out["error"] = str(e)
         return out
 
@@ -677,7 +699,7 @@ def run_gateway(gateway: str, scenario: str, args, envoy_bin: str, wasm: str | N
     capacity = ordinary_capacity_rps(model, args.nodes, args.controllers, args.users)
     standin = StandIn(workdir, f"model-{scenario}-{gateway}", nodes=args.nodes if watches else None)
     limits = ({"perFlow": args.watch_per_flow or watch_per_flow(args.nodes, args.controllers)}
-              if watches and gateway == "apf-wasm" and args.watch_per_flow >= 0 else None)
+              if watches and is_apf(gateway) and args.watch_per_flow >= 0 else None)
     env = None
     try:
         env = EnvoyProcess(envoy_config(gateway, standin.port, wasm, capacity, model, limits,
@@ -685,7 +707,7 @@ def run_gateway(gateway: str, scenario: str, args, envoy_bin: str, wasm: str | N
                            envoy_bin=envoy_bin, concurrency=2, name=f"gw-{scenario}-{gateway}",
                            log_level="warning")
         env.start().wait_ready(timeout=60)
-        if gateway == "apf-wasm":
+        if is_apf(gateway):
             # The first poll of /metrics happens when the configuration is applied; until it
             # succeeds every LIST would cost 1 seat.
             wait_until(lambda: standin.get("/__model/stats")["scrapes"] >= 1, timeout=30,
@@ -697,7 +719,7 @@ def run_gateway(gateway: str, scenario: str, args, envoy_bin: str, wasm: str | N
         traffic.standin, traffic.start_rv = standin, start_stats["resource_version"]
         traffic.standin_model = model
         sampler = GatewaySampler(env).start(time.monotonic()) \
-            if gateway == "apf-wasm" and args.sample_gateway > 0 else None
+            if is_apf(gateway) and args.sample_gateway > 0 else None
         if sampler is not None:
             sampler.period = args.sample_gateway
         asyncio.run(traffic.run(args.calm + args.seconds))
@@ -882,6 +904,8 @@ def write_watch_results(results: list[dict], scenario: str, args, envoy_version:
               f"scaled to {args.nodes} nodes ({m['cores']:g} cores, {m['memory_limit_bytes'] / 1e9:g} GB, "
               f"{m['pods']} pods); {what}."
               + (f" apf-wasm: the default policy with watchLimits.perFlow {per_flow}." if per_flow else "")
+              + "".join(f" {g}: the same with serverConcurrencyLimit {apf_seats(g)}." for g in
+                        dict.fromkeys(r["gateway"] for r in results) if "@" in g and is_apf(g))
               + " Heartbeats and controllers over the window from "
               + ("the leak's start" if scenario == "watch-leak" else "the drop") + " to the end.\n")
     tab = watch_table(results, scenario)
@@ -921,7 +945,7 @@ def plot_watches(results: list[dict], scenario: str, path: Path, args, title: st
     if not has_open:
         axes = [axes[0], axes[1], None, axes[2]]
     for r in results:
-        g, color = r["gateway"], COLORS.get(r["gateway"], None)
+        g, color = r["gateway"], COLORS.get(r["gateway"], "#17becf" if is_apf(r["gateway"]) else None)
         t = [x + 0.5 for x in r["series"]["t"]]
         ms = r["model_series"]
         axes[0].plot(t, r["series"]["hb_p99"], color=color, label=g, lw=1.4)
@@ -966,7 +990,7 @@ def plot(results: list[dict], scenario: str, path: Path, args) -> None:
     fig, axes = plt.subplots(4, 1, figsize=(10, 11), sharex=True,
                              gridspec_kw={"height_ratios": [3, 1.6, 3, 3]})
     for r in results:
-        g, color = r["gateway"], COLORS.get(r["gateway"], None)
+        g, color = r["gateway"], COLORS.get(r["gateway"], "#17becf" if is_apf(r["gateway"]) else None)
         t = [x + 0.5 for x in r["series"]["t"]]
         axes[0].plot(t, r["series"]["hb_p99"], color=color, label=g, lw=1.4)
         axes[1].plot(t, r["series"]["hb_fail"], color=color, label=g, lw=1.2)
@@ -1087,7 +1111,7 @@ def parse_args(argv: list[str] | None = None):
         if s not in SCENARIOS:
             ap.error(f"unknown scenario {s}")
     for g in args.gateway_list:
-        if g not in GATEWAYS:
+        if g not in GATEWAYS and not (g.startswith("apf-wasm@") and g.partition("@")[2].isdigit()):
             ap.error(f"unknown gateway {g}")
     return args
 
@@ -1107,7 +1131,7 @@ def main() -> int:
         ensure_venv_and_reexec()
         ensure_matplotlib()
     envoy_bin = envoy_binary()
-    wasm = apf_module(args.apf_wasm) if "apf-wasm" in args.gateway_list else None
+    wasm = apf_module(args.apf_wasm) if any(is_apf(g) for g in args.gateway_list) else None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="apf-protection-"))
