@@ -104,6 +104,10 @@ class Informer:
         self.events: list[tuple[str, float, int]] = []
         self.failures = 0
         self.resp: Response | None = None
+        # (start s since t0, seconds): each Retry-After slept by the REST client, each back-off
+        # slept by the reflector.
+        self.retry_afters: list[tuple[float, int]] = []
+        self.backoffs: list[tuple[float, float]] = []
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -125,13 +129,16 @@ class Informer:
             r.close()
             if retry_after is None or not retry_after.isdigit():
                 return None
+            self.retry_afters.append((self.now(), int(retry_after)))
             await asyncio.sleep(int(retry_after))
         return None
 
     async def backoff(self) -> None:
         d = min(BACKOFF_MAX_S, BACKOFF_INITIAL_S * 2 ** min(self.failures, 6))
         self.failures += 1
-        await asyncio.sleep(d * (1 + self.rng.random()))
+        d *= 1 + self.rng.random()
+        self.backoffs.append((self.now(), d))
+        await asyncio.sleep(d)
 
     async def run(self, start_rv: int | None) -> None:
         """Runs until cancelled: a watch from `start_rv` first (an informer that is synced

@@ -778,6 +778,11 @@ def watch_summary(traffic: Traffic, stats: dict, series: list, start: float, lim
         out["informer_requests"] = len(reqs)
         out["informer_429"] = sum(1 for e in reqs if e[2] == 429)
         out["informer_failed"] = sum(1 for e in reqs if e[2] not in (200, 429))
+        ras = sorted(ra for x in traffic.informers for t, ra in x.retry_afters if t >= drop)
+        bos = [b for x in traffic.informers for t, b in x.backoffs if t >= drop]
+        out["retry_after"] = {"count": len(ras), "p50_s": pct(ras, 0.5), "max_s": max(ras, default=0),
+                              "slept_s": sum(ras), "histogram": {str(v): ras.count(v) for v in sorted(set(ras))}}
+        out["reflector_backoffs"] = {"count": len(bos), "slept_s": sum(bos), "max_s": max(bos, default=0.0)}
     leak = [r for r in traffic.records if r[0] == "storm"]
     if leak:
         out["leak_opened"] = sum(1 for r in leak if r[3] == 200)
