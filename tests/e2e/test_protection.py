@@ -84,3 +84,15 @@ def test_a_watch_leak_grows_without_a_cap_and_holds_at_the_cap(wasm_module, envo
     for cls in ("node", "controller", "user"):
         assert s[cls]["ok_pct"] >= 99.9, f"{cls}: {s[cls]}"
     assert w["informers_synced_at_end"] == w["informers"], f"kubelet informers: {w}"
+
+
+def test_apf_at_n_seats_sizes_the_server_limit():
+    """`apf-wasm@N` is apf-wasm with serverConcurrencyLimit N (no Envoy needed); plain apf-wasm
+    keeps upstream's 600 (the key is left out)."""
+    assert protection.apf_seats("apf-wasm@2000") == 2000
+    assert protection.apf_seats("apf-wasm") == 600
+    assert protection.apf_seats("none") is None
+    assert protection.apf_config(None, 2000)["serverConcurrencyLimit"] == 2000
+    assert "serverConcurrencyLimit" not in protection.apf_config(None)
+    args = protection.parse_args(["--scenario", "reconnect-watchlist", "--gateways", "none,apf-wasm@2000"])
+    assert args.gateway_list == ["none", "apf-wasm@2000"]
