@@ -36,6 +36,10 @@ thread_local! {
     /// This worker's roots, by configuration id.
     static ROOTS: RefCell<HashMap<u64, Root>> = RefCell::new(HashMap::new());
     static NEXT_CONTEXT: Cell<u32> = const { Cell::new(1) };
+    /// An idle worker's stats flush was deferred to a later stream's end.
+    static FLUSH_OWED: Cell<bool> = const { Cell::new(false) };
+    /// When this worker last flushed its stats on going idle.
+    static LAST_IDLE_FLUSH: Cell<crate::Nanos> = const { Cell::new(0) };
 }
 
 /// Configurations destroyed since each worker last looked (their roots are dropped lazily).
@@ -207,21 +211,46 @@ pub fn stream_complete(f: &mut Filter) {
     with_request(f, |r, w| r.on_stream_end(&h, w));
     if host::take_waker(f.context) && !hand_over_timer(f.context) {
         went_idle(&h);
+    } else if FLUSH_OWED.with(Cell::get) && flush_now(&h) {
+        with_worker(|w| w.stats().flush(&h));
+        FLUSH_OWED.with(|o| o.set(false));
+        LAST_IDLE_FLUSH.with(|t| t.set(crate::gateway::Host::monotonic_nanos(&h)));
     }
     host::run_deferred();
 }
 
+/// Whether an idle worker's stats are flushed now: when the stream of `h` is the worker's last
+/// live one (no later hook of this worker may come), or the last idle flush is [`IDLE_FLUSH_GAP`]
+/// old. Otherwise a later stream's end flushes them: under load a worker goes idle between most
+/// requests, and one flush per request costs more than the request's own APF work (every series
+/// is a stat lookup by label values in Envoy).
+fn flush_now(h: &NativeHost) -> bool {
+    let last = host::only_stream(h.context);
+    let now = crate::gateway::Host::monotonic_nanos(h);
+    last || now.saturating_sub(LAST_IDLE_FLUSH.with(Cell::get)) >= IDLE_FLUSH_GAP
+}
+
+/// The longest an idle worker with live streams defers its stats (the gateway's flush period).
+const IDLE_FLUSH_GAP: crate::Nanos = 1_000_000_000;
+
 /// The worker's last stream holding or awaiting seats ended: no tick reaches it until another
-/// one starts, so its timer runs now and its stats are flushed.
+/// one starts, so its timer runs now and its stats are flushed (or owed: [`flush_now`]).
 fn went_idle(h: &NativeHost) {
+    let flush = flush_now(h);
     WORKER.with(|w| {
         ROOTS.with(|r| {
             let (Ok(mut w), Ok(mut roots)) = (w.try_borrow_mut(), r.try_borrow_mut()) else { return };
             let Some(w) = w.as_mut() else { return };
             roots.values_mut().for_each(|root| root.on_tick(h, w));
-            w.stats().flush(h);
+            if flush {
+                w.stats().flush(h);
+            }
         })
     });
+    FLUSH_OWED.with(|o| o.set(!flush));
+    if flush {
+        LAST_IDLE_FLUSH.with(|t| t.set(crate::gateway::Host::monotonic_nanos(h)));
+    }
 }
 
 pub fn filter_destroy(mut f: Filter) {
