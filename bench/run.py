@@ -364,6 +364,9 @@ def variant_specs(args, mods) -> list[dict]:
         elif v == "apf-native":
             specs.append(dict(name="apf-native", workers=w, http_filter="native",
                               native=mods["apf-native"], cfg=roomy, conns=args.connections))
+            if args.apf_native_b:
+                specs.append(dict(name="apf-native-b", workers=w, http_filter="native",
+                                  native=Path(args.apf_native_b), cfg=roomy, conns=args.connections))
         elif v == "apf-native-saturated":
             specs.extend(native_saturated_specs(args, mods))
         elif v == "apf-fleet":
@@ -661,6 +664,8 @@ def add_setup_args(ap: argparse.ArgumentParser) -> None:
                     "with the apf variant, also the uncontended apf-b")
     ap.add_argument("--apf-native", help="apf-native*: this native module (libapf_wasm.so) instead "
                     "of $APF_NATIVE or ./native-build.sh")
+    ap.add_argument("--apf-native-b", help="A/B: with apf-native, also the uncontended apf-native-b "
+                    "loading this second native module (a libapf_wasm.so in another directory)")
     ap.add_argument("--apf-native-isolated", help="apf-native-saturated: also its no-sharing control, "
                     "this native build whose workers key their levels apart (or $APF_NATIVE_ISOLATED)")
     ap.add_argument("--ratio-base", default="floor")
@@ -778,6 +783,9 @@ def ratio_notes(results: dict[str, list[dict]], workers: int) -> str:
                 f"2 ÷ 1 {pr('localqueue-saturated|2', 'localqueue-saturated|1'):.2f}; "
                 f"apf ÷ localqueue with 1 worker {pr('apf-saturated|1', 'localqueue-saturated|1'):.2f}, "
                 f"with 2 workers {pr('apf-saturated|2', 'localqueue-saturated|2'):.2f}.")
+    if f"apf-native-b|{workers}" in results and f"apf-native|{workers}" in results:
+        out += ("\nA/B, uncontended apf-native-b ÷ apf-native (medians of per-round ratios): "
+                f"{pr(f'apf-native-b|{workers}', f'apf-native|{workers}'):.2f}.")
     if f"apf-b|{workers}" in results and f"apf|{workers}" in results:
         out += ("\nA/B, uncontended apf-b ÷ apf (medians of per-round ratios): "
                 f"{pr(f'apf-b|{workers}', f'apf|{workers}'):.2f}.")

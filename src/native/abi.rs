@@ -222,7 +222,8 @@ impl FilterPtr {
         if n == 0 || !unsafe { envoy_dynamic_module_callback_http_get_headers(self.0, header_type, out.as_mut_ptr()) } {
             return f(&[]);
         }
-        let pairs: Vec<(&[u8], &[u8])> = out.iter().map(|h| (borrowed(h.key_ptr, h.key_length), borrowed(h.value_ptr, h.value_length))).collect();
+        let pairs: Vec<(&[u8], &[u8])> =
+            out.iter().map(|h| (borrowed(h.key_ptr, h.key_length), borrowed(h.value_ptr, h.value_length))).collect();
         f(&pairs)
     }
 

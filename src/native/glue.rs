@@ -29,6 +29,8 @@ pub struct Filter {
     context: u32,
     envoy: FilterPtr,
     request: Request,
+    /// `stream_complete` ran (Envoy calls it before destroying the filter).
+    completed: bool,
 }
 
 thread_local! {
@@ -128,7 +130,7 @@ pub fn filter_new(c: &Config, envoy: FilterPtr) -> Filter {
     host::add_stream(context, envoy);
     let h = NativeHost { context, filter: envoy };
     let request = with_root(&h, c, |root, _| root.new_request(context)).unwrap_or_default();
-    Filter { context, envoy, request }
+    Filter { context, envoy, request, completed: false }
 }
 
 fn host_of(f: &Filter) -> NativeHost {
@@ -207,6 +209,7 @@ pub fn response_trailers(f: &mut Filter) -> u32 {
 }
 
 pub fn stream_complete(f: &mut Filter) {
+    f.completed = true;
     let h = host_of(f);
     with_request(f, |r, w| r.on_stream_end(&h, w));
     if host::take_waker(f.context) && !hand_over_timer(f.context) {
@@ -219,19 +222,18 @@ pub fn stream_complete(f: &mut Filter) {
     host::run_deferred();
 }
 
-/// Whether an idle worker's stats are flushed now: when the stream of `h` is the worker's last
-/// live one (no later hook of this worker may come), or the last idle flush is [`IDLE_FLUSH_GAP`]
-/// old. Otherwise a later stream's end flushes them: under load a worker goes idle between most
-/// requests, and one flush per request costs more than the request's own APF work (every series
-/// is a stat lookup by label values in Envoy).
+/// Whether an idle worker's stats are flushed now: when its last idle flush is
+/// [`IDLE_FLUSH_GAP`] old. Under load a worker goes idle between most requests, and a flush per
+/// request cost about as much as the request's own APF work (each series is a stat looked up
+/// by its label values in Envoy); a skipped flush is owed, paid by the next stream end after the
+/// gap or by the timer once a stream holds seats again.
 fn flush_now(h: &NativeHost) -> bool {
-    let last = host::only_stream(h.context);
     let now = crate::gateway::Host::monotonic_nanos(h);
-    last || now.saturating_sub(LAST_IDLE_FLUSH.with(Cell::get)) >= IDLE_FLUSH_GAP
+    now.saturating_sub(LAST_IDLE_FLUSH.with(Cell::get)) >= IDLE_FLUSH_GAP
 }
 
-/// The longest an idle worker with live streams defers its stats (the gateway's flush period).
-const IDLE_FLUSH_GAP: crate::Nanos = 1_000_000_000;
+/// The least time between two idle flushes of a worker's stats (two timer periods).
+const IDLE_FLUSH_GAP: crate::Nanos = 2 * TICK_MS as crate::Nanos * 1_000_000;
 
 /// The worker's last stream holding or awaiting seats ended: no tick reaches it until another
 /// one starts, so its timer runs now and its stats are flushed (or owed: [`flush_now`]).
@@ -254,7 +256,9 @@ fn went_idle(h: &NativeHost) {
 }
 
 pub fn filter_destroy(mut f: Filter) {
-    stream_complete(&mut f);
+    if !f.completed {
+        stream_complete(&mut f);
+    }
     host::remove_stream(f.context);
 }
 

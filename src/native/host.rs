@@ -86,11 +86,6 @@ pub fn take_waker(context: u32) -> bool {
     true
 }
 
-/// Whether `context` is this worker's only live stream (or none is left).
-pub fn only_stream(context: u32) -> bool {
-    FILTERS.with(|m| m.borrow().keys().all(|&c| c == context))
-}
-
 /// The live streams of this worker.
 pub fn streams() -> Vec<u32> {
     FILTERS.with(|m| m.borrow().keys().copied().collect())
