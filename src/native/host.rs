@@ -32,7 +32,16 @@ thread_local! {
     static SCHEDULERS: RefCell<HashMap<u32, SchedulerPtr>> = RefCell::new(HashMap::new());
     /// This worker's mailbox, once registered.
     static MAILBOX: RefCell<Option<Arc<wake::Mailbox>>> = const { RefCell::new(None) };
-    static STORE: &'static WorkerStore<'static> = Box::leak(Box::new(WorkerStore::new(shared())));
+    static STORE: &'static WorkerStore<'static> = Box::leak(Box::new(WorkerStore::new(worker_view())));
+}
+
+/// This worker's view of the shared data (the benchmark's no-sharing control keys its levels
+/// apart: [`super::isolated`]).
+fn worker_view() -> &'static dyn Store {
+    #[cfg(feature = "native-isolated-levels")]
+    return super::isolated::per_worker(shared());
+    #[cfg(not(feature = "native-isolated-levels"))]
+    shared()
 }
 
 /// The process's shared data.
