@@ -228,8 +228,12 @@ pub fn stream_complete(f: &mut Filter) {
 /// by its label values in Envoy); a skipped flush is owed, paid by the next stream end after the
 /// gap or by the timer once a stream holds seats again.
 fn flush_now(h: &NativeHost) -> bool {
-    let now = crate::gateway::Host::monotonic_nanos(h);
-    now.saturating_sub(LAST_IDLE_FLUSH.with(Cell::get)) >= IDLE_FLUSH_GAP
+    idle_flush_due(crate::gateway::Host::monotonic_nanos(h), LAST_IDLE_FLUSH.with(Cell::get))
+}
+
+/// Whether an idle flush at `now` is due, the last one at `last`.
+fn idle_flush_due(now: crate::Nanos, last: crate::Nanos) -> bool {
+    now.saturating_sub(last) >= IDLE_FLUSH_GAP
 }
 
 /// The least time between two idle flushes of a worker's stats (two timer periods).
@@ -280,4 +284,18 @@ pub fn scheduled(f: &mut Filter, event: u64) {
         })
     });
     host::run_deferred();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_idle_worker_flushes_at_most_once_per_two_timer_periods() {
+        let t0: crate::Nanos = 1 << 40;
+        assert!(idle_flush_due(t0, 0), "the first idle flush is due at once");
+        assert!(!idle_flush_due(t0 + IDLE_FLUSH_GAP - 1, t0));
+        assert!(idle_flush_due(t0 + IDLE_FLUSH_GAP, t0));
+        assert_eq!(IDLE_FLUSH_GAP, 100_000_000, "two periods of the gateway's 50 ms timer");
+    }
 }
