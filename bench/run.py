@@ -83,7 +83,8 @@ from bench.noisy import measure_noisy, noisy_section, round_line  # noqa: E402
 
 HEADERS = {"X-Remote-User": "bench-user", "X-Remote-Group": "system:authenticated"}
 # Variants whose windows also read the filter's global-state contention counters.
-COUNTED = ("apf-saturated", "apf-saturated-b", "isolated-saturated")
+COUNTED = ("apf-saturated", "apf-saturated-b", "isolated-saturated", "apf-native-saturated",
+           "isolated-native-saturated")
 # Set by main(): run the load generator / upstream under SCHED_IDLE.
 IDLE_LOAD = [False]
 
