@@ -8,10 +8,13 @@
 //! - `host`: [`crate::gateway::Host`] over the ABI; deferred resumes and local replies.
 //! - `wake`: per-worker mailboxes woken through stream schedulers, and the timer thread.
 //! - `logger`, `metrics`: logs and stats through Envoy.
+//! - `isolated` (feature `native-isolated-levels`): the saturated benchmark's no-sharing control.
 
 pub mod abi;
 mod glue;
 mod host;
+#[cfg(feature = "native-isolated-levels")]
+mod isolated;
 mod logger;
 mod metrics;
 mod wake;
