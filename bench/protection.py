@@ -63,6 +63,10 @@ and user success, storm LISTs served and rejected (429), the stand-in's peak mem
 requests in flight and deaths, total goodput. Written to --out: protection-SCENARIO.md (tables),
 protection-SCENARIO.json (summaries and time series) and protection-SCENARIO.png (time on x;
 heartbeat latency, stand-in memory, requests in flight at the stand-in; one line per gateway).
+Behind apf-wasm the JSON also keeps `gateway_samples` (--sample-gateway, every 2 s): the APF
+families of Envoy's /stats/prometheus (rejections by level and reason, queued requests, seats in
+use, waits), dump_priority_levels and Envoy's CPU; the watch scenarios add every Retry-After and
+back-off the informers slept (`retry_after`, `reflector_backoffs`).
 
 Envoy: ENVOY_BIN, else scripts/envoy-env.sh (the repo's .venv). The module: --apf-wasm, APF_WASM,
 else ./wasm-build.sh. The benchmark re-runs itself with the repo's .venv Python and installs
