@@ -1,6 +1,6 @@
 //! The etcd v3 JSON API (the grpc-gateway at `/v3/*`, etcd 3.4 to 3.7) as serde types: a
 //! replica encodes requests and decodes responses, the in-memory model
-//! ([`crate::simulate::memetcd`]) the reverse, through the same derives. The gateway's conventions
+//! (`simulate/memetcd.rs`) the reverse, through the same derives. The gateway's conventions
 //! (etcd `api/etcdserverpb/gw/rpc.pb.gw.go`), written once in [`wire`]: keys and values base64,
 //! 64-bit integers JSON strings (numbers accepted), default values omitted, snake_case names
 //! (camelCase accepted in requests). Errors are a non-200 status with `{"error", "code",
