@@ -7,9 +7,11 @@
 //! streams keep the configuration they started with.
 
 use super::abi::{self, ConfigPtr, FilterPtr};
+use super::callout;
 use super::host::{self, NativeHost};
 use super::wake;
 use crate::config::parse_plugin_config;
+use crate::digest::identity::IdentitySource;
 use crate::engine::requests::Phase;
 use crate::gateway::host::Action;
 use crate::gateway::{root::TICK_MS, Request, Root, Worker};
@@ -21,6 +23,7 @@ use std::time::Duration;
 /// One filter configuration (`filter_config` of the Envoy filter): the gateway's JSON.
 pub struct Config {
     id: u64,
+    envoy: ConfigPtr,
     bytes: Vec<u8>,
 }
 
@@ -45,21 +48,17 @@ pub fn program_init() {
     super::logger::install();
 }
 
-/// Why a configuration cannot run on the native host yet (HTTP calls are not wired).
+/// Why a configuration cannot run on the native host: invalid, or a `jwt` identity source (its
+/// claims are nested in the jwt_authn filter's dynamic metadata, which Envoy 1.40's metadata
+/// callbacks read only one level deep: `abi_impl.cc: envoy_dynamic_module_callback_http_get_metadata_string`).
 fn unsupported(bytes: &[u8]) -> Result<(), String> {
     let cfg = parse_plugin_config(bytes).map_err(|e| format!("invalid configuration ({} errors); refused: {}", e.len(), e.join("; ")))?;
-    let needs = [
-        ("clusterPolicy", cfg.cluster_policy.is_some()),
-        ("clusterMetrics", cfg.cluster_metrics.is_some()),
-        ("fleet", cfg.fleet.is_some()),
-    ];
-    match needs.iter().filter(|(_, on)| *on).map(|(n, _)| *n).collect::<Vec<_>>() {
-        v if v.is_empty() => Ok(()),
-        v => Err(format!(
-            "configuration refused: {} need HTTP calls, which the native host does not make yet; use the wasm module",
-            v.join(", ")
-        )),
+    if cfg.identity.sources.iter().any(|s| matches!(s, IdentitySource::Jwt { .. })) {
+        return Err("configuration refused: the identity source `jwt` needs the jwt_authn filter's claims, which the native host \
+                    cannot read yet; use the wasm module or a `frontProxy` identity"
+            .to_string());
     }
+    Ok(())
 }
 
 /// A new configuration (main thread): `None` refuses it (every error logged).
@@ -74,14 +73,56 @@ pub fn config_new(envoy: ConfigPtr, _name: &[u8], bytes: &[u8]) -> Option<Config
     if let Ok(mut live) = LIVE_CONFIGS.lock() {
         live.push(id);
     }
+    callout::add_config(id, envoy);
     wake::start_ticker(Duration::from_millis(u64::from(TICK_MS)));
-    Some(Config { id, bytes: bytes.to_vec() })
+    Some(Config { id, envoy, bytes: bytes.to_vec() })
 }
 
 pub fn config_destroy(c: Config) {
     if let Ok(mut live) = LIVE_CONFIGS.lock() {
         live.retain(|&i| i != c.id);
     }
+    callout::remove_config(c.id);
+    // The main thread's root of the configuration (on a worker, its root goes at its next event).
+    ROOTS.with(|r| r.try_borrow_mut().map(|mut r| r.remove(&c.id)).ok());
+}
+
+/// The main thread's host: no stream.
+fn main_host() -> NativeHost {
+    NativeHost { context: 0, filter: FilterPtr::none() }
+}
+
+/// An event of the configuration's scheduler (main thread): its timer, or calls to start.
+pub fn config_scheduled(c: &Config, event: u64) {
+    let h = main_host();
+    match event {
+        callout::TICK => drop(with_root(&h, c, |root, w| root.on_tick(&h, w))),
+        callout::CALLS => callout::send_queued(c.id, c.envoy),
+        _ => {}
+    }
+    deliver_replies(&h);
+}
+
+/// The reply of a configuration's callout (main thread): to the thread that asked.
+pub fn config_callout_done(c: &Config, id: u64, headers: Vec<(Vec<u8>, Vec<u8>)>, body: Vec<u8>) {
+    callout::done(c.id, id, &headers, body);
+    deliver_replies(&main_host());
+}
+
+/// Hands the replies waiting for this thread to the roots that asked (a root gone meanwhile
+/// drops its reply).
+fn deliver_replies(h: &NativeHost) {
+    for reply in callout::take_replies() {
+        let (config, token, size) = (reply.config, reply.token, reply.body.len());
+        WORKER.with(|w| {
+            ROOTS.with(|r| {
+                let (Ok(mut w), Ok(mut roots)) = (w.try_borrow_mut(), r.try_borrow_mut()) else { return };
+                let (Some(w), Some(root)) = (w.as_mut(), roots.get_mut(&config)) else { return };
+                callout::with_reply(reply, || callout::as_config(config, || root.on_http_call_response(h, w, token, size)));
+            })
+        });
+    }
+    host::run_deferred();
 }
 
 /// Runs `f` on this thread's worker and the root of `config` (`None` on a re-entrant call,
@@ -96,10 +137,10 @@ fn with_root<T>(h: &NativeHost, config: &Config, f: impl FnOnce(&mut Root, &mut 
             let w = w.get_or_insert_with(|| Worker::new(crate::gateway::Host::monotonic_nanos(h) as u64));
             let root = roots.entry(config.id).or_insert_with(|| {
                 let mut root = Root::default();
-                root.on_configure(h, &config.bytes);
+                callout::as_config(config.id, || root.on_configure(h, &config.bytes));
                 root
             });
-            Some(f(root, w))
+            Some(callout::as_config(config.id, || f(root, w)))
         })
     })
 }
@@ -168,6 +209,7 @@ fn hand_over_timer(gone: u32) -> bool {
 
 pub fn request_headers(f: &mut Filter) -> u32 {
     let h = host_of(f);
+    deliver_replies(&h);
     let a = with_request(f, |r, w| r.on_request_headers(&h, w)).unwrap_or(Action::Continue);
     ensure_waker(f);
     host::run_deferred();
@@ -218,7 +260,7 @@ fn went_idle(h: &NativeHost) {
         ROOTS.with(|r| {
             let (Ok(mut w), Ok(mut roots)) = (w.try_borrow_mut(), r.try_borrow_mut()) else { return };
             let Some(w) = w.as_mut() else { return };
-            roots.values_mut().for_each(|root| root.on_tick(h, w));
+            roots.iter_mut().for_each(|(&id, root)| callout::as_config(id, || root.on_tick(h, w)));
             w.stats().flush(h);
         })
     });
@@ -240,11 +282,11 @@ pub fn scheduled(f: &mut Filter, event: u64) {
             roots.retain(|id, _| configs.contains(id));
             match event {
                 // The mailbox is the worker's: any root drains it.
-                wake::WAKE => roots.values_mut().take(1).for_each(|root| root.on_queue_ready(&h, w)),
-                wake::TICK => roots.values_mut().for_each(|root| root.on_tick(&h, w)),
+                wake::WAKE => roots.iter_mut().take(1).for_each(|(&id, root)| callout::as_config(id, || root.on_queue_ready(&h, w))),
+                wake::TICK => roots.iter_mut().for_each(|(&id, root)| callout::as_config(id, || root.on_tick(&h, w))),
                 _ => {}
             }
         })
     });
-    host::run_deferred();
+    deliver_replies(&h);
 }

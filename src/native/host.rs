@@ -160,21 +160,30 @@ impl Host for NativeHost {
     }
 
     fn header_map_bytes(&self, map: HeaderMap) -> Vec<u8> {
+        if map == HeaderMap::CallResponse {
+            return super::callout::reply_headers();
+        }
         let Some(t) = header_type(map) else { return Vec::new() };
+        if self.filter.is_none() {
+            return Vec::new();
+        }
         let hs = self.filter.headers(t);
         let pairs: Vec<(&str, &[u8])> = hs.iter().filter_map(|(k, v)| Some((std::str::from_utf8(k).ok()?, v.as_slice()))).collect();
         serialize_pairs(&pairs)
     }
 
     fn add_header(&self, map: HeaderMap, name: &str, value: &[u8]) -> bool {
-        header_type(map).is_some_and(|t| self.filter.add_header(t, name, value))
+        !self.filter.is_none() && header_type(map).is_some_and(|t| self.filter.add_header(t, name, value))
     }
 
     fn remove_header(&self, map: HeaderMap, name: &str) -> bool {
-        header_type(map).is_some_and(|t| self.filter.remove_header(t, name))
+        !self.filter.is_none() && header_type(map).is_some_and(|t| self.filter.remove_header(t, name))
     }
 
     fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
+        if self.filter.is_none() {
+            return None;
+        }
         match path {
             ["source", "address"] => self.filter.attribute_string(abi::ATTR_SOURCE_ADDRESS),
             ["destination", "address"] => self.filter.attribute_string(abi::ATTR_DESTINATION_ADDRESS),
@@ -185,7 +194,10 @@ impl Host for NativeHost {
     }
 
     fn body_bytes(&self, body: Body, start: usize, max: usize) -> Option<Vec<u8>> {
-        if body != Body::Response {
+        if body == Body::CallResponse {
+            return super::callout::reply_body(start, max);
+        }
+        if body != Body::Response || self.filter.is_none() {
             return None;
         }
         let all = self.filter.body(abi::RECEIVED_RESPONSE_BODY)?;
@@ -238,16 +250,21 @@ impl Host for NativeHost {
         super::metrics::define(kind, name)
     }
 
+    // The main thread's root has no stream to record through: its stats are not recorded.
     fn increment_metric(&self, id: u32, by: i64) {
-        super::metrics::increment(self.filter, id, by);
+        if !self.filter.is_none() {
+            super::metrics::increment(self.filter, id, by);
+        }
     }
 
     fn record_metric(&self, id: u32, value: u64) {
-        super::metrics::record(self.filter, id, value);
+        if !self.filter.is_none() {
+            super::metrics::record(self.filter, id, value);
+        }
     }
 
-    fn http_call(&self, _cluster: &str, _headers: &[(&str, &str)], _body: &[u8], _timeout: Duration) -> Result<u32, CallError> {
-        Err(CallError::NoProxy)
+    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout: Duration) -> Result<u32, CallError> {
+        super::callout::start(cluster, headers, body, timeout)
     }
 
     fn set_tick_period_ms(&self, _ms: u32) -> bool {
