@@ -17,7 +17,7 @@ import pytest
 from apfkit.envoyproc import wait_until
 from apfkit.observe import APPLIED
 
-pytestmark = pytest.mark.apf
+pytestmark = [pytest.mark.apf, pytest.mark.core]
 
 FC = "flowcontrol.apiserver.k8s.io/v1"
 PL = {"apiVersion": FC, "kind": "PriorityLevelConfiguration",
