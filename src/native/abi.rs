@@ -207,6 +207,34 @@ extern "C" {
         label_values_size: usize,
         value: u64,
     ) -> u32;
+    fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
+        config: *mut c_void,
+        id: usize,
+        label_values: *const ModuleBuffer,
+        label_values_size: usize,
+        value: u64,
+    ) -> u32;
+    fn envoy_dynamic_module_callback_http_filter_config_increment_gauge(
+        config: *mut c_void,
+        id: usize,
+        label_values: *const ModuleBuffer,
+        label_values_size: usize,
+        value: u64,
+    ) -> u32;
+    fn envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
+        config: *mut c_void,
+        id: usize,
+        label_values: *const ModuleBuffer,
+        label_values_size: usize,
+        value: u64,
+    ) -> u32;
+    fn envoy_dynamic_module_callback_http_filter_config_set_gauge(
+        config: *mut c_void,
+        id: usize,
+        label_values: *const ModuleBuffer,
+        label_values_size: usize,
+        value: u64,
+    ) -> u32;
     fn envoy_dynamic_module_callback_http_filter_scheduler_new(filter: *mut c_void) -> *mut c_void;
     fn envoy_dynamic_module_callback_http_filter_scheduler_commit(scheduler: *mut c_void, event_id: u64);
     fn envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler: *mut c_void);
@@ -428,24 +456,59 @@ impl ConfigPtr {
     }
 }
 
+thread_local! {
+    /// The configuration whose main-thread hook runs now (null outside one): the stats of the
+    /// main thread's root, which has no stream, are recorded through it.
+    static HOOK_CONFIG: std::cell::Cell<*mut c_void> = const { std::cell::Cell::new(std::ptr::null_mut()) };
+}
+
+/// Runs a configuration hook's body with `envoy` as the configuration stats go through.
+fn in_config_hook<T>(envoy: *mut c_void, body: impl FnOnce() -> T) -> T {
+    let before = HOOK_CONFIG.with(|c| c.replace(envoy));
+    let out = body();
+    HOOK_CONFIG.with(|c| c.set(before));
+    out
+}
+
+/// `envoy_dynamic_module_type_metrics_result_MetricNotFound`: no filter and no configuration.
+const METRIC_NOT_FOUND: u32 = 1;
+
+type MetricFn = unsafe extern "C" fn(*mut c_void, usize, *const ModuleBuffer, usize, u64) -> u32;
+
 impl FilterPtr {
+    /// Calls `on_filter` with this filter, or, for [`FilterPtr::none`] inside a configuration's
+    /// main-thread hook, `on_config` with that configuration (the same family ids: see
+    /// `metrics.rs`).
+    fn metric(self, on_filter: MetricFn, on_config: MetricFn, id: usize, labels: &[&str], value: u64) -> u32 {
+        let ls: Vec<ModuleBuffer> = labels.iter().map(|l| ModuleBuffer::of(l.as_bytes())).collect();
+        let (f, target) = if self.0.is_null() { (on_config, HOOK_CONFIG.with(|c| c.get())) } else { (on_filter, self.0) };
+        if target.is_null() {
+            return METRIC_NOT_FOUND;
+        }
+        // SAFETY: a live filter on its thread, or the configuration of the main-thread hook
+        // running now (alive during it); label buffers point into slices alive for the call.
+        unsafe { f(target, id, ls.as_ptr(), ls.len(), value) }
+    }
+
     /// Adds `value` to the counter `id` (series `labels`): the metrics result.
     pub fn increment_counter(self, id: usize, labels: &[&str], value: u64) -> u32 {
-        let ls: Vec<ModuleBuffer> = labels.iter().map(|l| ModuleBuffer::of(l.as_bytes())).collect();
-        // SAFETY: a live filter; label buffers point into slices alive for the call.
-        unsafe { envoy_dynamic_module_callback_http_filter_increment_counter(self.0, id, ls.as_ptr(), ls.len(), value) }
+        self.metric(
+            envoy_dynamic_module_callback_http_filter_increment_counter,
+            envoy_dynamic_module_callback_http_filter_config_increment_counter,
+            id,
+            labels,
+            value,
+        )
     }
 
     /// Changes the gauge `id` (series `labels`) by `op` `value`: the metrics result.
     pub fn gauge(self, op: GaugeOp, id: usize, labels: &[&str], value: u64) -> u32 {
-        let ls: Vec<ModuleBuffer> = labels.iter().map(|l| ModuleBuffer::of(l.as_bytes())).collect();
-        let f = match op {
-            GaugeOp::Add => envoy_dynamic_module_callback_http_filter_increment_gauge,
-            GaugeOp::Sub => envoy_dynamic_module_callback_http_filter_decrement_gauge,
-            GaugeOp::Set => envoy_dynamic_module_callback_http_filter_set_gauge,
+        let (on_filter, on_config): (MetricFn, MetricFn) = match op {
+            GaugeOp::Add => (envoy_dynamic_module_callback_http_filter_increment_gauge, envoy_dynamic_module_callback_http_filter_config_increment_gauge),
+            GaugeOp::Sub => (envoy_dynamic_module_callback_http_filter_decrement_gauge, envoy_dynamic_module_callback_http_filter_config_decrement_gauge),
+            GaugeOp::Set => (envoy_dynamic_module_callback_http_filter_set_gauge, envoy_dynamic_module_callback_http_filter_config_set_gauge),
         };
-        // SAFETY: a live filter; label buffers point into slices alive for the call.
-        unsafe { f(self.0, id, ls.as_ptr(), ls.len(), value) }
+        self.metric(on_filter, on_config, id, labels, value)
     }
 }
 
@@ -526,8 +589,10 @@ fn config_state<'a>(module: *const c_void) -> Option<&'a glue::Config> {
 }
 
 #[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(_envoy: *mut c_void, module: *const c_void, event_id: u64) {
-    guard("on_http_filter_config_scheduled", (), || config_state(module).map_or((), |c| glue::config_scheduled(c, event_id)))
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(envoy: *mut c_void, module: *const c_void, event_id: u64) {
+    guard("on_http_filter_config_scheduled", (), || {
+        in_config_hook(envoy, || config_state(module).map_or((), |c| glue::config_scheduled(c, event_id)))
+    })
 }
 
 /// The headers Envoy hands over, copied (names, values).
@@ -553,7 +618,7 @@ fn chunks(body: *const EnvoyBuffer, n: usize) -> Vec<u8> {
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
-    _envoy: *mut c_void,
+    envoy: *mut c_void,
     module: *const c_void,
     callout_id: u64,
     result: u32,
@@ -565,7 +630,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
     guard("on_http_filter_config_http_callout_done", (), || {
         let Some(c) = config_state(module) else { return };
         let (hs, b) = if result == CALLOUT_SUCCESS { (header_pairs(headers, headers_size), chunks(body, body_size)) } else { Default::default() };
-        glue::config_callout_done(c, callout_id, hs, b);
+        in_config_hook(envoy, || glue::config_callout_done(c, callout_id, hs, b));
     })
 }
 
@@ -739,6 +804,46 @@ pub mod fake {
         super::ConfigPtr(n as *mut c_void)
     }
 
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
+        _c: *mut c_void,
+        _id: usize,
+        _l: *const ModuleBuffer,
+        _n: usize,
+        _v: u64,
+    ) -> u32 {
+        0
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_config_increment_gauge(
+        _c: *mut c_void,
+        _id: usize,
+        _l: *const ModuleBuffer,
+        _n: usize,
+        _v: u64,
+    ) -> u32 {
+        0
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
+        _c: *mut c_void,
+        _id: usize,
+        _l: *const ModuleBuffer,
+        _n: usize,
+        _v: u64,
+    ) -> u32 {
+        0
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_config_set_gauge(
+        _c: *mut c_void,
+        _id: usize,
+        _l: *const ModuleBuffer,
+        _n: usize,
+        _v: u64,
+    ) -> u32 {
+        0
+    }
     #[no_mangle]
     extern "C" fn envoy_dynamic_module_callback_http_filter_config_scheduler_new(c: *mut c_void) -> *mut c_void {
         c

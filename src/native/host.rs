@@ -250,17 +250,12 @@ impl Host for NativeHost {
         super::metrics::define(kind, name)
     }
 
-    // The main thread's root has no stream to record through: its stats are not recorded.
     fn increment_metric(&self, id: u32, by: i64) {
-        if !self.filter.is_none() {
-            super::metrics::increment(self.filter, id, by);
-        }
+        super::metrics::increment(self.filter, id, by);
     }
 
     fn record_metric(&self, id: u32, value: u64) {
-        if !self.filter.is_none() {
-            super::metrics::record(self.filter, id, value);
-        }
+        super::metrics::record(self.filter, id, value);
     }
 
     fn http_call(&self, cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout: Duration) -> Result<u32, CallError> {
