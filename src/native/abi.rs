@@ -504,9 +504,17 @@ impl FilterPtr {
     /// Changes the gauge `id` (series `labels`) by `op` `value`: the metrics result.
     pub fn gauge(self, op: GaugeOp, id: usize, labels: &[&str], value: u64) -> u32 {
         let (on_filter, on_config): (MetricFn, MetricFn) = match op {
-            GaugeOp::Add => (envoy_dynamic_module_callback_http_filter_increment_gauge, envoy_dynamic_module_callback_http_filter_config_increment_gauge),
-            GaugeOp::Sub => (envoy_dynamic_module_callback_http_filter_decrement_gauge, envoy_dynamic_module_callback_http_filter_config_decrement_gauge),
-            GaugeOp::Set => (envoy_dynamic_module_callback_http_filter_set_gauge, envoy_dynamic_module_callback_http_filter_config_set_gauge),
+            GaugeOp::Add => (
+                envoy_dynamic_module_callback_http_filter_increment_gauge,
+                envoy_dynamic_module_callback_http_filter_config_increment_gauge,
+            ),
+            GaugeOp::Sub => (
+                envoy_dynamic_module_callback_http_filter_decrement_gauge,
+                envoy_dynamic_module_callback_http_filter_config_decrement_gauge,
+            ),
+            GaugeOp::Set => {
+                (envoy_dynamic_module_callback_http_filter_set_gauge, envoy_dynamic_module_callback_http_filter_config_set_gauge)
+            }
         };
         self.metric(on_filter, on_config, id, labels, value)
     }
@@ -629,7 +637,8 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
 ) {
     guard("on_http_filter_config_http_callout_done", (), || {
         let Some(c) = config_state(module) else { return };
-        let (hs, b) = if result == CALLOUT_SUCCESS { (header_pairs(headers, headers_size), chunks(body, body_size)) } else { Default::default() };
+        let (hs, b) =
+            if result == CALLOUT_SUCCESS { (header_pairs(headers, headers_size), chunks(body, body_size)) } else { Default::default() };
         in_config_hook(envoy, || glue::config_callout_done(c, callout_id, hs, b));
     })
 }
