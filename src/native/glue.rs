@@ -180,17 +180,20 @@ fn status(a: Action) -> u32 {
 }
 
 /// Gives a stream a scheduler in its worker's mailbox when it must be wakeable: it waits in a
-/// queue (another worker, or the timer, resumes or rejects it), or it holds seats while no
-/// other stream of the worker can carry the timer (lease heartbeat, expiry, stats).
+/// queue (another worker, or the timer, resumes or rejects it), or it holds seats or a place
+/// under the open-watch limits while no other stream of the worker can carry the timer (lease
+/// heartbeat — a worker whose lease lapses is reaped with its seats and watch places —, expiry,
+/// stats).
 fn ensure_waker(f: &Filter) {
     if host::has_waker(f.context) {
         return;
     }
-    let phase = with_worker(|w| w.request(f.context).map(|l| l.phase)).flatten();
+    let Some((phase, watch)) = with_worker(|w| (w.request(f.context).map(|l| l.phase), w.has_watch_place(f.context))) else { return };
+    let idle = || host::mailbox().is_some_and(|m| m.idle());
     let needed = match phase {
         Some(Phase::Waiting) => true,
-        Some(Phase::Executing) => host::mailbox().is_some_and(|m| m.idle()),
-        None => false,
+        Some(Phase::Executing) => idle(),
+        None => watch && idle(),
     };
     if needed {
         host::give_waker(f.context);
@@ -198,12 +201,13 @@ fn ensure_waker(f: &Filter) {
 }
 
 /// After the stream `gone` lost its scheduler: hands the timer to another stream holding or
-/// awaiting seats; false when there is none (the worker is idle).
+/// awaiting seats or holding a watch place; false when there is none (the worker is idle).
 fn hand_over_timer(gone: u32) -> bool {
     if !host::mailbox().is_some_and(|m| m.idle()) {
         return true;
     }
-    let tracked = with_worker(|w| host::streams().into_iter().find(|&c| c != gone && w.request(c).is_some())).flatten();
+    let keeps = |w: &Worker, c: u32| w.request(c).is_some() || w.has_watch_place(c);
+    let tracked = with_worker(|w| host::streams().into_iter().find(|&c| c != gone && keeps(w, c))).flatten();
     tracked.is_some_and(host::give_waker)
 }
 
