@@ -8,9 +8,13 @@
 #   2. cargo clippy --all-targets -- -D warnings     (native)
 #   3. cargo clippy --target wasm32-wasip1 --lib -- -D warnings   (the proxy-wasm glue is wasm-only),
 #      and the same for the benchmark control module bench/isolated
+#   3b. the native host (feature dynamic-module): clippy and its unit tests; the native floor
+#      module bench/native-floor: clippy and its tests
 #   4. ./wasm-build.sh                               (release module)
 #   5. scripts/envoy-env.sh                          (.venv with Envoy + pytest)
 #   6. pytest tests/e2e                              (end-to-end against a real Envoy)
+#   6a. ./native-build.sh, then the core e2e subset (tests marked `core`, and the native host's
+#      own tests) with the native host (APF_HOST=native)
 #   6b. the core e2e subset (CORE_E2E below: limits, fairness, 429 + Retry-After, hot reload,
 #      the secure example, cluster policy, shipped and deploy/ configurations) against the
 #      oldest supported Envoy (scripts/envoy-env.sh oldest: .venv-envoy-<version>)
@@ -56,6 +60,14 @@ cargo clippy --target wasm32-wasip1 --lib -- -D warnings || fail "cargo clippy (
 cargo clippy --manifest-path bench/isolated/Cargo.toml --target wasm32-wasip1 --target-dir target/bench-isolated \
   -- -D warnings || fail "cargo clippy (wasm32-wasip1, bench/isolated)"
 
+stage "the native host: clippy and unit tests (feature dynamic-module), bench/native-floor"
+cargo clippy --all-targets --features dynamic-module -- -D warnings || fail "cargo clippy (native host)"
+cargo test --lib --features dynamic-module native:: || fail "cargo test (native host)"
+cargo clippy --manifest-path bench/native-floor/Cargo.toml --all-targets --target-dir target/bench-native-floor \
+  -- -D warnings || fail "cargo clippy (bench/native-floor)"
+cargo test --manifest-path bench/native-floor/Cargo.toml --target-dir target/bench-native-floor \
+  || fail "cargo test (bench/native-floor)"
+
 if [[ "${APF_SKIP_E2E:-}" == 1 ]]; then
   echo "test.sh: APF_SKIP_E2E=1, skipping the end-to-end stages"
   exit 0
@@ -80,6 +92,17 @@ case $rc in
   5) fail "pytest tests/e2e (no test ran)" ;;
   *) fail "pytest tests/e2e (exit $rc)" ;;
 esac
+
+stage "./native-build.sh"
+native="$(./native-build.sh | tail -n 1)" || fail "./native-build.sh"
+stage "pytest: the core e2e subset on the native host ($native)"
+set +e
+# shellcheck disable=SC2086
+APF_HOST=native APF_NATIVE="$native" APF_WASM="$wasm" ENVOY_BIN="$envoy" .venv/bin/python -m pytest -q \
+  -p no:cacheprovider ${PYTEST_ARGS:-} tests/e2e
+rc=$?
+set -e
+[[ $rc == 0 ]] || fail "pytest core e2e subset on the native host (exit $rc)"
 
 # The core subset that must pass on every supported Envoy (about 90 s).
 CORE_E2E=(

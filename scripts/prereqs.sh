@@ -61,6 +61,7 @@ if [[ -n "$want_e2e" ]]; then
   command -v promtool >/dev/null 2>&1 || need prometheus
   command -v umoci >/dev/null 2>&1 || need umoci
   command -v skopeo >/dev/null 2>&1 || need skopeo
+  command -v readelf >/dev/null 2>&1 || need binutils  # native-build.sh checks the module's exports
 fi
 if [[ -n "$want_etcd" ]]; then
   command -v etcd >/dev/null 2>&1 || need etcd-server
