@@ -168,7 +168,11 @@ def test_unchanged_policy_is_applied_once(gateway):
     r = wait_until(lambda: (lambda r: r if r.headers.get("x-kubernetes-pf-flowschema-uid") == "fs-second" else None)(
         gw.request(user="dave", groups=("second-team",))), timeout=15, what="the changed policy applies")
     assert r.status == 200, r
-    wait_until(lambda: {t for t, n in applied_lines(gw) if n == first + 1} >= readers, timeout=25,
+    # The native host's workers poll only while they have traffic (nothing can wake an idle
+    # worker without a stream): there, the main thread's line of the changed policy shows the
+    # log holds every line of the first one.
+    changed = (lambda ts: bool(ts)) if gw.native else (lambda ts: ts >= readers)
+    wait_until(lambda: changed({t for t, n in applied_lines(gw) if n == first + 1}), timeout=25,
                what="every reader's applied line of the changed policy in Envoy's log")
     lines = applied_lines(gw)
     before = Counter(t for t, n in lines[:next(i for i, (_, n) in enumerate(lines) if n == first + 1)] if n == first)
