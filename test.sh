@@ -62,6 +62,7 @@ cargo clippy --manifest-path bench/isolated/Cargo.toml --target wasm32-wasip1 --
 
 stage "the native host: clippy and unit tests (feature dynamic-module), bench/native-floor"
 cargo clippy --all-targets --features dynamic-module -- -D warnings || fail "cargo clippy (native host)"
+cargo clippy --lib --features native-isolated-levels -- -D warnings || fail "cargo clippy (native host, benchmark control)"
 cargo test --lib --features dynamic-module native:: || fail "cargo test (native host)"
 cargo clippy --manifest-path bench/native-floor/Cargo.toml --all-targets --target-dir target/bench-native-floor \
   -- -D warnings || fail "cargo clippy (bench/native-floor)"

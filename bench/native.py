@@ -57,6 +57,14 @@ def build_native_floor(tdir: Path) -> Path:
                           dict(os.environ, CARGO_TARGET_DIR=str(tdir)))
 
 
+def build_native_isolated(tdir: Path) -> Path:
+    """The native no-sharing control: ./native-build.sh with the feature native-isolated-levels
+    (each worker keys its levels apart) into `tdir` (its own directory: Envoy finds a module by
+    name, and both are libapf_wasm.so)."""
+    return last_line_path([str(REPO / "native-build.sh"), "--features", "native-isolated-levels"],
+                          dict(os.environ, CARGO_TARGET_DIR=str(tdir)))
+
+
 def find_apf_native(arg: str | None, what: str = "apf-native") -> Path | None:
     """The native apf-wasm module: `arg` (--apf-native), else $APF_NATIVE, else what
     ./native-build.sh prints last; None (the caller skips its variants) when none of them

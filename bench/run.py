@@ -30,9 +30,10 @@ Variants (interleaved, repeated for --rounds; medians reported):
                    host costs
   apf-native       apf-wasm's native host (a dynamic module: --apf-native, $APF_NATIVE or
                    ./native-build.sh; skipped when none is there), default policy, uncontended
-  apf-native-saturated  the native host in apf-saturated's shape, 1 and 2 workers; with
-                   --apf-native-isolated (the native no-sharing control: each worker on a level
-                   of its own, half the seats), also isolated-native-saturated
+  apf-native-saturated  the native host in apf-saturated's shape, 1 and 2 workers, and its
+                   no-sharing control isolated-native-saturated (each worker on a level of its
+                   own, half the seats: the feature native-isolated-levels, or
+                   --apf-native-isolated)
   apf-fleet        apf-wasm, default policy, uncontended, in fleet mode (one replica, a local
                    etcd from Debian's etcd-server): ÷ apf is what the fleet's driver costs
   apf-flows        apf-wasm, default policy, uncontended, each request from one of K users
@@ -76,13 +77,14 @@ from apfkit import apf_policy  # noqa: E402
 from apfkit.envoy_template import direct_response_config, gateway_config  # noqa: E402
 from apfkit.envoyproc import EnvoyProcess, find_envoy  # noqa: E402
 from apfkit.etcdproc import Etcd  # noqa: E402
-from bench.native import (build_native_floor, dynamic_module_filter, find_apf_native,  # noqa: E402
-                          module_env)
+from bench.native import (build_native_floor, build_native_isolated,  # noqa: E402
+                          dynamic_module_filter, find_apf_native, module_env)
 from bench.noisy import measure_noisy, noisy_section, round_line  # noqa: E402
 
 HEADERS = {"X-Remote-User": "bench-user", "X-Remote-Group": "system:authenticated"}
 # Variants whose windows also read the filter's global-state contention counters.
-COUNTED = ("apf-saturated", "apf-saturated-b", "isolated-saturated")
+COUNTED = ("apf-saturated", "apf-saturated-b", "isolated-saturated", "apf-native-saturated",
+           "isolated-native-saturated")
 # Set by main(): run the load generator / upstream under SCHED_IDLE.
 IDLE_LOAD = [False]
 
@@ -176,10 +178,8 @@ def native_modules(args, want: set[str]) -> dict[str, Path]:
             mods["apf-native"] = so
     if "apf-native-saturated" in want and "apf-native" in mods:
         iso = args.apf_native_isolated or os.environ.get("APF_NATIVE_ISOLATED")
-        if iso:
-            mods["apf-native-isolated"] = Path(iso)
-        else:
-            log("apf-native-saturated: no --apf-native-isolated: no native no-sharing control")
+        mods["apf-native-isolated"] = (Path(iso) if iso else
+                                       build_native_isolated(target_dir() / "bench-native-isolated"))
     return mods
 
 
@@ -364,6 +364,9 @@ def variant_specs(args, mods) -> list[dict]:
         elif v == "apf-native":
             specs.append(dict(name="apf-native", workers=w, http_filter="native",
                               native=mods["apf-native"], cfg=roomy, conns=args.connections))
+            if args.apf_native_b:
+                specs.append(dict(name="apf-native-b", workers=w, http_filter="native",
+                                  native=Path(args.apf_native_b), cfg=roomy, conns=args.connections))
         elif v == "apf-native-saturated":
             specs.extend(native_saturated_specs(args, mods))
         elif v == "apf-fleet":
@@ -661,8 +664,11 @@ def add_setup_args(ap: argparse.ArgumentParser) -> None:
                     "with the apf variant, also the uncontended apf-b")
     ap.add_argument("--apf-native", help="apf-native*: this native module (libapf_wasm.so) instead "
                     "of $APF_NATIVE or ./native-build.sh")
-    ap.add_argument("--apf-native-isolated", help="apf-native-saturated: also its no-sharing control, "
-                    "this native build whose workers key their levels apart (or $APF_NATIVE_ISOLATED)")
+    ap.add_argument("--apf-native-b", help="A/B: with apf-native, also the uncontended apf-native-b "
+                    "loading this second native module (a libapf_wasm.so in another directory)")
+    ap.add_argument("--apf-native-isolated", help="apf-native-saturated: its no-sharing control, this "
+                    "native build whose workers key their levels apart (or $APF_NATIVE_ISOLATED; "
+                    "default: ./native-build.sh --features native-isolated-levels)")
     ap.add_argument("--ratio-base", default="floor")
     ap.add_argument("--python-client", action="store_true", help="do not use wrk")
     ap.add_argument("--no-install", action="store_true", help="do not apt-get install wrk")
@@ -778,6 +784,9 @@ def ratio_notes(results: dict[str, list[dict]], workers: int) -> str:
                 f"2 ÷ 1 {pr('localqueue-saturated|2', 'localqueue-saturated|1'):.2f}; "
                 f"apf ÷ localqueue with 1 worker {pr('apf-saturated|1', 'localqueue-saturated|1'):.2f}, "
                 f"with 2 workers {pr('apf-saturated|2', 'localqueue-saturated|2'):.2f}.")
+    if f"apf-native-b|{workers}" in results and f"apf-native|{workers}" in results:
+        out += ("\nA/B, uncontended apf-native-b ÷ apf-native (medians of per-round ratios): "
+                f"{pr(f'apf-native-b|{workers}', f'apf-native|{workers}'):.2f}.")
     if f"apf-b|{workers}" in results and f"apf|{workers}" in results:
         out += ("\nA/B, uncontended apf-b ÷ apf (medians of per-round ratios): "
                 f"{pr(f'apf-b|{workers}', f'apf|{workers}'):.2f}.")
@@ -808,6 +817,7 @@ def native_notes(results: dict[str, list[dict]], workers: int) -> str:
     pr = lambda a, b: per_round(results, f"{a}|{workers}", f"{b}|{workers}")  # noqa: E731
     have = lambda *ks: all(f"{k}|{workers}" in results for k in ks)  # noqa: E731
     pairs = [("apf-native", "local_ratelimit"), ("apf-native", "native-floor"),
+             ("apf-native-b", "local_ratelimit"),
              ("apf", "local_ratelimit"), ("apf", "floor"), ("native-floor", "local_ratelimit"),
              ("floor", "local_ratelimit"), ("floor", "native-floor"), ("native-floor", "none")]
     parts = [f"{a} ÷ {b} {pr(a, b):.2f}" for a, b in pairs if have(a, b)]

@@ -262,6 +262,18 @@ fn copy(ptr: *const u8, len: usize) -> Vec<u8> {
     unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec()
 }
 
+/// The slice Envoy's buffer points at, valid until the hook that asked for it returns (empty
+/// for a null buffer).
+fn borrowed<'a>(ptr: *const u8, len: usize) -> &'a [u8] {
+    if ptr.is_null() || len == 0 {
+        return &[];
+    }
+    // SAFETY: Envoy guarantees `len` readable bytes at `ptr` for the duration of the hook that
+    // asked for them (abi.h: envoy_buffer ownership); callers (`with_headers`) drop the slice
+    // before the hook returns.
+    unsafe { std::slice::from_raw_parts(ptr, len) }
+}
+
 impl FilterPtr {
     /// No filter: the main thread's root runs outside any stream (nothing may be asked of it).
     pub fn none() -> FilterPtr {
@@ -272,17 +284,20 @@ impl FilterPtr {
         self.0.is_null()
     }
 
-    /// Every header of `header_type`, copied (names, values).
-    pub fn headers(self, header_type: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
+    /// Runs `f` over every header of `header_type` (names, values) as Envoy holds them, without
+    /// copying them.
+    pub fn with_headers<T>(self, header_type: u32, f: impl FnOnce(&[(&[u8], &[u8])]) -> T) -> T {
         // SAFETY: a live filter on this thread (FilterPtr's contract).
         let n = unsafe { envoy_dynamic_module_callback_http_get_headers_size(self.0, header_type) };
         let blank = EnvoyHeader { key_ptr: std::ptr::null(), key_length: 0, value_ptr: std::ptr::null(), value_length: 0 };
         let mut out = vec![blank; n];
         // SAFETY: `out` has room for the `n` headers Envoy just counted.
         if n == 0 || !unsafe { envoy_dynamic_module_callback_http_get_headers(self.0, header_type, out.as_mut_ptr()) } {
-            return Vec::new();
+            return f(&[]);
         }
-        out.iter().map(|h| (copy(h.key_ptr, h.key_length), copy(h.value_ptr, h.value_length))).collect()
+        let pairs: Vec<(&[u8], &[u8])> =
+            out.iter().map(|h| (borrowed(h.key_ptr, h.key_length), borrowed(h.value_ptr, h.value_length))).collect();
+        f(&pairs)
     }
 
     pub fn add_header(self, header_type: u32, name: &str, value: &[u8]) -> bool {
@@ -479,7 +494,7 @@ impl FilterPtr {
     /// Calls `on_filter` with this filter, or, for [`FilterPtr::none`] inside a configuration's
     /// main-thread hook, `on_config` with that configuration (the same family ids: see
     /// `metrics.rs`).
-    fn metric(self, on_filter: MetricFn, on_config: MetricFn, id: usize, labels: &[&str], value: u64) -> u32 {
+    fn metric(self, on_filter: MetricFn, on_config: MetricFn, id: usize, labels: &[String], value: u64) -> u32 {
         let ls: Vec<ModuleBuffer> = labels.iter().map(|l| ModuleBuffer::of(l.as_bytes())).collect();
         let (f, target) = if self.0.is_null() { (on_config, HOOK_CONFIG.with(|c| c.get())) } else { (on_filter, self.0) };
         if target.is_null() {
@@ -491,7 +506,7 @@ impl FilterPtr {
     }
 
     /// Adds `value` to the counter `id` (series `labels`): the metrics result.
-    pub fn increment_counter(self, id: usize, labels: &[&str], value: u64) -> u32 {
+    pub fn increment_counter(self, id: usize, labels: &[String], value: u64) -> u32 {
         self.metric(
             envoy_dynamic_module_callback_http_filter_increment_counter,
             envoy_dynamic_module_callback_http_filter_config_increment_counter,
@@ -502,7 +517,7 @@ impl FilterPtr {
     }
 
     /// Changes the gauge `id` (series `labels`) by `op` `value`: the metrics result.
-    pub fn gauge(self, op: GaugeOp, id: usize, labels: &[&str], value: u64) -> u32 {
+    pub fn gauge(self, op: GaugeOp, id: usize, labels: &[String], value: u64) -> u32 {
         let (on_filter, on_config): (MetricFn, MetricFn) = match op {
             GaugeOp::Add => (
                 envoy_dynamic_module_callback_http_filter_increment_gauge,

@@ -32,6 +32,8 @@ pub struct Filter {
     context: u32,
     envoy: FilterPtr,
     request: Request,
+    /// `stream_complete` ran (Envoy calls it before destroying the filter).
+    completed: bool,
 }
 
 thread_local! {
@@ -39,6 +41,10 @@ thread_local! {
     /// This worker's roots, by configuration id.
     static ROOTS: RefCell<HashMap<u64, Root>> = RefCell::new(HashMap::new());
     static NEXT_CONTEXT: Cell<u32> = const { Cell::new(1) };
+    /// An idle worker's stats flush was deferred to a later stream's end.
+    static FLUSH_OWED: Cell<bool> = const { Cell::new(false) };
+    /// When this worker last flushed its stats on going idle.
+    static LAST_IDLE_FLUSH: Cell<crate::Nanos> = const { Cell::new(0) };
 }
 
 /// Configurations destroyed since each worker last looked (their roots are dropped lazily).
@@ -165,7 +171,7 @@ pub fn filter_new(c: &Config, envoy: FilterPtr) -> Filter {
     host::add_stream(context, envoy);
     let h = NativeHost { context, filter: envoy };
     let request = with_root(&h, c, |root, _| root.new_request(context)).unwrap_or_default();
-    Filter { context, envoy, request }
+    Filter { context, envoy, request, completed: false }
 }
 
 fn host_of(f: &Filter) -> NativeHost {
@@ -249,29 +255,60 @@ pub fn response_trailers(f: &mut Filter) -> u32 {
 }
 
 pub fn stream_complete(f: &mut Filter) {
+    f.completed = true;
     let h = host_of(f);
     with_request(f, |r, w| r.on_stream_end(&h, w));
     if host::take_waker(f.context) && !hand_over_timer(f.context) {
         went_idle(&h);
+    } else if FLUSH_OWED.with(Cell::get) && flush_now(&h) {
+        with_worker(|w| w.stats().flush(&h));
+        FLUSH_OWED.with(|o| o.set(false));
+        LAST_IDLE_FLUSH.with(|t| t.set(crate::gateway::Host::monotonic_nanos(&h)));
     }
     host::run_deferred();
 }
 
+/// Whether an idle worker's stats are flushed now: when its last idle flush is
+/// [`IDLE_FLUSH_GAP`] old. Under load a worker goes idle between most requests, and a flush per
+/// request cost about as much as the request's own APF work (each series is a stat looked up
+/// by its label values in Envoy); a skipped flush is owed, paid by the next stream end after the
+/// gap or by the timer once a stream holds seats again.
+fn flush_now(h: &NativeHost) -> bool {
+    idle_flush_due(crate::gateway::Host::monotonic_nanos(h), LAST_IDLE_FLUSH.with(Cell::get))
+}
+
+/// Whether an idle flush at `now` is due, the last one at `last`.
+fn idle_flush_due(now: crate::Nanos, last: crate::Nanos) -> bool {
+    now.saturating_sub(last) >= IDLE_FLUSH_GAP
+}
+
+/// The least time between two idle flushes of a worker's stats (two timer periods).
+const IDLE_FLUSH_GAP: crate::Nanos = 2 * TICK_MS as crate::Nanos * 1_000_000;
+
 /// The worker's last stream holding or awaiting seats ended: no tick reaches it until another
-/// one starts, so its timer runs now and its stats are flushed.
+/// one starts, so its timer runs now and its stats are flushed (or owed: [`flush_now`]).
 fn went_idle(h: &NativeHost) {
+    let flush = flush_now(h);
     WORKER.with(|w| {
         ROOTS.with(|r| {
             let (Ok(mut w), Ok(mut roots)) = (w.try_borrow_mut(), r.try_borrow_mut()) else { return };
             let Some(w) = w.as_mut() else { return };
             roots.iter_mut().for_each(|(&id, root)| callout::as_config(id, || root.on_tick(h, w)));
-            w.stats().flush(h);
+            if flush {
+                w.stats().flush(h);
+            }
         })
     });
+    FLUSH_OWED.with(|o| o.set(!flush));
+    if flush {
+        LAST_IDLE_FLUSH.with(|t| t.set(crate::gateway::Host::monotonic_nanos(h)));
+    }
 }
 
 pub fn filter_destroy(mut f: Filter) {
-    stream_complete(&mut f);
+    if !f.completed {
+        stream_complete(&mut f);
+    }
     host::remove_stream(f.context);
 }
 
@@ -293,4 +330,18 @@ pub fn scheduled(f: &mut Filter, event: u64) {
         })
     });
     deliver_replies(&h);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_idle_worker_flushes_at_most_once_per_two_timer_periods() {
+        let t0: crate::Nanos = 1 << 40;
+        assert!(idle_flush_due(t0, 0), "the first idle flush is due at once");
+        assert!(!idle_flush_due(t0 + IDLE_FLUSH_GAP - 1, t0));
+        assert!(idle_flush_due(t0 + IDLE_FLUSH_GAP, t0));
+        assert_eq!(IDLE_FLUSH_GAP, 100_000_000, "two periods of the gateway's 50 ms timer");
+    }
 }

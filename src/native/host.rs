@@ -9,7 +9,7 @@
 use super::abi::{self, FilterPtr, SchedulerPtr};
 use super::wake;
 use crate::engine::store::{MemStore, Store, WorkerStore};
-use crate::gateway::host::{serialize_pairs, Body, CallError, HeaderMap, Host, StatKind};
+use crate::gateway::host::{Body, CallError, HeaderMap, Host, StatKind};
 use crate::Nanos;
 use hashbrown::HashMap;
 use std::cell::{Cell, RefCell};
@@ -32,7 +32,16 @@ thread_local! {
     static SCHEDULERS: RefCell<HashMap<u32, SchedulerPtr>> = RefCell::new(HashMap::new());
     /// This worker's mailbox, once registered.
     static MAILBOX: RefCell<Option<Arc<wake::Mailbox>>> = const { RefCell::new(None) };
-    static STORE: &'static WorkerStore<'static> = Box::leak(Box::new(WorkerStore::new(shared())));
+    static STORE: &'static WorkerStore<'static> = Box::leak(Box::new(WorkerStore::new(worker_view())));
+}
+
+/// This worker's view of the shared data (the benchmark's no-sharing control keys its levels
+/// apart: [`super::isolated`]).
+fn worker_view() -> &'static dyn Store {
+    #[cfg(feature = "native-isolated-levels")]
+    return super::isolated::per_worker(shared());
+    #[cfg(not(feature = "native-isolated-levels"))]
+    shared()
 }
 
 /// The process's shared data.
@@ -118,6 +127,27 @@ pub fn run_deferred() {
     }
 }
 
+/// `pairs` in proxy-wasm's header map encoding ([`crate::gateway::host::serialize_pairs`]'s),
+/// written at once into a buffer of the final size; names that are not UTF-8 are left out.
+fn serialized(pairs: &[(&[u8], &[u8])]) -> Vec<u8> {
+    let kept = || pairs.iter().filter(|(k, _)| std::str::from_utf8(k).is_ok());
+    let len = |n: usize| u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes();
+    let (count, bytes) = kept().fold((0, 0), |(c, b), (k, v)| (c + 1, b + 10 + k.len() + v.len()));
+    let mut out = Vec::with_capacity(4 + bytes);
+    out.extend_from_slice(&len(count));
+    for (k, v) in kept() {
+        out.extend_from_slice(&len(k.len()));
+        out.extend_from_slice(&len(v.len()));
+    }
+    for (k, v) in kept() {
+        out.extend_from_slice(k);
+        out.push(0);
+        out.extend_from_slice(v);
+        out.push(0);
+    }
+    out
+}
+
 /// Envoy, for a hook about the stream `context`.
 pub struct NativeHost {
     pub context: u32,
@@ -167,9 +197,7 @@ impl Host for NativeHost {
         if self.filter.is_none() {
             return Vec::new();
         }
-        let hs = self.filter.headers(t);
-        let pairs: Vec<(&str, &[u8])> = hs.iter().filter_map(|(k, v)| Some((std::str::from_utf8(k).ok()?, v.as_slice()))).collect();
-        serialize_pairs(&pairs)
+        self.filter.with_headers(t, serialized)
     }
 
     fn add_header(&self, map: HeaderMap, name: &str, value: &[u8]) -> bool {
@@ -270,6 +298,7 @@ impl Host for NativeHost {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gateway::host::serialize_pairs;
     use crate::native::abi::fake;
 
     #[test]
@@ -289,6 +318,14 @@ mod tests {
         remove_stream(41);
         run_deferred();
         assert_eq!(continued(0x4100), 0, "a stream destroyed meanwhile is not touched");
+    }
+
+    #[test]
+    fn headers_are_encoded_as_the_gateway_encodes_them() {
+        let pairs: [(&[u8], &[u8]); 3] = [(b":path", b"/api/v1/pods"), (b"bad\xff", b"x"), (b"user-agent", b"")];
+        let want = serialize_pairs(&[(":path", b"/api/v1/pods"), ("user-agent", b"")]);
+        assert_eq!(serialized(&pairs), want);
+        assert_eq!(serialized(&[]), serialize_pairs(&[]));
     }
 
     #[test]

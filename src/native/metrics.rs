@@ -103,25 +103,21 @@ fn with_series(id: u32, f: impl FnOnce(&Series)) {
 }
 
 pub fn increment(filter: FilterPtr, id: u32, by: i64) {
-    with_series(id, |s| {
-        let labels: Vec<&str> = s.values.iter().map(String::as_str).collect();
-        match s.kind {
-            StatKind::Counter if by > 0 => {
-                let _ = filter.increment_counter(s.family, &labels, by.unsigned_abs());
-            }
-            StatKind::Counter => {}
-            StatKind::Gauge => {
-                let op = if by >= 0 { GaugeOp::Add } else { GaugeOp::Sub };
-                let _ = filter.gauge(op, s.family, &labels, by.unsigned_abs());
-            }
+    with_series(id, |s| match s.kind {
+        StatKind::Counter if by > 0 => {
+            let _ = filter.increment_counter(s.family, &s.values, by.unsigned_abs());
+        }
+        StatKind::Counter => {}
+        StatKind::Gauge => {
+            let op = if by >= 0 { GaugeOp::Add } else { GaugeOp::Sub };
+            let _ = filter.gauge(op, s.family, &s.values, by.unsigned_abs());
         }
     });
 }
 
 pub fn record(filter: FilterPtr, id: u32, value: u64) {
     with_series(id, |s| {
-        let labels: Vec<&str> = s.values.iter().map(String::as_str).collect();
-        let _ = filter.gauge(GaugeOp::Set, s.family, &labels, value);
+        let _ = filter.gauge(GaugeOp::Set, s.family, &s.values, value);
     });
 }
 

@@ -9,11 +9,14 @@
 //! - `callout`: HTTP calls, made from the main thread, replies routed back to the asking root.
 //! - `wake`: per-worker mailboxes woken through stream schedulers, and the timer thread.
 //! - `logger`, `metrics`: logs and stats through Envoy.
+//! - `isolated` (feature `native-isolated-levels`): the saturated benchmark's no-sharing control.
 
 pub mod abi;
 mod callout;
 mod glue;
 mod host;
+#[cfg(feature = "native-isolated-levels")]
+mod isolated;
 mod logger;
 mod metrics;
 mod wake;

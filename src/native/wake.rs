@@ -11,8 +11,8 @@
 //! The per-worker timer (queue timeouts, lease heartbeat, expiry, stats) comes from one
 //! module-owned thread ([`start_ticker`]) that commits [`TICK`] every `TICK_MS` to one registered
 //! scheduler of every worker. A worker with no stream holding or awaiting seats gets no tick: it
-//! has nothing to time out, and it runs its timer and flushes its stats as its last such stream
-//! ends (`glue::stream_complete`).
+//! has nothing to time out, and it runs its timer as its last such stream ends, flushing its
+//! stats there at most once per two timer periods (`glue::stream_complete`).
 
 use super::abi::SchedulerPtr;
 use hashbrown::HashMap;

@@ -1,0 +1,65 @@
+//! Benchmark control for the saturated benchmark (not part of the product; cargo feature
+//! `native-isolated-levels`): the native host with a store that keys each worker's levels
+//! apart, so that every worker runs the same code on levels of its own and nothing is shared.
+//! Measured beside the real module it isolates what sharing costs, as bench/isolated does for
+//! the wasm module. Never a production module: it splits each level per worker.
+
+use crate::engine::store::{SetOutcome, Store, StoreError, WorkerState};
+use crate::engine::LEVEL_KEY_PREFIX;
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// `shared` with the level keys of this worker (thread) suffixed.
+struct IsolatedLevels {
+    shared: &'static dyn Store,
+    suffix: String,
+}
+
+/// This worker's view of `shared`: its levels apart from every other worker's.
+pub fn per_worker(shared: &'static dyn Store) -> &'static dyn Store {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    let suffix = format!("#w{}", NEXT.fetch_add(1, Ordering::Relaxed));
+    Box::leak(Box::new(IsolatedLevels { shared, suffix }))
+}
+
+impl IsolatedLevels {
+    fn key<'k>(&self, key: &'k str) -> Cow<'k, str> {
+        if key.starts_with(LEVEL_KEY_PREFIX) {
+            Cow::Owned(format!("{key}{}", self.suffix))
+        } else {
+            Cow::Borrowed(key)
+        }
+    }
+}
+
+impl Store for IsolatedLevels {
+    fn get(&self, k: &str) -> Result<(Option<Vec<u8>>, Option<u32>), StoreError> {
+        self.shared.get(&self.key(k))
+    }
+
+    fn set(&self, k: &str, value: &[u8], cas: Option<u32>) -> Result<SetOutcome, StoreError> {
+        self.shared.set(&self.key(k), value, cas)
+    }
+
+    fn worker(&self) -> Option<&WorkerState> {
+        self.shared.worker()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::store::MemStore;
+
+    #[test]
+    fn each_view_keys_levels_apart_and_shares_everything_else() {
+        let shared: &'static MemStore = Box::leak(Box::new(MemStore::new()));
+        let (a, b) = (per_worker(shared), per_worker(shared));
+        let level = format!("{LEVEL_KEY_PREFIX}x");
+        a.set(&level, b"a", None).unwrap();
+        a.set("other", b"o", None).unwrap();
+        assert_eq!(b.get(&level).unwrap().0, None, "a level is per worker");
+        assert_eq!(a.get(&level).unwrap().0.as_deref(), Some(&b"a"[..]));
+        assert_eq!(b.get("other").unwrap().0.as_deref(), Some(&b"o"[..]), "other keys are shared");
+    }
+}
