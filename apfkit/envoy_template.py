@@ -72,6 +72,24 @@ def native_filter(plugin_config: dict | str | None, name: str = "apf") -> dict:
     }}
 
 
+def wasm_to_native(cfg: dict) -> dict:
+    """`cfg` (an Envoy bootstrap) with every apf wasm filter replaced by the native host's, with
+    the same plugin configuration and filter name, and the native host's runtime flag (the
+    module's environment is Envoy's own, so a `tokenEnv` variable needs no `host_env_keys`)."""
+    def walk(node):
+        if isinstance(node, dict):
+            if node.get("name") == "envoy.filters.http.wasm":
+                wasm = node["typed_config"]["config"]
+                return native_filter(wasm["configuration"]["value"], name=wasm.get("name", "apf"))
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+    out = walk(cfg)
+    out["layered_runtime"] = NATIVE_RUNTIME
+    return out
+
+
 def ecds_filter(resource_path: str, watched_dir: str, name: str = "apf",
                 type_url: str = WASM_TYPE) -> dict:
     """An HTTP filter whose configuration comes from ECDS, read from `resource_path` (a file with

@@ -61,6 +61,8 @@ class Harness:
 
     def __init__(self, wasm: str, envoy_bin: str) -> None:
         self.wasm, self.envoy_bin = wasm, envoy_bin
+        # A shared object is the native host (an Envoy dynamic module), not a wasm module.
+        self.native = wasm.endswith(".so")
         self.work = Path(tempfile.mkdtemp(prefix="fleet-"))
         self.etcd = Etcd(self.work).start()
         self.up = Upstream().start()
@@ -71,12 +73,15 @@ class Harness:
     def replica(self, plugin_config: dict | None = None, etcd_cluster: dict | None = None) -> EnvoyProcess:
         """A started, ready replica (Envoy's log written every 500 ms)."""
         cfg = gateway_config(upstream_port=self.up.port, wasm_path=self.wasm,
-                             plugin_config=plugin_config or fleet_config(self.etcd))
+                             plugin_config=plugin_config or fleet_config(self.etcd),
+                             http_filter="native" if self.native else "wasm")
         cfg["static_resources"]["clusters"].append(etcd_cluster or self.etcd.envoy_cluster())
         i = len(self.envoys)
         env = EnvoyProcess(cfg, self.work / f"envoy{i}", envoy_bin=self.envoy_bin, concurrency=2,
                            name=f"envoy{i}", extra_args=["--config-yaml", STATS_CONFIG.read_text(),
-                                                         "--file-flush-interval-msec", "500"])
+                                                         "--file-flush-interval-msec", "500"],
+                           env={"ENVOY_DYNAMIC_MODULES_SEARCH_PATH": str(Path(self.wasm).parent)}
+                           if self.native else None)
         self.envoys.append(env)
         return env.start().wait_ready(timeout=30)
 

@@ -8,7 +8,7 @@ import re
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 # The filter's log line when a VM applies a policy read from the cluster: (thread id, flow schemas).
-APPLIED = re.compile(r"^\[[^]]*\]\[(\d+)\]\[\w+\]\[wasm\].*cluster policy from \S+ generation \d+ applied: "
+APPLIED = re.compile(r"^\[[^]]*\]\[(\d+)\]\[\w+\]\[(?:wasm|dynamic_modules)\].*cluster policy from \S+ generation \d+ applied: "
                      r"\d+ priority levels, (\d+) flow schemas")
 
 

@@ -11,7 +11,15 @@
 //!   (`native-build.sh`), so dlopen reports the undefined symbol.
 //! - Envoy resolves every `on_http_filter_*` hook below at configuration time (a missing one fails
 //!   the configuration); `config_scheduled`, the config-level callout hooks and `local_reply` are
-//!   optional and not exported here.
+//!   optional (`local_reply` and the config-level stream hooks are not exported here).
+//! - A configuration's scheduler may be committed from any thread; the event runs on the main
+//!   thread as `on_http_filter_config_scheduled` (`filter_config.cc:
+//!   DynamicModuleHttpFilterConfig::onScheduled`). A configuration's HTTP callout goes through the
+//!   calling thread's cluster manager (`DynamicModuleHttpFilterConfig::sendHttpCallout`:
+//!   `getThreadLocalCluster`), so it is started on the main thread; its reply
+//!   (`on_http_filter_config_http_callout_done`) arrives there, and in-flight callouts are
+//!   cancelled when the configuration is destroyed. A stream's callout
+//!   (`..._http_filter_http_callout`) dies with its stream, which is why the module does not use it.
 //! - `envoy_buffer`s Envoy hands over are valid for the duration of the hook; `module_buffer`s we
 //!   pass are read during the call only.
 //! - A filter's scheduler may be committed from any thread; the event runs on the filter's worker
@@ -106,7 +114,35 @@ unsafe impl Send for SchedulerPtr {}
 // SAFETY: as above; commit takes the pointer by value and Envoy synchronizes internally.
 unsafe impl Sync for SchedulerPtr {}
 
+/// A configuration's scheduler (`..._http_filter_config_scheduler_module_ptr`): committed from any
+/// thread, its events run on the main thread.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct ConfigSchedulerPtr(*mut c_void);
+
+// SAFETY: Envoy documents `config_scheduler_commit` as callable from any thread; the pointer is
+// deleted only after its removal from the shared table every commit reads (see `callout.rs`).
+unsafe impl Send for ConfigSchedulerPtr {}
+// SAFETY: as above.
+unsafe impl Sync for ConfigSchedulerPtr {}
+
+/// `envoy_dynamic_module_type_http_callout_init_result_Success`.
+pub const CALLOUT_INIT_SUCCESS: u32 = 0;
+/// `envoy_dynamic_module_type_http_callout_result_Success`.
+pub const CALLOUT_SUCCESS: u32 = 0;
+
 extern "C" {
+    fn envoy_dynamic_module_callback_http_filter_config_scheduler_new(config: *mut c_void) -> *mut c_void;
+    fn envoy_dynamic_module_callback_http_filter_config_scheduler_commit(scheduler: *mut c_void, event_id: u64);
+    fn envoy_dynamic_module_callback_http_filter_config_scheduler_delete(scheduler: *mut c_void);
+    fn envoy_dynamic_module_callback_http_filter_config_http_callout(
+        config: *mut c_void,
+        callout_id: *mut u64,
+        cluster: ModuleBuffer,
+        headers: *const ModuleHeader,
+        headers_size: usize,
+        body: ModuleBuffer,
+        timeout_ms: u64,
+    ) -> u32;
     fn envoy_dynamic_module_callback_log(level: u32, message: ModuleBuffer);
     fn envoy_dynamic_module_callback_log_enabled(level: u32) -> bool;
     fn envoy_dynamic_module_callback_http_get_headers_size(filter: *mut c_void, header_type: u32) -> usize;
@@ -171,6 +207,34 @@ extern "C" {
         label_values_size: usize,
         value: u64,
     ) -> u32;
+    fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
+        config: *mut c_void,
+        id: usize,
+        label_values: *const ModuleBuffer,
+        label_values_size: usize,
+        value: u64,
+    ) -> u32;
+    fn envoy_dynamic_module_callback_http_filter_config_increment_gauge(
+        config: *mut c_void,
+        id: usize,
+        label_values: *const ModuleBuffer,
+        label_values_size: usize,
+        value: u64,
+    ) -> u32;
+    fn envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
+        config: *mut c_void,
+        id: usize,
+        label_values: *const ModuleBuffer,
+        label_values_size: usize,
+        value: u64,
+    ) -> u32;
+    fn envoy_dynamic_module_callback_http_filter_config_set_gauge(
+        config: *mut c_void,
+        id: usize,
+        label_values: *const ModuleBuffer,
+        label_values_size: usize,
+        value: u64,
+    ) -> u32;
     fn envoy_dynamic_module_callback_http_filter_scheduler_new(filter: *mut c_void) -> *mut c_void;
     fn envoy_dynamic_module_callback_http_filter_scheduler_commit(scheduler: *mut c_void, event_id: u64);
     fn envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler: *mut c_void);
@@ -211,6 +275,15 @@ fn borrowed<'a>(ptr: *const u8, len: usize) -> &'a [u8] {
 }
 
 impl FilterPtr {
+    /// No filter: the main thread's root runs outside any stream (nothing may be asked of it).
+    pub fn none() -> FilterPtr {
+        FilterPtr(std::ptr::null_mut())
+    }
+
+    pub fn is_none(self) -> bool {
+        self.0.is_null()
+    }
+
     /// Runs `f` over every header of `header_type` (names, values) as Envoy holds them, without
     /// copying them.
     pub fn with_headers<T>(self, header_type: u32, f: impl FnOnce(&[(&[u8], &[u8])]) -> T) -> T {
@@ -304,10 +377,65 @@ impl FilterPtr {
     }
 }
 
-/// An Envoy filter configuration (`..._http_filter_config_envoy_ptr`), valid during
-/// `on_http_filter_config_new`, where stats are defined.
-#[derive(Clone, Copy)]
+/// An Envoy filter configuration (`..._http_filter_config_envoy_ptr`), valid from
+/// `on_http_filter_config_new` (where stats are defined) until `on_http_filter_config_destroy`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct ConfigPtr(*mut c_void);
+
+// SAFETY: the pointer is only handed back to Envoy on the main thread (scheduler creation in
+// `on_http_filter_config_new`, callouts in `on_http_filter_config_scheduled`), while the
+// configuration lives; other threads only carry it.
+unsafe impl Send for ConfigPtr {}
+
+impl ConfigPtr {
+    /// A scheduler whose events run on the main thread (`None`: Envoy gave none).
+    pub fn new_scheduler(self) -> Option<ConfigSchedulerPtr> {
+        // SAFETY: a live configuration (called from on_http_filter_config_new).
+        let p = unsafe { envoy_dynamic_module_callback_http_filter_config_scheduler_new(self.0) };
+        (!p.is_null()).then_some(ConfigSchedulerPtr(p))
+    }
+
+    /// Starts an HTTP callout to `cluster` from the main thread: its id, or Envoy's init result.
+    pub fn http_callout(self, cluster: &str, headers: &[(&str, &[u8])], body: &[u8], timeout_ms: u64) -> Result<u64, u32> {
+        let hs: Vec<ModuleHeader> = headers
+            .iter()
+            .map(|(k, v)| ModuleHeader { key_ptr: k.as_ptr(), key_length: k.len(), value_ptr: v.as_ptr(), value_length: v.len() })
+            .collect();
+        let mut id = 0u64;
+        // SAFETY: a live configuration on the main thread; every buffer points into slices
+        // alive for the call (Envoy copies them into its request); `id` is a local Envoy fills.
+        let r = unsafe {
+            envoy_dynamic_module_callback_http_filter_config_http_callout(
+                self.0,
+                &mut id,
+                ModuleBuffer::of(cluster.as_bytes()),
+                hs.as_ptr(),
+                hs.len(),
+                ModuleBuffer::of(body),
+                timeout_ms,
+            )
+        };
+        if r == CALLOUT_INIT_SUCCESS {
+            Ok(id)
+        } else {
+            Err(r)
+        }
+    }
+}
+
+impl ConfigSchedulerPtr {
+    /// Runs `on_http_filter_config_scheduled(event_id)` on the main thread.
+    pub fn commit(self, event_id: u64) {
+        // SAFETY: a scheduler not yet deleted (callers commit only while it is registered).
+        unsafe { envoy_dynamic_module_callback_http_filter_config_scheduler_commit(self.0, event_id) }
+    }
+
+    /// Frees the scheduler; it must no longer be reachable by any thread.
+    pub fn delete(self) {
+        // SAFETY: created by config_scheduler_new, deleted once, after its removal from the table.
+        unsafe { envoy_dynamic_module_callback_http_filter_config_scheduler_delete(self.0) }
+    }
+}
 
 /// `envoy_dynamic_module_type_metrics_result_Success`.
 pub const METRICS_SUCCESS: u32 = 0;
@@ -343,24 +471,67 @@ impl ConfigPtr {
     }
 }
 
+thread_local! {
+    /// The configuration whose main-thread hook runs now (null outside one): the stats of the
+    /// main thread's root, which has no stream, are recorded through it.
+    static HOOK_CONFIG: std::cell::Cell<*mut c_void> = const { std::cell::Cell::new(std::ptr::null_mut()) };
+}
+
+/// Runs a configuration hook's body with `envoy` as the configuration stats go through.
+fn in_config_hook<T>(envoy: *mut c_void, body: impl FnOnce() -> T) -> T {
+    let before = HOOK_CONFIG.with(|c| c.replace(envoy));
+    let out = body();
+    HOOK_CONFIG.with(|c| c.set(before));
+    out
+}
+
+/// `envoy_dynamic_module_type_metrics_result_MetricNotFound`: no filter and no configuration.
+const METRIC_NOT_FOUND: u32 = 1;
+
+type MetricFn = unsafe extern "C" fn(*mut c_void, usize, *const ModuleBuffer, usize, u64) -> u32;
+
 impl FilterPtr {
+    /// Calls `on_filter` with this filter, or, for [`FilterPtr::none`] inside a configuration's
+    /// main-thread hook, `on_config` with that configuration (the same family ids: see
+    /// `metrics.rs`).
+    fn metric(self, on_filter: MetricFn, on_config: MetricFn, id: usize, labels: &[String], value: u64) -> u32 {
+        let ls: Vec<ModuleBuffer> = labels.iter().map(|l| ModuleBuffer::of(l.as_bytes())).collect();
+        let (f, target) = if self.0.is_null() { (on_config, HOOK_CONFIG.with(|c| c.get())) } else { (on_filter, self.0) };
+        if target.is_null() {
+            return METRIC_NOT_FOUND;
+        }
+        // SAFETY: a live filter on its thread, or the configuration of the main-thread hook
+        // running now (alive during it); label buffers point into slices alive for the call.
+        unsafe { f(target, id, ls.as_ptr(), ls.len(), value) }
+    }
+
     /// Adds `value` to the counter `id` (series `labels`): the metrics result.
     pub fn increment_counter(self, id: usize, labels: &[String], value: u64) -> u32 {
-        let ls: Vec<ModuleBuffer> = labels.iter().map(|l| ModuleBuffer::of(l.as_bytes())).collect();
-        // SAFETY: a live filter; label buffers point into slices alive for the call.
-        unsafe { envoy_dynamic_module_callback_http_filter_increment_counter(self.0, id, ls.as_ptr(), ls.len(), value) }
+        self.metric(
+            envoy_dynamic_module_callback_http_filter_increment_counter,
+            envoy_dynamic_module_callback_http_filter_config_increment_counter,
+            id,
+            labels,
+            value,
+        )
     }
 
     /// Changes the gauge `id` (series `labels`) by `op` `value`: the metrics result.
     pub fn gauge(self, op: GaugeOp, id: usize, labels: &[String], value: u64) -> u32 {
-        let ls: Vec<ModuleBuffer> = labels.iter().map(|l| ModuleBuffer::of(l.as_bytes())).collect();
-        let f = match op {
-            GaugeOp::Add => envoy_dynamic_module_callback_http_filter_increment_gauge,
-            GaugeOp::Sub => envoy_dynamic_module_callback_http_filter_decrement_gauge,
-            GaugeOp::Set => envoy_dynamic_module_callback_http_filter_set_gauge,
+        let (on_filter, on_config): (MetricFn, MetricFn) = match op {
+            GaugeOp::Add => (
+                envoy_dynamic_module_callback_http_filter_increment_gauge,
+                envoy_dynamic_module_callback_http_filter_config_increment_gauge,
+            ),
+            GaugeOp::Sub => (
+                envoy_dynamic_module_callback_http_filter_decrement_gauge,
+                envoy_dynamic_module_callback_http_filter_config_decrement_gauge,
+            ),
+            GaugeOp::Set => {
+                (envoy_dynamic_module_callback_http_filter_set_gauge, envoy_dynamic_module_callback_http_filter_config_set_gauge)
+            }
         };
-        // SAFETY: a live filter; label buffers point into slices alive for the call.
-        unsafe { f(self.0, id, ls.as_ptr(), ls.len(), value) }
+        self.metric(on_filter, on_config, id, labels, value)
     }
 }
 
@@ -430,6 +601,60 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: *co
             let c = unsafe { Box::from_raw(config as *mut glue::Config) };
             glue::config_destroy(*c);
         }
+    })
+}
+
+/// The module's configuration, as handed back by Envoy.
+fn config_state<'a>(module: *const c_void) -> Option<&'a glue::Config> {
+    // SAFETY: `module` is null or the pointer `on_http_filter_config_new` leaked, alive until
+    // `on_http_filter_config_destroy`, after which Envoy calls no hook of the configuration.
+    unsafe { (module as *const glue::Config).as_ref() }
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(envoy: *mut c_void, module: *const c_void, event_id: u64) {
+    guard("on_http_filter_config_scheduled", (), || {
+        in_config_hook(envoy, || config_state(module).map_or((), |c| glue::config_scheduled(c, event_id)))
+    })
+}
+
+/// The headers Envoy hands over, copied (names, values).
+fn header_pairs(headers: *const EnvoyHeader, n: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+    if headers.is_null() || n == 0 {
+        return Vec::new();
+    }
+    // SAFETY: Envoy passes `n` headers at `headers`, valid during the hook (abi.h).
+    let hs = unsafe { std::slice::from_raw_parts(headers, n) };
+    hs.iter().map(|h| (copy(h.key_ptr, h.key_length), copy(h.value_ptr, h.value_length))).collect()
+}
+
+/// The body chunks Envoy hands over, concatenated.
+fn chunks(body: *const EnvoyBuffer, n: usize) -> Vec<u8> {
+    if body.is_null() || n == 0 {
+        return Vec::new();
+    }
+    // SAFETY: Envoy passes `n` buffers at `body`, valid during the hook (abi.h).
+    let cs = unsafe { std::slice::from_raw_parts(body, n) };
+    cs.iter().flat_map(|c| copy(c.ptr, c.length)).collect()
+}
+
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
+    envoy: *mut c_void,
+    module: *const c_void,
+    callout_id: u64,
+    result: u32,
+    headers: *const EnvoyHeader,
+    headers_size: usize,
+    body: *const EnvoyBuffer,
+    body_size: usize,
+) {
+    guard("on_http_filter_config_http_callout_done", (), || {
+        let Some(c) = config_state(module) else { return };
+        let (hs, b) =
+            if result == CALLOUT_SUCCESS { (header_pairs(headers, headers_size), chunks(body, body_size)) } else { Default::default() };
+        in_config_hook(envoy, || glue::config_callout_done(c, callout_id, hs, b));
     })
 }
 
@@ -595,6 +820,84 @@ pub mod fake {
         super::FilterPtr(n as *mut c_void)
     }
 
+    /// Every config-scheduler event committed, and every callout started (cluster, id).
+    pub static CONFIG_COMMITS: Mutex<Vec<(usize, u64)>> = Mutex::new(Vec::new());
+    pub static CALLOUTS: Mutex<Vec<(String, u64)>> = Mutex::new(Vec::new());
+
+    pub fn config(n: usize) -> super::ConfigPtr {
+        super::ConfigPtr(n as *mut c_void)
+    }
+
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
+        _c: *mut c_void,
+        _id: usize,
+        _l: *const ModuleBuffer,
+        _n: usize,
+        _v: u64,
+    ) -> u32 {
+        0
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_config_increment_gauge(
+        _c: *mut c_void,
+        _id: usize,
+        _l: *const ModuleBuffer,
+        _n: usize,
+        _v: u64,
+    ) -> u32 {
+        0
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
+        _c: *mut c_void,
+        _id: usize,
+        _l: *const ModuleBuffer,
+        _n: usize,
+        _v: u64,
+    ) -> u32 {
+        0
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_config_set_gauge(
+        _c: *mut c_void,
+        _id: usize,
+        _l: *const ModuleBuffer,
+        _n: usize,
+        _v: u64,
+    ) -> u32 {
+        0
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_config_scheduler_new(c: *mut c_void) -> *mut c_void {
+        c
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_config_scheduler_commit(s: *mut c_void, event_id: u64) {
+        CONFIG_COMMITS.lock().unwrap().push((s as usize, event_id));
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_config_scheduler_delete(_s: *mut c_void) {}
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_config_http_callout(
+        _c: *mut c_void,
+        id: *mut u64,
+        cluster: ModuleBuffer,
+        _h: *const ModuleHeader,
+        _n: usize,
+        _b: ModuleBuffer,
+        _t: u64,
+    ) -> u32 {
+        let name = String::from_utf8(unsafe { std::slice::from_raw_parts(cluster.ptr, cluster.length) }.to_vec()).unwrap();
+        if name == "missing" {
+            return 2;
+        }
+        let mut all = CALLOUTS.lock().unwrap();
+        let n = all.len() as u64 + 100;
+        all.push((name, n));
+        unsafe { *id = n };
+        0
+    }
     #[no_mangle]
     extern "C" fn envoy_dynamic_module_callback_log(_level: u32, _message: ModuleBuffer) {}
     #[no_mangle]

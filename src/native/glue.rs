@@ -7,9 +7,11 @@
 //! streams keep the configuration they started with.
 
 use super::abi::{self, ConfigPtr, FilterPtr};
+use super::callout;
 use super::host::{self, NativeHost};
 use super::wake;
 use crate::config::parse_plugin_config;
+use crate::digest::identity::IdentitySource;
 use crate::engine::requests::Phase;
 use crate::gateway::host::Action;
 use crate::gateway::{root::TICK_MS, Request, Root, Worker};
@@ -21,6 +23,7 @@ use std::time::Duration;
 /// One filter configuration (`filter_config` of the Envoy filter): the gateway's JSON.
 pub struct Config {
     id: u64,
+    envoy: ConfigPtr,
     bytes: Vec<u8>,
 }
 
@@ -51,21 +54,17 @@ pub fn program_init() {
     super::logger::install();
 }
 
-/// Why a configuration cannot run on the native host yet (HTTP calls are not wired).
+/// Why a configuration cannot run on the native host: invalid, or a `jwt` identity source (its
+/// claims are nested in the jwt_authn filter's dynamic metadata, which Envoy 1.40's metadata
+/// callbacks read only one level deep: `abi_impl.cc: envoy_dynamic_module_callback_http_get_metadata_string`).
 fn unsupported(bytes: &[u8]) -> Result<(), String> {
     let cfg = parse_plugin_config(bytes).map_err(|e| format!("invalid configuration ({} errors); refused: {}", e.len(), e.join("; ")))?;
-    let needs = [
-        ("clusterPolicy", cfg.cluster_policy.is_some()),
-        ("clusterMetrics", cfg.cluster_metrics.is_some()),
-        ("fleet", cfg.fleet.is_some()),
-    ];
-    match needs.iter().filter(|(_, on)| *on).map(|(n, _)| *n).collect::<Vec<_>>() {
-        v if v.is_empty() => Ok(()),
-        v => Err(format!(
-            "configuration refused: {} need HTTP calls, which the native host does not make yet; use the wasm module",
-            v.join(", ")
-        )),
+    if cfg.identity.sources.iter().any(|s| matches!(s, IdentitySource::Jwt { .. })) {
+        return Err("configuration refused: the identity source `jwt` needs the jwt_authn filter's claims, which the native host \
+                    cannot read yet; use the wasm module or a `frontProxy` identity"
+            .to_string());
     }
+    Ok(())
 }
 
 /// A new configuration (main thread): `None` refuses it (every error logged).
@@ -80,14 +79,56 @@ pub fn config_new(envoy: ConfigPtr, _name: &[u8], bytes: &[u8]) -> Option<Config
     if let Ok(mut live) = LIVE_CONFIGS.lock() {
         live.push(id);
     }
+    callout::add_config(id, envoy);
     wake::start_ticker(Duration::from_millis(u64::from(TICK_MS)));
-    Some(Config { id, bytes: bytes.to_vec() })
+    Some(Config { id, envoy, bytes: bytes.to_vec() })
 }
 
 pub fn config_destroy(c: Config) {
     if let Ok(mut live) = LIVE_CONFIGS.lock() {
         live.retain(|&i| i != c.id);
     }
+    callout::remove_config(c.id);
+    // The main thread's root of the configuration (on a worker, its root goes at its next event).
+    ROOTS.with(|r| r.try_borrow_mut().map(|mut r| r.remove(&c.id)).ok());
+}
+
+/// The main thread's host: no stream.
+fn main_host() -> NativeHost {
+    NativeHost { context: 0, filter: FilterPtr::none() }
+}
+
+/// An event of the configuration's scheduler (main thread): its timer, or calls to start.
+pub fn config_scheduled(c: &Config, event: u64) {
+    let h = main_host();
+    match event {
+        callout::TICK => drop(with_root(&h, c, |root, w| root.on_tick(&h, w))),
+        callout::CALLS => callout::send_queued(c.id, c.envoy),
+        _ => {}
+    }
+    deliver_replies(&h);
+}
+
+/// The reply of a configuration's callout (main thread): to the thread that asked.
+pub fn config_callout_done(c: &Config, id: u64, headers: Vec<(Vec<u8>, Vec<u8>)>, body: Vec<u8>) {
+    callout::done(c.id, id, &headers, body);
+    deliver_replies(&main_host());
+}
+
+/// Hands the replies waiting for this thread to the roots that asked (a root gone meanwhile
+/// drops its reply).
+fn deliver_replies(h: &NativeHost) {
+    for reply in callout::take_replies() {
+        let (config, token, size) = (reply.config, reply.token, reply.body.len());
+        WORKER.with(|w| {
+            ROOTS.with(|r| {
+                let (Ok(mut w), Ok(mut roots)) = (w.try_borrow_mut(), r.try_borrow_mut()) else { return };
+                let (Some(w), Some(root)) = (w.as_mut(), roots.get_mut(&config)) else { return };
+                callout::with_reply(reply, || callout::as_config(config, || root.on_http_call_response(h, w, token, size)));
+            })
+        });
+    }
+    host::run_deferred();
 }
 
 /// Runs `f` on this thread's worker and the root of `config` (`None` on a re-entrant call,
@@ -102,10 +143,10 @@ fn with_root<T>(h: &NativeHost, config: &Config, f: impl FnOnce(&mut Root, &mut 
             let w = w.get_or_insert_with(|| Worker::new(crate::gateway::Host::monotonic_nanos(h) as u64));
             let root = roots.entry(config.id).or_insert_with(|| {
                 let mut root = Root::default();
-                root.on_configure(h, &config.bytes);
+                callout::as_config(config.id, || root.on_configure(h, &config.bytes));
                 root
             });
-            Some(f(root, w))
+            Some(callout::as_config(config.id, || f(root, w)))
         })
     })
 }
@@ -145,17 +186,20 @@ fn status(a: Action) -> u32 {
 }
 
 /// Gives a stream a scheduler in its worker's mailbox when it must be wakeable: it waits in a
-/// queue (another worker, or the timer, resumes or rejects it), or it holds seats while no
-/// other stream of the worker can carry the timer (lease heartbeat, expiry, stats).
+/// queue (another worker, or the timer, resumes or rejects it), or it holds seats or a place
+/// under the open-watch limits while no other stream of the worker can carry the timer (lease
+/// heartbeat — a worker whose lease lapses is reaped with its seats and watch places —, expiry,
+/// stats).
 fn ensure_waker(f: &Filter) {
     if host::has_waker(f.context) {
         return;
     }
-    let phase = with_worker(|w| w.request(f.context).map(|l| l.phase)).flatten();
+    let Some((phase, watch)) = with_worker(|w| (w.request(f.context).map(|l| l.phase), w.has_watch_place(f.context))) else { return };
+    let idle = || host::mailbox().is_some_and(|m| m.idle());
     let needed = match phase {
         Some(Phase::Waiting) => true,
-        Some(Phase::Executing) => host::mailbox().is_some_and(|m| m.idle()),
-        None => false,
+        Some(Phase::Executing) => idle(),
+        None => watch && idle(),
     };
     if needed {
         host::give_waker(f.context);
@@ -163,17 +207,19 @@ fn ensure_waker(f: &Filter) {
 }
 
 /// After the stream `gone` lost its scheduler: hands the timer to another stream holding or
-/// awaiting seats; false when there is none (the worker is idle).
+/// awaiting seats or holding a watch place; false when there is none (the worker is idle).
 fn hand_over_timer(gone: u32) -> bool {
     if !host::mailbox().is_some_and(|m| m.idle()) {
         return true;
     }
-    let tracked = with_worker(|w| host::streams().into_iter().find(|&c| c != gone && w.request(c).is_some())).flatten();
+    let keeps = |w: &Worker, c: u32| w.request(c).is_some() || w.has_watch_place(c);
+    let tracked = with_worker(|w| host::streams().into_iter().find(|&c| c != gone && keeps(w, c))).flatten();
     tracked.is_some_and(host::give_waker)
 }
 
 pub fn request_headers(f: &mut Filter) -> u32 {
     let h = host_of(f);
+    deliver_replies(&h);
     let a = with_request(f, |r, w| r.on_request_headers(&h, w)).unwrap_or(Action::Continue);
     ensure_waker(f);
     host::run_deferred();
@@ -247,7 +293,7 @@ fn went_idle(h: &NativeHost) {
         ROOTS.with(|r| {
             let (Ok(mut w), Ok(mut roots)) = (w.try_borrow_mut(), r.try_borrow_mut()) else { return };
             let Some(w) = w.as_mut() else { return };
-            roots.values_mut().for_each(|root| root.on_tick(h, w));
+            roots.iter_mut().for_each(|(&id, root)| callout::as_config(id, || root.on_tick(h, w)));
             if flush {
                 w.stats().flush(h);
             }
@@ -277,13 +323,13 @@ pub fn scheduled(f: &mut Filter, event: u64) {
             roots.retain(|id, _| configs.contains(id));
             match event {
                 // The mailbox is the worker's: any root drains it.
-                wake::WAKE => roots.values_mut().take(1).for_each(|root| root.on_queue_ready(&h, w)),
-                wake::TICK => roots.values_mut().for_each(|root| root.on_tick(&h, w)),
+                wake::WAKE => roots.iter_mut().take(1).for_each(|(&id, root)| callout::as_config(id, || root.on_queue_ready(&h, w))),
+                wake::TICK => roots.iter_mut().for_each(|(&id, root)| callout::as_config(id, || root.on_tick(&h, w))),
                 _ => {}
             }
         })
     });
-    host::run_deferred();
+    deliver_replies(&h);
 }
 
 #[cfg(test)]

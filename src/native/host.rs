@@ -190,19 +190,28 @@ impl Host for NativeHost {
     }
 
     fn header_map_bytes(&self, map: HeaderMap) -> Vec<u8> {
+        if map == HeaderMap::CallResponse {
+            return super::callout::reply_headers();
+        }
         let Some(t) = header_type(map) else { return Vec::new() };
+        if self.filter.is_none() {
+            return Vec::new();
+        }
         self.filter.with_headers(t, serialized)
     }
 
     fn add_header(&self, map: HeaderMap, name: &str, value: &[u8]) -> bool {
-        header_type(map).is_some_and(|t| self.filter.add_header(t, name, value))
+        !self.filter.is_none() && header_type(map).is_some_and(|t| self.filter.add_header(t, name, value))
     }
 
     fn remove_header(&self, map: HeaderMap, name: &str) -> bool {
-        header_type(map).is_some_and(|t| self.filter.remove_header(t, name))
+        !self.filter.is_none() && header_type(map).is_some_and(|t| self.filter.remove_header(t, name))
     }
 
     fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
+        if self.filter.is_none() {
+            return None;
+        }
         match path {
             ["source", "address"] => self.filter.attribute_string(abi::ATTR_SOURCE_ADDRESS),
             ["destination", "address"] => self.filter.attribute_string(abi::ATTR_DESTINATION_ADDRESS),
@@ -213,7 +222,10 @@ impl Host for NativeHost {
     }
 
     fn body_bytes(&self, body: Body, start: usize, max: usize) -> Option<Vec<u8>> {
-        if body != Body::Response {
+        if body == Body::CallResponse {
+            return super::callout::reply_body(start, max);
+        }
+        if body != Body::Response || self.filter.is_none() {
             return None;
         }
         let all = self.filter.body(abi::RECEIVED_RESPONSE_BODY)?;
@@ -274,8 +286,8 @@ impl Host for NativeHost {
         super::metrics::record(self.filter, id, value);
     }
 
-    fn http_call(&self, _cluster: &str, _headers: &[(&str, &str)], _body: &[u8], _timeout: Duration) -> Result<u32, CallError> {
-        Err(CallError::NoProxy)
+    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout: Duration) -> Result<u32, CallError> {
+        super::callout::start(cluster, headers, body, timeout)
     }
 
     fn set_tick_period_ms(&self, _ms: u32) -> bool {

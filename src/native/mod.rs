@@ -6,11 +6,13 @@
 //!   hook runs under `catch_unwind`, so no panic crosses into Envoy.
 //! - `glue`: hooks → gateway; one worker per Envoy worker thread, a root per configuration.
 //! - `host`: [`crate::gateway::Host`] over the ABI; deferred resumes and local replies.
+//! - `callout`: HTTP calls, made from the main thread, replies routed back to the asking root.
 //! - `wake`: per-worker mailboxes woken through stream schedulers, and the timer thread.
 //! - `logger`, `metrics`: logs and stats through Envoy.
 //! - `isolated` (feature `native-isolated-levels`): the saturated benchmark's no-sharing control.
 
 pub mod abi;
+mod callout;
 mod glue;
 mod host;
 #[cfg(feature = "native-isolated-levels")]

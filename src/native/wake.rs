@@ -98,6 +98,15 @@ impl Mailbox {
         }
     }
 
+    /// Commits `event` to one stream of the worker that can be woken (none: nothing happens).
+    pub fn wake_any(&self, event: u64) {
+        if let Ok(w) = self.wakers.lock() {
+            if let Some(s) = w.values().next() {
+                s.commit(event);
+            }
+        }
+    }
+
     /// Whether no stream of the worker can be woken (none waits for or holds seats).
     pub fn idle(&self) -> bool {
         self.wakers.lock().map(|w| w.is_empty()).unwrap_or(true)
@@ -112,7 +121,7 @@ impl Mailbox {
 }
 
 /// Starts the timer thread once per process: every `period`, one [`TICK`] per worker that has a
-/// registered stream.
+/// registered stream, and one to the main thread per configuration (`callout::tick_configs`).
 pub fn start_ticker(period: Duration) {
     static STARTED: OnceLock<()> = OnceLock::new();
     STARTED.get_or_init(|| {
@@ -127,6 +136,7 @@ pub fn start_ticker(period: Duration) {
 }
 
 fn tick_all() {
+    super::callout::tick_configs();
     let boxes: Vec<Arc<Mailbox>> = match registry().lock() {
         Ok(r) => r.boxes.clone(),
         Err(_) => return,

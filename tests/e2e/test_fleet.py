@@ -33,7 +33,7 @@ from apfkit.dashboard import FLEET_SERIES, dashboard_targets
 from apfkit.envoyproc import EnvoyProcess, wait_until
 from apfkit.fleet import LEASE_TTL, PERIOD, SEATS, Harness, InFlight, load
 
-pytestmark = pytest.mark.apf
+pytestmark = [pytest.mark.apf, pytest.mark.core]
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """The native host (Envoy dynamic module `libapf_wasm.so`): what only it has. Loading it into an
 Envoy of another minor fails at load with a clear message (the module binds every Envoy symbol
 it uses when it is loaded, so a missing one is a load error, not a crash later); a configuration
-that needs HTTP calls is refused at configuration time; the module exports Envoy's hooks.
+with HTTP calls (clusterPolicy, clusterMetrics, fleet) loads, one with a `jwt` identity source is
+refused at configuration time; the module exports Envoy's hooks.
 The behaviour both hosts share is the `core` subset, run with `APF_HOST=native`."""
 
 from __future__ import annotations
@@ -53,13 +54,22 @@ def test_valid_configuration_loads_in_envoy_1_40(native_module, envoy_bin, tmp_p
     assert "is deprecated" not in out, out[-2000:]
 
 
-def test_configuration_needing_http_calls_is_refused(native_module, envoy_bin, tmp_path):
+def test_configuration_with_http_calls_loads(native_module, envoy_bin, tmp_path):
     cfg = single_level_config(4)
     cfg["clusterPolicy"] = {"cluster": "apiserver"}
     v = _validate(envoy_bin, native_module, cfg, tmp_path)
     out = v.stdout + v.stderr
+    assert v.returncode == 0, out[-2000:]
+
+
+def test_jwt_identity_is_refused(native_module, envoy_bin, tmp_path):
+    cfg = single_level_config(4)
+    cfg["identity"] = {"sources": [{"type": "jwt", "groupsClaim": "groups"}]}
+    v = _validate(envoy_bin, native_module, cfg, tmp_path)
+    out = v.stdout + v.stderr
     assert v.returncode != 0, out[-2000:]
     assert "Failed to initialize dynamic module" in out, out[-2000:]
+    assert "identity source `jwt`" in out, out[-2000:]
 
 
 @pytest.mark.skipif(not OLD_ENVOY.exists(), reason="no Envoy 1.36.4 (.venv-envoy-1.36.4)")

@@ -39,15 +39,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 
 from apfkit.apf_policy import flow_schema, priority_level
+from apfkit.envoy_template import wasm_to_native
 from apfkit.envoyproc import REPO, EnvoyProcess, validate_config, wait_until
 from apfkit.observe import parse_dump
 from apfkit.pki import have_openssl, issue, make_ca, self_signed, subject
 from apfkit.upstream import Upstream
 from apfkit.work_estimate import list_seats, pl_max_seats
 
-pytestmark = pytest.mark.apf
+pytestmark = [pytest.mark.apf, pytest.mark.core]
 
 SHIPPED = REPO / "envoy" / "kube-apiserver.yaml"
 LISTENER = "apiserver_gateway"
@@ -256,8 +258,13 @@ def secure(pki, wasm_module, envoy_bin, tmp_path_factory):
     work = tmp_path_factory.mktemp("secure-example")
     text, shipped = localize(SHIPPED.read_text(), module=wasm_module, kube_pki=pki / "kubernetes-pki",
                              envoy_tls=pki / "envoy-tls", apiserver_port=api.port)
-    (work / "kube-apiserver.yaml").write_text(text)
     token_env = {"APF_WASM_TOKEN": METRICS_TOKEN}
+    if wasm_module.endswith(".so"):
+        # The native host: the same example with the dynamic-module filter in the wasm filter's
+        # place (same plugin configuration).
+        text = yaml.safe_dump(wasm_to_native(yaml.safe_load(text)))
+        token_env["ENVOY_DYNAMIC_MODULES_SEARCH_PATH"] = str(Path(wasm_module).parent)
+    (work / "kube-apiserver.yaml").write_text(text)
     v = validate_config(envoy_bin, str(work / "kube-apiserver.yaml"), env=token_env)
     assert v.returncode == 0, f"rewritten example invalid:\n{v.stdout[-3000:]}\n{v.stderr[-3000:]}"
     env = EnvoyProcess(text, work / "run", envoy_bin=envoy_bin, name="secure", env=token_env)
