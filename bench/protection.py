@@ -917,16 +917,8 @@ def write_watch_results(results: list[dict], scenario: str, args, envoy_version:
                         dict.fromkeys(r["gateway"] for r in results) if "@" in g and is_apf(g))
               + " Heartbeats and controllers over the window from "
               + ("the leak's start" if scenario == "watch-leak" else "the drop") + " to the end.\n")
-    tab = watch_table(results, scenario)
-    print(header)
-    print(tab)
-    print()
-    (out / f"protection-{scenario}.md").write_text(header + "\n" + tab + "\n")
-    (out / f"protection-{scenario}.json").write_text(json.dumps(
-        {"args": {k: v for k, v in vars(args).items()}, "results": results}, default=str))
-    if not args.no_plot:
-        plot_watches(results, scenario, out / f"protection-{scenario}.png", args, plot_title(results, scenario, args))
-        log(f"wrote {out / f'protection-{scenario}.png'}")
+    write_results(out, scenario, header, watch_table(results, scenario), results, args,
+                  lambda png: plot_watches(results, scenario, png, args, plot_title(results, scenario, args)))
 
 
 def plot_title(results: list[dict], scenario: str, args) -> str:
@@ -1037,6 +1029,21 @@ def plot(results: list[dict], scenario: str, path: Path, args) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Setup
+def write_results(out: Path, scenario: str, header: str, tab: str, results: list[dict], args,
+                  draw) -> None:
+    """Prints a scenario's table and writes protection-SCENARIO.{md,json} and, unless --no-plot,
+    the picture `draw(png_path)` makes."""
+    print(header)
+    print(tab)
+    print()
+    (out / f"protection-{scenario}.md").write_text(header + "\n" + tab + "\n")
+    (out / f"protection-{scenario}.json").write_text(json.dumps(
+        {"args": dict(vars(args)), "results": results}, default=str))
+    if not args.no_plot:
+        draw(out / f"protection-{scenario}.png")
+        log(f"wrote {out / f'protection-{scenario}.png'}")
+
+
 def in_repo_venv() -> bool:
     return Path(sys.prefix).resolve() == (REPO / ".venv").resolve()
 
@@ -1175,16 +1182,8 @@ def main() -> int:
                      if scenario == "storm" else
                      f"storm: {args.nodes} identities, one LIST each every {args.daemonset_period:g} s")
                   + f". ratelimit bucket {results[0]['capacity_rps']:.0f} req/s. Figures over the storm window.\n")
-        tab = table(results)
-        print(header)
-        print(tab)
-        print()
-        (out / f"protection-{scenario}.md").write_text(header + "\n" + tab + "\n")
-        (out / f"protection-{scenario}.json").write_text(json.dumps(
-            {"args": {k: v for k, v in vars(args).items()}, "results": results}, default=str))
-        if not args.no_plot:
-            plot(results, scenario, out / f"protection-{scenario}.png", args)
-            log(f"wrote {out / f'protection-{scenario}.png'}")
+        write_results(out, scenario, header, table(results), results, args,
+                      lambda png: plot(results, scenario, png, args))
     return 0
 
 
