@@ -828,46 +828,25 @@ pub mod fake {
         super::ConfigPtr(n as *mut c_void)
     }
 
-    #[no_mangle]
-    extern "C" fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
-        _c: *mut c_void,
-        _id: usize,
-        _l: *const ModuleBuffer,
-        _n: usize,
-        _v: u64,
-    ) -> u32 {
-        0
+    /// The metric callbacks (configuration- and stream-level): accepted, ignored.
+    macro_rules! metric_stubs {
+        ($($name:ident),* $(,)?) => {$(
+            #[no_mangle]
+            extern "C" fn $name(_: *mut c_void, _id: usize, _l: *const ModuleBuffer, _n: usize, _v: u64) -> u32 {
+                0
+            }
+        )*};
     }
-    #[no_mangle]
-    extern "C" fn envoy_dynamic_module_callback_http_filter_config_increment_gauge(
-        _c: *mut c_void,
-        _id: usize,
-        _l: *const ModuleBuffer,
-        _n: usize,
-        _v: u64,
-    ) -> u32 {
-        0
-    }
-    #[no_mangle]
-    extern "C" fn envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
-        _c: *mut c_void,
-        _id: usize,
-        _l: *const ModuleBuffer,
-        _n: usize,
-        _v: u64,
-    ) -> u32 {
-        0
-    }
-    #[no_mangle]
-    extern "C" fn envoy_dynamic_module_callback_http_filter_config_set_gauge(
-        _c: *mut c_void,
-        _id: usize,
-        _l: *const ModuleBuffer,
-        _n: usize,
-        _v: u64,
-    ) -> u32 {
-        0
-    }
+    metric_stubs!(
+        envoy_dynamic_module_callback_http_filter_config_increment_counter,
+        envoy_dynamic_module_callback_http_filter_config_increment_gauge,
+        envoy_dynamic_module_callback_http_filter_config_decrement_gauge,
+        envoy_dynamic_module_callback_http_filter_config_set_gauge,
+        envoy_dynamic_module_callback_http_filter_increment_counter,
+        envoy_dynamic_module_callback_http_filter_increment_gauge,
+        envoy_dynamic_module_callback_http_filter_decrement_gauge,
+        envoy_dynamic_module_callback_http_filter_set_gauge,
+    );
     #[no_mangle]
     extern "C" fn envoy_dynamic_module_callback_http_filter_config_scheduler_new(c: *mut c_void) -> *mut c_void {
         c
@@ -973,46 +952,6 @@ pub mod fake {
         _id: *mut usize,
     ) -> u32 {
         1
-    }
-    #[no_mangle]
-    extern "C" fn envoy_dynamic_module_callback_http_filter_increment_counter(
-        _f: *mut c_void,
-        _id: usize,
-        _l: *const ModuleBuffer,
-        _n: usize,
-        _v: u64,
-    ) -> u32 {
-        0
-    }
-    #[no_mangle]
-    extern "C" fn envoy_dynamic_module_callback_http_filter_increment_gauge(
-        _f: *mut c_void,
-        _id: usize,
-        _l: *const ModuleBuffer,
-        _n: usize,
-        _v: u64,
-    ) -> u32 {
-        0
-    }
-    #[no_mangle]
-    extern "C" fn envoy_dynamic_module_callback_http_filter_decrement_gauge(
-        _f: *mut c_void,
-        _id: usize,
-        _l: *const ModuleBuffer,
-        _n: usize,
-        _v: u64,
-    ) -> u32 {
-        0
-    }
-    #[no_mangle]
-    extern "C" fn envoy_dynamic_module_callback_http_filter_set_gauge(
-        _f: *mut c_void,
-        _id: usize,
-        _l: *const ModuleBuffer,
-        _n: usize,
-        _v: u64,
-    ) -> u32 {
-        0
     }
     #[no_mangle]
     extern "C" fn envoy_dynamic_module_callback_http_filter_scheduler_new(f: *mut c_void) -> *mut c_void {
