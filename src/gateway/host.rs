@@ -61,6 +61,14 @@ pub trait Host {
 
     /// A header map in the host's serialization (read with [`pairs`]); empty on error.
     fn header_map_bytes(&self, map: HeaderMap) -> Vec<u8>;
+    /// Runs `f` once over a header map's pairs as [`pairs`] reads them (names that are not
+    /// UTF-8 left out; empty on error). A host that holds the headers borrows them instead of
+    /// serializing and re-reading them (the native host: an encode and a decode of the whole
+    /// map per request).
+    fn with_header_pairs(&self, map: HeaderMap, f: &mut dyn FnMut(&[(&str, &[u8])])) {
+        let raw = self.header_map_bytes(map);
+        f(&pairs(&raw));
+    }
     fn add_header(&self, map: HeaderMap, name: &str, value: &[u8]) -> bool;
     fn remove_header(&self, map: HeaderMap, name: &str) -> bool;
     /// A property of the current stream (e.g. `source.address`) as raw bytes.

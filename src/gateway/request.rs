@@ -354,8 +354,13 @@ pub struct Digested {
 /// estimate (LISTs and WATCHes with the object counts `cluster` gives), wait limit. The filter
 /// and `apf classify` run this same function.
 pub fn digest_request(h: &dyn Host, c: &Compiled, cluster: ClusterStats) -> Digested {
-    let raw = h.header_map_bytes(HeaderMap::Request);
-    let headers = pairs(&raw);
+    let mut out = None;
+    h.with_header_pairs(HeaderMap::Request, &mut |headers| out = Some(digest_headers(h, c, cluster, headers)));
+    out.unwrap_or_else(|| digest_headers(h, c, cluster, &[]))
+}
+
+/// [`digest_request`] over the request's header pairs.
+fn digest_headers(h: &dyn Host, c: &Compiled, cluster: ClusterStats, headers: &[(&str, &[u8])]) -> Digested {
     let last = |name: &str| headers.iter().rev().find(|(k, _)| *k == name).map(|(_, v)| *v);
     let (method, path) = (last(":method").unwrap_or(b"GET"), last(":path").unwrap_or(b"/"));
     let wanted = |k: &str| c.identity_headers.iter().any(|n| n == k) || c.identity_prefixes.iter().any(|p| k.starts_with(p.as_str()));
@@ -409,15 +414,16 @@ fn learnable(info: &RequestInfo) -> bool {
 /// `content-encoding` but `identity`)).
 fn response(h: &dyn Host) -> (bool, bool, bool) {
     let (mut ok, mut json, mut identity) = (false, false, true);
-    let raw = h.header_map_bytes(HeaderMap::Response);
-    for (k, v) in pairs(&raw) {
-        match k {
-            ":status" => ok = v == b"200",
-            "content-type" => json = v.windows(4).any(|w| w.eq_ignore_ascii_case(b"json")),
-            "content-encoding" if !v.eq_ignore_ascii_case(b"identity") => identity = false,
-            _ => {}
+    h.with_header_pairs(HeaderMap::Response, &mut |headers| {
+        for &(k, v) in headers {
+            match k {
+                ":status" => ok = v == b"200",
+                "content-type" => json = v.windows(4).any(|w| w.eq_ignore_ascii_case(b"json")),
+                "content-encoding" if !v.eq_ignore_ascii_case(b"identity") => identity = false,
+                _ => {}
+            }
         }
-    }
+    });
     (ok, json, identity)
 }
 

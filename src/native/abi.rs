@@ -68,6 +68,11 @@ pub struct EnvoyHeader {
     value_length: usize,
 }
 
+const BLANK_HEADER: EnvoyHeader = EnvoyHeader { key_ptr: std::ptr::null(), key_length: 0, value_ptr: std::ptr::null(), value_length: 0 };
+
+/// Header maps up to this size are read into buffers on the stack.
+pub const STACK_HEADERS: usize = 32;
+
 /// `envoy_dynamic_module_type_module_http_header`.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -285,19 +290,43 @@ impl FilterPtr {
     }
 
     /// Runs `f` over every header of `header_type` (names, values) as Envoy holds them, without
-    /// copying them.
+    /// copying them (and without allocating for up to [`STACK_HEADERS`] headers).
     pub fn with_headers<T>(self, header_type: u32, f: impl FnOnce(&[(&[u8], &[u8])]) -> T) -> T {
         // SAFETY: a live filter on this thread (FilterPtr's contract).
         let n = unsafe { envoy_dynamic_module_callback_http_get_headers_size(self.0, header_type) };
-        let blank = EnvoyHeader { key_ptr: std::ptr::null(), key_length: 0, value_ptr: std::ptr::null(), value_length: 0 };
-        let mut out = vec![blank; n];
-        // SAFETY: `out` has room for the `n` headers Envoy just counted.
-        if n == 0 || !unsafe { envoy_dynamic_module_callback_http_get_headers(self.0, header_type, out.as_mut_ptr()) } {
+        if n == 0 {
             return f(&[]);
         }
-        let pairs: Vec<(&[u8], &[u8])> =
-            out.iter().map(|h| (borrowed(h.key_ptr, h.key_length), borrowed(h.value_ptr, h.value_length))).collect();
-        f(&pairs)
+        if n > STACK_HEADERS {
+            let mut raw = vec![BLANK_HEADER; n];
+            let mut pairs = vec![(&[][..], &[][..]); n];
+            return f(self.headers_into(header_type, &mut raw, &mut pairs));
+        }
+        let mut raw = [BLANK_HEADER; STACK_HEADERS];
+        let mut pairs = [(&[][..], &[][..]); STACK_HEADERS];
+        match (raw.get_mut(..n), pairs.get_mut(..n)) {
+            (Some(raw), Some(pairs)) => f(self.headers_into(header_type, raw, pairs)),
+            _ => f(&[]),
+        }
+    }
+
+    /// Fills `raw` (as many as Envoy counted) and `pairs` (as long) with the headers: `pairs`, or
+    /// nothing when Envoy fails.
+    fn headers_into<'p>(
+        self,
+        header_type: u32,
+        raw: &mut [EnvoyHeader],
+        pairs: &'p mut [(&'p [u8], &'p [u8])],
+    ) -> &'p [(&'p [u8], &'p [u8])] {
+        debug_assert_eq!(raw.len(), pairs.len());
+        // SAFETY: `raw` has room for the headers Envoy just counted (its length).
+        if !unsafe { envoy_dynamic_module_callback_http_get_headers(self.0, header_type, raw.as_mut_ptr()) } {
+            return &[];
+        }
+        for (p, h) in pairs.iter_mut().zip(raw.iter()) {
+            *p = (borrowed(h.key_ptr, h.key_length), borrowed(h.value_ptr, h.value_length));
+        }
+        pairs
     }
 
     pub fn add_header(self, header_type: u32, name: &str, value: &[u8]) -> bool {

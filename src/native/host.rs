@@ -9,7 +9,7 @@
 use super::abi::{self, FilterPtr, SchedulerPtr};
 use super::wake;
 use crate::engine::store::{MemStore, Store, WorkerStore};
-use crate::gateway::host::{Body, CallError, HeaderMap, Host, StatKind};
+use crate::gateway::host::{pairs, serialize_pairs, Body, CallError, HeaderMap, Host, StatKind};
 use crate::Nanos;
 use hashbrown::HashMap;
 use std::cell::{Cell, RefCell};
@@ -127,25 +127,20 @@ pub fn run_deferred() {
     }
 }
 
-/// `pairs` in proxy-wasm's header map encoding ([`crate::gateway::host::serialize_pairs`]'s),
-/// written at once into a buffer of the final size; names that are not UTF-8 are left out.
-fn serialized(pairs: &[(&[u8], &[u8])]) -> Vec<u8> {
-    let kept = || pairs.iter().filter(|(k, _)| std::str::from_utf8(k).is_ok());
-    let len = |n: usize| u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes();
-    let (count, bytes) = kept().fold((0, 0), |(c, b), (k, v)| (c + 1, b + 10 + k.len() + v.len()));
-    let mut out = Vec::with_capacity(4 + bytes);
-    out.extend_from_slice(&len(count));
-    for (k, v) in kept() {
-        out.extend_from_slice(&len(k.len()));
-        out.extend_from_slice(&len(v.len()));
+/// Runs `f` over `raw` with the names that are not UTF-8 left out (as
+/// [`crate::gateway::host::pairs`] reads a map), on the stack for up to [`abi::STACK_HEADERS`].
+fn utf8_pairs(raw: &[(&[u8], &[u8])], f: &mut dyn FnMut(&[(&str, &[u8])])) {
+    let named = raw.iter().filter_map(|&(k, v)| Some((std::str::from_utf8(k).ok()?, v)));
+    if raw.len() > abi::STACK_HEADERS {
+        return f(&named.collect::<Vec<_>>());
     }
-    for (k, v) in kept() {
-        out.extend_from_slice(k);
-        out.push(0);
-        out.extend_from_slice(v);
-        out.push(0);
+    let mut buf = [("", &[][..]); abi::STACK_HEADERS];
+    let mut n = 0;
+    for (slot, p) in buf.iter_mut().zip(named) {
+        *slot = p;
+        n += 1;
     }
-    out
+    f(buf.get(..n).unwrap_or_default());
 }
 
 /// Envoy, for a hook about the stream `context`.
@@ -193,11 +188,19 @@ impl Host for NativeHost {
         if map == HeaderMap::CallResponse {
             return super::callout::reply_headers();
         }
-        let Some(t) = header_type(map) else { return Vec::new() };
-        if self.filter.is_none() {
-            return Vec::new();
+        let mut out = serialize_pairs(&[]);
+        self.with_header_pairs(map, &mut |pairs| out = serialize_pairs(pairs));
+        out
+    }
+
+    fn with_header_pairs(&self, map: HeaderMap, f: &mut dyn FnMut(&[(&str, &[u8])])) {
+        if map == HeaderMap::CallResponse {
+            return f(&pairs(&super::callout::reply_headers()));
         }
-        self.filter.with_headers(t, serialized)
+        match header_type(map) {
+            Some(t) if !self.filter.is_none() => self.filter.with_headers(t, |raw| utf8_pairs(raw, f)),
+            _ => f(&[]),
+        }
     }
 
     fn add_header(&self, map: HeaderMap, name: &str, value: &[u8]) -> bool {
@@ -298,7 +301,6 @@ impl Host for NativeHost {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateway::host::serialize_pairs;
     use crate::native::abi::fake;
 
     #[test]
@@ -321,11 +323,16 @@ mod tests {
     }
 
     #[test]
-    fn headers_are_encoded_as_the_gateway_encodes_them() {
+    fn header_pairs_are_read_as_the_gateway_reads_its_encoding() {
         let pairs: [(&[u8], &[u8]); 3] = [(b":path", b"/api/v1/pods"), (b"bad\xff", b"x"), (b"user-agent", b"")];
-        let want = serialize_pairs(&[(":path", b"/api/v1/pods"), ("user-agent", b"")]);
-        assert_eq!(serialized(&pairs), want);
-        assert_eq!(serialized(&[]), serialize_pairs(&[]));
+        let mut seen = Vec::new();
+        utf8_pairs(&pairs, &mut |p| seen = p.iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect());
+        assert_eq!(seen, [(":path".to_string(), b"/api/v1/pods".to_vec()), ("user-agent".to_string(), Vec::new())]);
+        let many: Vec<(Vec<u8>, Vec<u8>)> = (0..40).map(|i| (format!("h{i}").into_bytes(), vec![b'v'])).collect();
+        let many: Vec<(&[u8], &[u8])> = many.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
+        let mut n = 0;
+        utf8_pairs(&many, &mut |p| n = p.len());
+        assert_eq!(n, 40, "a map larger than the stack buffer is read whole");
     }
 
     #[test]
