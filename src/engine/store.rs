@@ -7,7 +7,9 @@
 //! create-if-absent is not atomic — callers must re-read after creating); values are never
 //! deleted (an empty value stands for "absent").
 
-use std::collections::HashMap;
+// hashbrown's default hasher: every engine call reads and writes keys here, and std's SipHash
+// cost the native host more per request than the lock did.
+use hashbrown::HashMap;
 use std::sync::Mutex;
 
 /// A failure of the host store other than a CAS mismatch.

@@ -213,7 +213,7 @@ fn hand_over_timer(gone: u32) -> bool {
         return true;
     }
     let keeps = |w: &Worker, c: u32| w.request(c).is_some() || w.has_watch_place(c);
-    let tracked = with_worker(|w| host::streams().into_iter().find(|&c| c != gone && keeps(w, c))).flatten();
+    let tracked = with_worker(|w| host::find_stream(|&c| c != gone && keeps(w, c))).flatten();
     tracked.is_some_and(host::give_waker)
 }
 

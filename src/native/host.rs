@@ -95,9 +95,9 @@ pub fn take_waker(context: u32) -> bool {
     true
 }
 
-/// The live streams of this worker.
-pub fn streams() -> Vec<u32> {
-    FILTERS.with(|m| m.borrow().keys().copied().collect())
+/// A live stream of this worker for which `keep` holds.
+pub fn find_stream(keep: impl FnMut(&u32) -> bool) -> Option<u32> {
+    FILTERS.with(|m| m.borrow().keys().copied().find(keep))
 }
 
 /// This worker's mailbox (`None` until the gateway registered it).
