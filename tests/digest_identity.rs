@@ -10,8 +10,8 @@ use rng::Rng;
 fn cfg(j: &str) -> IdentityConfig {
     serde_json::from_str(j).unwrap()
 }
-fn h(pairs: &[(&str, &str)]) -> Vec<(String, Vec<u8>)> {
-    pairs.iter().map(|(n, v)| (n.to_string(), v.as_bytes().to_vec())).collect()
+fn h<'a>(pairs: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a [u8])> {
+    pairs.iter().map(|&(n, v)| (n, v.as_bytes())).collect()
 }
 fn ip(s: &str) -> Option<IpAddr> {
     Some(s.parse().unwrap())
@@ -201,7 +201,7 @@ fn never_panics() {
         let mut hs = Vec::new();
         for _ in 0..(next() % 5) {
             let v: Vec<u8> = (0..(next() % 12)).map(|_| next() as u8).collect();
-            hs.push((names[(next() % names.len() as u64) as usize].to_string(), v));
+            hs.push((names[(next() % names.len() as u64) as usize], v));
         }
         let subj_bytes: Vec<u8> = (0..(next() % 16))
             .map(|_| {
@@ -210,11 +210,12 @@ fn never_panics() {
             })
             .collect();
         let subj = String::from_utf8_lossy(&subj_bytes).into_owned();
+        let hs: Vec<(&str, &[u8])> = hs.iter().map(|(n, v)| (*n, v.as_slice())).collect();
         let inp = IdentityInput { headers: &hs, peer: None, mtls: next() % 2 == 0, cert_subject: Some(&subj), jwt_claims: Some(&claims) };
         let u = identify(&c, &inp);
         assert!(!u.name.is_empty());
         let _ = c.headers_to_strip(&inp);
-        let fwd = cf.front_proxy_headers(&inp, hs.iter().map(|(n, v)| (n.as_str(), v.as_slice())));
+        let fwd = cf.front_proxy_headers(&inp, hs.iter().copied());
         if fwd.refuse.is_some() {
             assert!(fwd.add.is_empty(), "{fwd:?}");
         }
@@ -223,14 +224,14 @@ fn never_panics() {
             assert!(!v.is_empty() && !v.bytes().any(|b| b < 0x20 || b == 0x7f) && v.trim() == v, "{v:?}");
         }
     }
-    let hs = vec![("x-remote-user".to_string(), vec![0xff, 0xfe])];
+    let hs: Vec<(&str, &[u8])> = vec![("x-remote-user", &[0xff, 0xfe])];
     assert_eq!(identify(&c, &IdentityInput { headers: &hs, ..Default::default() }).name, "system:anonymous");
 }
 
 // --- setFrontProxyHeaders ------------------------------------------------------------------------
 
 fn fwd(c: &IdentityConfig, inp: &IdentityInput) -> FrontProxyHeaders {
-    c.front_proxy_headers(inp, inp.headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())))
+    c.front_proxy_headers(inp, inp.headers.iter().copied())
 }
 fn adds(v: &[(&str, &str)]) -> Vec<(String, String)> {
     v.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect()

@@ -28,8 +28,7 @@ fn compiled() -> Compiled {
 #[ignore]
 fn bench_request_path() {
     let c = compiled();
-    let headers =
-        vec![("x-remote-user".to_string(), b"bench-user".to_vec()), ("x-remote-group".to_string(), b"system:authenticated".to_vec())];
+    let headers: Vec<(&str, &[u8])> = vec![("x-remote-user", b"bench-user"), ("x-remote-group", b"system:authenticated")];
     let input = IdentityInput { headers: &headers, ..Default::default() };
     let n = iterations();
     let t = Instant::now();
@@ -75,8 +74,7 @@ fn bench_digest_parts() {
     use apf_wasm::digest::request_info::parse_request_info;
     use apf_wasm::digest::work_estimate::estimate;
     let c = compiled();
-    let headers =
-        vec![("x-remote-user".to_string(), b"bench-user".to_vec()), ("x-remote-group".to_string(), b"system:authenticated".to_vec())];
+    let headers: Vec<(&str, &[u8])> = vec![("x-remote-user", b"bench-user"), ("x-remote-group", b"system:authenticated")];
     let input = IdentityInput { headers: &headers, ..Default::default() };
     let n = iterations();
     let time = |name: &str, f: &mut dyn FnMut()| {

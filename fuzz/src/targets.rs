@@ -601,8 +601,9 @@ fn check_user(u: &UserInfo) {
 
 pub fn identity(data: &[u8]) -> bool {
     let case = identity_case(data);
+    let headers: Vec<(&str, &[u8])> = case.headers.iter().map(|(k, v)| (k.as_str(), v.as_slice())).collect();
     let input = IdentityInput {
-        headers: &case.headers,
+        headers: &headers,
         peer: case.peer,
         mtls: case.mtls,
         cert_subject: case.subject.as_deref(),

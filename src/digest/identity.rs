@@ -239,7 +239,7 @@ impl IdentitySource {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct IdentityInput<'a> {
     /// Lowercase names, repeated headers as separate entries, in order.
-    pub headers: &'a [(String, Vec<u8>)],
+    pub headers: &'a [(&'a str, &'a [u8])],
     pub peer: Option<IpAddr>,
     /// The peer presented a verified client certificate.
     pub mtls: bool,

@@ -364,8 +364,7 @@ fn digest_headers(h: &dyn Host, c: &Compiled, cluster: ClusterStats, headers: &[
     let last = |name: &str| headers.iter().rev().find(|(k, _)| *k == name).map(|(_, v)| *v);
     let (method, path) = (last(":method").unwrap_or(b"GET"), last(":path").unwrap_or(b"/"));
     let wanted = |k: &str| c.identity_headers.iter().any(|n| n == k) || c.identity_prefixes.iter().any(|p| k.starts_with(p.as_str()));
-    let identity_headers = headers.iter().filter(|(k, _)| wanted(k)).map(|(k, v)| ((*k).to_string(), v.to_vec()));
-    let identity_headers: Vec<(String, Vec<u8>)> = identity_headers.collect();
+    let identity_headers: Vec<(&str, &[u8])> = headers.iter().filter(|(k, _)| wanted(k)).copied().collect();
     let ns_header = c.config.namespace_header.as_deref().and_then(|n| headers.iter().find(|(k, _)| *k == n)).map(|(_, v)| *v);
     // Facts about the downstream connection that identity sources may need.
     let peer = if c.needs.peer { h.property(&["source", "address"]).and_then(|b| parse_peer(&b)) } else { None };
