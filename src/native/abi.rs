@@ -279,6 +279,16 @@ fn borrowed<'a>(ptr: *const u8, len: usize) -> &'a [u8] {
     unsafe { std::slice::from_raw_parts(ptr, len) }
 }
 
+/// `b` as a string when it is UTF-8: checked word-wise when it is ASCII (header names always are
+/// on Envoy's codecs), else by `std::str::from_utf8`.
+pub fn utf8(b: &[u8]) -> Option<&str> {
+    if b.is_ascii() {
+        // SAFETY: every ASCII byte sequence is valid UTF-8.
+        return Some(unsafe { std::str::from_utf8_unchecked(b) });
+    }
+    std::str::from_utf8(b).ok()
+}
+
 impl FilterPtr {
     /// No filter: the main thread's root runs outside any stream (nothing may be asked of it).
     pub fn none() -> FilterPtr {

@@ -130,7 +130,7 @@ pub fn run_deferred() {
 /// Runs `f` over `raw` with the names that are not UTF-8 left out (as
 /// [`crate::gateway::host::pairs`] reads a map), on the stack for up to [`abi::STACK_HEADERS`].
 fn utf8_pairs(raw: &[(&[u8], &[u8])], f: &mut dyn FnMut(&[(&str, &[u8])])) {
-    let named = raw.iter().filter_map(|&(k, v)| Some((std::str::from_utf8(k).ok()?, v)));
+    let named = raw.iter().filter_map(|&(k, v)| Some((abi::utf8(k)?, v)));
     if raw.len() > abi::STACK_HEADERS {
         return f(&named.collect::<Vec<_>>());
     }
