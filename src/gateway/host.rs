@@ -41,6 +41,9 @@ pub enum StatKind {
     Gauge,
 }
 
+/// What reads a header map's pairs ([`Host::with_header_pairs`]).
+pub type PairsVisitor<'a> = dyn FnMut(&[(&str, &[u8])]) + 'a;
+
 /// What the gateway does with the stream after a callback.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -65,7 +68,7 @@ pub trait Host {
     /// UTF-8 left out; empty on error). A host that holds the headers borrows them instead of
     /// serializing and re-reading them (the native host: an encode and a decode of the whole
     /// map per request).
-    fn with_header_pairs(&self, map: HeaderMap, f: &mut dyn FnMut(&[(&str, &[u8])])) {
+    fn with_header_pairs(&self, map: HeaderMap, f: &mut PairsVisitor<'_>) {
         let raw = self.header_map_bytes(map);
         f(&pairs(&raw));
     }

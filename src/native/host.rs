@@ -9,7 +9,7 @@
 use super::abi::{self, FilterPtr, SchedulerPtr};
 use super::wake;
 use crate::engine::store::{MemStore, Store, WorkerStore};
-use crate::gateway::host::{pairs, serialize_pairs, Body, CallError, HeaderMap, Host, StatKind};
+use crate::gateway::host::{pairs, serialize_pairs, Body, CallError, HeaderMap, Host, PairsVisitor, StatKind};
 use crate::Nanos;
 use hashbrown::HashMap;
 use std::cell::{Cell, RefCell};
@@ -129,7 +129,7 @@ pub fn run_deferred() {
 
 /// Runs `f` over `raw` with the names that are not UTF-8 left out (as
 /// [`crate::gateway::host::pairs`] reads a map), on the stack for up to [`abi::STACK_HEADERS`].
-fn utf8_pairs(raw: &[(&[u8], &[u8])], f: &mut dyn FnMut(&[(&str, &[u8])])) {
+fn utf8_pairs(raw: &[(&[u8], &[u8])], f: &mut PairsVisitor<'_>) {
     let named = raw.iter().filter_map(|&(k, v)| Some((abi::utf8(k)?, v)));
     if raw.len() > abi::STACK_HEADERS {
         return f(&named.collect::<Vec<_>>());
@@ -193,7 +193,7 @@ impl Host for NativeHost {
         out
     }
 
-    fn with_header_pairs(&self, map: HeaderMap, f: &mut dyn FnMut(&[(&str, &[u8])])) {
+    fn with_header_pairs(&self, map: HeaderMap, f: &mut PairsVisitor<'_>) {
         if map == HeaderMap::CallResponse {
             return f(&pairs(&super::callout::reply_headers()));
         }
