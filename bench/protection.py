@@ -95,6 +95,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -206,16 +207,37 @@ def admission_control() -> dict:
         "success_criteria": {"http_criteria": {"http_success_status": [{"start": 100, "end": 500}]}}}}
 
 
-def apf_seats(gateway: str) -> int | None:
-    """`apf-wasm@N`: apf-wasm with `serverConcurrencyLimit` N (the seats sized to the apiserver,
-    as an operator sizes `--max-requests-inflight` + `--max-mutating-requests-inflight`: kube-up
-    gives an apiserver of 1,000 nodes or more 1,500 + 500 = 2,000,
-    `cluster/gce/gci/configure-helper.sh: start-kube-apiserver`); plain `apf-wasm`: the default
-    600. None for other gateways."""
+def kube_up_seats(nodes: int) -> int:
+    """The seats kube-up gives the apiserver of a cluster of `nodes` nodes:
+    `--max-requests-inflight` + `--max-mutating-requests-inflight`, 3,000 + 1,000 above 3,000
+    nodes, 1,500 + 500 above 500, else kube-apiserver's defaults 400 + 200
+    (`cluster/gce/gci/configure-kubeapiserver.sh: start-kube-apiserver`)."""
+    if nodes > 3000:
+        return 4000
+    return 2000 if nodes > 500 else 600
+
+
+def apf_seats(gateway: str, default: int = 600) -> int | None:
+    """`apf-wasm@N`: apf-wasm with `serverConcurrencyLimit` N; plain `apf-wasm`: `default` (the
+    watch scenarios pass the seats of their cluster's apiserver, `kube_up_seats`; the storm
+    scenarios upstream's 600). None for other gateways."""
     base, _, n = gateway.partition("@")
     if base != "apf-wasm":
         return None
-    return int(n) if n else 600
+    return int(n) if n else default
+
+
+def scenario_seats(scenario: str, nodes: int) -> int:
+    """Plain apf-wasm's seats in `scenario`: the watch scenarios size the gateway like the
+    apiserver behind it (`kube_up_seats` of --nodes); the storm scenarios keep 600."""
+    return kube_up_seats(nodes) if scenario in WATCH_SCENARIOS else 600
+
+
+def scenario_version(scenario: str, arg: str) -> str:
+    """The kube-apiserver version the stand-in models in `scenario` (--apiserver-version, else
+    1.34 for the watch scenarios and 1.30 for the storm scenarios, which replay an outage on an
+    apiserver that read consistent LISTs from etcd and built them whole)."""
+    return arg or ("1.34" if scenario in WATCH_SCENARIOS else "1.30")
 
 
 def is_apf(gateway: str) -> bool:
@@ -247,11 +269,12 @@ def watch_per_flow(nodes: int, controllers: int) -> int:
 
 def envoy_config(gateway: str, upstream_port: int, wasm: str | None, capacity_rps: float,
                  model: Model | None = None, watch_limits: dict | None = None,
-                 route_timeout: str = "60s") -> dict:
+                 route_timeout: str = "60s", seats: int = 600) -> dict:
     model = model or Model()
     if is_apf(gateway):
         return gateway_config(upstream_port=upstream_port, wasm_path=wasm, route_timeout=route_timeout,
-                              plugin_config=apf_config(watch_limits, apf_seats(gateway) or 600), http_filter="wasm")
+                              plugin_config=apf_config(watch_limits, apf_seats(gateway, seats) or seats),
+                              http_filter="wasm")
     extra = {"none": [], "ratelimit": [local_ratelimit(capacity_rps, False)],
              "ratelimit-per-user": [local_ratelimit(capacity_rps, True)],
              "ratelimit-lists": [local_ratelimit(capacity_rps, False, list_rate(model))],
@@ -264,11 +287,12 @@ def envoy_config(gateway: str, upstream_port: int, wasm: str | None, capacity_rp
 # ---------------------------------------------------------------------------------------------
 # The stand-in
 class StandIn:
-    def __init__(self, workdir: Path, name: str, nodes: int | None = None) -> None:
+    def __init__(self, workdir: Path, name: str, nodes: int | None = None, version: str = "") -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.port_file = workdir / f"{name}.port"
         self.log = open(workdir / f"{name}.log", "wb")
         scale = ["--nodes", str(nodes)] if nodes else []
+        scale += ["--apiserver-version", version] if version else []
         self.proc = subprocess.Popen([sys.executable, str(REPO / "bench" / "apiserver_model.py"),
                                       "--port-file", str(self.port_file), *scale],
                                      stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
@@ -699,15 +723,19 @@ def run_gateway(gateway: str, scenario: str, args, envoy_bin: str, wasm: str | N
                 workdir: Path) -> dict:
     """One gateway against a fresh stand-in: the calm, then the storm. Summary + series."""
     watches = scenario in WATCH_SCENARIOS
-    model = Model().scaled(args.nodes) if watches else Model()
+    version = scenario_version(scenario, args.apiserver_version)
+    model = replace(Model(), apiserver_version=version)
+    model = model.scaled(args.nodes) if watches else model
     capacity = ordinary_capacity_rps(model, args.nodes, args.controllers, args.users)
-    standin = StandIn(workdir, f"model-{scenario}-{gateway}", nodes=args.nodes if watches else None)
+    standin = StandIn(workdir, f"model-{scenario}-{gateway}", nodes=args.nodes if watches else None,
+                      version=version)
+    seats = apf_seats(gateway, scenario_seats(scenario, args.nodes))
     limits = ({"perFlow": args.watch_per_flow or watch_per_flow(args.nodes, args.controllers)}
               if watches and is_apf(gateway) and args.watch_per_flow >= 0 else None)
     env = None
     try:
         env = EnvoyProcess(envoy_config(gateway, standin.port, wasm, capacity, model, limits,
-                                        "0s" if watches else "60s"), workdir,
+                                        "0s" if watches else "60s", seats or 600), workdir,
                            envoy_bin=envoy_bin, concurrency=2, name=f"gw-{scenario}-{gateway}",
                            log_level="warning")
         env.start().wait_ready(timeout=60)
@@ -749,9 +777,9 @@ def run_gateway(gateway: str, scenario: str, args, envoy_bin: str, wasm: str | N
                     if 0 <= s[0] - start <= total + 1]
     out = {"gateway": gateway, "scenario": scenario, "summary": summary,
            "series": time_series(traffic.records, 0.0, int(total) + 1), "model_series": model_series,
-           "capacity_rps": capacity, "model_t0": start, "model": {"cores": model.cores,
-                                                                 "memory_limit_bytes": model.memory_limit_bytes,
-                                                                 "pods": model.pods, "nodes": model.nodes}}
+           "capacity_rps": capacity, "model_t0": start, "seats": seats,
+           "model": {"cores": model.cores, "memory_limit_bytes": model.memory_limit_bytes,
+                     "pods": model.pods, "nodes": model.nodes, "apiserver_version": version}}
     if traffic.informers:
         out["synced_series"] = synced_series(traffic.informers, int(total) + 1)
     if gateway_samples:
@@ -909,10 +937,12 @@ def write_watch_results(results: list[dict], scenario: str, args, envoy_version:
             + f"; up to {args.seconds:g} s to resync")
     per_flow = next((r["summary"]["watches"]["per_flow_limit"] for r in results
                      if r["summary"]["watches"]["per_flow_limit"]), None)
+    seats = scenario_seats(scenario, args.nodes)
     header = (f"Scenario {scenario}: Envoy {envoy_version} (2 workers), each gateway against a fresh stand-in "
               f"scaled to {args.nodes} nodes ({m['cores']:g} cores, {m['memory_limit_bytes'] / 1e9:g} GB, "
-              f"{m['pods']} pods); {what}."
-              + (f" apf-wasm: the default policy with watchLimits.perFlow {per_flow}." if per_flow else "")
+              f"{m['pods']} pods; kube-apiserver {m.get('apiserver_version', '1.30')}'s LISTs); {what}."
+              + f" apf-wasm: the default policy at {seats} seats (kube-up's for {args.nodes} nodes)"
+              + (f" with watchLimits.perFlow {per_flow}." if per_flow else ".")
               + "".join(f" {g}: the same with serverConcurrencyLimit {apf_seats(g)}." for g in
                         dict.fromkeys(r["gateway"] for r in results) if "@" in g and is_apf(g))
               + " Heartbeats and controllers over the window from "
@@ -1111,6 +1141,10 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--watch-per-flow", type=int, default=0,
                     help="watch scenarios: apf-wasm's watchLimits.perFlow (0: 1.2 × the largest "
                          "informer flow of reconnect, 2 × nodes + 2 × controllers; -1: no watchLimits)")
+    ap.add_argument("--apiserver-version", default="",
+                    help="the kube-apiserver version the stand-in models (bench/apiserver_model.py: "
+                         "Model.apiserver_version); empty: 1.34 for the watch scenarios, 1.30 for "
+                         "storm and daemonset")
     ap.add_argument("--sample-gateway", type=float, default=2.0,
                     help="apf-wasm: seconds between samples of its APF metrics and priority-level "
                          "dump, kept in the JSON (0: none)")
