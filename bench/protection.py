@@ -660,7 +660,8 @@ def time_series(records, offset: float, seconds: int) -> dict:
 
 SAMPLED_FAMILIES = re.compile(
     r"^(apiserver_flowcontrol_(rejected_requests_total|current_inqueue_requests|current_executing_seats|"
-    r"current_executing_requests|request_wait_duration_seconds_(sum|count)|dispatched_requests_total)|"
+    r"current_executing_requests|request_wait_duration_seconds_(sum|count)|dispatched_requests_total|"
+    r"nominal_limit_seats|current_limit_seats|demand_seats_smoothed|demand_seats_high_watermark)|"
     r"apf_wasm_watch_initial_hold_timeouts_total|apf_wasm_open_watches)")
 DUMP_LEVELS = "/debug/api_priority_and_fairness/dump_priority_levels"
 
