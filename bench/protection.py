@@ -32,6 +32,8 @@ gateway, one after another:
     scenario watch-leak one service account (system:serviceaccount:telemetry:leaky-controller)
                         opens --leak-rate watches a second from --calm on and never closes them,
                         beside the heartbeats, the kubelets' informers, controllers and users.
+  The stand-in models kube-apiserver 1.30 in the storm scenarios and 1.34 in the watch scenarios
+  (--apiserver-version: how a LIST is served and what it holds, bench/apiserver_model.py).
   The watch scenarios scale the stand-in and the cluster by --nodes ÷ 1,000 together (pods,
   Services, EndpointSlices, cores, memory: Model.scaled), turn Envoy's route timeout off (watches
   are long-lived) and give apf-wasm watchLimits.perFlow (--watch-per-flow; default
@@ -53,10 +55,12 @@ Gateways (--gateways, comma-separated):
   admission-control     admission_control, 5xx as failures, Envoy's defaults (30 s window,
                         95 % success threshold, at most 80 % rejected)
   apf-wasm              apf-wasm with Kubernetes' default policy (no policy configured: the
-                        suggested FlowSchemas and levels at 600 seats), front-proxy identity, and
-                        workEstimator.clusterMetrics reading the stand-in's /metrics
-  apf-wasm@N            the same with serverConcurrencyLimit N (e.g. apf-wasm@2000: kube-up's
-                        seats for an apiserver of 1,000 nodes or more)
+                        suggested FlowSchemas and levels), front-proxy identity, and
+                        workEstimator.clusterMetrics reading the stand-in's /metrics; at 600
+                        seats in the storm scenarios, and in the watch scenarios at the seats
+                        kube-up gives the apiserver of --nodes nodes (kube_up_seats: 600 up to
+                        500 nodes, 2,000 up to 3,000, then 4,000)
+  apf-wasm@N            the same with serverConcurrencyLimit N
 
 Reported per gateway (over the storm window): heartbeat success and p50/p99 latency, controller
 and user success, storm LISTs served and rejected (429), the stand-in's peak memory, peak
