@@ -12,8 +12,13 @@ What it models (every parameter is in `Model` below, with where its value comes 
              (the attained service of every job grows at that rate; a job ends when its own work is
              reached), not by burning the host's CPU, so results do not depend on the host's load.
              Writes then wait for etcd (`write_commit_s`, no CPU), GETs for a round trip.
-  Memory     each LIST holds objects × average object size × `list_memory_multiplier` bytes while
-             it runs (on top of `baseline_memory_bytes`). If a LIST would take the total over
+  Memory     each LIST holds memory while it runs (on top of `baseline_memory_bytes`), by the
+             modelled version (`apiserver_version`, default 1.34): from 1.31 a consistent LIST is
+             served from the watch cache (KEP-2340), and from 1.33 a LIST's response is streamed
+             one item at a time (KEP-5116), so a LIST from the cache holds its items' structs
+             (shared with the cache) and the encoder's buffers; before, a consistent LIST read
+             from etcd holds objects × average size × `list_memory_multiplier` and one from the
+             cache × `cache_list_memory_multiplier`, built whole. If a LIST would take the total over
              `memory_limit_bytes`, the stand-in dies as an OOM-killed kube-apiserver: every request
              in flight fails (its connection is reset), the listening socket closes (new
              connections are refused) and it comes back `restart_s` later with nothing in flight.
@@ -152,8 +157,9 @@ class Model:
     # resourceVersionMatch=NotOlderThan): no etcd read and no decoding, only filtering, conversion
     # and encoding. Assumption: half of a consistent LIST's `list_cpu_per_object_s`.
     cache_list_cpu_per_object_s: float = 25e-6
-    # Memory per serialized byte of such a LIST: the objects are shared with the cache (not
-    # decoded copies); the response is still built whole. Assumption: 3 (5 for consistent LISTs).
+    # Memory per serialized byte of such a LIST before streaming encoding (below 1.33): the
+    # objects are shared with the cache (not decoded copies); the response is built whole.
+    # Assumption: 3 (5 for consistent LISTs). Also the memory of a watch's batch of initial events.
     cache_list_memory_multiplier: float = 3.0
     # CPU per initial event of a watch (the same work per object as a LIST from the cache:
     # `cacher.go: Watch` replays the cache's snapshot through the same conversion and encoding).
@@ -177,6 +183,42 @@ class Model:
     # bytes of a watch are not modelled, as a LIST's are not).
     event_flush_s: float = 10.0
 
+    # -- The apiserver's version: how it serves a LIST -----------------------------------------
+    # kube-apiserver's minor version ("1.34", "1.30"). Two feature gates decide what a LIST costs
+    # (staging/src/k8s.io/apiserver/pkg/features/kube_features.go):
+    #   ConsistentListFromCache (KEP-2340): beta and on by default in 1.31, GA (locked on) in
+    #     1.34. A LIST without resourceVersion is served from the watch cache once the cache has
+    #     caught up with etcd's current revision (`cacher.go: GetList`; one etcd round trip for
+    #     that revision, `read_wait_s`), not read and decoded from etcd.
+    #   StreamingCollectionEncodingToJSON / ToProtobuf (KEP-5116): beta and on by default in 1.33,
+    #     GA in 1.34. The response is encoded and written one item at a time
+    #     (`apimachinery/pkg/runtime/serializer/json/collections.go`, protobuf likewise), so the
+    #     encoded response is no longer held whole.
+    # Default 1.34: the stand-in serves 1.34's /metrics, and WatchList clients (client-go 1.35's
+    # default) imply a 1.34+ server. bench/protection.py's storm scenarios use "1.30" (see there).
+    apiserver_version: str = "1.34"
+    # A streamed LIST from the cache still holds its list object: one struct per item, a shallow
+    # copy whose fields share memory with the cache (`cacher.go: GetList` appends
+    # `reflect.ValueOf(elem.Object).Elem()` to the typed list's Items). Assumption: 1.2 KB (a
+    # v1.Pod struct: TypeMeta, ObjectMeta, PodSpec and PodStatus are ≈ 150 field headers of
+    # 8-24 bytes); the same for every resource.
+    list_item_struct_bytes: int = 1_200
+    # ... and its encoder's and writer's buffers: one item's encoding at a time, the response
+    # writer's chunk (gzip's when compressed) and the HTTP/2 stream's send window. Assumption.
+    list_stream_buffer_bytes: int = 512 * 1024
+
+    def version(self) -> tuple[int, int]:
+        major, _, minor = self.apiserver_version.partition(".")
+        return int(major), int(minor or 0)
+
+    def consistent_list_from_cache(self) -> bool:
+        """KEP-2340: on by default from 1.31 (GA in 1.34)."""
+        return self.version() >= (1, 31)
+
+    def streaming_list_encoding(self) -> bool:
+        """KEP-5116: on by default from 1.33 (GA in 1.34)."""
+        return self.version() >= (1, 33)
+
     def resources(self) -> dict:
         """Every resource the stand-in serves and publishes: name -> (count, average size)."""
         return {"pods": (self.pods, self.pod_size_bytes), **self.extra_objects,
@@ -185,6 +227,21 @@ class Model:
                 "discovery.k8s.io/endpointslices": (self.endpointslices, self.endpointslice_size_bytes)}
 
     def cache_list_memory(self, objects: int, size: int) -> int:
+        """Memory a LIST served from the watch cache holds while it runs: streamed (1.33+), its
+        items' structs and the encoder's buffers; before, the response built whole."""
+        if self.streaming_list_encoding():
+            return objects * self.list_item_struct_bytes + self.list_stream_buffer_bytes
+        return int(objects * size * self.cache_list_memory_multiplier)
+
+    def etcd_list_memory(self, objects: int, size: int) -> int:
+        """Memory a LIST read from etcd holds: etcd's response and the decoded objects remain
+        (`etcd3/store.go: GetList` decodes every item into the list); streaming (1.33+) drops
+        only the whole encoded response, one of the multiplier's copies (assumption)."""
+        copies = self.list_memory_multiplier - (1.0 if self.streaming_list_encoding() else 0.0)
+        return int(objects * size * copies)
+
+    def initial_batch_memory(self, objects: int, size: int) -> int:
+        """A watch's batch of initial events (not a LIST: unchanged by streaming encoding)."""
         return int(objects * size * self.cache_list_memory_multiplier)
 
     def scaled(self, nodes: int) -> "Model":
@@ -198,7 +255,10 @@ class Model:
                        memory_limit_bytes=int(self.memory_limit_bytes * f))
 
     def list_memory(self, objects: int) -> int:
-        return int(objects * self.pod_size_bytes * self.list_memory_multiplier)
+        """A consistent LIST of `objects` pods: from the cache from 1.31, else from etcd."""
+        if self.consistent_list_from_cache():
+            return self.cache_list_memory(objects, self.pod_size_bytes)
+        return self.etcd_list_memory(objects, self.pod_size_bytes)
 
     def list_cpu(self, objects: int) -> float:
         return self.request_cpu_s + objects * self.list_cpu_per_object_s
@@ -599,14 +659,17 @@ class ApiServer:
         if method == "GET" and res is not None and not res[2]:
             q = parse_query(query)
             scope = Scope(res[0], res[1], q)
-            if q.get("resourceVersion", "") != "" or q.get("resourceVersionMatch") == "NotOlderThan":
+            consistent = q.get("resourceVersion", "") == "" and q.get("resourceVersionMatch") != "NotOlderThan"
+            if not consistent or m.consistent_list_from_cache():
                 objects, size = scope.objects(m, indexed=True)  # from the watch cache
                 work = m.request_cpu_s + objects * m.cache_list_cpu_per_object_s
                 memory = m.cache_list_memory(objects, size)
+                if consistent:
+                    wait = m.read_wait_s  # etcd's current revision, then the cache catches up
             else:
                 objects, size = scope.objects(m, indexed=False)  # a consistent read from etcd
                 work = m.request_cpu_s + objects * m.list_cpu_per_object_s
-                memory = int(objects * size * m.list_memory_multiplier)
+                memory = m.etcd_list_memory(objects, size)
             body = b'{"kind":"List","apiVersion":"v1","metadata":{"resourceVersion":"%d"},"items":[]}' % self.watch.rv
         elif method == "GET":
             work, wait = m.request_cpu_s, m.read_wait_s
@@ -676,7 +739,7 @@ class ApiServer:
         left, size = scope.objects(m, indexed=True)
         while left > 0 and not w.writer.transport.is_closing():
             b = min(left, m.watch_initial_batch)
-            seq = await self.compute(b * m.watch_initial_cpu_per_object_s, w.writer, m.cache_list_memory(b, size))
+            seq = await self.compute(b * m.watch_initial_cpu_per_object_s, w.writer, m.initial_batch_memory(b, size))
             if not self.release(seq):
                 raise Died()
             left -= b
@@ -727,11 +790,16 @@ def main() -> int:
                     help="override a Model parameter (numbers only), e.g. --set cores=16")
     ap.add_argument("--nodes", type=int, default=1000,
                     help="scale the cluster and the stand-in by NODES ÷ 1,000 (Model.scaled)")
+    ap.add_argument("--apiserver-version", default=Model.apiserver_version,
+                    help="the kube-apiserver minor version modelled (how LISTs are served: from "
+                         "etcd or the cache, built whole or streamed), e.g. 1.34 or 1.30")
     args = ap.parse_args()
-    model = Model().scaled(args.nodes) if args.nodes != 1000 else Model()
+    base = replace(Model(), apiserver_version=args.apiserver_version)
+    base.version()  # a malformed version fails here
+    model = base.scaled(args.nodes) if args.nodes != 1000 else base
     for kv in args.set:
         k, _, v = kv.partition("=")
-        if not hasattr(model, k) or isinstance(getattr(model, k), dict):
+        if not hasattr(model, k) or isinstance(getattr(model, k), (dict, str)):
             ap.error(f"unknown numeric parameter {k}")
         setattr(model, k, type(getattr(model, k))(float(v)))
     try:

@@ -32,6 +32,8 @@ gateway, one after another:
     scenario watch-leak one service account (system:serviceaccount:telemetry:leaky-controller)
                         opens --leak-rate watches a second from --calm on and never closes them,
                         beside the heartbeats, the kubelets' informers, controllers and users.
+  The stand-in models kube-apiserver 1.30 in the storm scenarios and 1.34 in the watch scenarios
+  (--apiserver-version: how a LIST is served and what it holds, bench/apiserver_model.py).
   The watch scenarios scale the stand-in and the cluster by --nodes ÷ 1,000 together (pods,
   Services, EndpointSlices, cores, memory: Model.scaled), turn Envoy's route timeout off (watches
   are long-lived) and give apf-wasm watchLimits.perFlow (--watch-per-flow; default
@@ -53,10 +55,12 @@ Gateways (--gateways, comma-separated):
   admission-control     admission_control, 5xx as failures, Envoy's defaults (30 s window,
                         95 % success threshold, at most 80 % rejected)
   apf-wasm              apf-wasm with Kubernetes' default policy (no policy configured: the
-                        suggested FlowSchemas and levels at 600 seats), front-proxy identity, and
-                        workEstimator.clusterMetrics reading the stand-in's /metrics
-  apf-wasm@N            the same with serverConcurrencyLimit N (e.g. apf-wasm@2000: kube-up's
-                        seats for an apiserver of 1,000 nodes or more)
+                        suggested FlowSchemas and levels), front-proxy identity, and
+                        workEstimator.clusterMetrics reading the stand-in's /metrics; at 600
+                        seats in the storm scenarios, and in the watch scenarios at the seats
+                        kube-up gives the apiserver of --nodes nodes (kube_up_seats: 600 up to
+                        500 nodes, 2,000 up to 3,000, then 4,000)
+  apf-wasm@N            the same with serverConcurrencyLimit N
 
 Reported per gateway (over the storm window): heartbeat success and p50/p99 latency, controller
 and user success, storm LISTs served and rejected (429), the stand-in's peak memory, peak
@@ -95,6 +99,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -206,16 +211,37 @@ def admission_control() -> dict:
         "success_criteria": {"http_criteria": {"http_success_status": [{"start": 100, "end": 500}]}}}}
 
 
-def apf_seats(gateway: str) -> int | None:
-    """`apf-wasm@N`: apf-wasm with `serverConcurrencyLimit` N (the seats sized to the apiserver,
-    as an operator sizes `--max-requests-inflight` + `--max-mutating-requests-inflight`: kube-up
-    gives an apiserver of 1,000 nodes or more 1,500 + 500 = 2,000,
-    `cluster/gce/gci/configure-helper.sh: start-kube-apiserver`); plain `apf-wasm`: the default
-    600. None for other gateways."""
+def kube_up_seats(nodes: int) -> int:
+    """The seats kube-up gives the apiserver of a cluster of `nodes` nodes:
+    `--max-requests-inflight` + `--max-mutating-requests-inflight`, 3,000 + 1,000 above 3,000
+    nodes, 1,500 + 500 above 500, else kube-apiserver's defaults 400 + 200
+    (`cluster/gce/gci/configure-kubeapiserver.sh: start-kube-apiserver`)."""
+    if nodes > 3000:
+        return 4000
+    return 2000 if nodes > 500 else 600
+
+
+def apf_seats(gateway: str, default: int = 600) -> int | None:
+    """`apf-wasm@N`: apf-wasm with `serverConcurrencyLimit` N; plain `apf-wasm`: `default` (the
+    watch scenarios pass the seats of their cluster's apiserver, `kube_up_seats`; the storm
+    scenarios upstream's 600). None for other gateways."""
     base, _, n = gateway.partition("@")
     if base != "apf-wasm":
         return None
-    return int(n) if n else 600
+    return int(n) if n else default
+
+
+def scenario_seats(scenario: str, nodes: int) -> int:
+    """Plain apf-wasm's seats in `scenario`: the watch scenarios size the gateway like the
+    apiserver behind it (`kube_up_seats` of --nodes); the storm scenarios keep 600."""
+    return kube_up_seats(nodes) if scenario in WATCH_SCENARIOS else 600
+
+
+def scenario_version(scenario: str, arg: str) -> str:
+    """The kube-apiserver version the stand-in models in `scenario` (--apiserver-version, else
+    1.34 for the watch scenarios and 1.30 for the storm scenarios, which replay an outage on an
+    apiserver that read consistent LISTs from etcd and built them whole)."""
+    return arg or ("1.34" if scenario in WATCH_SCENARIOS else "1.30")
 
 
 def is_apf(gateway: str) -> bool:
@@ -247,11 +273,12 @@ def watch_per_flow(nodes: int, controllers: int) -> int:
 
 def envoy_config(gateway: str, upstream_port: int, wasm: str | None, capacity_rps: float,
                  model: Model | None = None, watch_limits: dict | None = None,
-                 route_timeout: str = "60s") -> dict:
+                 route_timeout: str = "60s", seats: int = 600) -> dict:
     model = model or Model()
     if is_apf(gateway):
         return gateway_config(upstream_port=upstream_port, wasm_path=wasm, route_timeout=route_timeout,
-                              plugin_config=apf_config(watch_limits, apf_seats(gateway) or 600), http_filter="wasm")
+                              plugin_config=apf_config(watch_limits, apf_seats(gateway, seats) or seats),
+                              http_filter="wasm")
     extra = {"none": [], "ratelimit": [local_ratelimit(capacity_rps, False)],
              "ratelimit-per-user": [local_ratelimit(capacity_rps, True)],
              "ratelimit-lists": [local_ratelimit(capacity_rps, False, list_rate(model))],
@@ -264,11 +291,12 @@ def envoy_config(gateway: str, upstream_port: int, wasm: str | None, capacity_rp
 # ---------------------------------------------------------------------------------------------
 # The stand-in
 class StandIn:
-    def __init__(self, workdir: Path, name: str, nodes: int | None = None) -> None:
+    def __init__(self, workdir: Path, name: str, nodes: int | None = None, version: str = "") -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.port_file = workdir / f"{name}.port"
         self.log = open(workdir / f"{name}.log", "wb")
         scale = ["--nodes", str(nodes)] if nodes else []
+        scale += ["--apiserver-version", version] if version else []
         self.proc = subprocess.Popen([sys.executable, str(REPO / "bench" / "apiserver_model.py"),
                                       "--port-file", str(self.port_file), *scale],
                                      stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
@@ -636,7 +664,8 @@ def time_series(records, offset: float, seconds: int) -> dict:
 
 SAMPLED_FAMILIES = re.compile(
     r"^(apiserver_flowcontrol_(rejected_requests_total|current_inqueue_requests|current_executing_seats|"
-    r"current_executing_requests|request_wait_duration_seconds_(sum|count)|dispatched_requests_total)|"
+    r"current_executing_requests|request_wait_duration_seconds_(sum|count)|dispatched_requests_total|"
+    r"nominal_limit_seats|current_limit_seats|demand_seats_smoothed|demand_seats_high_watermark)|"
     r"apf_wasm_watch_initial_hold_timeouts_total|apf_wasm_open_watches)")
 DUMP_LEVELS = "/debug/api_priority_and_fairness/dump_priority_levels"
 
@@ -699,15 +728,19 @@ def run_gateway(gateway: str, scenario: str, args, envoy_bin: str, wasm: str | N
                 workdir: Path) -> dict:
     """One gateway against a fresh stand-in: the calm, then the storm. Summary + series."""
     watches = scenario in WATCH_SCENARIOS
-    model = Model().scaled(args.nodes) if watches else Model()
+    version = scenario_version(scenario, args.apiserver_version)
+    model = replace(Model(), apiserver_version=version)
+    model = model.scaled(args.nodes) if watches else model
     capacity = ordinary_capacity_rps(model, args.nodes, args.controllers, args.users)
-    standin = StandIn(workdir, f"model-{scenario}-{gateway}", nodes=args.nodes if watches else None)
+    standin = StandIn(workdir, f"model-{scenario}-{gateway}", nodes=args.nodes if watches else None,
+                      version=version)
+    seats = apf_seats(gateway, scenario_seats(scenario, args.nodes))
     limits = ({"perFlow": args.watch_per_flow or watch_per_flow(args.nodes, args.controllers)}
               if watches and is_apf(gateway) and args.watch_per_flow >= 0 else None)
     env = None
     try:
         env = EnvoyProcess(envoy_config(gateway, standin.port, wasm, capacity, model, limits,
-                                        "0s" if watches else "60s"), workdir,
+                                        "0s" if watches else "60s", seats or 600), workdir,
                            envoy_bin=envoy_bin, concurrency=2, name=f"gw-{scenario}-{gateway}",
                            log_level="warning")
         env.start().wait_ready(timeout=60)
@@ -749,9 +782,9 @@ def run_gateway(gateway: str, scenario: str, args, envoy_bin: str, wasm: str | N
                     if 0 <= s[0] - start <= total + 1]
     out = {"gateway": gateway, "scenario": scenario, "summary": summary,
            "series": time_series(traffic.records, 0.0, int(total) + 1), "model_series": model_series,
-           "capacity_rps": capacity, "model_t0": start, "model": {"cores": model.cores,
-                                                                 "memory_limit_bytes": model.memory_limit_bytes,
-                                                                 "pods": model.pods, "nodes": model.nodes}}
+           "capacity_rps": capacity, "model_t0": start, "seats": seats,
+           "model": {"cores": model.cores, "memory_limit_bytes": model.memory_limit_bytes,
+                     "pods": model.pods, "nodes": model.nodes, "apiserver_version": version}}
     if traffic.informers:
         out["synced_series"] = synced_series(traffic.informers, int(total) + 1)
     if gateway_samples:
@@ -909,10 +942,12 @@ def write_watch_results(results: list[dict], scenario: str, args, envoy_version:
             + f"; up to {args.seconds:g} s to resync")
     per_flow = next((r["summary"]["watches"]["per_flow_limit"] for r in results
                      if r["summary"]["watches"]["per_flow_limit"]), None)
+    seats = scenario_seats(scenario, args.nodes)
     header = (f"Scenario {scenario}: Envoy {envoy_version} (2 workers), each gateway against a fresh stand-in "
               f"scaled to {args.nodes} nodes ({m['cores']:g} cores, {m['memory_limit_bytes'] / 1e9:g} GB, "
-              f"{m['pods']} pods); {what}."
-              + (f" apf-wasm: the default policy with watchLimits.perFlow {per_flow}." if per_flow else "")
+              f"{m['pods']} pods; kube-apiserver {m.get('apiserver_version', '1.30')}'s LISTs); {what}."
+              + f" apf-wasm: the default policy at {seats} seats (kube-up's for {args.nodes} nodes)"
+              + (f" with watchLimits.perFlow {per_flow}." if per_flow else ".")
               + "".join(f" {g}: the same with serverConcurrencyLimit {apf_seats(g)}." for g in
                         dict.fromkeys(r["gateway"] for r in results) if "@" in g and is_apf(g))
               + " Heartbeats and controllers over the window from "
@@ -1111,6 +1146,10 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--watch-per-flow", type=int, default=0,
                     help="watch scenarios: apf-wasm's watchLimits.perFlow (0: 1.2 × the largest "
                          "informer flow of reconnect, 2 × nodes + 2 × controllers; -1: no watchLimits)")
+    ap.add_argument("--apiserver-version", default="",
+                    help="the kube-apiserver version the stand-in models (bench/apiserver_model.py: "
+                         "Model.apiserver_version); empty: 1.34 for the watch scenarios, 1.30 for "
+                         "storm and daemonset")
     ap.add_argument("--sample-gateway", type=float, default=2.0,
                     help="apf-wasm: seconds between samples of its APF metrics and priority-level "
                          "dump, kept in the JSON (0: none)")

@@ -88,11 +88,47 @@ def test_a_watch_leak_grows_without_a_cap_and_holds_at_the_cap(wasm_module, envo
 
 def test_apf_at_n_seats_sizes_the_server_limit():
     """`apf-wasm@N` is apf-wasm with serverConcurrencyLimit N (no Envoy needed); plain apf-wasm
-    keeps upstream's 600 (the key is left out)."""
+    gets the seats kube-up gives its cluster's apiserver in the watch scenarios, upstream's 600
+    in the storm scenarios (the key is left out at 600)."""
     assert protection.apf_seats("apf-wasm@2000") == 2000
     assert protection.apf_seats("apf-wasm") == 600
+    assert protection.apf_seats("apf-wasm", 2000) == 2000
+    assert protection.apf_seats("apf-wasm@800", 2000) == 800
+    assert [protection.kube_up_seats(n) for n in (200, 500, 501, 1000, 3000, 3001)] == \
+        [600, 600, 2000, 2000, 2000, 4000]
+    assert protection.scenario_seats("reconnect-watchlist", 1000) == 2000
+    assert protection.scenario_seats("reconnect-list", 200) == 600
+    assert protection.scenario_seats("storm", 1000) == 600
     assert protection.apf_seats("none") is None
     assert protection.apf_config(None, 2000)["serverConcurrencyLimit"] == 2000
     assert "serverConcurrencyLimit" not in protection.apf_config(None)
     args = protection.parse_args(["--scenario", "reconnect-watchlist", "--gateways", "none,apf-wasm@2000"])
     assert args.gateway_list == ["none", "apf-wasm@2000"]
+
+
+def standin_list_memory(tmp_path: Path, version: str, query: str) -> int:
+    """Bytes one LIST of all pods held at a fresh 60-node stand-in modelling `version`."""
+    standin = protection.StandIn(tmp_path / version, f"model-{version}", nodes=WATCH_NODES, version=version)
+    try:
+        before = standin.get("/__model/stats")["peak_memory_bytes"]
+        status, _ = protection.urllib_get(standin.port, "/api/v1/pods" + query, {"X-Remote-User": "alice"})
+        assert status == 200
+        stats = standin.get("/__model/stats")
+        assert stats["in_flight"] == 0 and stats["memory_bytes"] == before, stats
+        return stats["peak_memory_bytes"] - before
+    finally:
+        standin.stop()
+
+
+@pytest.mark.parametrize("query", ["", "?resourceVersion=0"])
+def test_a_list_streamed_from_the_cache_holds_its_items_not_the_response(tmp_path, query):
+    """kube-apiserver 1.34 serves a consistent LIST from the watch cache (KEP-2340) and streams
+    every LIST's response (KEP-5116): it holds its items' structs and the encoder's buffers;
+    1.30 read a consistent LIST from etcd and built every response whole."""
+    m = protection.Model().scaled(WATCH_NODES)
+    new = standin_list_memory(tmp_path, "1.34", query)
+    old = standin_list_memory(tmp_path, "1.30", query)
+    assert new == m.pods * m.list_item_struct_bytes + m.list_stream_buffer_bytes
+    whole = m.list_memory_multiplier if query == "" else m.cache_list_memory_multiplier
+    assert old == int(m.pods * m.pod_size_bytes * whole)
+    assert old > 5 * new
