@@ -9,7 +9,9 @@ and the figure is (I(N2) − I(N1)) ÷ (N2 − N1) over every thread of the proc
 cancel; what runs on a timer does not: under callgrind a request takes ~50× longer, so timer
 work (the gateway's tick and stats flush, scheduled events) is ~50× too heavy per request. It
 is reported apart (`timed`: the inclusive counts of those entry points) and left out of the
-`request path` figure. Profiles stay in the work directory for `callgrind_annotate`.
+`request path` figure. `allocations` counts the calls into a Rust module's allocator
+(`__rust_alloc`, `__rust_alloc_zeroed`, `__rust_realloc`) per request, timer work included.
+Profiles stay in the work directory for `callgrind_annotate`.
 
 Usage: python3 bench/instructions.py [--variants none,local_ratelimit,native-floor,apf-native]
                                       [--apf-native SO] [--n1 500] [--n2 2500] [--keep DIR]
@@ -102,6 +104,28 @@ def counts(work: Path, part: int) -> tuple[int, int]:
     return total, timed
 
 
+ALLOCATORS = ("__rustc::__rust_alloc", "__rustc::__rust_alloc_zeroed", "__rustc::__rust_realloc")
+
+
+def allocations(work: Path, part: int) -> int:
+    """Calls into a Rust module's allocator in one dump, over all threads (callgrind's raw
+    `cfn=`/`calls=` lines; names are compressed to `(id)` after their first use)."""
+    n = 0
+    for f in glob.glob(f"{work}/callgrind.out.*.{part}-*"):
+        names: dict[str, str] = {}
+        callee = None
+        for line in open(f, errors="replace"):
+            if line.startswith(("cfn=", "fn=")):
+                m = re.match(r"c?fn=\((\d+)\)(?: (.*))?", line.rstrip("\n"))
+                if m and m[2]:
+                    names[m[1]] = m[2]
+                callee = names.get(m[1]) if m and line.startswith("cfn=") else None
+            elif line.startswith("calls=") and callee in ALLOCATORS:
+                n += int(line[6:].split()[0])
+                callee = None
+    return n
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variants", default="none,local_ratelimit,native-floor,apf-native")
@@ -124,15 +148,17 @@ def main() -> int:
     up = EnvoyProcess(direct_response_config(), base, envoy_bin=envoy, concurrency=1,
                       name="upstream", log_level="warning")
     up.start().wait_ready()
-    print("| variant | instructions/request | timed | request path |\n|---|---|---|---|")
+    print("| variant | instructions/request | timed | request path | allocations |\n|---|---|---|---|---|")
     try:
         for v in variants:
             work = base / v
             work.mkdir(parents=True, exist_ok=True)
             dumps(work, spec_of(v, mods), up.ports["direct"], envoy, args.n1, args.n2)
             (a, ta), (b, tb) = counts(work, 2), counts(work, 3)
-            per, timed = (b - a) / (args.n2 - args.n1), (tb - ta) / (args.n2 - args.n1)
-            print(f"| {v} | {per:,.0f} | {timed:,.0f} | {per - timed:,.0f} |", flush=True)
+            n = args.n2 - args.n1
+            per, timed = (b - a) / n, (tb - ta) / n
+            allocs = (allocations(work, 3) - allocations(work, 2)) / n
+            print(f"| {v} | {per:,.0f} | {timed:,.0f} | {per - timed:,.0f} | {allocs:.1f} |", flush=True)
     finally:
         up.stop()
     print(f"profiles: {base}", file=sys.stderr)

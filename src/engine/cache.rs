@@ -47,8 +47,9 @@ pub fn decode(store: &dyn Store, key: &str, bytes: &[u8]) -> Result<LevelState, 
 
 /// Encodes `st` for `key` and keeps it for the next [`decode`].
 pub fn encode(store: &dyn Store, key: &str, st: LevelState) -> Vec<u8> {
-    let bytes = st.encode();
-    let Some(w) = store.worker() else { return bytes };
+    let Some(w) = store.worker() else { return st.encode() };
+    // Into a buffer the worker's store updates give back ([`super::store::update`]).
+    let bytes = st.encode_into(w.take_buffer());
     let mut c = w.cache.borrow_mut();
     match c.iter_mut().find(|e| e.key == key) {
         Some(e) => {

@@ -47,8 +47,15 @@ impl LevelState {
     }
 
     pub fn encode(&self) -> Vec<u8> {
+        self.encode_into(Vec::new())
+    }
+
+    /// [`LevelState::encode`] into `buf` (cleared first), reusing its allocation.
+    pub fn encode_into(&self, mut buf: Vec<u8>) -> Vec<u8> {
+        buf.clear();
         // Sized for the usual value (≈ 10 bytes per waiting request) so it is allocated once.
-        let mut w = Writer::with_capacity(128 + 16 * self.qs.requests_waiting() as usize);
+        buf.reserve(128 + 16 * self.qs.requests_waiting() as usize);
+        let mut w = Writer { buf };
         w.u8(LEVEL_STATE_VERSION);
         w.u64(self.generation);
         self.qs.encode(&mut w);

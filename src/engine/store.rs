@@ -36,6 +36,16 @@ pub trait Store {
     fn get(&self, key: &str) -> Result<(Option<Vec<u8>>, Option<u32>), StoreError>;
     /// Writes `value` if `cas` is `None` or matches the stored token.
     fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<SetOutcome, StoreError>;
+    /// [`Store::get`] into `buf` (cleared first; left empty when the key is absent or empty):
+    /// a store in process memory copies into the caller's buffer instead of a fresh one.
+    fn get_into(&self, key: &str, buf: &mut Vec<u8>) -> Result<Option<u32>, StoreError> {
+        let (v, cas) = self.get(key)?;
+        buf.clear();
+        if let Some(v) = v {
+            *buf = v;
+        }
+        Ok(cas)
+    }
     /// The calling worker's own state, when the host keeps one for it: the level states it
     /// wrote last ([`super::cache`]) and its contention counters. Without it every read decodes.
     fn worker(&self) -> Option<&WorkerState> {
@@ -50,7 +60,13 @@ pub trait Store {
 pub struct WorkerState {
     pub(crate) cache: std::cell::RefCell<super::cache::LevelCache>,
     counts: std::cell::Cell<super::contention::Contention>,
+    /// Value buffers kept between store updates (read into, encoded into), so a worker's
+    /// read-modify-write allocates nothing once warm.
+    buffers: std::cell::RefCell<Vec<Vec<u8>>>,
 }
+
+/// Buffers a worker keeps at most (an update holds two: the value read and the one written).
+const MAX_BUFFERS: usize = 4;
 
 impl WorkerState {
     pub fn new() -> WorkerState {
@@ -63,6 +79,20 @@ impl WorkerState {
         let n = field(&mut v);
         *n = n.wrapping_add(1);
         self.counts.set(v);
+    }
+
+    /// An empty buffer, reused when one was given back.
+    pub fn take_buffer(&self) -> Vec<u8> {
+        self.buffers.borrow_mut().pop().unwrap_or_default()
+    }
+
+    /// Keeps `buf` for a later [`WorkerState::take_buffer`].
+    pub fn give_buffer(&self, mut buf: Vec<u8>) {
+        let mut b = self.buffers.borrow_mut();
+        if b.len() < MAX_BUFFERS && buf.capacity() > 0 {
+            buf.clear();
+            b.push(buf);
+        }
     }
 
     /// The counts since the last call (and resets them).
@@ -90,6 +120,9 @@ impl Store for WorkerStore<'_> {
     }
     fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<SetOutcome, StoreError> {
         self.shared.set(key, value, cas)
+    }
+    fn get_into(&self, key: &str, buf: &mut Vec<u8>) -> Result<Option<u32>, StoreError> {
+        self.shared.get_into(key, buf)
     }
     fn worker(&self) -> Option<&WorkerState> {
         Some(&self.state)
@@ -125,6 +158,14 @@ impl Store for MemStore {
             Some((v, cas)) if v.is_empty() => (None, Some(*cas)),
             Some((v, cas)) => (Some(v.clone()), Some(*cas)),
         })
+    }
+    fn get_into(&self, key: &str, buf: &mut Vec<u8>) -> Result<Option<u32>, StoreError> {
+        buf.clear();
+        let g = self.inner.lock().map_err(|_| StoreError("poisoned".into()))?;
+        Ok(g.map.get(key).map(|(v, cas)| {
+            buf.extend_from_slice(v);
+            *cas
+        }))
     }
     fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<SetOutcome, StoreError> {
         let mut g = self.inner.lock().map_err(|_| StoreError("poisoned".into()))?;
@@ -164,20 +205,40 @@ pub fn update<T, E: From<StoreError>>(
     max_tries: u32,
     mut f: impl FnMut(Option<&[u8]>) -> Result<(Vec<u8>, T), E>,
 ) -> Result<T, E> {
+    let w = store.worker();
+    let mut cur = w.map(WorkerState::take_buffer).unwrap_or_default();
+    let r = attempts(store, key, max_tries, &mut cur, &mut f);
+    if let Some(w) = w {
+        w.give_buffer(cur);
+    }
+    r?.ok_or_else(|| E::from(StoreError(format!("too much contention on {key}"))))
+}
+
+/// [`update`]'s tries, reading into `cur`; `None` after `max_tries` mismatches. A written
+/// value's buffer goes back to the worker ([`WorkerState::give_buffer`]).
+fn attempts<T, E: From<StoreError>>(
+    store: &dyn Store,
+    key: &str,
+    max_tries: u32,
+    cur: &mut Vec<u8>,
+    f: &mut impl FnMut(Option<&[u8]>) -> Result<(Vec<u8>, T), E>,
+) -> Result<Option<T>, E> {
     for _ in 0..max_tries.max(1) {
-        let (cur, cas) = store.get(key)?;
-        let Some(token) = cas else {
+        let Some(token) = store.get_into(key, cur)? else {
             store.set(key, &[], None)?;
             continue;
         };
-        let (new, out) = f(cur.as_deref())?;
+        let (new, out) = f((!cur.is_empty()).then_some(cur.as_slice()))?;
         let written = store.set(key, &new, Some(token))? == SetOutcome::Written;
+        if let Some(w) = store.worker() {
+            w.give_buffer(new);
+        }
         super::contention::count(store, if written { |c| &mut c.writes } else { |c| &mut c.conflicts });
         if written {
-            return Ok(out);
+            return Ok(Some(out));
         }
     }
-    Err(E::from(StoreError(format!("too much contention on {key}"))))
+    Ok(None)
 }
 
 #[cfg(test)]
@@ -200,6 +261,32 @@ mod tests {
         s.set("k", b"", cas).unwrap();
         let (v, cas) = s.get("k").unwrap();
         assert!(v.is_none() && cas.is_some());
+    }
+
+    #[test]
+    fn reads_into_a_buffer_as_get_reads() {
+        let s = MemStore::new();
+        let mut buf = b"stale".to_vec();
+        assert_eq!(s.get_into("k", &mut buf).unwrap(), None);
+        assert!(buf.is_empty());
+        s.set("k", b"abc", None).unwrap();
+        let cas = s.get_into("k", &mut buf).unwrap();
+        assert_eq!((buf.as_slice(), cas), (&b"abc"[..], s.get("k").unwrap().1));
+        s.set("k", b"", cas).unwrap();
+        assert!(s.get_into("k", &mut buf).unwrap().is_some() && buf.is_empty());
+    }
+
+    #[test]
+    fn a_worker_updates_with_its_own_buffers() {
+        let shared = MemStore::new();
+        let w = WorkerStore::new(&shared);
+        for i in 0..5u8 {
+            let seen = update::<_, StoreError>(&w, "k", 8, |cur| Ok((vec![i; 3], cur.map(<[u8]>::to_vec)))).unwrap();
+            assert_eq!(seen, (i > 0).then(|| vec![i - 1; 3]));
+        }
+        // The value read and the value written went back to the worker, emptied.
+        let (a, b) = (w.state.take_buffer(), w.state.take_buffer());
+        assert!(a.is_empty() && b.is_empty() && a.capacity() > 0 && b.capacity() > 0);
     }
 
     #[test]

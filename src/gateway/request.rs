@@ -364,7 +364,8 @@ fn digest_headers(h: &dyn Host, c: &Compiled, cluster: ClusterStats, headers: &[
     let last = |name: &str| headers.iter().rev().find(|(k, _)| *k == name).map(|(_, v)| *v);
     let (method, path) = (last(":method").unwrap_or(b"GET"), last(":path").unwrap_or(b"/"));
     let wanted = |k: &str| c.identity_headers.iter().any(|n| n == k) || c.identity_prefixes.iter().any(|p| k.starts_with(p.as_str()));
-    let identity_headers: Vec<(&str, &[u8])> = headers.iter().filter(|(k, _)| wanted(k)).copied().collect();
+    let (mut stack, mut heap) = ([("", &[][..]); STACK_IDENTITY_HEADERS], Vec::new());
+    let identity_headers = select(headers, wanted, &mut stack, &mut heap);
     let ns_header = c.config.namespace_header.as_deref().and_then(|n| headers.iter().find(|(k, _)| *k == n)).map(|(_, v)| *v);
     // Facts about the downstream connection that identity sources may need.
     let peer = if c.needs.peer { h.property(&["source", "address"]).and_then(|b| parse_peer(&b)) } else { None };
@@ -373,7 +374,7 @@ fn digest_headers(h: &dyn Host, c: &Compiled, cluster: ClusterStats, headers: &[
     let cert_subject = (c.needs.cert_subject && mtls).then(subject).flatten();
     let jwt_claims = if c.needs.jwt { jwt_claims(h, &c.config.identity) } else { None };
     let input =
-        IdentityInput { headers: &identity_headers, peer, mtls, cert_subject: cert_subject.as_deref(), jwt_claims: jwt_claims.as_ref() };
+        IdentityInput { headers: identity_headers, peer, mtls, cert_subject: cert_subject.as_deref(), jwt_claims: jwt_claims.as_ref() };
     let mut remove = if c.needs.strip { c.config.identity.headers_to_strip(&input) } else { Vec::new() };
     // The identity is derived once: forwarded (`setFrontProxyHeaders`) and classified.
     let identified = c.config.identity.identified(&input);
@@ -384,6 +385,31 @@ fn digest_headers(h: &dyn Host, c: &Compiled, cluster: ClusterStats, headers: &[
     let digest = c.digest_for(line, identified.user(), watch_count, cluster);
     let leave = method == b"POST" && path.split(|&b| b == b'?').next() == Some(super::fleet::LEAVE_PATH.as_bytes());
     Digested { remove, add: fwd.add, refuse: fwd.refuse, dump: debug::dump_kind(path), leave, digest }
+}
+
+/// Identity headers a request carries at most without a vector allocated for them.
+const STACK_IDENTITY_HEADERS: usize = 16;
+
+/// The headers `keep` wants, in order: in `stack` when they fit, else collected into `heap`.
+fn select<'b, 'a, 'v>(
+    headers: &[(&'a str, &'v [u8])],
+    keep: impl Fn(&str) -> bool,
+    stack: &'b mut [(&'a str, &'v [u8]); STACK_IDENTITY_HEADERS],
+    heap: &'b mut Vec<(&'a str, &'v [u8])>,
+) -> &'b [(&'a str, &'v [u8])] {
+    let mut n = 0;
+    for &(k, v) in headers.iter().filter(|(k, _)| keep(k)) {
+        match stack.get_mut(n) {
+            Some(slot) => *slot = (k, v),
+            None => {
+                heap.extend(stack.iter().copied());
+                heap.extend(headers.iter().filter(|(k, _)| keep(k)).skip(n).copied());
+                return heap;
+            }
+        }
+        n += 1;
+    }
+    stack.get(..n).unwrap_or_default()
 }
 
 /// The object counts of a resource as the gateway has them: polled from the cluster
@@ -479,4 +505,21 @@ fn admit_watch(h: &dyn Host, w: &mut Worker, ctx: u32, d: &Digest, extra: &Extra
     let key = extra.compiled.levels.get(extra.pl).map(|l| l.key.clone())?;
     worker::send_429(h, extra, engine::watch_limits::refused(h.store(), now, &key), watch_limits::WATCH_LIMIT);
     Some(Action::Pause)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selected_headers_keep_their_order_on_the_stack_and_beyond_it() {
+        let names: Vec<String> = (0..40).map(|i| format!("x-{i}")).collect();
+        let headers: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), n.as_bytes())).collect();
+        for (len, keep_every) in [(0, 1), (5, 1), (40, 2), (40, 1)] {
+            let keep = |k: &str| k.trim_start_matches("x-").parse::<usize>().is_ok_and(|i| i % keep_every == 0);
+            let want: Vec<(&str, &[u8])> = headers.iter().take(len).filter(|(k, _)| keep(k)).copied().collect();
+            let (mut stack, mut heap) = ([("", &[][..]); STACK_IDENTITY_HEADERS], Vec::new());
+            assert_eq!(select(headers.get(..len).unwrap(), keep, &mut stack, &mut heap), want.as_slice());
+        }
+    }
 }

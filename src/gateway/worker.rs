@@ -226,19 +226,18 @@ pub fn mailbox_name(instance: u64) -> String {
 }
 
 /// The PF response headers of a classified request (UIDs; names for explain callers).
-pub fn pf_headers(e: &Extra) -> Vec<(&'static str, &[u8])> {
+pub fn pf_headers(e: &Extra) -> impl Iterator<Item = (&'static str, &[u8])> {
     let fs_obj = e.compiled.config.policy.flow_schemas.get(e.fs);
     let lvl = e.compiled.levels.get(e.pl);
     debug_assert!(fs_obj.is_some() && lvl.is_some(), "a request classified outside its configuration");
-    let mut h = vec![
+    // An array, not a vector: the response path allocates nothing for them.
+    let h = [
         ("x-kubernetes-pf-flowschema-uid", fs_obj.map(|f| f.uid.as_bytes()).unwrap_or_default()),
         ("x-kubernetes-pf-prioritylevel-uid", lvl.map(|l| l.uid.as_bytes()).unwrap_or_default()),
+        ("x-apf-flowschema", fs_obj.map(|f| f.name.as_bytes()).unwrap_or_default()),
+        ("x-apf-prioritylevel", lvl.map(|l| l.name.as_bytes()).unwrap_or_default()),
     ];
-    if e.explain {
-        h.push(("x-apf-flowschema", fs_obj.map(|f| f.name.as_bytes()).unwrap_or_default()));
-        h.push(("x-apf-prioritylevel", lvl.map(|l| l.name.as_bytes()).unwrap_or_default()));
-    }
-    h
+    h.into_iter().take(if e.explain { 4 } else { 2 })
 }
 
 /// The content headers of the gateway's own (plain text) responses.

@@ -72,6 +72,8 @@ const BLANK_HEADER: EnvoyHeader = EnvoyHeader { key_ptr: std::ptr::null(), key_l
 
 /// Header maps up to this size are read into buffers on the stack.
 pub const STACK_HEADERS: usize = 32;
+/// Label values passed to a metric callback without allocating (more are collected).
+const STACK_LABELS: usize = 8;
 
 /// `envoy_dynamic_module_type_module_http_header`.
 #[repr(C)]
@@ -534,7 +536,18 @@ impl FilterPtr {
     /// main-thread hook, `on_config` with that configuration (the same family ids: see
     /// `metrics.rs`).
     fn metric(self, on_filter: MetricFn, on_config: MetricFn, id: usize, labels: &[String], value: u64) -> u32 {
-        let ls: Vec<ModuleBuffer> = labels.iter().map(|l| ModuleBuffer::of(l.as_bytes())).collect();
+        // On the stack for the families' few labels (a flush calls this once per series).
+        let mut stack = [const { ModuleBuffer { ptr: std::ptr::null(), length: 0 } }; STACK_LABELS];
+        let heap: Vec<ModuleBuffer>;
+        let ls: &[ModuleBuffer] = if labels.len() <= STACK_LABELS {
+            for (slot, l) in stack.iter_mut().zip(labels) {
+                *slot = ModuleBuffer::of(l.as_bytes());
+            }
+            stack.get(..labels.len()).unwrap_or_default()
+        } else {
+            heap = labels.iter().map(|l| ModuleBuffer::of(l.as_bytes())).collect();
+            &heap
+        };
         let (f, target) = if self.0.is_null() { (on_config, HOOK_CONFIG.with(|c| c.get())) } else { (on_filter, self.0) };
         if target.is_null() {
             return METRIC_NOT_FOUND;

@@ -41,6 +41,10 @@ impl Store for IsolatedLevels {
         self.shared.set(&self.key(k), value, cas)
     }
 
+    fn get_into(&self, k: &str, buf: &mut Vec<u8>) -> Result<Option<u32>, StoreError> {
+        self.shared.get_into(&self.key(k), buf)
+    }
+
     fn worker(&self) -> Option<&WorkerState> {
         self.shared.worker()
     }
