@@ -4,7 +4,9 @@
 //! hook, and every scheduled event of a stream, on the stream's worker thread. Each worker
 //! thread owns one [`Worker`] (like one proxy-wasm VM) and one [`Root`] per live configuration,
 //! built from the configuration's bytes on the worker's first stream under it; in-flight
-//! streams keep the configuration they started with.
+//! streams keep the configuration they started with. The main thread's root of a configuration
+//! reads its `clusterPolicy` and publishes each policy it applies (a [`SharedPolicy`]); a
+//! worker's root adopts the newest as each stream starts, and never reads it itself.
 
 use super::abi::{self, ConfigPtr, FilterPtr};
 use super::callout;
@@ -14,10 +16,12 @@ use crate::config::parse_plugin_config;
 use crate::digest::identity::IdentitySource;
 use crate::engine::requests::Phase;
 use crate::gateway::host::Action;
+use crate::gateway::policy_source::SharedPolicy;
 use crate::gateway::{root::TICK_MS, Request, Root, Worker};
 use hashbrown::HashMap;
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// One filter configuration (`filter_config` of the Envoy filter): the gateway's JSON.
@@ -25,6 +29,8 @@ pub struct Config {
     id: u64,
     envoy: ConfigPtr,
     bytes: Vec<u8>,
+    /// The cluster's policy, as the main thread's root applied it last.
+    policy: Arc<SharedPolicy>,
 }
 
 /// One stream.
@@ -81,7 +87,7 @@ pub fn config_new(envoy: ConfigPtr, _name: &[u8], bytes: &[u8]) -> Option<Config
     }
     callout::add_config(id, envoy);
     wake::start_ticker(Duration::from_millis(u64::from(TICK_MS)));
-    Some(Config { id, envoy, bytes: bytes.to_vec() })
+    Some(Config { id, envoy, bytes: bytes.to_vec(), policy: Arc::default() })
 }
 
 pub fn config_destroy(c: Config) {
@@ -102,7 +108,7 @@ fn main_host() -> NativeHost {
 pub fn config_scheduled(c: &Config, event: u64) {
     let h = main_host();
     match event {
-        callout::TICK => drop(with_root(&h, c, |root, w| root.on_tick(&h, w))),
+        callout::TICK => drop(with_root(&h, c, Thread::Main, |root, w| root.on_tick(&h, w))),
         callout::CALLS => callout::send_queued(c.id, c.envoy),
         _ => {}
     }
@@ -131,9 +137,16 @@ fn deliver_replies(h: &NativeHost) {
     host::run_deferred();
 }
 
+/// Which thread runs a root: the main thread's reads the cluster's policy for every worker's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Thread {
+    Main,
+    Worker,
+}
+
 /// Runs `f` on this thread's worker and the root of `config` (`None` on a re-entrant call,
 /// logged).
-fn with_root<T>(h: &NativeHost, config: &Config, f: impl FnOnce(&mut Root, &mut Worker) -> T) -> Option<T> {
+fn with_root<T>(h: &NativeHost, config: &Config, thread: Thread, f: impl FnOnce(&mut Root, &mut Worker) -> T) -> Option<T> {
     WORKER.with(|w| {
         ROOTS.with(|r| {
             let (Ok(mut w), Ok(mut roots)) = (w.try_borrow_mut(), r.try_borrow_mut()) else {
@@ -142,7 +155,7 @@ fn with_root<T>(h: &NativeHost, config: &Config, f: impl FnOnce(&mut Root, &mut 
             };
             let w = w.get_or_insert_with(|| Worker::new(crate::gateway::Host::monotonic_nanos(h) as u64));
             let root = roots.entry(config.id).or_insert_with(|| {
-                let mut root = Root::default();
+                let mut root = Root::sharing(config.policy.clone(), thread == Thread::Main);
                 callout::as_config(config.id, || root.on_configure(h, &config.bytes));
                 root
             });
@@ -170,7 +183,11 @@ pub fn filter_new(c: &Config, envoy: FilterPtr) -> Filter {
     });
     host::add_stream(context, envoy);
     let h = NativeHost { context, filter: envoy };
-    let request = with_root(&h, c, |root, _| root.new_request(context)).unwrap_or_default();
+    let request = with_root(&h, c, Thread::Worker, |root, _| {
+        root.adopt_published(&h);
+        root.new_request(context)
+    })
+    .unwrap_or_default();
     Filter { context, envoy, request, completed: false }
 }
 
