@@ -11,6 +11,7 @@
 use super::abi::{self, ConfigPtr, FilterPtr};
 use super::callout;
 use super::host::{self, NativeHost};
+use super::idle_stats;
 use super::wake;
 use crate::config::parse_plugin_config;
 use crate::digest::identity::IdentitySource;
@@ -108,7 +109,10 @@ fn main_host() -> NativeHost {
 pub fn config_scheduled(c: &Config, event: u64) {
     let h = main_host();
     match event {
-        callout::TICK => drop(with_root(&h, c, Thread::Main, |root, w| root.on_tick(&h, w))),
+        callout::TICK => {
+            with_root(&h, c, Thread::Main, |root, w| root.on_tick(&h, w));
+            idle_stats::add_owed();
+        }
         callout::CALLS => callout::send_queued(c.id, c.envoy),
         _ => {}
     }
@@ -303,20 +307,23 @@ fn idle_flush_due(now: crate::Nanos, last: crate::Nanos) -> bool {
 const IDLE_FLUSH_GAP: crate::Nanos = 2 * TICK_MS as crate::Nanos * 1_000_000;
 
 /// The worker's last stream holding or awaiting seats ended: no tick reaches it until another
-/// one starts, so its timer runs now and its stats are flushed (or owed: [`flush_now`]).
+/// one starts, so its timer runs now and its stats are flushed, or, between two flushes
+/// ([`flush_now`]), handed over to the main thread ([`idle_stats`]; owed when that fails).
 fn went_idle(h: &NativeHost) {
     let flush = flush_now(h);
-    WORKER.with(|w| {
+    let handed = WORKER.with(|w| {
         ROOTS.with(|r| {
-            let (Ok(mut w), Ok(mut roots)) = (w.try_borrow_mut(), r.try_borrow_mut()) else { return };
-            let Some(w) = w.as_mut() else { return };
+            let (Ok(mut w), Ok(mut roots)) = (w.try_borrow_mut(), r.try_borrow_mut()) else { return false };
+            let Some(w) = w.as_mut() else { return false };
             roots.iter_mut().for_each(|(&id, root)| callout::as_config(id, || root.on_tick(h, w)));
             if flush {
                 w.stats().flush(h);
+                return false;
             }
+            idle_stats::hand_over(|out| w.stats().take_pending(h, out))
         })
     });
-    FLUSH_OWED.with(|o| o.set(!flush));
+    FLUSH_OWED.with(|o| o.set(!flush && !handed));
     if flush {
         LAST_IDLE_FLUSH.with(|t| t.set(crate::gateway::Host::monotonic_nanos(h)));
     }
