@@ -149,9 +149,10 @@ def second_schema() -> dict:
 
 def test_unchanged_policy_is_applied_once(gateway):
     """Read N times with only volatile changes, the cluster's policy is applied once by each VM
-    that reads it (native: the main thread's root, which the workers follow) (a re-application would log again, recompile the policy and re-plan the fleet);
-    a changed spec (one more FlowSchema) is applied. Envoy writes its log file every 10 s: the
-    lines of the first policy are all in the file once those of the second are."""
+    that reads it (native: the main thread's root, whose policy the workers adopt; a
+    re-application would log again, recompile the policy and re-plan the fleet); a changed spec
+    (one more FlowSchema) is applied. Envoy writes its log file every 10 s: the lines of the
+    first policy are all in the file once those of the second are."""
     polls = 5
     gw = gateway({"identity": {"sources": [{"type": "frontProxy"}]},
                   "clusterPolicy": {"cluster": "apiserver", "period": "1s", "token": "s3cret"}})
