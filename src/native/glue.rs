@@ -292,8 +292,9 @@ pub fn stream_complete(f: &mut Filter) {
 /// Whether an idle worker's stats are flushed now: when its last idle flush is
 /// [`IDLE_FLUSH_GAP`] old. Under load a worker goes idle between most requests, and a flush per
 /// request cost about as much as the request's own APF work (each series is a stat looked up
-/// by its label values in Envoy); a skipped flush is owed, paid by the next stream end after the
-/// gap or by the timer once a stream holds seats again.
+/// by its label values in Envoy); between two flushes the deltas are handed to the main thread
+/// ([`went_idle`]), or, when that fails, owed: paid by the next stream end after the gap or by
+/// the timer once a stream holds seats again.
 fn flush_now(h: &NativeHost) -> bool {
     idle_flush_due(crate::gateway::Host::monotonic_nanos(h), LAST_IDLE_FLUSH.with(Cell::get))
 }
