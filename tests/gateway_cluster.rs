@@ -463,6 +463,23 @@ fn metrics_config(stale_after: &str) -> String {
     .to_string()
 }
 
+#[test]
+fn a_worker_without_ticks_reads_fresh_counts_as_its_stream_starts() {
+    // Worker 1 gets no timer while idle (the native host): only worker 0 ticks and polls.
+    let (proxy, mut w) = gateway(2, &metrics_config("4s"));
+    let good = metrics_text(&[("configmaps", 500, 2_000)]);
+    for i in 0..4 {
+        let call = metrics_call(&proxy, i);
+        assert_eq!(call.worker, 0);
+        answer(&mut w, &call, Some(200), good.as_bytes());
+        proxy.advance(Duration::from_millis(2_000));
+        w[0].tick();
+    }
+    let node = &mut w[1];
+    node.root.on_stream_start(&node.host, &mut node.worker);
+    assert_eq!(list_seats(&mut w[1], CONFIGMAPS), 10, "not the copy worker 1 read at its last tick, before any poll answered");
+}
+
 /// kube-apiserver 1.34's `/metrics` object counts (as apfkit/upstream.py writes them):
 /// `(group/resource, count, average size)`.
 fn metrics_text(counts: &[(&str, i64, i64)]) -> String {

@@ -195,6 +195,17 @@ impl Root {
         w.drain_mailbox(h, h.monotonic_nanos(), 1);
     }
 
+    /// A stream starts on a worker whose timer may not have run for a while (the native host
+    /// ticks a worker only while one of its streams waits or holds seats): the newest published
+    /// policy is adopted and the object counts re-read when due, before the request is
+    /// classified and its work estimated.
+    pub fn on_stream_start(&mut self, h: &dyn Host, w: &mut Worker) {
+        self.adopt_published(h);
+        if let Some(c) = self.compiled.as_deref() {
+            super::counts_poll::refresh_if_due(h, w, &c.config, h.monotonic_nanos());
+        }
+    }
+
     /// The state of a new stream `context`, under the current configuration.
     pub fn new_request(&self, context: u32) -> Request {
         Request::new(context, self.compiled.clone())

@@ -187,8 +187,8 @@ pub fn filter_new(c: &Config, envoy: FilterPtr) -> Filter {
     });
     host::add_stream(context, envoy);
     let h = NativeHost { context, filter: envoy };
-    let request = with_root(&h, c, Thread::Worker, |root, _| {
-        root.adopt_published(&h);
+    let request = with_root(&h, c, Thread::Worker, |root, w| {
+        root.on_stream_start(&h, w);
         root.new_request(context)
     })
     .unwrap_or_default();
