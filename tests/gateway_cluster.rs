@@ -12,8 +12,12 @@ mod mock_host;
 
 use apf_wasm::engine::store::Store;
 use apf_wasm::gateway::host::Action;
+use apf_wasm::gateway::policy_source::SharedPolicy;
+use apf_wasm::gateway::Root;
 use mock_host::{flow_schema, gateway, header_value, headers, priority_level, Call, Node, Proxy};
 use serde_json::{json, Value};
+use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 const FC: &str = "/apis/flowcontrol.apiserver.k8s.io/v1";
@@ -166,6 +170,61 @@ fn an_unchanged_policy_is_not_applied_again() {
     let (fs2, _) = lists("from-cluster", 400);
     answer_policy(&mut w, (Some(200), &fs2), (Some(200), &pl));
     assert_eq!(generation(&proxy), applied + 1, "a changed policy is");
+}
+
+/// A reader root (`w[0]`, a process's main thread) and `followers` roots sharing its policy
+/// (the workers of a host whose workers share memory), configured and ticked once.
+fn sharing(followers: usize, cfg: &str) -> (Rc<Proxy>, Vec<Node>) {
+    let (proxy, source) = (Proxy::new(), Arc::new(SharedPolicy::default()));
+    let mut w: Vec<Node> = (0..=followers).map(|i| Node::new(&proxy, i)).collect();
+    for (i, node) in w.iter_mut().enumerate() {
+        node.root = Root::sharing(source.clone(), i == 0);
+        assert!(node.configure(cfg), "configuration refused");
+        node.tick();
+    }
+    (proxy, w)
+}
+
+/// Carol's request on a follower, which adopts the newest policy first (as a stream starts).
+fn carol_adopting(node: &mut Node) -> (String, String) {
+    node.root.adopt_published(&node.host);
+    carol(node)
+}
+
+#[test]
+fn followers_adopt_the_readers_policy_and_never_read_the_cluster() {
+    let (proxy, mut w) = sharing(2, &policy_config());
+    pass(&proxy, &mut w, 2_500);
+    let c = calls(&proxy);
+    assert!(c.iter().all(|call| call.worker == 0), "only the reader reads: {c:?}");
+    assert_eq!(carol_adopting(&mut w[1]).0, "global-default", "nothing published yet");
+    let (fs, pl) = lists("from-cluster", 500);
+    answer_policy(&mut w, (Some(200), &fs), (Some(200), &pl));
+    let after_reader = generation(&proxy);
+    // A follower idle since before the read classifies its next request under the new policy.
+    assert_eq!(carol_adopting(&mut w[1]), ("from-cluster".into(), "pl-cluster-level".into()));
+    assert_eq!(generation(&proxy), after_reader + 1, "adopted once, under a generation of its own");
+    assert_eq!(carol_adopting(&mut w[1]).0, "from-cluster");
+    assert_eq!(generation(&proxy), after_reader + 1, "a current follower adopts nothing");
+    // An invalid or unchanged read publishes nothing: the followers keep the last valid policy.
+    let (invalid, _) = lists("from-cluster-2", 10_001);
+    for (fs_body, why) in [(invalid.as_str(), "invalid"), (fs.as_str(), "unchanged")] {
+        pass(&proxy, &mut w, 1_000);
+        answer_policy(&mut w, (Some(200), fs_body), (Some(200), &pl));
+        assert_eq!(carol_adopting(&mut w[2]).0, "from-cluster", "{why}");
+        assert_eq!(carol_adopting(&mut w[1]).0, "from-cluster", "{why}");
+    }
+    let settled = generation(&proxy);
+    // A changed policy reaches every follower at its next request.
+    pass(&proxy, &mut w, 1_000);
+    let (fs2, pl2) = lists("from-cluster-2", 400);
+    answer_policy(&mut w, (Some(200), &fs2), (Some(200), &pl2));
+    assert_eq!(generation(&proxy), settled + 1, "the reader applied it");
+    for (i, follower) in w.iter_mut().enumerate().skip(1) {
+        assert_eq!(carol_adopting(follower).0, "from-cluster-2", "follower {i}");
+    }
+    assert_eq!(carol(&mut w[0]).0, "from-cluster-2", "the reader serves what it applied");
+    assert!(calls(&proxy).iter().all(|call| call.worker == 0), "only the reader reads");
 }
 
 /// [`lists`] as a live apiserver returns them on its `n`th read: the resourceVersions are the
@@ -402,6 +461,23 @@ fn metrics_config(stale_after: &str) -> String {
         "policy": [priority_level("counter", 100, 16, 4, 50), flow_schema("counter", "counter", 500, &["counters"])]
     })
     .to_string()
+}
+
+#[test]
+fn a_worker_without_ticks_reads_fresh_counts_as_its_stream_starts() {
+    // Worker 1 gets no timer while idle (the native host): only worker 0 ticks and polls.
+    let (proxy, mut w) = gateway(2, &metrics_config("4s"));
+    let good = metrics_text(&[("configmaps", 500, 2_000)]);
+    for i in 0..4 {
+        let call = metrics_call(&proxy, i);
+        assert_eq!(call.worker, 0);
+        answer(&mut w, &call, Some(200), good.as_bytes());
+        proxy.advance(Duration::from_millis(2_000));
+        w[0].tick();
+    }
+    let node = &mut w[1];
+    node.root.on_stream_start(&node.host, &mut node.worker);
+    assert_eq!(list_seats(&mut w[1], CONFIGMAPS), 10, "not the copy worker 1 read at its last tick, before any poll answered");
 }
 
 /// kube-apiserver 1.34's `/metrics` object counts (as apfkit/upstream.py writes them):

@@ -47,9 +47,7 @@ impl CountsPoll {
     /// Keeps this worker's copy of the cluster's object counts fresh and, when the next poll of
     /// the cluster's `/metrics` is due, claims it (one worker polls for all) and starts it.
     pub fn maybe_start(&mut self, h: &dyn Host, w: &mut Worker, config: &PluginConfig, now: Nanos) {
-        if config.work_estimator.learn_from_responses || config.cluster_metrics.is_some() {
-            w.refresh_counts_every(h, now, COUNTS_READ_EVERY);
-        }
+        refresh_if_due(h, w, config, now);
         let Some(cm) = config.cluster_metrics.as_ref() else { return };
         if self.call.is_some() || w.counts().is_some_and(|s| now < s.next_poll) {
             return;
@@ -97,6 +95,14 @@ impl CountsPoll {
         }
         record(h, w, cm, Ok(scraped));
         true
+    }
+}
+
+/// Re-reads the shared object counts into this worker's copy when the configuration uses them
+/// and the copy is older than the re-read period.
+pub fn refresh_if_due(h: &dyn Host, w: &mut Worker, config: &PluginConfig, now: Nanos) {
+    if config.work_estimator.learn_from_responses || config.cluster_metrics.is_some() {
+        w.refresh_counts_every(h, now, COUNTS_READ_EVERY);
     }
 }
 

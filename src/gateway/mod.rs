@@ -12,6 +12,8 @@
 //!   stats) and the mailbox, and route HTTP call replies.
 //! - [`cluster_policy`]: the policy read from the cluster (`clusterPolicy`), with the served
 //!   version's discovery.
+//! - [`policy_source`]: the cluster's policy shared by the roots of one configuration (hosts
+//!   whose workers share memory: one reads the cluster, the others adopt what it applied).
 //! - [`counts_poll`]: the poll of the cluster's object counts (`clusterMetrics`).
 //! - [`watch_limits`]: the open-watch limits (`watchLimits`): a WATCH's place, its refusal.
 //! - [`stats`]: upstream's metrics and the gateway's own, as host stats.
@@ -28,6 +30,7 @@ pub mod counts_poll;
 pub mod fleet;
 pub mod host;
 pub mod offline;
+pub mod policy_source;
 pub mod request;
 pub mod root;
 pub mod stats;

@@ -6,6 +6,7 @@
 use super::cluster_policy::{ClusterFetch, Fetched};
 use super::counts_poll::CountsPoll;
 use super::host::Host;
+use super::policy_source::{PolicyRole, Published, SharedPolicy};
 use super::request::Request;
 use super::stats::M;
 use super::worker::{self, Timer, Worker, REAP_EVERY};
@@ -13,6 +14,7 @@ use crate::config::{parse_plugin_config, PluginConfig};
 use crate::engine::{self, Compiled};
 use crate::Nanos;
 use std::rc::Rc;
+use std::sync::Arc;
 
 pub const TICK_MS: u32 = 50;
 const METRICS_EVERY: Nanos = 1_000_000_000;
@@ -26,6 +28,9 @@ pub struct Root {
     fetch: ClusterFetch,
     /// The poll of the cluster's `/metrics` this root has under way.
     counts: CountsPoll,
+    /// The policy shared with the configuration's other roots of the process (`None`: this
+    /// root reads the cluster for itself alone).
+    shared: Option<PolicyRole>,
 }
 
 fn next_generation(h: &dyn Host) -> u64 {
@@ -62,15 +67,52 @@ fn flush_metrics(h: &dyn Host, w: &mut Worker, c: &Compiled, now: Nanos) {
 }
 
 impl Root {
+    /// A root sharing the cluster's policy with the configuration's other roots of the process
+    /// through `source`: the `reader` reads the cluster and publishes; the others adopt
+    /// ([`Root::adopt_published`]) and never read the cluster's policy themselves.
+    pub fn sharing(source: Arc<SharedPolicy>, reader: bool) -> Root {
+        let shared = if reader { PolicyRole::Reader(source) } else { PolicyRole::Follower { source, adopted: 0 } };
+        Root { shared: Some(shared), ..Root::default() }
+    }
+
     fn apply(&mut self, h: &dyn Host, cfg: PluginConfig, what: &str) {
         for w in &cfg.policy.warnings {
             log::warn!("apf: {w}");
         }
-        let generation = next_generation(h);
-        let c = Compiled::new(cfg, generation);
-        let (levels, schemas, seats) = (c.levels.len(), c.config.policy.flow_schemas.len(), c.config.server_concurrency_limit);
+        let generation = self.install(h, cfg);
+        let (levels, schemas, seats) = self
+            .compiled
+            .as_deref()
+            .map_or((0, 0, 0), |c| (c.levels.len(), c.config.policy.flow_schemas.len(), c.config.server_concurrency_limit));
         log::info!("apf: {what} generation {generation} applied: {levels} priority levels, {schemas} flow schemas, {seats} seats");
-        self.compiled = Some(Rc::new(c));
+    }
+
+    /// Compiles `cfg` under a new generation and serves it: its generation.
+    fn install(&mut self, h: &dyn Host, cfg: PluginConfig) -> u64 {
+        let generation = next_generation(h);
+        self.compiled = Some(Rc::new(Compiled::new(cfg, generation)));
+        generation
+    }
+
+    /// Whether this root reads the cluster's policy (a follower adopts its reader's instead).
+    fn reads_policy(&self) -> bool {
+        !matches!(self.shared, Some(PolicyRole::Follower { .. }))
+    }
+
+    /// A follower adopts the newest policy its reader published, if it runs an older one (one
+    /// atomic load when it is current). The reader logged the policy and its warnings: the
+    /// adoption is logged at debug level.
+    pub fn adopt_published(&mut self, h: &dyn Host) {
+        let Some(PolicyRole::Follower { source, adopted }) = &self.shared else { return };
+        if source.published() == *adopted {
+            return;
+        }
+        let Some((n, p)) = source.newest() else { return };
+        if let Some(PolicyRole::Follower { adopted, .. }) = self.shared.as_mut() {
+            *adopted = n;
+        }
+        let generation = self.install(h, p.config.clone());
+        log::debug!("apf: {} adopted as generation {generation}", p.what);
     }
 
     /// The reply of an HTTP call this root started.
@@ -84,6 +126,9 @@ impl Root {
         }
         let Some(cp) = c.as_deref().and_then(|c| c.config.cluster_policy.as_ref()) else { return };
         if let Some(Fetched { config, what }) = self.fetch.on_response(h, cp, token, body_size) {
+            if let Some(PolicyRole::Reader(source)) = &self.shared {
+                source.publish(Published { config: config.clone(), what: what.clone() });
+            }
             self.apply(h, config, &what);
         }
     }
@@ -111,7 +156,7 @@ impl Root {
     pub fn on_tick(&mut self, h: &dyn Host, w: &mut Worker) {
         let Some(c) = self.compiled.clone() else { return };
         let now = h.monotonic_nanos();
-        if let Some(cp) = c.config.cluster_policy.as_ref() {
+        if let Some(cp) = c.config.cluster_policy.as_ref().filter(|_| self.reads_policy()) {
             self.fetch.maybe_start(h, cp, now);
         }
         if !w.due(now, Nanos::from(TICK_MS) * 800_000, Timer::Tick) {
@@ -148,6 +193,17 @@ impl Root {
     /// A message arrived in this worker's mailbox.
     pub fn on_queue_ready(&mut self, h: &dyn Host, w: &mut Worker) {
         w.drain_mailbox(h, h.monotonic_nanos(), 1);
+    }
+
+    /// A stream starts on a worker whose timer may not have run for a while (the native host
+    /// ticks a worker only while one of its streams waits or holds seats): the newest published
+    /// policy is adopted and the object counts re-read when due, before the request is
+    /// classified and its work estimated.
+    pub fn on_stream_start(&mut self, h: &dyn Host, w: &mut Worker) {
+        self.adopt_published(h);
+        if let Some(c) = self.compiled.as_deref() {
+            super::counts_poll::refresh_if_due(h, w, &c.config, h.monotonic_nanos());
+        }
     }
 
     /// The state of a new stream `context`, under the current configuration.

@@ -148,12 +148,18 @@ fn record_gauges(h: &dyn Host, names: &[&str], ids: &mut [Option<u32>], values: 
     }
 }
 
-/// Adds `deltas` to the counters `names` (their ids in `ids`, defined on the first call even at
-/// 0, so that the series exist from the start).
-fn add_to_counters(h: &dyn Host, names: &[impl AsRef<str>], ids: &mut [Option<u32>], deltas: impl IntoIterator<Item = u64>) {
+/// Moves `deltas` of the counters `names` (their ids in `ids`, defined on the first call even
+/// at 0, so that the series exist from the start) into `out`.
+fn take_counters(
+    h: &dyn Host,
+    names: &[impl AsRef<str>],
+    ids: &mut [Option<u32>],
+    deltas: impl IntoIterator<Item = u64>,
+    out: &mut Vec<(u32, i64)>,
+) {
     for ((name, id), delta) in names.iter().zip(ids).zip(deltas) {
         if let (Some(id), true) = (metric_id(h, id, StatKind::Counter, name.as_ref()), delta > 0) {
-            h.increment_metric(id, i64::try_from(delta).unwrap_or(i64::MAX));
+            out.push((id, i64::try_from(delta).unwrap_or(i64::MAX)));
         }
     }
 }
@@ -223,19 +229,27 @@ impl Stats {
 
     /// Pushes accumulated deltas to the host.
     pub fn flush(&mut self, h: &dyn Host) {
+        let mut deltas = Vec::new();
+        self.take_pending(h, &mut deltas);
+        deltas.into_iter().for_each(|(id, by)| h.increment_metric(id, by));
+    }
+
+    /// Moves every pending delta into `out` as (stat id, delta), for the host to add later or
+    /// from another thread ([`Stats::flush`] adds them at once): afterwards nothing is pending.
+    /// Every counter is defined on its first take, even at 0 (see [`take_counters`]).
+    pub fn take_pending(&mut self, h: &dyn Host, out: &mut Vec<(u32, i64)>) {
         let c = h.store().worker().map(WorkerState::take).unwrap_or_default();
         let own = std::mem::take(&mut self.own_pending);
         let deltas = [c.writes, c.conflicts, c.decodes, c.reuses, c.wakeups].into_iter().chain(own);
-        add_to_counters(h, &OWN_COUNTERS, &mut self.own_ids, deltas);
+        take_counters(h, &OWN_COUNTERS, &mut self.own_ids, deltas, out);
         for s in self.series.values_mut() {
             if let Some(deltas) = s.hist.as_mut().map(names::HistogramAcc::take) {
                 // Every counter of a histogram is defined on its first flush, even at 0: with a
                 // missing lower bucket `histogram_quantile` would interpolate from 0 instead of
                 // from that bound.
-                add_to_counters(h, &s.names, &mut s.ids, deltas.into_iter().flatten());
+                take_counters(h, &s.names, &mut s.ids, deltas.into_iter().flatten(), out);
             } else if let Some(id) = (s.pending != 0).then(|| scalar_id(h, s)).flatten() {
-                h.increment_metric(id, s.pending);
-                s.pending = 0;
+                out.push((id, std::mem::take(&mut s.pending)));
             }
         }
     }

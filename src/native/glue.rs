@@ -4,20 +4,25 @@
 //! hook, and every scheduled event of a stream, on the stream's worker thread. Each worker
 //! thread owns one [`Worker`] (like one proxy-wasm VM) and one [`Root`] per live configuration,
 //! built from the configuration's bytes on the worker's first stream under it; in-flight
-//! streams keep the configuration they started with.
+//! streams keep the configuration they started with. The main thread's root of a configuration
+//! reads its `clusterPolicy` and publishes each policy it applies (a [`SharedPolicy`]); a
+//! worker's root adopts the newest as each stream starts, and never reads it itself.
 
 use super::abi::{self, ConfigPtr, FilterPtr};
 use super::callout;
 use super::host::{self, NativeHost};
+use super::idle_stats;
 use super::wake;
 use crate::config::parse_plugin_config;
 use crate::digest::identity::IdentitySource;
 use crate::engine::requests::Phase;
 use crate::gateway::host::Action;
+use crate::gateway::policy_source::SharedPolicy;
 use crate::gateway::{root::TICK_MS, Request, Root, Worker};
 use hashbrown::HashMap;
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// One filter configuration (`filter_config` of the Envoy filter): the gateway's JSON.
@@ -25,6 +30,8 @@ pub struct Config {
     id: u64,
     envoy: ConfigPtr,
     bytes: Vec<u8>,
+    /// The cluster's policy, as the main thread's root applied it last.
+    policy: Arc<SharedPolicy>,
 }
 
 /// One stream.
@@ -81,7 +88,7 @@ pub fn config_new(envoy: ConfigPtr, _name: &[u8], bytes: &[u8]) -> Option<Config
     }
     callout::add_config(id, envoy);
     wake::start_ticker(Duration::from_millis(u64::from(TICK_MS)));
-    Some(Config { id, envoy, bytes: bytes.to_vec() })
+    Some(Config { id, envoy, bytes: bytes.to_vec(), policy: Arc::default() })
 }
 
 pub fn config_destroy(c: Config) {
@@ -102,7 +109,10 @@ fn main_host() -> NativeHost {
 pub fn config_scheduled(c: &Config, event: u64) {
     let h = main_host();
     match event {
-        callout::TICK => drop(with_root(&h, c, |root, w| root.on_tick(&h, w))),
+        callout::TICK => {
+            with_root(&h, c, Thread::Main, |root, w| root.on_tick(&h, w));
+            idle_stats::add_owed();
+        }
         callout::CALLS => callout::send_queued(c.id, c.envoy),
         _ => {}
     }
@@ -131,9 +141,16 @@ fn deliver_replies(h: &NativeHost) {
     host::run_deferred();
 }
 
+/// Which thread runs a root: the main thread's reads the cluster's policy for every worker's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Thread {
+    Main,
+    Worker,
+}
+
 /// Runs `f` on this thread's worker and the root of `config` (`None` on a re-entrant call,
 /// logged).
-fn with_root<T>(h: &NativeHost, config: &Config, f: impl FnOnce(&mut Root, &mut Worker) -> T) -> Option<T> {
+fn with_root<T>(h: &NativeHost, config: &Config, thread: Thread, f: impl FnOnce(&mut Root, &mut Worker) -> T) -> Option<T> {
     WORKER.with(|w| {
         ROOTS.with(|r| {
             let (Ok(mut w), Ok(mut roots)) = (w.try_borrow_mut(), r.try_borrow_mut()) else {
@@ -142,7 +159,7 @@ fn with_root<T>(h: &NativeHost, config: &Config, f: impl FnOnce(&mut Root, &mut 
             };
             let w = w.get_or_insert_with(|| Worker::new(crate::gateway::Host::monotonic_nanos(h) as u64));
             let root = roots.entry(config.id).or_insert_with(|| {
-                let mut root = Root::default();
+                let mut root = Root::sharing(config.policy.clone(), thread == Thread::Main);
                 callout::as_config(config.id, || root.on_configure(h, &config.bytes));
                 root
             });
@@ -170,7 +187,11 @@ pub fn filter_new(c: &Config, envoy: FilterPtr) -> Filter {
     });
     host::add_stream(context, envoy);
     let h = NativeHost { context, filter: envoy };
-    let request = with_root(&h, c, |root, _| root.new_request(context)).unwrap_or_default();
+    let request = with_root(&h, c, Thread::Worker, |root, w| {
+        root.on_stream_start(&h, w);
+        root.new_request(context)
+    })
+    .unwrap_or_default();
     Filter { context, envoy, request, completed: false }
 }
 
@@ -271,8 +292,9 @@ pub fn stream_complete(f: &mut Filter) {
 /// Whether an idle worker's stats are flushed now: when its last idle flush is
 /// [`IDLE_FLUSH_GAP`] old. Under load a worker goes idle between most requests, and a flush per
 /// request cost about as much as the request's own APF work (each series is a stat looked up
-/// by its label values in Envoy); a skipped flush is owed, paid by the next stream end after the
-/// gap or by the timer once a stream holds seats again.
+/// by its label values in Envoy); between two flushes the deltas are handed to the main thread
+/// ([`went_idle`]), or, when that fails, owed: paid by the next stream end after the gap or by
+/// the timer once a stream holds seats again.
 fn flush_now(h: &NativeHost) -> bool {
     idle_flush_due(crate::gateway::Host::monotonic_nanos(h), LAST_IDLE_FLUSH.with(Cell::get))
 }
@@ -286,20 +308,23 @@ fn idle_flush_due(now: crate::Nanos, last: crate::Nanos) -> bool {
 const IDLE_FLUSH_GAP: crate::Nanos = 2 * TICK_MS as crate::Nanos * 1_000_000;
 
 /// The worker's last stream holding or awaiting seats ended: no tick reaches it until another
-/// one starts, so its timer runs now and its stats are flushed (or owed: [`flush_now`]).
+/// one starts, so its timer runs now and its stats are flushed, or, between two flushes
+/// ([`flush_now`]), handed over to the main thread ([`idle_stats`]; owed when that fails).
 fn went_idle(h: &NativeHost) {
     let flush = flush_now(h);
-    WORKER.with(|w| {
+    let handed = WORKER.with(|w| {
         ROOTS.with(|r| {
-            let (Ok(mut w), Ok(mut roots)) = (w.try_borrow_mut(), r.try_borrow_mut()) else { return };
-            let Some(w) = w.as_mut() else { return };
+            let (Ok(mut w), Ok(mut roots)) = (w.try_borrow_mut(), r.try_borrow_mut()) else { return false };
+            let Some(w) = w.as_mut() else { return false };
             roots.iter_mut().for_each(|(&id, root)| callout::as_config(id, || root.on_tick(h, w)));
             if flush {
                 w.stats().flush(h);
+                return false;
             }
+            idle_stats::hand_over(|out| w.stats().take_pending(h, out))
         })
     });
-    FLUSH_OWED.with(|o| o.set(!flush));
+    FLUSH_OWED.with(|o| o.set(!flush && !handed));
     if flush {
         LAST_IDLE_FLUSH.with(|t| t.set(crate::gateway::Host::monotonic_nanos(h)));
     }

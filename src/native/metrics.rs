@@ -15,7 +15,7 @@ use crate::gateway::host::StatKind;
 use crate::gateway::stats::stat_families;
 use hashbrown::HashMap;
 use std::cell::RefCell;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// A defined family: Envoy's id, kind and label keys.
 struct Family {
@@ -30,14 +30,14 @@ fn families() -> &'static Mutex<HashMap<String, Family>> {
 }
 
 /// One series this worker defined: its family's id and kind, and its label values.
-struct Series {
+pub struct Series {
     family: usize,
     kind: StatKind,
     values: Vec<String>,
 }
 
 thread_local! {
-    static SERIES: RefCell<Vec<Series>> = const { RefCell::new(Vec::new()) };
+    static SERIES: RefCell<Vec<Arc<Series>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Defines every family in the configuration being created (ids are positions in definition
@@ -87,7 +87,7 @@ pub fn define(kind: StatKind, name: &str) -> Option<u32> {
     let s = Series { family: f.id, kind: f.kind, values };
     SERIES.with(|all| {
         let mut all = all.borrow_mut();
-        all.push(s);
+        all.push(Arc::new(s));
         u32::try_from(all.len() - 1).ok()
     })
 }
@@ -103,7 +103,17 @@ fn with_series(id: u32, f: impl FnOnce(&Series)) {
 }
 
 pub fn increment(filter: FilterPtr, id: u32, by: i64) {
-    with_series(id, |s| match s.kind {
+    with_series(id, |s| add(filter, s, by));
+}
+
+/// This worker's series `id`, to be changed from another thread ([`add`]).
+pub fn series(id: u32) -> Option<Arc<Series>> {
+    SERIES.with(|all| all.borrow().get(usize::try_from(id).ok()?).cloned())
+}
+
+/// Adds `by` to the counter or gauge `s` (a counter only grows).
+pub fn add(filter: FilterPtr, s: &Series, by: i64) {
+    match s.kind {
         StatKind::Counter if by > 0 => {
             let _ = filter.increment_counter(s.family, &s.values, by.unsigned_abs());
         }
@@ -112,7 +122,7 @@ pub fn increment(filter: FilterPtr, id: u32, by: i64) {
             let op = if by >= 0 { GaugeOp::Add } else { GaugeOp::Sub };
             let _ = filter.gauge(op, s.family, &s.values, by.unsigned_abs());
         }
-    });
+    }
 }
 
 pub fn record(filter: FilterPtr, id: u32, value: u64) {

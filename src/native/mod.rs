@@ -8,13 +8,15 @@
 //! - `host`: [`crate::gateway::Host`] over the ABI; deferred resumes and local replies.
 //! - `callout`: HTTP calls, made from the main thread, replies routed back to the asking root.
 //! - `wake`: per-worker mailboxes woken through stream schedulers, and the timer thread.
-//! - `logger`, `metrics`: logs and stats through Envoy.
+//! - `logger`, `metrics`: logs and stats through Envoy; `idle_stats`: an idle worker's stats,
+//!   added by the main thread.
 //! - `isolated` (feature `native-isolated-levels`): the saturated benchmark's no-sharing control.
 
 pub mod abi;
 mod callout;
 mod glue;
 mod host;
+mod idle_stats;
 #[cfg(feature = "native-isolated-levels")]
 mod isolated;
 mod logger;

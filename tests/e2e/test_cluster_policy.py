@@ -58,8 +58,9 @@ def test_policy_is_read_from_the_cluster(gateway):
         return True
 
     wait_until(applied, timeout=15, what="the cluster's FlowSchema and level apply on every worker")
-    # The requests above may all have reached one worker: let every reader (each worker's VM and
-    # the main thread's, each polling every second) read the valid policy before it changes.
+    # The requests above may all have reached one worker: let every reader (Wasm: each worker's
+    # VM and the main thread's; native: the main thread's, whose policy every worker adopts; each
+    # polling every second) read the valid policy before it changes.
     n = len(gw.upstream.received("/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas"))
     wait_until(lambda: len(gw.upstream.received("/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas")) >= n + 9,
                timeout=15, what="three more seconds of reads of the valid policy")
@@ -71,11 +72,6 @@ def test_policy_is_read_from_the_cluster(gateway):
     n = len(gw.upstream.received("/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas"))
     wait_until(lambda: len(gw.upstream.received("/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas")) >= n + 4,
                timeout=15, what="the gateway re-reads the invalid policy")
-    if gw.native:
-        # A native worker builds its root at its first request, under the file's configuration,
-        # and reads the cluster's policy from then on: a request that is a worker's first may be
-        # classified before that read answers. Every worker then converges on the valid policy.
-        wait_until(lambda: fs_uid(gw) == "fs-from-cluster", timeout=5, what="the valid policy on every worker")
     assert fs_uid(gw) == "fs-from-cluster"
     assert gw.request(user="admin", groups=("system:masters",), path="/healthz").status == 200
 
@@ -153,9 +149,10 @@ def second_schema() -> dict:
 
 def test_unchanged_policy_is_applied_once(gateway):
     """Read N times with only volatile changes, the cluster's policy is applied once by each VM
-    that reads it (a re-application would log again, recompile the policy and re-plan the fleet);
-    a changed spec (one more FlowSchema) is applied. Envoy writes its log file every 10 s: the
-    lines of the first policy are all in the file once those of the second are."""
+    that reads it (native: the main thread's root, whose policy the workers adopt; a
+    re-application would log again, recompile the policy and re-plan the fleet); a changed spec
+    (one more FlowSchema) is applied. Envoy writes its log file every 10 s: the lines of the
+    first policy are all in the file once those of the second are."""
     polls = 5
     gw = gateway({"identity": {"sources": [{"type": "frontProxy"}]},
                   "clusterPolicy": {"cluster": "apiserver", "period": "1s", "token": "s3cret"}})
@@ -173,17 +170,12 @@ def test_unchanged_policy_is_applied_once(gateway):
     r = wait_until(lambda: (lambda r: r if r.headers.get("x-kubernetes-pf-flowschema-uid") == "fs-second" else None)(
         gw.request(user="dave", groups=("second-team",))), timeout=15, what="the changed policy applies")
     assert r.status == 200, r
-    # The native host's workers poll only while they have traffic (nothing can wake an idle
-    # worker without a stream): there, the main thread's line of the changed policy shows the
-    # log holds every line of the first one.
-    changed = (lambda ts: bool(ts)) if gw.native else (lambda ts: ts >= readers)
-    wait_until(lambda: changed({t for t, n in applied_lines(gw) if n == first + 1}), timeout=25,
+    wait_until(lambda: {t for t, n in applied_lines(gw) if n == first + 1} >= readers, timeout=25,
                what="every reader's applied line of the changed policy in Envoy's log")
     lines = applied_lines(gw)
     before = Counter(t for t, n in lines[:next(i for i, (_, n) in enumerate(lines) if n == first + 1)] if n == first)
     reads = gw.upstream.flowcontrol_lists()
     print(f"cluster policy: {reads} list reads, applied per reader thread before the change: {dict(before)}, "
           f"after: {dict(Counter(t for t, n in lines if n == first + 1))}")
-    # A native worker starts reading at its first request: a reader may join after `readers`.
-    assert (set(before) >= readers if gw.native else set(before) == readers) and all(v == 1 for v in before.values()), \
+    assert set(before) == readers and all(v == 1 for v in before.values()), \
         f"an unchanged policy was applied again: {dict(before)} applications per thread over {polls}+ reads each"
