@@ -12,7 +12,8 @@
 //! module-owned thread ([`start_ticker`]) that commits [`TICK`] every `TICK_MS` to one registered
 //! scheduler of every worker. A worker with no stream holding or awaiting seats gets no tick: it
 //! has nothing to time out, and it runs its timer as its last such stream ends, flushing its
-//! stats there at most once per two timer periods (`glue::stream_complete`).
+//! stats there at most once per two timer periods; between those flushes it hands what it owes
+//! to the main thread, which adds it on its own timer (`glue::stream_complete`, `idle_stats`).
 
 use super::abi::SchedulerPtr;
 use hashbrown::HashMap;
