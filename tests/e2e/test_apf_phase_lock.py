@@ -52,7 +52,7 @@ def test_constant_service_phase_locks_partly(gateway, concurrency):
     kept = q.rate / alone.flows["quiet"].rate
     round_trip = statistics.mean(elapsed) - statistics.mean(alone_ms)
     report = (f"[{concurrency} worker(s)] quiet kept {kept:.1%}, wait p50 {pct(q.waits_ms, 0.5)} / p90 "
-              f"{pct(q.waits_ms, 0.9)} / max {max(q.waits_ms, default=0)} ms; upstream service p10 "
+              f"{pct(q.waits_ms, 0.9)} / p99 {pct(q.waits_ms, 0.99)} / max {max(q.waits_ms, default=0)} ms; upstream service p10 "
               f"{pct(served_ms, 0.1):.3f} / p50 {pct(served_ms, 0.5):.3f} / p90 {pct(served_ms, 0.9):.3f} ms; "
               f"round trip {round_trip:.2f} ms")
     print("\n" + report)
@@ -68,7 +68,13 @@ def test_constant_service_phase_locks_partly(gateway, concurrency):
     # all alike: that spread is what loosens the lock.
     assert SERVICE_MS <= pct(served_ms, 0.1) < pct(served_ms, 0.9) < SERVICE_MS + 5, report
     # Partly locked: the quiet user loses some throughput to the phases (a perfect lock: about
-    # half; fair queuing with jittered service: > 90 %), and never waits much more than one
-    # service time.
+    # half; fair queuing with jittered service: > 90 %), and its requests hardly ever wait much
+    # more than one service time. Its longest wait is bounded looser: on a shared 2-core machine
+    # one request in a thousand can sit through a stall of the processes themselves (the
+    # in-process upstream or Envoy descheduled: 247 and 365 ms seen under a full test run, with
+    # the round trip and the upstream's p90 up at the same time), which no queue discipline
+    # causes or prevents; queuing that put the quiet user behind the heavy one would show in
+    # its 99th percentile.
     assert 0.78 <= kept <= 0.97, report
-    assert max(q.waits_ms, default=0) <= 2.2 * SERVICE_MS, report
+    assert pct(q.waits_ms, 0.99) <= 2.2 * SERVICE_MS, report
+    assert max(q.waits_ms, default=0) <= 10 * SERVICE_MS, report
