@@ -6,7 +6,7 @@ Set-up as that test's fixture (tests/fixtures/scenarios/closed_loop_measured.jso
 level (64 queues, hand size 8, queue length limit 50), the quiet user with 4 connections, the
 heavy one with 40, every request asking the upstream for exactly 50 ms. The test upstream's
 real service times spread over tenths of a millisecond (sleep overshoot), which loosens the
-phase lock: the quiet user keeps about 87-90 % of its standalone throughput (a perfect lock
+phase lock: the quiet user keeps about 87-90 % of its standalone throughput here (a perfect lock
 would leave it about half). With APF_PHASE_LOCK_OUT=FILE the run's measurements (the
 upstream's service-time quantiles, the round trip, the share kept) are written there as JSON,
 from which the fixture's `serviceTimes` and `roundTrip` were taken."""
@@ -74,7 +74,9 @@ def test_constant_service_phase_locks_partly(gateway, concurrency):
     # in-process upstream or Envoy descheduled: 247 and 365 ms seen under a full test run, with
     # the round trip and the upstream's p90 up at the same time), which no queue discipline
     # causes or prevents; queuing that put the quiet user behind the heavy one would show in
-    # its 99th percentile.
-    assert 0.78 <= kept <= 0.97, report
+    # its 99th percentile. The share kept also falls when the machine is loaded (74.5 % seen on
+    # a CI runner whose round trip was 6.2 ms against about 1 ms here): the lower bound only
+    # separates a partial lock from a perfect one (about half).
+    assert 0.65 <= kept <= 0.97, report
     assert pct(q.waits_ms, 0.99) <= 2.2 * SERVICE_MS, report
     assert max(q.waits_ms, default=0) <= 10 * SERVICE_MS, report
