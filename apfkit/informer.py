@@ -104,6 +104,7 @@ class Informer:
         self.events: list[tuple[str, float, int]] = []
         self.failures = 0
         self.resp: Response | None = None
+        self.stopped = False
         # (start s since t0, seconds): each Retry-After slept by the REST client, each back-off
         # slept by the reflector.
         self.retry_afters: list[tuple[float, int]] = []
@@ -141,10 +142,10 @@ class Informer:
         await asyncio.sleep(d)
 
     async def run(self, start_rv: int | None) -> None:
-        """Runs until cancelled: a watch from `start_rv` first (an informer that is synced
+        """Runs until cancelled or closed: a watch from `start_rv` first (an informer that is synced
         already), then resyncs whenever the watch ends."""
         rv = start_rv
-        while True:
+        while not self.stopped:
             if rv is not None:
                 self.resp = await self.request("watch", f"watch=1&allowWatchBookmarks=true&resourceVersion={rv}")
                 if self.resp is not None:
@@ -204,6 +205,9 @@ class Informer:
             return
 
     def close(self) -> None:
+        """Stops the informer: its watch is closed and its loop ends (even where a cancellation
+        was lost)."""
+        self.stopped = True
         if self.resp is not None:
             self.resp.close()
 

@@ -577,11 +577,15 @@ class Traffic:
         tasks.append(self.leaker() if self.scenario == "watch-leak" else self.dropper())
         tasks.append(self.lag_probe())
         await asyncio.gather(*tasks)
-        for t in infs:
-            t.cancel()
-        await asyncio.gather(*infs, return_exceptions=True)
+        # Closed first, then cancelled, and waited for with a bound: Python 3.11's
+        # asyncio.wait_for can lose a cancellation that races its inner task's completion (the
+        # informer would then read a silent watch forever); a closed informer's loop ends.
         for x in self.informers:
             x.close()
+        for t in infs:
+            t.cancel()
+        if infs:
+            await asyncio.wait(infs, timeout=10)
         for r in self.leaked:
             r.close()
 
