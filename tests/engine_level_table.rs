@@ -252,8 +252,8 @@ fn two_threads_on_one_typed_level_never_lose_or_double_a_seat() {
 }
 
 /// One worker's requests on `key`: each executes (at once or when a notice dispatches it) and
-/// finishes; dispatches for the other worker are handed over through `inbox`-less finishing:
-/// every receipt seen, whoever owns it, is finished exactly once by the worker that saw it.
+/// finishes. A dispatch is finished by the worker whose operation made it, whoever owns the
+/// request, so every receipt is finished exactly once; the level's seats never exceed its limit.
 fn hammer(c: &Compiled, store: &ProcessStore, key: &str, owner: u32) {
     let w = WorkerStore::new(store);
     let lvl = level(c);
