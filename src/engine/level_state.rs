@@ -1,7 +1,10 @@
 //! One priority level's state in the shared store ([`LevelState`]: its QueueSet, seat-demand
-//! integrator and Retry-After tracker) and its one write path ([`update_level`]).
+//! integrator and Retry-After tracker), its one write path ([`update_level`]: bytes with
+//! compare-and-swap, or in place in a store's [`LevelTable`]) and its reads ([`read_level`],
+//! [`peek_level`]).
 
 use super::compiled::LevelRuntime;
+use super::level_table::LevelTable;
 use super::store::{update, Store};
 use super::*;
 use crate::codec::{CodecError, Writer};
@@ -73,7 +76,6 @@ impl LevelState {
         generation: u64,
         out: &mut Vec<Dispatched>,
     ) -> Result<LevelState, EngineError> {
-        let now = at.now;
         // A match, not Option/Result adapters: those move the whole state twice more (memcpy).
         let existing = bytes.and_then(|b| match cache::decode(at.store, at.key, b) {
             Ok(s) => Some(s),
@@ -82,21 +84,30 @@ impl LevelState {
                 None
             }
         });
-        let Some(mut st) = existing else { return LevelState::new(lvl.qs_config, generation, now) };
-        if generation > st.generation {
-            let mut cfg = lvl.qs_config;
-            // The concurrency limit is dynamic (borrowing); keep the current one unless the
-            // level changed between exempt / reject / queuing.
-            let cur = st.qs.config();
-            if cur.desired_queues.signum() == cfg.desired_queues.signum() {
-                cfg.concurrency_limit = cur.concurrency_limit.clamp(lvl.min_limit, lvl.max_limit.max(lvl.min_limit));
-            }
-            if cfg != cur {
-                out.extend(st.qs.reconfigure(cfg, now).map_err(EngineError::Config)?);
-            }
-            st.generation = generation;
-        }
+        let Some(mut st) = existing else { return LevelState::new(lvl.qs_config, generation, at.now) };
+        st.configure(lvl, generation, at.now, out)?;
         Ok(st)
+    }
+
+    /// Applies `lvl`'s queuing configuration if `generation` is newer than the state's (what
+    /// that dispatches goes to `out`); on error the state is unchanged.
+    fn configure(&mut self, lvl: &LevelRuntime, generation: u64, now: Nanos, out: &mut Vec<Dispatched>) -> Result<(), EngineError> {
+        if generation <= self.generation {
+            return Ok(());
+        }
+        let mut cfg = lvl.qs_config;
+        // The concurrency limit is dynamic (borrowing); keep the current one unless the
+        // level changed between exempt / reject / queuing.
+        let cur = self.qs.config();
+        if cur.desired_queues.signum() == cfg.desired_queues.signum() {
+            cfg.concurrency_limit = cur.concurrency_limit.clamp(lvl.min_limit, lvl.max_limit.max(lvl.min_limit));
+        }
+        if cfg != cur {
+            // `reconfigure` checks the configuration before it changes anything.
+            out.extend(self.qs.reconfigure(cfg, now).map_err(EngineError::Config)?);
+        }
+        self.generation = generation;
+        Ok(())
     }
 
     /// Counts a request rejected at `now`; returns the Retry-After to answer it with.
@@ -114,12 +125,15 @@ struct LevelWrite<'a> {
     now: Nanos,
 }
 
-/// The one write path of a level: one CAS update of its stored state. Loads the state
-/// (decoded, or this worker's own last write from [`cache`]); with `create`, a missing or
-/// unreadable state is created for that level and a newer configuration generation applied;
-/// without, nothing changes when the level has no state (then `None`). Applies `f` (which may
-/// dispatch into the list it gets), records the seat demand, encodes; what was dispatched is
-/// appended to `notices`.
+/// What a level's update returned and what it dispatched.
+type Updated<T> = Option<(T, Vec<Dispatched>)>;
+
+/// The one write path of a level. Loads the state; with `create`, a missing (or unreadable)
+/// state is created for that level and a newer configuration generation applied; without,
+/// nothing changes when the level has no state (then `None`). Applies `f` (which may dispatch
+/// into the list it gets) and records the seat demand; what was dispatched is appended to
+/// `notices`. In a store with a [`LevelTable`] the state is updated in place under its level's
+/// lock; otherwise it is one CAS update of its stored bytes ([`update_bytes`]).
 pub(crate) fn update_level<T>(
     store: &dyn Store,
     now: Nanos,
@@ -128,20 +142,10 @@ pub(crate) fn update_level<T>(
     notices: &mut Vec<Notice>,
     mut f: impl FnMut(&mut LevelState, &mut Vec<Dispatched>) -> T,
 ) -> Result<Option<T>, EngineError> {
-    let at = LevelWrite { store, key: level_key, now };
-    let r = update(store, level_key, MAX_CAS_TRIES, |cur| {
-        let mut out = Vec::new();
-        let mut st = match create {
-            Some((lvl, generation)) => LevelState::load(&at, cur, lvl, generation, &mut out)?,
-            None => match cur {
-                Some(bytes) => cache::decode(store, level_key, bytes)?,
-                None => return Ok::<_, EngineError>((Vec::new(), None)),
-            },
-        };
-        let r = f(&mut st, &mut out);
-        st.demand.set(now, f64::from(st.qs.seat_demand()));
-        Ok((cache::encode(store, level_key, st), Some((r, out))))
-    })?;
+    let r = match store.levels() {
+        Some(table) => update_in_place(table, store, now, level_key, create, &mut f)?,
+        None => update_bytes(store, now, level_key, create, &mut f)?,
+    };
     Ok(r.map(|(r, dispatched)| {
         notices.extend(dispatched.iter().map(|d| Notice {
             owner: d.tag.owner,
@@ -154,8 +158,85 @@ pub(crate) fn update_level<T>(
     }))
 }
 
-/// Reads a level's state (for dumps and metrics).
+/// [`update_level`] over stored bytes: decoded (or this worker's own last write from
+/// [`cache`]), updated, encoded, written back with compare-and-swap (redone on a conflict).
+fn update_bytes<T>(
+    store: &dyn Store,
+    now: Nanos,
+    level_key: &str,
+    create: Option<(&LevelRuntime, u64)>,
+    f: &mut impl FnMut(&mut LevelState, &mut Vec<Dispatched>) -> T,
+) -> Result<Updated<T>, EngineError> {
+    let at = LevelWrite { store, key: level_key, now };
+    update(store, level_key, MAX_CAS_TRIES, |cur| {
+        let mut out = Vec::new();
+        let mut st = match create {
+            Some((lvl, generation)) => LevelState::load(&at, cur, lvl, generation, &mut out)?,
+            None => match cur {
+                Some(bytes) => cache::decode(store, level_key, bytes)?,
+                None => return Ok::<_, EngineError>((Vec::new(), None)),
+            },
+        };
+        let r = f(&mut st, &mut out);
+        st.demand.set(now, f64::from(st.qs.seat_demand()));
+        Ok((cache::encode(store, level_key, st), Some((r, out))))
+    })
+}
+
+/// [`update_level`] on the decoded state `table` keeps, under the level's lock: no encoding,
+/// no decoding, no conflicts; each update that found or created a state counts as a write.
+fn update_in_place<T>(
+    table: &dyn LevelTable,
+    store: &dyn Store,
+    now: Nanos,
+    level_key: &str,
+    create: Option<(&LevelRuntime, u64)>,
+    f: &mut impl FnMut(&mut LevelState, &mut Vec<Dispatched>) -> T,
+) -> Result<Updated<T>, EngineError> {
+    let mut r = Ok(None);
+    table.update(level_key, &mut |slot| r = apply(slot, now, create, &mut *f))?;
+    if matches!(r, Ok(Some(_))) {
+        super::contention::count(store, |c| &mut c.writes);
+    }
+    r
+}
+
+/// Loads (creating and configuring as [`LevelState::load`] does) and updates the level's
+/// state in `slot`.
+fn apply<T>(
+    slot: &mut Option<LevelState>,
+    now: Nanos,
+    create: Option<(&LevelRuntime, u64)>,
+    f: &mut impl FnMut(&mut LevelState, &mut Vec<Dispatched>) -> T,
+) -> Result<Updated<T>, EngineError> {
+    let mut out = Vec::new();
+    let st = match (slot, create) {
+        (Some(st), Some((lvl, generation))) => {
+            st.configure(lvl, generation, now, &mut out)?;
+            st
+        }
+        (Some(st), None) => st,
+        (slot, Some((lvl, generation))) => slot.insert(LevelState::new(lvl.qs_config, generation, now)?),
+        (None, None) => return Ok(None),
+    };
+    let r = f(st, &mut out);
+    st.demand.set(now, f64::from(st.qs.seat_demand()));
+    Ok(Some((r, out)))
+}
+
+/// Reads a level's state (for dumps and metrics): a copy.
 pub fn read_level(store: &dyn Store, level_key: &str) -> Result<Option<LevelState>, EngineError> {
+    peek_level(store, level_key, LevelState::clone)
+}
+
+/// `f` of a level's state (`None` when it has none), without copying a state kept in place.
+pub fn peek_level<T>(store: &dyn Store, level_key: &str, f: impl FnOnce(&LevelState) -> T) -> Result<Option<T>, EngineError> {
+    if let Some(table) = store.levels() {
+        let mut f = Some(f);
+        let mut r = None;
+        table.read(level_key, &mut |st| r = st.zip(f.take()).map(|(st, f)| f(st)))?;
+        return Ok(r);
+    }
     let (cur, _) = store.get(level_key)?;
-    Ok(cur.map(|b| LevelState::decode(&b)).transpose()?)
+    Ok(cur.map(|b| LevelState::decode(&b)).transpose()?.as_ref().map(f))
 }

@@ -11,6 +11,7 @@
 //!   levels' limits (upstream's borrowing, or the fleet's allocation); `error`: [`EngineError`].
 //! - [`compiled`]: a configuration compiled for the request path and its digest pipeline;
 //!   [`requests`]: one worker's request table; [`store`]: the shared store and its CAS update;
+//!   [`level_table`]: levels kept decoded in process memory (the native host's store);
 //!   [`cache`]: a worker's own last writes; [`workers`]: leases; [`watches`]: open watches;
 //!   [`watch_limits`]: the places of open watches under `watchLimits`;
 //!   [`object_counts`]: the cluster's object counts in shared data; [`debug`]: the dumps;
@@ -23,6 +24,7 @@ pub mod contention;
 pub mod debug;
 mod error;
 mod level_state;
+pub mod level_table;
 mod notice;
 pub mod object_counts;
 mod operations;

@@ -76,7 +76,7 @@ pub fn time_out(store: &dyn Store, now: Nanos, level_key: &str, id: RequestId) -
 /// Timer work for one level: wait deadlines and lingering seats that are due. Cheap when
 /// nothing is due (one read, no write).
 pub fn expire_level(store: &dyn Store, now: Nanos, level_key: &str, notices: &mut Vec<Notice>) -> Result<(), EngineError> {
-    if read_level(store, level_key)?.and_then(|st| st.qs.next_event()).is_none_or(|t| t > now) {
+    if peek_level(store, level_key, |st| st.qs.next_event())?.flatten().is_none_or(|t| t > now) {
         return Ok(());
     }
     // The time-outs come before the dispatches they made room for.

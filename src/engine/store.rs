@@ -51,6 +51,11 @@ pub trait Store {
     fn worker(&self) -> Option<&WorkerState> {
         None
     }
+    /// The level states, when the host keeps them decoded in process memory
+    /// ([`super::level_table`]); without, levels are encoded values in this store.
+    fn levels(&self) -> Option<&dyn super::level_table::LevelTable> {
+        None
+    }
 }
 
 /// What one worker keeps for itself between engine calls (never shared): its decoded-state
@@ -126,6 +131,9 @@ impl Store for WorkerStore<'_> {
     }
     fn worker(&self) -> Option<&WorkerState> {
         Some(&self.state)
+    }
+    fn levels(&self) -> Option<&dyn super::level_table::LevelTable> {
+        self.shared.levels()
     }
 }
 

@@ -1,14 +1,17 @@
 //! The gateway's [`Host`] over Envoy's dynamic-module ABI.
 //!
 //! One [`NativeHost`] is made per hook call for the filter the hook is about. Shared data is an
-//! in-process store with the proxy-wasm semantics ([`MemStore`]: compare-and-swap per key), shared
-//! by every worker thread, each with its own [`WorkerState`]. Queues are the mailboxes of
+//! in-process store shared by every worker thread, each with its own
+//! [`WorkerState`](crate::engine::store::WorkerState) ([`ProcessStore`]): the priority levels'
+//! states kept decoded, each under its own lock, and the other shared values as bytes with the
+//! proxy-wasm semantics (compare-and-swap per key). Queues are the mailboxes of
 //! [`super::wake`]. A resumed stream's continuation and a local reply are deferred until the hook
 //! returns ([`Deferred`], as the `Host` contract asks), so the gateway never re-enters itself.
 
 use super::abi::{self, FilterPtr, SchedulerPtr};
 use super::wake;
-use crate::engine::store::{MemStore, Store, WorkerStore};
+use crate::engine::level_table::ProcessStore;
+use crate::engine::store::{Store, WorkerStore};
 use crate::gateway::host::{pairs, serialize_pairs, Body, CallError, HeaderMap, Host, PairsVisitor, StatKind};
 use crate::Nanos;
 use hashbrown::HashMap;
@@ -45,9 +48,9 @@ fn worker_view() -> &'static dyn Store {
 }
 
 /// The process's shared data.
-fn shared() -> &'static MemStore {
-    static S: OnceLock<MemStore> = OnceLock::new();
-    S.get_or_init(MemStore::new)
+fn shared() -> &'static ProcessStore {
+    static S: OnceLock<ProcessStore> = OnceLock::new();
+    S.get_or_init(ProcessStore::new)
 }
 
 /// The process's monotonic origin.
