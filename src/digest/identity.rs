@@ -264,7 +264,7 @@ impl UserInfo {
     /// account groups for `system:serviceaccount:<ns>:<name>`), as the authenticators do.
     pub fn authenticated(name: &str, groups: &[String]) -> Self {
         let mut user = UserInfo::default();
-        finalize_into(&mut user, name, groups.iter().map(String::as_str), true);
+        finalize_into(&mut user, name, &StatedGroups::Owned(groups.to_vec()), true);
         user
     }
 }
@@ -313,11 +313,14 @@ impl GroupsWriter<'_> {
 
 /// The user `name` in `groups`, completed as the authenticators do, written into `out` (its
 /// buffers reused).
-fn finalize_into<'g>(out: &mut UserInfo, name: &str, groups: impl Iterator<Item = &'g str>, add_sa_groups: bool) {
+fn finalize_into(out: &mut UserInfo, name: &str, groups: &StatedGroups, add_sa_groups: bool) {
     out.name.clear();
     out.name.push_str(name);
     let mut w = GroupsWriter { groups: &mut out.groups, len: 0 };
-    groups.for_each(|g| w.push(&[g]));
+    groups.each(|g| {
+        w.push(&[g]);
+        true
+    });
     if add_sa_groups {
         if let Some(ns) = service_account_namespace(name) {
             w.push_unique(ALL_SERVICE_ACCOUNTS);
@@ -351,17 +354,44 @@ enum StatedGroups<'a> {
     Owned(Vec<String>),
 }
 
-impl<'a> StatedGroups<'a> {
-    fn iter(&self) -> impl Iterator<Item = &str> + '_ {
-        let (headers, owned) = match self {
-            StatedGroups::Headers { input, lname } => (Some(header_values(input, lname)), None),
-            StatedGroups::Owned(groups) => (None, Some(groups.iter().map(String::as_str))),
-        };
-        let pieces = headers.into_iter().flatten().flat_map(|v| v.split(',').map(str::trim).filter(|g| !g.is_empty()));
-        pieces.chain(owned.into_iter().flatten())
+impl StatedGroups<'_> {
+    /// Calls `f` with each group, in order, until it returns `false`.
+    fn each<'s>(&'s self, mut f: impl FnMut(&'s str) -> bool) {
+        // Plain loops: a `flat_map` chain here costs measurably more on the request path.
+        match self {
+            StatedGroups::Headers { input, lname } => {
+                for v in header_values(input, lname) {
+                    for g in v.split(',').map(str::trim).filter(|g| !g.is_empty()) {
+                        if !f(g) {
+                            return;
+                        }
+                    }
+                }
+            }
+            StatedGroups::Owned(groups) => {
+                for g in groups {
+                    if !f(g) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+    fn to_vec(&self) -> Vec<&str> {
+        let mut out = Vec::new();
+        self.each(|g| {
+            out.push(g);
+            true
+        });
+        out
     }
     fn is_empty(&self) -> bool {
-        self.iter().next().is_none()
+        let mut empty = true;
+        self.each(|_| {
+            empty = false;
+            false
+        });
+        empty
     }
 }
 
@@ -469,7 +499,7 @@ impl Identified<'_> {
     /// one allocates nothing).
     pub fn user_into(&self, out: &mut UserInfo) {
         match &self.winner {
-            Some((_, st)) => finalize_into(out, &st.name, st.groups.iter(), st.add_sa_groups),
+            Some((_, st)) => finalize_into(out, &st.name, &st.groups, st.add_sa_groups),
             None => {
                 out.name.clear();
                 out.name.push_str(ANONYMOUS);
@@ -523,7 +553,7 @@ impl Identified<'_> {
             return out;
         }
         out.add.push((FORWARD_USER_HEADER.to_string(), name.to_string()));
-        let groups = unique(groups.iter().filter(|g| forwardable(g)).map(str::to_string));
+        let groups = unique(groups.to_vec().into_iter().filter(|g| forwardable(g)).map(str::to_string));
         out.add.extend(groups.into_iter().map(|g| (FORWARD_GROUP_HEADER.to_string(), g)));
         let prefix = match src {
             IdentitySource::FrontProxy { extra_header_prefix: p, .. } if !p.is_empty() => p.to_ascii_lowercase(),

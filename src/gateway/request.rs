@@ -408,7 +408,10 @@ fn digest_headers(h: &dyn Host, c: &Compiled, cluster: ClusterStats, headers: &[
     c.digest_into(line, watch_count, cluster, &mut out.digest);
     let leave = method == b"POST" && path.split(|&b| b == b'?').next() == Some(super::fleet::LEAVE_PATH.as_bytes());
     (out.remove, out.add, out.refuse) = (remove, fwd.add, fwd.refuse);
-    (out.dump, out.leave) = (debug::dump_kind(path), leave);
+    // Only a path under the debug prefix can be a dump (the path is not decoded again for the
+    // others).
+    let dump = path.starts_with(debug::DEBUG_PREFIX.as_bytes()).then(|| debug::dump_kind(path)).flatten();
+    (out.dump, out.leave) = (dump, leave);
 }
 
 /// Identity headers a request carries at most without a vector allocated for them.
