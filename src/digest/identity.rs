@@ -339,7 +339,16 @@ fn finalize_into(out: &mut UserInfo, name: &str, groups: &StatedGroups, add_sa_g
 }
 
 fn header_values<'a>(input: &IdentityInput<'a>, lname: &'a str) -> impl Iterator<Item = &'a str> + 'a {
-    input.headers.iter().filter(move |(n, _)| n.eq_ignore_ascii_case(lname)).filter_map(|(_, v)| std::str::from_utf8(v).ok()).map(str::trim)
+    input.headers.iter().filter(move |(n, _)| n.eq_ignore_ascii_case(lname)).filter_map(|(_, v)| std::str::from_utf8(v).ok()).map(trim)
+}
+
+/// `str::trim` (Unicode white space), with a shortcut for the common value that starts and ends
+/// with a visible ASCII character (none of which is white space).
+fn trim(s: &str) -> &str {
+    match (s.as_bytes().first(), s.as_bytes().last()) {
+        (Some(first), Some(last)) if first.is_ascii_graphic() && last.is_ascii_graphic() => s,
+        _ => s.trim(),
+    }
 }
 
 fn first_non_empty<'a>(input: &IdentityInput<'a>, lname: &'a str) -> Option<&'a str> {
@@ -350,7 +359,10 @@ fn first_non_empty<'a>(input: &IdentityInput<'a>, lname: &'a str) -> Option<&'a 
 enum StatedGroups<'a> {
     /// The comma-separated pieces of every value of the header `lname` (any case), each trimmed,
     /// empty ones dropped; read from the request's headers when needed, never copied.
-    Headers { input: IdentityInput<'a>, lname: &'a str },
+    Headers {
+        input: IdentityInput<'a>,
+        lname: &'a str,
+    },
     Owned(Vec<String>),
 }
 
@@ -361,7 +373,7 @@ impl StatedGroups<'_> {
         match self {
             StatedGroups::Headers { input, lname } => {
                 for v in header_values(input, lname) {
-                    for g in v.split(',').map(str::trim).filter(|g| !g.is_empty()) {
+                    for g in v.split(',').map(trim).filter(|g| !g.is_empty()) {
                         if !f(g) {
                             return;
                         }

@@ -194,13 +194,7 @@ impl Compiled {
     /// [`Compiled::digest_for`] in place: `d.user` is the caller, already identified; every
     /// other field is rewritten, in the strings' buffers `d` has (a request like the previous
     /// one allocates nothing).
-    pub fn digest_into(
-        &self,
-        line: RequestLine<'_>,
-        watch_count: impl FnOnce(&RequestInfo) -> u32,
-        cluster: ClusterStats,
-        d: &mut Digest,
-    ) {
+    pub fn digest_into(&self, line: RequestLine<'_>, watch_count: impl FnOnce(&RequestInfo) -> u32, cluster: ClusterStats, d: &mut Digest) {
         let RequestLine { method, path, namespace_header } = line;
         let method_s = std::str::from_utf8(method).unwrap_or("");
         let info = &mut d.info;
