@@ -26,7 +26,7 @@ use matching::{CompiledSchema, UserKeys};
 use sha2::{Digest, Sha256};
 
 /// The outcome of classifying one request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Classification {
     /// Index into `policy.flow_schemas`.
     pub flow_schema: usize,
@@ -112,23 +112,33 @@ impl Classifier {
     /// contain at least one FlowSchema (the effective policy always holds `catch-all`); otherwise
     /// indices 0 are returned.
     pub fn classify(&self, info: &RequestInfo, user: &UserInfo) -> Classification {
+        let mut class = Classification::default();
+        self.classify_into(info, user, &mut class);
+        class
+    }
+
+    /// [`Classifier::classify`] written into `out`, the distinguisher's buffer reused.
+    pub fn classify_into(&self, info: &RequestInfo, user: &UserInfo, out: &mut Classification) {
         let keys = UserKeys::new(user);
         let matches = |s: &CompiledSchema| s.matches(info, user, &keys);
         let idx = self.schemas.iter().position(matches).unwrap_or(self.fallback);
+        out.distinguisher.clear();
         let Some(s) = self.schemas.get(idx) else {
-            return Classification { flow_schema: 0, priority_level: 0, distinguisher: String::new(), flow_hash: 0 };
+            (out.flow_schema, out.priority_level, out.flow_hash) = (0, 0, 0);
+            return;
         };
-        let (distinguisher, flow_hash) = if s.hashes {
+        out.flow_hash = if s.hashes {
             let d = match s.distinguisher {
                 None => "",
                 Some(Distinguisher::ByUser) => user.name.as_str(),
                 Some(Distinguisher::ByNamespace) => info.namespace.as_str(),
             };
-            (d.to_string(), self.memo.hash(idx, &s.name, d))
+            out.distinguisher.push_str(d);
+            self.memo.hash(idx, &s.name, d)
         } else {
-            (String::new(), 0)
+            0
         };
-        Classification { flow_schema: idx, priority_level: s.level, distinguisher, flow_hash }
+        (out.flow_schema, out.priority_level) = (idx, s.level);
     }
 }
 

@@ -35,6 +35,7 @@
 use crate::digest::identity_error::{CidrError, CidrProblem, IdentityError};
 use crate::digest::request_info::hex_byte;
 use serde::{Deserialize, Deserializer};
+use std::borrow::Cow;
 use std::net::IpAddr;
 use std::str::FromStr;
 
@@ -262,7 +263,9 @@ impl UserInfo {
     /// An already-authenticated user: `groups` plus `system:authenticated` (and the service
     /// account groups for `system:serviceaccount:<ns>:<name>`), as the authenticators do.
     pub fn authenticated(name: &str, groups: &[String]) -> Self {
-        finalize(name.to_string(), groups.to_vec(), true)
+        let mut user = UserInfo::default();
+        finalize_into(&mut user, name, &StatedGroups::Owned(groups.to_vec()), true);
+        user
     }
 }
 
@@ -273,44 +276,135 @@ pub fn service_account_namespace(user: &str) -> Option<&str> {
     (!ns.is_empty() && !name.is_empty() && !name.contains(':')).then_some(ns)
 }
 
-fn push_unique(groups: &mut Vec<String>, g: &str) {
-    if !groups.iter().any(|x| x == g) {
-        groups.push(g.to_string());
+/// Writes a group list into a vector whose strings' buffers are reused (`done`: the rest is
+/// dropped).
+struct GroupsWriter<'v> {
+    groups: &'v mut Vec<String>,
+    len: usize,
+}
+
+impl GroupsWriter<'_> {
+    fn written(&self) -> &[String] {
+        self.groups.get(..self.len).unwrap_or_default()
+    }
+    fn contains(&self, g: &str) -> bool {
+        self.written().iter().any(|x| x == g)
+    }
+    /// Appends the concatenation of `parts`.
+    fn push(&mut self, parts: &[&str]) {
+        match self.groups.get_mut(self.len) {
+            Some(slot) => slot.clear(),
+            None => self.groups.push(String::new()),
+        }
+        if let Some(slot) = self.groups.get_mut(self.len) {
+            parts.iter().for_each(|p| slot.push_str(p));
+        }
+        self.len += 1;
+    }
+    fn push_unique(&mut self, g: &str) {
+        if !self.contains(g) {
+            self.push(&[g]);
+        }
+    }
+    fn done(self) {
+        self.groups.truncate(self.len);
     }
 }
 
-fn finalize(name: String, mut groups: Vec<String>, add_sa_groups: bool) -> UserInfo {
+/// The user `name` in `groups`, completed as the authenticators do, written into `out` (its
+/// buffers reused).
+fn finalize_into(out: &mut UserInfo, name: &str, groups: &StatedGroups, add_sa_groups: bool) {
+    out.name.clear();
+    out.name.push_str(name);
+    let mut w = GroupsWriter { groups: &mut out.groups, len: 0 };
+    groups.each(|g| {
+        w.push(&[g]);
+        true
+    });
     if add_sa_groups {
-        if let Some(ns) = service_account_namespace(&name) {
-            push_unique(&mut groups, ALL_SERVICE_ACCOUNTS);
-            push_unique(&mut groups, &format!("system:serviceaccounts:{ns}"));
+        if let Some(ns) = service_account_namespace(name) {
+            w.push_unique(ALL_SERVICE_ACCOUNTS);
+            const NS_GROUP: &str = "system:serviceaccounts:";
+            if !w.written().iter().any(|g| g.strip_prefix(NS_GROUP) == Some(ns)) {
+                w.push(&[NS_GROUP, ns]);
+            }
         }
     }
     if name == ANONYMOUS {
-        push_unique(&mut groups, ALL_UNAUTHENTICATED);
-    } else if !groups.iter().any(|g| g == ALL_AUTHENTICATED || g == ALL_UNAUTHENTICATED) {
-        groups.push(ALL_AUTHENTICATED.to_string());
+        w.push_unique(ALL_UNAUTHENTICATED);
+    } else if !w.written().iter().any(|g| g == ALL_AUTHENTICATED || g == ALL_UNAUTHENTICATED) {
+        w.push(&[ALL_AUTHENTICATED]);
     }
-    UserInfo { name, groups }
+    w.done();
 }
 
 fn header_values<'a>(input: &IdentityInput<'a>, lname: &'a str) -> impl Iterator<Item = &'a str> + 'a {
-    input.headers.iter().filter(move |(n, _)| n.eq_ignore_ascii_case(lname)).filter_map(|(_, v)| std::str::from_utf8(v).ok()).map(str::trim)
+    input.headers.iter().filter(move |(n, _)| n.eq_ignore_ascii_case(lname)).filter_map(|(_, v)| std::str::from_utf8(v).ok()).map(trim)
 }
 
-fn first_non_empty(input: &IdentityInput, lname: &str) -> Option<String> {
-    header_values(input, lname).find(|v| !v.is_empty()).map(str::to_string)
+/// `str::trim` (Unicode white space), with a shortcut for the common value that starts and ends
+/// with a visible ASCII character (none of which is white space).
+fn trim(s: &str) -> &str {
+    match (s.as_bytes().first(), s.as_bytes().last()) {
+        (Some(first), Some(last)) if first.is_ascii_graphic() && last.is_ascii_graphic() => s,
+        _ => s.trim(),
+    }
 }
 
-fn groups_from(input: &IdentityInput, lname: &str) -> Vec<String> {
-    // Plain loops: a `flat_map` chain here costs measurably more on the request path.
-    let mut out = Vec::new();
-    for v in header_values(input, lname) {
-        for g in v.split(',').map(str::trim).filter(|g| !g.is_empty()) {
-            out.push(g.to_string());
+fn first_non_empty<'a>(input: &IdentityInput<'a>, lname: &'a str) -> Option<&'a str> {
+    header_values(input, lname).find(|v| !v.is_empty())
+}
+
+/// The groups a source states.
+enum StatedGroups<'a> {
+    /// The comma-separated pieces of every value of the header `lname` (any case), each trimmed,
+    /// empty ones dropped; read from the request's headers when needed, never copied.
+    Headers {
+        input: IdentityInput<'a>,
+        lname: &'a str,
+    },
+    Owned(Vec<String>),
+}
+
+impl StatedGroups<'_> {
+    /// Calls `f` with each group, in order, until it returns `false`.
+    fn each<'s>(&'s self, mut f: impl FnMut(&'s str) -> bool) {
+        // Plain loops: a `flat_map` chain here costs measurably more on the request path.
+        match self {
+            StatedGroups::Headers { input, lname } => {
+                for v in header_values(input, lname) {
+                    for g in v.split(',').map(trim).filter(|g| !g.is_empty()) {
+                        if !f(g) {
+                            return;
+                        }
+                    }
+                }
+            }
+            StatedGroups::Owned(groups) => {
+                for g in groups {
+                    if !f(g) {
+                        return;
+                    }
+                }
+            }
         }
     }
-    out
+    fn to_vec(&self) -> Vec<&str> {
+        let mut out = Vec::new();
+        self.each(|g| {
+            out.push(g);
+            true
+        });
+        out
+    }
+    fn is_empty(&self) -> bool {
+        let mut empty = true;
+        self.each(|_| {
+            empty = false;
+            false
+        });
+        empty
+    }
 }
 
 /// Splits an RFC 2253 subject into (attribute, value) pairs, honouring `\` escapes
@@ -340,25 +434,26 @@ pub fn parse_subject(s: &str) -> Vec<(String, String)> {
     rdns.iter().filter_map(|rdn| pair(&String::from_utf8_lossy(rdn))).collect()
 }
 
-/// What one source says about the caller, before group completion.
-struct Stated {
-    name: String,
-    groups: Vec<String>,
+/// What one source says about the caller, before group completion (borrowed from the request
+/// where the source reads headers).
+struct Stated<'a> {
+    name: Cow<'a, str>,
+    groups: StatedGroups<'a>,
     /// Service-account groups are added on completion (not for impersonation with groups).
     add_sa_groups: bool,
 }
 
-fn raw_from_source(src: &IdentitySource, input: &IdentityInput) -> Option<Stated> {
+fn raw_from_source<'a>(src: &'a IdentitySource, input: &IdentityInput<'a>) -> Option<Stated<'a>> {
     match src {
         IdentitySource::FrontProxy { user_header, group_header, .. } => {
             // Header names are compared ignoring ASCII case: no need to lowercase them.
-            let name = first_non_empty(input, user_header)?;
-            let groups = groups_from(input, group_header);
+            let name = first_non_empty(input, user_header)?.into();
+            let groups = StatedGroups::Headers { input: *input, lname: group_header };
             Some(Stated { name, groups, add_sa_groups: true })
         }
         IdentitySource::Impersonation { .. } => {
-            let name = first_non_empty(input, IMPERSONATE_USER)?;
-            let groups = groups_from(input, IMPERSONATE_GROUP);
+            let name = first_non_empty(input, IMPERSONATE_USER)?.into();
+            let groups = StatedGroups::Headers { input: *input, lname: IMPERSONATE_GROUP };
             Some(Stated { add_sa_groups: groups.is_empty(), name, groups })
         }
         IdentitySource::ClientCertificate { .. } => {
@@ -367,7 +462,7 @@ fn raw_from_source(src: &IdentitySource, input: &IdentityInput) -> Option<Stated
             let name = subject.iter().find(|(k, _)| is(k, "CN", "2.5.4.3")).map(|(_, v)| v.clone());
             let name = name.filter(|n| !n.is_empty())?;
             let groups = subject.iter().filter(|(k, _)| is(k, "O", "2.5.4.10")).map(|(_, v)| v.clone()).collect();
-            Some(Stated { name, groups, add_sa_groups: true })
+            Some(Stated { name: name.into(), groups: StatedGroups::Owned(groups), add_sa_groups: true })
         }
         IdentitySource::Jwt { user_claim, groups_claim, user_prefix, groups_prefix, .. } => {
             let claims = input.jwt_claims?;
@@ -378,14 +473,14 @@ fn raw_from_source(src: &IdentitySource, input: &IdentityInput) -> Option<Stated
                 _ => Vec::new(),
             };
             let groups = groups.into_iter().filter(|g| !g.is_empty());
-            let groups = groups.map(|g| format!("{groups_prefix}{g}")).collect();
-            Some(Stated { name: format!("{user_prefix}{user}"), groups, add_sa_groups: true })
+            let groups = StatedGroups::Owned(groups.map(|g| format!("{groups_prefix}{g}")).collect());
+            Some(Stated { name: format!("{user_prefix}{user}").into(), groups, add_sa_groups: true })
         }
     }
 }
 
 /// The first trusted source that yields a user, with what it said (before group completion).
-fn first_source<'c>(cfg: &'c IdentityConfig, input: &IdentityInput) -> Option<(&'c IdentitySource, Stated)> {
+fn first_source<'c>(cfg: &'c IdentityConfig, input: &IdentityInput<'c>) -> Option<(&'c IdentitySource, Stated<'c>)> {
     cfg.sources.iter().filter(|s| s.trusted(input)).find_map(|s| raw_from_source(s, input).map(|r| (s, r)))
 }
 
@@ -396,19 +491,34 @@ pub fn identify(cfg: &IdentityConfig, input: &IdentityInput) -> UserInfo {
 
 /// One request's identity as its sources state it, derived once per request and used twice:
 /// to classify the caller ([`Identified::user`]) and to forward the identity upstream
-/// ([`Identified::front_proxy_headers`]).
+/// ([`Identified::front_proxy_headers`]). What header sources state stays borrowed from the
+/// request.
 pub struct Identified<'c> {
     cfg: &'c IdentityConfig,
     /// The first trusted source that yields a user, with what it said.
-    winner: Option<(&'c IdentitySource, Stated)>,
+    winner: Option<(&'c IdentitySource, Stated<'c>)>,
 }
 
 impl Identified<'_> {
     /// The caller, groups completed (anonymous when no source yields a user).
     pub fn user(self) -> UserInfo {
-        match self.winner {
-            Some((_, st)) => finalize(st.name, st.groups, st.add_sa_groups),
-            None => UserInfo::anonymous(),
+        let mut user = UserInfo::default();
+        self.user_into(&mut user);
+        user
+    }
+
+    /// [`Identified::user`] written into `out`, its buffers reused (a caller like the previous
+    /// one allocates nothing).
+    pub fn user_into(&self, out: &mut UserInfo) {
+        match &self.winner {
+            Some((_, st)) => finalize_into(out, &st.name, &st.groups, st.add_sa_groups),
+            None => {
+                out.name.clear();
+                out.name.push_str(ANONYMOUS);
+                let mut w = GroupsWriter { groups: &mut out.groups, len: 0 };
+                w.push(&[ALL_UNAUTHENTICATED]);
+                w.done();
+            }
         }
     }
 
@@ -454,8 +564,8 @@ impl Identified<'_> {
             out.refuse = Some(unforwardable(src));
             return out;
         }
-        out.add.push((FORWARD_USER_HEADER.to_string(), name.clone()));
-        let groups = unique(groups.iter().filter(|g| forwardable(g)).cloned());
+        out.add.push((FORWARD_USER_HEADER.to_string(), name.to_string()));
+        let groups = unique(groups.to_vec().into_iter().filter(|g| forwardable(g)).map(str::to_string));
         out.add.extend(groups.into_iter().map(|g| (FORWARD_GROUP_HEADER.to_string(), g)));
         let prefix = match src {
             IdentitySource::FrontProxy { extra_header_prefix: p, .. } if !p.is_empty() => p.to_ascii_lowercase(),
@@ -631,7 +741,7 @@ impl IdentityConfig {
     }
 
     /// The identity `input` states, derived once (see [`Identified`]).
-    pub fn identified(&self, input: &IdentityInput) -> Identified<'_> {
+    pub fn identified<'a>(&'a self, input: &IdentityInput<'a>) -> Identified<'a> {
         Identified { cfg: self, winner: first_source(self, input) }
     }
 

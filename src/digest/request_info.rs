@@ -55,6 +55,30 @@ pub struct ListQuery {
 }
 
 impl ListQuery {
+    /// Back to [`ListQuery::default`], keeping the strings' buffers.
+    fn reset(&mut self) {
+        let ListQuery {
+            limit,
+            continue_token,
+            resource_version,
+            resource_version_match,
+            send_initial_events,
+            watch,
+            field_selector,
+            label_selector,
+            timeout_seconds,
+            timeout,
+            timeout_invalid,
+            options_error,
+            selector_error,
+        } = self;
+        for s in [continue_token, resource_version, resource_version_match, field_selector, label_selector] {
+            s.clear();
+        }
+        (*limit, *send_initial_events, *watch, *timeout_seconds, *timeout) = (0, None, false, None, None);
+        (*timeout_invalid, *options_error, *selector_error) = (false, false, false);
+    }
+
     /// Internal (`metainternalversion.ListOptions`) decoding failed, as seen by RequestInfo.
     pub fn decode_failed(&self) -> bool {
         self.options_error || self.selector_error
@@ -150,6 +174,21 @@ fn lossy(b: Vec<u8>) -> String {
     String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
+/// Appends `b` to `out`, non-UTF-8 sequences replaced by U+FFFD (`String::from_utf8_lossy`);
+/// valid UTF-8 (the common case) is validated once and copied.
+fn push_lossy(out: &mut String, b: &[u8]) {
+    match std::str::from_utf8(b) {
+        Ok(s) => out.push_str(s),
+        Err(_) => out.push_str(&String::from_utf8_lossy(b)),
+    }
+}
+
+/// `buf` becomes `s`, in the buffer it has.
+fn set(buf: &mut String, s: &str) {
+    buf.clear();
+    buf.push_str(s);
+}
+
 /// Go `url.ParseQuery`: ordered (key, value) pairs; malformed pairs are dropped.
 pub fn parse_query(raw: &[u8]) -> Vec<(String, String)> {
     let pairs = raw.split(|&b| b == b'&').filter(|pair| !pair.is_empty() && !pair.contains(&b';'));
@@ -199,6 +238,15 @@ fn lower_bool(v: &str) -> bool {
     !(v == "0" || v.eq_ignore_ascii_case("false"))
 }
 
+/// [`parse_list_query`] into `q`, whose strings' buffers are reused for the common empty query.
+fn parse_list_query_into(q: &mut ListQuery, raw_query: &[u8]) {
+    if raw_query.is_empty() {
+        q.reset();
+    } else {
+        *q = parse_list_query(raw_query);
+    }
+}
+
 /// The list options of a raw query. Integers parse as Go's `strconv.ParseInt(s, 10, 64)` does.
 fn parse_list_query(raw_query: &[u8]) -> ListQuery {
     if raw_query.is_empty() {
@@ -234,17 +282,33 @@ fn parse_list_query(raw_query: &[u8]) -> ListQuery {
     }
 }
 
-/// Splits a request target into (decoded path, raw query, malformed flag).
-fn split_target(path_and_query: &[u8]) -> (String, &[u8], bool) {
-    let mut it = path_and_query.splitn(2, |&b| b == b'?');
-    let (raw_path, raw_query) = (it.next().unwrap_or_default(), it.next().unwrap_or_default());
-    let ctl = path_and_query.iter().any(|&b| b < 0x20 || b == 0x7f);
+/// Splits a request target: its path decoded into `path` (cleared first), and (raw query,
+/// malformed flag).
+fn split_target<'t>(path_and_query: &'t [u8], path: &mut String) -> (&'t [u8], bool) {
+    let (raw_path, raw_query) = match path_and_query.iter().position(|&b| b == b'?') {
+        Some(q) => (path_and_query.get(..q).unwrap_or_default(), path_and_query.get(q + 1..).unwrap_or_default()),
+        None => (path_and_query, &[][..]),
+    };
+    // A fold (no early exit) the compiler vectorizes.
+    let ctl = path_and_query.iter().fold(false, |ctl, &b| ctl | (b < 0x20) | (b == 0x7f));
+    path.clear();
     if !raw_path.contains(&b'%') {
-        // Fast path (the common case): nothing to decode, one allocation for the path.
-        return (String::from_utf8_lossy(raw_path).into_owned(), raw_query, ctl);
+        // Fast path (the common case): nothing to decode.
+        push_lossy(path, raw_path);
+        return (raw_query, ctl);
     }
-    let (path, bad) = percent_decode(raw_path, false);
-    (lossy(path), raw_query, bad || ctl)
+    let (decoded, bad) = percent_decode(raw_path, false);
+    push_lossy(path, &decoded);
+    (raw_query, bad || ctl)
+}
+
+/// `path` without its leading and trailing `/` (upstream's `strings.Trim(path, "/")`), and
+/// where that ends in `path`.
+fn trim_slashes(path: &str) -> (&str, usize) {
+    let b = path.as_bytes();
+    let end = b.iter().rposition(|&c| c != b'/').map_or(0, |i| i + 1);
+    let start = b.iter().position(|&c| c != b'/').unwrap_or(end);
+    (path.get(start..end).unwrap_or_default(), end)
 }
 
 /// The segments of a path as upstream's `splitPath` yields them (`strings.Trim(path, "/")`,
@@ -281,9 +345,19 @@ impl<'a> Segments<'a> {
 /// namespace comes from a header (for ByNamespace distinguishers). Non-UTF-8 header bytes are
 /// replaced by U+FFFD.
 pub fn parse_generic(method: &str, path_and_query: &[u8], namespace: Option<&[u8]>) -> RequestInfo {
-    let (path, raw_query, bad) = split_target(path_and_query);
-    let namespace = namespace.map(|n| String::from_utf8_lossy(n.trim_ascii()).into_owned());
-    RequestInfo { namespace: namespace.unwrap_or_default(), ..non_resource(method, path, bad, parse_list_query(raw_query)) }
+    let mut info = RequestInfo::default();
+    parse_generic_into(&mut info, method, path_and_query, namespace);
+    info
+}
+
+/// [`parse_generic`] into `info` (every field rewritten; its strings' buffers reused).
+pub fn parse_generic_into(info: &mut RequestInfo, method: &str, path_and_query: &[u8], namespace: Option<&[u8]>) {
+    let (raw_query, bad) = split_target(path_and_query, &mut info.path);
+    parse_list_query_into(&mut info.query, raw_query);
+    non_resource(info, method, bad);
+    if let Some(n) = namespace {
+        push_lossy(&mut info.namespace, n.trim_ascii());
+    }
 }
 
 /// The verb of a resource request not named by the path (`POST` → create, …), by method:
@@ -295,14 +369,21 @@ fn method_verb(method: &str) -> &'static str {
 }
 
 /// kube-apiserver's `RequestInfoFactory.NewRequestInfo` (`requestinfo.go`).
-///
-/// Works on borrowed path segments and allocates only the final fields.
 pub fn parse_request_info(method: &str, path_and_query: &[u8]) -> RequestInfo {
-    let (path, raw_query, bad) = split_target(path_and_query);
-    let query = parse_list_query(raw_query);
-    let mut cur = Segments(path.trim_matches('/'));
+    let mut info = RequestInfo::default();
+    parse_request_info_into(&mut info, method, path_and_query);
+    info
+}
+
+/// [`parse_request_info`] into `info`: every field rewritten, its strings' buffers reused, so
+/// that a request like the previous one allocates nothing. Works on borrowed path segments.
+pub fn parse_request_info_into(info: &mut RequestInfo, method: &str, path_and_query: &[u8]) {
+    let (raw_query, bad) = split_target(path_and_query, &mut info.path);
+    parse_list_query_into(&mut info.query, raw_query);
+    let (trimmed, parts_end) = trim_slashes(&info.path);
+    let mut cur = Segments(trimmed);
     let Some((api_prefix, api_group, api_version)) = take_api_version(&mut cur) else {
-        return non_resource(method, path, bad, query);
+        return non_resource(info, method, bad);
     };
     let mut invalid = bad;
     let (verb, verb_via_path) = take_verb(&mut cur, method);
@@ -311,35 +392,36 @@ pub fn parse_request_info(method: &str, path_and_query: &[u8]) -> RequestInfo {
     // `cur` now holds upstream's `Parts`: resource/name/subresource/...
     let [resource, name, subresource] = cur.peek3();
     let subresource = subresource.filter(|_| verb != "proxy").unwrap_or_default();
-    let mut name = name.unwrap_or_default().to_string();
     let resource = resource.unwrap_or_default();
     // An empty path segment (`/api/v1//pods`) yields an empty resource, as upstream's
     // splitPath does; kube-apiserver then answers 404. Flag it so callers know.
     if resource.is_empty() {
         invalid = true;
     }
-
-    let verb = collection_verb(verb, &mut name, &query);
+    let (verb, pinned) = collection_verb(verb, name.unwrap_or_default(), &info.query);
     let keep_selectors = !verb_via_path && matches!(verb, "list" | "watch" | "deletecollection");
     // `cur` is a suffix of the trimmed path: its range in `path`.
-    let parts_end = path.trim_end_matches('/').len();
-    RequestInfo {
-        is_resource_request: true,
-        verb: verb.to_string(),
-        api_prefix: api_prefix.to_string(),
-        api_group: api_group.to_string(),
-        api_version: api_version.to_string(),
-        namespace: namespace.to_string(),
-        resource: resource.to_string(),
-        subresource: subresource.to_string(),
-        name,
-        parts_range: (parts_end.saturating_sub(cur.0.len()), parts_end),
-        field_selector: if keep_selectors { query.field_selector.clone() } else { String::new() },
-        label_selector: if keep_selectors { query.label_selector.clone() } else { String::new() },
-        invalid,
-        query,
-        path,
+    info.parts_range = (parts_end.saturating_sub(cur.0.len()), parts_end);
+    let fields = [
+        (&mut info.verb, verb),
+        (&mut info.api_prefix, api_prefix),
+        (&mut info.api_group, api_group),
+        (&mut info.api_version, api_version),
+        (&mut info.namespace, namespace),
+        (&mut info.resource, resource),
+        (&mut info.subresource, subresource),
+        (&mut info.name, pinned.as_deref().unwrap_or_else(|| name.unwrap_or_default())),
+    ];
+    for (buf, s) in fields {
+        set(buf, s);
     }
+    info.field_selector.clear();
+    info.label_selector.clear();
+    if keep_selectors {
+        info.field_selector.push_str(&info.query.field_selector);
+        info.label_selector.push_str(&info.query.label_selector);
+    }
+    (info.is_resource_request, info.invalid) = (true, invalid);
 }
 
 /// The API prefix, group ("" under a groupless prefix) and version, consumed from `cur`; `None`
@@ -399,29 +481,47 @@ fn take_namespace<'a>(cur: &mut Segments<'a>) -> &'a str {
 }
 
 /// The collection verbs of a request without a name: `get` becomes `list` or `watch` (the name
-/// then pinned by a `metadata.name` field selector, if any), `delete` becomes
+/// then pinned by a `metadata.name` field selector, if any: returned), `delete` becomes
 /// `deletecollection`.
 #[inline]
-fn collection_verb<'a>(mut verb: &'a str, name: &mut String, query: &ListQuery) -> &'a str {
+fn collection_verb<'a>(mut verb: &'a str, name: &str, query: &ListQuery) -> (&'a str, Option<String>) {
+    let mut pinned = None;
     if name.is_empty() && verb == "get" {
         verb = if query.watch { "watch" } else { "list" };
-        // When decoding the list options fails, only `watch` is read.
-        let terms = selectors::parse_field_selector(&query.field_selector);
-        let terms = terms.filter(|_| !query.decode_failed()).unwrap_or_default();
-        let pinned = selectors::requires_exact_match(&terms, "metadata.name");
-        if let Some(n) = pinned.filter(|n| is_valid_path_segment_name(n)) {
-            *name = n.to_string();
+        // When decoding the list options fails, only `watch` is read. (An absent selector pins
+        // nothing: not parsed.)
+        if !query.field_selector.is_empty() && !query.decode_failed() {
+            let terms = selectors::parse_field_selector(&query.field_selector).unwrap_or_default();
+            let n = selectors::requires_exact_match(&terms, "metadata.name");
+            pinned = n.filter(|n| is_valid_path_segment_name(n)).map(str::to_string);
         }
     }
     if name.is_empty() && verb == "delete" {
         verb = "deletecollection";
     }
-    verb
+    (verb, pinned)
 }
 
-/// A request that is not a resource request: verb = lowercase method.
-fn non_resource(method: &str, path: String, invalid: bool, query: ListQuery) -> RequestInfo {
-    RequestInfo { is_resource_request: false, path, verb: method.to_ascii_lowercase(), invalid, query, ..RequestInfo::default() }
+/// A request that is not a resource request: verb = lowercase method, every resource field
+/// empty (`path` and `query` already set).
+fn non_resource(info: &mut RequestInfo, method: &str, invalid: bool) {
+    (info.is_resource_request, info.parts_range, info.invalid) = (false, (0, 0), invalid);
+    info.verb.clear();
+    info.verb.extend(method.chars().map(|c| c.to_ascii_lowercase()));
+    let empty = [
+        &mut info.api_prefix,
+        &mut info.api_group,
+        &mut info.api_version,
+        &mut info.namespace,
+        &mut info.resource,
+        &mut info.subresource,
+        &mut info.name,
+        &mut info.field_selector,
+        &mut info.label_selector,
+    ];
+    for s in empty {
+        s.clear();
+    }
 }
 
 /// `path.IsValidPathSegmentName`: not "." or "..", and no "/" or "%".

@@ -6,7 +6,7 @@
 use crate::classify::{Classification, Classifier};
 use crate::config::{PluginConfig, RequestMode};
 use crate::digest::identity::{identify, IdentityInput, UserInfo};
-use crate::digest::request_info::{parse_generic, parse_request_info, RequestInfo};
+use crate::digest::request_info::{parse_generic_into, parse_request_info_into, RequestInfo};
 use crate::digest::work_estimate::{estimate_with, watch_init, ClusterStats, StatsLookup, WatchInit};
 use crate::fairqueuing::{QueueSetConfig, WorkEstimate};
 use crate::policy::model::PriorityLevelSpec;
@@ -82,7 +82,7 @@ impl IdentityNeeds {
 }
 
 /// Everything APF needs to know about one request.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Digest {
     pub info: RequestInfo,
     pub user: UserInfo,
@@ -186,22 +186,33 @@ impl Compiled {
         watch_count: impl FnOnce(&RequestInfo) -> u32,
         cluster: ClusterStats,
     ) -> Digest {
+        let mut d = Digest { user, ..Digest::default() };
+        self.digest_into(line, watch_count, cluster, &mut d);
+        d
+    }
+
+    /// [`Compiled::digest_for`] in place: `d.user` is the caller, already identified; every
+    /// other field is rewritten, in the strings' buffers `d` has (a request like the previous
+    /// one allocates nothing).
+    pub fn digest_into(&self, line: RequestLine<'_>, watch_count: impl FnOnce(&RequestInfo) -> u32, cluster: ClusterStats, d: &mut Digest) {
         let RequestLine { method, path, namespace_header } = line;
         let method_s = std::str::from_utf8(method).unwrap_or("");
-        let info = match self.config.request_mode {
-            RequestMode::Kubernetes => parse_request_info(method_s, path),
-            RequestMode::Generic => parse_generic(method_s, path, namespace_header),
-        };
-        let class = self.classifier.classify(&info, &user);
+        let info = &mut d.info;
+        match self.config.request_mode {
+            RequestMode::Kubernetes => parse_request_info_into(info, method_s, path),
+            RequestMode::Generic => parse_generic_into(info, method_s, path, namespace_header),
+        }
+        let info = &d.info;
+        self.classifier.classify_into(info, &d.user, &mut d.class);
         let long_running = info.is_long_running();
         let is_watch = info.is_watch();
-        let max_seats = self.levels.get(class.priority_level).and_then(|l| l.max_seats);
+        let max_seats = self.levels.get(d.class.priority_level).and_then(|l| l.max_seats);
         let is_mutating = matches!(info.verb.as_str(), "create" | "update" | "patch" | "delete");
-        let watches = if is_mutating { watch_count(&info) } else { 0 };
-        let (work, stats) = estimate_with(&self.config.work_estimator, &info, max_seats, watches, cluster);
-        let wait_limit = self.wait_limit(&info, is_watch || long_running);
-        let watch_init = if self.config.work_estimator.watch_list { watch_init(&info) } else { WatchInit::None };
-        Digest { info, user, class, work, long_running, is_watch, wait_limit, stats, watch_init }
+        let watches = if is_mutating { watch_count(info) } else { 0 };
+        (d.work, d.stats) = estimate_with(&self.config.work_estimator, info, max_seats, watches, cluster);
+        d.wait_limit = self.wait_limit(info, is_watch || long_running);
+        d.watch_init = if self.config.work_estimator.watch_list { watch_init(info) } else { WatchInit::None };
+        (d.long_running, d.is_watch) = (long_running, is_watch);
     }
 
     /// Upstream `getRequestWaitContext`: a quarter of the request deadline, where the deadline is

@@ -79,23 +79,32 @@ impl Request {
 
     /// Admission in four steps: the answers given here (leave, 403, dumps; identity headers
     /// written first), the request's class and bookkeeping, registration and the engine's
-    /// decision, and what the decision makes of the stream.
+    /// decision, and what the decision makes of the stream. The digest is written over the
+    /// worker's last one (its buffers reused) and given back.
     fn admit(&mut self, h: &dyn Host, w: &mut Worker, rc: Rc<Compiled>) -> Action {
         let c: &Compiled = &rc;
         let now = h.monotonic_nanos();
+        let mut digested = w.take_digest();
         let counts = w.counts();
         let cluster = |group: &str, resource: &str| cluster_lookup(c, counts, group, resource, now);
-        let digested = digest_request(h, c, &cluster);
-        if let Some(answered) = local_answer(h, c, &digested, now) {
-            return answered;
-        }
-        let d = digested.digest;
-        let Some(extra) = self.classify(&rc, &d) else { return Action::Continue };
-        if let Some(refused) = admit_watch(h, w, self.ctx, &d, &extra, now) {
+        digest_request_into(h, c, &cluster, &mut digested);
+        let action = match local_answer(h, c, &digested, now) {
+            Some(answered) => answered,
+            None => self.decide(h, w, &rc, &digested.digest, now),
+        };
+        w.keep_digest(digested);
+        action
+    }
+
+    /// Classification, registration and the engine's decision for a request not answered
+    /// here.
+    fn decide(&mut self, h: &dyn Host, w: &mut Worker, rc: &Rc<Compiled>, d: &Digest, now: Nanos) -> Action {
+        let Some(extra) = self.classify(rc, d) else { return Action::Continue };
+        if let Some(refused) = admit_watch(h, w, self.ctx, d, &extra, now) {
             self.class = None;
             return refused;
         }
-        let Some((decision, notices)) = self.enter(h, w, &d, &extra, now) else { return Action::Continue };
+        let Some((decision, notices)) = self.enter(h, w, d, &extra, now) else { return Action::Continue };
         let action = self.act(h, w, &extra, decision);
         if self.class.is_none() {
             // Rejected by APF: a watch's place is not kept for a stream answered here.
@@ -335,6 +344,7 @@ fn local_answer(h: &dyn Host, c: &Compiled, d: &Digested, now: Nanos) -> Option<
 
 /// A request as the gateway reads it from its host: what it changes in the request's identity
 /// headers on the way upstream, and its digest.
+#[derive(Default)]
 pub struct Digested {
     /// Request headers to remove (untrusted identity headers, client-supplied front-proxy ones).
     pub remove: Vec<String>,
@@ -354,13 +364,25 @@ pub struct Digested {
 /// estimate (LISTs and WATCHes with the object counts `cluster` gives), wait limit. The filter
 /// and `apf classify` run this same function.
 pub fn digest_request(h: &dyn Host, c: &Compiled, cluster: ClusterStats) -> Digested {
-    let mut out = None;
-    h.with_header_pairs(HeaderMap::Request, &mut |headers| out = Some(digest_headers(h, c, cluster, headers)));
-    out.unwrap_or_else(|| digest_headers(h, c, cluster, &[]))
+    let mut out = Digested::default();
+    digest_request_into(h, c, cluster, &mut out);
+    out
 }
 
-/// [`digest_request`] over the request's header pairs.
-fn digest_headers(h: &dyn Host, c: &Compiled, cluster: ClusterStats, headers: &[(&str, &[u8])]) -> Digested {
+/// [`digest_request`] written over `out` (every field rewritten, its strings' buffers reused).
+pub fn digest_request_into(h: &dyn Host, c: &Compiled, cluster: ClusterStats, out: &mut Digested) {
+    let mut read = false;
+    h.with_header_pairs(HeaderMap::Request, &mut |headers| {
+        digest_headers(h, c, cluster, headers, out);
+        read = true;
+    });
+    if !read {
+        digest_headers(h, c, cluster, &[], out);
+    }
+}
+
+/// [`digest_request_into`] over the request's header pairs.
+fn digest_headers(h: &dyn Host, c: &Compiled, cluster: ClusterStats, headers: &[(&str, &[u8])], out: &mut Digested) {
     let last = |name: &str| headers.iter().rev().find(|(k, _)| *k == name).map(|(_, v)| *v);
     let (method, path) = (last(":method").unwrap_or(b"GET"), last(":path").unwrap_or(b"/"));
     let wanted = |k: &str| c.identity_headers.iter().any(|n| n == k) || c.identity_prefixes.iter().any(|p| k.starts_with(p.as_str()));
@@ -382,9 +404,14 @@ fn digest_headers(h: &dyn Host, c: &Compiled, cluster: ClusterStats, headers: &[
     remove.extend(fwd.remove);
     let watch_count = |info: &RequestInfo| engine::watches::interested_count(h.store(), info);
     let line = RequestLine { method, path, namespace_header: ns_header };
-    let digest = c.digest_for(line, identified.user(), watch_count, cluster);
+    identified.user_into(&mut out.digest.user);
+    c.digest_into(line, watch_count, cluster, &mut out.digest);
     let leave = method == b"POST" && path.split(|&b| b == b'?').next() == Some(super::fleet::LEAVE_PATH.as_bytes());
-    Digested { remove, add: fwd.add, refuse: fwd.refuse, dump: debug::dump_kind(path), leave, digest }
+    (out.remove, out.add, out.refuse) = (remove, fwd.add, fwd.refuse);
+    // Only a path under the debug prefix can be a dump (the path is not decoded again for the
+    // others).
+    let dump = path.starts_with(debug::DEBUG_PREFIX.as_bytes()).then(|| debug::dump_kind(path)).flatten();
+    (out.dump, out.leave) = (dump, leave);
 }
 
 /// Identity headers a request carries at most without a vector allocated for them.

@@ -4,6 +4,7 @@
 
 use super::fleet::{FleetDriver, FleetRole};
 use super::host::Host;
+use super::request::Digested;
 use super::stats::{Labels, Own, Stats, EXTRA_NONE, M};
 use crate::digest::initial_events::MarkerScanner;
 use crate::digest::request_info::RequestInfo;
@@ -120,6 +121,8 @@ pub struct Worker {
     stats: Stats,
     /// Fleet mode: the driver role, held by one worker per process.
     fleet: FleetRole,
+    /// The last request's digest, its strings' buffers reused by the next one.
+    spare_digest: Option<Box<Digested>>,
 }
 
 /// This worker's copy of the cluster's object counts in shared data.
@@ -280,7 +283,18 @@ impl Worker {
             requests: Requests::new(),
             stats: Stats::default(),
             fleet: FleetRole::default(),
+            spare_digest: None,
         }
+    }
+
+    /// A digest to rewrite for the next request: the last request's, if given back.
+    pub fn take_digest(&mut self) -> Box<Digested> {
+        self.spare_digest.take().unwrap_or_default()
+    }
+
+    /// Gives a finished request's digest back, for its buffers.
+    pub fn keep_digest(&mut self, digest: Box<Digested>) {
+        self.spare_digest = Some(digest);
     }
 
     /// This worker's random id.

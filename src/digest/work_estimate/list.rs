@@ -8,9 +8,10 @@ use crate::fairqueuing::WorkEstimate;
 /// How a WATCH's initial phase ends, for holding its seats until then (upstream holds them
 /// until the storage layer signals that the initial events were sent: `apf_filter.go`'s
 /// watch initialization signal).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum WatchInit {
     /// No initial events (`resourceVersion` set, no `sendInitialEvents=true`): nothing to hold.
+    #[default]
     None,
     /// `sendInitialEvents=true`: the initial events end with the `k8s.io/initial-events-end`
     /// bookmark.
