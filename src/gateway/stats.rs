@@ -18,6 +18,7 @@ use crate::engine::store::WorkerState;
 use crate::engine::Compiled;
 use crate::observe::metrics::{self as names, MetricKind};
 use hashbrown::hash_map::{Entry, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// The metrics the filter records (names from upstream).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -79,16 +80,42 @@ struct Series {
     hist: Option<names::HistogramAcc>,
 }
 
-/// One worker's stats: its series and their pending deltas, and the filter's own counters.
+/// What a worker accumulated since it last gave its deltas away: its series and the filter's
+/// own counters (the store's contention counts, then [`Own`]'s).
+#[derive(Default)]
+struct Pending {
+    series: HashMap<Key, Series>,
+    own: [u64; 11],
+    own_ids: [Option<u32>; 11],
+}
+
+/// One worker's stats. Its pending deltas sit behind their own lock, uncontended but for a
+/// thread draining them through a [`PendingStats`] handle (the native host's main thread adds an
+/// idle worker's deltas that way): whoever takes a delta adds it, so each is added once.
 #[derive(Default)]
 pub struct Stats {
-    series: HashMap<Key, Series>,
-    own_pending: [u64; 6],
-    own_ids: [Option<u32>; 11],
+    pending: Arc<Mutex<Pending>>,
     own_gauge_ids: [Option<u32>; 2],
     fleet_gauge_ids: [Option<u32>; 2],
     /// `apf_wasm_fleet_allocated_seats` per (configuration generation, level).
     fleet_level_ids: HashMap<(u64, usize), Option<u32>>,
+}
+
+/// A worker's pending deltas, to be taken from any thread ([`Stats::pending`]).
+#[derive(Clone)]
+pub struct PendingStats(Arc<Mutex<Pending>>);
+
+impl PendingStats {
+    /// Moves every pending delta into `out` as (stat id, delta), like [`Stats::take_pending`]
+    /// but without the store's counts, which only the worker's own thread sees.
+    pub fn take(&self, h: &dyn Host, out: &mut Vec<(u32, i64)>) {
+        lock(&self.0).take_into(h, out);
+    }
+}
+
+/// The pending deltas (a poisoned lock still holds whole deltas: nothing panics under it).
+fn lock(p: &Mutex<Pending>) -> MutexGuard<'_, Pending> {
+    p.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Whose series: a request's configuration, priority level and flow schema (indexes into the
@@ -167,10 +194,15 @@ fn take_counters(
 impl Stats {
     fn with_series<T>(&mut self, l: Labels<'_>, m: M, extra: &'static str, f: impl FnOnce(&mut Series) -> T) -> Option<T> {
         let key: Key = (l.compiled.generation, m, l.pl as u16, l.fs as u16, extra);
-        match self.series.entry(key) {
+        match lock(&self.pending).series.entry(key) {
             Entry::Occupied(s) => Some(f(s.into_mut())),
             Entry::Vacant(v) => Some(f(v.insert(new_series(l, m, extra)?))),
         }
+    }
+
+    /// A handle on this worker's pending deltas, for another thread to take them.
+    pub fn pending(&self) -> PendingStats {
+        PendingStats(self.pending.clone())
     }
 
     /// Adds `delta` to a counter or gauge (flushed on the timer).
@@ -194,7 +226,21 @@ impl Stats {
     }
 
     pub fn add_own(&mut self, m: Own, n: u64) {
-        if let Some(x) = self.own_pending.get_mut(m as usize) {
+        if let Some(x) = lock(&self.pending).own.get_mut(STORE_COUNTERS + m as usize) {
+            *x = x.saturating_add(n);
+        }
+    }
+
+    /// Moves the store's contention counts of this worker (which only its own thread sees)
+    /// into its pending deltas, where any thread may take them.
+    pub fn collect_store_counts(&mut self, h: &dyn Host) {
+        let Some(c) = h.store().worker().map(WorkerState::take) else { return };
+        let counts = [c.writes, c.conflicts, c.decodes, c.reuses, c.wakeups];
+        if counts.iter().all(|&n| n == 0) {
+            return;
+        }
+        let mut p = lock(&self.pending);
+        for (x, n) in p.own.iter_mut().zip(counts) {
             *x = x.saturating_add(n);
         }
     }
@@ -238,10 +284,15 @@ impl Stats {
     /// from another thread ([`Stats::flush`] adds them at once): afterwards nothing is pending.
     /// Every counter is defined on its first take, even at 0 (see [`take_counters`]).
     pub fn take_pending(&mut self, h: &dyn Host, out: &mut Vec<(u32, i64)>) {
-        let c = h.store().worker().map(WorkerState::take).unwrap_or_default();
-        let own = std::mem::take(&mut self.own_pending);
-        let deltas = [c.writes, c.conflicts, c.decodes, c.reuses, c.wakeups].into_iter().chain(own);
-        take_counters(h, &OWN_COUNTERS, &mut self.own_ids, deltas, out);
+        self.collect_store_counts(h);
+        lock(&self.pending).take_into(h, out);
+    }
+}
+
+impl Pending {
+    fn take_into(&mut self, h: &dyn Host, out: &mut Vec<(u32, i64)>) {
+        let own = std::mem::take(&mut self.own);
+        take_counters(h, &OWN_COUNTERS, &mut self.own_ids, own, out);
         for s in self.series.values_mut() {
             if let Some(deltas) = s.hist.as_mut().map(names::HistogramAcc::take) {
                 // Every counter of a histogram is defined on its first flush, even at 0: with a
@@ -254,6 +305,9 @@ impl Stats {
         }
     }
 }
+
+/// How many of [`OWN_COUNTERS`] count the store's contention (the rest are [`Own`]'s).
+const STORE_COUNTERS: usize = 5;
 
 /// The filter's own counters (not upstream metrics): global-state contention (see
 /// [`crate::engine::contention`]), then where LIST and WATCH costs come from ([`Own`]).

@@ -48,10 +48,6 @@ thread_local! {
     /// This worker's roots, by configuration id.
     static ROOTS: RefCell<HashMap<u64, Root>> = RefCell::new(HashMap::new());
     static NEXT_CONTEXT: Cell<u32> = const { Cell::new(1) };
-    /// An idle worker's stats flush was deferred to a later stream's end.
-    static FLUSH_OWED: Cell<bool> = const { Cell::new(false) };
-    /// When this worker last flushed its stats on going idle.
-    static LAST_IDLE_FLUSH: Cell<crate::Nanos> = const { Cell::new(0) };
 }
 
 /// Configurations destroyed since each worker last looked (their roots are dropped lazily).
@@ -111,7 +107,7 @@ pub fn config_scheduled(c: &Config, event: u64) {
     match event {
         callout::TICK => {
             with_root(&h, c, Thread::Main, |root, w| root.on_tick(&h, w));
-            idle_stats::add_owed();
+            idle_stats::add_pending(&h);
         }
         callout::CALLS => callout::send_queued(c.id, c.envoy),
         _ => {}
@@ -157,7 +153,7 @@ fn with_root<T>(h: &NativeHost, config: &Config, thread: Thread, f: impl FnOnce(
                 log::error!("apf: re-entrant callback; ignored");
                 return None;
             };
-            let w = w.get_or_insert_with(|| Worker::new(crate::gateway::Host::monotonic_nanos(h) as u64));
+            let w = w.get_or_insert_with(|| new_worker(h));
             let root = roots.entry(config.id).or_insert_with(|| {
                 let mut root = Root::sharing(config.policy.clone(), thread == Thread::Main);
                 callout::as_config(config.id, || root.on_configure(h, &config.bytes));
@@ -166,6 +162,13 @@ fn with_root<T>(h: &NativeHost, config: &Config, thread: Thread, f: impl FnOnce(
             Some(callout::as_config(config.id, || f(root, w)))
         })
     })
+}
+
+/// This thread's worker, its pending stats added by the main thread from now on ([`idle_stats`]).
+fn new_worker(h: &NativeHost) -> Worker {
+    let mut w = Worker::new(crate::gateway::Host::monotonic_nanos(h) as u64);
+    idle_stats::register(w.stats().pending());
+    w
 }
 
 /// Runs `f` on this thread's worker (`None` on a re-entrant call, logged).
@@ -281,53 +284,22 @@ pub fn stream_complete(f: &mut Filter) {
     with_request(f, |r, w| r.on_stream_end(&h, w));
     if host::take_waker(f.context) && !hand_over_timer(f.context) {
         went_idle(&h);
-    } else if FLUSH_OWED.with(Cell::get) && flush_now(&h) {
-        with_worker(|w| w.stats().flush(&h));
-        FLUSH_OWED.with(|o| o.set(false));
-        LAST_IDLE_FLUSH.with(|t| t.set(crate::gateway::Host::monotonic_nanos(&h)));
     }
     host::run_deferred();
 }
 
-/// Whether an idle worker's stats are flushed now: when its last idle flush is
-/// [`IDLE_FLUSH_GAP`] old. Under load a worker goes idle between most requests, and a flush per
-/// request cost about as much as the request's own APF work (each series is a stat looked up
-/// by its label values in Envoy); between two flushes the deltas are handed to the main thread
-/// ([`went_idle`]), or, when that fails, owed: paid by the next stream end after the gap or by
-/// the timer once a stream holds seats again.
-fn flush_now(h: &NativeHost) -> bool {
-    idle_flush_due(crate::gateway::Host::monotonic_nanos(h), LAST_IDLE_FLUSH.with(Cell::get))
-}
-
-/// Whether an idle flush at `now` is due, the last one at `last`.
-fn idle_flush_due(now: crate::Nanos, last: crate::Nanos) -> bool {
-    now.saturating_sub(last) >= IDLE_FLUSH_GAP
-}
-
-/// The least time between two idle flushes of a worker's stats (two timer periods).
-const IDLE_FLUSH_GAP: crate::Nanos = 2 * TICK_MS as crate::Nanos * 1_000_000;
-
 /// The worker's last stream holding or awaiting seats ended: no tick reaches it until another
-/// one starts, so its timer runs now and its stats are flushed, or, between two flushes
-/// ([`flush_now`]), handed over to the main thread ([`idle_stats`]; owed when that fails).
+/// one starts, so its timer runs now; its pending stats, the store's counts among them, are
+/// left for the main thread to add ([`idle_stats`]).
 fn went_idle(h: &NativeHost) {
-    let flush = flush_now(h);
-    let handed = WORKER.with(|w| {
+    WORKER.with(|w| {
         ROOTS.with(|r| {
-            let (Ok(mut w), Ok(mut roots)) = (w.try_borrow_mut(), r.try_borrow_mut()) else { return false };
-            let Some(w) = w.as_mut() else { return false };
+            let (Ok(mut w), Ok(mut roots)) = (w.try_borrow_mut(), r.try_borrow_mut()) else { return };
+            let Some(w) = w.as_mut() else { return };
             roots.iter_mut().for_each(|(&id, root)| callout::as_config(id, || root.on_tick(h, w)));
-            if flush {
-                w.stats().flush(h);
-                return false;
-            }
-            idle_stats::hand_over(|out| w.stats().take_pending(h, out))
+            w.stats().collect_store_counts(h);
         })
     });
-    FLUSH_OWED.with(|o| o.set(!flush && !handed));
-    if flush {
-        LAST_IDLE_FLUSH.with(|t| t.set(crate::gateway::Host::monotonic_nanos(h)));
-    }
 }
 
 pub fn filter_destroy(mut f: Filter) {
@@ -355,18 +327,4 @@ pub fn scheduled(f: &mut Filter, event: u64) {
         })
     });
     deliver_replies(&h);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_idle_worker_flushes_at_most_once_per_two_timer_periods() {
-        let t0: crate::Nanos = 1 << 40;
-        assert!(idle_flush_due(t0, 0), "the first idle flush is due at once");
-        assert!(!idle_flush_due(t0 + IDLE_FLUSH_GAP - 1, t0));
-        assert!(idle_flush_due(t0 + IDLE_FLUSH_GAP, t0));
-        assert_eq!(IDLE_FLUSH_GAP, 100_000_000, "two periods of the gateway's 50 ms timer");
-    }
 }

@@ -1,77 +1,71 @@
-//! The stats an idle worker owes, added by the main thread: nothing in Envoy 1.40's ABI wakes a
-//! worker without a stream, so a worker going idle hands its pending deltas over here (one
-//! `try_lock`, no Envoy call), and the main thread's timer adds them, merged per series, through
-//! the configuration (`glue::config_scheduled`). A worker whose hand-over finds the lock taken
-//! (or the list full) keeps its deltas and flushes them itself later, as before: every delta is
-//! added once, by one thread.
+//! Every worker's pending stats, added by the main thread: nothing in Envoy 1.40's ABI wakes a
+//! worker without a stream, so an idle worker could not flush what its last requests recorded.
+//! Each worker registers a handle on its pending deltas once ([`register`]); the main thread's
+//! timer (`glue::config_scheduled`) takes them all every second timer period and adds them
+//! through the configuration ([`add_pending`]): a burst's last requests reach Envoy within two
+//! periods though no request follows. A worker going idle does nothing for its stats. A delta is taken under its
+//! worker's lock by one thread (the main thread here, or the worker's own timer flush) and added
+//! by that thread: each delta is added once. Stat ids are process-wide (`metrics`), so the main
+//! thread adds a worker's deltas under the worker's ids.
 
 use super::abi::FilterPtr;
-use super::metrics::{self, Series};
-use hashbrown::HashMap;
-use std::sync::{Arc, Mutex, TryLockError};
+use super::metrics;
+use crate::gateway::root::TICK_MS;
+use crate::gateway::stats::PendingStats;
+use crate::gateway::Host;
+use crate::Nanos;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
-/// Deltas handed over and not yet added, by series.
-static OWED: Mutex<Vec<(Arc<Series>, i64)>> = Mutex::new(Vec::new());
+/// One handle per worker thread (workers live as long as the process).
+static WORKERS: Mutex<Vec<PendingStats>> = Mutex::new(Vec::new());
 
-/// At most this many deltas wait (the main thread drains them every timer period).
-const MAX_OWED: usize = 1 << 16;
+/// Registers a worker's pending deltas, to be added by the main thread from now on.
+pub fn register(p: PendingStats) {
+    WORKERS.lock().unwrap_or_else(PoisonError::into_inner).push(p);
+}
 
-/// Moves the deltas `take` yields (this worker's stat ids) into the owed list: false, with
-/// `take` not called, when the list is busy or full.
-pub fn hand_over(take: impl FnOnce(&mut Vec<(u32, i64)>)) -> bool {
-    let mut owed = match OWED.try_lock() {
-        Ok(o) => o,
-        Err(TryLockError::WouldBlock | TryLockError::Poisoned(_)) => return false,
-    };
-    if owed.len() >= MAX_OWED {
-        return false;
+/// The least time between two drains: every second period of the timer (whose ticks come at
+/// least a period apart), once however many configurations tick.
+const DRAIN_GAP: Nanos = 3 * TICK_MS as Nanos * 1_000_000 / 2;
+
+/// Whether a drain at `now` is due, the last one at `last`.
+fn drain_due(now: Nanos, last: Nanos) -> bool {
+    now.saturating_sub(last) >= DRAIN_GAP
+}
+
+/// Takes every worker's pending deltas and adds them when a drain is due (main thread, inside
+/// a configuration's hook; `h` defines the stats not defined yet).
+pub fn add_pending(h: &dyn Host) {
+    static LAST: AtomicI64 = AtomicI64::new(0);
+    let now = h.monotonic_nanos();
+    if !drain_due(now, LAST.load(Ordering::Relaxed)) {
+        return;
     }
+    LAST.store(now, Ordering::Relaxed);
+    let workers: Vec<PendingStats> = WORKERS.lock().unwrap_or_else(PoisonError::into_inner).clone();
     let mut deltas = Vec::new();
-    take(&mut deltas);
-    owed.extend(deltas.into_iter().filter_map(|(id, by)| Some((metrics::series(id)?, by))));
-    true
-}
-
-/// Adds every owed delta, merged per series (main thread, inside a configuration's hook).
-pub fn add_owed() {
-    let owed = match OWED.lock() {
-        Ok(mut o) if !o.is_empty() => std::mem::take(&mut *o),
-        _ => return,
-    };
-    for (s, by) in merged(owed).into_iter().filter(|(_, by)| *by != 0) {
-        metrics::add(FilterPtr::none(), &s, by);
-    }
-}
-
-/// One delta per series: the sum of its deltas (a series' deltas all have its kind).
-fn merged<T>(owed: Vec<(Arc<T>, i64)>) -> Vec<(Arc<T>, i64)> {
-    let mut at: HashMap<*const T, usize> = HashMap::new();
-    let mut out: Vec<(Arc<T>, i64)> = Vec::new();
-    for (s, by) in owed {
-        match at.get(&Arc::as_ptr(&s)).and_then(|&i| out.get_mut(i)) {
-            Some((_, sum)) => *sum = sum.saturating_add(by),
-            None => {
-                at.insert(Arc::as_ptr(&s), out.len());
-                out.push((s, by));
-            }
+    for w in &workers {
+        // Taken under the worker's lock, added after it is released: a worker's request never
+        // waits for Envoy's stats calls.
+        w.take(h, &mut deltas);
+        for (id, by) in deltas.drain(..) {
+            metrics::increment(FilterPtr::none(), id, by);
         }
     }
-    out
 }
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
     use super::*;
 
     #[test]
-    fn deltas_of_one_series_are_summed_once_and_others_kept_apart() {
-        let (a, b, a_twin) = (Arc::new("a"), Arc::new("b"), Arc::new("a"));
-        let owed = vec![(a.clone(), 2), (b.clone(), -1), (a.clone(), 3), (a_twin.clone(), 7), (b.clone(), 1)];
-        let m = merged(owed);
-        assert_eq!(m.len(), 3, "one entry per series (by identity, not by value)");
-        assert!(Arc::ptr_eq(&m[0].0, &a) && m[0].1 == 5);
-        assert!(Arc::ptr_eq(&m[1].0, &b) && m[1].1 == 0);
-        assert!(Arc::ptr_eq(&m[2].0, &a_twin) && m[2].1 == 7);
+    fn the_main_thread_drains_every_second_timer_period() {
+        let t0: Nanos = 1 << 40;
+        let period = Nanos::from(TICK_MS) * 1_000_000;
+        assert!(drain_due(t0, 0), "the first drain is at once");
+        assert!(!drain_due(t0 + period, t0), "not at the next tick");
+        assert!(drain_due(t0 + 2 * period, t0), "at the one after");
+        assert!(!drain_due(t0 + DRAIN_GAP - 1, t0));
     }
 }

@@ -14,8 +14,7 @@ use super::abi::{ConfigPtr, FilterPtr, GaugeOp};
 use crate::gateway::host::StatKind;
 use crate::gateway::stats::stat_families;
 use hashbrown::HashMap;
-use std::cell::RefCell;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 /// A defined family: Envoy's id, kind and label keys.
 struct Family {
@@ -36,9 +35,9 @@ pub struct Series {
     values: Vec<String>,
 }
 
-thread_local! {
-    static SERIES: RefCell<Vec<Arc<Series>>> = const { RefCell::new(Vec::new()) };
-}
+/// Every series any thread defined, by id: an id means the same series on every thread, so a
+/// worker's pending deltas can be added by the main thread (`idle_stats`).
+static SERIES: RwLock<Vec<Arc<Series>>> = RwLock::new(Vec::new());
 
 /// Defines every family in the configuration being created (ids are positions in definition
 /// order, so every configuration gives a family the same id).
@@ -85,34 +84,30 @@ pub fn define(kind: StatKind, name: &str) -> Option<u32> {
     let f = known.get(family)?;
     debug_assert!(f.kind == kind, "stat {name} defined as {kind:?}, its family is {:?}", f.kind);
     let s = Series { family: f.id, kind: f.kind, values };
-    SERIES.with(|all| {
-        let mut all = all.borrow_mut();
-        all.push(Arc::new(s));
-        u32::try_from(all.len() - 1).ok()
-    })
+    drop(known);
+    let mut all = SERIES.write().ok()?;
+    all.push(Arc::new(s));
+    u32::try_from(all.len() - 1).ok()
 }
 
+/// Runs `f` on the series `id` (the list's lock is not held across Envoy's calls).
 fn with_series(id: u32, f: impl FnOnce(&Series)) {
-    // The stats callbacks do not re-enter the module: the borrow is held across them.
-    SERIES.with(|all| {
-        let all = all.borrow();
-        if let Some(s) = usize::try_from(id).ok().and_then(|i| all.get(i)) {
-            f(s);
-        }
-    });
+    if let Some(s) = series(id) {
+        f(&s);
+    }
 }
 
 pub fn increment(filter: FilterPtr, id: u32, by: i64) {
     with_series(id, |s| add(filter, s, by));
 }
 
-/// This worker's series `id`, to be changed from another thread ([`add`]).
-pub fn series(id: u32) -> Option<Arc<Series>> {
-    SERIES.with(|all| all.borrow().get(usize::try_from(id).ok()?).cloned())
+/// The series `id`.
+fn series(id: u32) -> Option<Arc<Series>> {
+    SERIES.read().ok()?.get(usize::try_from(id).ok()?).cloned()
 }
 
 /// Adds `by` to the counter or gauge `s` (a counter only grows).
-pub fn add(filter: FilterPtr, s: &Series, by: i64) {
+fn add(filter: FilterPtr, s: &Series, by: i64) {
     match s.kind {
         StatKind::Counter if by > 0 => {
             let _ = filter.increment_counter(s.family, &s.values, by.unsigned_abs());
@@ -170,5 +165,17 @@ mod tests {
         let (f, v) = parse("apf_wasm_shared_state_writes_total", &t).unwrap();
         assert_eq!((f, v.len()), ("apf_wasm_shared_state_writes_total", 0));
         assert_eq!(parse("apf_wasm_open_watches.priority_level.x", &t).unwrap().1, ["x"]);
+    }
+
+    #[test]
+    fn an_id_names_the_same_series_on_every_thread() {
+        let name = "apf_wasm_test_family_total";
+        families().lock().unwrap().insert(name.to_string(), Family { id: 77, kind: StatKind::Counter, labels: vec!["priority_level"] });
+        let series_name = format!("{name}.priority_level.pl-1");
+        let id = std::thread::spawn(move || define(StatKind::Counter, &series_name)).join().unwrap().unwrap();
+        let s = series(id).expect("defined on another thread, found on this one");
+        assert_eq!((s.family, s.kind, &s.values[..]), (77, StatKind::Counter, &["pl-1".to_string()][..]));
+        let again = define(StatKind::Counter, &format!("{name}.priority_level.pl-2")).unwrap();
+        assert_ne!(again, id, "every definition gets its own id");
     }
 }

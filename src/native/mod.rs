@@ -8,7 +8,7 @@
 //! - `host`: [`crate::gateway::Host`] over the ABI; deferred resumes and local replies.
 //! - `callout`: HTTP calls, made from the main thread, replies routed back to the asking root.
 //! - `wake`: per-worker mailboxes woken through stream schedulers, and the timer thread.
-//! - `logger`, `metrics`: logs and stats through Envoy; `idle_stats`: an idle worker's stats,
+//! - `logger`, `metrics`: logs and stats through Envoy; `idle_stats`: every worker's pending stats,
 //!   added by the main thread.
 //! - `isolated` (feature `native-isolated-levels`): the saturated benchmark's no-sharing control.
 

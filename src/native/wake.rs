@@ -11,9 +11,9 @@
 //! The per-worker timer (queue timeouts, lease heartbeat, expiry, stats) comes from one
 //! module-owned thread ([`start_ticker`]) that commits [`TICK`] every `TICK_MS` to one registered
 //! scheduler of every worker. A worker with no stream holding or awaiting seats gets no tick: it
-//! has nothing to time out, and it runs its timer as its last such stream ends, flushing its
-//! stats there at most once per two timer periods; between those flushes it hands what it owes
-//! to the main thread, which adds it on its own timer (`glue::stream_complete`, `idle_stats`).
+//! has nothing to time out, and it runs its timer as its last such stream ends
+//! (`glue::stream_complete`); its pending stats are added by the main thread on its own timer
+//! (`idle_stats`).
 
 use super::abi::SchedulerPtr;
 use hashbrown::HashMap;

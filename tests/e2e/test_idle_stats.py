@@ -1,6 +1,6 @@
 """A burst's stats reach Envoy without later traffic: every worker's last requests are counted
-within a few timer periods, though no request follows (the native host's idle workers hand their
-pending deltas to the main thread's timer; a Wasm VM's timer runs regardless)."""
+within a few timer periods, though no request follows (on the native host the main thread's timer
+takes every worker's pending deltas and adds them; a Wasm VM's timer runs regardless)."""
 
 from __future__ import annotations
 
