@@ -101,9 +101,14 @@ impl CountsPoll {
 /// Re-reads the shared object counts into this worker's copy when the configuration uses them
 /// and the copy is older than the re-read period.
 pub fn refresh_if_due(h: &dyn Host, w: &mut Worker, config: &PluginConfig, now: Nanos) {
-    if config.work_estimator.learn_from_responses || config.cluster_metrics.is_some() {
+    if uses_counts(config) {
         w.refresh_counts_every(h, now, COUNTS_READ_EVERY);
     }
+}
+
+/// Whether the configuration estimates work from the cluster's object counts.
+pub fn uses_counts(config: &PluginConfig) -> bool {
+    config.work_estimator.learn_from_responses || config.cluster_metrics.is_some()
 }
 
 /// Records a poll's outcome in shared data (a failure keeps the last counts in use) and

@@ -201,7 +201,8 @@ impl Root {
     /// classified and its work estimated.
     pub fn on_stream_start(&mut self, h: &dyn Host, w: &mut Worker) {
         self.adopt_published(h);
-        if let Some(c) = self.compiled.as_deref() {
+        // The clock is read only when the counts are used.
+        if let Some(c) = self.compiled.as_deref().filter(|c| super::counts_poll::uses_counts(&c.config)) {
             super::counts_poll::refresh_if_due(h, w, &c.config, h.monotonic_nanos());
         }
     }

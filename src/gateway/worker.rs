@@ -499,10 +499,18 @@ impl Worker {
     /// holds, reading the clock only when seats are held or awaited (a host call saved on the
     /// common path where everything was already released).
     pub fn stream_ended(&mut self, h: &dyn Host, context: u32) {
-        self.rejected.remove(&context);
-        self.holds.remove(&context);
-        self.release_watch_place(h, context);
-        if let (Some(key), Some(slot)) = (self.watches.remove(&context), self.slot) {
+        // Most streams are in none of these tables: an empty one is not hashed into.
+        if !self.rejected.is_empty() {
+            self.rejected.remove(&context);
+        }
+        if !self.holds.is_empty() {
+            self.holds.remove(&context);
+        }
+        if !self.watch_places.is_empty() {
+            self.release_watch_place(h, context);
+        }
+        let watch = if self.watches.is_empty() { None } else { self.watches.remove(&context) };
+        if let (Some(key), Some(slot)) = (watch, self.slot) {
             if let Err(e) = engine::watches::forget(h.store(), slot, &key) {
                 log::warn!("apf: forgetting a watch failed: {e}");
             }

@@ -735,7 +735,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(module: *const c_v
         if !module.is_null() {
             // SAFETY: the pointer filter_new leaked; Envoy destroys a filter once.
             let f = unsafe { Box::from_raw(module as *mut glue::Filter) };
-            glue::filter_destroy(*f);
+            glue::filter_destroy(f);
         }
     })
 }

@@ -55,7 +55,7 @@ pub struct Reply {
 pub struct Inbox {
     replies: Mutex<VecDeque<Reply>>,
     waiting: AtomicUsize,
-    mailbox: Mutex<Option<Arc<wake::Mailbox>>>,
+    mailbox: Mutex<Option<&'static wake::Mailbox>>,
 }
 
 /// A request waiting for the main thread.

@@ -302,7 +302,8 @@ fn went_idle(h: &NativeHost) {
     });
 }
 
-pub fn filter_destroy(mut f: Filter) {
+/// (Boxed as Envoy held it: the stream's state is dropped where it is, never moved.)
+pub fn filter_destroy(mut f: Box<Filter>) {
     if !f.completed {
         stream_complete(&mut f);
     }

@@ -16,7 +16,7 @@ use crate::gateway::host::{pairs, serialize_pairs, Body, CallError, HeaderMap, H
 use crate::Nanos;
 use hashbrown::HashMap;
 use std::cell::{Cell, RefCell};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// What a hook asked of a stream other than by its return value, done when it returns.
@@ -26,15 +26,13 @@ pub enum Deferred {
 }
 
 thread_local! {
-    /// This worker's live streams: context → Envoy's filter.
-    static FILTERS: RefCell<HashMap<u32, FilterPtr>> = RefCell::new(HashMap::new());
+    /// This worker's live streams, by context.
+    static STREAMS: RefCell<HashMap<u32, Stream>> = RefCell::new(HashMap::new());
     /// The stream the gateway addressed with `set_effective_context`.
     static EFFECTIVE: Cell<Option<u32>> = const { Cell::new(None) };
     static DEFERRED: RefCell<Vec<Deferred>> = const { RefCell::new(Vec::new()) };
-    /// The schedulers of this worker's streams that can be woken, by context.
-    static SCHEDULERS: RefCell<HashMap<u32, SchedulerPtr>> = RefCell::new(HashMap::new());
     /// This worker's mailbox, once registered.
-    static MAILBOX: RefCell<Option<Arc<wake::Mailbox>>> = const { RefCell::new(None) };
+    static MAILBOX: Cell<Option<&'static wake::Mailbox>> = const { Cell::new(None) };
     static STORE: &'static WorkerStore<'static> = Box::leak(Box::new(WorkerStore::new(worker_view())));
 }
 
@@ -59,38 +57,51 @@ fn origin() -> Instant {
     *O.get_or_init(Instant::now)
 }
 
+/// A live stream of this worker: Envoy's filter, and its scheduler while it can be woken (one
+/// table for both: a stream's waker comes and goes without a second lookup).
+#[derive(Clone, Copy)]
+struct Stream {
+    filter: FilterPtr,
+    waker: Option<SchedulerPtr>,
+}
+
 /// Tracks a new stream of this worker.
 pub fn add_stream(context: u32, f: FilterPtr) {
-    FILTERS.with(|m| m.borrow_mut().insert(context, f));
+    STREAMS.with(|m| m.borrow_mut().insert(context, Stream { filter: f, waker: None }));
 }
 
 /// Forgets a stream of this worker (destroyed).
 pub fn remove_stream(context: u32) {
-    FILTERS.with(|m| m.borrow_mut().remove(&context));
+    STREAMS.with(|m| m.borrow_mut().remove(&context));
 }
 
 fn stream(context: u32) -> Option<FilterPtr> {
-    FILTERS.with(|m| m.borrow().get(&context).copied())
+    STREAMS.with(|m| m.borrow().get(&context).map(|s| s.filter))
 }
 
 /// Whether the stream `context` can be woken.
 pub fn has_waker(context: u32) -> bool {
-    SCHEDULERS.with(|s| s.borrow().contains_key(&context))
+    STREAMS.with(|m| m.borrow().get(&context).is_some_and(|s| s.waker.is_some()))
 }
 
 /// Gives the live stream `context` a scheduler in this worker's mailbox (false: no mailbox yet,
 /// no such stream, or Envoy gave no scheduler).
 pub fn give_waker(context: u32) -> bool {
-    let (Some(mailbox), Some(f)) = (mailbox(), stream(context)) else { return false };
-    let Some(s) = f.new_scheduler() else { return false };
-    mailbox.add_waker(context, s);
-    SCHEDULERS.with(|all| all.borrow_mut().insert(context, s));
-    true
+    let Some(mailbox) = mailbox() else { return false };
+    STREAMS.with(|m| {
+        // Envoy's scheduler_new calls nothing of the module back: the borrow spans it.
+        let mut m = m.borrow_mut();
+        let Some(st) = m.get_mut(&context) else { return false };
+        let Some(s) = st.filter.new_scheduler() else { return false };
+        mailbox.add_waker(context, s);
+        st.waker = Some(s);
+        true
+    })
 }
 
 /// Takes the scheduler of `context` out of the mailbox and deletes it: whether it had one.
 pub fn take_waker(context: u32) -> bool {
-    let Some(s) = SCHEDULERS.with(|all| all.borrow_mut().remove(&context)) else { return false };
+    let Some(s) = STREAMS.with(|m| m.borrow_mut().get_mut(&context).and_then(|st| st.waker.take())) else { return false };
     if let Some(m) = mailbox() {
         m.remove_waker(context);
     }
@@ -100,12 +111,12 @@ pub fn take_waker(context: u32) -> bool {
 
 /// A live stream of this worker for which `keep` holds.
 pub fn find_stream(keep: impl FnMut(&u32) -> bool) -> Option<u32> {
-    FILTERS.with(|m| m.borrow().keys().copied().find(keep))
+    STREAMS.with(|m| m.borrow().keys().copied().find(keep))
 }
 
 /// This worker's mailbox (`None` until the gateway registered it).
-pub fn mailbox() -> Option<Arc<wake::Mailbox>> {
-    MAILBOX.with(|m| m.borrow().clone())
+pub fn mailbox() -> Option<&'static wake::Mailbox> {
+    MAILBOX.with(Cell::get)
 }
 
 /// Runs what the hook deferred (each may re-enter the module: the list is taken first).
@@ -260,7 +271,7 @@ impl Host for NativeHost {
 
     fn register_queue(&self, name: &str) -> Result<u32, u32> {
         let (id, b) = wake::register(name).ok_or(10u32)?;
-        MAILBOX.with(|m| *m.borrow_mut() = Some(b));
+        MAILBOX.with(|m| m.set(Some(b)));
         Ok(id)
     }
 

@@ -18,7 +18,8 @@
 use super::abi::SchedulerPtr;
 use hashbrown::HashMap;
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 /// Event id of a wake-up: drain one mailbox message.
@@ -26,17 +27,21 @@ pub const WAKE: u64 = 1;
 /// Event id of the worker's timer.
 pub const TICK: u64 = 2;
 
-/// One worker's mailbox and the schedulers of its waiting or seat-holding streams.
+/// One worker's mailbox and the schedulers of its waiting or seat-holding streams. Mailboxes
+/// live as long as the process (a worker registers one and keeps it).
 #[derive(Default)]
 pub struct Mailbox {
     msgs: Mutex<VecDeque<Vec<u8>>>,
     wakers: Mutex<HashMap<u32, SchedulerPtr>>,
+    /// How many schedulers `wakers` holds (written under its lock): [`Mailbox::idle`] reads it
+    /// without taking the lock.
+    wakeable: AtomicUsize,
 }
 
 #[derive(Default)]
 struct Registry {
     names: HashMap<String, u32>,
-    boxes: Vec<Arc<Mailbox>>,
+    boxes: Vec<&'static Mailbox>,
 }
 
 fn registry() -> &'static Mutex<Registry> {
@@ -45,20 +50,20 @@ fn registry() -> &'static Mutex<Registry> {
 }
 
 /// The mailbox `id` (ids are 1-based).
-fn mailbox(id: u32) -> Option<Arc<Mailbox>> {
+fn mailbox(id: u32) -> Option<&'static Mailbox> {
     let r = registry().lock().ok()?;
-    r.boxes.get(usize::try_from(id).ok()?.checked_sub(1)?).cloned()
+    r.boxes.get(usize::try_from(id).ok()?.checked_sub(1)?).copied()
 }
 
 /// Registers (or finds) the mailbox `name`: its id and the mailbox.
-pub fn register(name: &str) -> Option<(u32, Arc<Mailbox>)> {
+pub fn register(name: &str) -> Option<(u32, &'static Mailbox)> {
     let mut r = registry().lock().ok()?;
     if let Some(&id) = r.names.get(name) {
-        let b = r.boxes.get(usize::try_from(id).ok()?.checked_sub(1)?)?.clone();
+        let b = *r.boxes.get(usize::try_from(id).ok()?.checked_sub(1)?)?;
         return Some((id, b));
     }
-    let b = Arc::new(Mailbox::default());
-    r.boxes.push(b.clone());
+    let b: &'static Mailbox = Box::leak(Box::default());
+    r.boxes.push(b);
     let id = u32::try_from(r.boxes.len()).ok()?;
     r.names.insert(name.to_string(), id);
     Some((id, b))
@@ -96,6 +101,7 @@ impl Mailbox {
     pub fn add_waker(&self, context: u32, s: SchedulerPtr) {
         if let Ok(mut w) = self.wakers.lock() {
             w.insert(context, s);
+            self.wakeable.store(w.len(), Ordering::Release);
         }
     }
 
@@ -110,13 +116,14 @@ impl Mailbox {
 
     /// Whether no stream of the worker can be woken (none waits for or holds seats).
     pub fn idle(&self) -> bool {
-        self.wakers.lock().map(|w| w.is_empty()).unwrap_or(true)
+        self.wakeable.load(Ordering::Acquire) == 0
     }
 
     /// Forgets the scheduler of `context`; once this returns, no thread commits it.
     pub fn remove_waker(&self, context: u32) {
         if let Ok(mut w) = self.wakers.lock() {
             w.remove(&context);
+            self.wakeable.store(w.len(), Ordering::Release);
         }
     }
 }
@@ -138,7 +145,7 @@ pub fn start_ticker(period: Duration) {
 
 fn tick_all() {
     super::callout::tick_configs();
-    let boxes: Vec<Arc<Mailbox>> = match registry().lock() {
+    let boxes: Vec<&'static Mailbox> = match registry().lock() {
         Ok(r) => r.boxes.clone(),
         Err(_) => return,
     };
