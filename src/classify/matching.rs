@@ -85,11 +85,8 @@ pub(crate) fn subject_key(kind: u8, name: &str) -> u64 {
     for w in words.by_ref() {
         h = step(h, w.first_chunk().copied().map_or(0, u64::from_le_bytes));
     }
-    let mut tail = [0u8; 8];
-    for (t, b) in tail.iter_mut().zip(words.remainder()) {
-        *t = *b;
-    }
-    step(h, u64::from_le_bytes(tail))
+    let tail = words.remainder().iter().rev().fold(0u64, |t, &b| (t << 8) | u64::from(b));
+    step(h, tail)
 }
 
 pub(crate) const KEY_USER: u8 = 1;
@@ -108,6 +105,7 @@ pub(crate) struct UserKeys {
 }
 
 impl UserKeys {
+    #[inline(always)]
     pub(crate) fn new(user: &UserInfo) -> Self {
         let overflow = user.groups.len() + 1 > MAX_KEYS;
         let service_account = user.name.starts_with(SA_PREFIX);
@@ -123,7 +121,7 @@ impl UserKeys {
     fn may_match(&self, prefilter: &Prefilter) -> bool {
         self.overflow
             || (prefilter.service_accounts && self.service_account)
-            || self.keys.iter().take(self.len).any(|k| prefilter.keys.contains(k))
+            || self.keys.get(..self.len).is_some_and(|mine| prefilter.keys.iter().any(|k| mine.contains(k)))
     }
 }
 
