@@ -270,3 +270,48 @@ fn prefilter_is_exact_with_many_groups() {
     let u = UserInfo::authenticated("system:node:n", &groups);
     assert_eq!(classify(&c, &p, "GET", "/api/v1/pods", &u).0, "system-nodes");
 }
+
+/// The compiled classifier (subject prefilter, request-shape skip) answers what the first
+/// FlowSchema `matches` accepts, for service accounts and other users, resource and
+/// non-resource requests, over the default policy and ServiceAccount / non-resource-only
+/// FlowSchemas.
+#[test]
+fn compiled_classifier_agrees_with_the_rules() {
+    let mut policy = default_policy();
+    let sa = |ns: &str, name: &str| Subject::ServiceAccount { namespace: ns.into(), name: name.into() };
+    let everything =
+        (vec![rule(&["*"], &["*"], &["*"], true, &["*"])], vec![NonResourcePolicyRule { verbs: s(&["*"]), non_resource_urls: s(&["*"]) }]);
+    let extra = [
+        ("sa-only", fs(vec![sa("team", "*")], everything.0.clone(), vec![])),
+        ("sa-and-user", fs(vec![sa("apps", "builder"), user("carol")], everything.0.clone(), everything.1.clone())),
+        ("non-resource-only", fs(vec![group("probers")], vec![], everything.1.clone())),
+    ];
+    for (i, (name, mut f)) in extra.into_iter().enumerate() {
+        f.name = name.into();
+        policy.flow_schemas.insert(1 + i, f);
+    }
+    let classifier = Classifier::new(&policy);
+    let users = [
+        UserInfo { name: "system:serviceaccount:team:bot".into(), groups: s(&["system:serviceaccounts", "system:authenticated"]) },
+        UserInfo { name: "system:serviceaccount:apps:builder".into(), groups: s(&["system:authenticated"]) },
+        UserInfo { name: "system:serviceaccount:kube-system:x".into(), groups: s(&["system:authenticated"]) },
+        UserInfo { name: "carol".into(), groups: s(&["probers", "system:authenticated"]) },
+        UserInfo { name: "system:kube-scheduler".into(), groups: s(&["system:authenticated"]) },
+        UserInfo { name: "dave".into(), groups: s(&["system:nodes", "system:authenticated"]) },
+        UserInfo { name: "system:anonymous".into(), groups: s(&["system:unauthenticated"]) },
+    ];
+    let requests = [
+        parse_request_info("GET", b"/api/v1/namespaces/default/pods"),
+        parse_request_info("PUT", b"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/x"),
+        parse_request_info("GET", b"/api/v1/nodes/n1"),
+        parse_request_info("GET", b"/healthz"),
+        parse_request_info("GET", b"/metrics"),
+        parse_generic("GET", b"/anything", None),
+    ];
+    for u in &users {
+        for info in &requests {
+            let want = policy.flow_schemas.iter().position(|f| matches(f, info, u)).expect("catch-all matches everyone");
+            assert_eq!(classifier.classify(info, u).flow_schema, want, "{} {}", u.name, info.path);
+        }
+    }
+}

@@ -74,14 +74,19 @@ pub fn matches(fs: &FlowSchema, info: &RequestInfo, user: &UserInfo) -> bool {
     fs.rules.iter().any(|p| prws_matches(p, info, user))
 }
 
-/// FNV-1a over a kind tag and a name: the subject prefilter's key.
+/// A word-at-a-time multiplicative hash (FxHash's step) over a kind tag and a name: the
+/// subject prefilter's key. Collisions only cost the full check.
 pub(crate) fn subject_key(kind: u8, name: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in std::iter::once(kind).chain(name.bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    let step = |h: u64, w: u64| (h.rotate_left(5) ^ w).wrapping_mul(K);
+    let bytes = name.as_bytes();
+    let mut h = step(u64::from(kind), bytes.len() as u64);
+    let mut words = bytes.chunks_exact(8);
+    for w in words.by_ref() {
+        h = step(h, w.first_chunk().copied().map_or(0, u64::from_le_bytes));
     }
-    h
+    let tail = words.remainder().iter().rev().fold(0u64, |t, &b| (t << 8) | u64::from(b));
+    step(h, tail)
 }
 
 pub(crate) const KEY_USER: u8 = 1;
@@ -95,11 +100,16 @@ pub(crate) struct UserKeys {
     len: usize,
     /// Too many groups: the prefilter is not used.
     overflow: bool,
+    /// The user is a service account (only then can a ServiceAccount subject match).
+    service_account: bool,
 }
 
 impl UserKeys {
+    #[inline(always)]
     pub(crate) fn new(user: &UserInfo) -> Self {
-        let mut k = UserKeys { keys: [0; MAX_KEYS], len: 0, overflow: user.groups.len() + 1 > MAX_KEYS };
+        let overflow = user.groups.len() + 1 > MAX_KEYS;
+        let service_account = user.name.starts_with(SA_PREFIX);
+        let mut k = UserKeys { keys: [0; MAX_KEYS], len: 0, overflow, service_account };
         // With too many groups only the first keys are filled, and `overflow` ignores them.
         let names = std::iter::once((KEY_USER, user.name.as_str())).chain(user.groups.iter().map(|g| (KEY_GROUP, g.as_str())));
         for (slot, (kind, name)) in k.keys.iter_mut().zip(names) {
@@ -108,9 +118,20 @@ impl UserKeys {
         }
         k
     }
-    fn may_match(&self, prefilter: &[u64]) -> bool {
-        self.overflow || self.keys.iter().take(self.len).any(|k| prefilter.contains(k))
+    fn may_match(&self, prefilter: &Prefilter) -> bool {
+        self.overflow
+            || (prefilter.service_accounts && self.service_account)
+            || self.keys.get(..self.len).is_some_and(|mine| prefilter.keys.iter().any(|k| mine.contains(k)))
     }
+}
+
+/// What a user must have for a FlowSchema whose subjects are all literal Users, Groups or
+/// ServiceAccounts to match: one of the keys, or be a service account.
+#[derive(Debug, Clone)]
+struct Prefilter {
+    keys: Vec<u64>,
+    /// Some subject is a ServiceAccount (it matches only a `system:serviceaccount:` user).
+    service_accounts: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -120,10 +141,14 @@ pub(crate) struct CompiledSchema {
     pub(crate) distinguisher: Option<Distinguisher>,
     /// Level is non-exempt, queues, with more than one queue (`apf_controller.go: startRequest`).
     pub(crate) hashes: bool,
-    /// When every subject is a literal User or Group: their keys. A user with none of these
-    /// keys cannot match, so the full check is skipped (exact: hash collisions only cost the
-    /// full check).
-    prefilter: Option<Vec<u64>>,
+    /// When every subject is a literal User or Group or a ServiceAccount: their keys. A user
+    /// with none of these keys (and not a service account, if a subject is one) cannot match,
+    /// so the full check is skipped (exact: hash collisions only cost the full check).
+    prefilter: Option<Prefilter>,
+    /// Some rule has resource rules (else no resource request can match), and non-resource
+    /// rules (else no non-resource request can match): `matchesPolicyRule` needs one.
+    resource_rules: bool,
+    non_resource_rules: bool,
     rules: Vec<PolicyRulesWithSubjects>,
 }
 
@@ -132,18 +157,21 @@ impl CompiledSchema {
         let level_idx = policy.level_index(&fs.priority_level);
         let level = level_idx.and_then(|i| policy.priority_levels.get(i));
         let hashes = level.is_some_and(|l| !l.is_exempt() && l.queuing().is_some_and(|q| q.queues > 1));
-        let mut keys = Vec::new();
+        let mut pre = Prefilter { keys: Vec::new(), service_accounts: false };
         let mut literal = true;
         for s in fs.rules.iter().flat_map(|p| p.subjects.iter()) {
             match s {
-                Subject::User { name } if name != WILDCARD => keys.push(subject_key(KEY_USER, name)),
-                Subject::Group { name } if name != WILDCARD => keys.push(subject_key(KEY_GROUP, name)),
+                Subject::User { name } if name != WILDCARD => pre.keys.push(subject_key(KEY_USER, name)),
+                Subject::Group { name } if name != WILDCARD => pre.keys.push(subject_key(KEY_GROUP, name)),
+                Subject::ServiceAccount { .. } => pre.service_accounts = true,
                 Subject::Invalid => {}
                 _ => literal = false,
             }
         }
         CompiledSchema {
-            prefilter: literal.then_some(keys),
+            prefilter: literal.then_some(pre),
+            resource_rules: fs.rules.iter().any(|p| !p.resource_rules.is_empty()),
+            non_resource_rules: fs.rules.iter().any(|p| !p.non_resource_rules.is_empty()),
             name: fs.name.clone(),
             level: level_idx.unwrap_or(0),
             distinguisher: fs.distinguisher,
@@ -153,6 +181,7 @@ impl CompiledSchema {
     }
 
     pub(crate) fn matches(&self, info: &RequestInfo, user: &UserInfo, keys: &UserKeys) -> bool {
-        self.prefilter.as_ref().is_none_or(|p| keys.may_match(p)) && self.rules.iter().any(|p| prws_matches(p, info, user))
+        let shape = if info.is_resource_request { self.resource_rules } else { self.non_resource_rules };
+        shape && self.prefilter.as_ref().is_none_or(|p| keys.may_match(p)) && self.rules.iter().any(|p| prws_matches(p, info, user))
     }
 }

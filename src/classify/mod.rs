@@ -12,8 +12,10 @@
 //!
 //! [`Classifier`] precompiles the policy (per-list wildcard flags, level indices) so that
 //! matching allocates nothing; only the distinguisher string is built for queuing levels.
-//! FlowSchemas whose subjects are all literal Users/Groups carry a hashed prefilter so that
-//! long policies are scanned cheaply (a FlowSchema whose keys the user lacks cannot match).
+//! FlowSchemas whose subjects are all literal Users/Groups or ServiceAccounts carry a hashed
+//! prefilter so that long policies are scanned cheaply (a FlowSchema whose keys the user lacks
+//! cannot match, nor one of ServiceAccounts a user who is none), and one whose rules are all
+//! non-resource (resource) rules is skipped for resource (non-resource) requests.
 
 mod matching;
 
