@@ -3,35 +3,21 @@
 //! addressed to the owning worker; dead workers' seats come back through lease expiry.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "common/one_level.rs"]
+mod one_level;
 use apf_wasm::config::parse_plugin_config;
 use apf_wasm::engine::store::MemStore;
 use apf_wasm::engine::{self, Arriving, Compiled, Decision, NoticeKind};
 use apf_wasm::fairqueuing::{RequestTag, WorkEstimate};
 use apf_wasm::NANOS_PER_SEC;
+use one_level::{one_level_json, Queuing};
 
 const MS: i64 = 1_000_000;
 
+/// One Limited level "test" with exactly `seats` seats.
 fn config(seats: u32) -> Compiled {
-    // One Limited level with exactly `seats` seats: NominalCL = ceil(S·NCS/(NCS+5)) with
-    // lendable 0 and borrowing 0.
-    let json = format!(
-        r#"{{ "serverConcurrencyLimit": {s}, "suggestedDefaults": false,
-             "policy": [
-               {{ "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
-                  "metadata": {{ "name": "test", "uid": "pl-uid" }},
-                  "spec": {{ "type": "Limited", "limited": {{ "nominalConcurrencyShares": 95, "lendablePercent": 0, "borrowingLimitPercent": 0,
-                    "limitResponse": {{ "type": "Queue", "queuing": {{ "queues": 16, "handSize": 2, "queueLengthLimit": 10 }} }} }} }} }},
-               {{ "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
-                  "metadata": {{ "name": "test", "uid": "fs-uid" }},
-                  "spec": {{ "priorityLevelConfiguration": {{ "name": "test" }}, "matchingPrecedence": 500,
-                    "distinguisherMethod": {{ "type": "ByUser" }},
-                    "rules": [ {{ "subjects": [ {{ "kind": "Group", "group": {{ "name": "system:authenticated" }} }} ],
-                                 "nonResourceRules": [ {{ "verbs": ["*"], "nonResourceURLs": ["*"] }} ],
-                                 "resourceRules": [ {{ "verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "clusterScope": true, "namespaces": ["*"] }} ] }} ] }} }}
-             ] }}"#,
-        s = seats
-    );
-    let cfg = parse_plugin_config(json.as_bytes()).unwrap();
+    let q = Queuing { queues: 16, hand_size: 2, queue_length: 10 };
+    let cfg = parse_plugin_config(one_level_json("test", seats, q, true).as_bytes()).unwrap();
     Compiled::new(cfg, 1)
 }
 

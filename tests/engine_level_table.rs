@@ -7,12 +7,15 @@
 #[path = "common/rng.rs"]
 mod rng;
 
+#[path = "common/one_level.rs"]
+mod one_level;
 use apf_wasm::config::parse_plugin_config;
 use apf_wasm::engine::level_table::ProcessStore;
 use apf_wasm::engine::store::{MemStore, Store, WorkerStore};
 use apf_wasm::engine::{self, Arriving, Compiled, Decision, Notice, NoticeKind};
 use apf_wasm::fairqueuing::{Receipt, RequestId, RequestTag, WorkEstimate};
 use apf_wasm::NANOS_PER_SEC;
+use one_level::{one_level_json, Queuing};
 use rng::Rng;
 
 const MS: i64 = 1_000_000;
@@ -20,23 +23,8 @@ const MS: i64 = 1_000_000;
 /// One Limited level "test" (and the suggested ones) with `seats` seats and `queues` queues,
 /// compiled as configuration generation `generation`.
 fn config(seats: u32, queues: u32, queue_length: u32, generation: u64) -> Compiled {
-    let json = format!(
-        r#"{{ "serverConcurrencyLimit": {seats}, "suggestedDefaults": false,
-             "policy": [
-               {{ "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
-                  "metadata": {{ "name": "test", "uid": "pl-uid" }},
-                  "spec": {{ "type": "Limited", "limited": {{ "nominalConcurrencyShares": 95, "lendablePercent": 0, "borrowingLimitPercent": 0,
-                    "limitResponse": {{ "type": "Queue", "queuing": {{ "queues": {queues}, "handSize": 2, "queueLengthLimit": {queue_length} }} }} }} }} }},
-               {{ "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
-                  "metadata": {{ "name": "test", "uid": "fs-uid" }},
-                  "spec": {{ "priorityLevelConfiguration": {{ "name": "test" }}, "matchingPrecedence": 500,
-                    "distinguisherMethod": {{ "type": "ByUser" }},
-                    "rules": [ {{ "subjects": [ {{ "kind": "Group", "group": {{ "name": "system:authenticated" }} }} ],
-                                 "nonResourceRules": [ {{ "verbs": ["*"], "nonResourceURLs": ["*"] }} ],
-                                 "resourceRules": [ {{ "verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "clusterScope": true, "namespaces": ["*"] }} ] }} ] }} }}
-             ] }}"#
-    );
-    Compiled::new(parse_plugin_config(json.as_bytes()).unwrap(), generation)
+    let q = Queuing { queues, hand_size: 2, queue_length };
+    Compiled::new(parse_plugin_config(one_level_json("test", seats, q, true).as_bytes()).unwrap(), generation)
 }
 
 fn level(c: &Compiled) -> usize {

@@ -8,6 +8,8 @@
 //! `cargo test --release --test engine_scale -- --ignored --nocapture`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "common/one_level.rs"]
+mod one_level;
 use std::collections::VecDeque;
 
 use apf_wasm::config::parse_plugin_config;
@@ -15,6 +17,7 @@ use apf_wasm::engine::store::{MemStore, Store};
 use apf_wasm::engine::{self, Arriving, Compiled, Decision, NoticeKind};
 use apf_wasm::fairqueuing::{RequestId, RequestTag, WorkEstimate};
 use apf_wasm::{Nanos, NANOS_PER_SEC};
+use one_level::{one_level_json, Queuing};
 
 const US: Nanos = 1_000;
 const FLOWS: u32 = 100_000;
@@ -29,23 +32,8 @@ const VARINT_GROWTH: usize = 40;
 /// One Limited level `scale` with exactly `seats` seats, `queues` queues, hand size 6, queue
 /// length limit 50, ByUser flows.
 fn config(seats: u32, queues: u32) -> Compiled {
-    let json = format!(
-        r#"{{ "serverConcurrencyLimit": {s}, "suggestedDefaults": false,
-             "policy": [
-               {{ "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
-                  "metadata": {{ "name": "scale", "uid": "pl-scale" }},
-                  "spec": {{ "type": "Limited", "limited": {{ "nominalConcurrencyShares": 95, "lendablePercent": 0, "borrowingLimitPercent": 0,
-                    "limitResponse": {{ "type": "Queue", "queuing": {{ "queues": {queues}, "handSize": 6, "queueLengthLimit": 50 }} }} }} }} }},
-               {{ "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
-                  "metadata": {{ "name": "scale", "uid": "fs-scale" }},
-                  "spec": {{ "priorityLevelConfiguration": {{ "name": "scale" }}, "matchingPrecedence": 500,
-                    "distinguisherMethod": {{ "type": "ByUser" }},
-                    "rules": [ {{ "subjects": [ {{ "kind": "Group", "group": {{ "name": "system:authenticated" }} }} ],
-                                 "nonResourceRules": [ {{ "verbs": ["*"], "nonResourceURLs": ["*"] }} ] }} ] }} }}
-             ] }}"#,
-        s = seats
-    );
-    let c = Compiled::new(parse_plugin_config(json.as_bytes()).unwrap(), 1);
+    let q = Queuing { queues, hand_size: 6, queue_length: 50 };
+    let c = Compiled::new(parse_plugin_config(one_level_json("scale", seats, q, false).as_bytes()).unwrap(), 1);
     assert_eq!(c.levels[level(&c)].qs_config.concurrency_limit, seats);
     c
 }
