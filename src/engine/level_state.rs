@@ -177,8 +177,7 @@ fn update_bytes<T>(
                 None => return Ok::<_, EngineError>((Vec::new(), None)),
             },
         };
-        let r = f(&mut st, &mut out);
-        st.demand.set(now, f64::from(st.qs.seat_demand()));
+        let r = operate(&mut st, now, f, &mut out);
         Ok((cache::encode(store, level_key, st), Some((r, out))))
     })
 }
@@ -219,9 +218,21 @@ fn apply<T>(
         (slot, Some((lvl, generation))) => slot.insert(LevelState::new(lvl.qs_config, generation, now)?),
         (None, None) => return Ok(None),
     };
-    let r = f(st, &mut out);
-    st.demand.set(now, f64::from(st.qs.seat_demand()));
+    let r = operate(st, now, f, &mut out);
     Ok(Some((r, out)))
+}
+
+/// Runs the operation `f` on a level's state and records the seat demand it leaves (both write
+/// paths).
+fn operate<T>(
+    st: &mut LevelState,
+    now: Nanos,
+    f: &mut impl FnMut(&mut LevelState, &mut Vec<Dispatched>) -> T,
+    out: &mut Vec<Dispatched>,
+) -> T {
+    let r = f(st, out);
+    st.demand.set(now, f64::from(st.qs.seat_demand()));
+    r
 }
 
 /// Reads a level's state (for dumps and metrics): a copy.
