@@ -367,6 +367,9 @@ def variant_specs(args, mods) -> list[dict]:
             if args.apf_native_b:
                 specs.append(dict(name="apf-native-b", workers=w, http_filter="native",
                                   native=Path(args.apf_native_b), cfg=roomy, conns=args.connections))
+            for name, so in also_modules(args.apf_native_also):
+                specs.append(dict(name=f"apf-native-{name}", workers=w, http_filter="native",
+                                  native=Path(so), cfg=roomy, conns=args.connections))
         elif v == "apf-native-saturated":
             specs.extend(native_saturated_specs(args, mods))
         elif v == "apf-fleet":
@@ -666,6 +669,9 @@ def add_setup_args(ap: argparse.ArgumentParser) -> None:
                     "of $APF_NATIVE or ./native-build.sh")
     ap.add_argument("--apf-native-b", help="A/B: with apf-native, also the uncontended apf-native-b "
                     "loading this second native module (a libapf_wasm.so in another directory)")
+    ap.add_argument("--apf-native-also", default="",
+                    help="with apf-native, also these native builds, uncontended: NAME=SO[,NAME=SO...] "
+                    "(variants apf-native-NAME; each printed ÷ local_ratelimit and ÷ apf-native)")
     ap.add_argument("--apf-native-isolated", help="apf-native-saturated: its no-sharing control, this "
                     "native build whose workers key their levels apart (or $APF_NATIVE_ISOLATED; "
                     "default: ./native-build.sh --features native-isolated-levels)")
@@ -811,6 +817,17 @@ def ratio_notes(results: dict[str, list[dict]], workers: int) -> str:
     return out
 
 
+def also_modules(spec: str) -> list[tuple[str, str]]:
+    """--apf-native-also: [(NAME, SO)]."""
+    out = []
+    for part in filter(None, spec.split(",")):
+        name, sep, so = part.partition("=")
+        if not sep or not name or not so:
+            raise SystemExit(f"--apf-native-also: expected NAME=SO, got {part!r}")
+        out.append((name, so))
+    return out
+
+
 def native_notes(results: dict[str, list[dict]], workers: int) -> str:
     """The two hosts side by side: each ÷ Envoy's local_ratelimit and ÷ its own floor, and the
     native saturated shape's 2 ÷ 1 and sharing cost (medians of per-round ratios)."""
@@ -820,6 +837,9 @@ def native_notes(results: dict[str, list[dict]], workers: int) -> str:
              ("apf-native-b", "local_ratelimit"),
              ("apf", "local_ratelimit"), ("apf", "floor"), ("native-floor", "local_ratelimit"),
              ("floor", "local_ratelimit"), ("floor", "native-floor"), ("native-floor", "none")]
+    also = sorted(k.split("|")[0] for k in results if k.startswith("apf-native-") and k.endswith(f"|{workers}")
+                  and k.split("|")[0] not in ("apf-native-b", "apf-native-saturated"))
+    pairs += [(a, b) for a in also for b in ("local_ratelimit", "apf-native")]
     parts = [f"{a} ÷ {b} {pr(a, b):.2f}" for a, b in pairs if have(a, b)]
     out = ("\n\nHosts, uncontended (medians of per-round ratios): " + "; ".join(parts) + "."
            if parts else "")

@@ -105,6 +105,13 @@ pub fn heartbeat(store: &dyn Store, instance: u64, now: Nanos) -> Result<u32, En
     update_value(store, REGISTRY_KEY, Registry::decode, Registry::encode, |reg| reg.heartbeat(instance, now))
 }
 
+/// Renews, in one write, the leases of those of `instances` that are registered (a host whose
+/// workers live exactly as long as its process renews them all from one thread); returns how
+/// many were renewed.
+pub fn renew_leases(store: &dyn Store, instances: &[u64], now: Nanos) -> Result<usize, EngineError> {
+    update_value(store, REGISTRY_KEY, Registry::decode, Registry::encode, |reg| reg.renew(instances, now))
+}
+
 /// Reaps workers whose lease expired and releases everything they held in `level_keys`.
 pub fn reap_dead_workers(
     store: &dyn Store,

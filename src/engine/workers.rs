@@ -61,6 +61,13 @@ impl Registry {
         slot
     }
 
+    /// Renews the leases of those of `instances` that are registered (an unregistered one is
+    /// left out: renewing never hands out a slot); returns how many were renewed.
+    pub fn renew(&mut self, instances: &[u64], now: Nanos) -> usize {
+        let renewed = self.workers.iter_mut().filter(|e| instances.contains(&e.instance));
+        renewed.map(|e| e.heartbeat = e.heartbeat.max(now)).count()
+    }
+
     /// Removes and returns the workers whose lease expired.
     pub fn reap(&mut self, now: Nanos, ttl: Nanos) -> Vec<WorkerEntry> {
         self.workers.extract_if(.., |e| now.saturating_sub(e.heartbeat) > ttl).collect()
@@ -90,5 +97,19 @@ mod tests {
         let c = r2.heartbeat(11, 21);
         assert!(c > b, "slots are never reused");
         assert!(Registry::decode(Some(&[9, 9, 9])).is_err());
+    }
+
+    #[test]
+    fn renewal_keeps_registered_workers_and_registers_nobody() {
+        let mut r = Registry::default();
+        let a = r.heartbeat(11, 0);
+        r.heartbeat(22, 0);
+        assert_eq!(r.renew(&[11, 33], 8), 1, "33 never registered");
+        assert_eq!(r.instance_of(a), Some(11));
+        assert_eq!(r.workers.len(), 2, "no slot handed out by a renewal");
+        let dead = r.reap(10, 5);
+        assert_eq!(dead.iter().map(|e| e.instance).collect::<Vec<_>>(), vec![22], "11 was renewed at 8");
+        assert_eq!(r.renew(&[11], 3), 1);
+        assert_eq!(r.workers.first().map(|e| e.heartbeat), Some(8), "a renewal never moves a lease back");
     }
 }

@@ -43,6 +43,11 @@ impl Request {
         Request { ctx, compiled, ..Request::default() }
     }
 
+    /// Whether the stream is a WATCH holding its seats through its initial phase.
+    pub fn holding(&self) -> bool {
+        self.holding
+    }
+
     /// At a WATCH's response headers: hold its seats while its initial state streams, or
     /// release them now (no initial events, not admitted here, or not a watch stream).
     fn start_watch(&mut self, h: &dyn Host, w: &mut Worker, max_hold: crate::Nanos) {

@@ -329,6 +329,18 @@ impl Worker {
     }
 
     /// Whether the stream `context` holds a place under the open-watch limits.
+    /// Whether no request of this worker is queued or holds seats.
+    pub fn tracks_no_request(&self) -> bool {
+        self.requests.is_empty()
+    }
+
+    /// Whether the WATCH `context` holds its seats through its initial phase (timed: a deadline,
+    /// or quiet long enough).
+    pub fn holds(&self, context: u32) -> bool {
+        !self.holds.is_empty() && self.holds.contains_key(&context)
+    }
+
+    /// Whether the WATCH `context` holds a place under the open-watch limits.
     pub fn has_watch_place(&self, context: u32) -> bool {
         self.watch_places.contains_key(&context)
     }

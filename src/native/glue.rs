@@ -12,6 +12,7 @@ use super::abi::{self, ConfigPtr, FilterPtr};
 use super::callout;
 use super::host::{self, NativeHost};
 use super::idle_stats;
+use super::leases;
 use super::wake;
 use crate::config::parse_plugin_config;
 use crate::digest::identity::IdentitySource;
@@ -108,6 +109,7 @@ pub fn config_scheduled(c: &Config, event: u64) {
         callout::TICK => {
             with_root(&h, c, Thread::Main, |root, w| root.on_tick(&h, w));
             idle_stats::add_pending(&h);
+            leases::renew(&h);
         }
         callout::CALLS => callout::send_queued(c.id, c.envoy),
         _ => {}
@@ -164,10 +166,12 @@ fn with_root<T>(h: &NativeHost, config: &Config, thread: Thread, f: impl FnOnce(
     })
 }
 
-/// This thread's worker, its pending stats added by the main thread from now on ([`idle_stats`]).
+/// This thread's worker, its pending stats added and its lease renewed by the main thread from
+/// now on ([`idle_stats`], [`leases`]).
 fn new_worker(h: &NativeHost) -> Worker {
     let mut w = Worker::new(crate::gateway::Host::monotonic_nanos(h) as u64);
     idle_stats::register(w.stats().pending());
+    leases::register(w.instance());
     w
 }
 
@@ -210,34 +214,35 @@ fn status(a: Action) -> u32 {
 }
 
 /// Gives a stream a scheduler in its worker's mailbox when it must be wakeable: it waits in a
-/// queue (another worker, or the timer, resumes or rejects it), or it holds seats or a place
-/// under the open-watch limits while no other stream of the worker can carry the timer (lease
-/// heartbeat — a worker whose lease lapses is reaped with its seats and watch places —, expiry,
-/// stats).
+/// queue (another worker, or the timer, resumes or rejects it), or it is a WATCH in its initial
+/// phase holding seats until a deadline while no other stream of the worker can carry the timer.
+/// A stream that only holds seats (or a place under the open-watch limits) needs none: nothing
+/// of it is timed, and its worker's lease is renewed by the main thread ([`leases`]).
 fn ensure_waker(f: &Filter) {
     if host::has_waker(f.context) {
         return;
     }
-    let Some((phase, watch)) = with_worker(|w| (w.request(f.context).map(|l| l.phase), w.has_watch_place(f.context))) else { return };
+    let Some((phase, hold)) = with_worker(|w| (w.request(f.context).map(|l| l.phase), w.holds(f.context))) else { return };
     let idle = || host::mailbox().is_some_and(|m| m.idle());
     let needed = match phase {
         Some(Phase::Waiting) => true,
-        Some(Phase::Executing) => idle(),
-        None => watch && idle(),
+        Some(Phase::Executing) => hold && idle(),
+        None => false,
     };
     if needed {
         host::give_waker(f.context);
     }
 }
 
-/// After the stream `gone` lost its scheduler: hands the timer to another stream holding or
-/// awaiting seats or holding a watch place; false when there is none (the worker is idle).
+/// After the stream `gone` lost its scheduler: hands the timer to another stream that awaits
+/// seats or holds a WATCH's initial phase; false when there is none (nothing of the worker is
+/// timed).
 fn hand_over_timer(gone: u32) -> bool {
     if !host::mailbox().is_some_and(|m| m.idle()) {
         return true;
     }
-    let keeps = |w: &Worker, c: u32| w.request(c).is_some() || w.has_watch_place(c);
-    let tracked = with_worker(|w| host::find_stream(|&c| c != gone && keeps(w, c))).flatten();
+    let timed = |w: &Worker, c: u32| w.request(c).is_some_and(|l| l.phase == Phase::Waiting) || w.holds(c);
+    let tracked = with_worker(|w| host::find_stream(|&c| c != gone && timed(w, c))).flatten();
     tracked.is_some_and(host::give_waker)
 }
 
@@ -259,6 +264,9 @@ fn with_request<T>(f: &mut Filter, g: impl FnOnce(&mut Request, &mut Worker) -> 
 pub fn response_headers(f: &mut Filter, end: bool) -> u32 {
     let h = host_of(f);
     let a = with_request(f, |r, w| r.on_response_headers(&h, w, end)).unwrap_or(Action::Continue);
+    if f.request.holding() {
+        ensure_waker(f);
+    }
     host::run_deferred();
     status(a)
 }
@@ -281,16 +289,25 @@ pub fn response_trailers(f: &mut Filter) -> u32 {
 pub fn stream_complete(f: &mut Filter) {
     f.completed = true;
     let h = host_of(f);
-    with_request(f, |r, w| r.on_stream_end(&h, w));
-    if host::take_waker(f.context) && !hand_over_timer(f.context) {
-        went_idle(&h);
+    let unoccupied = with_request(f, |r, w| {
+        r.on_stream_end(&h, w);
+        w.tracks_no_request()
+    });
+    if host::take_waker(f.context) {
+        if !hand_over_timer(f.context) {
+            went_idle(&h);
+        }
+    } else if unoccupied == Some(true) {
+        // No tick may come before the next request: the store's counts go where the main
+        // thread takes them.
+        with_worker(|w| w.stats().collect_store_counts(&h));
     }
     host::run_deferred();
 }
 
-/// The worker's last stream holding or awaiting seats ended: no tick reaches it until another
-/// one starts, so its timer runs now; its pending stats, the store's counts among them, are
-/// left for the main thread to add ([`idle_stats`]).
+/// The worker's last stream with something timed ended: no tick reaches it until another one
+/// starts, so its timer runs now; its pending stats, the store's counts among them, are left
+/// for the main thread to add ([`idle_stats`]).
 fn went_idle(h: &NativeHost) {
     WORKER.with(|w| {
         ROOTS.with(|r| {

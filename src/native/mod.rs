@@ -9,7 +9,7 @@
 //! - `callout`: HTTP calls, made from the main thread, replies routed back to the asking root.
 //! - `wake`: per-worker mailboxes woken through stream schedulers, and the timer thread.
 //! - `logger`, `metrics`: logs and stats through Envoy; `idle_stats`: every worker's pending stats,
-//!   added by the main thread.
+//!   added by the main thread; `leases`: every worker's lease, renewed by the main thread.
 //! - `isolated` (feature `native-isolated-levels`): the saturated benchmark's no-sharing control.
 
 pub mod abi;
@@ -19,6 +19,7 @@ mod host;
 mod idle_stats;
 #[cfg(feature = "native-isolated-levels")]
 mod isolated;
+mod leases;
 mod logger;
 mod metrics;
 mod wake;

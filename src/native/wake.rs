@@ -5,15 +5,16 @@
 //! mailbox_name`]). A notice for a paused stream is pushed into its owner's mailbox and the
 //! stream's own scheduler is committed ([`WAKE`]): Envoy runs `on_http_filter_scheduled` on the
 //! owner's worker, which drains the mailbox. A stream registers its scheduler while it is queued
-//! or holds seats; the scheduler is removed from the table before it is deleted, under the same
+//! (and keeps it until it ends), or while it is a WATCH holding seats through its initial phase
+//! and no other stream of the worker has one (`glue::ensure_waker`); the scheduler is removed from the table before it is deleted, under the same
 //! lock every commit takes, so no thread commits a deleted scheduler.
 //!
-//! The per-worker timer (queue timeouts, lease heartbeat, expiry, stats) comes from one
-//! module-owned thread ([`start_ticker`]) that commits [`TICK`] every `TICK_MS` to one registered
-//! scheduler of every worker. A worker with no stream holding or awaiting seats gets no tick: it
-//! has nothing to time out, and it runs its timer as its last such stream ends
-//! (`glue::stream_complete`); its pending stats are added by the main thread on its own timer
-//! (`idle_stats`).
+//! The per-worker timer (queue timeouts, watch holds, expiry, stats) comes from one module-owned
+//! thread ([`start_ticker`]) that commits [`TICK`] every `TICK_MS` to one registered scheduler of
+//! every worker. A worker with no stream awaiting seats or holding a WATCH's initial phase gets
+//! no tick: it has nothing to time out, and it runs its timer as its last such stream ends
+//! (`glue::stream_complete`); its pending stats are added and its lease renewed by the main
+//! thread on its own timer (`idle_stats`, `leases`).
 
 use super::abi::SchedulerPtr;
 use hashbrown::HashMap;
@@ -114,7 +115,7 @@ impl Mailbox {
         }
     }
 
-    /// Whether no stream of the worker can be woken (none waits for or holds seats).
+    /// Whether no stream of the worker can be woken (none has a scheduler).
     pub fn idle(&self) -> bool {
         self.wakeable.load(Ordering::Acquire) == 0
     }

@@ -3,11 +3,15 @@ across both Envoy workers; excess requests queue (or are rejected with 429), non
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from apfkit import client
 from apfkit.apf_policy import E2E_GROUP, fs_uid, pl_uid, single_level_config
 from apfkit.contract import assert_all_200_or_429, assert_classified
+from apfkit.envoyproc import wait_until
 
 pytestmark = [pytest.mark.apf, pytest.mark.core]
 
@@ -44,3 +48,31 @@ def test_single_seat_serialises_requests(gateway):
                         groups=(E2E_GROUP,), timeout=15)
     assert client.status_counts(res) == {200: 8}, gw.fail_msg(str(client.status_counts(res)))
     assert gw.upstream.snapshot()["max_in_flight"] == 1
+
+
+LEASE_S = 5.0  # gateway/worker.rs LEASE_TTL
+REAP_S = 2.0  # gateway/worker.rs REAP_EVERY
+
+
+def test_a_seat_held_past_the_lease_is_kept_on_an_idle_worker(gateway):
+    """One request holds the level's only seat longer than a worker's lease plus a reaping period
+    while nothing else runs: its worker's lease must be kept (a Wasm VM's timer renews it; on the
+    native host, where a stream only holding seats has no scheduler, the main thread does), so a
+    second request still waits for the seat instead of being admitted beside it."""
+    hold = LEASE_S + REAP_S + 1.5
+    gw = gateway(single_level_config(1, queues=4, hand_size=2, queue_length_limit=20))
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(gw.request, f"/api/v1/namespaces/default/pods?sleep={hold}",
+                            user="holder", groups=(E2E_GROUP,), timeout=hold + 10)
+        wait_until(lambda: gw.upstream.snapshot()["in_flight"] == 1, timeout=10,
+                   what="the first request at the upstream")
+        # The time under test: a lease lapses LEASE_S after its last renewal, and a reap comes
+        # within REAP_S of that.
+        time.sleep(LEASE_S + REAP_S)
+        second = gw.request("/api/v1/namespaces/default/pods", user="other", groups=(E2E_GROUP,),
+                            timeout=hold + 10)
+        first = first.result()
+    assert first.status == 200 and second.status == 200, gw.fail_msg(f"{first!r} {second!r}")
+    assert gw.upstream.snapshot()["max_in_flight"] == 1, gw.fail_msg("the held seat was reaped")
+    assert second.elapsed >= 0.5, gw.fail_msg(f"the second request did not wait: {second.elapsed:.2f}s")
+    assert "reaped worker slot" not in gw.log_tail(400), gw.fail_msg("a live worker was reaped")
