@@ -17,7 +17,7 @@ use super::host::{Host, StatKind};
 use crate::engine::store::WorkerState;
 use crate::engine::Compiled;
 use crate::observe::metrics::{self as names, MetricKind};
-use hashbrown::hash_map::{Entry, HashMap};
+use hashbrown::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// The metrics the filter records (names from upstream).
@@ -66,8 +66,14 @@ impl M {
 /// The third label's value of a series where the metric has none.
 pub const EXTRA_NONE: &str = "";
 
-/// (generation, metric, level, FlowSchema, third label's value).
-type Key = (u64, M, u16, u16, &'static str);
+/// Whose series: (configuration generation, level, FlowSchema).
+type FlowKey = (u64, u16, u16);
+
+/// One flow's series (a dozen at most: a request's few metrics, some with a third label), as
+/// (metric, third label's value, series) in the order of their first record, found by linear
+/// scan: cheaper than hashing the metric and the label's string into the worker's table.
+#[derive(Default)]
+struct FlowSeries(Vec<(M, &'static str, Series)>);
 
 /// A counter or gauge (`pending`: its delta since the last flush), or a histogram (`hist`: its
 /// samples aggregated in the VM; `names`, `ids`: its counters, in the order of
@@ -84,7 +90,7 @@ struct Series {
 /// own counters (the store's contention counts, then [`Own`]'s).
 #[derive(Default)]
 struct Pending {
-    series: HashMap<Key, Series>,
+    series: HashMap<FlowKey, FlowSeries>,
     own: [u64; 11],
     own_ids: [Option<u32>; 11],
 }
@@ -191,13 +197,52 @@ fn take_counters(
     }
 }
 
-impl Stats {
-    fn with_series<T>(&mut self, l: Labels<'_>, m: M, extra: &'static str, f: impl FnOnce(&mut Series) -> T) -> Option<T> {
-        let key: Key = (l.compiled.generation, m, l.pl as u16, l.fs as u16, extra);
-        match lock(&self.pending).series.entry(key) {
-            Entry::Occupied(s) => Some(f(s.into_mut())),
-            Entry::Vacant(v) => Some(f(v.insert(new_series(l, m, extra)?))),
+/// One flow's series under its worker's lock, for the records a request makes at one moment
+/// ([`Stats::with_flow`]).
+pub struct Flow<'a> {
+    labels: Labels<'a>,
+    series: &'a mut FlowSeries,
+}
+
+impl Flow<'_> {
+    /// Adds `delta` to a counter or gauge of the flow (flushed on the timer).
+    pub fn add(&mut self, m: M, extra: &'static str, delta: i64) {
+        if let Some(s) = self.series(m, extra) {
+            s.pending += delta;
         }
+    }
+
+    /// Records one sample of a histogram of the flow, in upstream units (seconds, seats).
+    pub fn observe(&mut self, m: M, extra: &'static str, value: f64) {
+        if let Some(hist) = self.series(m, extra).and_then(|s| s.hist.as_mut()) {
+            hist.observe(value);
+        }
+    }
+
+    /// The flow's series of `m` with `extra`, created on first use (`None`: no such metric).
+    fn series(&mut self, m: M, extra: &'static str) -> Option<&mut Series> {
+        let all = &mut self.series.0;
+        // Most extras are the same literal (or ""): their pointers match before their bytes.
+        let same = |e: &&'static str| std::ptr::eq(*e, extra) || *e == extra;
+        let i = match all.iter().position(|(sm, se, _)| *sm == m && same(se)) {
+            Some(i) => i,
+            None => {
+                all.push((m, extra, new_series(self.labels, m, extra)?));
+                all.len() - 1
+            }
+        };
+        all.get_mut(i).map(|(_, _, s)| s)
+    }
+}
+
+impl Stats {
+    /// Runs `f` over the series of the flow `l`: all of its records under one lock and one
+    /// lookup (a request records several series at each of its transitions).
+    pub fn with_flow<T>(&mut self, l: Labels<'_>, f: impl FnOnce(&mut Flow<'_>) -> T) -> T {
+        let key: FlowKey = (l.compiled.generation, l.pl as u16, l.fs as u16);
+        let mut pending = lock(&self.pending);
+        let series = pending.series.entry(key).or_default();
+        f(&mut Flow { labels: l, series })
     }
 
     /// A handle on this worker's pending deltas, for another thread to take them.
@@ -205,20 +250,24 @@ impl Stats {
         PendingStats(self.pending.clone())
     }
 
-    /// Adds `delta` to a counter or gauge (flushed on the timer).
+    /// Adds `delta` to a counter or gauge (flushed on the timer): a single record
+    /// ([`Stats::with_flow`] for several).
     pub fn add(&mut self, l: Labels<'_>, m: M, extra: &'static str, delta: i64) {
-        self.with_series(l, m, extra, |s| s.pending += delta);
+        self.with_flow(l, |f| f.add(m, extra, delta));
     }
 
     /// Records one histogram sample, in upstream units (seconds, seats); flushed on the timer.
     pub fn observe(&mut self, l: Labels<'_>, m: M, extra: &'static str, value: f64) {
-        self.with_series(l, m, extra, |s| s.hist.as_mut().map(|hist| hist.observe(value)));
+        self.with_flow(l, |f| f.observe(m, extra, value));
     }
 
     /// Sets a per-level gauge to an absolute value (values that are the same for every worker).
     pub fn set(&mut self, h: &dyn Host, c: &Compiled, m: M, pl: usize, value: u64) {
         let l = Labels { compiled: c, pl, fs: 0 };
-        self.with_series(l, m, EXTRA_NONE, |s| scalar_id(h, s).map(|id| h.record_metric(id, value)));
+        let id = self.with_flow(l, |f| f.series(m, EXTRA_NONE).and_then(|s| scalar_id(h, s)));
+        if let Some(id) = id {
+            h.record_metric(id, value);
+        }
     }
 
     pub fn count_own(&mut self, m: Own) {
@@ -293,7 +342,7 @@ impl Pending {
     fn take_into(&mut self, h: &dyn Host, out: &mut Vec<(u32, i64)>) {
         let own = std::mem::take(&mut self.own);
         take_counters(h, &OWN_COUNTERS, &mut self.own_ids, own, out);
-        for s in self.series.values_mut() {
+        for (_, _, s) in self.series.values_mut().flat_map(|f| f.0.iter_mut()) {
             if let Some(deltas) = s.hist.as_mut().map(names::HistogramAcc::take) {
                 // Every counter of a histogram is defined on its first flush, even at 0: with a
                 // missing lower bucket `histogram_quantile` would interpolate from 0 instead of
