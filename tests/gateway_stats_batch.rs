@@ -32,8 +32,8 @@ fn copy_of(s: &str) -> &'static str {
 }
 
 /// Two rounds of a request's transitions over three flows: admissions (executing, queued,
-/// rejected), dispatches from the queue, time-outs and ends, with a third label's value that is
-/// sometimes the same literal and sometimes an equal copy.
+/// rejected), time-outs and ends, in the usual order and out of it, with a third label's value
+/// that is sometimes the same literal and sometimes an equal copy.
 fn rounds() -> Vec<Vec<Moment>> {
     let admitted = |seats: i64| {
         vec![
@@ -78,6 +78,8 @@ fn rounds() -> Vec<Vec<Moment>> {
             (2, 1, finished(4, copy_of("watch"), 12.0)),
             (1, 2, timed_out),
             (0, 0, admitted(1)),
+            // Out of the usual order, one series twice in a moment.
+            (0, 0, admitted(1).into_iter().rev().chain(finished(1, "regular", 0.5)).collect()),
         ],
     ]
 }
@@ -125,8 +127,8 @@ fn batched_records_flush_the_same_deltas_as_single_records() {
     let level = |pl: usize| &c.levels[pl].name;
     let schema = |fs: usize| &c.config.policy.flow_schemas[fs].name;
     let flow = |pl, fs| format!("priority_level.{}.flow_schema.{}", level(pl), schema(fs));
-    assert_eq!(previous[&name("dispatched_requests_total", &flow(0, 0))], 2);
-    assert_eq!(previous[&name("current_executing_requests", &flow(0, 0))], 1, "admitted twice, finished once");
+    assert_eq!(previous[&name("dispatched_requests_total", &flow(0, 0))], 3);
+    assert_eq!(previous[&name("current_executing_requests", &flow(0, 0))], 1, "admitted three times, finished twice");
     assert_eq!(previous.get(&name("current_inqueue_seats", &flow(1, 2))), Some(&0), "queued twice, timed out twice");
     let timed_out = format!("{}.reason.time-out", flow(1, 2));
     assert_eq!(previous[&name("rejected_requests_total", &timed_out)], 2, "equal label values are one series: {previous:#?}");

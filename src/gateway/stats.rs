@@ -70,10 +70,15 @@ pub const EXTRA_NONE: &str = "";
 type FlowKey = (u64, u16, u16);
 
 /// One flow's series (a dozen at most: a request's few metrics, some with a third label), as
-/// (metric, third label's value, series) in the order of their first record, found by linear
-/// scan: cheaper than hashing the metric and the label's string into the worker's table.
+/// (metric, third label's value, series) in the order of their first record: cheaper to find
+/// than by hashing the metric and the label's string into the worker's table.
 #[derive(Default)]
-struct FlowSeries(Vec<(M, &'static str, Series)>);
+struct FlowSeries {
+    all: Vec<(M, &'static str, Series)>,
+    /// Per metric (`M as usize`), 1 + the index of its first series (0: none yet): where a
+    /// metric without a third label, or its first label value, is found at once.
+    first: [u8; 16],
+}
 
 /// A counter or gauge (`pending`: its delta since the last flush), or a histogram (`hist`: its
 /// samples aggregated in the VM; `names`, `ids`: its counters, in the order of
@@ -206,6 +211,7 @@ pub struct Flow<'a> {
 
 impl Flow<'_> {
     /// Adds `delta` to a counter or gauge of the flow (flushed on the timer).
+    #[inline]
     pub fn add(&mut self, m: M, extra: &'static str, delta: i64) {
         if let Some(s) = self.series(m, extra) {
             s.pending += delta;
@@ -213,25 +219,51 @@ impl Flow<'_> {
     }
 
     /// Records one sample of a histogram of the flow, in upstream units (seconds, seats).
+    #[inline]
     pub fn observe(&mut self, m: M, extra: &'static str, value: f64) {
         if let Some(hist) = self.series(m, extra).and_then(|s| s.hist.as_mut()) {
             hist.observe(value);
         }
     }
 
-    /// The flow's series of `m` with `extra`, created on first use (`None`: no such metric).
+    /// The flow's series of `m` with `extra`, created on first use (`None`: no such metric):
+    /// the metric's first series when its label value is that one (the same literal, the same
+    /// pointer), else by linear scan.
+    #[inline]
     fn series(&mut self, m: M, extra: &'static str) -> Option<&mut Series> {
-        let all = &mut self.series.0;
-        // Most extras are the same literal (or ""): their pointers match before their bytes.
-        let same = |e: &&'static str| std::ptr::eq(*e, extra) || *e == extra;
-        let i = match all.iter().position(|(sm, se, _)| *sm == m && same(se)) {
+        let fs = &mut *self.series;
+        let first = fs.first.get(m as usize).map_or(0, |&i| usize::from(i));
+        let same = |i: &usize| fs.all.get(*i).is_some_and(|(_, se, _)| std::ptr::eq(*se, extra));
+        let i = match first.checked_sub(1).filter(same) {
             Some(i) => i,
-            None => {
-                all.push((m, extra, new_series(self.labels, m, extra)?));
-                all.len() - 1
-            }
+            None => fs.find(self.labels, m, extra)?,
         };
-        all.get_mut(i).map(|(_, _, s)| s)
+        fs.all.get_mut(i).map(|(_, _, s)| s)
+    }
+}
+
+impl FlowSeries {
+    /// The index of the series of `m` with `extra`, by linear scan (the metric first, then the
+    /// label's value), created if missing.
+    #[inline(never)]
+    fn find(&mut self, l: Labels<'_>, m: M, extra: &'static str) -> Option<usize> {
+        let same = |e: &&'static str| std::ptr::eq(*e, extra) || *e == extra;
+        match self.all.iter().position(|(sm, se, _)| *sm == m && same(se)) {
+            Some(i) => Some(i),
+            None => self.insert(l, m, extra),
+        }
+    }
+
+    /// A new series of the flow `l` (once per series: kept out of the lookup's code).
+    #[cold]
+    #[inline(never)]
+    fn insert(&mut self, l: Labels<'_>, m: M, extra: &'static str) -> Option<usize> {
+        let i = self.all.len();
+        self.all.push((m, extra, new_series(l, m, extra)?));
+        if let Some(first @ 0) = self.first.get_mut(m as usize) {
+            *first = u8::try_from(i + 1).unwrap_or(0);
+        }
+        Some(i)
     }
 }
 
@@ -342,7 +374,7 @@ impl Pending {
     fn take_into(&mut self, h: &dyn Host, out: &mut Vec<(u32, i64)>) {
         let own = std::mem::take(&mut self.own);
         take_counters(h, &OWN_COUNTERS, &mut self.own_ids, own, out);
-        for (_, _, s) in self.series.values_mut().flat_map(|f| f.0.iter_mut()) {
+        for (_, _, s) in self.series.values_mut().flat_map(|f| f.all.iter_mut()) {
             if let Some(deltas) = s.hist.as_mut().map(names::HistogramAcc::take) {
                 // Every counter of a histogram is defined on its first flush, even at 0: with a
                 // missing lower bucket `histogram_quantile` would interpolate from 0 instead of
@@ -426,4 +458,40 @@ pub fn stat_families() -> Vec<(StatKind, String, Vec<&'static str>)> {
         out.push((StatKind::Gauge, n.to_string(), vec!["priority_level"]));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+
+    /// However a flow's records are ordered in a batch, each (metric, label value) is one series.
+    #[test]
+    fn a_flow_keeps_one_series_per_metric_and_label_value() {
+        let cfg = crate::config::parse_plugin_config(br#"{"identity":{"sources":[{"type":"frontProxy"}]}}"#).unwrap();
+        let c = Compiled::new(cfg, 1);
+        let l = Labels { compiled: &c, pl: 1, fs: 1 };
+        let mut stats = Stats::default();
+        let false_copy: &'static str = Box::leak(String::from("false").into_boxed_str());
+        for _ in 0..3 {
+            stats.with_flow(l, |f| {
+                f.add(M::Dispatched, EXTRA_NONE, 1);
+                f.observe(M::WaitDuration, "true", 0.0);
+                f.add(M::ExecutingRequests, EXTRA_NONE, 1);
+                f.observe(M::WaitDuration, false_copy, 0.1);
+                f.add(M::Dispatched, EXTRA_NONE, 1);
+            });
+            stats.with_flow(l, |f| {
+                f.observe(M::WaitDuration, "false", 0.2);
+                f.add(M::ExecutingRequests, EXTRA_NONE, -1);
+            });
+        }
+        let pending = lock(&stats.pending);
+        let flow = &pending.series[&(1, 1, 1)].all;
+        let keys: Vec<(M, &str)> = flow.iter().map(|(m, e, _)| (*m, *e)).collect();
+        let expected = [(M::Dispatched, ""), (M::WaitDuration, "true"), (M::ExecutingRequests, ""), (M::WaitDuration, "false")];
+        assert_eq!(keys, expected);
+        assert_eq!(flow[0].2.pending, 6);
+        assert_eq!(flow[2].2.pending, 0);
+    }
 }
