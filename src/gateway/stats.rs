@@ -3,7 +3,9 @@
 //!
 //! Counters and gauges are accumulated per VM and flushed as ± deltas on the timer, so the
 //! request path makes no host call for them and gauges stay right with several workers (each
-//! worker only ever adds its own deltas; nobody overwrites). Histograms are aggregated per VM
+//! worker only ever adds its own deltas; nobody overwrites). The series are kept per flow
+//! (configuration, level, FlowSchema): the records a request makes at one of its transitions
+//! take the worker's lock and find their flow once ([`Stats::with_flow`]). Histograms are aggregated per VM
 //! into upstream's buckets ([`names::HistogramAcc`]) and flushed as Prometheus' classic series,
 //! each an Envoy counter: `<name>_bucket{le=…}` and `<name>_count` under upstream's names, units
 //! (seconds) and bounds, all defined on a series' first flush so `histogram_quantile` sees every
