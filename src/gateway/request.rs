@@ -2,7 +2,7 @@
 //! when the upstream's response ends (or the stream does).
 
 use super::host::{pairs, Action, Body, HeaderMap, Host};
-use super::stats::{EXTRA_NONE, M};
+use super::stats::{Flow, EXTRA_NONE, M};
 use super::watch_limits;
 use super::worker::{self, Extra, Hold, Local, Worker};
 use crate::digest::identity::{IdentityConfig, IdentityInput, IdentitySource};
@@ -159,15 +159,9 @@ impl Request {
         };
         let mut notices = Vec::new();
         let decision = engine::admit(c, h.store(), now, Arriving { level: d.class.priority_level, work: d.work, tag }, &mut notices);
-        let labels = extra.labels();
-        w.stats().observe(labels, M::WorkEstimatedSeats, EXTRA_NONE, f64::from(extra.seats));
-        if let Ok((_, Some(length))) = decision {
-            w.stats().observe(labels, M::QueueLengthAfterEnqueue, EXTRA_NONE, f64::from(length));
-        }
-        let decision = decision.map(|(d, _)| d);
         let level = c.levels.get(extra.pl).map(|l| l.key.clone());
         let admitted =
-            decision.as_ref().ok().zip(level).and_then(|(d, key)| Local::admitted(key, d, now, tag.wait_deadline, extra.clone()));
+            decision.as_ref().ok().zip(level).and_then(|((d, _), key)| Local::admitted(key, d, now, tag.wait_deadline, extra.clone()));
         if let Some(e) = admitted {
             w.track(self.ctx, e);
         }
@@ -178,18 +172,11 @@ impl Request {
     /// rejected, but let through).
     fn act(&mut self, h: &dyn Host, w: &mut Worker, extra: &Extra, decision: Admitted) -> Action {
         let stop = if extra.enforce { Action::Pause } else { Action::Continue };
+        extra.record(w.stats(), |f| record_admission(f, extra, &decision));
         match decision {
-            Ok(Decision::Execute(_)) => {
-                extra.dispatched(w.stats(), 0);
-                Action::Continue
-            }
-            Ok(Decision::Queued(_)) => {
-                extra.queued(w.stats(), 1);
-                stop
-            }
-            Ok(Decision::Rejected { reason, retry_after }) => {
-                extra.add(w.stats(), M::Rejected, reason.as_str(), 1);
-                extra.observe(w.stats(), M::WaitDuration, "false", 0);
+            Ok((Decision::Execute(_), _)) => Action::Continue,
+            Ok((Decision::Queued(_), _)) => stop,
+            Ok((Decision::Rejected { reason, retry_after }, _)) => {
                 if extra.enforce {
                     self.class = None;
                     worker::send_429(h, extra, retry_after, reason.as_str());
@@ -303,8 +290,27 @@ impl Request {
     }
 }
 
-/// The engine's answer to an arriving request.
-type Admitted = Result<Decision, engine::EngineError>;
+/// The engine's answer to an arriving request: its decision, and its queue's length after it
+/// was enqueued (`None`: not enqueued).
+type Admitted = Result<(Decision, Option<u32>), engine::EngineError>;
+
+/// The stats of an admission, under one lock: the request's estimated seats, its queue's length
+/// after it was enqueued ([`M::QueueLengthAfterEnqueue`]), then what the decision makes of it.
+fn record_admission(f: &mut Flow<'_>, extra: &Extra, decision: &Admitted) {
+    f.observe(M::WorkEstimatedSeats, EXTRA_NONE, f64::from(extra.seats));
+    if let Ok((_, Some(length))) = decision {
+        f.observe(M::QueueLengthAfterEnqueue, EXTRA_NONE, f64::from(*length));
+    }
+    match decision {
+        Ok((Decision::Execute(_), _)) => extra.dispatched(f, 0),
+        Ok((Decision::Queued(_), _)) => extra.queued(f, 1),
+        Ok((Decision::Rejected { reason, .. }, _)) => {
+            f.add(M::Rejected, reason.as_str(), 1);
+            f.observe(M::WaitDuration, "false", 0.0);
+        }
+        Err(_) => {}
+    }
+}
 
 /// The content headers of the gateway's own JSON responses.
 const JSON: [(&str, &[u8]); 2] = [("content-type", b"application/json"), ("x-content-type-options", b"nosniff")];

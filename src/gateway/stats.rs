@@ -3,7 +3,9 @@
 //!
 //! Counters and gauges are accumulated per VM and flushed as ± deltas on the timer, so the
 //! request path makes no host call for them and gauges stay right with several workers (each
-//! worker only ever adds its own deltas; nobody overwrites). Histograms are aggregated per VM
+//! worker only ever adds its own deltas; nobody overwrites). The series are kept per flow
+//! (configuration, level, FlowSchema): the records a request makes at one of its transitions
+//! take the worker's lock and find their flow once ([`Stats::with_flow`]). Histograms are aggregated per VM
 //! into upstream's buckets ([`names::HistogramAcc`]) and flushed as Prometheus' classic series,
 //! each an Envoy counter: `<name>_bucket{le=…}` and `<name>_count` under upstream's names, units
 //! (seconds) and bounds, all defined on a series' first flush so `histogram_quantile` sees every
@@ -17,7 +19,7 @@ use super::host::{Host, StatKind};
 use crate::engine::store::WorkerState;
 use crate::engine::Compiled;
 use crate::observe::metrics::{self as names, MetricKind};
-use hashbrown::hash_map::{Entry, HashMap};
+use hashbrown::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// The metrics the filter records (names from upstream).
@@ -66,8 +68,19 @@ impl M {
 /// The third label's value of a series where the metric has none.
 pub const EXTRA_NONE: &str = "";
 
-/// (generation, metric, level, FlowSchema, third label's value).
-type Key = (u64, M, u16, u16, &'static str);
+/// Whose series: (configuration generation, level, FlowSchema).
+type FlowKey = (u64, u16, u16);
+
+/// One flow's series (a dozen at most: a request's few metrics, some with a third label), as
+/// (metric, third label's value, series) in the order of their first record: cheaper to find
+/// than by hashing the metric and the label's string into the worker's table.
+#[derive(Default)]
+struct FlowSeries {
+    all: Vec<(M, &'static str, Series)>,
+    /// Per metric (`M as usize`), 1 + the index of its first series (0: none yet): where a
+    /// metric without a third label, or its first label value, is found at once.
+    first: [u8; 16],
+}
 
 /// A counter or gauge (`pending`: its delta since the last flush), or a histogram (`hist`: its
 /// samples aggregated in the VM; `names`, `ids`: its counters, in the order of
@@ -84,7 +97,7 @@ struct Series {
 /// own counters (the store's contention counts, then [`Own`]'s).
 #[derive(Default)]
 struct Pending {
-    series: HashMap<Key, Series>,
+    series: HashMap<FlowKey, FlowSeries>,
     own: [u64; 11],
     own_ids: [Option<u32>; 11],
 }
@@ -191,13 +204,79 @@ fn take_counters(
     }
 }
 
-impl Stats {
-    fn with_series<T>(&mut self, l: Labels<'_>, m: M, extra: &'static str, f: impl FnOnce(&mut Series) -> T) -> Option<T> {
-        let key: Key = (l.compiled.generation, m, l.pl as u16, l.fs as u16, extra);
-        match lock(&self.pending).series.entry(key) {
-            Entry::Occupied(s) => Some(f(s.into_mut())),
-            Entry::Vacant(v) => Some(f(v.insert(new_series(l, m, extra)?))),
+/// One flow's series under its worker's lock, for the records a request makes at one moment
+/// ([`Stats::with_flow`]).
+pub struct Flow<'a> {
+    labels: Labels<'a>,
+    series: &'a mut FlowSeries,
+}
+
+impl Flow<'_> {
+    /// Adds `delta` to a counter or gauge of the flow (flushed on the timer).
+    #[inline]
+    pub fn add(&mut self, m: M, extra: &'static str, delta: i64) {
+        if let Some(s) = self.series(m, extra) {
+            s.pending += delta;
         }
+    }
+
+    /// Records one sample of a histogram of the flow, in upstream units (seconds, seats).
+    #[inline]
+    pub fn observe(&mut self, m: M, extra: &'static str, value: f64) {
+        if let Some(hist) = self.series(m, extra).and_then(|s| s.hist.as_mut()) {
+            hist.observe(value);
+        }
+    }
+
+    /// The flow's series of `m` with `extra`, created on first use (`None`: no such metric):
+    /// the metric's first series when its label value is that one (the same literal, the same
+    /// pointer), else by linear scan.
+    #[inline]
+    fn series(&mut self, m: M, extra: &'static str) -> Option<&mut Series> {
+        let fs = &mut *self.series;
+        let first = fs.first.get(m as usize).map_or(0, |&i| usize::from(i));
+        let same = |i: &usize| fs.all.get(*i).is_some_and(|(_, se, _)| std::ptr::eq(*se, extra));
+        let i = match first.checked_sub(1).filter(same) {
+            Some(i) => i,
+            None => fs.find(self.labels, m, extra)?,
+        };
+        fs.all.get_mut(i).map(|(_, _, s)| s)
+    }
+}
+
+impl FlowSeries {
+    /// The index of the series of `m` with `extra`, by linear scan (the metric first, then the
+    /// label's value), created if missing.
+    #[inline(never)]
+    fn find(&mut self, l: Labels<'_>, m: M, extra: &'static str) -> Option<usize> {
+        let same = |e: &&'static str| std::ptr::eq(*e, extra) || *e == extra;
+        match self.all.iter().position(|(sm, se, _)| *sm == m && same(se)) {
+            Some(i) => Some(i),
+            None => self.insert(l, m, extra),
+        }
+    }
+
+    /// A new series of the flow `l` (once per series: kept out of the lookup's code).
+    #[cold]
+    #[inline(never)]
+    fn insert(&mut self, l: Labels<'_>, m: M, extra: &'static str) -> Option<usize> {
+        let i = self.all.len();
+        self.all.push((m, extra, new_series(l, m, extra)?));
+        if let Some(first @ 0) = self.first.get_mut(m as usize) {
+            *first = u8::try_from(i + 1).unwrap_or(0);
+        }
+        Some(i)
+    }
+}
+
+impl Stats {
+    /// Runs `f` over the series of the flow `l`: all of its records under one lock and one
+    /// lookup (a request records several series at each of its transitions).
+    pub fn with_flow<T>(&mut self, l: Labels<'_>, f: impl FnOnce(&mut Flow<'_>) -> T) -> T {
+        let key: FlowKey = (l.compiled.generation, l.pl as u16, l.fs as u16);
+        let mut pending = lock(&self.pending);
+        let series = pending.series.entry(key).or_default();
+        f(&mut Flow { labels: l, series })
     }
 
     /// A handle on this worker's pending deltas, for another thread to take them.
@@ -205,20 +284,24 @@ impl Stats {
         PendingStats(self.pending.clone())
     }
 
-    /// Adds `delta` to a counter or gauge (flushed on the timer).
+    /// Adds `delta` to a counter or gauge (flushed on the timer): a single record
+    /// ([`Stats::with_flow`] for several).
     pub fn add(&mut self, l: Labels<'_>, m: M, extra: &'static str, delta: i64) {
-        self.with_series(l, m, extra, |s| s.pending += delta);
+        self.with_flow(l, |f| f.add(m, extra, delta));
     }
 
     /// Records one histogram sample, in upstream units (seconds, seats); flushed on the timer.
     pub fn observe(&mut self, l: Labels<'_>, m: M, extra: &'static str, value: f64) {
-        self.with_series(l, m, extra, |s| s.hist.as_mut().map(|hist| hist.observe(value)));
+        self.with_flow(l, |f| f.observe(m, extra, value));
     }
 
     /// Sets a per-level gauge to an absolute value (values that are the same for every worker).
     pub fn set(&mut self, h: &dyn Host, c: &Compiled, m: M, pl: usize, value: u64) {
         let l = Labels { compiled: c, pl, fs: 0 };
-        self.with_series(l, m, EXTRA_NONE, |s| scalar_id(h, s).map(|id| h.record_metric(id, value)));
+        let id = self.with_flow(l, |f| f.series(m, EXTRA_NONE).and_then(|s| scalar_id(h, s)));
+        if let Some(id) = id {
+            h.record_metric(id, value);
+        }
     }
 
     pub fn count_own(&mut self, m: Own) {
@@ -293,7 +376,7 @@ impl Pending {
     fn take_into(&mut self, h: &dyn Host, out: &mut Vec<(u32, i64)>) {
         let own = std::mem::take(&mut self.own);
         take_counters(h, &OWN_COUNTERS, &mut self.own_ids, own, out);
-        for s in self.series.values_mut() {
+        for (_, _, s) in self.series.values_mut().flat_map(|f| f.all.iter_mut()) {
             if let Some(deltas) = s.hist.as_mut().map(names::HistogramAcc::take) {
                 // Every counter of a histogram is defined on its first flush, even at 0: with a
                 // missing lower bucket `histogram_quantile` would interpolate from 0 instead of
@@ -377,4 +460,40 @@ pub fn stat_families() -> Vec<(StatKind, String, Vec<&'static str>)> {
         out.push((StatKind::Gauge, n.to_string(), vec!["priority_level"]));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+
+    /// However a flow's records are ordered in a batch, each (metric, label value) is one series.
+    #[test]
+    fn a_flow_keeps_one_series_per_metric_and_label_value() {
+        let cfg = crate::config::parse_plugin_config(br#"{"identity":{"sources":[{"type":"frontProxy"}]}}"#).unwrap();
+        let c = Compiled::new(cfg, 1);
+        let l = Labels { compiled: &c, pl: 1, fs: 1 };
+        let mut stats = Stats::default();
+        let false_copy: &'static str = Box::leak(String::from("false").into_boxed_str());
+        for _ in 0..3 {
+            stats.with_flow(l, |f| {
+                f.add(M::Dispatched, EXTRA_NONE, 1);
+                f.observe(M::WaitDuration, "true", 0.0);
+                f.add(M::ExecutingRequests, EXTRA_NONE, 1);
+                f.observe(M::WaitDuration, false_copy, 0.1);
+                f.add(M::Dispatched, EXTRA_NONE, 1);
+            });
+            stats.with_flow(l, |f| {
+                f.observe(M::WaitDuration, "false", 0.2);
+                f.add(M::ExecutingRequests, EXTRA_NONE, -1);
+            });
+        }
+        let pending = lock(&stats.pending);
+        let flow = &pending.series[&(1, 1, 1)].all;
+        let keys: Vec<(M, &str)> = flow.iter().map(|(m, e, _)| (*m, *e)).collect();
+        let expected = [(M::Dispatched, ""), (M::WaitDuration, "true"), (M::ExecutingRequests, ""), (M::WaitDuration, "false")];
+        assert_eq!(keys, expected);
+        assert_eq!(flow[0].2.pending, 6);
+        assert_eq!(flow[2].2.pending, 0);
+    }
 }

@@ -5,7 +5,7 @@
 use super::fleet::{FleetDriver, FleetRole};
 use super::host::Host;
 use super::request::Digested;
-use super::stats::{Labels, Own, Stats, EXTRA_NONE, M};
+use super::stats::{Flow, Labels, Own, Stats, EXTRA_NONE, M};
 use crate::digest::initial_events::MarkerScanner;
 use crate::digest::request_info::RequestInfo;
 use crate::engine::requests::{self, Ctx, Entry, Requests};
@@ -39,14 +39,26 @@ pub struct Extra {
 pub type Local = Entry<Extra>;
 
 impl Extra {
-    /// Adds `delta` to the request's series of `m`.
+    /// Adds `delta` to the request's series of `m` (a single record; [`Extra::record`] for
+    /// several).
     pub fn add(&self, s: &mut Stats, m: M, label: &'static str, delta: i64) {
         s.add(self.labels(), m, label, delta);
     }
 
     /// Records a duration in the request's histogram `m`.
     pub fn observe(&self, s: &mut Stats, m: M, label: &'static str, d: Nanos) {
-        s.observe(self.labels(), m, label, d as f64 / 1e9);
+        s.observe(self.labels(), m, label, Self::seconds(d));
+    }
+
+    /// Runs `f` over the request's series: the records of one of its transitions under one
+    /// lock and one lookup ([`Stats::with_flow`]).
+    pub fn record<T>(&self, s: &mut Stats, f: impl FnOnce(&mut Flow<'_>) -> T) -> T {
+        s.with_flow(self.labels(), f)
+    }
+
+    /// A duration in the histograms' unit (seconds).
+    pub fn seconds(d: Nanos) -> f64 {
+        d as f64 / 1e9
     }
 
     /// The labels of the request's series.
@@ -55,22 +67,22 @@ impl Extra {
     }
 
     /// Bookkeeping when a request enters its queue (`n` = 1), or leaves it (`n` = -1).
-    pub fn queued(&self, s: &mut Stats, n: i64) {
-        self.add(s, M::InqueueRequests, EXTRA_NONE, n);
-        self.add(s, M::InqueueSeats, EXTRA_NONE, n * i64::from(self.seats));
+    pub fn queued(&self, f: &mut Flow<'_>, n: i64) {
+        f.add(M::InqueueRequests, EXTRA_NONE, n);
+        f.add(M::InqueueSeats, EXTRA_NONE, n * i64::from(self.seats));
     }
 
     /// Bookkeeping when a request starts executing (`n` = 1), or finishes (`n` = -1).
-    fn executing(&self, s: &mut Stats, n: i64) {
-        self.add(s, M::ExecutingRequests, EXTRA_NONE, n);
-        self.add(s, M::ExecutingSeats, EXTRA_NONE, n * i64::from(self.seats));
+    fn executing(&self, f: &mut Flow<'_>, n: i64) {
+        f.add(M::ExecutingRequests, EXTRA_NONE, n);
+        f.add(M::ExecutingSeats, EXTRA_NONE, n * i64::from(self.seats));
     }
 
     /// Bookkeeping when a request starts executing, after waiting `waited` in a queue.
-    pub fn dispatched(&self, s: &mut Stats, waited: Nanos) {
-        self.add(s, M::Dispatched, EXTRA_NONE, 1);
-        self.executing(s, 1);
-        self.observe(s, M::WaitDuration, "true", waited);
+    pub fn dispatched(&self, f: &mut Flow<'_>, waited: Nanos) {
+        f.add(M::Dispatched, EXTRA_NONE, 1);
+        self.executing(f, 1);
+        f.observe(M::WaitDuration, "true", Self::seconds(waited));
     }
 }
 
@@ -205,18 +217,27 @@ impl requests::Host<Extra> for Callbacks<'_> {
     }
     /// A waiting request rejected (time-out or client gone).
     fn left_queue(&mut self, e: &Local, now: Nanos) {
-        e.extra.queued(self.stats, -1);
-        e.extra.add(self.stats, M::Rejected, crate::fairqueuing::RejectReason::TimeOut.as_str(), 1);
-        e.extra.observe(self.stats, M::WaitDuration, "false", now.saturating_sub(e.arrived));
+        let x = &e.extra;
+        x.record(self.stats, |f| {
+            x.queued(f, -1);
+            f.add(M::Rejected, crate::fairqueuing::RejectReason::TimeOut.as_str(), 1);
+            f.observe(M::WaitDuration, "false", Extra::seconds(now.saturating_sub(e.arrived)));
+        });
     }
     fn dispatched(&mut self, e: &Local) {
-        e.extra.queued(self.stats, -1);
-        e.extra.dispatched(self.stats, e.waited);
+        let x = &e.extra;
+        x.record(self.stats, |f| {
+            x.queued(f, -1);
+            x.dispatched(f, e.waited);
+        });
     }
     fn finished(&mut self, e: &Local, now: Nanos) {
-        e.extra.executing(self.stats, -1);
-        let t = if e.extra.is_watch { "watch" } else { "regular" };
-        e.extra.observe(self.stats, M::ExecutionDuration, t, now.saturating_sub(e.started));
+        let x = &e.extra;
+        let t = if x.is_watch { "watch" } else { "regular" };
+        x.record(self.stats, |f| {
+            x.executing(f, -1);
+            f.observe(M::ExecutionDuration, t, Extra::seconds(now.saturating_sub(e.started)));
+        });
     }
     fn failed(&mut self, what: &str, e: &engine::EngineError) {
         log::warn!("apf: {what} failed: {e}");
