@@ -34,15 +34,23 @@ fn drain_due(now: Nanos, last: Nanos) -> bool {
     now.saturating_sub(last) >= DRAIN_GAP
 }
 
+/// Whether a main-thread task whose last turn was at `last` runs at `now` (`due`); if so, its
+/// turn is taken: once per period however many configurations' timers tick.
+pub(super) fn take_turn(last: &AtomicI64, now: Nanos, due: fn(Nanos, Nanos) -> bool) -> bool {
+    if !due(now, last.load(Ordering::Relaxed)) {
+        return false;
+    }
+    last.store(now, Ordering::Relaxed);
+    true
+}
+
 /// Takes every worker's pending deltas and adds them when a drain is due (main thread, inside
 /// a configuration's hook; `h` defines the stats not defined yet).
 pub fn add_pending(h: &dyn Host) {
     static LAST: AtomicI64 = AtomicI64::new(0);
-    let now = h.monotonic_nanos();
-    if !drain_due(now, LAST.load(Ordering::Relaxed)) {
+    if !take_turn(&LAST, h.monotonic_nanos(), drain_due) {
         return;
     }
-    LAST.store(now, Ordering::Relaxed);
     let workers: Vec<PendingStats> = WORKERS.lock().unwrap_or_else(PoisonError::into_inner).clone();
     let mut deltas = Vec::new();
     for w in &workers {

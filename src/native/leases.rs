@@ -6,11 +6,12 @@
 //! its own to keep its seats: a stream holding seats gets a scheduler only when something of
 //! its own is timed (`glue::ensure_waker`), not to renew the lease on an otherwise idle worker.
 
+use super::idle_stats::take_turn;
 use crate::engine;
 use crate::gateway::worker::HEARTBEAT_EVERY;
 use crate::gateway::Host;
 use crate::Nanos;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::AtomicI64;
 use std::sync::{Mutex, PoisonError};
 
 /// The instance ids of the process's workers (workers live as long as the process).
@@ -27,10 +28,9 @@ pub fn register(instance: u64) {
 pub fn renew(h: &dyn Host) {
     static LAST: AtomicI64 = AtomicI64::new(0);
     let now = h.monotonic_nanos();
-    if !renewal_due(now, LAST.load(Ordering::Relaxed)) {
+    if !take_turn(&LAST, now, renewal_due) {
         return;
     }
-    LAST.store(now, Ordering::Relaxed);
     let instances = INSTANCES.lock().unwrap_or_else(PoisonError::into_inner).clone();
     if let Err(e) = engine::renew_leases(h.store(), &instances, now) {
         log::warn!("apf: renewing the workers' leases failed: {e}");
